@@ -1,0 +1,30 @@
+# Everything installs into .venv; a fresh clone needs only python3 (3.11+), make and, for
+# the CDK parts, Node.js 20.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint synth bench clean
+
+$(STAMP): requirements.txt functions/requirements.txt pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check -r requirements.txt
+	$(BIN)/pip install -q --disable-pip-version-check --no-deps -e .
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/sluice run examples/reviews.jsonl --out out
+
+test: $(STAMP)
+	$(BIN)/pytest -n 2 -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy functions local infra
+
+synth: $(STAMP)
+	npx --yes aws-cdk@2 synth -c env=dev
+
+clean:
+	rm -rf $(VENV) cdk.out out .pytest_cache

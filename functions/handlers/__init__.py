@@ -1,0 +1,1 @@
+"""Lambda entry points: parse the event, call the core, return."""

@@ -1,0 +1,15 @@
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from sluice.shard import ShardSpec, collect_background
+
+from .runtime import runtime
+
+
+def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    spec = ShardSpec.from_dict(event)
+    outcome = asyncio.run(collect_background(runtime().shard_context(context), spec))
+    # the workflow loops on this state: hand the shard back along with how far it got
+    return {**event, **outcome}

@@ -1,0 +1,22 @@
+from __future__ import annotations
+
+from typing import Any
+
+from sluice.failure import mark_failed
+from sluice.notify import publish
+
+from .runtime import runtime
+
+
+def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    rt = runtime()
+    error = event.get("error") or {}
+    detail = mark_failed(
+        s3=rt.s3,
+        store=rt.store,
+        state=event,
+        error=str(error.get("Error", "Unknown")),
+        cause=str(error.get("Cause", "")),
+    )
+    publish(rt.events, bus=rt.settings.event_bus, detail_type="Sluice Job Failed", detail=detail)
+    return detail

@@ -1,0 +1,20 @@
+from __future__ import annotations
+
+from typing import Any
+
+from sluice.merge import merge_job
+
+from .runtime import runtime
+
+
+def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    rt = runtime()
+    summary = merge_job(s3=rt.s3, store=rt.store, state=event)
+    return {
+        "job_id": event["job_id"],
+        "bucket": event["bucket"],
+        "key": event["key"],
+        "status": summary["status"],
+        "counts": summary["counts"],
+        "outputs": summary["outputs"],
+    }

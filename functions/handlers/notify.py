@@ -1,0 +1,13 @@
+from __future__ import annotations
+
+from typing import Any
+
+from sluice.notify import publish
+
+from .runtime import runtime
+
+
+def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    rt = runtime()
+    publish(rt.events, bus=rt.settings.event_bus, detail_type="Sluice Job Completed", detail=event)
+    return event

@@ -1,0 +1,238 @@
+"""Merge: shard outputs → one results object, one errors object and a summary, in input order.
+
+Large outputs are stitched server-side with multipart `UploadPartCopy`, so their bytes never
+pass through the Lambda; only the seams between small shard files are downloaded.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from .costs import aws_cost_usd, provider_cost_usd
+from .shard import ShardSpec, assemble
+from .stats import Stats
+from .store import JobStore
+
+MIN_PART = 5 << 20
+MAX_PART = 5 << 30
+
+
+class InvariantError(RuntimeError):
+    """The outputs do not account for every input line exactly once; the job must not succeed."""
+
+
+@dataclass(frozen=True)
+class Piece:
+    source: int
+    start: int
+    end: int
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+
+@dataclass(frozen=True)
+class Part:
+    """One multipart part: a single piece copied server-side, or pieces uploaded together."""
+
+    pieces: tuple[Piece, ...]
+    copy: bool
+
+    @property
+    def size(self) -> int:
+        return sum(p.size for p in self.pieces)
+
+
+def plan_parts(sizes: list[int], *, min_part: int = MIN_PART, max_part: int = MAX_PART) -> list[Part]:
+    """Cut the concatenation of `sizes` into parts of at least `min_part` (except the last).
+
+    A source with `min_part` bytes or more to spare is copied server-side; small sources are
+    combined, borrowing the head of the next source when a group falls short, so at most
+    `min_part` bytes per seam are downloaded.
+    """
+    parts: list[Part] = []
+    group: list[Piece] = []
+    grouped = 0
+    for index, size in enumerate(sizes):
+        pos = 0
+        if size <= 0:
+            continue
+        if grouped:
+            take = min(min_part - grouped, size)
+            group.append(Piece(index, 0, take))
+            grouped += take
+            pos = take
+            if grouped >= min_part:
+                parts.append(Part(tuple(group), copy=False))
+                group, grouped = [], 0
+        rest = size - pos
+        if rest >= min_part:
+            while rest > 0:
+                chunk = min(rest, max_part)
+                if 0 < rest - chunk < min_part:
+                    chunk = rest - min_part
+                parts.append(Part((Piece(index, pos, pos + chunk),), copy=True))
+                pos += chunk
+                rest -= chunk
+        elif rest > 0:
+            group.append(Piece(index, pos, size))
+            grouped += rest
+    if group:
+        parts.append(Part(tuple(group), copy=False))
+    return parts
+
+
+def _read_range(s3: Any, bucket: str, key: str, piece: Piece) -> bytes:
+    return bytes(s3.get_object(Bucket=bucket, Key=key, Range=f"bytes={piece.start}-{piece.end - 1}")["Body"].read())
+
+
+def concatenate(s3: Any, bucket: str, sources: list[str], target: str, *, content_type: str) -> dict[str, int]:
+    """Write the sources, in order, as one object. Returns the request and byte counts."""
+    sizes = [s3.head_object(Bucket=bucket, Key=key)["ContentLength"] for key in sources]
+    parts = plan_parts(sizes)
+    moved = {"requests": len(sources), "bytes_through": 0, "bytes_copied": 0, "parts": len(parts)}
+    if len(parts) <= 1:
+        body = b"".join(_read_range(s3, bucket, sources[p.source], p) for part in parts for p in part.pieces)
+        s3.put_object(Bucket=bucket, Key=target, Body=body, ContentType=content_type)
+        moved["requests"] += 1 + sum(len(part.pieces) for part in parts)
+        moved["bytes_through"] = len(body)
+        return moved
+    upload = s3.create_multipart_upload(Bucket=bucket, Key=target, ContentType=content_type)
+    upload_id = upload["UploadId"]
+    try:
+        etags = []
+        for number, part in enumerate(parts, start=1):
+            if part.copy:
+                piece = part.pieces[0]
+                answer = s3.upload_part_copy(
+                    Bucket=bucket,
+                    Key=target,
+                    UploadId=upload_id,
+                    PartNumber=number,
+                    CopySource={"Bucket": bucket, "Key": sources[piece.source]},
+                    CopySourceRange=f"bytes={piece.start}-{piece.end - 1}",
+                )
+                etags.append(answer["CopyPartResult"]["ETag"])
+                moved["bytes_copied"] += piece.size
+                moved["requests"] += 1
+            else:
+                body = b"".join(_read_range(s3, bucket, sources[p.source], p) for p in part.pieces)
+                answer = s3.upload_part(Bucket=bucket, Key=target, UploadId=upload_id, PartNumber=number, Body=body)
+                etags.append(answer["ETag"])
+                moved["bytes_through"] += len(body)
+                moved["requests"] += 1 + len(part.pieces)
+        s3.complete_multipart_upload(
+            Bucket=bucket,
+            Key=target,
+            UploadId=upload_id,
+            MultipartUpload={"Parts": [{"ETag": e, "PartNumber": n} for n, e in enumerate(etags, start=1)]},
+        )
+        moved["requests"] += 2
+    except BaseException:
+        s3.abort_multipart_upload(Bucket=bucket, Key=target, UploadId=upload_id)
+        raise
+    return moved
+
+
+def load_manifest(s3: Any, bucket: str, manifest_key: str) -> list[ShardSpec]:
+    raw = s3.get_object(Bucket=bucket, Key=manifest_key)["Body"].read()
+    return [ShardSpec.from_dict(item) for item in orjson.loads(raw)]
+
+
+def _shard_outputs(s3: Any, specs: list[ShardSpec], *, missing_code: str | None, missing_message: str) -> Iterator[tuple[ShardSpec, dict[str, Any]]]:
+    for spec in specs:
+        if missing_code is not None:
+            # a failed job may have shards that never finished: account for their lines now
+            assemble(s3, spec, missing_code=missing_code, missing_message=missing_message)
+        raw = s3.get_object(Bucket=spec.bucket, Key=spec.stats_key)["Body"].read()
+        yield spec, orjson.loads(raw)
+
+
+def merge_job(
+    *,
+    s3: Any,
+    store: JobStore,
+    state: dict[str, Any],
+    status: str = "SUCCEEDED",
+    missing_code: str | None = None,
+    missing_message: str = "",
+    clock: Any = time.time,
+) -> dict[str, Any]:
+    """Write the job's outputs and summary; raise InvariantError if any line is unaccounted for."""
+    bucket, job_id = state["bucket"], state["job_id"]
+    specs = load_manifest(s3, bucket, state["manifest_key"])
+    job = store.job(job_id) or {}
+    plan = job.get("plan", {})
+    totals = Stats()
+    shards = []
+    result_lines = error_lines = 0
+    for spec, shard_stats in _shard_outputs(s3, specs, missing_code=missing_code, missing_message=missing_message):
+        stats = Stats.from_dict(shard_stats["stats"])
+        totals.merge(stats)
+        expected = spec.lines - spec.blank
+        got = shard_stats["result_lines"] + shard_stats["error_lines"]
+        if got != expected:
+            raise InvariantError(f"shard {spec.shard} accounts for {got} lines of {expected}")
+        result_lines += shard_stats["result_lines"]
+        error_lines += shard_stats["error_lines"]
+        shards.append(
+            {
+                "shard": spec.shard,
+                "mode": spec.mode,
+                "first_line": spec.first_line,
+                "lines": spec.lines,
+                "results": shard_stats["result_lines"],
+                "errors": shard_stats["error_lines"],
+            }
+        )
+    prefix = state["output_prefix"]
+    keys = {
+        "results": f"{prefix}.results.jsonl",
+        "errors": f"{prefix}.errors.jsonl",
+        "summary": f"{prefix}.summary.json",
+    }
+    moved = concatenate(s3, bucket, [s.results_key for s in specs], keys["results"], content_type="application/jsonl")
+    concatenate(s3, bucket, [s.errors_key for s in specs], keys["errors"], content_type="application/jsonl")
+    lines = plan.get("lines", sum(s.lines for s in specs))
+    blank = plan.get("blank", sum(s.blank for s in specs))
+    if result_lines + error_lines != lines - blank:
+        raise InvariantError(f"outputs hold {result_lines + error_lines} lines; the input has {lines - blank} requests")
+    started = float(job.get("started_at", clock()))
+    wall = round(clock() - started, 3)
+    summary = {
+        "job_id": job_id,
+        "status": status,
+        "input": f"s3://{bucket}/{state['key']}",
+        "outputs": {k: f"s3://{bucket}/{v}" for k, v in keys.items()},
+        "counts": {
+            "lines": lines,
+            "blank": blank,
+            "requests": lines - blank,
+            "results": result_lines,
+            "errors": error_lines,
+        },
+        "errors_by_code": dict(sorted(totals.errors.items())),
+        "tokens": {"input": totals.tokens_in, "output": totals.tokens_out},
+        "attempts": totals.attempts,
+        "retries": totals.retries,
+        "throttled": totals.throttled,
+        "latency_s": {q: totals.percentile_s(v) for q, v in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))},
+        "wall_seconds": wall,
+        "plan_seconds": plan.get("plan_seconds"),
+        "mode": plan.get("mode"),
+        "shards": shards,
+        "merge": moved,
+        "cost_estimate_usd": {
+            "provider": provider_cost_usd(plan.get("model"), totals.tokens_in, totals.tokens_out),
+            "aws": aws_cost_usd(requests=lines - blank, shards=len(specs), wall_seconds=wall),
+        },
+    }
+    s3.put_object(Bucket=bucket, Key=keys["summary"], Body=orjson.dumps(summary, option=orjson.OPT_INDENT_2), ContentType="application/json")
+    store.finish_job(job_id, status=status, summary={k: summary[k] for k in ("counts", "outputs", "wall_seconds")})
+    return summary

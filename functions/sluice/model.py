@@ -1,0 +1,77 @@
+"""Types shared by the planner, the fan-out engine and the shard runner."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+SUPPORTED_URLS = frozenset(
+    {"/v1/chat/completions", "/v1/responses", "/v1/embeddings", "/v1/completions"}
+)
+
+
+class ErrorCode:
+    """Stable strings users filter the errors file on."""
+
+    INVALID_JSON = "invalid_json"
+    INVALID_LINE = "invalid_line"
+    MISSING_CUSTOM_ID = "missing_custom_id"
+    DUPLICATE_CUSTOM_ID = "duplicate_custom_id"
+    INVALID_METHOD = "invalid_method"
+    UNSUPPORTED_URL = "unsupported_url"
+    INVALID_BODY = "invalid_body"
+    LINE_TOO_LARGE = "line_too_large"
+    INVALID_ENCODING = "invalid_encoding"
+    # the provider answered with a status that retrying cannot fix (400, 401, 404, 422, ...)
+    PROVIDER_ERROR = "provider_error"
+    # retryable failures (429, 5xx, timeouts, dropped connections) outlasted the attempt budget
+    RETRIES_EXHAUSTED = "retries_exhausted"
+    # a background response settled as failed, or incomplete with no output
+    RESPONSE_FAILED = "response_failed"
+    CANCELLED = "cancelled"
+    EXPIRED = "expired"
+    BATCH_EXPIRED = "batch_expired"
+    BATCH_CANCELLED = "batch_cancelled"
+    BATCH_FAILED = "batch_failed"
+    JOB_FAILED = "job_failed"
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One provider call. `line` is the 1-based input line the call answers for."""
+
+    line: int
+    custom_id: str
+    method: str
+    path: str
+    body: bytes | None = None
+
+    @property
+    def estimated_tokens(self) -> int:
+        # ~4 bytes a token is the usual rule of thumb; only used to pace TPM budgets
+        return len(self.body) // 4 if self.body else 0
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What finally happened to one Request after all its attempts.
+
+    `error_code is None` means success: `status_code` is 2xx and `body` the parsed JSON.
+    On failure `status_code`/`body` hold the last HTTP response if there was one.
+    """
+
+    line: int
+    custom_id: str
+    status_code: int | None
+    body: Any
+    request_id: str | None
+    error_code: str | None = None
+    error_message: str | None = None
+    attempts: int = 1
+    latency_s: float = 0.0
+    throttled: int = 0
+    headers: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.error_code is None

@@ -1,0 +1,226 @@
+"""Plan: stream the input once, validate every line, cut shards as byte ranges, write the manifest."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from .lines import LineError, parse_line, split_lines
+from .model import ErrorCode
+from .settings import MODES, Settings
+from .store import JobStore
+
+READ_CHUNK = 1 << 20
+MAX_SHARD_BYTES = 256 << 20
+METADATA_PREFIX = "sluice-"
+
+
+class PlanError(ValueError):
+    """The job cannot start as asked (a bad option); the message says which and why."""
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    mode: str
+    concurrency: int
+    map_concurrency: int
+    max_attempts: int
+    model: str | None = None
+
+    @classmethod
+    def from_metadata(cls, metadata: Mapping[str, str], settings: Settings) -> JobOptions:
+        """Per-object overrides from S3 metadata (`x-amz-meta-sluice-mode: batch`, ...)."""
+        meta = {k.lower().removeprefix(METADATA_PREFIX): v for k, v in metadata.items() if k.lower().startswith(METADATA_PREFIX)}
+        known = {"mode", "concurrency", "map-concurrency", "max-attempts", "model", "parent-job"}
+        unknown = sorted(set(meta) - known)
+        if unknown:
+            raise PlanError(f"unknown option(s) in object metadata: {', '.join(METADATA_PREFIX + u for u in unknown)}")
+        mode = meta.get("mode", settings.default_mode)
+        if mode not in MODES:
+            raise PlanError(f"{METADATA_PREFIX}mode={mode!r}; expected one of {', '.join(MODES)}")
+        if mode in ("batch", "auto"):
+            raise PlanError(f"{METADATA_PREFIX}mode={mode!r} is not available in this version; use direct or background")
+
+        def positive(name: str, default: int) -> int:
+            raw = meta.get(name)
+            if raw is None:
+                return default
+            if not raw.isdigit() or int(raw) <= 0:
+                raise PlanError(f"{METADATA_PREFIX}{name}={raw!r}; expected a positive whole number")
+            return int(raw)
+
+        return cls(
+            mode=mode,
+            concurrency=positive("concurrency", settings.concurrency),
+            map_concurrency=positive("map-concurrency", settings.map_concurrency),
+            max_attempts=positive("max-attempts", settings.max_attempts),
+            model=meta.get("model") or None,
+        )
+
+
+@dataclass
+class ShardRange:
+    index: int
+    start: int
+    end: int
+    first_line: int
+    lines: int = 0
+    requests: int = 0
+    blank: int = 0
+    duplicates: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass
+class PlanResult:
+    shards: list[ShardRange]
+    lines: int
+    requests: int
+    invalid: dict[str, int]
+    blank: int
+    size: int
+
+
+def job_id_for(bucket: str, key: str, etag: str) -> str:
+    """One job per (bucket, key, ETag): a redelivered event maps to the same id."""
+    stem = key.rsplit("/", 1)[-1].removesuffix(".jsonl")
+    stem = re.sub(r"[^A-Za-z0-9_-]+", "-", stem).strip("-")[:40] or "job"
+    digest = hashlib.sha256(f"{bucket}\0{key}\0{etag.strip(chr(34))}".encode()).hexdigest()[:12]
+    return f"{stem}-{digest}"
+
+
+def output_prefix(key: str) -> str:
+    """`inbox/team/reviews.jsonl` → `outbox/team/reviews`."""
+    relative = key.removeprefix("inbox/")
+    return "outbox/" + relative.removesuffix(".jsonl")
+
+
+def plan_lines(
+    lines: Iterable[bytes], *, shard_lines: int, shard_bytes: int = MAX_SHARD_BYTES
+) -> PlanResult:
+    """Cut shards at line starts; each holds at most `shard_lines` lines and `shard_bytes` bytes.
+
+    Validation happens here too, so that duplicates (which need the whole file) are known
+    before any shard runs; shards re-validate their own lines with the same function.
+    """
+    shards: list[ShardRange] = []
+    first_seen: dict[str, int] = {}
+    invalid: dict[str, int] = {}
+    offset = 0
+    number = 0
+    requests = 0
+    blank = 0
+    current: ShardRange | None = None
+    for raw in lines:
+        number += 1
+        too_big = current is not None and current.lines > 0 and offset - current.start + len(raw) > shard_bytes
+        if current is None or current.lines >= shard_lines or too_big:
+            if current is not None:
+                current.end = offset
+                shards.append(current)
+            current = ShardRange(index=len(shards), start=offset, end=offset, first_line=number)
+        current.lines += 1
+        offset += len(raw)
+        parsed = parse_line(raw, number, keep_body=False)
+        if parsed is None:
+            blank += 1
+            current.blank += 1
+            continue
+        if isinstance(parsed, LineError):
+            invalid[parsed.code] = invalid.get(parsed.code, 0) + 1
+            continue
+        first = first_seen.setdefault(parsed.custom_id, number)
+        if first != number:
+            current.duplicates[number] = first
+            invalid[ErrorCode.DUPLICATE_CUSTOM_ID] = invalid.get(ErrorCode.DUPLICATE_CUSTOM_ID, 0) + 1
+            continue
+        current.requests += 1
+        requests += 1
+    if current is not None:
+        current.end = offset
+        shards.append(current)
+    return PlanResult(shards=shards, lines=number, requests=requests, invalid=invalid, blank=blank, size=offset)
+
+
+def plan_job(
+    *,
+    s3: Any,
+    store: JobStore,
+    settings: Settings,
+    bucket: str,
+    key: str,
+    etag: str,
+    execution: str,
+) -> dict[str, Any]:
+    """Plan one input object. Returns the state the workflow carries to the Map and Merge."""
+    job_id = job_id_for(bucket, key, etag)
+    quoted = '"' + etag.strip('"') + '"'
+    head = s3.head_object(Bucket=bucket, Key=key, IfMatch=quoted)
+    options = JobOptions.from_metadata(head.get("Metadata", {}), settings)
+    state = {
+        "job_id": job_id,
+        "bucket": bucket,
+        "key": key,
+        "etag": quoted,
+        "manifest_key": f"jobs/{job_id}/manifest.json",
+        "output_prefix": output_prefix(key),
+        "map_concurrency": options.map_concurrency,
+        "duplicate": False,
+    }
+    started = time.time()
+    if not store.claim_job(job_id, execution=execution, bucket=bucket, key=key, etag=quoted, started_at=started):
+        return {**state, "duplicate": True}
+
+    body = s3.get_object(Bucket=bucket, Key=key, IfMatch=quoted)["Body"]
+    result = plan_lines(split_lines(body.iter_chunks(READ_CHUNK)), shard_lines=settings.shard_lines)
+
+    running = max(1, min(len(result.shards), options.map_concurrency))
+    per_shard = max(1, math.ceil(options.concurrency / running))
+    manifest = []
+    for shard in result.shards:
+        item: dict[str, Any] = {
+            "job_id": job_id,
+            "shard": shard.index,
+            "bucket": bucket,
+            "key": key,
+            "etag": quoted,
+            "start": shard.start,
+            "end": shard.end,
+            "first_line": shard.first_line,
+            "lines": shard.lines,
+            "mode": options.mode,
+            "concurrency": per_shard,
+            "max_attempts": options.max_attempts,
+            "model": options.model,
+            "duplicates_key": None,
+            "blank": shard.blank,
+        }
+        if shard.duplicates:
+            item["duplicates_key"] = f"jobs/{job_id}/shards/{shard.index:05d}/duplicates.json"
+            s3.put_object(
+                Bucket=bucket,
+                Key=item["duplicates_key"],
+                Body=orjson.dumps({str(k): v for k, v in shard.duplicates.items()}),
+                ContentType="application/json",
+            )
+        manifest.append(item)
+    s3.put_object(Bucket=bucket, Key=state["manifest_key"], Body=orjson.dumps(manifest), ContentType="application/json")
+    plan_summary = {
+        "lines": result.lines,
+        "requests": result.requests,
+        "invalid": result.invalid,
+        "blank": result.blank,
+        "bytes": result.size,
+        "shards": len(result.shards),
+        "mode": options.mode,
+        "concurrency": options.concurrency,
+        "plan_seconds": round(time.time() - started, 3),
+    }
+    store.record_plan(job_id, plan=plan_summary, shards=[(s.index, s.lines, s.requests) for s in result.shards], mode=options.mode)
+    return {**state, "shards": len(result.shards), "lines": result.lines}

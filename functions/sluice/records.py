@@ -1,0 +1,70 @@
+"""Output lines in the OpenAI Batch output format."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import orjson
+
+from .model import Outcome
+
+
+def record_id(job_id: str, line: int) -> str:
+    # Stable across retries and resumes, so a re-run shard writes byte-identical lines.
+    return "batch_req_" + hashlib.blake2b(f"{job_id}:{line}".encode(), digest_size=12).hexdigest()
+
+
+def result_record(job_id: str, outcome: Outcome) -> bytes:
+    return orjson.dumps(
+        {
+            "id": record_id(job_id, outcome.line),
+            "custom_id": outcome.custom_id,
+            "response": {
+                "status_code": outcome.status_code,
+                "request_id": outcome.request_id,
+                "body": outcome.body,
+            },
+            "error": None,
+        }
+    )
+
+
+def error_record(
+    job_id: str,
+    line: int,
+    custom_id: str | None,
+    code: str,
+    message: str,
+    *,
+    status_code: int | None = None,
+    request_id: str | None = None,
+    body: Any = None,
+) -> bytes:
+    response = None
+    if status_code is not None:
+        response = {"status_code": status_code, "request_id": request_id, "body": body}
+    return orjson.dumps(
+        {
+            "id": record_id(job_id, line),
+            "custom_id": custom_id,
+            "response": response,
+            "error": {"code": code, "message": message},
+            "line": line,
+        }
+    )
+
+
+def outcome_record(job_id: str, outcome: Outcome) -> bytes:
+    if outcome.ok:
+        return result_record(job_id, outcome)
+    return error_record(
+        job_id,
+        outcome.line,
+        outcome.custom_id,
+        outcome.error_code or "unknown",
+        outcome.error_message or "",
+        status_code=outcome.status_code,
+        request_id=outcome.request_id,
+        body=outcome.body,
+    )

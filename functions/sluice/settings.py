@@ -1,0 +1,71 @@
+"""Settings for the Lambda steps, read once from the environment into one typed object."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+MODES = ("direct", "background", "batch", "auto")
+
+
+class SettingsError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Settings:
+    bucket: str
+    table: str
+    provider_base_url: str
+    api_key_secret_arn: str
+    default_mode: str = "direct"
+    concurrency: int = 1000
+    map_concurrency: int = 20
+    max_attempts: int = 6
+    request_timeout_s: float = 120.0
+    shard_lines: int = 5000
+    ttl_days: int = 14
+    event_bus: str = "default"
+    poll_seconds: int = 10
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+
+        def need(name: str) -> str:
+            value = env.get(name)
+            if not value:
+                raise SettingsError(f"missing required setting {name}")
+            return value
+
+        def number(name: str, default: float, kind: type = int) -> float:
+            raw = env.get(name)
+            if raw in (None, ""):
+                return default
+            try:
+                value = kind(raw)
+            except ValueError as exc:
+                raise SettingsError(f"{name}={raw!r} is not a {kind.__name__}") from exc
+            if value <= 0:
+                raise SettingsError(f"{name} must be positive, got {raw}")
+            return value
+
+        mode = env.get("SLUICE_DEFAULT_MODE", "direct")
+        if mode not in MODES:
+            raise SettingsError(f"SLUICE_DEFAULT_MODE={mode!r}; expected one of {', '.join(MODES)}")
+        return cls(
+            bucket=need("SLUICE_BUCKET"),
+            table=need("SLUICE_TABLE"),
+            provider_base_url=need("SLUICE_PROVIDER_BASE_URL"),
+            api_key_secret_arn=need("SLUICE_API_KEY_SECRET_ARN"),
+            default_mode=mode,
+            concurrency=int(number("SLUICE_CONCURRENCY", 1000)),
+            map_concurrency=int(number("SLUICE_MAP_CONCURRENCY", 20)),
+            max_attempts=int(number("SLUICE_MAX_ATTEMPTS", 6)),
+            request_timeout_s=float(number("SLUICE_REQUEST_TIMEOUT_S", 120.0, float)),
+            shard_lines=int(number("SLUICE_SHARD_LINES", 5000)),
+            ttl_days=int(number("SLUICE_TTL_DAYS", 14)),
+            event_bus=env.get("SLUICE_EVENT_BUS", "default"),
+            poll_seconds=int(number("SLUICE_POLL_SECONDS", 10)),
+        )

@@ -1,0 +1,362 @@
+"""One shard: read its byte range, send what has no terminal result yet, checkpoint, assemble.
+
+Terminal outcomes are checkpointed as part files under `jobs/<job>/shards/<n>/`; a part is
+written whole with one PUT, so the set of lines in parts is exactly the set of lines that
+must never be sent again (invariant 3). When the shard is done its parts are assembled into
+`results.jsonl` and `errors.jsonl` in input order.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import orjson
+
+from .background import poll_request, settle, submit_request
+from .engine import EngineSettings, EngineStats, fan_out
+from .lines import LineError, parse_line, split_lines
+from .model import ErrorCode, Outcome, Request
+from .records import error_record, outcome_record
+from .retry import RetryPolicy
+from .settings import Settings
+from .stats import Stats
+from .store import ItemState, JobStore
+
+READ_CHUNK = 1 << 20
+# Stop taking new items this long before the Lambda's end, on top of the longest request.
+SAFETY_MARGIN_S = 20.0
+
+
+@dataclass(frozen=True)
+class ShardSpec:
+    job_id: str
+    shard: int
+    bucket: str
+    key: str
+    etag: str
+    start: int
+    end: int
+    first_line: int
+    lines: int
+    mode: str
+    concurrency: int
+    max_attempts: int
+    model: str | None = None
+    duplicates_key: str | None = None
+    blank: int = 0
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ShardSpec:
+        names = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+    @property
+    def last_line(self) -> int:
+        return self.first_line + self.lines - 1
+
+    @property
+    def prefix(self) -> str:
+        return f"jobs/{self.job_id}/shards/{self.shard:05d}/"
+
+    @property
+    def results_key(self) -> str:
+        return self.prefix + "results.jsonl"
+
+    @property
+    def errors_key(self) -> str:
+        return self.prefix + "errors.jsonl"
+
+    @property
+    def stats_key(self) -> str:
+        return self.prefix + "stats.json"
+
+
+@dataclass
+class Checkpoint:
+    """What earlier runs of this shard left behind."""
+
+    done: set[int] = field(default_factory=set)
+    runs: int = 0
+
+
+def _part_keys(s3: Any, spec: ShardSpec) -> list[str]:
+    keys: list[str] = []
+    paginator = s3.get_paginator("list_objects_v2")
+    for page in paginator.paginate(Bucket=spec.bucket, Prefix=spec.prefix + "part-"):
+        keys.extend(obj["Key"] for obj in page.get("Contents", []))
+    return sorted(k for k in keys if k.endswith(".tsv"))
+
+
+def _read_part(s3: Any, bucket: str, key: str) -> Iterator[tuple[int, bytes, bytes]]:
+    data = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+    for row in data.splitlines():
+        line, kind, record = row.split(b"\t", 2)
+        yield int(line), kind, record
+
+
+def load_checkpoint(s3: Any, spec: ShardSpec) -> Checkpoint:
+    checkpoint = Checkpoint()
+    for key in _part_keys(s3, spec):
+        checkpoint.runs += 1
+        checkpoint.done.update(line for line, _, _ in _read_part(s3, spec.bucket, key))
+    return checkpoint
+
+
+def read_shard(s3: Any, spec: ShardSpec) -> Iterator[Request | LineError]:
+    """The shard's lines, validated, straight from its byte range of the input object."""
+    duplicates: dict[int, int] = {}
+    if spec.duplicates_key:
+        raw = s3.get_object(Bucket=spec.bucket, Key=spec.duplicates_key)["Body"].read()
+        duplicates = {int(k): v for k, v in orjson.loads(raw).items()}
+    body = s3.get_object(
+        Bucket=spec.bucket, Key=spec.key, Range=f"bytes={spec.start}-{spec.end - 1}", IfMatch=spec.etag
+    )["Body"]
+    for offset, raw in enumerate(split_lines(body.iter_chunks(READ_CHUNK))):
+        number = spec.first_line + offset
+        parsed = parse_line(raw, number)
+        if parsed is None:
+            continue
+        if isinstance(parsed, LineError):
+            yield parsed
+        elif number in duplicates:
+            yield LineError(
+                number,
+                ErrorCode.DUPLICATE_CUSTOM_ID,
+                f"line {number}: duplicate custom_id {parsed.custom_id!r} (first on line {duplicates[number]})",
+                parsed.custom_id,
+            )
+        elif spec.model and parsed.body is not None:
+            body_doc = orjson.loads(parsed.body)
+            body_doc["model"] = spec.model
+            yield Request(parsed.line, parsed.custom_id, parsed.method, parsed.path, orjson.dumps(body_doc))
+        else:
+            yield parsed
+
+
+class PartWriter:
+    """Buffers one run's terminal outcomes and writes them as one part plus item rows."""
+
+    def __init__(self, *, s3: Any, store: JobStore, spec: ShardSpec, run: int) -> None:
+        self._s3 = s3
+        self._store = store
+        self._spec = spec
+        self._run = run
+        self._rows: list[bytes] = []
+        self.items: list[ItemState] = []
+        self.stats = Stats()
+        self.done = 0
+        self.failed = 0
+
+    def add_outcome(self, outcome: Outcome) -> None:
+        kind = b"r" if outcome.ok else b"e"
+        self._rows.append(b"%d\t%s\t%s\n" % (outcome.line, kind, outcome_record(self._spec.job_id, outcome)))
+        self.stats.add_outcome(outcome)
+        self._count(outcome.ok)
+        self.items.append(
+            ItemState(
+                outcome.line,
+                outcome.custom_id,
+                "done" if outcome.ok else "failed",
+                attempts=outcome.attempts,
+                error=None if outcome.ok else f"{outcome.error_code}: {outcome.error_message}",
+            )
+        )
+
+    def add_invalid(self, error: LineError) -> None:
+        record = error_record(self._spec.job_id, error.line, error.custom_id, error.code, error.message)
+        self._rows.append(b"%d\te\t%s\n" % (error.line, record))
+        self.stats.add_error(error.code)
+        self._count(False)
+
+    def add_pending(self, item: ItemState) -> None:
+        self.items.append(item)
+
+    def _count(self, ok: bool) -> None:
+        if ok:
+            self.done += 1
+        else:
+            self.failed += 1
+
+    def flush(self, *, finished: bool) -> None:
+        spec = self._spec
+        if self._rows:
+            # stats first: a part without its stats would be counted in results but not in the summary
+            base = f"{spec.prefix}part-{self._run:05d}"
+            self._s3.put_object(Bucket=spec.bucket, Key=base + ".stats.json", Body=orjson.dumps(self.stats.to_dict()))
+            self._s3.put_object(Bucket=spec.bucket, Key=base + ".tsv", Body=b"".join(self._rows))
+        self._store.record_progress(
+            spec.job_id, spec.shard, self.items, done=self.done, failed=self.failed, finished=finished, run=self._run
+        )
+
+
+def assemble(s3: Any, spec: ShardSpec, *, missing_code: str | None = None, missing_message: str = "") -> Stats:
+    """Write the shard's results and errors in input order from its parts.
+
+    With `missing_code`, every request line that has no terminal outcome is written to the
+    errors with that code (a failed or cancelled job still accounts for every line).
+    """
+    rows: dict[int, tuple[bytes, bytes]] = {}
+    stats = Stats()
+    for key in _part_keys(s3, spec):
+        for line, kind, record in _read_part(s3, spec.bucket, key):
+            # the first terminal outcome wins; a later copy can only come from a re-sent item
+            rows.setdefault(line, (kind, record))
+        stats_raw = s3.get_object(Bucket=spec.bucket, Key=key.removesuffix(".tsv") + ".stats.json")["Body"].read()
+        stats.merge(Stats.from_dict(orjson.loads(stats_raw)))
+    if missing_code is not None:
+        for item in read_shard(s3, spec):
+            if item.line not in rows:
+                record = error_record(
+                    spec.job_id, item.line, item.custom_id, missing_code, f"line {item.line}: {missing_message}"
+                )
+                rows[item.line] = (b"e", record)
+                stats.add_error(missing_code)
+    results = [rows[n][1] + b"\n" for n in sorted(rows) if rows[n][0] == b"r"]
+    errors = [rows[n][1] + b"\n" for n in sorted(rows) if rows[n][0] == b"e"]
+    s3.put_object(Bucket=spec.bucket, Key=spec.results_key, Body=b"".join(results))
+    s3.put_object(Bucket=spec.bucket, Key=spec.errors_key, Body=b"".join(errors))
+    # the line counts are what Merge checks against the plan: every line accounted for
+    shard_stats = {"result_lines": len(results), "error_lines": len(errors), "stats": stats.to_dict()}
+    s3.put_object(Bucket=spec.bucket, Key=spec.stats_key, Body=orjson.dumps(shard_stats))
+    return stats
+
+
+@dataclass
+class ShardContext:
+    """What a shard run needs from outside; handlers build it, tests pass fakes."""
+
+    s3: Any
+    store: JobStore
+    settings: Settings
+    api_key: str
+    remaining_s: Callable[[], float]
+    session_factory: Callable[[int], aiohttp.ClientSession]
+
+
+def _engine_settings(spec: ShardSpec, settings: Settings) -> EngineSettings:
+    policy = RetryPolicy(max_attempts=spec.max_attempts, request_timeout_s=settings.request_timeout_s)
+    return EngineSettings(concurrency=spec.concurrency, policy=policy)
+
+
+def _should_stop(ctx: ShardContext) -> Callable[[], bool]:
+    margin = ctx.settings.request_timeout_s + SAFETY_MARGIN_S
+    return lambda: ctx.remaining_s() < margin
+
+
+async def _fan_out(
+    ctx: ShardContext, spec: ShardSpec, requests: Iterator[Request], sink: Callable[[Outcome], None]
+) -> EngineStats:
+    async with ctx.session_factory(spec.concurrency) as session:
+        return await fan_out(
+            requests,
+            session=session,
+            base_url=ctx.settings.provider_base_url,
+            api_key=ctx.api_key,
+            settings=_engine_settings(spec, ctx.settings),
+            sink=sink,
+            should_stop=_should_stop(ctx),
+        )
+
+
+def _pending(spec: ShardSpec, writer: PartWriter, skip: set[int], s3: Any) -> Iterator[Request]:
+    """Requests still to send; invalid lines go straight to the errors as they stream past."""
+    for item in read_shard(s3, spec):
+        if item.line in skip:
+            continue
+        if isinstance(item, LineError):
+            writer.add_invalid(item)
+        else:
+            yield item
+
+
+async def run_direct(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any]:
+    started = time.monotonic()
+    checkpoint = load_checkpoint(ctx.s3, spec)
+    writer = PartWriter(s3=ctx.s3, store=ctx.store, spec=spec, run=checkpoint.runs + 1)
+    stats = await _fan_out(ctx, spec, _pending(spec, writer, checkpoint.done, ctx.s3), writer.add_outcome)
+    finished = not stats.stopped_early
+    writer.flush(finished=finished)
+    if finished:
+        assemble(ctx.s3, spec)
+    return {
+        "done": finished,
+        "run": checkpoint.runs + 1,
+        "sent": writer.done + writer.failed,
+        "seconds": round(time.monotonic() - started, 3),
+    }
+
+
+async def submit_background(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any]:
+    """Create a background response per pending line and remember its id in the item row."""
+    checkpoint = load_checkpoint(ctx.s3, spec)
+    skip = set(checkpoint.done)
+    skip.update(i.line for i in ctx.store.items(spec.job_id, spec.first_line, spec.last_line) if i.provider_id)
+    writer = PartWriter(s3=ctx.s3, store=ctx.store, spec=spec, run=checkpoint.runs + 1)
+
+    def sink(outcome: Outcome) -> None:
+        if not outcome.ok or not isinstance(outcome.body, dict):
+            writer.add_outcome(outcome)
+            return
+        settled = settle(outcome.body)
+        if settled is not None:
+            writer.add_outcome(_settled_outcome(outcome, settled))
+            return
+        writer.add_pending(
+            ItemState(outcome.line, outcome.custom_id, "submitted", str(outcome.body.get("id")), outcome.attempts)
+        )
+
+    requests = (submit_request(r) for r in _pending(spec, writer, skip, ctx.s3))
+    stats = await _fan_out(ctx, spec, requests, sink)
+    writer.flush(finished=False)
+    return {"submitted": not stats.stopped_early, "run": checkpoint.runs + 1}
+
+
+def _settled_outcome(outcome: Outcome, settled: Any) -> Outcome:
+    return Outcome(
+        line=outcome.line,
+        custom_id=outcome.custom_id,
+        status_code=outcome.status_code,
+        body=settled.body,
+        request_id=outcome.request_id,
+        error_code=settled.error_code,
+        error_message=settled.error_message,
+        attempts=outcome.attempts,
+        latency_s=outcome.latency_s,
+        throttled=outcome.throttled,
+    )
+
+
+async def collect_background(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any]:
+    """Poll every submitted response once; settle the finished ones, keep waiting for the rest."""
+    checkpoint = load_checkpoint(ctx.s3, spec)
+    waiting = [
+        i
+        for i in ctx.store.items(spec.job_id, spec.first_line, spec.last_line)
+        if i.status == "submitted" and i.provider_id and i.line not in checkpoint.done
+    ]
+    writer = PartWriter(s3=ctx.s3, store=ctx.store, spec=spec, run=checkpoint.runs + 1)
+    still: list[int] = []
+    attempts = {i.line: i.attempts for i in waiting}
+
+    def sink(outcome: Outcome) -> None:
+        if outcome.ok and isinstance(outcome.body, dict):
+            settled = settle(outcome.body)
+            if settled is None:
+                still.append(outcome.line)
+                return
+            outcome = _settled_outcome(outcome, settled)
+        outcome.attempts = attempts.get(outcome.line, 0) + outcome.attempts
+        writer.add_outcome(outcome)
+
+    requests = (poll_request(i.line, i.custom_id, i.provider_id or "") for i in waiting)
+    stats = await _fan_out(ctx, spec, requests, sink)
+    left = len(still) + stats.remaining
+    finished = left == 0 and not stats.stopped_early
+    writer.flush(finished=finished)
+    if finished:
+        assemble(ctx.s3, spec)
+    return {"done": finished, "waiting": left, "wait_seconds": ctx.settings.poll_seconds}

@@ -1,0 +1,117 @@
+"""Per-shard and per-job figures that merge cheaply: counters and a log-bucket histogram."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from .model import Outcome
+
+# 20 buckets a decade from 1 ms: 5% resolution is plenty for p50/p95/p99 and the
+# histogram stays a few hundred integers whatever the job size.
+_BUCKETS_PER_DECADE = 20
+_FLOOR_S = 0.001
+
+
+def _bucket(latency_s: float) -> int:
+    if latency_s <= _FLOOR_S:
+        return 0
+    return int(math.log10(latency_s / _FLOOR_S) * _BUCKETS_PER_DECADE) + 1
+
+
+def _bucket_upper_s(index: int) -> float:
+    return float(_FLOOR_S * 10 ** (index / _BUCKETS_PER_DECADE))
+
+
+def usage_tokens(body: Any) -> tuple[int, int]:
+    if not isinstance(body, dict):
+        return 0, 0
+    usage = body.get("usage")
+    if not isinstance(usage, dict):
+        return 0, 0
+    tokens_in = usage.get("prompt_tokens", usage.get("input_tokens", 0)) or 0
+    tokens_out = usage.get("completion_tokens", usage.get("output_tokens", 0)) or 0
+    return int(tokens_in), int(tokens_out)
+
+
+@dataclass
+class Stats:
+    results: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+    attempts: int = 0
+    retries: int = 0
+    throttled: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    latency: dict[int, int] = field(default_factory=dict)
+
+    def add_outcome(self, outcome: Outcome) -> None:
+        self.attempts += outcome.attempts
+        self.retries += max(outcome.attempts - 1, 0)
+        self.throttled += outcome.throttled
+        if outcome.ok:
+            self.results += 1
+            tokens_in, tokens_out = usage_tokens(outcome.body)
+            self.tokens_in += tokens_in
+            self.tokens_out += tokens_out
+            key = _bucket(outcome.latency_s)
+            self.latency[key] = self.latency.get(key, 0) + 1
+        else:
+            self.add_error(outcome.error_code or "unknown")
+
+    def add_error(self, code: str) -> None:
+        self.errors[code] = self.errors.get(code, 0) + 1
+
+    @property
+    def error_count(self) -> int:
+        return sum(self.errors.values())
+
+    def merge(self, other: Stats) -> None:
+        self.results += other.results
+        for code, n in other.errors.items():
+            self.errors[code] = self.errors.get(code, 0) + n
+        self.attempts += other.attempts
+        self.retries += other.retries
+        self.throttled += other.throttled
+        self.tokens_in += other.tokens_in
+        self.tokens_out += other.tokens_out
+        for key, n in other.latency.items():
+            self.latency[key] = self.latency.get(key, 0) + n
+
+    def percentile_s(self, q: float) -> float | None:
+        total = sum(self.latency.values())
+        if not total:
+            return None
+        rank = q * total
+        seen = 0
+        for key in sorted(self.latency):
+            seen += self.latency[key]
+            if seen >= rank:
+                return round(_bucket_upper_s(key), 4)
+        return round(_bucket_upper_s(max(self.latency)), 4)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "results": self.results,
+            "errors": dict(sorted(self.errors.items())),
+            "attempts": self.attempts,
+            "retries": self.retries,
+            "throttled": self.throttled,
+            "tokens_in": self.tokens_in,
+            "tokens_out": self.tokens_out,
+            "latency": {str(k): v for k, v in sorted(self.latency.items())},
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Stats:
+        return cls(
+            results=data.get("results", 0),
+            errors=dict(data.get("errors", {})),
+            attempts=data.get("attempts", 0),
+            retries=data.get("retries", 0),
+            throttled=data.get("throttled", 0),
+            tokens_in=data.get("tokens_in", 0),
+            tokens_out=data.get("tokens_out", 0),
+            latency={int(k): v for k, v in data.get("latency", {}).items()},
+        )

@@ -1,0 +1,208 @@
+"""Job state in one DynamoDB table: the job row, a row per shard and a row per item."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from boto3.dynamodb.conditions import Attr, Key
+from botocore.exceptions import ClientError
+
+ITEM_WIDTH = 9
+
+
+def job_pk(job_id: str) -> str:
+    return f"JOB#{job_id}"
+
+
+def shard_sk(index: int) -> str:
+    return f"SHARD#{index:05d}"
+
+
+def item_sk(line: int) -> str:
+    return f"ITEM#{line:0{ITEM_WIDTH}d}"
+
+
+def _plain(value: Any) -> Any:
+    """DynamoDB hands numbers back as Decimal; the workflow wants JSON numbers."""
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _dynamo(value: Any) -> Any:
+    if isinstance(value, float):
+        return Decimal(str(value))
+    if isinstance(value, dict):
+        return {k: _dynamo(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_dynamo(v) for v in value]
+    return value
+
+
+@dataclass
+class ItemState:
+    line: int
+    custom_id: str
+    status: str
+    provider_id: str | None = None
+    attempts: int = 0
+    error: str | None = None
+
+
+class JobStore:
+    """All reads and writes of job state. `table` is a boto3 DynamoDB Table resource."""
+
+    def __init__(self, table: Any, *, ttl_days: int, clock: Callable[[], float] = time.time) -> None:
+        self._table = table
+        self._ttl_s = ttl_days * 86400
+        self._clock = clock
+
+    def _expires(self) -> int:
+        return int(self._clock()) + self._ttl_s
+
+    def claim_job(self, job_id: str, *, execution: str, bucket: str, key: str, etag: str, started_at: float) -> bool:
+        """Create the job row for this execution; False if another execution already owns the job.
+
+        The same execution may claim again: a retried Plan must not mistake itself for a duplicate.
+        """
+        try:
+            self._table.put_item(
+                Item=_dynamo(
+                    {
+                        "pk": job_pk(job_id),
+                        "sk": "META",
+                        "job_id": job_id,
+                        "execution": execution,
+                        "bucket": bucket,
+                        "key": key,
+                        "etag": etag,
+                        "status": "PLANNING",
+                        "started_at": started_at,
+                        "expires_at": self._expires(),
+                    }
+                ),
+                ConditionExpression=Attr("pk").not_exists() | Attr("execution").eq(execution),
+            )
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
+    def record_plan(self, job_id: str, *, plan: dict[str, Any], shards: list[tuple[int, int, int]], mode: str) -> None:
+        with self._table.batch_writer(overwrite_by_pkeys=["pk", "sk"]) as batch:
+            for index, lines, requests in shards:
+                batch.put_item(
+                    Item={
+                        "pk": job_pk(job_id),
+                        "sk": shard_sk(index),
+                        "shard": index,
+                        "lines": lines,
+                        "requests": requests,
+                        "mode": mode,
+                        "status": "PENDING",
+                        "done": 0,
+                        "failed": 0,
+                        "runs": 0,
+                        "expires_at": self._expires(),
+                    }
+                )
+        self._table.update_item(
+            Key={"pk": job_pk(job_id), "sk": "META"},
+            UpdateExpression="SET #s = :s, #p = :p, shards = :n, requests = :r, done = :z, failed = :z",
+            ExpressionAttributeNames={"#s": "status", "#p": "plan"},
+            ExpressionAttributeValues=_dynamo(
+                {":s": "RUNNING", ":p": plan, ":n": len(shards), ":r": plan["requests"], ":z": 0}
+            ),
+        )
+
+    def record_progress(
+        self, job_id: str, shard: int, items: Iterable[ItemState], *, done: int, failed: int, finished: bool, run: int
+    ) -> None:
+        """Checkpoint a shard run: item rows in batches, then one counter update per row kind."""
+        expires = self._expires()
+        with self._table.batch_writer(overwrite_by_pkeys=["pk", "sk"]) as batch:
+            for item in items:
+                batch.put_item(
+                    Item=_dynamo(
+                        {
+                            "pk": job_pk(job_id),
+                            "sk": item_sk(item.line),
+                            "shard": shard,
+                            "line": item.line,
+                            "custom_id": item.custom_id,
+                            "status": item.status,
+                            "attempts": item.attempts,
+                            "provider_id": item.provider_id,
+                            "error": item.error,
+                            "expires_at": expires,
+                        }
+                    )
+                )
+        self._table.update_item(
+            Key={"pk": job_pk(job_id), "sk": shard_sk(shard)},
+            UpdateExpression="SET #s = :s, runs = :run ADD done :d, failed :f",
+            ExpressionAttributeNames={"#s": "status"},
+            ExpressionAttributeValues={":s": "DONE" if finished else "RUNNING", ":run": run, ":d": done, ":f": failed},
+        )
+        if done or failed:
+            self._table.update_item(
+                Key={"pk": job_pk(job_id), "sk": "META"},
+                UpdateExpression="ADD done :d, failed :f",
+                ExpressionAttributeValues={":d": done, ":f": failed},
+            )
+
+    def items(self, job_id: str, first_line: int, last_line: int) -> Iterator[ItemState]:
+        """Item rows of one shard: its lines are one contiguous range of sort keys."""
+        kwargs: dict[str, Any] = {
+            "KeyConditionExpression": Key("pk").eq(job_pk(job_id))
+            & Key("sk").between(item_sk(first_line), item_sk(last_line)),
+        }
+        while True:
+            page = self._table.query(**kwargs)
+            for row in page.get("Items", []):
+                yield ItemState(
+                    line=int(row["line"]),
+                    custom_id=row["custom_id"],
+                    status=row["status"],
+                    provider_id=row.get("provider_id"),
+                    attempts=int(row.get("attempts", 0)),
+                    error=row.get("error"),
+                )
+            if "LastEvaluatedKey" not in page:
+                return
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def item(self, job_id: str, line: int) -> dict[str, Any] | None:
+        row = self._table.get_item(Key={"pk": job_pk(job_id), "sk": item_sk(line)}).get("Item")
+        return _plain(row) if row else None
+
+    def job(self, job_id: str) -> dict[str, Any] | None:
+        row = self._table.get_item(Key={"pk": job_pk(job_id), "sk": "META"}).get("Item")
+        return _plain(row) if row else None
+
+    def shards(self, job_id: str) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        kwargs: dict[str, Any] = {"KeyConditionExpression": Key("pk").eq(job_pk(job_id)) & Key("sk").begins_with("SHARD#")}
+        while True:
+            page = self._table.query(**kwargs)
+            rows.extend(_plain(r) for r in page.get("Items", []))
+            if "LastEvaluatedKey" not in page:
+                return rows
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def finish_job(self, job_id: str, *, status: str, summary: dict[str, Any]) -> None:
+        self._table.update_item(
+            Key={"pk": job_pk(job_id), "sk": "META"},
+            UpdateExpression="SET #s = :s, summary = :summary, finished_at = :t",
+            ExpressionAttributeNames={"#s": "status"},
+            ExpressionAttributeValues=_dynamo({":s": status, ":summary": summary, ":t": self._clock()}),
+        )

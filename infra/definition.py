@@ -1,0 +1,163 @@
+"""The Amazon States Language definition of a Sluice job.
+
+Kept as plain data (no CDK import) so that the deployed state machine and the local runner
+execute the very same document: the CDK stack passes it to `DefinitionBody.from_string`
+with `definition_substitutions` for the function ARNs, and `local/` substitutes the ARNs
+of the in-process functions.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+# One placeholder per Lambda step; the values are function ARNs.
+FUNCTION_PLACEHOLDERS = {
+    "plan": "PlanFunctionArn",
+    "run_shard": "RunShardFunctionArn",
+    "submit": "SubmitFunctionArn",
+    "collect": "CollectFunctionArn",
+    "merge": "MergeFunctionArn",
+    "notify": "NotifyFunctionArn",
+    "mark_failed": "MarkFailedFunctionArn",
+}
+
+# Errors a Lambda invocation can raise that say nothing about our code: the call is worth
+# repeating as is. Our own code raises `Transient` for conditions that are worth a retry too.
+TRANSIENT_LAMBDA_ERRORS = [
+    "Lambda.ServiceException",
+    "Lambda.AWSLambdaException",
+    "Lambda.SdkClientException",
+    "Lambda.TooManyRequestsException",
+    "Lambda.Unknown",
+    "Transient",
+]
+
+
+def _invoke(placeholder: str, payload: dict[str, Any] | None, next_state: str | None) -> dict[str, Any]:
+    params: dict[str, Any] = {"FunctionName": "${" + placeholder + "}"}
+    if payload is None:
+        params["Payload.$"] = "$"
+    else:
+        params["Payload"] = payload
+    state: dict[str, Any] = {
+        "Type": "Task",
+        "Resource": "arn:aws:states:::lambda:invoke",
+        "Parameters": params,
+        "OutputPath": "$.Payload",
+        "Retry": [
+            {
+                "ErrorEquals": TRANSIENT_LAMBDA_ERRORS,
+                "IntervalSeconds": 2,
+                "MaxAttempts": 6,
+                "BackoffRate": 2.0,
+                "MaxDelaySeconds": 60,
+                "JitterStrategy": "FULL",
+            }
+        ],
+    }
+    if next_state is None:
+        state["End"] = True
+    else:
+        state["Next"] = next_state
+    return state
+
+
+def _shard_states() -> dict[str, Any]:
+    """The child workflow every shard runs: one branch per mode, each a loop until done."""
+    p = FUNCTION_PLACEHOLDERS
+    return {
+        "StartAt": "Which mode?",
+        "States": {
+            "Which mode?": {
+                "Type": "Choice",
+                "Choices": [
+                    {"Variable": "$.mode", "StringEquals": "background", "Next": "Submit"},
+                ],
+                "Default": "RunShard",
+            },
+            "RunShard": _invoke(p["run_shard"], None, "Shard done?"),
+            "Shard done?": {
+                "Type": "Choice",
+                "Choices": [{"Variable": "$.done", "BooleanEquals": True, "Next": "Shard finished"}],
+                "Default": "RunShard",
+            },
+            "Submit": _invoke(p["submit"], None, "Submitted?"),
+            "Submitted?": {
+                "Type": "Choice",
+                "Choices": [{"Variable": "$.submitted", "BooleanEquals": True, "Next": "Collect"}],
+                "Default": "Submit",
+            },
+            "Collect": _invoke(p["collect"], None, "Collected?"),
+            "Collected?": {
+                "Type": "Choice",
+                "Choices": [{"Variable": "$.done", "BooleanEquals": True, "Next": "Shard finished"}],
+                "Default": "Wait for responses",
+            },
+            "Wait for responses": {"Type": "Wait", "SecondsPath": "$.wait_seconds", "Next": "Collect"},
+            "Shard finished": {"Type": "Succeed"},
+        },
+    }
+
+
+def definition() -> dict[str, Any]:
+    p = FUNCTION_PLACEHOLDERS
+    catch_all = [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "MarkFailed"}]
+
+    plan = _invoke(p["plan"], {"event.$": "$", "execution.$": "$$.Execution.Id"}, "Already seen?")
+    plan["Catch"] = catch_all
+
+    shards: dict[str, Any] = {
+        "Type": "Map",
+        "ItemReader": {
+            "Resource": "arn:aws:states:::s3:getObject",
+            "ReaderConfig": {"InputType": "JSON"},
+            "Parameters": {"Bucket.$": "$.bucket", "Key.$": "$.manifest_key"},
+        },
+        "ItemProcessor": {
+            "ProcessorConfig": {"Mode": "DISTRIBUTED", "ExecutionType": "STANDARD"},
+            **_shard_states(),
+        },
+        "MaxConcurrencyPath": "$.map_concurrency",
+        "Label": "Shards",
+        "ResultPath": None,
+        "Next": "Merge",
+        "Catch": catch_all,
+    }
+
+    merge = _invoke(p["merge"], None, "Notify")
+    merge["Catch"] = catch_all
+
+    notify = _invoke(p["notify"], None, None)
+
+    mark_failed = _invoke(p["mark_failed"], None, "Job failed")
+
+    return {
+        "Comment": "Sluice: one execution per input object; Plan, run every shard, Merge, Notify.",
+        "StartAt": "Plan",
+        "States": {
+            "Plan": plan,
+            "Already seen?": {
+                "Type": "Choice",
+                "Choices": [{"Variable": "$.duplicate", "BooleanEquals": True, "Next": "Skip duplicate"}],
+                "Default": "Shards",
+            },
+            "Skip duplicate": {"Type": "Succeed"},
+            "Shards": shards,
+            "Merge": merge,
+            "Notify": notify,
+            "MarkFailed": mark_failed,
+            "Job failed": {"Type": "Fail", "Error": "JobFailed", "Cause": "See the job's errors file."},
+        },
+    }
+
+
+def definition_json() -> str:
+    return json.dumps(definition(), indent=1, sort_keys=True)
+
+
+def substitute(document: str, values: dict[str, str]) -> str:
+    """Replace `${Name}` placeholders the way CloudFormation's DefinitionSubstitutions does."""
+    for name, value in values.items():
+        document = document.replace("${" + name + "}", value)
+    return document

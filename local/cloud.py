@@ -1,0 +1,279 @@
+"""The embedded default: the deployed state machine and Lambda code, run on moto in-process.
+
+moto runs the Amazon States Language through its interpreter; its Lambda service would need
+Docker to run functions, so the interpreter's Lambda call is routed to the same handler
+modules that the CDK stack deploys, with a context that reports the remaining time.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import boto3
+from moto import mock_aws
+from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
+
+from infra.definition import FUNCTION_PLACEHOLDERS, definition_json, substitute
+
+REGION = "us-east-1"
+ACCOUNT = "123456789012"
+PREFIX = "sluice-local"
+
+HANDLERS = {
+    "plan": "handlers.plan",
+    "run_shard": "handlers.run_shard",
+    "submit": "handlers.submit",
+    "collect": "handlers.collect",
+    "merge": "handlers.merge",
+    "notify": "handlers.notify",
+    "mark_failed": "handlers.mark_failed",
+}
+
+
+def function_arn(step: str) -> str:
+    return f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{PREFIX}-{step.replace('_', '-')}"
+
+
+def local_definition() -> str:
+    """The deployed definition with the local functions' ARNs put in, as CloudFormation would."""
+    return substitute(definition_json(), {FUNCTION_PLACEHOLDERS[step]: function_arn(step) for step in HANDLERS})
+
+
+class LambdaContext:
+    """The parts of the Lambda context object the handlers use."""
+
+    def __init__(self, name: str, timeout_s: float) -> None:
+        self.function_name = name
+        self.aws_request_id = f"local-{time.monotonic_ns()}"
+        self._deadline = time.monotonic() + timeout_s
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self._deadline - time.monotonic()) * 1000))
+
+
+@dataclass
+class Invocation:
+    step: str
+    seconds: float
+    error: str | None
+
+
+@dataclass
+class LocalSettings:
+    concurrency: int = 1000
+    map_concurrency: int = 10
+    max_attempts: int = 6
+    request_timeout_s: float = 120.0
+    shard_lines: int = 5000
+    poll_seconds: int = 1
+    lambda_timeout_s: float = 900.0
+    default_mode: str = "direct"
+
+
+@dataclass
+class LocalCloud:
+    """moto S3, DynamoDB, Secrets Manager, EventBridge and Step Functions in this process."""
+
+    provider_base_url: str
+    api_key: str
+    settings: LocalSettings = field(default_factory=LocalSettings)
+    bucket: str = f"{PREFIX}-bucket"
+    table_name: str = f"{PREFIX}-jobs"
+    invocations: list[Invocation] = field(default_factory=list)
+    # a test hook: called before every in-process Lambda call with the step and its payload
+    before_invoke: Callable[[str, dict[str, Any]], None] | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def environment(self) -> dict[str, str]:
+        s = self.settings
+        return {
+            "AWS_DEFAULT_REGION": REGION,
+            "AWS_ACCESS_KEY_ID": "local",
+            "AWS_SECRET_ACCESS_KEY": "local",
+            "SLUICE_BUCKET": self.bucket,
+            "SLUICE_TABLE": self.table_name,
+            "SLUICE_PROVIDER_BASE_URL": self.provider_base_url,
+            "SLUICE_API_KEY_SECRET_ARN": self.secret_arn,
+            "SLUICE_DEFAULT_MODE": s.default_mode,
+            "SLUICE_CONCURRENCY": str(s.concurrency),
+            "SLUICE_MAP_CONCURRENCY": str(s.map_concurrency),
+            "SLUICE_MAX_ATTEMPTS": str(s.max_attempts),
+            "SLUICE_REQUEST_TIMEOUT_S": str(s.request_timeout_s),
+            "SLUICE_SHARD_LINES": str(s.shard_lines),
+            "SLUICE_POLL_SECONDS": str(s.poll_seconds),
+            "SLUICE_TTL_DAYS": "7",
+        }
+
+    secret_arn: str = ""
+
+    @contextmanager
+    def running(self) -> Iterator[LocalCloud]:
+        from handlers.runtime import runtime
+
+        with (
+            mock.patch.dict(os.environ, {"AWS_DEFAULT_REGION": REGION, "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"}),
+            mock_aws(config={"stepfunctions": {"execute_state_machine": True}}),
+        ):
+            self._create_resources()
+            with (
+                mock.patch.dict(os.environ, self.environment()),
+                mock.patch.object(lambda_eval_utils, "_invoke_lambda_function", self._invoke),
+            ):
+                runtime.cache_clear()
+                try:
+                    yield self
+                finally:
+                    runtime.cache_clear()
+
+    def _create_resources(self) -> None:
+        boto3.client("s3", region_name=REGION).create_bucket(Bucket=self.bucket)
+        ddb = boto3.client("dynamodb", region_name=REGION)
+        ddb.create_table(
+            TableName=self.table_name,
+            BillingMode="PAY_PER_REQUEST",
+            AttributeDefinitions=[
+                {"AttributeName": "pk", "AttributeType": "S"},
+                {"AttributeName": "sk", "AttributeType": "S"},
+                {"AttributeName": "provider_id", "AttributeType": "S"},
+            ],
+            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+            GlobalSecondaryIndexes=[
+                {
+                    "IndexName": "by_provider_id",
+                    "KeySchema": [{"AttributeName": "provider_id", "KeyType": "HASH"}],
+                    "Projection": {"ProjectionType": "ALL"},
+                }
+            ],
+        )
+        secret = boto3.client("secretsmanager", region_name=REGION).create_secret(
+            Name=f"{PREFIX}/provider-api-key", SecretString=self.api_key
+        )
+        self.secret_arn = secret["ARN"]
+        sfn = boto3.client("stepfunctions", region_name=REGION)
+        machine = sfn.create_state_machine(
+            name=f"{PREFIX}-jobs",
+            definition=local_definition(),
+            roleArn=f"arn:aws:iam::{ACCOUNT}:role/{PREFIX}-workflow",
+        )
+        self.state_machine_arn = machine["stateMachineArn"]
+
+    state_machine_arn: str = ""
+
+    def _invoke(self, parameters: dict[str, Any], region: str, state_credentials: Any) -> dict[str, Any]:
+        arn = parameters["FunctionName"]
+        step = next(s for s in HANDLERS if function_arn(s) == arn)
+        payload = json.loads(parameters.get("Payload") or b"{}")
+        if self.before_invoke is not None:
+            self.before_invoke(step, payload)
+        module = importlib.import_module(HANDLERS[step])
+        started = time.monotonic()
+        timeout = self.settings.lambda_timeout_s if step in ("run_shard", "submit", "collect") else 900.0
+        try:
+            result = module.handler(payload, LambdaContext(arn, timeout))
+        except Exception as exc:
+            with self._lock:
+                self.invocations.append(Invocation(step, time.monotonic() - started, repr(exc)))
+            # the shape Lambda gives Step Functions for an unhandled error
+            error = {"errorType": type(exc).__name__, "errorMessage": str(exc)}
+            return {"StatusCode": 200, "FunctionError": "Unhandled", "Payload": error}
+        with self._lock:
+            self.invocations.append(Invocation(step, time.monotonic() - started, None))
+        return {"StatusCode": 200, "Payload": json.loads(json.dumps(result))}
+
+    def upload(self, path: Path, *, key: str | None = None, metadata: dict[str, str] | None = None) -> tuple[str, str]:
+        key = key or f"inbox/{path.name}"
+        s3 = boto3.client("s3", region_name=REGION)
+        with path.open("rb") as fh:
+            answer = s3.put_object(Bucket=self.bucket, Key=key, Body=fh, Metadata=metadata or {})
+        return key, answer["ETag"].strip('"')
+
+    def object_created_event(self, key: str, etag: str) -> dict[str, Any]:
+        """What S3 sends to EventBridge, and the rule hands on to the state machine."""
+        size = boto3.client("s3", region_name=REGION).head_object(Bucket=self.bucket, Key=key)["ContentLength"]
+        return {
+            "version": "0",
+            "source": "aws.s3",
+            "detail-type": "Object Created",
+            "account": ACCOUNT,
+            "region": REGION,
+            "resources": [f"arn:aws:s3:::{self.bucket}"],
+            "detail": {
+                "version": "0",
+                "bucket": {"name": self.bucket},
+                "object": {"key": key, "size": size, "etag": etag},
+                "reason": "PutObject",
+            },
+        }
+
+    def start(self, event: dict[str, Any], *, name: str | None = None) -> str:
+        sfn = boto3.client("stepfunctions", region_name=REGION)
+        name = name or f"job-{time.time_ns()}"
+        answer = sfn.start_execution(stateMachineArn=self.state_machine_arn, name=name, input=json.dumps(event))
+        return str(answer["executionArn"])
+
+    def wait(self, execution_arn: str, *, timeout_s: float = 3600, on_tick: Callable[[], None] | None = None) -> dict[str, Any]:
+        sfn = boto3.client("stepfunctions", region_name=REGION)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            described = sfn.describe_execution(executionArn=execution_arn)
+            if described["status"] != "RUNNING":
+                return dict(described)
+            if on_tick is not None:
+                on_tick()
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"execution still running after {timeout_s:.0f} s")
+            time.sleep(0.2)
+
+    def job(self, job_id: str) -> dict[str, Any] | None:
+        from handlers.runtime import runtime
+
+        return runtime().store.job(job_id)
+
+    def read(self, key: str) -> bytes:
+        return bytes(boto3.client("s3", region_name=REGION).get_object(Bucket=self.bucket, Key=key)["Body"].read())
+
+
+@dataclass
+class JobRun:
+    job_id: str
+    execution: dict[str, Any]
+    results: list[dict[str, Any]]
+    errors: list[dict[str, Any]]
+    summary: dict[str, Any]
+
+    @property
+    def status(self) -> str:
+        return str(self.execution["status"])
+
+
+def run_job(cloud: LocalCloud, path: Path, *, metadata: dict[str, str] | None = None, key: str | None = None) -> JobRun:
+    """Upload, start the execution the way the EventBridge rule would, wait, read the outputs."""
+    from sluice.plan import job_id_for, output_prefix
+
+    key, etag = cloud.upload(path, key=key, metadata=metadata)
+    job_id = job_id_for(cloud.bucket, key, etag)
+    execution = cloud.wait(cloud.start(cloud.object_created_event(key, etag), name=f"{job_id}-{time.time_ns()}"))
+    prefix = output_prefix(key)
+
+    def lines(suffix: str) -> list[dict[str, Any]]:
+        try:
+            data = cloud.read(prefix + suffix)
+        except Exception:  # noqa: BLE001 - absent when the plan failed
+            return []
+        return [json.loads(row) for row in data.splitlines()]
+
+    try:
+        summary = json.loads(cloud.read(prefix + ".summary.json"))
+    except Exception:  # noqa: BLE001
+        summary = {}
+    return JobRun(job_id, execution, lines(".results.jsonl"), lines(".errors.jsonl"), summary)

@@ -1,0 +1,77 @@
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sluice.lines import split_lines
+from sluice.plan import JobOptions, PlanError, job_id_for, output_prefix, plan_lines
+from sluice.settings import Settings
+
+SETTINGS = Settings(bucket="b", table="t", provider_base_url="http://x", api_key_secret_arn="arn")
+
+
+def request(cid: str, pad: int = 0) -> bytes:
+    body = {"model": "m", "input": "x" * pad}
+    return orjson.dumps({"custom_id": cid, "method": "POST", "url": "/v1/responses", "body": body}) + b"\n"
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    pads=st.lists(st.integers(min_value=0, max_value=300), min_size=0, max_size=60),
+    shard_lines=st.integers(min_value=1, max_value=12),
+    shard_bytes=st.integers(min_value=1, max_value=2000),
+    chunk=st.integers(min_value=1, max_value=500),
+    trailing_newline=st.booleans(),
+)
+def test_shards_are_line_aligned_ranges_that_cover_the_file(
+    pads: list[int], shard_lines: int, shard_bytes: int, chunk: int, trailing_newline: bool
+) -> None:
+    data = b"".join(request(f"id-{i}", pad) for i, pad in enumerate(pads))
+    if data and not trailing_newline:
+        data = data[:-1]
+    chunks = [data[i : i + chunk] for i in range(0, len(data), chunk)]
+    result = plan_lines(split_lines(chunks), shard_lines=shard_lines, shard_bytes=shard_bytes)
+
+    assert result.lines == len(pads)
+    assert result.requests == len(pads)
+    position, line = 0, 1
+    rebuilt = []
+    for shard in result.shards:
+        assert shard.start == position
+        assert shard.first_line == line
+        assert 1 <= shard.lines <= shard_lines
+        piece = data[shard.start : shard.end]
+        # a range starts at a line start and ends after a newline (or at the end of the file)
+        assert shard.start == 0 or data[shard.start - 1 : shard.start] == b"\n"
+        assert piece.endswith(b"\n") or shard.end == len(data)
+        assert piece.count(b"\n") + (0 if piece.endswith(b"\n") else 1) == shard.lines
+        rebuilt.append(piece)
+        position, line = shard.end, line + shard.lines
+    assert b"".join(rebuilt) == data
+
+
+def test_duplicates_are_found_across_shards_and_first_one_wins() -> None:
+    lines = [request("a"), request("b"), request("a"), b"\n", request("b")]
+    result = plan_lines(lines, shard_lines=2)
+    dupes = {k: v for s in result.shards for k, v in s.duplicates.items()}
+    assert dupes == {3: 1, 5: 2}
+    assert result.requests == 2
+    assert result.blank == 1
+    assert result.invalid == {"duplicate_custom_id": 2}
+
+
+def test_job_id_is_stable_per_object_version() -> None:
+    a = job_id_for("bucket", "inbox/reviews.jsonl", '"abc"')
+    assert a == job_id_for("bucket", "inbox/reviews.jsonl", "abc")
+    assert a.startswith("reviews-")
+    assert a != job_id_for("bucket", "inbox/reviews.jsonl", "abd")
+    assert output_prefix("inbox/team/reviews.jsonl") == "outbox/team/reviews"
+
+
+def test_options_from_object_metadata() -> None:
+    options = JobOptions.from_metadata({"sluice-mode": "background", "sluice-concurrency": "50"}, SETTINGS)
+    assert (options.mode, options.concurrency, options.max_attempts) == ("background", 50, 6)
+    with pytest.raises(PlanError, match="sluice-concurrency='lots'"):
+        JobOptions.from_metadata({"sluice-concurrency": "lots"}, SETTINGS)
+    with pytest.raises(PlanError, match="unknown option"):
+        JobOptions.from_metadata({"sluice-colour": "red"}, SETTINGS)
