@@ -16,7 +16,7 @@ GOOD = [
     "Fantastic battery life and a perfect fit.",
 ]
 BAD = [
-    "Broke after two days and support never answered.",
+    "Broke after two days, terrible support.",
     "Terrible fit, cheap plastic, returning it.",
     "Stopped working within a week, very disappointed.",
     "Awful smell and the seams are already falling apart.",

@@ -119,6 +119,8 @@ def definition() -> dict[str, Any]:
             **_shard_states(),
         },
         "MaxConcurrencyPath": "$.map_concurrency",
+        # a shard that fails after its retries fails the job; moto wants the number as a float
+        "ToleratedFailurePercentage": 0.0,
         "Label": "Shards",
         "ResultPath": None,
         "Next": "Merge",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 import os
 import threading
 import time
@@ -77,6 +78,7 @@ class LocalSettings:
     shard_lines: int = 5000
     poll_seconds: int = 1
     lambda_timeout_s: float = 900.0
+    safety_margin_s: float = 20.0
     default_mode: str = "direct"
 
 
@@ -112,6 +114,7 @@ class LocalCloud:
             "SLUICE_SHARD_LINES": str(s.shard_lines),
             "SLUICE_POLL_SECONDS": str(s.poll_seconds),
             "SLUICE_TTL_DAYS": "7",
+            "SLUICE_SAFETY_MARGIN_S": str(s.safety_margin_s),
         }
 
     secret_arn: str = ""
@@ -120,6 +123,8 @@ class LocalCloud:
     def running(self) -> Iterator[LocalCloud]:
         from handlers.runtime import runtime
 
+        # moto's interpreter logs every caught state failure at ERROR; the job's own outputs say it better
+        logging.getLogger("moto").setLevel(logging.CRITICAL)
         with (
             mock.patch.dict(os.environ, {"AWS_DEFAULT_REGION": REGION, "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"}),
             mock_aws(config={"stepfunctions": {"execute_state_machine": True}}),
@@ -173,12 +178,12 @@ class LocalCloud:
         arn = parameters["FunctionName"]
         step = next(s for s in HANDLERS if function_arn(s) == arn)
         payload = json.loads(parameters.get("Payload") or b"{}")
-        if self.before_invoke is not None:
-            self.before_invoke(step, payload)
         module = importlib.import_module(HANDLERS[step])
         started = time.monotonic()
         timeout = self.settings.lambda_timeout_s if step in ("run_shard", "submit", "collect") else 900.0
         try:
+            if self.before_invoke is not None:
+                self.before_invoke(step, payload)
             result = module.handler(payload, LambdaContext(arn, timeout))
         except Exception as exc:
             with self._lock:

@@ -19,11 +19,26 @@ S3_PUT = 0.000005
 SHARD_MEMORY_GB = 1.769
 
 
-def provider_cost_usd(model: str | None, tokens_in: int, tokens_out: int, *, batch: bool = False) -> float | None:
-    if not model or model not in PROVIDER_PRICES:
+def _price(model: str) -> tuple[float, float] | None:
+    if model in PROVIDER_PRICES:
+        return PROVIDER_PRICES[model]
+    # answers name dated snapshots ("gpt-4o-mini-2024-07-18"); the longest known prefix prices them
+    known = [name for name in PROVIDER_PRICES if model.startswith(name + "-")]
+    return PROVIDER_PRICES[max(known, key=len)] if known else None
+
+
+def provider_cost_usd(tokens_by_model: dict[str, list[int]], *, batch: bool = False) -> float | None:
+    """None when no answering model has a known price: better no figure than a wrong one."""
+    cost = 0.0
+    priced = False
+    for model, (tokens_in, tokens_out) in tokens_by_model.items():
+        price = _price(model)
+        if price is None:
+            continue
+        priced = True
+        cost += (tokens_in * price[0] + tokens_out * price[1]) / 1_000_000
+    if not priced:
         return None
-    price_in, price_out = PROVIDER_PRICES[model]
-    cost = (tokens_in * price_in + tokens_out * price_out) / 1_000_000
     return round(cost / 2 if batch else cost, 6)
 
 

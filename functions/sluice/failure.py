@@ -45,6 +45,7 @@ def mark_failed(*, s3: Any, store: Any, state: dict[str, Any], error: str, cause
             status="FAILED",
             missing_code=ErrorCode.JOB_FAILED,
             missing_message=f"the job failed before this line finished ({reason})",
+            error=reason,
         )
     except (ClientError, RuntimeError, KeyError) as exc:
         store.finish_job(state["job_id"], status="FAILED", summary={"error": f"{reason}; writing outputs failed too: {exc}"})

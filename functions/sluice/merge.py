@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from botocore.exceptions import ClientError
 
 from .costs import aws_cost_usd, provider_cost_usd
 from .shard import ShardSpec, assemble
@@ -24,6 +25,10 @@ MAX_PART = 5 << 30
 
 class InvariantError(RuntimeError):
     """The outputs do not account for every input line exactly once; the job must not succeed."""
+
+
+class ShardIncomplete(RuntimeError):
+    """Merge reached a shard that never finished (its child execution failed)."""
 
 
 @dataclass(frozen=True)
@@ -150,7 +155,12 @@ def _shard_outputs(s3: Any, specs: list[ShardSpec], *, missing_code: str | None,
         if missing_code is not None:
             # a failed job may have shards that never finished: account for their lines now
             assemble(s3, spec, missing_code=missing_code, missing_message=missing_message)
-        raw = s3.get_object(Bucket=spec.bucket, Key=spec.stats_key)["Body"].read()
+        try:
+            raw = s3.get_object(Bucket=spec.bucket, Key=spec.stats_key)["Body"].read()
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] in ("NoSuchKey", "404"):
+                raise ShardIncomplete(f"shard {spec.shard} (lines {spec.first_line}-{spec.last_line}) did not finish") from exc
+            raise
         yield spec, orjson.loads(raw)
 
 
@@ -162,6 +172,7 @@ def merge_job(
     status: str = "SUCCEEDED",
     missing_code: str | None = None,
     missing_message: str = "",
+    error: str | None = None,
     clock: Any = time.time,
 ) -> dict[str, Any]:
     """Write the job's outputs and summary; raise InvariantError if any line is unaccounted for."""
@@ -229,10 +240,12 @@ def merge_job(
         "shards": shards,
         "merge": moved,
         "cost_estimate_usd": {
-            "provider": provider_cost_usd(plan.get("model"), totals.tokens_in, totals.tokens_out),
+            "provider": provider_cost_usd(totals.models),
             "aws": aws_cost_usd(requests=lines - blank, shards=len(specs), wall_seconds=wall),
         },
     }
+    if error:
+        summary["error"] = error
     s3.put_object(Bucket=bucket, Key=keys["summary"], Body=orjson.dumps(summary, option=orjson.OPT_INDENT_2), ContentType="application/json")
     store.finish_job(job_id, status=status, summary={k: summary[k] for k in ("counts", "outputs", "wall_seconds")})
     return summary

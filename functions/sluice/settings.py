@@ -28,6 +28,8 @@ class Settings:
     ttl_days: int = 14
     event_bus: str = "default"
     poll_seconds: int = 10
+    # stop taking new items this long (plus the request timeout) before the Lambda's end
+    safety_margin_s: float = 20.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -68,4 +70,5 @@ class Settings:
             ttl_days=int(number("SLUICE_TTL_DAYS", 14)),
             event_bus=env.get("SLUICE_EVENT_BUS", "default"),
             poll_seconds=int(number("SLUICE_POLL_SECONDS", 10)),
+            safety_margin_s=float(number("SLUICE_SAFETY_MARGIN_S", 20.0, float)),
         )

@@ -27,8 +27,10 @@ from .stats import Stats
 from .store import ItemState, JobStore
 
 READ_CHUNK = 1 << 20
-# Stop taking new items this long before the Lambda's end, on top of the longest request.
-SAFETY_MARGIN_S = 20.0
+
+
+class ShardStalled(RuntimeError):
+    """A run ended before sending anything: the Lambda timeout leaves no room for a request."""
 
 
 @dataclass(frozen=True)
@@ -243,7 +245,7 @@ def _engine_settings(spec: ShardSpec, settings: Settings) -> EngineSettings:
 
 
 def _should_stop(ctx: ShardContext) -> Callable[[], bool]:
-    margin = ctx.settings.request_timeout_s + SAFETY_MARGIN_S
+    margin = ctx.settings.request_timeout_s + ctx.settings.safety_margin_s
     return lambda: ctx.remaining_s() < margin
 
 
@@ -279,6 +281,11 @@ async def run_direct(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any]:
     writer = PartWriter(s3=ctx.s3, store=ctx.store, spec=spec, run=checkpoint.runs + 1)
     stats = await _fan_out(ctx, spec, _pending(spec, writer, checkpoint.done, ctx.s3), writer.add_outcome)
     finished = not stats.stopped_early
+    if not finished and stats.sent == 0:
+        raise ShardStalled(
+            f"shard {spec.shard} stopped before sending anything: {ctx.remaining_s():.0f} s left is under the "
+            f"request timeout plus safety margin ({ctx.settings.request_timeout_s + ctx.settings.safety_margin_s:.0f} s)"
+        )
     writer.flush(finished=finished)
     if finished:
         assemble(ctx.s3, spec)

@@ -45,6 +45,8 @@ class Stats:
     tokens_in: int = 0
     tokens_out: int = 0
     latency: dict[int, int] = field(default_factory=dict)
+    # tokens by the model that answered, for the cost estimate
+    models: dict[str, list[int]] = field(default_factory=dict)
 
     def add_outcome(self, outcome: Outcome) -> None:
         self.attempts += outcome.attempts
@@ -55,6 +57,11 @@ class Stats:
             tokens_in, tokens_out = usage_tokens(outcome.body)
             self.tokens_in += tokens_in
             self.tokens_out += tokens_out
+            model = outcome.body.get("model") if isinstance(outcome.body, dict) else None
+            if isinstance(model, str):
+                per_model = self.models.setdefault(model, [0, 0])
+                per_model[0] += tokens_in
+                per_model[1] += tokens_out
             key = _bucket(outcome.latency_s)
             self.latency[key] = self.latency.get(key, 0) + 1
         else:
@@ -78,6 +85,10 @@ class Stats:
         self.tokens_out += other.tokens_out
         for key, n in other.latency.items():
             self.latency[key] = self.latency.get(key, 0) + n
+        for model, (tokens_in, tokens_out) in other.models.items():
+            per_model = self.models.setdefault(model, [0, 0])
+            per_model[0] += tokens_in
+            per_model[1] += tokens_out
 
     def percentile_s(self, q: float) -> float | None:
         total = sum(self.latency.values())
@@ -101,6 +112,7 @@ class Stats:
             "tokens_in": self.tokens_in,
             "tokens_out": self.tokens_out,
             "latency": {str(k): v for k, v in sorted(self.latency.items())},
+            "models": self.models,
         }
 
     @classmethod
@@ -114,4 +126,5 @@ class Stats:
             tokens_in=data.get("tokens_in", 0),
             tokens_out=data.get("tokens_out", 0),
             latency={int(k): v for k, v in data.get("latency", {}).items()},
+            models={k: list(v) for k, v in data.get("models", {}).items()},
         )

@@ -1,0 +1,51 @@
+"""Shared fixtures: the provider simulator and the local cloud (moto + in-process Lambdas)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+from local.cloud import LocalCloud, LocalSettings
+from local.simulator import SimConfig, SimulatorServer
+
+
+@pytest.fixture
+def simulator() -> Iterator[SimulatorServer]:
+    with SimulatorServer(SimConfig(latency_s=0.01, seed=1)) as sim:
+        yield sim
+
+
+@pytest.fixture
+def make_cloud(simulator: SimulatorServer) -> Iterator[object]:
+    """Start a local cloud with settings of the test's choosing; one per test."""
+    stack: list[object] = []
+
+    def start(**settings: object) -> LocalCloud:
+        options = {"concurrency": 50, "map_concurrency": 4, "shard_lines": 100, "request_timeout_s": 5.0, **settings}
+        cloud = LocalCloud(provider_base_url=simulator.base_url, api_key="sk-test", settings=LocalSettings(**options))  # type: ignore[arg-type]
+        context = cloud.running()
+        context.__enter__()
+        stack.append(context)
+        return cloud
+
+    yield start
+    for context in reversed(stack):
+        context.__exit__(None, None, None)  # type: ignore[attr-defined]
+
+
+def request_line(custom_id: str, text: str = "The kettle is great", url: str = "/v1/chat/completions") -> bytes:
+    if url == "/v1/responses":
+        body: dict[str, object] = {"model": "gpt-4o-mini", "input": f"Reply with one word, positive or negative:\n\n{text}"}
+    elif url == "/v1/embeddings":
+        body = {"model": "text-embedding-3-small", "input": text}
+    else:
+        body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": f"Reply with one word, positive or negative:\n\n{text}"}]}
+    return orjson.dumps({"custom_id": custom_id, "method": "POST", "url": url, "body": body}) + b"\n"
+
+
+def write_jsonl(path: Path, lines: list[bytes]) -> Path:
+    path.write_bytes(b"".join(lines))
+    return path
