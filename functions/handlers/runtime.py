@@ -21,6 +21,7 @@ class Runtime:
     events: Any
     store: JobStore
     secrets: Any
+    sfn: Any
 
     @functools.cached_property
     def api_key(self) -> str:
@@ -52,4 +53,5 @@ def runtime() -> Runtime:
         events=boto3.client("events"),
         store=JobStore(table, ttl_days=settings.ttl_days),
         secrets=boto3.client("secretsmanager"),
+        sfn=boto3.client("stepfunctions"),
     )

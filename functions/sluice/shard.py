@@ -153,7 +153,7 @@ class PartWriter:
         self.done = 0
         self.failed = 0
 
-    def add_outcome(self, outcome: Outcome) -> None:
+    def add_outcome(self, outcome: Outcome, provider_id: str | None = None) -> None:
         kind = b"r" if outcome.ok else b"e"
         self._rows.append(b"%d\t%s\t%s\n" % (outcome.line, kind, outcome_record(self._spec.job_id, outcome)))
         self.stats.add_outcome(outcome)
@@ -163,6 +163,7 @@ class PartWriter:
                 outcome.line,
                 outcome.custom_id,
                 "done" if outcome.ok else "failed",
+                provider_id=provider_id,
                 attempts=outcome.attempts,
                 error=None if outcome.ok else f"{outcome.error_code}: {outcome.error_message}",
             )
@@ -183,7 +184,7 @@ class PartWriter:
         else:
             self.failed += 1
 
-    def flush(self, *, finished: bool) -> None:
+    def flush(self, *, finished: bool, waiting: int = 0) -> None:
         spec = self._spec
         if self._rows:
             # stats first: a part without its stats would be counted in results but not in the summary
@@ -191,7 +192,14 @@ class PartWriter:
             self._s3.put_object(Bucket=spec.bucket, Key=base + ".stats.json", Body=orjson.dumps(self.stats.to_dict()))
             self._s3.put_object(Bucket=spec.bucket, Key=base + ".tsv", Body=b"".join(self._rows))
         self._store.record_progress(
-            spec.job_id, spec.shard, self.items, done=self.done, failed=self.failed, finished=finished, run=self._run
+            spec.job_id,
+            spec.shard,
+            self.items,
+            done=self.done,
+            failed=self.failed,
+            finished=finished,
+            run=self._run,
+            waiting=waiting,
         )
 
 
@@ -318,8 +326,9 @@ async def submit_background(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any
 
     requests = (submit_request(r) for r in _pending(spec, writer, skip, ctx.s3))
     stats = await _fan_out(ctx, spec, requests, sink)
-    writer.flush(finished=False)
-    return {"submitted": not stats.stopped_early, "run": checkpoint.runs + 1}
+    submitted = sum(1 for item in writer.items if item.status == "submitted")
+    writer.flush(finished=False, waiting=submitted)
+    return {"submitted": not stats.stopped_early, "run": checkpoint.runs + 1, "wait_seconds": ctx.settings.poll_seconds}
 
 
 def _settled_outcome(outcome: Outcome, settled: Any) -> Outcome:
@@ -340,30 +349,34 @@ def _settled_outcome(outcome: Outcome, settled: Any) -> Outcome:
 async def collect_background(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any]:
     """Poll every submitted response once; settle the finished ones, keep waiting for the rest."""
     checkpoint = load_checkpoint(ctx.s3, spec)
-    waiting = [
-        i
+    waiting = {
+        i.line: i
         for i in ctx.store.items(spec.job_id, spec.first_line, spec.last_line)
-        if i.status == "submitted" and i.provider_id and i.line not in checkpoint.done
-    ]
+        if i.status in ("submitted", "settled") and i.provider_id and i.line not in checkpoint.done
+    }
     writer = PartWriter(s3=ctx.s3, store=ctx.store, spec=spec, run=checkpoint.runs + 1)
     still: list[int] = []
-    attempts = {i.line: i.attempts for i in waiting}
+    # items a webhook settled were already counted off the shard's wait; the rest are counted here
+    unsettled_done = 0
 
     def sink(outcome: Outcome) -> None:
+        nonlocal unsettled_done
         if outcome.ok and isinstance(outcome.body, dict):
             settled = settle(outcome.body)
             if settled is None:
                 still.append(outcome.line)
                 return
             outcome = _settled_outcome(outcome, settled)
-        outcome.attempts = attempts.get(outcome.line, 0) + outcome.attempts
-        writer.add_outcome(outcome)
+        item = waiting[outcome.line]
+        outcome.attempts += item.attempts
+        unsettled_done += item.status == "submitted"
+        writer.add_outcome(outcome, provider_id=item.provider_id)
 
-    requests = (poll_request(i.line, i.custom_id, i.provider_id or "") for i in waiting)
+    requests = (poll_request(i.line, i.custom_id, i.provider_id or "") for i in waiting.values())
     stats = await _fan_out(ctx, spec, requests, sink)
     left = len(still) + stats.remaining
     finished = left == 0 and not stats.stopped_early
-    writer.flush(finished=finished)
+    writer.flush(finished=finished, waiting=-unsettled_done)
     if finished:
         assemble(ctx.s3, spec)
     return {"done": finished, "waiting": left, "wait_seconds": ctx.settings.poll_seconds}

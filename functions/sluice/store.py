@@ -125,7 +125,16 @@ class JobStore:
         )
 
     def record_progress(
-        self, job_id: str, shard: int, items: Iterable[ItemState], *, done: int, failed: int, finished: bool, run: int
+        self,
+        job_id: str,
+        shard: int,
+        items: Iterable[ItemState],
+        *,
+        done: int,
+        failed: int,
+        finished: bool,
+        run: int,
+        waiting: int = 0,
     ) -> None:
         """Checkpoint a shard run: item rows in batches, then one counter update per row kind."""
         expires = self._expires()
@@ -149,9 +158,15 @@ class JobStore:
                 )
         self._table.update_item(
             Key={"pk": job_pk(job_id), "sk": shard_sk(shard)},
-            UpdateExpression="SET #s = :s, runs = :run ADD done :d, failed :f",
+            UpdateExpression="SET #s = :s, runs = :run ADD done :d, failed :f, waiting :w",
             ExpressionAttributeNames={"#s": "status"},
-            ExpressionAttributeValues={":s": "DONE" if finished else "RUNNING", ":run": run, ":d": done, ":f": failed},
+            ExpressionAttributeValues={
+                ":s": "DONE" if finished else "RUNNING",
+                ":run": run,
+                ":d": done,
+                ":f": failed,
+                ":w": waiting,
+            },
         )
         if done or failed:
             self._table.update_item(
@@ -165,6 +180,7 @@ class JobStore:
         kwargs: dict[str, Any] = {
             "KeyConditionExpression": Key("pk").eq(job_pk(job_id))
             & Key("sk").between(item_sk(first_line), item_sk(last_line)),
+            "ConsistentRead": True,
         }
         while True:
             page = self._table.query(**kwargs)
@@ -206,3 +222,87 @@ class JobStore:
             ExpressionAttributeNames={"#s": "status"},
             ExpressionAttributeValues=_dynamo({":s": status, ":summary": summary, ":t": self._clock()}),
         )
+
+    def remember_webhook(self, webhook_id: str, now: float) -> bool:
+        """Record a webhook id once; False when it was seen before (a replay or a duplicate)."""
+        try:
+            self._table.put_item(
+                Item={"pk": f"WEBHOOK#{webhook_id}", "sk": "META", "seen_at": int(now), "expires_at": int(now) + 7 * 86400},
+                ConditionExpression=Attr("pk").not_exists(),
+            )
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
+    def _by_provider_id(self, provider_id: str) -> dict[str, Any] | None:
+        page = self._table.query(IndexName="by_provider_id", KeyConditionExpression=Key("provider_id").eq(provider_id))
+        rows = page.get("Items", [])
+        return rows[0] if rows else None
+
+    def settle_item(self, response_id: str) -> str | None:
+        """Mark a submitted item settled; the shard's task token when that was its last wait."""
+        row = self._by_provider_id(response_id)
+        if row is None or not str(row["sk"]).startswith("ITEM#"):
+            return None
+        try:
+            self._table.update_item(
+                Key={"pk": row["pk"], "sk": row["sk"]},
+                UpdateExpression="SET #s = :settled",
+                ConditionExpression=Attr("status").eq("submitted"),
+                ExpressionAttributeNames={"#s": "status"},
+                ExpressionAttributeValues={":settled": "settled"},
+            )
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                return None
+            raise
+        shard = self._table.update_item(
+            Key={"pk": row["pk"], "sk": shard_sk(int(row["shard"]))},
+            UpdateExpression="ADD waiting :minus",
+            ExpressionAttributeValues={":minus": -1},
+            ReturnValues="ALL_NEW",
+        )["Attributes"]
+        if int(shard.get("waiting", 0)) <= 0 and shard.get("token"):
+            return str(shard["token"])
+        return None
+
+    def settle_batch(self, batch_id: str, status: str) -> str | None:
+        row = self._by_provider_id(batch_id)
+        if row is None or not str(row["sk"]).startswith("SHARD#"):
+            return None
+        try:
+            shard = self._table.update_item(
+                Key={"pk": row["pk"], "sk": row["sk"]},
+                UpdateExpression="SET batch_settled = :s",
+                ConditionExpression=Attr("batch_settled").not_exists(),
+                ExpressionAttributeValues={":s": status},
+                ReturnValues="ALL_NEW",
+            )["Attributes"]
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                return None
+            raise
+        return str(shard["token"]) if shard.get("token") else None
+
+    def arm_shard(self, job_id: str, shard: int, token: str) -> bool:
+        """Leave the shard's task token for webhooks; True when nothing is left to wait for."""
+        row = self._table.update_item(
+            Key={"pk": job_pk(job_id), "sk": shard_sk(shard)},
+            UpdateExpression="SET #t = :t",
+            ExpressionAttributeNames={"#t": "token"},
+            ExpressionAttributeValues={":t": token},
+            ReturnValues="ALL_NEW",
+        )["Attributes"]
+        if row.get("provider_id"):
+            return "batch_settled" in row
+        return int(row.get("waiting", 0)) <= 0
+
+    def add_waiting(self, job_id: str, shard: int, delta: int) -> None:
+        if delta:
+            self._table.update_item(
+                Key={"pk": job_pk(job_id), "sk": shard_sk(shard)},
+                UpdateExpression="ADD waiting :d",
+                ExpressionAttributeValues={":d": delta},
+            )

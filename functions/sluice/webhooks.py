@@ -1,0 +1,73 @@
+"""Provider webhooks: verify, dedupe, mark the item or batch settled, wake the shard.
+
+Webhooks only make jobs faster. Everything here is safe to lose, repeat or reorder: a shard
+that never hears one reconciles by polling when its wait times out.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from standardwebhooks.webhooks import Webhook
+
+MAX_BODY_BYTES = 256 * 1024
+RESPONSE_EVENTS = frozenset({"response.completed", "response.failed", "response.incomplete", "response.cancelled"})
+BATCH_EVENTS = frozenset({"batch.completed", "batch.failed", "batch.expired", "batch.cancelled"})
+REQUIRED_HEADERS = ("webhook-id", "webhook-timestamp", "webhook-signature")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What to answer, and what happened, for logs and metrics (never the payload or secret)."""
+
+    status: int
+    outcome: str
+    event_type: str | None = None
+
+    @property
+    def body(self) -> dict[str, Any]:
+        # rejections say as little as possible; the reason goes to our logs, not the caller
+        return {"ok": self.status < 300}
+
+
+def handle_webhook(
+    *,
+    body: bytes,
+    headers: Mapping[str, str],
+    secret: str,
+    store: Any,
+    wake: Callable[[str], None],
+) -> Verdict:
+    if len(body) > MAX_BODY_BYTES:
+        return Verdict(413, "rejected:too_large")
+    lowered = {k.lower(): v for k, v in headers.items()}
+    if any(not lowered.get(name) for name in REQUIRED_HEADERS):
+        return Verdict(400, "rejected:missing_headers")
+    try:
+        Webhook(secret).verify(body, lowered, json_parse=False)
+    except Exception:  # noqa: BLE001 - any verification failure is the same answer: unauthorised
+        return Verdict(401, "rejected:signature")
+    try:
+        event = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return Verdict(400, "rejected:malformed")
+    if not isinstance(event, dict) or not isinstance(event.get("data"), dict):
+        return Verdict(400, "rejected:malformed")
+    event_type = event.get("type")
+    provider_id = event["data"].get("id")
+    if event_type not in RESPONSE_EVENTS | BATCH_EVENTS or not isinstance(provider_id, str):
+        return Verdict(400, "rejected:unknown_type", str(event_type))
+    if not store.remember_webhook(lowered["webhook-id"], time.time()):
+        return Verdict(200, "duplicate", event_type)
+    if event_type in RESPONSE_EVENTS:
+        token = store.settle_item(provider_id)
+    else:
+        token = store.settle_batch(provider_id, event_type.removeprefix("batch."))
+    if token is None:
+        return Verdict(200, "accepted", event_type)
+    wake(token)
+    return Verdict(200, "accepted:woke_shard", event_type)
