@@ -16,7 +16,10 @@ FUNCTION_PLACEHOLDERS = {
     "plan": "PlanFunctionArn",
     "run_shard": "RunShardFunctionArn",
     "submit": "SubmitFunctionArn",
+    "await_shard": "AwaitShardFunctionArn",
     "collect": "CollectFunctionArn",
+    "submit_batch": "SubmitBatchFunctionArn",
+    "collect_batch": "CollectBatchFunctionArn",
     "merge": "MergeFunctionArn",
     "notify": "NotifyFunctionArn",
     "mark_failed": "MarkFailedFunctionArn",
@@ -63,6 +66,34 @@ def _invoke(placeholder: str, payload: dict[str, Any] | None, next_state: str | 
     return state
 
 
+def _await(next_state: str) -> dict[str, Any]:
+    """Sleep until a webhook (or the Lambda itself) returns the task token, or time out and poll.
+
+    Webhooks only make this faster: on timeout the next state reconciles by polling.
+    """
+    return {
+        "Type": "Task",
+        "Resource": "arn:aws:states:::lambda:invoke.waitForTaskToken",
+        "Parameters": {
+            "FunctionName": "${" + FUNCTION_PLACEHOLDERS["await_shard"] + "}",
+            "Payload": {"shard.$": "$", "token.$": "$$.Task.Token"},
+        },
+        "TimeoutSecondsPath": "$.wait_seconds",
+        "ResultPath": None,
+        "Retry": [
+            {
+                "ErrorEquals": TRANSIENT_LAMBDA_ERRORS,
+                "IntervalSeconds": 2,
+                "MaxAttempts": 6,
+                "BackoffRate": 2.0,
+                "JitterStrategy": "FULL",
+            }
+        ],
+        "Catch": [{"ErrorEquals": ["States.Timeout"], "ResultPath": None, "Next": next_state}],
+        "Next": next_state,
+    }
+
+
 def _shard_states() -> dict[str, Any]:
     """The child workflow every shard runs: one branch per mode, each a loop until done."""
     p = FUNCTION_PLACEHOLDERS
@@ -73,6 +104,7 @@ def _shard_states() -> dict[str, Any]:
                 "Type": "Choice",
                 "Choices": [
                     {"Variable": "$.mode", "StringEquals": "background", "Next": "Submit"},
+                    {"Variable": "$.mode", "StringEquals": "batch", "Next": "SubmitBatch"},
                 ],
                 "Default": "RunShard",
             },
@@ -85,16 +117,28 @@ def _shard_states() -> dict[str, Any]:
             "Submit": _invoke(p["submit"], None, "Submitted?"),
             "Submitted?": {
                 "Type": "Choice",
-                "Choices": [{"Variable": "$.submitted", "BooleanEquals": True, "Next": "Collect"}],
+                "Choices": [{"Variable": "$.submitted", "BooleanEquals": True, "Next": "AwaitWebhooks"}],
                 "Default": "Submit",
             },
+            "AwaitWebhooks": _await("Collect"),
             "Collect": _invoke(p["collect"], None, "Collected?"),
             "Collected?": {
                 "Type": "Choice",
                 "Choices": [{"Variable": "$.done", "BooleanEquals": True, "Next": "Shard finished"}],
-                "Default": "Wait for responses",
+                "Default": "AwaitWebhooks",
             },
-            "Wait for responses": {"Type": "Wait", "SecondsPath": "$.wait_seconds", "Next": "Collect"},
+            "SubmitBatch": _invoke(p["submit_batch"], None, "AwaitBatch"),
+            "AwaitBatch": _await("CollectBatch"),
+            "CollectBatch": _invoke(p["collect_batch"], None, "Batch finished?"),
+            "Batch finished?": {
+                "Type": "Choice",
+                "Choices": [
+                    {"Variable": "$.done", "BooleanEquals": True, "Next": "Shard finished"},
+                    # rows the batch did not finish go through the fan-out engine, if the job allows
+                    {"Variable": "$.fallback", "BooleanEquals": True, "Next": "RunShard"},
+                ],
+                "Default": "AwaitBatch",
+            },
             "Shard finished": {"Type": "Succeed"},
         },
     }

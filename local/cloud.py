@@ -7,10 +7,12 @@ modules that the CDK stack deploys, with a context that reports the remaining ti
 
 from __future__ import annotations
 
+import base64
 import importlib
 import json
 import logging
 import os
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -25,6 +27,7 @@ from moto import mock_aws
 from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
 
 from infra.definition import FUNCTION_PLACEHOLDERS, definition_json, substitute
+from local.receiver import WebhookReceiver
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
@@ -34,11 +37,16 @@ HANDLERS = {
     "plan": "handlers.plan",
     "run_shard": "handlers.run_shard",
     "submit": "handlers.submit",
+    "await_shard": "handlers.await_shard",
     "collect": "handlers.collect",
+    "submit_batch": "handlers.submit_batch",
+    "collect_batch": "handlers.collect_batch",
     "merge": "handlers.merge",
     "notify": "handlers.notify",
     "mark_failed": "handlers.mark_failed",
 }
+
+SHARD_STEPS = frozenset({"run_shard", "submit", "collect", "submit_batch", "collect_batch"})
 
 
 def function_arn(step: str) -> str:
@@ -106,6 +114,7 @@ class LocalCloud:
             "SLUICE_TABLE": self.table_name,
             "SLUICE_PROVIDER_BASE_URL": self.provider_base_url,
             "SLUICE_API_KEY_SECRET_ARN": self.secret_arn,
+            "SLUICE_WEBHOOK_SECRET_ARN": self.webhook_secret_arn,
             "SLUICE_DEFAULT_MODE": s.default_mode,
             "SLUICE_CONCURRENCY": str(s.concurrency),
             "SLUICE_MAP_CONCURRENCY": str(s.map_concurrency),
@@ -118,9 +127,15 @@ class LocalCloud:
         }
 
     secret_arn: str = ""
+    webhook_secret_arn: str = ""
+    # what the provider signs webhooks with; local only, generated per run
+    webhook_secret: str = field(default_factory=lambda: "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode())
+    webhook_url: str = ""
+    receiver: WebhookReceiver | None = None
 
     @contextmanager
     def running(self) -> Iterator[LocalCloud]:
+        from handlers import webhook
         from handlers.runtime import runtime
 
         # moto's interpreter logs every caught state failure at ERROR; the job's own outputs say it better
@@ -133,12 +148,17 @@ class LocalCloud:
             with (
                 mock.patch.dict(os.environ, self.environment()),
                 mock.patch.object(lambda_eval_utils, "_invoke_lambda_function", self._invoke),
+                WebhookReceiver(webhook.handler) as receiver,
             ):
+                self.webhook_url = receiver.url
+                self.receiver = receiver
                 runtime.cache_clear()
+                webhook._clients.cache_clear()
                 try:
                     yield self
                 finally:
                     runtime.cache_clear()
+                    webhook._clients.cache_clear()
 
     def _create_resources(self) -> None:
         boto3.client("s3", region_name=REGION).create_bucket(Bucket=self.bucket)
@@ -164,6 +184,10 @@ class LocalCloud:
             Name=f"{PREFIX}/provider-api-key", SecretString=self.api_key
         )
         self.secret_arn = secret["ARN"]
+        webhook_secret = boto3.client("secretsmanager", region_name=REGION).create_secret(
+            Name=f"{PREFIX}/webhook-signing-secret", SecretString=self.webhook_secret
+        )
+        self.webhook_secret_arn = webhook_secret["ARN"]
         sfn = boto3.client("stepfunctions", region_name=REGION)
         machine = sfn.create_state_machine(
             name=f"{PREFIX}-jobs",
@@ -180,7 +204,7 @@ class LocalCloud:
         payload = json.loads(parameters.get("Payload") or b"{}")
         module = importlib.import_module(HANDLERS[step])
         started = time.monotonic()
-        timeout = self.settings.lambda_timeout_s if step in ("run_shard", "submit", "collect") else 900.0
+        timeout = self.settings.lambda_timeout_s if step in SHARD_STEPS else 900.0
         try:
             if self.before_invoke is not None:
                 self.before_invoke(step, payload)
