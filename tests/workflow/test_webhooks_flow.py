@@ -1,0 +1,77 @@
+"""Background shards wake on signed webhooks; losing or repeating them changes nothing but time."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from local.cloud import run_job
+from tests.conftest import request_line, write_jsonl
+
+LINES = 60
+
+
+def answers(run: Any) -> list[tuple[str, str, str]]:
+    """What a user compares between runs: id, how it settled, what it said."""
+    rows = []
+    for record in run.results:
+        body = record["response"]["body"]
+        text = body["output"][0]["content"][0]["text"]
+        rows.append((record["custom_id"], body["status"], text))
+    return rows
+
+
+def run_background(
+    make_cloud: Any, simulator: Any, tmp_path: Path, *, poll_seconds: int, name: str = "hooks", **webhooks: Any
+) -> tuple[Any, float, Any]:
+    cloud = make_cloud(shard_lines=30, concurrency=20, poll_seconds=poll_seconds)
+    return (*run_on(cloud, simulator, tmp_path, name=name, **webhooks),)
+
+
+def run_on(cloud: Any, simulator: Any, tmp_path: Path, *, name: str, **webhooks: Any) -> tuple[Any, float, Any]:
+    simulator.configure(
+        latency_s=0.3,
+        incomplete_rate=0.2,
+        webhook_url=cloud.webhook_url,
+        webhook_secret=cloud.webhook_secret,
+        **webhooks,
+    )
+    path = write_jsonl(tmp_path / f"{name}.jsonl", [request_line(f"w-{n}", url="/v1/responses") for n in range(LINES)])
+    started = time.monotonic()
+    run = run_job(cloud, path, metadata={"sluice-mode": "background"})
+    return run, time.monotonic() - started, cloud
+
+
+def test_shards_wake_on_webhooks_long_before_the_polling_interval(make_cloud, simulator, tmp_path: Path) -> None:
+    run, seconds, cloud = run_background(make_cloud, simulator, tmp_path, poll_seconds=60)
+    assert run.status == "SUCCEEDED"
+    assert len(run.results) == LINES
+    assert seconds < 20, f"took {seconds:.1f} s; a 60 s poll interval means the webhooks did not wake the shards"
+    accepted = [w for w in simulator.webhooks if w["type"].startswith("response.") and w["deliveries"]]
+    assert len(accepted) >= LINES
+    assert sum(1 for i in cloud.invocations if i.step == "collect") == 2  # one per shard, no polling rounds
+
+
+def test_with_every_webhook_lost_the_job_finishes_by_polling_with_the_same_results(
+    make_cloud, simulator, tmp_path: Path
+) -> None:
+    run, _, cloud = run_background(make_cloud, simulator, tmp_path, poll_seconds=2, webhook_drop_rate=1.0)
+    assert run.status == "SUCCEEDED"
+    assert run.summary["counts"]["results"] == LINES
+    assert all(w["dropped"] and not w["deliveries"] for w in simulator.webhooks)
+    simulator.reset()  # the same attempt numbers, so the same deterministic answers
+    baseline, _, _ = run_on(cloud, simulator, tmp_path, name="baseline", webhook_drop_rate=0.0)
+    assert answers(run) == answers(baseline)
+
+
+def test_duplicated_and_delayed_webhooks_change_no_count(make_cloud, simulator, tmp_path: Path) -> None:
+    run, _, cloud = run_background(
+        make_cloud, simulator, tmp_path, poll_seconds=60, webhook_duplicate_rate=1.0, webhook_delay_s=0.05
+    )
+    assert run.status == "SUCCEEDED"
+    assert run.summary["counts"] == {"lines": LINES, "blank": 0, "requests": LINES, "results": LINES, "errors": 0}
+    job = cloud.job(run.job_id)
+    assert (job["done"], job["failed"]) == (LINES, 0)
+    ids = [r["custom_id"] for r in run.results]
+    assert ids == [f"w-{n}" for n in range(LINES)]
