@@ -1,0 +1,151 @@
+"""Per-environment settings, read from the `environments` context in cdk.json."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import MISSING, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import aws_cdk as cdk
+import aws_cdk.aws_logs as logs
+
+CDK_JSON = Path(__file__).resolve().parent.parent / "cdk.json"
+# Mirrors `sluice.settings.MODES`; infra must not import the Lambda code it packages.
+MODES = ("direct", "background", "batch", "auto")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+LOG_RETENTION = {
+    7: logs.RetentionDays.ONE_WEEK,
+    14: logs.RetentionDays.TWO_WEEKS,
+    30: logs.RetentionDays.ONE_MONTH,
+    90: logs.RetentionDays.THREE_MONTHS,
+    180: logs.RetentionDays.SIX_MONTHS,
+    365: logs.RetentionDays.ONE_YEAR,
+}
+REMOVAL_POLICIES = {"destroy": cdk.RemovalPolicy.DESTROY, "retain": cdk.RemovalPolicy.RETAIN}
+
+# A complete ARN ends in the six random characters Secrets Manager appends; IAM policies need it
+# (or a `-??????` wildcard), so a partial ARN would silently grant nothing.
+_SECRET_ARN = re.compile(r"^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:.+-[A-Za-z0-9]{6}$")
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+_ENV_NAME = re.compile(r"^[a-z][a-z0-9-]{0,19}$")
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Environment:
+    name: str
+    map_concurrency: int
+    ttl_days: int
+    removal_policy: str
+    provider_base_url: str = "https://api.openai.com/v1"
+    default_model: str | None = None
+    default_mode: str = "direct"
+    concurrency: int = 1000
+    max_attempts: int = 6
+    request_timeout_s: float = 120.0
+    shard_lines: int = 5000
+    poll_seconds: int = 10
+    safety_margin_s: float = 20.0
+    log_level: str = "INFO"
+    log_retention_days: int = 30
+    versioning: bool = False
+    point_in_time_recovery: bool = False
+    alarm_email: str | None = None
+    api_key_secret_arn: str | None = None
+    account: str | None = None
+    region: str | None = None
+
+    @property
+    def stack_name(self) -> str:
+        return f"Sluice-{self.name}"
+
+    @property
+    def cdk_removal_policy(self) -> cdk.RemovalPolicy:
+        return REMOVAL_POLICIES[self.removal_policy]
+
+    @property
+    def log_retention(self) -> logs.RetentionDays:
+        return LOG_RETENTION[self.log_retention_days]
+
+    @classmethod
+    def from_context(cls, name: str, environments: Mapping[str, Any] | None) -> Environment:
+        if not environments:
+            raise ConfigError("cdk.json has no `environments` context")
+        if name not in environments:
+            known = ", ".join(sorted(environments))
+            raise ConfigError(f"unknown environment {name!r}; cdk.json defines: {known}")
+        raw = environments[name]
+        if not isinstance(raw, Mapping):
+            raise ConfigError(f"environment {name!r}: expected an object, got {type(raw).__name__}")
+        if not _ENV_NAME.match(name):
+            raise ConfigError(
+                f"environment {name!r}: name must be lowercase letters, digits and '-' (max 20),"
+                " since it is part of resource names"
+            )
+
+        known_keys = {f.name for f in fields(cls)} - {"name"}
+        unknown = sorted(set(raw) - known_keys)
+        if unknown:
+            raise ConfigError(f"environment {name!r}: unknown key(s) {', '.join(unknown)}")
+        for f in fields(cls):
+            if f.name != "name" and f.name not in raw and f.default is MISSING:
+                raise ConfigError(f"environment {name!r}: missing required key {f.name!r}")
+
+        def fail(key: str, why: str) -> ConfigError:
+            return ConfigError(f"environment {name!r}: {key} {why}, got {raw[key]!r}")
+
+        values: dict[str, Any] = dict(raw)
+        for key in (
+            "concurrency",
+            "map_concurrency",
+            "max_attempts",
+            "shard_lines",
+            "ttl_days",
+            "poll_seconds",
+            "log_retention_days",
+        ):
+            if key in values and (type(values[key]) is not int or values[key] <= 0):
+                raise fail(key, "must be a positive integer")
+        for key in ("request_timeout_s", "safety_margin_s"):
+            if key in values:
+                if type(values[key]) not in (int, float) or values[key] <= 0:
+                    raise fail(key, "must be a positive number")
+                values[key] = float(values[key])
+        for key in ("versioning", "point_in_time_recovery"):
+            if key in values and type(values[key]) is not bool:
+                raise fail(key, "must be true or false")
+        for key in ("provider_base_url", "default_mode", "log_level", "removal_policy"):
+            if key in values and not isinstance(values[key], str):
+                raise fail(key, "must be a string")
+        for key in ("default_model", "alarm_email", "api_key_secret_arn", "account", "region"):
+            if values.get(key) is not None and (not isinstance(values[key], str) or not values[key]):
+                raise fail(key, "must be a non-empty string or null")
+
+        if "provider_base_url" in values and not re.match(r"^https?://\S+$", values["provider_base_url"]):
+            raise fail("provider_base_url", "must be an http(s) URL")
+        if values.get("default_mode", "direct") not in MODES:
+            raise fail("default_mode", f"must be one of {', '.join(MODES)}")
+        if values.get("log_level", "INFO") not in LOG_LEVELS:
+            raise fail("log_level", f"must be one of {', '.join(LOG_LEVELS)}")
+        if values["removal_policy"] not in REMOVAL_POLICIES:
+            raise fail("removal_policy", f"must be one of {', '.join(REMOVAL_POLICIES)}")
+        if values.get("alarm_email") and not _EMAIL.match(values["alarm_email"]):
+            raise fail("alarm_email", "must be an email address")
+        if values.get("api_key_secret_arn") and not _SECRET_ARN.match(values["api_key_secret_arn"]):
+            raise fail("api_key_secret_arn", "must be the complete ARN of a Secrets Manager secret")
+        if values.get("account") and not re.match(r"^\d{12}$", values["account"]):
+            raise fail("account", "must be a 12-digit AWS account id")
+        if "log_retention_days" in values and values["log_retention_days"] not in LOG_RETENTION:
+            raise fail("log_retention_days", f"must be one of {', '.join(map(str, LOG_RETENTION))}")
+        return cls(name=name, **values)
+
+
+def cdk_json_context(path: Path = CDK_JSON) -> dict[str, Any]:
+    """The context in cdk.json, for apps run without the CDK CLI (which would pass it itself)."""
+    return json.loads(path.read_text()).get("context", {})

@@ -1,0 +1,286 @@
+"""One Sluice environment: the constructs, and every permission between them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import aws_cdk as cdk
+import aws_cdk.aws_iam as iam
+from constructs import Construct, IConstruct
+
+from infra.config import ConfigError, Environment
+from infra.functions import EVENT_BUS, Functions
+from infra.monitoring import Monitoring
+from infra.secrets import Secrets
+from infra.storage import Storage
+from infra.workflow import Workflow
+
+# The steps that talk to the provider and read their shard's rows and checkpoints.
+PROVIDER_STEPS = ("run_shard", "submit", "collect", "submit_batch", "collect_batch")
+# The step that parks a shard's task token and wakes the shard if its work already settled.
+TASK_TOKEN_STEPS = ("await_shard",)
+# The steps that assemble outbox/ from the shards' files and announce the outcome.
+OUTPUT_STEPS = ("merge", "mark_failed")
+
+
+class SluiceStack(cdk.Stack):
+    def __init__(self, scope: Construct, id: str, *, config: Environment, **kwargs: Any) -> None:
+        super().__init__(scope, id, **kwargs)
+        self.config = config
+        removal = config.cdk_removal_policy
+
+        self.storage = Storage(
+            self,
+            "Storage",
+            ttl_days=config.ttl_days,
+            versioned=config.versioning,
+            point_in_time_recovery=config.point_in_time_recovery,
+            removal_policy=removal,
+        )
+        self.secrets = Secrets(
+            self,
+            "Secrets",
+            env_name=config.name,
+            api_key_secret_arn=config.api_key_secret_arn,
+            removal_policy=removal,
+        )
+        self.functions = Functions(
+            self,
+            "Functions",
+            config=config,
+            bucket=self.storage.bucket,
+            table=self.storage.table,
+            api_key=self.secrets.api_key,
+        )
+        self.workflow = Workflow(
+            self,
+            "Workflow",
+            env_name=config.name,
+            bucket=self.storage.bucket,
+            functions=self.functions.by_step,
+            log_retention=config.log_retention,
+            removal_policy=removal,
+        )
+        self.monitoring = Monitoring(
+            self,
+            "Monitoring",
+            env_name=config.name,
+            state_machine=self.workflow.state_machine,
+            functions=self.functions.by_step,
+            dead_letter_queue=self.workflow.dead_letter_queue,
+            alarm_email=config.alarm_email,
+            removal_policy=removal,
+        )
+
+        self._grant_functions()
+        self._grant_workflow()
+        self._grant_monitoring()
+        self._acknowledge_nag_findings()
+
+        cdk.CfnOutput(self, "BucketName", value=self.storage.bucket.bucket_name)
+        cdk.CfnOutput(self, "TableName", value=self.storage.table.table_name)
+        cdk.CfnOutput(self, "StateMachineArn", value=self.workflow.state_machine.state_machine_arn)
+        cdk.CfnOutput(self, "ApiKeySecretArn", value=self.secrets.api_key.secret_arn)
+        cdk.Tags.of(self).add("project", "sluice")
+        cdk.Tags.of(self).add("sluice:env", config.name)
+
+    def _objects(self, *prefixes: str) -> list[str]:
+        return [self.storage.bucket.arn_for_objects(f"{prefix}*") for prefix in prefixes]
+
+    def _spelled(self, arn: str) -> str:
+        """An ARN as cdk-nag spells it in a finding: `<Logical.Arn>/jobs/*`, `<AWS::Region>`."""
+        resolved = self.resolve(arn)
+        parts = resolved["Fn::Join"][1] if isinstance(resolved, dict) and "Fn::Join" in resolved else [resolved]
+        spelled = []
+        for part in parts:
+            if isinstance(part, str):
+                spelled.append(part)
+            elif "Ref" in part:
+                spelled.append(f"<{part['Ref']}>")
+            else:
+                spelled.append("<{}.{}>".format(*part["Fn::GetAtt"]))
+        return "".join(spelled)
+
+    def _acknowledge(self, construct: IConstruct, rule: str, reason: str) -> None:
+        """Records a deliberate cdk-nag (AwsSolutions) finding, with the reason, on the construct."""
+        cdk.Validations.of(construct).acknowledge(cdk.Acknowledgment(id=rule, reason=reason))
+
+    def _allow(
+        self,
+        role: iam.IRole,
+        actions: list[str],
+        resources: list[str],
+        *,
+        conditions: dict[str, object] | None = None,
+        wildcard_reason: str | None = None,
+    ) -> None:
+        """Adds one statement; a resource with a wildcard must say why, and is acknowledged for cdk-nag."""
+        role.add_to_principal_policy(iam.PolicyStatement(actions=actions, resources=resources, conditions=conditions))
+        for resource in resources:
+            spelled = self._spelled(resource)
+            if "*" in spelled:
+                if not wildcard_reason:
+                    raise ValueError(f"{spelled} has a wildcard; say why with wildcard_reason")
+                self._acknowledge(role, f"AwsSolutions-IAM5[Resource::{spelled}]", wildcard_reason)
+
+    def _grant_functions(self) -> None:
+        by_step = self.functions.by_step
+
+        def allow(
+            names: Sequence[str],
+            actions: list[str],
+            resources: list[str],
+            *,
+            conditions: dict[str, object] | None = None,
+            wildcard_reason: str | None = None,
+        ) -> None:
+            for name in names:
+                role = by_step[name].role
+                assert role is not None
+                self._allow(role, actions, resources, conditions=conditions, wildcard_reason=wildcard_reason)
+
+        inbox = "Jobs read whichever input object started them; users choose the keys under inbox/."
+        jobs = "Each job's working files live under jobs/<job id>/, which exists only once the job runs."
+        outbox = "Results are written under outbox/ with names taken from the input object."
+        table = self.storage.table
+
+        for step, function in by_step.items():
+            self.functions.log_groups[step].grant_write(function)
+            table.grant_read_write_data(function)
+            assert function.role is not None  # Functions gives every step its own role
+            self._acknowledge(
+                function.role,
+                f"AwsSolutions-IAM5[Resource::{self._spelled(table.table_arn)}/index/*]",
+                "CDK's table grant covers the table's indexes; webhooks look items up by provider id.",
+            )
+
+        # HeadObject is authorised by s3:GetObject, so Plan can read the ETag and metadata.
+        allow(["plan"], ["s3:GetObject"], self._objects("inbox/"), wildcard_reason=inbox)
+        allow(["plan"], ["s3:PutObject"], self._objects("jobs/"), wildcard_reason=jobs)
+
+        allow(PROVIDER_STEPS, ["s3:GetObject"], self._objects("inbox/", "jobs/"), wildcard_reason=f"{inbox} {jobs}")
+        allow(PROVIDER_STEPS, ["s3:PutObject"], self._objects("jobs/"), wildcard_reason=jobs)
+        allow(PROVIDER_STEPS, ["secretsmanager:GetSecretValue"], [self.secrets.api_key.secret_arn])
+
+        # UploadPartCopy needs GetObject on the source part and PutObject on the target.
+        allow(OUTPUT_STEPS, ["s3:GetObject"], self._objects("inbox/", "jobs/"), wildcard_reason=f"{inbox} {jobs}")
+        allow(
+            OUTPUT_STEPS, ["s3:PutObject", "s3:AbortMultipartUpload"], self._objects("outbox/"), wildcard_reason=outbox
+        )
+        default_bus = self.format_arn(service="events", resource="event-bus", resource_name=EVENT_BUS)
+        allow([*OUTPUT_STEPS, "notify"], ["events:PutEvents"], [default_bus])
+
+        # Without ListBucket a missing checkpoint reads as 403 instead of 404.
+        allow(
+            [*PROVIDER_STEPS, *OUTPUT_STEPS],
+            ["s3:ListBucket"],
+            [self.storage.bucket.bucket_arn],
+            conditions={"StringLike": {"s3:prefix": ["jobs/", "jobs/*"]}},
+        )
+
+        machine = self.workflow.state_machine_arn
+        allow(
+            TASK_TOKEN_STEPS,
+            ["states:SendTaskSuccess", "states:SendTaskFailure", "states:SendTaskHeartbeat"],
+            [machine, f"{machine}/*"],
+            wildcard_reason="Task tokens come from the Map's child executions, of `<state machine>/<Map label>`.",
+        )
+
+    def _grant_workflow(self) -> None:
+        workflow = self.workflow
+        functions = self.functions.by_step.values()
+        self._allow(
+            workflow.role,
+            ["lambda:InvokeFunction"],
+            [arn for f in functions for arn in (f.function_arn, f"{f.function_arn}:*")],
+            wildcard_reason="Invoking the function's published versions and aliases, as well as $LATEST.",
+        )
+        # The Distributed Map's ItemReader reads the manifest that Plan wrote.
+        self._allow(
+            workflow.role,
+            ["s3:GetObject"],
+            self._objects("jobs/"),
+            wildcard_reason="Each job's manifest is under jobs/<job id>/, which exists only once the job runs.",
+        )
+        # The Distributed Map runs each shard as a child execution of this same state machine;
+        # RedriveExecution lets a failed Map run be redriven.
+        self._allow(workflow.role, ["states:StartExecution"], [workflow.state_machine_arn])
+        self._allow(
+            workflow.role,
+            ["states:DescribeExecution", "states:StopExecution", "states:RedriveExecution"],
+            workflow.execution_arns,
+            wildcard_reason="The Map's child executions of this state machine, named only when they start.",
+        )
+        self._acknowledge(
+            workflow.role,
+            "AwsSolutions-IAM5[Resource::*]",
+            "Log delivery and X-Ray tracing actions that CDK adds do not support resource-level permissions.",
+        )
+
+    def _grant_monitoring(self) -> None:
+        self.monitoring.topic_key.grant(
+            iam.ServicePrincipal("cloudwatch.amazonaws.com"), "kms:Decrypt", "kms:GenerateDataKey*"
+        )
+
+    def _acknowledge_nag_findings(self) -> None:
+        """Deliberate cdk-nag findings that are not about a grant made above."""
+        for function in self.functions.by_step.values():
+            self._acknowledge(
+                function,
+                "AwsSolutions-L1",
+                "Pinned to Python 3.12, the runtime the handlers and their bundled wheels are built for.",
+            )
+        self._acknowledge(
+            self.workflow.state_machine,
+            "AwsSolutions-SF1",
+            "A Distributed Map runs thousands of child executions, so logging ALL events costs more than the "
+            "work; ERROR level without execution data also keeps request bodies out of the logs.",
+        )
+        self._acknowledge(
+            self.workflow.dead_letter_queue,
+            "AwsSolutions-SQS3",
+            "This queue is itself the dead-letter queue of the EventBridge rule.",
+        )
+        if self.secrets.created:
+            self._acknowledge(
+                self.secrets.api_key,
+                "AwsSolutions-SMG4",
+                "A provider API key is issued and rotated at the provider, which Secrets Manager cannot call.",
+            )
+        if not self.config.point_in_time_recovery:
+            self._acknowledge(
+                self.storage.table,
+                "AwsSolutions-DDB3",
+                "Job state can be rebuilt by uploading the input again; environments that need PITR enable it.",
+            )
+        for child in self.node.children:
+            # The singleton Lambda behind `event_bridge_enabled`, created and owned by CDK.
+            if child.node.id.startswith("BucketNotificationsHandler"):
+                self._acknowledge(
+                    child,
+                    "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"
+                    "AWSLambdaBasicExecutionRole]",
+                    "CDK's own handler that turns on EventBridge notifications for the bucket at deploy time.",
+                )
+
+
+def build_app(app: cdk.App, env_names: Sequence[str] | None = None) -> dict[str, SluiceStack]:
+    """Adds one stack per environment: those named, else `-c env=...`, else all in cdk.json."""
+    environments = app.node.try_get_context("environments")
+    if not environments:
+        raise ConfigError("no `environments` in the app's context; is cdk.json next to app.py?")
+    if env_names is None:
+        selected = app.node.try_get_context("env")
+        env_names = [selected] if selected else list(environments)
+    stacks = {}
+    for name in env_names:
+        config = Environment.from_context(name, environments)
+        stacks[name] = SluiceStack(
+            app,
+            config.stack_name,
+            config=config,
+            description=f"Sluice {name}: batch LLM requests from S3 through Step Functions",
+            env=cdk.Environment(account=config.account, region=config.region),
+        )
+    return stacks

@@ -1,0 +1,88 @@
+"""Where jobs live: the bucket (inbox/, jobs/, outbox/) and the state table."""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+import aws_cdk.aws_dynamodb as dynamodb
+import aws_cdk.aws_s3 as s3
+from constructs import Construct
+
+# S3 server access logs are for audits after the fact; a quarter covers the usual look-back.
+ACCESS_LOG_DAYS = 90
+
+
+class Storage(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        ttl_days: int,
+        versioned: bool,
+        point_in_time_recovery: bool,
+        removal_policy: cdk.RemovalPolicy,
+    ) -> None:
+        super().__init__(scope, id)
+        destroy = removal_policy == cdk.RemovalPolicy.DESTROY
+
+        # Server access logs must go to a bucket with SSE-S3, not KMS, so both buckets use it.
+        self.access_logs = s3.Bucket(
+            self,
+            "AccessLogs",
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            encryption=s3.BucketEncryption.S3_MANAGED,
+            enforce_ssl=True,
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+            lifecycle_rules=[s3.LifecycleRule(expiration=cdk.Duration.days(ACCESS_LOG_DAYS))],
+            removal_policy=removal_policy,
+            auto_delete_objects=destroy,
+        )
+
+        jobs_rule = s3.LifecycleRule(
+            id="expire-jobs",
+            prefix="jobs/",
+            expiration=cdk.Duration.days(ttl_days),
+            noncurrent_version_expiration=cdk.Duration.days(1) if versioned else None,
+        )
+        # Merge writes outbox/ objects with multipart uploads; a failed one would bill forever.
+        abort_uploads = s3.LifecycleRule(
+            id="abort-incomplete-uploads",
+            abort_incomplete_multipart_upload_after=cdk.Duration.days(1),
+        )
+        self.bucket = s3.Bucket(
+            self,
+            "Bucket",
+            event_bridge_enabled=True,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            encryption=s3.BucketEncryption.S3_MANAGED,
+            enforce_ssl=True,
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+            versioned=versioned,
+            server_access_logs_bucket=self.access_logs,
+            server_access_logs_prefix="bucket/",
+            lifecycle_rules=[jobs_rule, abort_uploads],
+            removal_policy=removal_policy,
+            auto_delete_objects=destroy,
+        )
+
+        self.table = dynamodb.Table(
+            self,
+            "Table",
+            partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING),
+            sort_key=dynamodb.Attribute(name="sk", type=dynamodb.AttributeType.STRING),
+            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
+            time_to_live_attribute="expires_at",
+            encryption=dynamodb.TableEncryption.AWS_MANAGED,
+            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
+                point_in_time_recovery_enabled=point_in_time_recovery,
+            ),
+            deletion_protection=not destroy,
+            removal_policy=removal_policy,
+        )
+        # Sparse: only items that were handed to a provider carry `provider_id`, so a webhook
+        # can find its item without the index holding every row.
+        self.table.add_global_secondary_index(
+            index_name="by_provider_id",
+            partition_key=dynamodb.Attribute(name="provider_id", type=dynamodb.AttributeType.STRING),
+            projection_type=dynamodb.ProjectionType.ALL,
+        )

@@ -1,0 +1,74 @@
+from __future__ import annotations
+
+import copy
+
+import aws_cdk as cdk
+import pytest
+
+from infra.config import ConfigError, Environment
+from infra.stack import build_app
+from tests.infra.conftest import CONTEXT
+
+ENVIRONMENTS = CONTEXT["environments"]
+
+
+def with_value(env: str, key: str, value: object) -> dict:
+    environments = copy.deepcopy(ENVIRONMENTS)
+    environments[env][key] = value
+    return environments
+
+
+def test_cdk_json_environments_are_valid() -> None:
+    for name in ENVIRONMENTS:
+        config = Environment.from_context(name, ENVIRONMENTS)
+        assert config.stack_name == f"Sluice-{name}"
+    assert Environment.from_context("dev", ENVIRONMENTS).map_concurrency == 10
+    assert Environment.from_context("prod", ENVIRONMENTS).map_concurrency == 40
+
+
+def test_unknown_environment_names_the_known_ones() -> None:
+    with pytest.raises(ConfigError, match=r"unknown environment 'staging'.*dev, prod"):
+        Environment.from_context("staging", ENVIRONMENTS)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("concurrency", -1, r"environment 'dev': concurrency must be a positive integer, got -1"),
+        ("concurrency", True, r"concurrency must be a positive integer"),
+        ("map_concurrency", "10", r"map_concurrency must be a positive integer"),
+        ("request_timeout_s", 0, r"request_timeout_s must be a positive number"),
+        ("default_mode", "turbo", r"default_mode must be one of direct, background, batch, auto"),
+        ("removal_policy", "snapshot", r"removal_policy must be one of destroy, retain"),
+        ("versioning", "yes", r"versioning must be true or false"),
+        ("log_level", "LOUD", r"log_level must be one of"),
+        ("log_retention_days", 8, r"log_retention_days must be one of"),
+        ("alarm_email", "ops", r"alarm_email must be an email address"),
+        ("provider_base_url", "api.openai.com", r"provider_base_url must be an http\(s\) URL"),
+        ("api_key_secret_arn", "arn:aws:s3:::bucket", r"api_key_secret_arn must be the complete ARN"),
+        ("concurency", 5, r"environment 'dev': unknown key\(s\) concurency"),
+    ],
+)
+def test_bad_values_name_the_environment_and_key(key: str, value: object, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        Environment.from_context("dev", with_value("dev", key, value))
+
+
+def test_missing_required_key() -> None:
+    environments = copy.deepcopy(ENVIRONMENTS)
+    del environments["prod"]["ttl_days"]
+    with pytest.raises(ConfigError, match=r"environment 'prod': missing required key 'ttl_days'"):
+        Environment.from_context("prod", environments)
+
+
+def test_env_context_builds_only_that_stack() -> None:
+    app = cdk.App(context={**CONTEXT, "env": "prod", "aws:cdk:bundling-stacks": []})
+    stacks = build_app(app)
+    assert [s.stack_name for s in stacks.values()] == ["Sluice-prod"]
+    assert [c.node.id for c in app.node.children if isinstance(c, cdk.Stack)] == ["Sluice-prod"]
+
+
+def test_env_context_with_an_unknown_name_fails_clearly() -> None:
+    app = cdk.App(context={**CONTEXT, "env": "qa", "aws:cdk:bundling-stacks": []})
+    with pytest.raises(ConfigError, match=r"unknown environment 'qa'"):
+        build_app(app)

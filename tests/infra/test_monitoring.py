@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+import aws_cdk as cdk
+import aws_cdk.aws_lambda as lambda_
+import aws_cdk.aws_sqs as sqs
+import aws_cdk.aws_stepfunctions as sfn
+from aws_cdk import assertions
+
+from infra.functions import STEPS
+from infra.monitoring import Monitoring
+from tests.infra.conftest import Synthesis
+
+
+def test_alarms_cover_executions_each_function_and_the_dlq(synthesis: Synthesis, env: str) -> None:
+    alarms = synthesis.resources(env, "AWS::CloudWatch::Alarm").values()
+    metrics = sorted((a["Properties"]["Namespace"], a["Properties"]["MetricName"]) for a in alarms)
+    expected = (
+        [("AWS/States", "ExecutionsFailed"), ("AWS/SQS", "ApproximateNumberOfMessagesVisible")]
+        + [("AWS/Lambda", "Errors")] * len(STEPS)
+        + [("AWS/Lambda", "Throttles")] * len(STEPS)
+    )
+    assert metrics == sorted(expected)
+    (topic_id,) = synthesis.resources(env, "AWS::SNS::Topic")
+    for alarm in alarms:
+        assert alarm["Properties"]["AlarmActions"] == [{"Ref": topic_id}]
+
+
+def test_alarm_topic_is_encrypted_ssl_only_and_cloudwatch_can_use_its_key(synthesis: Synthesis, env: str) -> None:
+    ((_topic_id, topic),) = synthesis.resources(env, "AWS::SNS::Topic").items()
+    key_id = topic["Properties"]["KmsMasterKeyId"]["Fn::GetAtt"][0]
+    (policy,) = synthesis.resources(env, "AWS::SNS::TopicPolicy").values()
+    assert any(
+        s["Effect"] == "Deny" and s.get("Condition") == {"Bool": {"aws:SecureTransport": "false"}}
+        for s in policy["Properties"]["PolicyDocument"]["Statement"]
+    )
+    key = synthesis.resources(env, "AWS::KMS::Key")[key_id]["Properties"]
+    assert key["EnableKeyRotation"] is True
+    assert any(s.get("Principal") == {"Service": "cloudwatch.amazonaws.com"} for s in key["KeyPolicy"]["Statement"])
+    synthesis.templates[env].resource_count_is("AWS::CloudWatch::Dashboard", 1)
+
+
+def test_email_subscription_only_when_configured() -> None:
+    def subscriptions(email: str | None) -> int:
+        stack = cdk.Stack()
+        Monitoring(
+            stack,
+            "Monitoring",
+            env_name="test",
+            state_machine=sfn.StateMachine.from_state_machine_arn(
+                stack, "Machine", "arn:aws:states:us-east-1:123456789012:stateMachine:sluice-test"
+            ),
+            functions={
+                "plan": lambda_.Function.from_function_arn(
+                    stack, "Plan", "arn:aws:lambda:us-east-1:123456789012:function:plan"
+                )
+            },
+            dead_letter_queue=sqs.Queue.from_queue_arn(stack, "Dlq", "arn:aws:sqs:us-east-1:123456789012:dlq"),
+            alarm_email=email,
+            removal_policy=cdk.RemovalPolicy.DESTROY,
+        )
+        template = assertions.Template.from_stack(stack)
+        found = template.find_resources("AWS::SNS::Subscription")
+        for subscription in found.values():
+            assert subscription["Properties"]["Protocol"] == "email"
+            assert subscription["Properties"]["Endpoint"] == email
+        return len(found)
+
+    assert subscriptions("ops@example.com") == 1
+    assert subscriptions(None) == 0

@@ -1,0 +1,93 @@
+from __future__ import annotations
+
+from aws_cdk.assertions import Match
+
+from tests.infra.conftest import Synthesis
+
+
+def _job_bucket_id(synthesis: Synthesis, env: str) -> str:
+    """The job bucket is the one whose access logs go to the other bucket."""
+    buckets = synthesis.resources(env, "AWS::S3::Bucket")
+    (bucket_id,) = [k for k, b in buckets.items() if "LoggingConfiguration" in b["Properties"]]
+    return bucket_id
+
+
+def _job_bucket(synthesis: Synthesis, env: str) -> dict:
+    return synthesis.resources(env, "AWS::S3::Bucket")[_job_bucket_id(synthesis, env)]["Properties"]
+
+
+def test_bucket_is_private_encrypted_and_sends_events_to_eventbridge(synthesis: Synthesis, env: str) -> None:
+    props = _job_bucket(synthesis, env)
+    assert props["PublicAccessBlockConfiguration"] == {
+        "BlockPublicAcls": True,
+        "BlockPublicPolicy": True,
+        "IgnorePublicAcls": True,
+        "RestrictPublicBuckets": True,
+    }
+    (rule,) = props["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+    assert rule["ServerSideEncryptionByDefault"]["SSEAlgorithm"] in ("AES256", "aws:kms")
+    assert "DestinationBucketName" in props["LoggingConfiguration"]
+    # CDK turns EventBridge delivery on through its bucket-notifications custom resource.
+    synthesis.templates[env].has_resource_properties(
+        "Custom::S3BucketNotifications",
+        {
+            "BucketName": {"Ref": _job_bucket_id(synthesis, env)},
+            "NotificationConfiguration": {"EventBridgeConfiguration": {}},
+        },
+    )
+
+
+def test_every_bucket_denies_requests_without_tls(synthesis: Synthesis, env: str) -> None:
+    buckets = synthesis.resources(env, "AWS::S3::Bucket")
+    policies = synthesis.resources(env, "AWS::S3::BucketPolicy").values()
+    secured = {
+        p["Properties"]["Bucket"]["Ref"]
+        for p in policies
+        for s in p["Properties"]["PolicyDocument"]["Statement"]
+        if s["Effect"] == "Deny" and s.get("Condition") == {"Bool": {"aws:SecureTransport": "false"}}
+    }
+    assert secured == set(buckets)
+
+
+def test_jobs_prefix_expires_after_ttl_days(synthesis: Synthesis, env: str) -> None:
+    rules = _job_bucket(synthesis, env)["LifecycleConfiguration"]["Rules"]
+    jobs = [r for r in rules if r.get("Prefix") == "jobs/"]
+    assert [r["ExpirationInDays"] for r in jobs] == [synthesis.stacks[env].config.ttl_days]
+    assert any(r.get("AbortIncompleteMultipartUpload") for r in rules)
+
+
+def test_table_keys_billing_ttl_and_sparse_provider_index(synthesis: Synthesis, env: str) -> None:
+    synthesis.templates[env].has_resource_properties(
+        "AWS::DynamoDB::Table",
+        {
+            "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+            "AttributeDefinitions": Match.array_with([{"AttributeName": "provider_id", "AttributeType": "S"}]),
+            "BillingMode": "PAY_PER_REQUEST",
+            "TimeToLiveSpecification": {"AttributeName": "expires_at", "Enabled": True},
+            "SSESpecification": {"SSEEnabled": True},
+            "GlobalSecondaryIndexes": [
+                {
+                    "IndexName": "by_provider_id",
+                    "KeySchema": [{"AttributeName": "provider_id", "KeyType": "HASH"}],
+                    "Projection": {"ProjectionType": "ALL"},
+                }
+            ],
+        },
+    )
+
+
+def test_prod_keeps_history_and_dev_does_not(synthesis: Synthesis) -> None:
+    for env, expected in (("prod", True), ("dev", False)):
+        versioning = _job_bucket(synthesis, env).get("VersioningConfiguration", {}).get("Status") == "Enabled"
+        (table,) = synthesis.resources(env, "AWS::DynamoDB::Table").values()
+        pitr = table["Properties"].get("PointInTimeRecoverySpecification", {})
+        assert versioning is expected, env
+        assert pitr.get("PointInTimeRecoveryEnabled", False) is expected, env
+
+
+def test_removal_policies_follow_config(synthesis: Synthesis) -> None:
+    (dev_table,) = synthesis.resources("dev", "AWS::DynamoDB::Table").values()
+    (prod_table,) = synthesis.resources("prod", "AWS::DynamoDB::Table").values()
+    assert dev_table["DeletionPolicy"] == "Delete"
+    assert prod_table["DeletionPolicy"] == "Retain"
+    assert prod_table["Properties"]["DeletionProtectionEnabled"] is True

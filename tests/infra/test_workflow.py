@@ -1,0 +1,129 @@
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from aws_cdk.assertions import Match
+
+from infra.definition import FUNCTION_PLACEHOLDERS, definition_json
+from tests.infra.conftest import Synthesis
+
+
+def _only(resources: dict) -> tuple[str, dict]:
+    (item,) = resources.items()
+    return item
+
+
+def test_state_machine_runs_the_shared_definition(synthesis: Synthesis, env: str) -> None:
+    _, machine = _only(synthesis.resources(env, "AWS::StepFunctions::StateMachine"))
+    props = machine["Properties"]
+    assert props["DefinitionString"] == definition_json()
+    assert props["StateMachineType"] == "STANDARD"
+    assert props["StateMachineName"] == f"sluice-{env}"
+    assert props["TracingConfiguration"] == {"Enabled": True}
+    assert props["LoggingConfiguration"]["Level"] == "ERROR"
+    assert props["LoggingConfiguration"]["IncludeExecutionData"] is False
+
+
+def test_every_placeholder_is_a_function_arn(synthesis: Synthesis, env: str) -> None:
+    _, machine = _only(synthesis.resources(env, "AWS::StepFunctions::StateMachine"))
+    substitutions = machine["Properties"]["DefinitionSubstitutions"]
+    placeholders = set(re.findall(r"\$\{(\w+)\}", definition_json()))
+    assert placeholders == set(FUNCTION_PLACEHOLDERS.values()) == set(substitutions)
+    functions = synthesis.resources(env, "AWS::Lambda::Function")
+    targets = set()
+    for value in substitutions.values():
+        logical_id, attribute = value["Fn::GetAtt"]
+        assert attribute == "Arn"
+        assert functions[logical_id]["Properties"]["Handler"].startswith("handlers.")
+        targets.add(logical_id)
+    assert len(targets) == len(FUNCTION_PLACEHOLDERS)
+
+
+def test_rule_starts_the_state_machine_for_inbox_jsonl_with_a_dlq(synthesis: Synthesis, env: str) -> None:
+    template = synthesis.templates[env]
+    machine_id, _ = _only(synthesis.resources(env, "AWS::StepFunctions::StateMachine"))
+    queue_id, queue = _only(synthesis.resources(env, "AWS::SQS::Queue"))
+    template.has_resource_properties(
+        "AWS::Events::Rule",
+        {
+            "EventPattern": {
+                "source": ["aws.s3"],
+                "detail-type": ["Object Created"],
+                "detail": {
+                    "bucket": {"name": [{"Ref": Match.string_like_regexp("^StorageBucket")}]},
+                    "object": {"key": [{"wildcard": "inbox/*.jsonl"}]},
+                },
+            },
+            "State": "ENABLED",
+            "Targets": [
+                Match.object_like(
+                    {
+                        "Arn": {"Ref": machine_id},
+                        "DeadLetterConfig": {"Arn": {"Fn::GetAtt": [queue_id, "Arn"]}},
+                        "RetryPolicy": Match.object_like({"MaximumRetryAttempts": Match.any_value()}),
+                        "Input": Match.absent(),
+                        "InputPath": Match.absent(),
+                        "InputTransformer": Match.absent(),
+                    }
+                )
+            ],
+        },
+    )
+    assert queue["Properties"].get("SqsManagedSseEnabled") or queue["Properties"].get("KmsMasterKeyId")
+
+
+def _workflow_statements(synthesis: Synthesis, env: str) -> list[dict]:
+    policies = synthesis.resources(env, "AWS::IAM::Policy")
+    (policy,) = [p for k, p in policies.items() if k.startswith("WorkflowRole")]
+    return policy["Properties"]["PolicyDocument"]["Statement"]
+
+
+def _flat(resource: Any) -> str:
+    """A resource ARN as text, with intrinsic references spelled `<LogicalId>`."""
+    if isinstance(resource, str):
+        return resource
+    if "Fn::Join" in resource:
+        return "".join(_flat(part) for part in resource["Fn::Join"][1])
+    if "Fn::GetAtt" in resource:
+        return "<{}.{}>".format(*resource["Fn::GetAtt"])
+    if "Ref" in resource:
+        return "<" + resource["Ref"] + ">"
+    raise AssertionError(resource)
+
+
+def _resources(statement: dict) -> list[str]:
+    found = statement["Resource"]
+    return [_flat(r) for r in (found if isinstance(found, list) else [found])]
+
+
+def test_workflow_role_invokes_exactly_the_step_functions(synthesis: Synthesis, env: str) -> None:
+    functions = synthesis.resources(env, "AWS::Lambda::Function")
+    ours = {k for k, f in functions.items() if f["Properties"].get("Handler", "").startswith("handlers.")}
+    invoke = [s for s in _workflow_statements(synthesis, env) if s["Action"] == "lambda:InvokeFunction"]
+    (statement,) = invoke
+    assert sorted(_resources(statement)) == sorted([f"<{k}.Arn>" for k in ours] + [f"<{k}.Arn>:*" for k in ours])
+
+
+def test_workflow_role_can_run_its_distributed_map(synthesis: Synthesis, env: str) -> None:
+    statements = _workflow_statements(synthesis, env)
+    by_action: dict[str, list[str]] = {}
+    for statement in statements:
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        for action in actions:
+            by_action.setdefault(action, []).extend(_resources(statement))
+    prefix = "arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>"
+    assert by_action["states:StartExecution"] == [f"{prefix}:stateMachine:sluice-{env}"]
+    executions = [f"{prefix}:execution:sluice-{env}/*", f"{prefix}:execution:sluice-{env}:*"]
+    assert sorted(by_action["states:DescribeExecution"]) == sorted(executions)
+    assert sorted(by_action["states:StopExecution"]) == sorted(executions)
+    (bucket,) = [b for b in by_action["s3:GetObject"]]
+    assert re.fullmatch(r"<StorageBucket\w+\.Arn>/jobs/\*", bucket)
+
+
+def test_outputs_let_a_cli_find_the_environment(synthesis: Synthesis, env: str) -> None:
+    outputs = synthesis.raw[env]["Outputs"]
+    for name in ("BucketName", "TableName", "StateMachineArn", "ApiKeySecretArn"):
+        assert name in outputs
+        assert "Export" not in outputs[name]
+    assert synthesis.stacks[env].stack_name == f"Sluice-{env}"
