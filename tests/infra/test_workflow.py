@@ -127,3 +127,20 @@ def test_outputs_let_a_cli_find_the_environment(synthesis: Synthesis, env: str) 
         assert name in outputs
         assert "Export" not in outputs[name]
     assert synthesis.stacks[env].stack_name == f"Sluice-{env}"
+
+
+def test_the_local_run_executes_the_deployed_definition(synthesis: Synthesis, env: str) -> None:
+    """`sluice run` must run what `cdk deploy` ships: same document once the ARNs are filled in."""
+    from infra.definition import substitute
+    from local.cloud import HANDLERS, function_arn, local_definition
+
+    _, machine = _only(synthesis.resources(env, "AWS::StepFunctions::StateMachine"))
+    functions = synthesis.resources(env, "AWS::Lambda::Function")
+    by_handler = {}
+    for placeholder, value in machine["Properties"]["DefinitionSubstitutions"].items():
+        handler = functions[value["Fn::GetAtt"][0]]["Properties"]["Handler"]
+        module = handler.removesuffix(".handler")
+        step = next(step for step, local_module in HANDLERS.items() if local_module == module)
+        by_handler[placeholder] = function_arn(step)
+    deployed = substitute(machine["Properties"]["DefinitionString"], by_handler)
+    assert deployed == local_definition()
