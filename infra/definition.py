@@ -33,6 +33,8 @@ TRANSIENT_LAMBDA_ERRORS = [
     "Lambda.SdkClientException",
     "Lambda.TooManyRequestsException",
     "Lambda.Unknown",
+    # a shard that outlives its Lambda resumes from its checkpoints on the retry
+    "Sandbox.Timedout",
     "Transient",
 ]
 

@@ -24,7 +24,14 @@ def make_cloud(simulator: SimulatorServer) -> Iterator[object]:
     stack: list[object] = []
 
     def start(**settings: object) -> LocalCloud:
-        options = {"concurrency": 50, "map_concurrency": 4, "shard_lines": 100, "request_timeout_s": 5.0, **settings}
+        options = {
+            "concurrency": 50,
+            "map_concurrency": 4,
+            "shard_lines": 100,
+            "request_timeout_s": 5.0,
+            "retry_base_delay_s": 0.05,
+            **settings,
+        }
         cloud = LocalCloud(provider_base_url=simulator.base_url, api_key="sk-test", settings=LocalSettings(**options))  # type: ignore[arg-type]
         context = cloud.running()
         context.__enter__()
@@ -38,11 +45,17 @@ def make_cloud(simulator: SimulatorServer) -> Iterator[object]:
 
 def request_line(custom_id: str, text: str = "The kettle is great", url: str = "/v1/chat/completions") -> bytes:
     if url == "/v1/responses":
-        body: dict[str, object] = {"model": "gpt-4o-mini", "input": f"Reply with one word, positive or negative:\n\n{text}"}
+        body: dict[str, object] = {
+            "model": "gpt-4o-mini",
+            "input": f"Reply with one word, positive or negative:\n\n{text}",
+        }
     elif url == "/v1/embeddings":
         body = {"model": "text-embedding-3-small", "input": text}
     else:
-        body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": f"Reply with one word, positive or negative:\n\n{text}"}]}
+        body = {
+            "model": "gpt-4o-mini",
+            "messages": [{"role": "user", "content": f"Reply with one word, positive or negative:\n\n{text}"}],
+        }
     return orjson.dumps({"custom_id": custom_id, "method": "POST", "url": url, "body": body}) + b"\n"
 
 

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 MODES = ("direct", "background", "batch", "auto")
+BATCH_INCOMPLETE_POLICIES = ("direct", "error")
 
 
 class SettingsError(RuntimeError):
@@ -28,8 +29,19 @@ class Settings:
     ttl_days: int = 14
     event_bus: str = "default"
     poll_seconds: int = 10
+    # first retry waits up to this long (full jitter), doubling per attempt
+    retry_base_delay_s: float = 0.5
     # stop taking new items this long (plus the request timeout) before the Lambda's end
     safety_margin_s: float = 20.0
+    # the OpenAI Batch API's limits per input file
+    batch_max_requests: int = 50_000
+    batch_max_bytes: int = 200 * 1024 * 1024
+    # webhooks wake a batch shard when it ends; polling only reconciles, so it backs off to this
+    batch_poll_max_s: int = 300
+    # auto mode sends a shard through the Batch API from this many requests up
+    auto_batch_min_requests: int = 1000
+    # what happens to rows a batch did not finish: `direct` re-runs them, `error` reports them
+    on_batch_incomplete: str = "direct"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -56,6 +68,11 @@ class Settings:
         mode = env.get("SLUICE_DEFAULT_MODE", "direct")
         if mode not in MODES:
             raise SettingsError(f"SLUICE_DEFAULT_MODE={mode!r}; expected one of {', '.join(MODES)}")
+        incomplete = env.get("SLUICE_ON_BATCH_INCOMPLETE", "direct")
+        if incomplete not in BATCH_INCOMPLETE_POLICIES:
+            raise SettingsError(
+                f"SLUICE_ON_BATCH_INCOMPLETE={incomplete!r}; expected one of {', '.join(BATCH_INCOMPLETE_POLICIES)}"
+            )
         return cls(
             bucket=need("SLUICE_BUCKET"),
             table=need("SLUICE_TABLE"),
@@ -71,4 +88,10 @@ class Settings:
             event_bus=env.get("SLUICE_EVENT_BUS", "default"),
             poll_seconds=int(number("SLUICE_POLL_SECONDS", 10)),
             safety_margin_s=float(number("SLUICE_SAFETY_MARGIN_S", 20.0, float)),
+            retry_base_delay_s=float(number("SLUICE_RETRY_BASE_DELAY_S", 0.5, float)),
+            batch_max_requests=int(number("SLUICE_BATCH_MAX_REQUESTS", 50_000)),
+            batch_max_bytes=int(number("SLUICE_BATCH_MAX_BYTES", 200 * 1024 * 1024)),
+            batch_poll_max_s=int(number("SLUICE_BATCH_POLL_MAX_S", 300)),
+            auto_batch_min_requests=int(number("SLUICE_AUTO_BATCH_MIN_REQUESTS", 1000)),
+            on_batch_incomplete=incomplete,
         )
