@@ -59,7 +59,7 @@ def plan_parts(sizes: list[int], *, min_part: int = MIN_PART, max_part: int = MA
 
     A source with `min_part` bytes or more to spare is copied server-side; small sources are
     combined, borrowing the head of the next source when a group falls short, so at most
-    `min_part` bytes per seam are downloaded.
+    `2 * min_part` bytes per seam pass through the process.
     """
     parts: list[Part] = []
     group: list[Piece] = []
@@ -70,6 +70,9 @@ def plan_parts(sizes: list[int], *, min_part: int = MIN_PART, max_part: int = MA
             continue
         if grouped:
             take = min(min_part - grouped, size)
+            if 0 < size - take < min_part:
+                # a stub too short to copy on its own would start another seam: take it all now
+                take = size
             group.append(Piece(index, 0, take))
             grouped += take
             pos = take
@@ -150,7 +153,9 @@ def load_manifest(s3: Any, bucket: str, manifest_key: str) -> list[ShardSpec]:
     return [ShardSpec.from_dict(item) for item in orjson.loads(raw)]
 
 
-def _shard_outputs(s3: Any, specs: list[ShardSpec], *, missing_code: str | None, missing_message: str) -> Iterator[tuple[ShardSpec, dict[str, Any]]]:
+def _shard_outputs(
+    s3: Any, specs: list[ShardSpec], *, missing_code: str | None, missing_message: str
+) -> Iterator[tuple[ShardSpec, dict[str, Any]]]:
     for spec in specs:
         if missing_code is not None:
             # a failed job may have shards that never finished: account for their lines now
@@ -159,9 +164,53 @@ def _shard_outputs(s3: Any, specs: list[ShardSpec], *, missing_code: str | None,
             raw = s3.get_object(Bucket=spec.bucket, Key=spec.stats_key)["Body"].read()
         except ClientError as exc:
             if exc.response["Error"]["Code"] in ("NoSuchKey", "404"):
-                raise ShardIncomplete(f"shard {spec.shard} (lines {spec.first_line}-{spec.last_line}) did not finish") from exc
+                raise ShardIncomplete(
+                    f"shard {spec.shard} (lines {spec.first_line}-{spec.last_line}) did not finish"
+                ) from exc
             raise
         yield spec, orjson.loads(raw)
+
+
+def batch_report(s3: Any, spec: ShardSpec) -> dict[str, Any] | None:
+    """What a batch shard's batches did (CollectBatch writes it once they have all ended)."""
+    if spec.mode != "batch":
+        return None
+    try:
+        raw = s3.get_object(Bucket=spec.bucket, Key=spec.batch_report_key)["Body"].read()
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] in ("NoSuchKey", "404"):
+            return None
+        raise
+    report: dict[str, Any] = orjson.loads(raw)
+    return report
+
+
+def provider_costs(models: dict[str, list[int]], batch_models: dict[str, list[int]]) -> dict[str, float | None]:
+    """The provider estimate as run (rows a batch answered at the batch rate, the rest direct)
+    next to what the same tokens cost all direct and all batch."""
+    direct_models = {
+        model: [max(0, t - b) for t, b in zip(tokens, batch_models.get(model, [0, 0]), strict=True)]
+        for model, tokens in models.items()
+    }
+    direct = provider_cost_usd(direct_models)
+    batched = provider_cost_usd(batch_models, batch=True)
+    as_run = None if direct is None and batched is None else round((direct or 0.0) + (batched or 0.0), 6)
+    return {
+        "as_run": as_run,
+        "all_direct": provider_cost_usd(models),
+        "all_batch": provider_cost_usd(models, batch=True),
+    }
+
+
+def _provider_summary(costs: dict[str, float | None]) -> dict[str, float | None]:
+    as_run, all_direct = costs["as_run"], costs["all_direct"]
+    return {
+        "provider": as_run,
+        "provider_all_direct": all_direct,
+        "provider_all_batch": costs["all_batch"],
+        # what batching saved against sending everything directly
+        "batch_savings": None if as_run is None or all_direct is None else round(all_direct - as_run, 6),
+    }
 
 
 def merge_job(
@@ -181,6 +230,7 @@ def merge_job(
     job = store.job(job_id) or {}
     plan = job.get("plan", {})
     totals = Stats()
+    batch_totals = Stats()
     shards = []
     result_lines = error_lines = 0
     for spec, shard_stats in _shard_outputs(s3, specs, missing_code=missing_code, missing_message=missing_message):
@@ -192,16 +242,25 @@ def merge_job(
             raise InvariantError(f"shard {spec.shard} accounts for {got} lines of {expected}")
         result_lines += shard_stats["result_lines"]
         error_lines += shard_stats["error_lines"]
-        shards.append(
-            {
-                "shard": spec.shard,
-                "mode": spec.mode,
-                "first_line": spec.first_line,
-                "lines": spec.lines,
-                "results": shard_stats["result_lines"],
-                "errors": shard_stats["error_lines"],
+        entry: dict[str, Any] = {
+            "shard": spec.shard,
+            "mode": spec.mode,
+            "first_line": spec.first_line,
+            "lines": spec.lines,
+            "results": shard_stats["result_lines"],
+            "errors": shard_stats["error_lines"],
+        }
+        report = batch_report(s3, spec)
+        batch_models: dict[str, list[int]] = report.get("batch_models", {}) if report else {}
+        batch_totals.merge(Stats(models={k: list(v) for k, v in batch_models.items()}))
+        if report:
+            entry["batch"] = {
+                "batches": [{"id": b["id"], "status": b.get("status")} for b in report.get("batches", [])],
+                # rows no batch finished that RunShard then sent directly
+                "direct_fallback_lines": report.get("fallback_lines", 0),
             }
-        )
+        entry["provider_cost_usd"] = provider_costs(stats.models, batch_models)
+        shards.append(entry)
     prefix = state["output_prefix"]
     keys = {
         "results": f"{prefix}.results.jsonl",
@@ -234,18 +293,27 @@ def merge_job(
         "retries": totals.retries,
         "throttled": totals.throttled,
         "latency_s": {q: totals.percentile_s(v) for q, v in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))},
+        # what the report draws: the latency histogram and completions over time
+        "latency_histogram": totals.latency_histogram(),
+        "timeline": totals.timeline_dict(),
+        "started_at": started,
         "wall_seconds": wall,
         "plan_seconds": plan.get("plan_seconds"),
         "mode": plan.get("mode"),
         "shards": shards,
         "merge": moved,
         "cost_estimate_usd": {
-            "provider": provider_cost_usd(totals.models),
+            **_provider_summary(provider_costs(totals.models, batch_totals.models)),
             "aws": aws_cost_usd(requests=lines - blank, shards=len(specs), wall_seconds=wall),
         },
     }
     if error:
         summary["error"] = error
-    s3.put_object(Bucket=bucket, Key=keys["summary"], Body=orjson.dumps(summary, option=orjson.OPT_INDENT_2), ContentType="application/json")
+    s3.put_object(
+        Bucket=bucket,
+        Key=keys["summary"],
+        Body=orjson.dumps(summary, option=orjson.OPT_INDENT_2),
+        ContentType="application/json",
+    )
     store.finish_job(job_id, status=status, summary={k: summary[k] for k in ("counts", "outputs", "wall_seconds")})
     return summary

@@ -14,12 +14,14 @@ import orjson
 
 from .lines import LineError, parse_line, split_lines
 from .model import ErrorCode
-from .settings import MODES, Settings
+from .settings import BATCH_INCOMPLETE_POLICIES, MODES, Settings
 from .store import JobStore
 
 READ_CHUNK = 1 << 20
 MAX_SHARD_BYTES = 256 << 20
 METADATA_PREFIX = "sluice-"
+# the Batch API's completion window: a job that must finish sooner cannot wait on a batch
+BATCH_WINDOW_HOURS = 24.0
 
 
 class PlanError(ValueError):
@@ -33,20 +35,51 @@ class JobOptions:
     map_concurrency: int
     max_attempts: int
     model: str | None = None
+    on_batch_incomplete: str = "direct"
+    deadline_hours: float | None = None
 
     @classmethod
     def from_metadata(cls, metadata: Mapping[str, str], settings: Settings) -> JobOptions:
         """Per-object overrides from S3 metadata (`x-amz-meta-sluice-mode: batch`, ...)."""
-        meta = {k.lower().removeprefix(METADATA_PREFIX): v for k, v in metadata.items() if k.lower().startswith(METADATA_PREFIX)}
-        known = {"mode", "concurrency", "map-concurrency", "max-attempts", "model", "parent-job"}
+        meta = {
+            k.lower().removeprefix(METADATA_PREFIX): v
+            for k, v in metadata.items()
+            if k.lower().startswith(METADATA_PREFIX)
+        }
+        known = {
+            "mode",
+            "concurrency",
+            "map-concurrency",
+            "max-attempts",
+            "model",
+            "parent-job",
+            "on-batch-incomplete",
+            "deadline-hours",
+        }
         unknown = sorted(set(meta) - known)
         if unknown:
             raise PlanError(f"unknown option(s) in object metadata: {', '.join(METADATA_PREFIX + u for u in unknown)}")
         mode = meta.get("mode", settings.default_mode)
         if mode not in MODES:
             raise PlanError(f"{METADATA_PREFIX}mode={mode!r}; expected one of {', '.join(MODES)}")
-        if mode in ("batch", "auto"):
-            raise PlanError(f"{METADATA_PREFIX}mode={mode!r} is not available in this version; use direct or background")
+        incomplete = meta.get("on-batch-incomplete", settings.on_batch_incomplete)
+        if incomplete not in BATCH_INCOMPLETE_POLICIES:
+            expected = ", ".join(BATCH_INCOMPLETE_POLICIES)
+            raise PlanError(f"{METADATA_PREFIX}on-batch-incomplete={incomplete!r}; expected one of {expected}")
+        deadline: float | None = None
+        if "deadline-hours" in meta:
+            raw_deadline = meta["deadline-hours"]
+            try:
+                deadline = float(raw_deadline)
+            except ValueError:
+                deadline = -1.0
+            if not math.isfinite(deadline) or deadline <= 0:
+                raise PlanError(f"{METADATA_PREFIX}deadline-hours={raw_deadline!r}; expected a positive number")
+        if mode == "batch" and deadline is not None and deadline < BATCH_WINDOW_HOURS:
+            raise PlanError(
+                f"{METADATA_PREFIX}mode=batch cannot promise {METADATA_PREFIX}deadline-hours={meta['deadline-hours']}: "
+                f"the Batch API may take up to {BATCH_WINDOW_HOURS:g} hours; use direct or auto"
+            )
 
         def positive(name: str, default: int) -> int:
             raw = meta.get(name)
@@ -62,7 +95,17 @@ class JobOptions:
             map_concurrency=positive("map-concurrency", settings.map_concurrency),
             max_attempts=positive("max-attempts", settings.max_attempts),
             model=meta.get("model") or None,
+            on_batch_incomplete=incomplete,
+            deadline_hours=deadline,
         )
+
+    def shard_mode(self, requests: int, settings: Settings) -> str:
+        """The mode one shard runs in: `auto` batches the big shards when the job can wait."""
+        if self.mode != "auto":
+            return self.mode
+        if self.deadline_hours is not None and self.deadline_hours < BATCH_WINDOW_HOURS:
+            return "direct"
+        return "batch" if requests >= settings.auto_batch_min_requests else "direct"
 
 
 @dataclass
@@ -101,9 +144,7 @@ def output_prefix(key: str) -> str:
     return "outbox/" + relative.removesuffix(".jsonl")
 
 
-def plan_lines(
-    lines: Iterable[bytes], *, shard_lines: int, shard_bytes: int = MAX_SHARD_BYTES
-) -> PlanResult:
+def plan_lines(lines: Iterable[bytes], *, shard_lines: int, shard_bytes: int = MAX_SHARD_BYTES) -> PlanResult:
     """Cut shards at line starts; each holds at most `shard_lines` lines and `shard_bytes` bytes.
 
     Validation happens here too, so that duplicates (which need the whole file) are known
@@ -194,7 +235,8 @@ def plan_job(
             "end": shard.end,
             "first_line": shard.first_line,
             "lines": shard.lines,
-            "mode": options.mode,
+            "mode": options.shard_mode(shard.requests, settings),
+            "on_batch_incomplete": options.on_batch_incomplete,
             "concurrency": per_shard,
             "max_attempts": options.max_attempts,
             "model": options.model,
@@ -222,5 +264,11 @@ def plan_job(
         "concurrency": options.concurrency,
         "plan_seconds": round(time.time() - started, 3),
     }
-    store.record_plan(job_id, plan=plan_summary, shards=[(s.index, s.lines, s.requests) for s in result.shards], mode=options.mode)
+    store.record_plan(
+        job_id,
+        plan=plan_summary,
+        shards=[(s.index, s.lines, s.requests) for s in result.shards],
+        mode=options.mode,
+        shard_modes={item["shard"]: item["mode"] for item in manifest},
+    )
     return {**state, "shards": len(result.shards), "lines": result.lines}

@@ -42,6 +42,8 @@ class Settings:
     auto_batch_min_requests: int = 1000
     # what happens to rows a batch did not finish: `direct` re-runs them, `error` reports them
     on_batch_incomplete: str = "direct"
+    # the deployment (`dev`, `prod`, `local`): a dimension of every metric, so two never mix
+    environment: str = "local"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -94,4 +96,5 @@ class Settings:
             batch_poll_max_s=int(number("SLUICE_BATCH_POLL_MAX_S", 300)),
             auto_batch_min_requests=int(number("SLUICE_AUTO_BATCH_MIN_REQUESTS", 1000)),
             on_batch_incomplete=incomplete,
+            environment=env.get("SLUICE_ENV") or "local",
         )

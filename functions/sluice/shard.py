@@ -8,8 +8,10 @@ must never be sent again (invariant 3). When the shard is done its parts are ass
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +52,8 @@ class ShardSpec:
     model: str | None = None
     duplicates_key: str | None = None
     blank: int = 0
+    # batch mode: rows a batch did not finish are re-run directly ("direct") or reported ("error")
+    on_batch_incomplete: str = "direct"
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ShardSpec:
@@ -76,6 +80,11 @@ class ShardSpec:
     def stats_key(self) -> str:
         return self.prefix + "stats.json"
 
+    @property
+    def batch_report_key(self) -> str:
+        """What the shard's batches did, for the summary (batch mode only)."""
+        return self.prefix + "batch.json"
+
 
 @dataclass
 class Checkpoint:
@@ -100,10 +109,21 @@ def _read_part(s3: Any, bucket: str, key: str) -> Iterator[tuple[int, bytes, byt
         yield int(line), kind, record
 
 
+def parts_stats(s3: Any, spec: ShardSpec) -> Stats:
+    """The figures of every part written so far."""
+    stats = Stats()
+    for key in _part_keys(s3, spec):
+        raw = s3.get_object(Bucket=spec.bucket, Key=key.removesuffix(".tsv") + ".stats.json")["Body"].read()
+        stats.merge(Stats.from_dict(orjson.loads(raw)))
+    return stats
+
+
 def load_checkpoint(s3: Any, spec: ShardSpec) -> Checkpoint:
     checkpoint = Checkpoint()
     for key in _part_keys(s3, spec):
-        checkpoint.runs += 1
+        # part-<run>-<seq>.tsv
+        run = int(key.rsplit("/", 1)[-1].split("-")[1])
+        checkpoint.runs = max(checkpoint.runs, run)
         checkpoint.done.update(line for line, _, _ in _read_part(s3, spec.bucket, key))
     return checkpoint
 
@@ -139,26 +159,60 @@ def read_shard(s3: Any, spec: ShardSpec) -> Iterator[Request | LineError]:
             yield parsed
 
 
-class PartWriter:
-    """Buffers one run's terminal outcomes and writes them as one part plus item rows."""
+@dataclass
+class _Chunk:
+    rows: list[bytes] = field(default_factory=list)
+    items: list[ItemState] = field(default_factory=list)
+    stats: Stats = field(default_factory=Stats)
+    done: int = 0
+    failed: int = 0
+    waiting: int = 0
 
-    def __init__(self, *, s3: Any, store: JobStore, spec: ShardSpec, run: int) -> None:
+
+class PartWriter:
+    """Checkpoints terminal outcomes as parts: one S3 PUT plus batched item rows each.
+
+    A part is cut every `every` outcomes and written on a background thread while the
+    requests go on, so a run that dies loses at most one part and the writes overlap the
+    network waits instead of piling up at the end of the run.
+    """
+
+    def __init__(
+        self,
+        *,
+        s3: Any,
+        store: JobStore,
+        spec: ShardSpec,
+        run: int,
+        every: int = 1000,
+        item_rows_for_results: bool = True,
+    ) -> None:
         self._s3 = s3
+        # direct mode keeps item rows for failures only: a result is in the results file, and a
+        # row per success was the largest cost of a direct shard
+        self._item_rows_for_results = item_rows_for_results
         self._store = store
         self._spec = spec
         self._run = run
-        self._rows: list[bytes] = []
-        self.items: list[ItemState] = []
-        self.stats = Stats()
+        self._every = every
+        self._seq = 0
+        self._chunk = _Chunk()
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint")
+        self._writes: list[Future[None]] = []
         self.done = 0
         self.failed = 0
+        self.pending = 0
 
     def add_outcome(self, outcome: Outcome, provider_id: str | None = None) -> None:
+        chunk = self._chunk
         kind = b"r" if outcome.ok else b"e"
-        self._rows.append(b"%d\t%s\t%s\n" % (outcome.line, kind, outcome_record(self._spec.job_id, outcome)))
-        self.stats.add_outcome(outcome)
+        chunk.rows.append(b"%d\t%s\t%s\n" % (outcome.line, kind, outcome_record(self._spec.job_id, outcome)))
+        chunk.stats.add_outcome(outcome)
         self._count(outcome.ok)
-        self.items.append(
+        if outcome.ok and not self._item_rows_for_results:
+            self._maybe_cut(len(chunk.rows))
+            return
+        chunk.items.append(
             ItemState(
                 outcome.line,
                 outcome.custom_id,
@@ -168,39 +222,70 @@ class PartWriter:
                 error=None if outcome.ok else f"{outcome.error_code}: {outcome.error_message}",
             )
         )
+        self._maybe_cut()
 
     def add_invalid(self, error: LineError) -> None:
         record = error_record(self._spec.job_id, error.line, error.custom_id, error.code, error.message)
-        self._rows.append(b"%d\te\t%s\n" % (error.line, record))
-        self.stats.add_error(error.code)
+        self._chunk.rows.append(b"%d\te\t%s\n" % (error.line, record))
+        self._chunk.stats.add_error(error.code)
         self._count(False)
+        self._maybe_cut()
 
     def add_pending(self, item: ItemState) -> None:
-        self.items.append(item)
+        """An item that is not terminal yet (a background response in flight)."""
+        self._chunk.items.append(item)
+        self._chunk.waiting += 1
+        self.pending += 1
+        self._maybe_cut()
 
     def _count(self, ok: bool) -> None:
         if ok:
             self.done += 1
+            self._chunk.done += 1
         else:
             self.failed += 1
+            self._chunk.failed += 1
 
-    def flush(self, *, finished: bool, waiting: int = 0) -> None:
+    def _maybe_cut(self, size: int | None = None) -> None:
+        if (size if size is not None else len(self._chunk.items) + len(self._chunk.rows)) >= self._every:
+            chunk, self._chunk = self._chunk, _Chunk()
+            self._seq += 1
+            self._writes.append(self._pool.submit(self._write, chunk, self._seq, False))
+
+    def _write(self, chunk: _Chunk, seq: int, finished: bool) -> None:
         spec = self._spec
-        if self._rows:
+        if chunk.rows:
             # stats first: a part without its stats would be counted in results but not in the summary
-            base = f"{spec.prefix}part-{self._run:05d}"
-            self._s3.put_object(Bucket=spec.bucket, Key=base + ".stats.json", Body=orjson.dumps(self.stats.to_dict()))
-            self._s3.put_object(Bucket=spec.bucket, Key=base + ".tsv", Body=b"".join(self._rows))
+            base = f"{spec.prefix}part-{self._run:05d}-{seq:04d}"
+            self._s3.put_object(Bucket=spec.bucket, Key=base + ".stats.json", Body=orjson.dumps(chunk.stats.to_dict()))
+            self._s3.put_object(Bucket=spec.bucket, Key=base + ".tsv", Body=b"".join(chunk.rows))
         self._store.record_progress(
             spec.job_id,
             spec.shard,
-            self.items,
-            done=self.done,
-            failed=self.failed,
+            chunk.items,
+            done=chunk.done,
+            failed=chunk.failed,
             finished=finished,
             run=self._run,
-            waiting=waiting,
+            waiting=chunk.waiting,
         )
+
+    def flush(self, *, finished: bool, waiting: int = 0) -> None:
+        """Write what is left once every earlier part is safely stored (their errors surface here)."""
+        try:
+            for write in self._writes:
+                write.result()
+            self._chunk.waiting += waiting
+            self._seq += 1
+            self._write(self._chunk, self._seq, finished)
+        finally:
+            self._chunk = _Chunk()
+            self._writes.clear()
+            self._pool.shutdown(wait=True)
+
+    async def aflush(self, *, finished: bool, waiting: int = 0) -> None:
+        """`flush` without blocking the event loop."""
+        await asyncio.to_thread(self.flush, finished=finished, waiting=waiting)
 
 
 def assemble(s3: Any, spec: ShardSpec, *, missing_code: str | None = None, missing_message: str = "") -> Stats:
@@ -248,12 +333,20 @@ class ShardContext:
 
 
 def _engine_settings(spec: ShardSpec, settings: Settings) -> EngineSettings:
-    policy = RetryPolicy(max_attempts=spec.max_attempts, request_timeout_s=settings.request_timeout_s)
+    policy = RetryPolicy(
+        max_attempts=spec.max_attempts,
+        request_timeout_s=settings.request_timeout_s,
+        base_delay_s=settings.retry_base_delay_s,
+    )
     return EngineSettings(concurrency=spec.concurrency, policy=policy)
 
 
+def _margin_s(ctx: ShardContext) -> float:
+    return ctx.settings.request_timeout_s + ctx.settings.safety_margin_s
+
+
 def _should_stop(ctx: ShardContext) -> Callable[[], bool]:
-    margin = ctx.settings.request_timeout_s + ctx.settings.safety_margin_s
+    margin = _margin_s(ctx)
     return lambda: ctx.remaining_s() < margin
 
 
@@ -286,15 +379,15 @@ def _pending(spec: ShardSpec, writer: PartWriter, skip: set[int], s3: Any) -> It
 async def run_direct(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any]:
     started = time.monotonic()
     checkpoint = load_checkpoint(ctx.s3, spec)
-    writer = PartWriter(s3=ctx.s3, store=ctx.store, spec=spec, run=checkpoint.runs + 1)
+    writer = PartWriter(s3=ctx.s3, store=ctx.store, spec=spec, run=checkpoint.runs + 1, item_rows_for_results=False)
     stats = await _fan_out(ctx, spec, _pending(spec, writer, checkpoint.done, ctx.s3), writer.add_outcome)
     finished = not stats.stopped_early
     if not finished and stats.sent == 0:
         raise ShardStalled(
             f"shard {spec.shard} stopped before sending anything: {ctx.remaining_s():.0f} s left is under the "
-            f"request timeout plus safety margin ({ctx.settings.request_timeout_s + ctx.settings.safety_margin_s:.0f} s)"
+            f"request timeout plus safety margin ({_margin_s(ctx):.0f} s)"
         )
-    writer.flush(finished=finished)
+    await writer.aflush(finished=finished)
     if finished:
         assemble(ctx.s3, spec)
     return {
@@ -326,8 +419,7 @@ async def submit_background(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any
 
     requests = (submit_request(r) for r in _pending(spec, writer, skip, ctx.s3))
     stats = await _fan_out(ctx, spec, requests, sink)
-    submitted = sum(1 for item in writer.items if item.status == "submitted")
-    writer.flush(finished=False, waiting=submitted)
+    await writer.aflush(finished=False)
     return {"submitted": not stats.stopped_early, "run": checkpoint.runs + 1, "wait_seconds": ctx.settings.poll_seconds}
 
 
@@ -376,7 +468,7 @@ async def collect_background(ctx: ShardContext, spec: ShardSpec) -> dict[str, An
     stats = await _fan_out(ctx, spec, requests, sink)
     left = len(still) + stats.remaining
     finished = left == 0 and not stats.stopped_early
-    writer.flush(finished=finished, waiting=-unsettled_done)
+    await writer.aflush(finished=finished, waiting=-unsettled_done)
     if finished:
         assemble(ctx.s3, spec)
     return {"done": finished, "waiting": left, "wait_seconds": ctx.settings.poll_seconds}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -97,7 +97,17 @@ class JobStore:
             raise
         return True
 
-    def record_plan(self, job_id: str, *, plan: dict[str, Any], shards: list[tuple[int, int, int]], mode: str) -> None:
+    def record_plan(
+        self,
+        job_id: str,
+        *,
+        plan: dict[str, Any],
+        shards: list[tuple[int, int, int]],
+        mode: str,
+        shard_modes: Mapping[int, str] | None = None,
+    ) -> None:
+        """`shard_modes` overrides `mode` per shard (auto mode picks a mode for each)."""
+        modes = shard_modes or {}
         with self._table.batch_writer(overwrite_by_pkeys=["pk", "sk"]) as batch:
             for index, lines, requests in shards:
                 batch.put_item(
@@ -107,7 +117,7 @@ class JobStore:
                         "shard": index,
                         "lines": lines,
                         "requests": requests,
-                        "mode": mode,
+                        "mode": modes.get(index, mode),
                         "status": "PENDING",
                         "done": 0,
                         "failed": 0,
@@ -207,7 +217,9 @@ class JobStore:
 
     def shards(self, job_id: str) -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = []
-        kwargs: dict[str, Any] = {"KeyConditionExpression": Key("pk").eq(job_pk(job_id)) & Key("sk").begins_with("SHARD#")}
+        kwargs: dict[str, Any] = {
+            "KeyConditionExpression": Key("pk").eq(job_pk(job_id)) & Key("sk").begins_with("SHARD#")
+        }
         while True:
             page = self._table.query(**kwargs)
             rows.extend(_plain(r) for r in page.get("Items", []))
@@ -227,7 +239,12 @@ class JobStore:
         """Record a webhook id once; False when it was seen before (a replay or a duplicate)."""
         try:
             self._table.put_item(
-                Item={"pk": f"WEBHOOK#{webhook_id}", "sk": "META", "seen_at": int(now), "expires_at": int(now) + 7 * 86400},
+                Item={
+                    "pk": f"WEBHOOK#{webhook_id}",
+                    "sk": "META",
+                    "seen_at": int(now),
+                    "expires_at": int(now) + 7 * 86400,
+                },
                 ConditionExpression=Attr("pk").not_exists(),
             )
         except ClientError as exc:
@@ -298,6 +315,57 @@ class JobStore:
         if row.get("provider_id"):
             return "batch_settled" in row
         return int(row.get("waiting", 0)) <= 0
+
+    def shard(self, job_id: str, shard: int) -> dict[str, Any] | None:
+        row = self._table.get_item(Key={"pk": job_pk(job_id), "sk": shard_sk(shard)}, ConsistentRead=True).get("Item")
+        return _plain(row) if row else None
+
+    def begin_batch_submit(self, job_id: str, shard: int, now: float) -> float | None:
+        """Stamp the shard's first SubmitBatch; the stamp of an earlier attempt if there was one.
+
+        A retried submit uses it to know whether it must look for batches it created before.
+        """
+        old = self._table.update_item(
+            Key={"pk": job_pk(job_id), "sk": shard_sk(shard)},
+            UpdateExpression="SET batch_submit_at = if_not_exists(batch_submit_at, :now)",
+            ExpressionAttributeValues={":now": _dynamo(float(now))},
+            ReturnValues="ALL_OLD",
+        ).get("Attributes", {})
+        stamp = old.get("batch_submit_at")
+        return float(stamp) if stamp is not None else None
+
+    def set_shard_batches(self, job_id: str, shard: int, batch_ids: list[str]) -> None:
+        """Record every batch the shard owns, in part order; `provider_id` (the webhook index)
+        names the first, which CollectBatch moves on to the next unfinished one."""
+        if not batch_ids:
+            return
+        self._table.update_item(
+            Key={"pk": job_pk(job_id), "sk": shard_sk(shard)},
+            UpdateExpression=(
+                "SET batch_ids = :ids, provider_id = :first, batch_states = if_not_exists(batch_states, :none)"
+            ),
+            ExpressionAttributeValues={":ids": list(batch_ids), ":first": batch_ids[0], ":none": {}},
+        )
+
+    def mark_batch_collected(self, job_id: str, shard: int, batch_id: str, state: dict[str, Any]) -> None:
+        self._table.update_item(
+            Key={"pk": job_pk(job_id), "sk": shard_sk(shard)},
+            UpdateExpression="SET batch_states.#b = :state",
+            ExpressionAttributeNames={"#b": batch_id},
+            ExpressionAttributeValues={":state": _dynamo(state)},
+        )
+
+    def await_batch(self, job_id: str, shard: int, batch_id: str) -> None:
+        """Point the webhook index at the batch the shard waits on next, and forget the last wake-up.
+
+        A webhook for this batch that lands before the update is lost, which costs one polling
+        interval; a stale `batch_settled` kept instead would wake the shard in a busy loop.
+        """
+        self._table.update_item(
+            Key={"pk": job_pk(job_id), "sk": shard_sk(shard)},
+            UpdateExpression="SET provider_id = :p REMOVE batch_settled",
+            ExpressionAttributeValues={":p": batch_id},
+        )
 
     def add_waiting(self, job_id: str, shard: int, delta: int) -> None:
         if delta:

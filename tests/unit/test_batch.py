@@ -1,0 +1,398 @@
+"""Batch mode core: batch files, submit idempotency, collecting outcomes, leftovers, validation.
+
+The provider is the simulator, spoken to through the official openai SDK; S3 and DynamoDB
+are moto.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import boto3
+import httpx2
+import openai
+import orjson
+import pytest
+from moto import mock_aws
+from openai.resources.batches import AsyncBatches
+from sluice.batch import (
+    BatchPart,
+    batch_wait_seconds,
+    collect_batch,
+    part_key,
+    row_outcome,
+    split_parts,
+    submit_batch,
+)
+from sluice.engine import make_session
+from sluice.merge import provider_costs
+from sluice.model import ErrorCode, Outcome, Request
+from sluice.plan import JobOptions, PlanError
+from sluice.settings import Settings
+from sluice.shard import ShardContext, ShardSpec, load_checkpoint
+from sluice.store import JobStore
+
+from local.cloud import LocalCloud
+from local.simulator import SimConfig, SimulatorServer
+from tests.conftest import request_line
+
+JOB = "unit-batch-job"
+
+
+def request(line: int, *, model: str = "gpt-4o-mini", url: str = "/v1/chat/completions", pad: int = 0) -> Request:
+    body = {"model": model, "messages": [{"role": "user", "content": "x" * pad}]}
+    return Request(line, f"c{line}", "POST", url, orjson.dumps(body))
+
+
+# batch files
+
+
+def test_one_endpoint_and_one_model_per_file_in_request_order() -> None:
+    requests = [
+        request(1),
+        request(2, url="/v1/embeddings"),
+        request(3, model="gpt-4o"),
+        request(4),
+        request(5, url="/v1/embeddings"),
+    ]
+    parts = split_parts(requests, max_requests=100, max_bytes=1 << 20)
+    assert [(p.index, p.endpoint, p.model, p.lines) for p in parts] == [
+        (0, "/v1/chat/completions", "gpt-4o-mini", [1, 4]),
+        (1, "/v1/embeddings", "gpt-4o-mini", [2, 5]),
+        (2, "/v1/chat/completions", "gpt-4o", [3]),
+    ]
+    rows = [orjson.loads(r) for r in parts[0].content().splitlines()]
+    assert rows[0] == {
+        "custom_id": "c1",
+        "method": "POST",
+        "url": "/v1/chat/completions",
+        "body": orjson.loads(requests[0].body or b""),
+    }
+    assert [r["custom_id"] for r in rows] == ["c1", "c4"]
+    for part in parts:
+        part.close()
+
+
+def test_files_split_at_the_request_and_byte_limits() -> None:
+    by_count = split_parts([request(n) for n in range(1, 8)], max_requests=3, max_bytes=1 << 20)
+    assert [p.lines for p in by_count] == [[1, 2, 3], [4, 5, 6], [7]]
+    one_row = len(by_count[0].content().splitlines()[0]) + 1
+    by_size = split_parts([request(n) for n in range(1, 6)], max_requests=100, max_bytes=2 * one_row)
+    assert [p.lines for p in by_size] == [[1, 2], [3, 4], [5]]
+    assert all(p.size <= 2 * one_row for p in by_size)
+    # a row larger than the limit still gets a file of its own: the provider will say why it is too big
+    huge = split_parts([request(1, pad=500), request(2)], max_requests=100, max_bytes=100)
+    assert [p.lines for p in huge] == [[1], [2]]
+    part = by_count[0]
+    restored = BatchPart.from_manifest(part.manifest())
+    assert (restored.index, restored.endpoint, restored.model, restored.lines, restored.custom_ids) == (
+        0,
+        "/v1/chat/completions",
+        "gpt-4o-mini",
+        [1, 2, 3],
+        ["c1", "c2", "c3"],
+    )
+    for p in (*by_count, *by_size, *huge):
+        p.close()
+
+
+def test_output_lines_become_outcomes() -> None:
+    ok = {"custom_id": "a", "response": {"status_code": 200, "request_id": "req_1", "body": {"id": "x"}}, "error": None}
+    answer = row_outcome(ok, 7, 3.0)
+    assert isinstance(answer, Outcome) and answer.ok
+    assert (answer.line, answer.custom_id, answer.status_code, answer.body, answer.request_id, answer.latency_s) == (
+        7,
+        "a",
+        200,
+        {"id": "x"},
+        "req_1",
+        3.0,
+    )
+    failed_body = {"error": {"message": "The server had an error", "type": "server_error", "code": None}}
+    failed = row_outcome({"custom_id": "b", "response": {"status_code": 500, "body": failed_body}}, 8, 0.0)
+    assert isinstance(failed, Outcome)
+    assert (failed.error_code, failed.status_code) == (ErrorCode.PROVIDER_ERROR, 500)
+    assert failed.error_message == "HTTP 500: The server had an error (server_error)"
+    expired = {"custom_id": "c", "response": None, "error": {"code": "batch_expired", "message": "not run"}}
+    assert row_outcome(expired, 9, 0.0) == "batch_expired"
+    other = row_outcome({"custom_id": "d", "response": None, "error": {"code": "too_long", "message": "m"}}, 10, 0.0)
+    assert isinstance(other, Outcome) and (other.error_code, other.error_message) == ("too_long", "m")
+    assert row_outcome({"custom_id": "e"}, 11, 0.0) is None
+
+
+def test_polling_backs_off_as_the_batch_ages() -> None:
+    settings = Settings(bucket="b", table="t", provider_base_url="http://x", api_key_secret_arn="a", poll_seconds=10)
+    assert batch_wait_seconds(settings, 0) == 10
+    assert batch_wait_seconds(settings, 600) == 60
+    assert batch_wait_seconds(settings, 86_400) == settings.batch_poll_max_s == 300
+
+
+def test_job_options_for_batch_and_auto() -> None:
+    settings = Settings(bucket="b", table="t", provider_base_url="http://x", api_key_secret_arn="a")
+    batch = JobOptions.from_metadata({"sluice-mode": "batch", "sluice-on-batch-incomplete": "error"}, settings)
+    assert (batch.mode, batch.on_batch_incomplete) == ("batch", "error")
+    assert batch.shard_mode(1, settings) == "batch"
+    auto = JobOptions.from_metadata({"sluice-mode": "auto"}, settings)
+    assert auto.on_batch_incomplete == "direct"
+    assert auto.shard_mode(settings.auto_batch_min_requests, settings) == "batch"
+    assert auto.shard_mode(settings.auto_batch_min_requests - 1, settings) == "direct"
+    hurried = JobOptions.from_metadata({"sluice-mode": "auto", "sluice-deadline-hours": "2"}, settings)
+    assert hurried.shard_mode(10**6, settings) == "direct"
+    relaxed = JobOptions.from_metadata({"sluice-mode": "auto", "sluice-deadline-hours": "48"}, settings)
+    assert relaxed.shard_mode(10**6, settings) == "batch"
+    with pytest.raises(PlanError, match="sluice-on-batch-incomplete='retry'"):
+        JobOptions.from_metadata({"sluice-on-batch-incomplete": "retry"}, settings)
+    with pytest.raises(PlanError, match="deadline-hours='soon'"):
+        JobOptions.from_metadata({"sluice-deadline-hours": "soon"}, settings)
+    with pytest.raises(PlanError, match="mode=batch cannot promise"):
+        JobOptions.from_metadata({"sluice-mode": "batch", "sluice-deadline-hours": "1"}, settings)
+
+
+def test_cost_estimate_prices_batch_answers_at_half() -> None:
+    models = {"gpt-4o-mini": [1_000_000, 1_000_000]}
+    costs = provider_costs(models, {"gpt-4o-mini": [500_000, 500_000]})
+    assert costs == {"all_direct": 0.75, "all_batch": 0.375, "as_run": pytest.approx(0.5625)}
+    assert provider_costs(models, {})["as_run"] == 0.75
+    assert provider_costs({"mystery": [1, 1]}, {}) == {"as_run": None, "all_direct": None, "all_batch": None}
+
+
+# submit and collect against the simulator
+
+
+@dataclass
+class Env:
+    ctx: ShardContext
+    store: JobStore
+    sim: SimulatorServer
+    s3: Any
+    bucket: str
+
+    def shard(self, lines: list[bytes], *, shard: int = 0, **fields: Any) -> ShardSpec:
+        key = f"inbox/{JOB}-{shard}.jsonl"
+        data = b"".join(lines)
+        etag = self.s3.put_object(Bucket=self.bucket, Key=key, Body=data)["ETag"]
+        count = len(lines)
+        self.store.record_plan(JOB, plan={"requests": count}, shards=[(shard, count, count)], mode="batch")
+        spec = ShardSpec(
+            job_id=JOB,
+            shard=shard,
+            bucket=self.bucket,
+            key=key,
+            etag=etag,
+            start=0,
+            end=len(data),
+            first_line=1,
+            lines=len(lines),
+            mode="batch",
+            concurrency=8,
+            max_attempts=2,
+        )
+        return replace(spec, **fields)
+
+    def creates(self) -> list[dict[str, Any]]:
+        return [e for e in self.sim.log if e["method"] == "POST" and e["path"] == "/v1/batches"]
+
+    def wait_ended(self, spec: ShardSpec) -> dict[str, Any]:
+        deadline = time.monotonic() + 10
+        while True:
+            outcome = asyncio.run(collect_batch(self.ctx, spec))
+            if outcome["done"] or outcome["fallback"]:
+                return outcome
+            assert time.monotonic() < deadline, "the batches never ended"
+            time.sleep(0.05)
+
+    def outputs(self, spec: ShardSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        def read(key: str) -> list[dict[str, Any]]:
+            data = self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+            return [orjson.loads(r) for r in data.splitlines()]
+
+        return read(spec.results_key), read(spec.errors_key)
+
+
+@pytest.fixture
+def env() -> Iterator[Env]:
+    with SimulatorServer(SimConfig(latency_s=0.0, seed=3, batch_phase_s=0.05)) as sim, mock_aws():
+        cloud = LocalCloud(provider_base_url=sim.base_url, api_key="sk-test")
+        cloud._create_resources()
+        table = boto3.resource("dynamodb", region_name="us-east-1").Table(cloud.table_name)
+        store = JobStore(table, ttl_days=1)
+        s3 = boto3.client("s3", region_name="us-east-1")
+        settings = Settings(
+            bucket=cloud.bucket,
+            table=cloud.table_name,
+            provider_base_url=sim.base_url,
+            api_key_secret_arn="a",
+            poll_seconds=1,
+        )
+        ctx = ShardContext(
+            s3=s3,
+            store=store,
+            settings=settings,
+            api_key="sk-test",
+            remaining_s=lambda: 900.0,
+            session_factory=make_session,
+        )
+        yield Env(ctx, store, sim, s3, cloud.bucket)
+
+
+def lines(count: int, **kwargs: Any) -> list[bytes]:
+    return [request_line(f"u-{n}", "great" if n % 2 else "awful", **kwargs) for n in range(count)]
+
+
+def test_submit_records_every_batch_and_a_retry_creates_none(env: Env) -> None:
+    rows = lines(5) + lines(3, url="/v1/embeddings")
+    rows[2] = b'{"custom_id": "broken"\n'
+    spec = env.shard(rows)
+    env.ctx = replace(env.ctx, settings=replace(env.ctx.settings, batch_max_requests=3))
+    first = asyncio.run(submit_batch(env.ctx, spec))
+    # 4 valid chat rows in files of at most 3, then the embeddings
+    assert first["batches_created"] == 3 and first["requests"] == 7
+    row = env.store.shard(JOB, 0) or {}
+    assert row["batch_ids"] == first["batch_ids"] and row["provider_id"] == first["batch_ids"][0]
+    batch_ids = first["batch_ids"]
+    described = env.sim.call(lambda sim: [sim.batches[b] for b in batch_ids])
+    assert [b.endpoint for b in described] == ["/v1/chat/completions", "/v1/chat/completions", "/v1/embeddings"]
+    assert [b.metadata for b in described] == [{"job": JOB, "shard": "0", "part": str(n)} for n in range(3)]
+    assert load_checkpoint(env.s3, spec).done == {3}  # the broken line is already an error
+
+    again = asyncio.run(submit_batch(env.ctx, spec))
+    assert again["batch_ids"] == first["batch_ids"] and again["batches_created"] == 0
+    assert len(env.creates()) == 3
+
+
+def test_a_submit_that_died_before_recording_its_batch_finds_it_at_the_provider(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = env.shard(lines(4))
+    original = JobStore.set_shard_batches
+
+    def lost(self: JobStore, job_id: str, shard: int, batch_ids: list[str]) -> None:
+        raise ConnectionError("the Lambda died before DynamoDB heard of the batch")
+
+    monkeypatch.setattr(JobStore, "set_shard_batches", lost)
+    with pytest.raises(ConnectionError):
+        asyncio.run(submit_batch(env.ctx, spec))
+    assert len(env.creates()) == 1
+    monkeypatch.setattr(JobStore, "set_shard_batches", original)
+    retried = asyncio.run(submit_batch(env.ctx, spec))
+    assert retried["batches_created"] == 0
+    assert retried["batch_ids"] == [env.creates()[0]["batch_id"]]
+    assert (env.store.shard(JOB, 0) or {})["batch_ids"] == retried["batch_ids"]
+
+
+def test_collect_waits_then_writes_results_in_input_order_with_row_errors(env: Env) -> None:
+    env.sim.configure(batch_phase_s=0.3, batch_row_error_rate=0.2)
+    spec = env.shard(lines(30))
+    asyncio.run(submit_batch(env.ctx, spec))
+    early = asyncio.run(collect_batch(env.ctx, spec))
+    assert early == {"done": False, "fallback": False, "waiting": 1, "collected": 0, "wait_seconds": 1}
+    assert env.wait_ended(spec)["done"] is True
+    results, errors = env.outputs(spec)
+    assert len(results) + len(errors) == 30 and errors
+    order = [int(r["custom_id"].split("-")[1]) for r in results]
+    assert order == sorted(order)
+    assert results[0]["response"]["body"]["choices"][0]["message"]["content"] in ("positive", "negative")
+    assert {e["error"]["code"] for e in errors} == {"provider_error"}
+    assert all(e["response"]["status_code"] == 500 for e in errors)
+    report = orjson.loads(env.s3.get_object(Bucket=env.bucket, Key=spec.batch_report_key)["Body"].read())
+    assert report["fallback_lines"] == 0 and report["batches"][0]["status"] == "completed"
+    assert report["batch_models"]["gpt-4o-mini"][0] > 0
+    # collecting again is harmless: nothing is written twice
+    assert asyncio.run(collect_batch(env.ctx, spec))["done"] is True
+    assert env.outputs(spec) == (results, errors)
+
+
+def test_the_webhook_index_follows_the_batch_still_running(env: Env) -> None:
+    spec = env.shard(lines(4))
+    env.ctx = replace(env.ctx, settings=replace(env.ctx.settings, batch_max_requests=2))
+    env.sim.configure(batch_phase_s=0.05)
+    first_id, second_id = asyncio.run(submit_batch(env.ctx, spec))["batch_ids"]
+    # hold the second batch back: it stays in progress while the first one completes
+    def hold(sim: Any) -> None:
+        sim.batches[second_id].phase_s = 60.0
+
+    env.sim.call(hold)
+    env.store.settle_batch(first_id, "completed")
+    time.sleep(0.3)
+    outcome = asyncio.run(collect_batch(env.ctx, spec))
+    assert (outcome["done"], outcome["waiting"], outcome["collected"]) == (False, 1, 1)
+    row = env.store.shard(JOB, 0) or {}
+    assert row["provider_id"] == second_id and "batch_settled" not in row
+    assert row["batch_states"][first_id]["results"] == 2
+    assert env.store.arm_shard(JOB, 0, "token") is False  # a settled first batch must not wake it again
+
+
+def test_expired_rows_follow_the_policy(env: Env) -> None:
+    env.sim.configure(batch_expire_fraction=1.0, batch_expire_done_fraction=0.5)
+    direct = env.shard(lines(20), shard=0)
+    asyncio.run(submit_batch(env.ctx, direct))
+    outcome = env.wait_ended(direct)
+    assert (outcome["done"], outcome["fallback"]) == (False, True)
+    done = load_checkpoint(env.s3, direct).done
+    assert 0 < len(done) < 20  # the finished half is kept; the rest is left for RunShard
+
+    reported = env.shard(lines(20), shard=1, on_batch_incomplete="error")
+    asyncio.run(submit_batch(env.ctx, reported))
+    assert env.wait_ended(reported)["done"] is True
+    results, errors = env.outputs(reported)
+    assert len(results) + len(errors) == 20 and errors
+    assert {e["error"]["code"] for e in errors} == {"batch_expired"}
+
+
+def test_a_validation_failure_puts_the_providers_errors_on_the_rows(env: Env) -> None:
+    env.sim.configure(batch_validation_error=True)
+    spec = env.shard(lines(6), on_batch_incomplete="error")
+    asyncio.run(submit_batch(env.ctx, spec))
+    assert env.wait_ended(spec)["done"] is True
+    results, errors = env.outputs(spec)
+    assert results == [] and len(errors) == 6
+    assert {e["error"]["code"] for e in errors} == {"batch_failed"}
+    first = errors[0]["error"]["message"]
+    assert "failed validation on this row" in first and "simulated_validation_error" in first
+    assert all("ended failed before running this row" in e["error"]["message"] for e in errors[1:])
+
+    direct = env.shard(lines(6), shard=1)
+    asyncio.run(submit_batch(env.ctx, direct))
+    assert env.wait_ended(direct)["fallback"] is True
+    assert load_checkpoint(env.s3, direct).done == {1}  # only the row the provider blamed has an outcome
+
+
+def test_a_shard_with_nothing_to_send_needs_no_batch(env: Env) -> None:
+    spec = env.shard([b"not json\n", b"\n"])
+    submitted = asyncio.run(submit_batch(env.ctx, spec))
+    assert submitted["batch_ids"] == [] and env.creates() == []
+    assert env.store.arm_shard(JOB, 0, "token") is True  # wakes at once
+    assert asyncio.run(collect_batch(env.ctx, spec))["done"] is True
+    results, errors = env.outputs(spec)
+    assert results == [] and [e["error"]["code"] for e in errors] == ["invalid_json"]
+
+
+def test_part_maps_are_written_before_the_batch_exists(env: Env) -> None:
+    spec = env.shard(lines(3))
+    batch_ids = asyncio.run(submit_batch(env.ctx, spec))["batch_ids"]
+    part = BatchPart.from_manifest(env.s3.get_object(Bucket=env.bucket, Key=part_key(spec, 0))["Body"].read())
+    assert (part.lines, part.custom_ids) == ([1, 2, 3], ["u-0", "u-1", "u-2"])
+    batch = env.sim.call(lambda s: s.batches[batch_ids[0]])
+    uploaded = env.sim.call(lambda s: s.files[batch.input_file_id].content)
+    assert [orjson.loads(r)["custom_id"] for r in uploaded.splitlines()] == part.custom_ids
+
+
+def test_a_create_whose_answer_is_lost_is_found_not_repeated(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    original = AsyncBatches.create
+    lost: list[str] = []
+
+    async def answer_lost(self: AsyncBatches, **kwargs: Any) -> Any:
+        batch = await original(self, **kwargs)
+        if not lost:
+            lost.append(batch.id)
+            raise openai.APITimeoutError(request=httpx2.Request("POST", env.sim.base_url + "/batches"))
+        return batch
+
+    monkeypatch.setattr(AsyncBatches, "create", answer_lost)
+    spec = env.shard(lines(3))
+    submitted = asyncio.run(submit_batch(env.ctx, spec))
+    assert submitted["batch_ids"] == lost and len(env.creates()) == 1
