@@ -107,6 +107,9 @@ class LocalSettings:
     lambda_timeout_s: float = 900.0
     safety_margin_s: float = 20.0
     retry_base_delay_s: float = 0.5
+    batch_max_requests: int = 50_000
+    auto_batch_min_requests: int = 1000
+    on_batch_incomplete: str = "direct"
     default_mode: str = "direct"
 
 
@@ -145,6 +148,9 @@ class LocalCloud:
             "SLUICE_TTL_DAYS": "7",
             "SLUICE_SAFETY_MARGIN_S": str(s.safety_margin_s),
             "SLUICE_RETRY_BASE_DELAY_S": str(s.retry_base_delay_s),
+            "SLUICE_BATCH_MAX_REQUESTS": str(s.batch_max_requests),
+            "SLUICE_AUTO_BATCH_MIN_REQUESTS": str(s.auto_batch_min_requests),
+            "SLUICE_ON_BATCH_INCOMPLETE": s.on_batch_incomplete,
         }
 
     secret_arn: str = ""
