@@ -32,11 +32,14 @@ def build(n: int = 2000, seed: int = 7) -> list[dict[str, object]]:
         review = f"The {product}: {rng.choice(GOOD if rng.random() < 0.6 else BAD)}"
         prompt = PROMPT.format(review=review)
         if i % 2 == 0:
-            url, body = "/v1/chat/completions", {
-                "model": "gpt-4o-mini",
-                "messages": [{"role": "user", "content": prompt}],
-                "max_tokens": 4,
-            }
+            url, body = (
+                "/v1/chat/completions",
+                {
+                    "model": "gpt-4o-mini",
+                    "messages": [{"role": "user", "content": prompt}],
+                    "max_tokens": 4,
+                },
+            )
         else:
             url, body = "/v1/responses", {"model": "gpt-4o-mini", "input": prompt, "max_output_tokens": 16}
         rows.append({"custom_id": f"review-{i:05d}", "method": "POST", "url": url, "body": body})

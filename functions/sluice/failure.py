@@ -48,6 +48,14 @@ def mark_failed(*, s3: Any, store: Any, state: dict[str, Any], error: str, cause
             error=reason,
         )
     except (ClientError, RuntimeError, KeyError) as exc:
-        store.finish_job(state["job_id"], status="FAILED", summary={"error": f"{reason}; writing outputs failed too: {exc}"})
+        store.finish_job(
+            state["job_id"], status="FAILED", summary={"error": f"{reason}; writing outputs failed too: {exc}"}
+        )
         return {"job_id": state["job_id"], "status": "FAILED", "error": reason}
-    return {"job_id": state["job_id"], "status": "FAILED", "error": reason, "counts": summary["counts"], "outputs": summary["outputs"]}
+    return {
+        "job_id": state["job_id"],
+        "status": "FAILED",
+        "error": reason,
+        "counts": summary["counts"],
+        "outputs": summary["outputs"],
+    }

@@ -53,11 +53,15 @@ def parse_line(
     url = doc.get("url")
     if url not in SUPPORTED_URLS:
         supported = ", ".join(sorted(SUPPORTED_URLS))
-        return LineError(line, ErrorCode.UNSUPPORTED_URL, f"line {line}: unsupported url {url!r}; use one of {supported}", custom_id)
+        return LineError(
+            line, ErrorCode.UNSUPPORTED_URL, f"line {line}: unsupported url {url!r}; use one of {supported}", custom_id
+        )
     body = doc.get("body")
     if not isinstance(body, dict):
         return LineError(line, ErrorCode.INVALID_BODY, f"line {line}: body must be a JSON object", custom_id)
-    return Request(line=line, custom_id=custom_id, method="POST", path=url, body=orjson.dumps(body) if keep_body else None)
+    return Request(
+        line=line, custom_id=custom_id, method="POST", path=url, body=orjson.dumps(body) if keep_body else None
+    )
 
 
 def split_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:

@@ -5,9 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-SUPPORTED_URLS = frozenset(
-    {"/v1/chat/completions", "/v1/responses", "/v1/embeddings", "/v1/completions"}
-)
+SUPPORTED_URLS = frozenset({"/v1/chat/completions", "/v1/responses", "/v1/embeddings", "/v1/completions"})
 
 
 class ErrorCode:

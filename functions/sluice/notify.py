@@ -11,7 +11,9 @@ SOURCE = "sluice"
 
 def publish(events: Any, *, bus: str, detail_type: str, detail: dict[str, Any]) -> None:
     answer = events.put_events(
-        Entries=[{"Source": SOURCE, "DetailType": detail_type, "Detail": orjson.dumps(detail).decode(), "EventBusName": bus}]
+        Entries=[
+            {"Source": SOURCE, "DetailType": detail_type, "Detail": orjson.dumps(detail).decode(), "EventBusName": bus}
+        ]
     )
     if answer.get("FailedEntryCount"):
         entry = answer["Entries"][0]

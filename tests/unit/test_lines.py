@@ -1,6 +1,5 @@
 import orjson
 import pytest
-
 from sluice.lines import LineError, parse_line, split_lines
 from sluice.model import ErrorCode, Request
 

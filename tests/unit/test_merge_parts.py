@@ -1,6 +1,5 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from sluice.merge import plan_parts
 
 MIN = 100

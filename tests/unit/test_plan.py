@@ -2,7 +2,6 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from sluice.lines import split_lines
 from sluice.plan import JobOptions, PlanError, job_id_for, output_prefix, plan_lines
 from sluice.settings import Settings

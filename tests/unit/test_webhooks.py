@@ -13,10 +13,10 @@ import boto3
 import orjson
 import pytest
 from moto import mock_aws
-
-from local.cloud import LocalCloud
 from sluice.store import ItemState, JobStore
 from sluice.webhooks import MAX_BODY_BYTES, handle_webhook
+
+from local.cloud import LocalCloud
 
 SECRET = "whsec_" + base64.b64encode(b"0123456789abcdef0123456789abcdef").decode()
 OTHER_SECRET = "whsec_" + base64.b64encode(b"fedcba9876543210fedcba9876543210").decode()
@@ -27,7 +27,11 @@ def sign(body: bytes, *, secret: str = SECRET, msg_id: str = "msg_1", ts: int | 
     ts = int(time.time()) if ts is None else ts
     key = base64.b64decode(secret.removeprefix("whsec_"))
     mac = hmac.new(key, f"{msg_id}.{ts}.".encode() + body, hashlib.sha256).digest()
-    return {"webhook-id": msg_id, "webhook-timestamp": str(ts), "webhook-signature": "v1," + base64.b64encode(mac).decode()}
+    return {
+        "webhook-id": msg_id,
+        "webhook-timestamp": str(ts),
+        "webhook-signature": "v1," + base64.b64encode(mac).decode(),
+    }
 
 
 def event(kind: str, provider_id: str) -> bytes:
@@ -60,7 +64,9 @@ def snapshot(store: JobStore) -> list[dict[str, Any]]:
 
 
 def call(store: JobStore, body: bytes, headers: dict[str, str], woken: list[str] | None = None):
-    return handle_webhook(body=body, headers=headers, secret=SECRET, store=store, wake=(woken if woken is not None else []).append)
+    return handle_webhook(
+        body=body, headers=headers, secret=SECRET, store=store, wake=(woken if woken is not None else []).append
+    )
 
 
 GOOD = event("response.completed", "resp_a")
@@ -83,7 +89,9 @@ GOOD = event("response.completed", "resp_a")
         ("unknown type", event("invoice.paid", "resp_a"), sign(event("invoice.paid", "resp_a")), 400),
     ],
 )
-def test_rejected_requests_change_nothing(store: JobStore, name: str, body: bytes, headers: dict[str, str], status: int) -> None:
+def test_rejected_requests_change_nothing(
+    store: JobStore, name: str, body: bytes, headers: dict[str, str], status: int
+) -> None:
     before = snapshot(store)
     verdict = call(store, body, headers)
     assert verdict.status == status, name

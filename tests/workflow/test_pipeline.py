@@ -33,7 +33,10 @@ def test_300_lines_with_5_invalid_ones(make_cloud, tmp_path: Path) -> None:
     assert errors[50]["code"] == "missing_custom_id"
     assert errors[120]["code"] == "invalid_method"
     assert errors[200]["code"] == "unsupported_url"
-    assert errors[299] == {"code": "duplicate_custom_id", "message": "line 299: duplicate custom_id 'r-3' (first on line 3)"}
+    assert errors[299] == {
+        "code": "duplicate_custom_id",
+        "message": "line 299: duplicate custom_id 'r-3' (first on line 3)",
+    }
     counts = run.summary["counts"]
     assert counts == {"lines": 300, "blank": 0, "requests": 300, "results": 295, "errors": 5}
     assert sum(run.summary["errors_by_code"].values()) == 5
@@ -42,8 +45,9 @@ def test_300_lines_with_5_invalid_ones(make_cloud, tmp_path: Path) -> None:
 
 
 def test_a_shard_out_of_time_checkpoints_and_resumes_without_resending(make_cloud, simulator, tmp_path: Path) -> None:
+    simulator.configure(latency_s=0.1)
     cloud = make_cloud(
-        shard_lines=1000, concurrency=8, lambda_timeout_s=1.6, safety_margin_s=0.1, request_timeout_s=1.0
+        shard_lines=1000, concurrency=8, lambda_timeout_s=3.0, safety_margin_s=0.5, request_timeout_s=1.0
     )
     path = write_jsonl(tmp_path / "slow.jsonl", [request_line(f"s-{n}") for n in range(400)])
     run = run_job(cloud, path)
@@ -91,7 +95,9 @@ def test_a_failing_shard_marks_the_job_failed_and_still_accounts_for_every_line(
     assert {f"d-{n}" for n in range(20, 30)} <= set(failed)
     assert all(err["code"] == "job_failed" for err in failed.values())
     # Step Functions fails the Map on the shard's error; moto's interpreter lets Merge find it
-    assert any(reason in failed["d-25"]["message"] for reason in ("disk on fire", "shard 2 (lines 21-30) did not finish"))
+    assert any(
+        reason in failed["d-25"]["message"] for reason in ("disk on fire", "shard 2 (lines 21-30) did not finish")
+    )
     assert [r["custom_id"] for r in run.results] == sorted(done, key=lambda c: int(c.split("-")[1]))
 
 
