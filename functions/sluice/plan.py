@@ -37,6 +37,9 @@ class JobOptions:
     model: str | None = None
     on_batch_incomplete: str = "direct"
     deadline_hours: float | None = None
+    # provider budgets for the whole job; 0 = none
+    rpm: int = 0
+    tpm: int = 0
 
     @classmethod
     def from_metadata(cls, metadata: Mapping[str, str], settings: Settings) -> JobOptions:
@@ -55,6 +58,8 @@ class JobOptions:
             "parent-job",
             "on-batch-incomplete",
             "deadline-hours",
+            "rpm",
+            "tpm",
         }
         unknown = sorted(set(meta) - known)
         if unknown:
@@ -81,11 +86,11 @@ class JobOptions:
                 f"the Batch API may take up to {BATCH_WINDOW_HOURS:g} hours; use direct or auto"
             )
 
-        def positive(name: str, default: int) -> int:
+        def positive(name: str, default: int, *, zero: bool = False) -> int:
             raw = meta.get(name)
             if raw is None:
                 return default
-            if not raw.isdigit() or int(raw) <= 0:
+            if not raw.isdigit() or (int(raw) <= 0 and not zero):
                 raise PlanError(f"{METADATA_PREFIX}{name}={raw!r}; expected a positive whole number")
             return int(raw)
 
@@ -97,6 +102,8 @@ class JobOptions:
             model=meta.get("model") or None,
             on_batch_incomplete=incomplete,
             deadline_hours=deadline,
+            rpm=positive("rpm", settings.rpm, zero=True),
+            tpm=positive("tpm", settings.tpm, zero=True),
         )
 
     def shard_mode(self, requests: int, settings: Settings) -> str:
@@ -222,7 +229,10 @@ def plan_job(
     result = plan_lines(split_lines(body.iter_chunks(READ_CHUNK)), shard_lines=settings.shard_lines)
 
     running = max(1, min(len(result.shards), options.map_concurrency))
+    # every running shard gets an equal share of the job's budgets
     per_shard = max(1, math.ceil(options.concurrency / running))
+    rpm_share = options.rpm / running if options.rpm else 0
+    tpm_share = options.tpm / running if options.tpm else 0
     manifest = []
     for shard in result.shards:
         item: dict[str, Any] = {
@@ -238,6 +248,8 @@ def plan_job(
             "mode": options.shard_mode(shard.requests, settings),
             "on_batch_incomplete": options.on_batch_incomplete,
             "concurrency": per_shard,
+            "rpm": rpm_share,
+            "tpm": tpm_share,
             "max_attempts": options.max_attempts,
             "model": options.model,
             "duplicates_key": None,

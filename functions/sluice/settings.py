@@ -31,6 +31,9 @@ class Settings:
     poll_seconds: int = 10
     # first retry waits up to this long (full jitter), doubling per attempt
     retry_base_delay_s: float = 0.5
+    # requests and tokens per minute for a whole job (0 = no budget), shared by running shards
+    rpm: int = 0
+    tpm: int = 0
     # stop taking new items this long (plus the request timeout) before the Lambda's end
     safety_margin_s: float = 20.0
     # the OpenAI Batch API's limits per input file
@@ -67,6 +70,12 @@ class Settings:
                 raise SettingsError(f"{name} must be positive, got {raw}")
             return value
 
+        def budget(name: str) -> int:
+            raw = env.get(name) or "0"
+            if not raw.isdigit():
+                raise SettingsError(f"{name}={raw!r} is not a whole number (0 means no budget)")
+            return int(raw)
+
         mode = env.get("SLUICE_DEFAULT_MODE", "direct")
         if mode not in MODES:
             raise SettingsError(f"SLUICE_DEFAULT_MODE={mode!r}; expected one of {', '.join(MODES)}")
@@ -91,6 +100,8 @@ class Settings:
             poll_seconds=int(number("SLUICE_POLL_SECONDS", 10)),
             safety_margin_s=float(number("SLUICE_SAFETY_MARGIN_S", 20.0, float)),
             retry_base_delay_s=float(number("SLUICE_RETRY_BASE_DELAY_S", 0.5, float)),
+            rpm=budget("SLUICE_RPM"),
+            tpm=budget("SLUICE_TPM"),
             batch_max_requests=int(number("SLUICE_BATCH_MAX_REQUESTS", 50_000)),
             batch_max_bytes=int(number("SLUICE_BATCH_MAX_BYTES", 200 * 1024 * 1024)),
             batch_poll_max_s=int(number("SLUICE_BATCH_POLL_MAX_S", 300)),

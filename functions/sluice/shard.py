@@ -50,6 +50,8 @@ class ShardSpec:
     concurrency: int
     max_attempts: int
     model: str | None = None
+    rpm: float = 0
+    tpm: float = 0
     duplicates_key: str | None = None
     blank: int = 0
     # batch mode: rows a batch did not finish are re-run directly ("direct") or reported ("error")
@@ -338,7 +340,7 @@ def _engine_settings(spec: ShardSpec, settings: Settings) -> EngineSettings:
         request_timeout_s=settings.request_timeout_s,
         base_delay_s=settings.retry_base_delay_s,
     )
-    return EngineSettings(concurrency=spec.concurrency, policy=policy)
+    return EngineSettings(concurrency=spec.concurrency, policy=policy, rpm=spec.rpm, tpm=spec.tpm)
 
 
 def _margin_s(ctx: ShardContext) -> float:

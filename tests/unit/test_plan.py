@@ -72,5 +72,7 @@ def test_options_from_object_metadata() -> None:
     assert (options.mode, options.concurrency, options.max_attempts) == ("background", 50, 6)
     with pytest.raises(PlanError, match="sluice-concurrency='lots'"):
         JobOptions.from_metadata({"sluice-concurrency": "lots"}, SETTINGS)
+    budgets = JobOptions.from_metadata({"sluice-rpm": "600", "sluice-tpm": "0"}, SETTINGS)
+    assert (budgets.rpm, budgets.tpm) == (600, 0)
     with pytest.raises(PlanError, match="unknown option"):
         JobOptions.from_metadata({"sluice-colour": "red"}, SETTINGS)
