@@ -58,6 +58,11 @@ class Environment:
     point_in_time_recovery: bool = False
     alarm_email: str | None = None
     api_key_secret_arn: str | None = None
+    # the provider's webhook signing secret (`whsec_...`); created with a placeholder when null
+    webhook_secret_arn: str | None = None
+    # API Gateway throttling of the webhook endpoint: steady requests per second, and burst
+    webhook_rate_limit: int = 100
+    webhook_burst_limit: int = 200
     account: str | None = None
     region: str | None = None
 
@@ -109,6 +114,8 @@ class Environment:
             "ttl_days",
             "poll_seconds",
             "log_retention_days",
+            "webhook_rate_limit",
+            "webhook_burst_limit",
         ):
             if key in values and (type(values[key]) is not int or values[key] <= 0):
                 raise fail(key, "must be a positive integer")
@@ -123,7 +130,7 @@ class Environment:
         for key in ("provider_base_url", "default_mode", "log_level", "removal_policy"):
             if key in values and not isinstance(values[key], str):
                 raise fail(key, "must be a string")
-        for key in ("default_model", "alarm_email", "api_key_secret_arn", "account", "region"):
+        for key in ("default_model", "alarm_email", "api_key_secret_arn", "webhook_secret_arn", "account", "region"):
             if values.get(key) is not None and (not isinstance(values[key], str) or not values[key]):
                 raise fail(key, "must be a non-empty string or null")
 
@@ -137,8 +144,9 @@ class Environment:
             raise fail("removal_policy", f"must be one of {', '.join(REMOVAL_POLICIES)}")
         if values.get("alarm_email") and not _EMAIL.match(values["alarm_email"]):
             raise fail("alarm_email", "must be an email address")
-        if values.get("api_key_secret_arn") and not _SECRET_ARN.match(values["api_key_secret_arn"]):
-            raise fail("api_key_secret_arn", "must be the complete ARN of a Secrets Manager secret")
+        for key in ("api_key_secret_arn", "webhook_secret_arn"):
+            if values.get(key) and not _SECRET_ARN.match(values[key]):
+                raise fail(key, "must be the complete ARN of a Secrets Manager secret")
         if values.get("account") and not re.match(r"^\d{12}$", values["account"]):
             raise fail("account", "must be a 12-digit AWS account id")
         if "log_retention_days" in values and values["log_retention_days"] not in LOG_RETENTION:

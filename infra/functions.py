@@ -1,4 +1,4 @@
-"""The Lambda functions: one per state machine step, all from one code asset."""
+"""The Lambda functions: one per state machine step, and the webhook receiver, all from one code asset."""
 
 from __future__ import annotations
 
@@ -51,6 +51,26 @@ STEPS = {
     "mark_failed": Step("handlers.mark_failed.handler", cdk.Duration.minutes(15)),
 }
 
+# Not a step of the state machine: API Gateway calls it for each provider webhook. It answers
+# within a second or two (API Gateway gives up at 30 s, providers sooner); 512 MB buys the CPU
+# for a quick cold start.
+WEBHOOK = Step("handlers.webhook.handler", cdk.Duration.seconds(10), 512)
+
+# Mirrors `handlers.observability.NAMESPACE` and `SERVICE`, the EMF namespace and service dimension.
+METRICS_NAMESPACE = "Sluice"
+SERVICE_NAME = "sluice"
+
+
+def powertools_environment(config: Environment) -> dict[str, str]:
+    """What aws-lambda-powertools reads: service name, log level, metrics namespace; and the env."""
+    return {
+        "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
+        "POWERTOOLS_LOG_LEVEL": config.log_level,
+        "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
+        # the `environment` dimension of every metric, so that two deployments never mix
+        "SLUICE_ENV": config.name,
+    }
+
 
 def lambda_environment(
     config: Environment, *, bucket: s3.IBucket, table: dynamodb.ITable, api_key: secretsmanager.ISecret
@@ -71,8 +91,19 @@ def lambda_environment(
         "SLUICE_EVENT_BUS": EVENT_BUS,
         "SLUICE_POLL_SECONDS": str(config.poll_seconds),
         "SLUICE_SAFETY_MARGIN_S": str(config.safety_margin_s),
-        "POWERTOOLS_SERVICE_NAME": "sluice",
-        "POWERTOOLS_LOG_LEVEL": config.log_level,
+        **powertools_environment(config),
+    }
+
+
+def webhook_environment(
+    config: Environment, *, table: dynamodb.ITable, webhook_secret: secretsmanager.ISecret
+) -> dict[str, str]:
+    """What `handlers.webhook` reads: no bucket, no provider, no API key."""
+    return {
+        "SLUICE_TABLE": table.table_name,
+        "SLUICE_WEBHOOK_SECRET_ARN": webhook_secret.secret_arn,
+        "SLUICE_TTL_DAYS": str(config.ttl_days),
+        **powertools_environment(config),
     }
 
 
@@ -92,6 +123,7 @@ class Functions(Construct):
         bucket: s3.IBucket,
         table: dynamodb.ITable,
         api_key: secretsmanager.ISecret,
+        webhook_secret: secretsmanager.ISecret,
         source: Path = FUNCTIONS_DIR,
     ) -> None:
         super().__init__(scope, id)
@@ -114,34 +146,16 @@ class Functions(Construct):
         self.by_step: dict[str, lambda_.Function] = {}
         self.log_groups: dict[str, logs.LogGroup] = {}
         for step, spec in STEPS.items():
-            name = _construct_id(step)
-            log_group = logs.LogGroup(
-                self,
-                f"{name}Logs",
-                retention=config.log_retention,
-                removal_policy=config.cdk_removal_policy,
-            )
-            role = iam.Role(
-                self,
-                f"{name}Role",
-                assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
-                description=f"Sluice {step} step",
-            )
-            self.log_groups[step] = log_group
-            self.by_step[step] = lambda_.Function(
-                self,
-                name,
-                runtime=lambda_.Runtime.PYTHON_3_12,
-                architecture=lambda_.Architecture.X86_64,
-                code=self.code,
-                handler=spec.handler,
-                timeout=spec.timeout,
-                memory_size=spec.memory_mb,
-                role=role,
-                log_group=log_group,
-                environment=environment,
-                description=f"Sluice {step} step",
-            )
+            self.by_step[step] = self._function(config, step, spec, environment, f"Sluice {step} step")
+
+        # Kept out of `by_step`: the state machine's definition neither has nor invokes it.
+        self.webhook = self._function(
+            config,
+            "webhook",
+            WEBHOOK,
+            webhook_environment(config, table=table, webhook_secret=webhook_secret),
+            "Sluice webhook receiver: verifies provider webhooks and settles items",
+        )
 
         self.plan = self.by_step["plan"]
         self.run_shard = self.by_step["run_shard"]
@@ -153,3 +167,35 @@ class Functions(Construct):
         self.merge = self.by_step["merge"]
         self.notify = self.by_step["notify"]
         self.mark_failed = self.by_step["mark_failed"]
+
+    def _function(
+        self, config: Environment, step: str, spec: Step, environment: dict[str, str], description: str
+    ) -> lambda_.Function:
+        name = _construct_id(step)
+        log_group = logs.LogGroup(
+            self,
+            f"{name}Logs",
+            retention=config.log_retention,
+            removal_policy=config.cdk_removal_policy,
+        )
+        role = iam.Role(
+            self,
+            f"{name}Role",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            description=description,
+        )
+        self.log_groups[step] = log_group
+        return lambda_.Function(
+            self,
+            name,
+            runtime=lambda_.Runtime.PYTHON_3_12,
+            architecture=lambda_.Architecture.X86_64,
+            code=self.code,
+            handler=spec.handler,
+            timeout=spec.timeout,
+            memory_size=spec.memory_mb,
+            role=role,
+            log_group=log_group,
+            environment=environment,
+            description=description,
+        )

@@ -1,10 +1,16 @@
-"""Alarms and a dashboard for one Sluice environment."""
+"""Alarms and a dashboard for one Sluice environment.
+
+Besides AWS's own metrics, the handlers emit EMF metrics (`handlers/observability.py`) in the
+`Sluice` namespace with the dimensions environment and service (and reason, for rejected
+webhooks): jobs and items as they finish, and webhooks by verdict.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
 import aws_cdk as cdk
+import aws_cdk.aws_apigatewayv2 as apigwv2
 import aws_cdk.aws_cloudwatch as cloudwatch
 import aws_cdk.aws_cloudwatch_actions as cloudwatch_actions
 import aws_cdk.aws_kms as kms
@@ -15,7 +21,16 @@ import aws_cdk.aws_sqs as sqs
 import aws_cdk.aws_stepfunctions as sfn
 from constructs import Construct
 
+from infra.functions import METRICS_NAMESPACE, SERVICE_NAME
+
 PERIOD = cdk.Duration.minutes(5)
+MINUTE = cdk.Duration.minutes(1)
+# Providers retry a delivery that was refused, so a wrong signing secret keeps rejections coming
+# for as long as jobs run; a stray probe of the URL is one or two. The window tells them apart.
+WEBHOOK_REJECTIONS_PERIOD = cdk.Duration.minutes(15)
+WEBHOOK_REJECTIONS_THRESHOLD = 5
+# The steps that work through a shard's lines: their duration is the shard latency.
+SHARD_STEPS = ("run_shard", "submit", "collect", "submit_batch", "collect_batch")
 
 
 class Monitoring(Construct):
@@ -30,8 +45,10 @@ class Monitoring(Construct):
         dead_letter_queue: sqs.IQueue,
         alarm_email: str | None,
         removal_policy: cdk.RemovalPolicy,
+        webhook_api: apigwv2.IHttpApi | None = None,
     ) -> None:
         super().__init__(scope, id)
+        self.env_name = env_name
         # A customer managed key, because CloudWatch cannot publish to a topic encrypted with
         # the AWS managed SNS key; the stack grants CloudWatch its use.
         self.topic_key = kms.Key(
@@ -58,10 +75,11 @@ class Monitoring(Construct):
             f"A Sluice {env_name} job failed; its errors file in outbox/ says why.",
         )
         for step, function in functions.items():
+            retried_by = "the provider retries the delivery" if step == "webhook" else "the workflow retries"
             self._alarm(
                 f"{_title(step)}Errors",
                 function.metric_errors(period=PERIOD, statistic="Sum"),
-                f"The {step} Lambda raised errors; the workflow retries transient ones.",
+                f"The {step} Lambda raised errors; {retried_by} transient ones.",
             )
             self._alarm(
                 f"{_title(step)}Throttles",
@@ -72,6 +90,14 @@ class Monitoring(Construct):
             "StartFailures",
             dead_letter_queue.metric_approximate_number_of_messages_visible(period=PERIOD, statistic="Maximum"),
             f"EventBridge could not start Sluice {env_name} jobs; the events wait in the DLQ.",
+        )
+        self._alarm(
+            "WebhooksRejected",
+            self.metric("WebhookRejected", period=WEBHOOK_REJECTIONS_PERIOD),
+            f"Sluice {env_name} rejected provider webhooks. Mostly `signature`: the webhook signing secret does "
+            "not match the provider's (set it with put-secret-value); jobs still finish, by polling, only later. "
+            "The dashboard shows the reasons.",
+            threshold=WEBHOOK_REJECTIONS_THRESHOLD,
         )
 
         # Dashboards are global to the account; the region keeps two deployments apart.
@@ -114,19 +140,93 @@ class Monitoring(Construct):
                 width=8,
             ),
         )
+        shard_steps = [step for step in SHARD_STEPS if step in functions]
+        self.dashboard.add_widgets(
+            cloudwatch.GraphWidget(
+                title="Jobs",
+                left=[self.metric("JobsCompleted"), self.metric("JobsFailed")],
+                width=8,
+            ),
+            cloudwatch.GraphWidget(
+                title="Items per minute",
+                left=[
+                    self.metric("ItemsCompleted", period=MINUTE, label="finished by direct shard runs"),
+                    self.metric("ItemsSucceeded", period=MINUTE, label="results, as jobs end"),
+                    self.metric("ItemsFailed", period=MINUTE, label="errors, as jobs end"),
+                ],
+                width=8,
+            ),
+            cloudwatch.GraphWidget(
+                title="Shard latency (Lambda duration p50, max)",
+                left=[
+                    functions[step].metric_duration(period=PERIOD, statistic=statistic, label=f"{step} {statistic}")
+                    for step in shard_steps
+                    for statistic in ("p50", "Maximum")
+                ],
+                width=8,
+            ),
+        )
+        webhooks = [
+            cloudwatch.GraphWidget(
+                title="Webhooks by verdict",
+                left=[
+                    self.metric("WebhookAccepted"),
+                    self.metric("WebhookDuplicate"),
+                    cloudwatch.MathExpression(
+                        expression=_search("WebhookRejected", ("environment", "reason", "service"), env_name),
+                        using_metrics={},
+                        label="rejected: ${PROP('Dim.reason')}",
+                        period=PERIOD,
+                    ),
+                ],
+                width=12 if webhook_api is not None else 24,
+            )
+        ]
+        if webhook_api is not None:
+            webhooks.append(
+                cloudwatch.GraphWidget(
+                    title="Webhook endpoint",
+                    left=[
+                        webhook_api.metric_count(period=PERIOD, statistic="Sum"),
+                        webhook_api.metric_client_error(period=PERIOD, statistic="Sum"),
+                        webhook_api.metric_server_error(period=PERIOD, statistic="Sum"),
+                    ],
+                    right=[webhook_api.metric_latency(period=PERIOD, statistic="p99")],
+                    width=12,
+                )
+            )
+        self.dashboard.add_widgets(*webhooks)
 
-    def _alarm(self, name: str, metric: cloudwatch.Metric, description: str) -> None:
+    def metric(self, name: str, *, period: cdk.Duration = PERIOD, label: str | None = None) -> cloudwatch.Metric:
+        """One of the handlers' EMF metrics (counts), summed, for this environment."""
+        return cloudwatch.Metric(
+            namespace=METRICS_NAMESPACE,
+            metric_name=name,
+            dimensions_map={"environment": self.env_name, "service": SERVICE_NAME},
+            statistic="Sum",
+            period=period,
+            label=label,
+        )
+
+    def _alarm(self, name: str, metric: cloudwatch.Metric, description: str, *, threshold: int = 1) -> None:
         alarm = metric.create_alarm(
             self,
             name,
             alarm_description=description,
-            threshold=1,
+            threshold=threshold,
             evaluation_periods=1,
             comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
         )
         alarm.add_alarm_action(cloudwatch_actions.SnsAction(self.topic))
         self.alarms.append(alarm)
+
+
+def _search(metric: str, dimensions: tuple[str, ...], env_name: str) -> str:
+    """A dashboard SEARCH: one line per value of the dimension not pinned (the reason)."""
+    schema = ",".join((METRICS_NAMESPACE, *dimensions))
+    query = f'{{{schema}}} MetricName="{metric}" environment="{env_name}"'
+    return f"SEARCH('{query}', 'Sum', {int(PERIOD.to_seconds())})"
 
 
 def _title(step: str) -> str:

@@ -14,6 +14,7 @@ from infra.functions import EVENT_BUS, Functions
 from infra.monitoring import Monitoring
 from infra.secrets import Secrets
 from infra.storage import Storage
+from infra.webhooks import Webhooks
 from infra.workflow import Workflow
 
 # The steps that talk to the provider and read their shard's rows and checkpoints.
@@ -22,6 +23,12 @@ PROVIDER_STEPS = ("run_shard", "submit", "collect", "submit_batch", "collect_bat
 TASK_TOKEN_STEPS = ("await_shard",)
 # The steps that assemble outbox/ from the shards' files and announce the outcome.
 OUTPUT_STEPS = ("merge", "mark_failed")
+# What the webhook Lambda does to the table (`JobStore.remember_webhook`, `settle_item`,
+# `settle_batch`), and to the index that finds an item or shard by its provider id. A unit test
+# runs the handler and checks that it calls nothing else.
+WEBHOOK_TABLE_ACTIONS = ("dynamodb:PutItem", "dynamodb:UpdateItem")
+WEBHOOK_INDEX_ACTIONS = ("dynamodb:Query",)
+PROVIDER_ID_INDEX = "by_provider_id"
 
 
 class SluiceStack(cdk.Stack):
@@ -43,6 +50,7 @@ class SluiceStack(cdk.Stack):
             "Secrets",
             env_name=config.name,
             api_key_secret_arn=config.api_key_secret_arn,
+            webhook_secret_arn=config.webhook_secret_arn,
             removal_policy=removal,
         )
         self.functions = Functions(
@@ -52,6 +60,7 @@ class SluiceStack(cdk.Stack):
             bucket=self.storage.bucket,
             table=self.storage.table,
             api_key=self.secrets.api_key,
+            webhook_secret=self.secrets.webhook_secret,
         )
         self.workflow = Workflow(
             self,
@@ -62,18 +71,30 @@ class SluiceStack(cdk.Stack):
             log_retention=config.log_retention,
             removal_policy=removal,
         )
+        self.webhooks = Webhooks(
+            self,
+            "Webhooks",
+            env_name=config.name,
+            function=self.functions.webhook,
+            rate_limit=config.webhook_rate_limit,
+            burst_limit=config.webhook_burst_limit,
+            log_retention=config.log_retention,
+            removal_policy=removal,
+        )
         self.monitoring = Monitoring(
             self,
             "Monitoring",
             env_name=config.name,
             state_machine=self.workflow.state_machine,
-            functions=self.functions.by_step,
+            functions={**self.functions.by_step, "webhook": self.functions.webhook},
             dead_letter_queue=self.workflow.dead_letter_queue,
             alarm_email=config.alarm_email,
             removal_policy=removal,
+            webhook_api=self.webhooks.api,
         )
 
         self._grant_functions()
+        self._grant_webhook()
         self._grant_workflow()
         self._grant_monitoring()
         self._acknowledge_nag_findings()
@@ -82,6 +103,13 @@ class SluiceStack(cdk.Stack):
         cdk.CfnOutput(self, "TableName", value=self.storage.table.table_name)
         cdk.CfnOutput(self, "StateMachineArn", value=self.workflow.state_machine.state_machine_arn)
         cdk.CfnOutput(self, "ApiKeySecretArn", value=self.secrets.api_key.secret_arn)
+        cdk.CfnOutput(
+            self,
+            "WebhookUrl",
+            value=self.webhooks.url,
+            description="Register this endpoint with the provider for response.* and batch.* events.",
+        )
+        cdk.CfnOutput(self, "WebhookSecretArn", value=self.secrets.webhook_secret.secret_arn)
         cdk.Tags.of(self).add("project", "sluice")
         cdk.Tags.of(self).add("sluice:env", config.name)
 
@@ -187,6 +215,24 @@ class SluiceStack(cdk.Stack):
             wildcard_reason="Task tokens come from the Map's child executions, of `<state machine>/<Map label>`.",
         )
 
+    def _grant_webhook(self) -> None:
+        """The webhook Lambda: its log group, its items and shards, its secret, and task tokens."""
+        function = self.functions.webhook
+        role = function.role
+        assert role is not None
+        self.functions.log_groups["webhook"].grant_write(function)
+        table = self.storage.table
+        self._allow(role, list(WEBHOOK_TABLE_ACTIONS), [table.table_arn])
+        self._allow(role, list(WEBHOOK_INDEX_ACTIONS), [f"{table.table_arn}/index/{PROVIDER_ID_INDEX}"])
+        self._allow(role, ["secretsmanager:GetSecretValue"], [self.secrets.webhook_secret.secret_arn])
+        machine = self.workflow.state_machine_arn
+        self._allow(
+            role,
+            ["states:SendTaskSuccess"],
+            [machine, f"{machine}/*"],
+            wildcard_reason="Task tokens come from the Map's child executions, of `<state machine>/<Map label>`.",
+        )
+
     def _grant_workflow(self) -> None:
         workflow = self.workflow
         functions = self.functions.by_step.values()
@@ -225,7 +271,7 @@ class SluiceStack(cdk.Stack):
 
     def _acknowledge_nag_findings(self) -> None:
         """Deliberate cdk-nag findings that are not about a grant made above."""
-        for function in self.functions.by_step.values():
+        for function in [*self.functions.by_step.values(), self.functions.webhook]:
             self._acknowledge(
                 function,
                 "AwsSolutions-L1",
@@ -248,6 +294,21 @@ class SluiceStack(cdk.Stack):
                 "AwsSolutions-SMG4",
                 "A provider API key is issued and rotated at the provider, which Secrets Manager cannot call.",
             )
+        if self.secrets.webhook_secret_created:
+            self._acknowledge(
+                self.secrets.webhook_secret,
+                "AwsSolutions-SMG4",
+                "The webhook signing secret is issued and rotated in the provider's dashboard, which Secrets "
+                "Manager cannot call; the Lambda re-reads it every few minutes, so a new value takes effect.",
+            )
+        self._acknowledge(
+            self.webhooks.route,
+            "AwsSolutions-APIG4",
+            "The webhook signature is the authorization: the provider signs each delivery (Standard Webhooks, "
+            "HMAC-SHA256 over id, timestamp and body, with a shared whsec_ secret), and the Lambda verifies it, "
+            "with a 5-minute tolerance, before it reads or changes anything. Providers cannot send IAM, Cognito "
+            "or JWT credentials; unsigned requests get a 4xx and change nothing.",
+        )
         if not self.config.point_in_time_recovery:
             self._acknowledge(
                 self.storage.table,

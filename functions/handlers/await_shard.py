@@ -2,13 +2,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from .observability import instrumented, logger
 from .runtime import runtime
 
 
+@instrumented
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """Leave the task token where webhooks find it; wake at once if they already all arrived."""
     rt = runtime()
     shard = event["shard"]
-    if rt.store.arm_shard(shard["job_id"], int(shard["shard"]), event["token"]):
+    woke = rt.store.arm_shard(shard["job_id"], int(shard["shard"]), event["token"])
+    if woke:
         rt.sfn.send_task_success(taskToken=event["token"], output="{}")
+    logger.info("shard armed", extra={"woke": woke})
     return {"armed": True}

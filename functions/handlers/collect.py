@@ -5,11 +5,14 @@ from typing import Any
 
 from sluice.shard import ShardSpec, collect_background
 
+from .observability import instrumented, shard_run
 from .runtime import runtime
 
 
+@instrumented
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     spec = ShardSpec.from_dict(event)
     outcome = asyncio.run(collect_background(runtime().shard_context(context), spec))
+    shard_run(outcome)
     # the workflow loops on this state: hand the shard back along with how far it got
     return {**event, **outcome}

@@ -4,10 +4,13 @@ from typing import Any
 
 from sluice.notify import publish
 
+from .observability import instrumented, job_finished
 from .runtime import runtime
 
 
+@instrumented
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     rt = runtime()
     publish(rt.events, bus=rt.settings.event_bus, detail_type="Sluice Job Completed", detail=event)
+    job_finished(event, failed=False)
     return event

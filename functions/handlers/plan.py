@@ -4,13 +4,15 @@ from typing import Any
 
 from sluice.plan import plan_job
 
+from .observability import instrumented, logger, scalars
 from .runtime import runtime
 
 
+@instrumented
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     rt = runtime()
     detail = event["event"]["detail"]
-    return plan_job(
+    state = plan_job(
         s3=rt.s3,
         store=rt.store,
         settings=rt.settings,
@@ -19,3 +21,6 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         etag=detail["object"]["etag"],
         execution=event["execution"],
     )
+    logger.thread_safe_append_keys(job_id=state["job_id"])
+    logger.info("job planned", extra=scalars(state))
+    return state

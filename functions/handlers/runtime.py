@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import boto3
-
 from sluice.engine import make_session
 from sluice.settings import Settings
 from sluice.shard import ShardContext
@@ -29,7 +28,9 @@ class Runtime:
         value = self.secrets.get_secret_value(SecretId=self.settings.api_key_secret_arn)
         secret = value.get("SecretString") or ""
         if not secret:
-            raise RuntimeError("the provider API key secret is empty; set it with `aws secretsmanager put-secret-value`")
+            raise RuntimeError(
+                "the provider API key secret is empty; set it with `aws secretsmanager put-secret-value`"
+            )
         return str(secret)
 
     def shard_context(self, context: Any) -> ShardContext:

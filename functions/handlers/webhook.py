@@ -3,35 +3,52 @@ from __future__ import annotations
 import base64
 import functools
 import json
-import logging
 import os
+import threading
+import time
 from typing import Any
 
 import boto3
 from botocore.exceptions import ClientError
-
 from sluice.store import JobStore
 from sluice.webhooks import handle_webhook
 
-LOG = logging.getLogger("sluice.webhook")
+from .observability import instrumented, webhook_answered
 
 # a token that timed out or was already used just means the shard woke some other way
 _STALE_TOKEN_ERRORS = ("TaskTimedOut", "InvalidToken", "TaskDoesNotExist")
+# The signing secret is set (and rotated) with put-secret-value after the stack exists; a warm
+# container picks up the new value within this long instead of rejecting until it is recycled.
+SECRET_MAX_AGE_S = 300.0
+
+_secret_lock = threading.Lock()
+_secret_cache: dict[str, tuple[float, str]] = {}
 
 
 @functools.cache
-def _clients() -> tuple[JobStore, Any, str]:
+def _clients() -> tuple[JobStore, Any, Any, str]:
     table = os.environ.get("SLUICE_TABLE")
     secret_arn = os.environ.get("SLUICE_WEBHOOK_SECRET_ARN")
     if not table or not secret_arn:
         raise RuntimeError("SLUICE_TABLE and SLUICE_WEBHOOK_SECRET_ARN must be set")
-    secret = boto3.client("secretsmanager").get_secret_value(SecretId=secret_arn).get("SecretString") or ""
     store = JobStore(boto3.resource("dynamodb").Table(table), ttl_days=int(os.environ.get("SLUICE_TTL_DAYS", "14")))
-    return store, boto3.client("stepfunctions"), secret
+    return store, boto3.client("stepfunctions"), boto3.client("secretsmanager"), secret_arn
 
 
+def _secret(secrets: Any, arn: str) -> str:
+    """The signing secret, read at most every SECRET_MAX_AGE_S; never logged or passed on."""
+    with _secret_lock:
+        cached = _secret_cache.get(arn)
+        if cached is not None and time.monotonic() - cached[0] < SECRET_MAX_AGE_S:
+            return cached[1]
+        value = secrets.get_secret_value(SecretId=arn).get("SecretString") or ""
+        _secret_cache[arn] = (time.monotonic(), value)
+        return str(value)
+
+
+@instrumented
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    store, sfn, secret = _clients()
+    store, sfn, secrets, secret_arn = _clients()
     raw = event.get("body") or ""
     body = base64.b64decode(raw) if event.get("isBase64Encoded") else raw.encode()
 
@@ -42,8 +59,14 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
             if exc.response["Error"]["Code"] not in _STALE_TOKEN_ERRORS:
                 raise
 
-    verdict = handle_webhook(body=body, headers=event.get("headers") or {}, secret=secret, store=store, wake=wake)
-    LOG.info(json.dumps({"webhook": verdict.outcome, "type": verdict.event_type, "status": verdict.status}))
+    verdict = handle_webhook(
+        body=body,
+        headers=event.get("headers") or {},
+        secret=_secret(secrets, secret_arn),
+        store=store,
+        wake=wake,
+    )
+    webhook_answered(verdict.outcome, verdict.event_type, verdict.status)
     return {
         "statusCode": verdict.status,
         "headers": {"content-type": "application/json"},

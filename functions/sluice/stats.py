@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +14,13 @@ from .model import Outcome
 _BUCKETS_PER_DECADE = 20
 _FLOOR_S = 0.001
 
+# The completion timeline (for the report's throughput chart) counts outcomes per step of
+# wall-clock time, in milliseconds. Each step divides the next, so keys of a finer step always
+# fold into a coarser one; the step grows until the timeline fits, so merging stays cheap for
+# any job length (0.1 s steps for a minute-long job, an hour's for a month-long one).
+TIMELINE_STEPS_MS = (100, 1_000, 5_000, 15_000, 60_000, 300_000, 900_000, 3_600_000)
+TIMELINE_MAX_POINTS = 720
+
 
 def _bucket(latency_s: float) -> int:
     if latency_s <= _FLOOR_S:
@@ -22,6 +30,20 @@ def _bucket(latency_s: float) -> int:
 
 def _bucket_upper_s(index: int) -> float:
     return float(_FLOOR_S * 10 ** (index / _BUCKETS_PER_DECADE))
+
+
+def latency_bucket_bounds_s(index: int) -> tuple[float, float]:
+    """The latencies a histogram bucket holds, [lower, upper); bucket 0 is everything up to 1 ms."""
+    return (0.0 if index == 0 else _bucket_upper_s(index - 1)), _bucket_upper_s(index)
+
+
+def _fold(timeline: dict[int, list[int]], step: int) -> dict[int, list[int]]:
+    folded: dict[int, list[int]] = {}
+    for key, (ok, failed) in timeline.items():
+        slot = folded.setdefault(key // step * step, [0, 0])
+        slot[0] += ok
+        slot[1] += failed
+    return folded
 
 
 def usage_tokens(body: Any) -> tuple[int, int]:
@@ -47,8 +69,11 @@ class Stats:
     latency: dict[int, int] = field(default_factory=dict)
     # tokens by the model that answered, for the cost estimate
     models: dict[str, list[int]] = field(default_factory=dict)
+    # epoch millisecond a step starts -> [results, errors] that finished within it
+    timeline: dict[int, list[int]] = field(default_factory=dict)
+    timeline_step_ms: int = TIMELINE_STEPS_MS[0]
 
-    def add_outcome(self, outcome: Outcome) -> None:
+    def add_outcome(self, outcome: Outcome, at: float | None = None) -> None:
         self.attempts += outcome.attempts
         self.retries += max(outcome.attempts - 1, 0)
         self.throttled += outcome.throttled
@@ -66,6 +91,26 @@ class Stats:
             self.latency[key] = self.latency.get(key, 0) + 1
         else:
             self.add_error(outcome.error_code or "unknown")
+        # the sink sees an outcome the moment it is final, so now is its completion time
+        self._mark(time.time() if at is None else at, outcome.ok)
+
+    def _mark(self, at: float, ok: bool) -> None:
+        step = self.timeline_step_ms
+        slot = self.timeline.setdefault(int(at * 1000) // step * step, [0, 0])
+        slot[0 if ok else 1] += 1
+        if len(self.timeline) > TIMELINE_MAX_POINTS:
+            self._coarsen(step)
+
+    def _coarsen(self, at_least: int) -> None:
+        """Fold the timeline into a step of `at_least` ms or more, and coarser until it fits."""
+        for step in TIMELINE_STEPS_MS:
+            if step < at_least or step < self.timeline_step_ms:
+                continue
+            if step != self.timeline_step_ms:
+                self.timeline = _fold(self.timeline, step)
+                self.timeline_step_ms = step
+            if len(self.timeline) <= TIMELINE_MAX_POINTS:
+                return
 
     def add_error(self, code: str) -> None:
         self.errors[code] = self.errors.get(code, 0) + 1
@@ -89,6 +134,16 @@ class Stats:
             per_model = self.models.setdefault(model, [0, 0])
             per_model[0] += tokens_in
             per_model[1] += tokens_out
+        if other.timeline:
+            self._coarsen(other.timeline_step_ms)
+            step = self.timeline_step_ms
+            theirs = other.timeline if other.timeline_step_ms == step else _fold(other.timeline, step)
+            for key, (ok, failed) in theirs.items():
+                slot = self.timeline.setdefault(key, [0, 0])
+                slot[0] += ok
+                slot[1] += failed
+            if len(self.timeline) > TIMELINE_MAX_POINTS:
+                self._coarsen(step)
 
     def percentile_s(self, q: float) -> float | None:
         total = sum(self.latency.values())
@@ -113,6 +168,23 @@ class Stats:
             "tokens_out": self.tokens_out,
             "latency": {str(k): v for k, v in sorted(self.latency.items())},
             "models": self.models,
+            "timeline_step_ms": self.timeline_step_ms,
+            "timeline": {str(k): v for k, v in sorted(self.timeline.items())},
+        }
+
+    def latency_histogram(self) -> list[dict[str, float | int]]:
+        """Non-empty latency buckets, fastest first, with the range of seconds each holds."""
+        rows: list[dict[str, float | int]] = []
+        for key in sorted(self.latency):
+            lower, upper = latency_bucket_bounds_s(key)
+            rows.append({"bucket": key, "from_s": round(lower, 6), "to_s": round(upper, 6), "count": self.latency[key]})
+        return rows
+
+    def timeline_dict(self) -> dict[str, object]:
+        """Completions per step of wall-clock time (epoch seconds): what the report draws throughput from."""
+        return {
+            "step_s": self.timeline_step_ms / 1000,
+            "points": [[key / 1000, ok, failed] for key, (ok, failed) in sorted(self.timeline.items())],
         }
 
     @classmethod
@@ -127,4 +199,6 @@ class Stats:
             tokens_out=data.get("tokens_out", 0),
             latency={int(k): v for k, v in data.get("latency", {}).items()},
             models={k: list(v) for k, v in data.get("models", {}).items()},
+            timeline={int(k): list(v) for k, v in data.get("timeline", {}).items()},
+            timeline_step_ms=int(data.get("timeline_step_ms", TIMELINE_STEPS_MS[0])),
         )

@@ -46,6 +46,13 @@ def test_unknown_environment_names_the_known_ones() -> None:
         ("alarm_email", "ops", r"alarm_email must be an email address"),
         ("provider_base_url", "api.openai.com", r"provider_base_url must be an http\(s\) URL"),
         ("api_key_secret_arn", "arn:aws:s3:::bucket", r"api_key_secret_arn must be the complete ARN"),
+        (
+            "webhook_secret_arn",
+            "arn:aws:secretsmanager:eu-west-1:123456789012:secret:whsec",
+            r"webhook_secret_arn must be the complete ARN",
+        ),
+        ("webhook_rate_limit", 0, r"webhook_rate_limit must be a positive integer"),
+        ("webhook_burst_limit", 2.5, r"webhook_burst_limit must be a positive integer"),
         ("concurency", 5, r"environment 'dev': unknown key\(s\) concurency"),
     ],
 )

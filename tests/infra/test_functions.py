@@ -25,8 +25,8 @@ CONFIGURED = {
 }
 
 
-def step_functions(synthesis: Synthesis, env: str) -> dict[str, dict]:
-    """Our step Lambdas by step name (CDK's own custom-resource Lambdas left out)."""
+def our_functions(synthesis: Synthesis, env: str) -> dict[str, dict]:
+    """Our Lambdas by handler module (CDK's own custom-resource Lambdas left out)."""
     functions = synthesis.resources(env, "AWS::Lambda::Function").values()
     ours = {}
     for function in functions:
@@ -34,6 +34,15 @@ def step_functions(synthesis: Synthesis, env: str) -> dict[str, dict]:
         if handler.startswith("handlers."):
             ours[handler.split(".")[1]] = function
     return ours
+
+
+def step_functions(synthesis: Synthesis, env: str) -> dict[str, dict]:
+    """The state machine's step Lambdas by step name."""
+    return {k: f for k, f in our_functions(synthesis, env).items() if k in FUNCTION_PLACEHOLDERS}
+
+
+def webhook_function(synthesis: Synthesis, env: str) -> dict:
+    return our_functions(synthesis, env)["webhook"]
 
 
 def test_python_312_functions_one_per_step(synthesis: Synthesis, env: str) -> None:
@@ -45,8 +54,9 @@ def test_python_312_functions_one_per_step(synthesis: Synthesis, env: str) -> No
         assert props["Runtime"] == "python3.12"
         assert props["Architectures"] == ["x86_64"]
         assert "LoggingConfig" in props and "LogGroup" in props["LoggingConfig"]
-    codes = {str(f["Properties"]["Code"]) for f in functions.values()}
-    assert len(codes) == 1, "all steps share one code asset"
+    assert set(our_functions(synthesis, env)) == {*HANDLERS, "webhook"}
+    codes = {str(f["Properties"]["Code"]) for f in our_functions(synthesis, env).values()}
+    assert len(codes) == 1, "all steps and the webhook receiver share one code asset"
 
 
 def test_sizes_and_timeouts(synthesis: Synthesis, env: str) -> None:
@@ -72,14 +82,43 @@ def test_environment_matches_what_settings_reads(synthesis: Synthesis, env: str)
         assert variables["POWERTOOLS_SERVICE_NAME"] == "sluice"
         assert variables["POWERTOOLS_LOG_LEVEL"] == config.log_level
         assert variables["SLUICE_MAP_CONCURRENCY"] == str(config.map_concurrency)
-        assert variables["SLUICE_API_KEY_SECRET_ARN"] == {
-            "Ref": next(iter(synthesis.resources(env, "AWS::SecretsManager::Secret")))
-        }
+        assert variables["POWERTOOLS_METRICS_NAMESPACE"] == "Sluice"
+        assert variables["SLUICE_ENV"] == env
+        assert variables["SLUICE_API_KEY_SECRET_ARN"] == {"Ref": secret_id(synthesis, env, "provider-api-key")}
+        assert "SLUICE_WEBHOOK_SECRET_ARN" not in variables
+
+
+def secret_id(synthesis: Synthesis, env: str, name: str) -> str:
+    (logical_id,) = [
+        k
+        for k, s in synthesis.resources(env, "AWS::SecretsManager::Secret").items()
+        if s["Properties"]["Name"] == f"sluice/{env}/{name}"
+    ]
+    return logical_id
+
+
+def test_webhook_function_reads_only_what_its_handler_needs(synthesis: Synthesis, env: str) -> None:
+    props = webhook_function(synthesis, env)["Properties"]
+    config = synthesis.stacks[env].config
+    assert props["Runtime"] == "python3.12"
+    assert props["Timeout"] <= 15 and props["MemorySize"] >= 256
+    assert props["Environment"]["Variables"] == {
+        "SLUICE_TABLE": {"Ref": next(iter(synthesis.resources(env, "AWS::DynamoDB::Table")))},
+        "SLUICE_WEBHOOK_SECRET_ARN": {"Ref": secret_id(synthesis, env, "webhook-signing-secret")},
+        "SLUICE_TTL_DAYS": str(config.ttl_days),
+        "SLUICE_ENV": env,
+        "POWERTOOLS_SERVICE_NAME": "sluice",
+        "POWERTOOLS_LOG_LEVEL": config.log_level,
+        "POWERTOOLS_METRICS_NAMESPACE": "Sluice",
+    }
+    handler_source = (ROOT / "functions" / "handlers" / "webhook.py").read_text()
+    for variable in ("SLUICE_TABLE", "SLUICE_WEBHOOK_SECRET_ARN", "SLUICE_TTL_DAYS"):
+        assert f'"{variable}"' in handler_source, variable
 
 
 def test_function_log_groups_have_retention(synthesis: Synthesis, env: str) -> None:
     groups = synthesis.resources(env, "AWS::Logs::LogGroup")
     expected = synthesis.stacks[env].config.log_retention_days
-    for function in step_functions(synthesis, env).values():
+    for function in our_functions(synthesis, env).values():
         logical_id = function["Properties"]["LoggingConfig"]["LogGroup"]["Ref"]
         assert groups[logical_id]["Properties"]["RetentionInDays"] == expected

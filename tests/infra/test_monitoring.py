@@ -7,17 +7,19 @@ import aws_cdk.aws_stepfunctions as sfn
 from aws_cdk import assertions
 
 from infra.functions import STEPS
-from infra.monitoring import Monitoring
+from infra.monitoring import WEBHOOK_REJECTIONS_THRESHOLD, Monitoring
 from tests.infra.conftest import Synthesis
 
 
 def test_alarms_cover_executions_each_function_and_the_dlq(synthesis: Synthesis, env: str) -> None:
     alarms = synthesis.resources(env, "AWS::CloudWatch::Alarm").values()
     metrics = sorted((a["Properties"]["Namespace"], a["Properties"]["MetricName"]) for a in alarms)
+    functions = len(STEPS) + 1  # the steps and the webhook receiver
     expected = (
         [("AWS/States", "ExecutionsFailed"), ("AWS/SQS", "ApproximateNumberOfMessagesVisible")]
-        + [("AWS/Lambda", "Errors")] * len(STEPS)
-        + [("AWS/Lambda", "Throttles")] * len(STEPS)
+        + [("AWS/Lambda", "Errors")] * functions
+        + [("AWS/Lambda", "Throttles")] * functions
+        + [("Sluice", "WebhookRejected")]
     )
     assert metrics == sorted(expected)
     (topic_id,) = synthesis.resources(env, "AWS::SNS::Topic")
@@ -67,3 +69,33 @@ def test_email_subscription_only_when_configured() -> None:
 
     assert subscriptions("ops@example.com") == 1
     assert subscriptions(None) == 0
+
+
+def test_rejected_webhooks_alarm_on_this_environments_emf_metric(synthesis: Synthesis, env: str) -> None:
+    from handlers.observability import NAMESPACE, SERVICE
+
+    (alarm,) = [
+        a["Properties"]
+        for a in synthesis.resources(env, "AWS::CloudWatch::Alarm").values()
+        if a["Properties"]["MetricName"] == "WebhookRejected"
+    ]
+    assert alarm["Namespace"] == NAMESPACE
+    # the dimension set the handler emits every rejection with; the reason is a finer, second set
+    assert sorted(alarm["Dimensions"], key=lambda d: d["Name"]) == [
+        {"Name": "environment", "Value": env},
+        {"Name": "service", "Value": SERVICE},
+    ]
+    assert alarm["Statistic"] == "Sum"
+    assert alarm["Threshold"] == WEBHOOK_REJECTIONS_THRESHOLD
+    assert alarm["TreatMissingData"] == "notBreaching"
+
+
+def test_dashboard_shows_jobs_items_shard_latency_and_webhooks(synthesis: Synthesis, env: str) -> None:
+    (dashboard,) = synthesis.resources(env, "AWS::CloudWatch::Dashboard").values()
+    parts = dashboard["Properties"]["DashboardBody"]["Fn::Join"][1]
+    body = "".join(part if isinstance(part, str) else "<ref>" for part in parts)
+    titles = ("Jobs", "Items per minute", "Shard latency", "Lambda errors", "Webhooks by verdict", "Webhook endpoint")
+    for title in titles:
+        assert f'"title":"{title}' in body, title
+    for metric in ("JobsCompleted", "JobsFailed", "ItemsCompleted", "ItemsFailed", "WebhookRejected"):
+        assert f'"{metric}"' in body or f'MetricName=\\"{metric}' in body, metric

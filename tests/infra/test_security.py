@@ -8,7 +8,7 @@ from typing import Any
 from cfnlint.api import ManualArgs, lint
 
 from tests.infra.conftest import Synthesis
-from tests.infra.test_functions import step_functions
+from tests.infra.test_functions import secret_id, step_functions, webhook_function
 from tests.infra.test_workflow import _flat
 
 PROVIDER_STEPS = ("run_shard", "submit", "collect", "submit_batch", "collect_batch")
@@ -58,18 +58,23 @@ def _iam_documents(raw: dict[str, Any]) -> list[dict[str, Any]]:
     return documents
 
 
-def _step_statements(synthesis: Synthesis, env: str) -> dict[str, list[dict[str, Any]]]:
+def _role_statements(synthesis: Synthesis, env: str, function: dict[str, Any]) -> list[dict[str, Any]]:
     policies = synthesis.resources(env, "AWS::IAM::Policy").values()
-    by_step = {}
-    for step, function in step_functions(synthesis, env).items():
-        role_id = function["Properties"]["Role"]["Fn::GetAtt"][0]
-        by_step[step] = [
-            statement
-            for policy in policies
-            if {"Ref": role_id} in policy["Properties"]["Roles"]
-            for statement in _statements(policy["Properties"]["PolicyDocument"])
-        ]
-    return by_step
+    role_id = function["Properties"]["Role"]["Fn::GetAtt"][0]
+    role = synthesis.raw[env]["Resources"][role_id]
+    assert not role["Properties"].get("ManagedPolicyArns") and not role["Properties"].get("Policies")
+    return [
+        statement
+        for policy in policies
+        if {"Ref": role_id} in policy["Properties"]["Roles"]
+        for statement in _statements(policy["Properties"]["PolicyDocument"])
+    ]
+
+
+def _step_statements(synthesis: Synthesis, env: str) -> dict[str, list[dict[str, Any]]]:
+    return {
+        step: _role_statements(synthesis, env, function) for step, function in step_functions(synthesis, env).items()
+    }
 
 
 def test_no_wildcard_actions_in_any_iam_policy(synthesis: Synthesis, env: str) -> None:
@@ -104,6 +109,49 @@ def test_only_provider_steps_read_the_api_key(synthesis: Synthesis, env: str) ->
         assert not any(a.startswith("secretsmanager:") and a != "secretsmanager:GetSecretValue" for a in actions)
         assert ("events:PutEvents" in actions) is (step in ("merge", "mark_failed", "notify")), step
         assert ("states:SendTaskSuccess" in actions) is (step == "await_shard"), step
+
+
+def test_webhook_role_has_exactly_what_the_handler_needs(synthesis: Synthesis, env: str) -> None:
+    function = webhook_function(synthesis, env)
+    granted = {
+        (action, _flat(resource))
+        for statement in _role_statements(synthesis, env, function)
+        for action in _listed(statement["Action"])
+        for resource in _listed(statement["Resource"])
+    }
+    assert all(s["Effect"] == "Allow" and "Condition" not in s for s in _role_statements(synthesis, env, function))
+    (table_id,) = synthesis.resources(env, "AWS::DynamoDB::Table")
+    log_group = function["Properties"]["LoggingConfig"]["LogGroup"]["Ref"]
+    machine = f"arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:stateMachine:sluice-{env}"
+    assert granted == {
+        ("logs:CreateLogStream", f"<{log_group}.Arn>"),
+        ("logs:PutLogEvents", f"<{log_group}.Arn>"),
+        ("dynamodb:PutItem", f"<{table_id}.Arn>"),
+        ("dynamodb:UpdateItem", f"<{table_id}.Arn>"),
+        ("dynamodb:Query", f"<{table_id}.Arn>/index/by_provider_id"),
+        ("secretsmanager:GetSecretValue", f"<{secret_id(synthesis, env, 'webhook-signing-secret')}>"),
+        ("states:SendTaskSuccess", machine),
+        ("states:SendTaskSuccess", f"{machine}/*"),
+    }
+    # in particular: not the provider API key, and nothing in S3
+    assert not any(resource == f"<{secret_id(synthesis, env, 'provider-api-key')}>" for _, resource in granted)
+    assert not any(action.startswith("s3:") for action, _ in granted)
+
+
+def test_only_api_gateway_invokes_the_webhook_function_and_only_its_route(synthesis: Synthesis, env: str) -> None:
+    webhook_id = next(
+        k
+        for k, f in synthesis.resources(env, "AWS::Lambda::Function").items()
+        if f["Properties"].get("Handler") == "handlers.webhook.handler"
+    )
+    permissions = [
+        p["Properties"]
+        for p in synthesis.resources(env, "AWS::Lambda::Permission").values()
+        if p["Properties"]["FunctionName"] == {"Fn::GetAtt": [webhook_id, "Arn"]}
+    ]
+    (permission,) = permissions
+    assert permission["Principal"] == "apigateway.amazonaws.com"
+    assert _flat(permission["SourceArn"]).endswith("/*/*/webhooks")
 
 
 def test_notify_cannot_touch_s3(synthesis: Synthesis, env: str) -> None:

@@ -99,7 +99,10 @@ def _resources(statement: dict) -> list[str]:
 
 def test_workflow_role_invokes_exactly_the_step_functions(synthesis: Synthesis, env: str) -> None:
     functions = synthesis.resources(env, "AWS::Lambda::Function")
-    ours = {k for k, f in functions.items() if f["Properties"].get("Handler", "").startswith("handlers.")}
+    steps = {f"handlers.{step}.handler" for step in FUNCTION_PLACEHOLDERS}
+    ours = {k for k, f in functions.items() if f["Properties"].get("Handler", "") in steps}
+    # the webhook Lambda is API Gateway's to call, not the workflow's
+    assert any(f["Properties"].get("Handler") == "handlers.webhook.handler" for f in functions.values())
     invoke = [s for s in _workflow_statements(synthesis, env) if s["Action"] == "lambda:InvokeFunction"]
     (statement,) = invoke
     assert sorted(_resources(statement)) == sorted([f"<{k}.Arn>" for k in ours] + [f"<{k}.Arn>:*" for k in ours])
@@ -123,7 +126,7 @@ def test_workflow_role_can_run_its_distributed_map(synthesis: Synthesis, env: st
 
 def test_outputs_let_a_cli_find_the_environment(synthesis: Synthesis, env: str) -> None:
     outputs = synthesis.raw[env]["Outputs"]
-    for name in ("BucketName", "TableName", "StateMachineArn", "ApiKeySecretArn"):
+    for name in ("BucketName", "TableName", "StateMachineArn", "ApiKeySecretArn", "WebhookUrl", "WebhookSecretArn"):
         assert name in outputs
         assert "Export" not in outputs[name]
     assert synthesis.stacks[env].stack_name == f"Sluice-{env}"

@@ -1,0 +1,167 @@
+"""Structured logs and metrics for the thin handlers, through aws-lambda-powertools.
+
+In Lambda every log line is one JSON object carrying the invocation's function, request id,
+cold start, and the job and shard it works on; metrics leave once per invocation as one
+CloudWatch Embedded Metric Format (EMF) record on stdout, which CloudWatch turns into metrics
+without an API call. Nothing here ever logs an event, a request or response body, or a secret:
+handlers pass counts and ids only.
+
+Outside Lambda (the local runner, tests) metrics stay off and logs stay quiet, on stderr, so a
+local job prints what it printed before; POWERTOOLS_METRICS_DISABLED and POWERTOOLS_LOG_LEVEL,
+when set, still decide (`POWERTOOLS_LOG_LEVEL=INFO sluice run ...` shows the JSON logs).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics import MetricUnit
+
+# `infra/monitoring.py` mirrors these (infra must not import the code it packages); a unit
+# test keeps the two in step.
+NAMESPACE = "Sluice"
+SERVICE = "sluice"
+WEBHOOK_REJECTION_REASONS = ("too_large", "missing_headers", "signature", "malformed", "unknown_type")
+
+IN_LAMBDA = bool(os.environ.get("AWS_LAMBDA_FUNCTION_NAME"))
+
+Handler = Callable[[dict[str, Any], Any], Any]
+
+logger = Logger(
+    service=SERVICE,
+    level=None if IN_LAMBDA or os.environ.get("POWERTOOLS_LOG_LEVEL") else "CRITICAL",
+    stream=sys.stdout if IN_LAMBDA else sys.stderr,
+)
+metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
+# Two deployments in one account and region share the namespace; the environment keeps their
+# metrics (and so their alarms) apart. Every dimension here has a handful of values at most.
+metrics.set_default_dimensions(environment=os.environ.get("SLUICE_ENV", "local"), service=SERVICE)
+
+_cold_start = True
+# Lambda runs one invocation per process at a time; the local runner runs several in threads.
+_metrics_lock = threading.Lock()
+
+
+def metrics_enabled() -> bool:
+    flag = os.environ.get("POWERTOOLS_METRICS_DISABLED")
+    if flag is not None:
+        return flag.strip().lower() not in ("1", "true", "yes", "on")
+    return IN_LAMBDA
+
+
+def publish_metrics() -> None:
+    """Write what this invocation recorded as one EMF record, then forget it either way.
+
+    Powertools' own `log_metrics` warns when nothing was recorded and, with metrics disabled,
+    keeps what was recorded for ever; a local run would grow it until Powertools prints it.
+    """
+    with _metrics_lock:
+        try:
+            if metrics.metric_set and metrics_enabled():
+                metrics.flush_metrics()
+        except Exception:
+            # a metric is never worth failing the step it describes
+            logger.warning("metrics not published", exc_info=True)
+        finally:
+            metrics.clear_metrics()
+
+
+def count(name: str, value: float = 1, **dimensions: str) -> None:
+    """Add to a count metric; extra dimensions add a second, finer dimension set."""
+    with _metrics_lock:
+        metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
+        if dimensions:
+            metrics.add_dimensions(**dimensions)
+
+
+def job_keys(event: Mapping[str, Any]) -> dict[str, Any]:
+    """The job and shard an event is about, wherever the step keeps them."""
+    keys: dict[str, Any] = {}
+    shard = event.get("shard")
+    if isinstance(shard, Mapping):  # AwaitShard: {"shard": <the shard>, "token": ...}
+        return job_keys(shard)
+    if isinstance(event.get("job_id"), str):
+        keys["job_id"] = event["job_id"]
+    if isinstance(shard, int) and not isinstance(shard, bool):
+        keys["shard"] = shard
+    return keys
+
+
+def scalars(outcome: Mapping[str, Any]) -> dict[str, Any]:
+    """The numbers and flags of an outcome: safe to log, unlike anything that may hold content."""
+    return {k: v for k, v in outcome.items() if isinstance(v, bool | int | float)}
+
+
+def _lambda_keys(context: Any) -> dict[str, Any]:
+    # The local runner's context has only some of the attributes Lambda's has.
+    keys = {
+        "function_name": getattr(context, "function_name", None),
+        "function_request_id": getattr(context, "aws_request_id", None),
+        "function_memory_size": getattr(context, "memory_limit_in_mb", None),
+    }
+    return {k: v for k, v in keys.items() if v is not None}
+
+
+def instrumented(handler: Handler) -> Handler:
+    """What Powertools' `inject_lambda_context` and `log_metrics` do, safe for local runs too.
+
+    Keys go into the thread's own log context: the local runner runs several Lambdas at once in
+    threads of one process, where the shared keys of `inject_lambda_context` would mix jobs.
+    """
+
+    @functools.wraps(handler)
+    def wrapper(event: dict[str, Any], context: Any) -> Any:
+        global _cold_start
+        cold_start, _cold_start = _cold_start, False
+        logger.thread_safe_clear_keys()
+        logger.thread_safe_append_keys(cold_start=cold_start, **_lambda_keys(context), **job_keys(event))
+        try:
+            return handler(event, context)
+        except Exception:
+            logger.exception("invocation failed")
+            raise
+        finally:
+            publish_metrics()
+            logger.thread_safe_clear_keys()
+
+    return wrapper
+
+
+def shard_run(outcome: Mapping[str, Any]) -> None:
+    """Log how far a shard run got; count the items it finished (results and errors alike)."""
+    logger.info("shard run", extra=scalars(outcome))
+    finished = outcome.get("sent")
+    if isinstance(finished, int) and not isinstance(finished, bool) and finished > 0:
+        count("ItemsCompleted", finished)
+
+
+def job_finished(detail: Mapping[str, Any], *, failed: bool) -> None:
+    """Count the job, and its lines by where they ended (known once the outputs are written)."""
+    count("JobsFailed" if failed else "JobsCompleted")
+    counts = detail.get("counts")
+    if isinstance(counts, Mapping):
+        count("ItemsSucceeded", int(counts.get("results", 0)))
+        count("ItemsFailed", int(counts.get("errors", 0)))
+    fields = {"status": detail.get("status"), **(scalars(counts) if isinstance(counts, Mapping) else {})}
+    if failed:
+        logger.error("job failed", extra={**fields, "reason": detail.get("error")})
+    else:
+        logger.info("job finished", extra=fields)
+
+
+def webhook_answered(outcome: str, event_type: str | None, status: int) -> None:
+    """One log line and one metric per webhook: the verdict, never the payload or headers."""
+    kind, _, reason = outcome.partition(":")
+    if kind == "rejected":
+        reason = reason if reason in WEBHOOK_REJECTION_REASONS else "other"
+        count("WebhookRejected", reason=reason)
+        logger.warning("webhook rejected", extra={"reason": reason, "status": status})
+        return
+    count("WebhookDuplicate" if kind == "duplicate" else "WebhookAccepted")
+    logger.info("webhook accepted", extra={"outcome": outcome, "event_type": event_type, "status": status})

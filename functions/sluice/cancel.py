@@ -1,0 +1,240 @@
+"""Cancel a job: stop its execution and its open work at the provider, and end it CANCELLED.
+
+What had finished stays in the results; every other line goes to the errors with code
+`cancelled`, so a cancelled job still accounts for every input line (invariant 1).
+
+A shard Lambda that is running when the execution stops is not interrupted (Step Functions
+cannot stop a running Lambda): it finishes its run and checkpoints, but the outputs were
+already written, so what it finishes after the cancel is not in them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import orjson
+from botocore.exceptions import ClientError
+
+from .engine import EngineSettings, fan_out, make_session
+from .merge import merge_job
+from .model import ErrorCode, Outcome, Request
+from .plan import output_prefix
+from .retry import RetryPolicy
+from .store import ITEM_WIDTH, JobStore
+
+TERMINAL = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
+# items the provider may still be working on (or holding an answer for) in background mode
+OPEN_ITEM_STATUSES = frozenset({"submitted", "settled"})
+# a refused cancel is harmless when the work had ended anyway (providers answer 4xx for those)
+ENDED_AT_PROVIDER = frozenset({"completed", "failed", "cancelled", "cancelling", "incomplete", "expired"})
+# a cancel either lands or it doesn't; a long retry budget would only delay the user
+CANCEL_POLICY = RetryPolicy(max_attempts=3, request_timeout_s=30.0)
+
+
+class JobNotFound(LookupError):
+    pass
+
+
+@dataclass(frozen=True)
+class ProviderWork:
+    batches: list[str] = field(default_factory=list)
+    # (line, custom_id, response id)
+    responses: list[tuple[int, str, str]] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.batches or self.responses)
+
+
+@dataclass
+class CancelReport:
+    job_id: str
+    status: str
+    already_finished: bool = False
+    execution_stopped: bool = False
+    batches_cancelled: int = 0
+    responses_cancelled: int = 0
+    # cancels the provider refused because that work had already ended
+    already_ended: int = 0
+    # "<id>: <why>" for each cancel the provider did not accept
+    provider_failures: list[str] = field(default_factory=list)
+    summary: dict[str, Any] | None = None
+
+
+def open_provider_work(store: JobStore, job_id: str) -> ProviderWork:
+    """Batches and background responses of the job that the provider may still be running."""
+    batches: list[str] = []
+    for shard in store.shards(job_id):
+        # collected batches have a state; the one a webhook said has ended is settled
+        ended = set(shard.get("batch_states") or {})
+        if shard.get("batch_settled") and shard.get("provider_id"):
+            ended.add(shard["provider_id"])
+        for batch_id in [*(shard.get("batch_ids") or []), shard.get("provider_id")]:
+            if batch_id and batch_id not in ended and batch_id not in batches:
+                batches.append(str(batch_id))
+    responses = [
+        (item.line, item.custom_id, item.provider_id)
+        for item in store.items(job_id, 1, 10**ITEM_WIDTH - 1)
+        if item.status in OPEN_ITEM_STATUSES and item.provider_id
+    ]
+    return ProviderWork(batches=batches, responses=responses)
+
+
+def _object_path(request: Request) -> str:
+    return request.path.removesuffix("/cancel")
+
+
+def _cancel_requests(work: ProviderWork) -> list[Request]:
+    # the engine keys outcomes by line; batches get negative ones so they never collide with items
+    requests = [
+        Request(line=-n, custom_id=batch_id, method="POST", path=f"/v1/batches/{batch_id}/cancel", body=b"{}")
+        for n, batch_id in enumerate(work.batches, start=1)
+    ]
+    requests.extend(
+        Request(line=line, custom_id=response_id, method="POST", path=f"/v1/responses/{response_id}/cancel", body=b"{}")
+        for line, _custom_id, response_id in work.responses
+    )
+    return requests
+
+
+async def cancel_at_provider(
+    work: ProviderWork,
+    *,
+    base_url: str,
+    api_key: str,
+    concurrency: int = 32,
+    session_factory: Callable[[int], aiohttp.ClientSession] = make_session,
+) -> tuple[list[Outcome], list[Outcome]]:
+    """POST a cancel for every open batch and response, with the engine's retries on 429/5xx.
+
+    Returns (cancel outcomes, status checks): each refused cancel is followed by a GET of the
+    object, so work that simply ended before the cancel is not reported as a failure.
+    """
+    requests = _cancel_requests(work)
+    settings = EngineSettings(concurrency=concurrency, policy=CANCEL_POLICY, user_agent="sluice-cancel/0.1")
+    cancels: list[Outcome] = []
+    checks: list[Outcome] = []
+    async with session_factory(concurrency) as session:
+        await fan_out(
+            requests, session=session, base_url=base_url, api_key=api_key, settings=settings, sink=cancels.append
+        )
+        refused = {o.line for o in cancels if not o.ok}
+        lookups = (
+            Request(line=r.line, custom_id=r.custom_id, method="GET", path=_object_path(r))
+            for r in requests
+            if r.line in refused
+        )
+        await fan_out(
+            lookups, session=session, base_url=base_url, api_key=api_key, settings=settings, sink=checks.append
+        )
+    return cancels, checks
+
+
+def _stop_execution(sfn: Any, execution_arn: str | None, reason: str) -> bool:
+    if not execution_arn:
+        return False
+    try:
+        if sfn.describe_execution(executionArn=execution_arn)["status"] != "RUNNING":
+            return False
+        sfn.stop_execution(executionArn=execution_arn, error="Sluice.Cancelled", cause=reason)
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] == "ExecutionDoesNotExist":
+            return False
+        raise
+    return True
+
+
+def _manifest_exists(s3: Any, bucket: str, key: str) -> bool:
+    try:
+        s3.head_object(Bucket=bucket, Key=key)
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] in ("404", "NoSuchKey", "NotFound"):
+            return False
+        raise
+    return True
+
+
+def cancel_job(
+    *,
+    s3: Any,
+    store: JobStore,
+    sfn: Any,
+    job_id: str,
+    provider: Callable[[], tuple[str, str]],
+    reason: str = "cancelled by the user",
+    concurrency: int = 32,
+    session_factory: Callable[[int], aiohttp.ClientSession] = make_session,
+) -> CancelReport:
+    """Cancel one job. `provider()` returns (base_url, api_key); it is called only when the
+    provider has open work, so a direct-mode job cancels without reading the secret."""
+    job = store.job(job_id)
+    if job is None:
+        raise JobNotFound(job_id)
+    if job.get("status") in TERMINAL:
+        return CancelReport(job_id, str(job["status"]), already_finished=True, summary=job.get("summary"))
+
+    # stop first: once the execution is stopped no new shard run starts and sends more
+    report = CancelReport(job_id, "CANCELLED", execution_stopped=_stop_execution(sfn, job.get("execution"), reason))
+
+    work = open_provider_work(store, job_id)
+    if work:
+        base_url, api_key = provider()
+        cancels, checks = asyncio.run(
+            cancel_at_provider(
+                work, base_url=base_url, api_key=api_key, concurrency=concurrency, session_factory=session_factory
+            )
+        )
+        ended = {
+            check.line
+            for check in checks
+            if check.ok and isinstance(check.body, dict) and check.body.get("status") in ENDED_AT_PROVIDER
+        }
+        for outcome in cancels:
+            if outcome.ok:
+                if outcome.line < 0:
+                    report.batches_cancelled += 1
+                else:
+                    report.responses_cancelled += 1
+            elif outcome.line in ended:
+                report.already_ended += 1
+            else:
+                report.provider_failures.append(f"{outcome.custom_id}: {outcome.error_message}")
+
+    bucket, key = job["bucket"], job["key"]
+    state = {
+        "job_id": job_id,
+        "bucket": bucket,
+        "key": key,
+        "manifest_key": f"jobs/{job_id}/manifest.json",
+        "output_prefix": output_prefix(key),
+    }
+    if _manifest_exists(s3, bucket, state["manifest_key"]):
+        report.summary = merge_job(
+            s3=s3,
+            store=store,
+            state=state,
+            status="CANCELLED",
+            missing_code=ErrorCode.CANCELLED,
+            missing_message=f"the job was cancelled before this line finished ({reason})",
+            error=f"cancelled: {reason}",
+        )
+    else:
+        # cancelled while planning: no shards yet, so there is nothing to account for line by line
+        summary = {
+            "job_id": job_id,
+            "status": "CANCELLED",
+            "error": f"cancelled while planning: {reason}",
+            "input": f"s3://{bucket}/{key}",
+        }
+        s3.put_object(
+            Bucket=bucket,
+            Key=state["output_prefix"] + ".summary.json",
+            Body=orjson.dumps(summary, option=orjson.OPT_INDENT_2),
+            ContentType="application/json",
+        )
+        store.finish_job(job_id, status="CANCELLED", summary={"error": summary["error"]})
+        report.summary = summary
+    return report

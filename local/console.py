@@ -1,0 +1,102 @@
+"""What every `sluice` command shares: exit codes, the error type, progress bars, number formats."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+# Scripts branch on these; keep them stable and in step with EXIT_CODES_HELP.
+EXIT_OK = 0
+EXIT_JOB_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INPUT = 3
+EXIT_ENVIRONMENT = 4
+EXIT_AWS = 5
+EXIT_NOT_FOUND = 6
+EXIT_NOT_READY = 7
+EXIT_PROVIDER = 8
+EXIT_INTERRUPTED = 130
+
+EXIT_CODES_HELP = """\
+exit codes:
+  0    done (for `run`, `status --watch`, `submit --watch`: the job SUCCEEDED)
+  1    the job ended FAILED or CANCELLED (`verify`: the outputs miss or repeat lines)
+  2    bad arguments or options
+  3    input file missing, unreadable or not valid JSONL (the first bad lines are listed)
+  4    unknown environment: no CloudFormation stack Sluice-<env>, or it lacks an output
+  5    AWS: no credentials or region, access denied, or another AWS error
+  6    not found: no such job, request (custom_id) or output
+  7    not ready: the job is still running
+  8    cancel: the job is cancelled, but the provider refused some cancels (listed)
+  130  interrupted (Ctrl-C)
+"""
+
+
+class CliError(Exception):
+    """A failure the user can act on: printed as one message, exits with `code`."""
+
+    def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def say(message: str = "") -> None:
+    """Human-facing lines go to stderr; stdout is kept for what scripts capture (ids, paths)."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def progress(*, total: float | None, unit: str, desc: str | None = None, quiet: bool = False) -> Any:
+    """A progress bar on stderr; tqdm's `disable=None` hides it when stderr is not a terminal."""
+    from tqdm import tqdm
+
+    scale = unit == "B"
+    return tqdm(
+        total=total,
+        unit=unit,
+        unit_scale=scale,
+        unit_divisor=1024 if scale else 1000,
+        desc=desc,
+        disable=True if quiet else None,
+        dynamic_ncols=True,
+        file=sys.stderr,
+        leave=False,
+    )
+
+
+def human_seconds(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min"
+
+
+def human_usd(value: float | None) -> str:
+    if value is None:
+        return "—"
+    if value == 0:
+        return "$0"
+    return f"${value:,.4f}" if value < 1 else f"${value:,.2f}"
+
+
+def file_link(path: Path) -> str:
+    """A file:// URI: most terminals make it clickable, and it opens in any browser."""
+    return path.resolve().as_uri()
+
+
+def need_file(path: Path) -> Path:
+    if not path.exists():
+        raise CliError(f"no such file: {path}", EXIT_INPUT)
+    if not path.is_file():
+        raise CliError(f"not a file: {path}", EXIT_INPUT)
+    try:
+        with path.open("rb"):
+            pass
+    except OSError as exc:
+        raise CliError(f"cannot read {path}: {exc.strerror}", EXIT_INPUT) from exc
+    return path

@@ -1,0 +1,243 @@
+"""Checking an input file on this machine before it costs anything, and estimating what it will cost.
+
+Validation uses the same `parse_line` as Plan and the shards, so a file that passes here
+passes there; only the messages differ, carrying the column where orjson stopped.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from sluice.lines import BOM, LineError, parse_line, split_lines
+from sluice.model import ErrorCode, Request
+
+from local.console import EXIT_INPUT, CliError, need_file, progress
+
+READ_CHUNK = 1 << 20
+SHOW_ERRORS = 10
+
+
+@dataclass
+class FileCheck:
+    path: Path
+    lines: int = 0
+    blank: int = 0
+    requests: int = 0
+    invalid: int = 0
+    # the first SHOW_ERRORS problems, as the user should read them
+    errors: list[str] = field(default_factory=list)
+    by_url: Counter[str] = field(default_factory=Counter)
+
+    def error_report(self) -> str:
+        shown = "\n".join(f"  {e}" for e in self.errors)
+        more = self.invalid - len(self.errors)
+        tail = f"\n  … and {more} more" if more > 0 else ""
+        return f"{self.path}: {self.invalid} invalid line(s) of {self.lines}:\n{shown}{tail}"
+
+
+def _json_message(raw: bytes, number: int) -> str:
+    """`line 10, column 42: invalid JSON: unexpected end of data` — orjson knows the column."""
+    if number == 1 and raw.startswith(BOM):
+        raw = raw[len(BOM) :]
+    try:
+        orjson.loads(raw.rstrip(b"\r\n"))
+    except orjson.JSONDecodeError as exc:
+        return f"line {number}, column {exc.colno}: invalid JSON: {exc.msg}"
+    return f"line {number}: invalid JSON"
+
+
+def _chunks(path: Path, bar: Any) -> Iterator[bytes]:
+    with path.open("rb") as fh:
+        while chunk := fh.read(READ_CHUNK):
+            bar.update(len(chunk))
+            yield chunk
+
+
+def check_file(path: Path, *, on_request: Callable[[Request], None] | None = None, quiet: bool = False) -> FileCheck:
+    """Validate every line (and custom_id uniqueness); hand each valid request to `on_request`."""
+    need_file(path)
+    check = FileCheck(path)
+    seen: dict[str, int] = {}
+    with progress(total=path.stat().st_size, unit="B", desc="checking", quiet=quiet) as bar:
+        for number, raw in enumerate(split_lines(_chunks(path, bar)), start=1):
+            check.lines = number
+            parsed = parse_line(raw, number, keep_body=on_request is not None)
+            if parsed is None:
+                check.blank += 1
+                continue
+            problem: str | None = None
+            if isinstance(parsed, LineError):
+                problem = _json_message(raw, number) if parsed.code == ErrorCode.INVALID_JSON else parsed.message
+            else:
+                first = seen.setdefault(parsed.custom_id, number)
+                if first != number:
+                    problem = f"line {number}: duplicate custom_id {parsed.custom_id!r} (first on line {first})"
+            if problem is not None:
+                check.invalid += 1
+                if len(check.errors) < SHOW_ERRORS:
+                    check.errors.append(problem)
+                continue
+            assert isinstance(parsed, Request)
+            check.requests += 1
+            check.by_url[parsed.path] += 1
+            if on_request is not None:
+                on_request(parsed)
+    if check.requests == 0 and check.invalid == 0:
+        raise CliError(f"{path}: no requests in the file (it is empty or only blank lines)", EXIT_INPUT)
+    return check
+
+
+def require_valid(check: FileCheck, *, allow_invalid: bool) -> None:
+    if check.invalid and not allow_invalid:
+        raise CliError(
+            check.error_report()
+            + "\nfix them, or pass --allow-invalid to send the rest (bad lines go to the errors file)",
+            EXIT_INPUT,
+        )
+
+
+# ---------------------------------------------------------------------------------- estimate
+
+# Roughly 4 bytes of English a token; good to ±20% for prose, which is all an estimate needs.
+BYTES_PER_TOKEN = 4
+MESSAGE_OVERHEAD_TOKENS = 4
+OUTPUT_LIMIT_KEYS = ("max_completion_tokens", "max_output_tokens", "max_tokens")
+
+
+def _text_of(value: Any) -> str:
+    """Every string a prompt holds (message contents, input parts), ignoring keys and images."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return " ".join(_text_of(v) for v in value)
+    if isinstance(value, dict):
+        parts = [_text_of(value[k]) for k in ("content", "text", "input", "instructions") if k in value]
+        return " ".join(parts)
+    return ""
+
+
+def prompt_tokens(path: str, body: dict[str, Any]) -> int:
+    if path == "/v1/chat/completions":
+        messages = body.get("messages") or []
+        text = _text_of(messages)
+        overhead = MESSAGE_OVERHEAD_TOKENS * (len(messages) if isinstance(messages, list) else 1)
+    elif path == "/v1/responses":
+        text = " ".join(_text_of(body.get(k)) for k in ("instructions", "input"))
+        overhead = MESSAGE_OVERHEAD_TOKENS
+    elif path == "/v1/embeddings":
+        text, overhead = _text_of(body.get("input")), 0
+    else:
+        text, overhead = _text_of(body.get("prompt")), 0
+    return math.ceil(len(text.encode()) / BYTES_PER_TOKEN) + overhead
+
+
+def output_tokens(path: str, body: dict[str, Any], assumed: int) -> int:
+    if path == "/v1/embeddings":
+        return 0
+    for key in OUTPUT_LIMIT_KEYS:
+        value = body.get(key)
+        if isinstance(value, int) and value > 0:
+            return value
+    return assumed
+
+
+@dataclass
+class ModelTotals:
+    requests: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+
+
+@dataclass
+class Estimate:
+    check: FileCheck
+    by_model: dict[str, ModelTotals]
+    assumed_output_tokens: int
+    concurrency: int
+    latency_s: float
+    shard_lines: int
+
+    @property
+    def wall_seconds(self) -> float:
+        # the job runs `concurrency` requests at a time, each about `latency_s` long
+        return math.ceil(self.check.requests / self.concurrency) * self.latency_s if self.check.requests else 0.0
+
+    def provider_usd(self, *, batch: bool) -> dict[str, float | None]:
+        from sluice.costs import provider_cost_usd
+
+        return {
+            model: provider_cost_usd({model: [t.tokens_in, t.tokens_out]}, batch=batch)
+            for model, t in sorted(self.by_model.items())
+        }
+
+    def aws_usd(self) -> float:
+        from sluice.costs import aws_cost_usd
+
+        shards = math.ceil(self.check.lines / self.shard_lines) if self.check.lines else 0
+        return aws_cost_usd(requests=self.check.requests, shards=shards, wall_seconds=self.wall_seconds)
+
+    def to_dict(self) -> dict[str, Any]:
+        direct, batch = self.provider_usd(batch=False), self.provider_usd(batch=True)
+
+        def total(costs: dict[str, float | None]) -> float | None:
+            known = [c for c in costs.values() if c is not None]
+            return round(sum(known), 6) if known else None
+
+        return {
+            "file": str(self.check.path),
+            "lines": self.check.lines,
+            "blank": self.check.blank,
+            "invalid": self.check.invalid,
+            "requests": self.check.requests,
+            "by_url": dict(self.check.by_url),
+            "models": {
+                model: {
+                    "requests": t.requests,
+                    "input_tokens": t.tokens_in,
+                    "output_tokens": t.tokens_out,
+                    "direct_usd": direct[model],
+                    "batch_usd": batch[model],
+                }
+                for model, t in sorted(self.by_model.items())
+            },
+            "provider_usd": {"direct": total(direct), "background": total(direct), "batch": total(batch)},
+            "aws_usd": self.aws_usd(),
+            "assumptions": {
+                "output_tokens": self.assumed_output_tokens,
+                "bytes_per_token": BYTES_PER_TOKEN,
+                "concurrency": self.concurrency,
+                "latency_s": self.latency_s,
+                "shard_lines": self.shard_lines,
+                "wall_seconds": self.wall_seconds,
+            },
+        }
+
+
+def estimate_file(
+    path: Path,
+    *,
+    model: str | None,
+    assumed_output_tokens: int,
+    concurrency: int,
+    latency_s: float,
+    shard_lines: int,
+    quiet: bool = False,
+) -> Estimate:
+    by_model: dict[str, ModelTotals] = {}
+
+    def count(request: Request) -> None:
+        body = orjson.loads(request.body) if request.body else {}
+        name = model or str(body.get("model") or "(no model)")
+        totals = by_model.setdefault(name, ModelTotals())
+        totals.requests += 1
+        totals.tokens_in += prompt_tokens(request.path, body)
+        totals.tokens_out += output_tokens(request.path, body, assumed_output_tokens)
+
+    check = check_file(path, on_request=count, quiet=quiet)
+    return Estimate(check, by_model, assumed_output_tokens, concurrency, latency_s, shard_lines)

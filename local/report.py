@@ -1,0 +1,352 @@
+"""A job's summary as one self-contained HTML page: figures, a latency histogram, throughput over time.
+
+Everything is inline (CSS and SVG, no script, no fonts, no network), so the page opens the same
+from a laptop, an attachment or an air-gapped box. Charts are plain SVG with `<title>` tooltips.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from sluice.stats import latency_bucket_bounds_s
+
+WIDTH = 720
+HEIGHT = 220
+PAD_LEFT = 56
+PAD_RIGHT = 16
+PAD_TOP = 14
+PAD_BOTTOM = 38
+MAX_SHARD_ROWS = 200
+
+STYLE = """
+:root { --fg:#1d2330; --muted:#5f6b7a; --bg:#ffffff; --card:#f4f6f9; --line:#d8dde5;
+        --ok:#2f7d4f; --err:#b3382c; --bar:#3c6fb6; --accent:#7a4fb3; }
+@media (prefers-color-scheme: dark) {
+  :root { --fg:#e6e9ef; --muted:#9aa5b4; --bg:#14171c; --card:#1e232b; --line:#343b46;
+          --ok:#5cc28a; --err:#f07a6e; --bar:#6f9ee6; --accent:#b28cf0; }
+}
+* { box-sizing: border-box; }
+body { margin: 0 auto; max-width: 980px; padding: 24px; color: var(--fg); background: var(--bg);
+       font: 15px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; }
+h1 { font-size: 22px; margin: 0 0 4px; } h2 { font-size: 17px; margin: 28px 0 8px; }
+.muted { color: var(--muted); } code { font: 13px ui-monospace, SFMono-Regular, Menlo, monospace; }
+.status { display: inline-block; padding: 1px 10px; border-radius: 10px; font-weight: 600; font-size: 13px;
+          color: #fff; background: var(--muted); vertical-align: 3px; }
+.status.SUCCEEDED { background: var(--ok); } .status.FAILED, .status.CANCELLED { background: var(--err); }
+.tiles { display: grid; grid-template-columns: repeat(auto-fill, minmax(150px, 1fr)); gap: 10px; margin-top: 16px; }
+.tile { background: var(--card); border-radius: 8px; padding: 10px 12px; }
+.tile .v { font-size: 21px; font-weight: 650; } .tile .k { color: var(--muted); font-size: 12.5px; }
+.tile.err .v { color: var(--err); }
+table { border-collapse: collapse; width: 100%; font-size: 14px; }
+th, td { text-align: right; padding: 4px 8px; border-bottom: 1px solid var(--line); }
+th:first-child, td:first-child { text-align: left; }
+svg { width: 100%; height: auto; background: var(--card); border-radius: 8px; }
+svg text { fill: var(--muted); font: 11px system-ui, sans-serif; }
+svg .axis { stroke: var(--line); } svg .bar { fill: var(--bar); }
+svg .pct { stroke: var(--accent); stroke-dasharray: 4 3; } svg .pct-label { fill: var(--accent); }
+svg .line { fill: none; stroke: var(--ok); stroke-width: 2; } svg .point { fill: var(--ok); }
+svg .errors { fill: none; stroke: var(--err); stroke-width: 1.5; } svg .error-point { fill: var(--err); }
+.error { background: var(--card); border-left: 4px solid var(--err); padding: 8px 12px; border-radius: 4px; }
+footer { margin-top: 32px; font-size: 12.5px; }
+"""
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _n(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:,.2f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return _e(value)
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "—"
+    if value < 1:
+        return f"{value * 1000:.0f} ms"
+    if value < 120:
+        return f"{value:.1f} s"
+    if value < 7200:
+        return f"{value / 60:.1f} min"
+    return f"{value / 3600:.1f} h"
+
+
+def _usd(value: float | None) -> str:
+    if value is None:
+        return "—"
+    return f"${value:,.4f}" if value < 1 else f"${value:,.2f}"
+
+
+def _tile(key: str, value: str, css: str = "") -> str:
+    return f'<div class="tile {css}"><div class="v">{value}</div><div class="k">{_e(key)}</div></div>'
+
+
+def _nice_max(value: float) -> float:
+    """The axis top: 1, 2 or 5 times a power of ten, at or above `value`."""
+    if value <= 0:
+        return 1.0
+    power = 10 ** math.floor(math.log10(value))
+    return float(next(m * power for m in (1, 2, 5, 10) if m * power >= value))
+
+
+def _frame(y_max: float, y_label: str) -> list[str]:
+    plot_h = HEIGHT - PAD_TOP - PAD_BOTTOM
+    bottom = HEIGHT - PAD_BOTTOM
+    parts = [
+        f'<line class="axis" x1="{PAD_LEFT}" y1="{bottom}" x2="{WIDTH - PAD_RIGHT}" y2="{bottom}"/>',
+        f'<line class="axis" x1="{PAD_LEFT}" y1="{PAD_TOP}" x2="{PAD_LEFT}" y2="{HEIGHT - PAD_BOTTOM}"/>',
+    ]
+    for fraction in (0.0, 0.5, 1.0):
+        y = HEIGHT - PAD_BOTTOM - fraction * plot_h
+        label = y_max * fraction
+        text = f"{label:,.0f}" if label >= 10 or label == int(label) else f"{label:.2g}"
+        parts.append(
+            f'<line class="axis" x1="{PAD_LEFT - 4}" y1="{y:.1f}" x2="{WIDTH - PAD_RIGHT}" y2="{y:.1f}" opacity="0.5"/>'
+        )
+        parts.append(f'<text x="{PAD_LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{_e(text)}</text>')
+    parts.append(
+        f'<text x="12" y="{PAD_TOP + plot_h / 2:.1f}" transform="rotate(-90 12 {PAD_TOP + plot_h / 2:.1f})" '
+        f'text-anchor="middle">{_e(y_label)}</text>'
+    )
+    return parts
+
+
+def _anchor(x: float) -> str:
+    """Labels near either edge grow inwards, so none is cut off."""
+    if x > WIDTH - PAD_RIGHT - 30:
+        return "end"
+    if x < PAD_LEFT + 30:
+        return "start"
+    return "middle"
+
+
+def _x_label(x: float, text: str) -> str:
+    return f'<text x="{x:.1f}" y="{HEIGHT - PAD_BOTTOM + 14}" text-anchor="{_anchor(x)}">{_e(text)}</text>'
+
+
+def _ticks(slots: int, most: int = 6) -> list[int]:
+    """Up to `most` evenly spread positions out of 0..slots, both ends included."""
+    if slots <= most:
+        return list(range(slots + 1))
+    return sorted({round(i * slots / (most - 1)) for i in range(most)})
+
+
+def _svg(label: str, parts: Iterable[str]) -> str:
+    body = "\n".join(parts)
+    return f'<svg viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{_e(label)}" xmlns="http://www.w3.org/2000/svg">\n{body}\n</svg>'
+
+
+def latency_chart(histogram: list[Mapping[str, Any]], percentiles: Mapping[str, float | None]) -> str:
+    """One bar per non-empty bucket, on a log-time axis (the buckets are log-spaced, so equal widths)."""
+    if not histogram:
+        return '<p class="muted">No latency data: no request got an answer.</p>'
+    first = min(int(b["bucket"]) for b in histogram)
+    last = max(int(b["bucket"]) for b in histogram)
+    slots = last - first + 1
+    plot_w = WIDTH - PAD_LEFT - PAD_RIGHT
+    plot_h = HEIGHT - PAD_TOP - PAD_BOTTOM
+    slot_w = plot_w / slots
+    y_max = _nice_max(max(int(b["count"]) for b in histogram))
+    parts = _frame(y_max, "requests")
+    for b in sorted(histogram, key=lambda b: int(b["bucket"])):
+        count = int(b["count"])
+        h = plot_h * count / y_max
+        x = PAD_LEFT + (int(b["bucket"]) - first) * slot_w
+        tip = f"{_seconds(float(b['from_s']))} to {_seconds(float(b['to_s']))}: {count:,} requests"
+        parts.append(
+            f'<rect class="bar" x="{x + 0.5:.1f}" y="{HEIGHT - PAD_BOTTOM - h:.1f}" width="{max(slot_w - 1, 1):.1f}" '
+            f'height="{h:.1f}"><title>{_e(tip)}</title></rect>'
+        )
+
+    def x_of(seconds: float) -> float | None:
+        # a percentile is reported as its bucket's upper bound (rounded): the nearest bound on the
+        # log axis names the bucket, and the marker sits at that bucket's right edge
+        if seconds <= 0:
+            return None
+        index = min(
+            range(first, last + 1), key=lambda k: abs(math.log(latency_bucket_bounds_s(k)[1]) - math.log(seconds))
+        )
+        return PAD_LEFT + (index - first + 1) * slot_w
+
+    for offset in _ticks(slots):
+        # a bucket boundary: the lower bound of bucket `first + offset`
+        parts.append(_x_label(PAD_LEFT + offset * slot_w, _seconds(latency_bucket_bounds_s(first + offset)[0])))
+    marked: dict[float, int] = {}
+    for name, value in percentiles.items():
+        if value is None:
+            continue
+        px = x_of(float(value))
+        if px is None:
+            continue
+        # percentiles in the same bucket share a line; their names stack
+        row = marked.get(px, 0)
+        marked[px] = row + 1
+        if row == 0:
+            parts.append(f'<line class="pct" x1="{px:.1f}" y1="{PAD_TOP}" x2="{px:.1f}" y2="{HEIGHT - PAD_BOTTOM}"/>')
+        end = px > WIDTH - PAD_RIGHT - 30
+        parts.append(
+            f'<text class="pct-label" x="{px - 3 if end else px + 3:.1f}" y="{PAD_TOP + 10 + 12 * row}" '
+            f'text-anchor="{"end" if end else "start"}">{_e(name)}</text>'
+        )
+    parts.append(
+        f'<text x="{PAD_LEFT + plot_w / 2:.1f}" y="{HEIGHT - 6}" text-anchor="middle">latency (log scale)</text>'
+    )
+    return _svg("latency histogram", parts)
+
+
+def timeline_points(timeline: Mapping[str, Any]) -> list[tuple[float, int, int]]:
+    """(start in epoch seconds, results, errors) for every step from the first completion to the
+    last, zeros included: an idle step is part of the story."""
+    # whole milliseconds, so float steps like 0.1 s walk the range without drifting
+    step = max(round(float(timeline.get("step_s") or 1) * 1000), 1)
+    counts = {round(float(t) * 1000): (int(ok), int(err)) for t, ok, err in timeline.get("points") or []}
+    if not counts:
+        return []
+    start, end = min(counts), max(counts)
+    return [(t / 1000, *counts.get(t, (0, 0))) for t in range(start, end + 1, step)]
+
+
+def throughput_chart(timeline: Mapping[str, Any], started_at: float | None) -> str:
+    """Completed requests per second over the job's wall time: one point per timeline step."""
+    points = timeline_points(timeline)
+    if not points:
+        return '<p class="muted">No throughput data: nothing was sent to the provider.</p>'
+    step = float(timeline.get("step_s") or 1)
+    origin = started_at if started_at is not None else points[0][0]
+    plot_w = WIDTH - PAD_LEFT - PAD_RIGHT
+    plot_h = HEIGHT - PAD_TOP - PAD_BOTTOM
+    y_max = _nice_max(max((ok + err) / step for _, ok, err in points))
+    parts = _frame(y_max, "requests / s")
+    span = max(len(points) - 1, 1)
+
+    def xy(i: int, value: float) -> tuple[float, float]:
+        x = PAD_LEFT + (plot_w * i / span if len(points) > 1 else plot_w / 2)
+        return x, HEIGHT - PAD_BOTTOM - plot_h * value / y_max
+
+    total = [xy(i, (ok + err) / step) for i, (_, ok, err) in enumerate(points)]
+    parts.append('<polyline class="line" points="' + " ".join(f"{x:.1f},{y:.1f}" for x, y in total) + '"/>')
+    for (x, y), (t, ok, err) in zip(total, points, strict=True):
+        at = _seconds(max(t - origin, 0))
+        tip = f"+{at}: {(ok + err) / step:,.1f} req/s ({ok:,} results, {err:,} errors in {step:g} s)"
+        parts.append(f'<circle class="point" cx="{x:.1f}" cy="{y:.1f}" r="2.5"><title>{_e(tip)}</title></circle>')
+    if any(err for _, _, err in points):
+        errors = [xy(i, err / step) for i, (_, _, err) in enumerate(points)]
+        parts.append('<polyline class="errors" points="' + " ".join(f"{x:.1f},{y:.1f}" for x, y in errors) + '"/>')
+    for i in _ticks(len(points) - 1) if len(points) > 1 else [0]:
+        parts.append(_x_label(xy(i, 0)[0], f"+{_seconds(max(points[i][0] - origin, 0))}"))
+    parts.append(
+        f'<text x="{PAD_LEFT + plot_w / 2:.1f}" y="{HEIGHT - 6}" text-anchor="middle">'
+        f"time since the job started ({step:g} s steps)</text>"
+    )
+    return _svg("throughput over time", parts)
+
+
+def _table(headers: list[str], rows: Iterable[list[str]]) -> str:
+    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def render_report(summary: Mapping[str, Any], *, files: Mapping[str, str] | None = None) -> str:
+    """The page for one job. `files` maps output kinds to names next to the page, to link them."""
+    job_id = summary.get("job_id", "job")
+    status = str(summary.get("status", "UNKNOWN"))
+    counts = summary.get("counts") or {}
+    tokens = summary.get("tokens") or {}
+    costs = summary.get("cost_estimate_usd") or {}
+    latency = summary.get("latency_s") or {}
+    wall = summary.get("wall_seconds")
+    finished = int(counts.get("results", 0)) + int(counts.get("errors", 0))
+    sections: list[str] = []
+
+    head = [
+        f'<h1>{_e(job_id)} <span class="status {_e(status)}">{_e(status)}</span></h1>',
+        f'<div class="muted">input <code>{_e(summary.get("input", "—"))}</code>'
+        + (f" · mode {_e(summary['mode'])}" if summary.get("mode") else "")
+        + "</div>",
+    ]
+    if summary.get("error"):
+        head.append(f'<p class="error">{_e(summary["error"])}</p>')
+    if files:
+        links = " · ".join(f'<a href="{_e(name)}">{_e(kind)}</a>' for kind, name in files.items())
+        head.append(f'<p class="muted">files: {links}</p>')
+    sections.append("\n".join(head))
+
+    if counts:
+        rate = finished / wall if wall else None
+        tiles = [
+            _tile("requests", _n(counts.get("requests"))),
+            _tile("results", _n(counts.get("results"))),
+            _tile("errors", _n(counts.get("errors")), "err" if counts.get("errors") else ""),
+            _tile("wall time", _e(_seconds(wall))),
+            _tile("throughput (req/s)", _n(round(rate, 1)) if rate is not None else "—"),
+            _tile("latency p50", _e(_seconds(latency.get("p50")))),
+            _tile("latency p95", _e(_seconds(latency.get("p95")))),
+            _tile("latency p99", _e(_seconds(latency.get("p99")))),
+            _tile("tokens in", _n(tokens.get("input"))),
+            _tile("tokens out", _n(tokens.get("output"))),
+            _tile("retries", _n(summary.get("retries"))),
+            _tile("throttled (429)", _n(summary.get("throttled"))),
+            _tile("provider cost (est.)", _e(_usd(costs.get("provider")))),
+            _tile("AWS cost (est.)", _e(_usd(costs.get("aws")))),
+        ]
+        sections.append('<div class="tiles">' + "".join(tiles) + "</div>")
+
+    sections.append("<h2>Latency</h2>")
+    sections.append(latency_chart(list(summary.get("latency_histogram") or []), latency))
+    sections.append("<h2>Throughput</h2>")
+    sections.append(throughput_chart(summary.get("timeline") or {}, summary.get("started_at")))
+
+    errors = summary.get("errors_by_code") or {}
+    if errors:
+        sections.append("<h2>Errors by code</h2>")
+        sections.append(_table(["code", "lines"], ([f"<code>{_e(c)}</code>", _n(n)] for c, n in errors.items())))
+
+    shards = list(summary.get("shards") or [])
+    if shards:
+        sections.append(f"<h2>Shards ({len(shards):,})</h2>")
+        rows = (
+            [
+                _n(s.get("shard")),
+                _e(s.get("mode", "")),
+                _n(s.get("first_line")),
+                _n(s.get("lines")),
+                _n(s.get("results")),
+                _n(s.get("errors")),
+            ]
+            for s in shards[:MAX_SHARD_ROWS]
+        )
+        sections.append(_table(["shard", "mode", "first line", "lines", "results", "errors"], rows))
+        if len(shards) > MAX_SHARD_ROWS:
+            sections.append(
+                f'<p class="muted">… and {len(shards) - MAX_SHARD_ROWS:,} more shards (see the summary JSON)</p>'
+            )
+
+    generated = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    sections.append(
+        f'<footer class="muted">Generated by sluice on {generated}. Costs are estimates from list prices; '
+        "latencies are bucketed at 5% resolution.</footer>"
+    )
+    return (
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f"<title>Sluice report: {_e(job_id)} ({_e(status)})</title>\n<style>{STYLE}</style>\n</head>\n<body>\n"
+        + "\n".join(sections)
+        + "\n</body>\n</html>\n"
+    )
+
+
+def write_report(summary: Mapping[str, Any], path: Path, *, files: Mapping[str, str] | None = None) -> Path:
+    path.write_text(render_report(summary, files=files), encoding="utf-8")
+    return path

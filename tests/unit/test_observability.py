@@ -1,0 +1,224 @@
+"""Structured logs and EMF metrics from the handlers: what they emit, and what they never log."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import io
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import orjson
+import pytest
+from handlers import observability, webhook
+from moto import mock_aws
+from sluice.store import ItemState, JobStore
+
+from local.cloud import LambdaContext, LocalCloud
+
+SECRET = "whsec_" + base64.b64encode(b"0123456789abcdef0123456789abcdef").decode()
+
+
+def signed(body: bytes, *, secret: str = SECRET, msg_id: str = "msg_1") -> dict[str, str]:
+    ts = int(time.time())
+    mac = hmac.new(base64.b64decode(secret.removeprefix("whsec_")), f"{msg_id}.{ts}.".encode() + body, hashlib.sha256)
+    return {
+        "webhook-id": msg_id,
+        "webhook-timestamp": str(ts),
+        "webhook-signature": "v1," + base64.b64encode(mac.digest()).decode(),
+        "content-type": "application/json",
+    }
+
+
+def api_event(body: bytes, headers: dict[str, str]) -> dict[str, Any]:
+    """What API Gateway (HTTP API, payload 2.0) hands the Lambda."""
+    return {
+        "version": "2.0",
+        "routeKey": "POST /webhooks",
+        "rawPath": "/webhooks",
+        "headers": headers,
+        "requestContext": {"http": {"method": "POST", "path": "/webhooks", "sourceIp": "192.0.2.1"}},
+        "body": body.decode(),
+        "isBase64Encoded": False,
+    }
+
+
+def provider_event(kind: str, provider_id: str, text: str = "the customer's private words") -> bytes:
+    return orjson.dumps(
+        {"id": "evt_1", "object": "event", "created_at": 1, "type": kind, "data": {"id": provider_id, "note": text}}
+    )
+
+
+def emf_records(stdout: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith('{"_aws"')]
+
+
+@pytest.fixture
+def logs() -> Iterator[io.StringIO]:
+    """Everything the handlers log, at every level, as Lambda would get it."""
+    handler = observability.logger.registered_handler
+    stream, previous_stream = io.StringIO(), handler.stream  # type: ignore[attr-defined]
+    previous_level = observability.logger.log_level
+    handler.stream = stream  # type: ignore[attr-defined]
+    observability.logger.setLevel("DEBUG")
+    try:
+        yield stream
+    finally:
+        handler.stream = previous_stream  # type: ignore[attr-defined]
+        observability.logger.setLevel(previous_level)
+
+
+@pytest.fixture
+def metrics_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "false")
+
+
+@pytest.fixture
+def deployed_webhook(monkeypatch: pytest.MonkeyPatch) -> Iterator[JobStore]:
+    """The webhook handler against moto, with one submitted response and one batch to settle."""
+    with mock_aws():
+        monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+        cloud = LocalCloud(provider_base_url="http://unused", api_key="sk-unused")
+        cloud.webhook_secret = SECRET
+        cloud._create_resources()
+        monkeypatch.setenv("SLUICE_TABLE", cloud.table_name)
+        monkeypatch.setenv("SLUICE_WEBHOOK_SECRET_ARN", cloud.webhook_secret_arn)
+        monkeypatch.setenv("SLUICE_TTL_DAYS", "1")
+        webhook._clients.cache_clear()
+        store = JobStore(boto3.resource("dynamodb").Table(cloud.table_name), ttl_days=1)
+        store.record_plan("job", plan={"requests": 1}, shards=[(0, 1, 1), (1, 1, 1)], mode="background")
+        store.record_progress(
+            "job", 0, [ItemState(1, "a", "submitted", "resp_a")], done=0, failed=0, finished=False, run=1, waiting=1
+        )
+        store.set_shard_batches("job", 1, ["batch_1"])
+        try:
+            yield store
+        finally:
+            webhook._clients.cache_clear()
+
+
+def call(body: bytes, headers: dict[str, str]) -> dict[str, Any]:
+    return webhook.handler(api_event(body, headers), LambdaContext("sluice-webhook", 10))
+
+
+def test_a_forged_webhook_is_counted_by_reason_and_its_payload_is_not_logged(
+    deployed_webhook: JobStore, metrics_on: None, logs: io.StringIO, capsys: pytest.CaptureFixture[str]
+) -> None:
+    body = provider_event("response.completed", "resp_a")
+    headers = {**signed(body), "webhook-signature": "v1," + base64.b64encode(b"f" * 32).decode()}
+    answer = call(body, headers)
+
+    assert answer["statusCode"] == 401
+    stdout = capsys.readouterr().out
+    (record,) = emf_records(stdout)
+    (directive,) = record["_aws"]["CloudWatchMetrics"]
+    assert directive["Namespace"] == "Sluice"
+    assert directive["Metrics"] == [{"Name": "WebhookRejected", "Unit": "Count"}]
+    # one set for the alarm, one per reason for the dashboard: both low-cardinality
+    assert directive["Dimensions"] == [["environment", "service"], ["environment", "service", "reason"]]
+    assert record["reason"] == "signature" and record["service"] == "sluice"
+    assert record["WebhookRejected"] == [1.0]
+
+    logged = logs.getvalue()
+    lines = [json.loads(line) for line in logged.splitlines()]
+    assert any(line["message"] == "webhook rejected" and line["reason"] == "signature" for line in lines)
+    for secret_or_payload in (
+        "private words",
+        "resp_a",
+        "evt_1",
+        headers["webhook-signature"],
+        SECRET,
+        SECRET.removeprefix("whsec_"),
+    ):
+        assert secret_or_payload not in logged, secret_or_payload
+        assert secret_or_payload not in stdout, secret_or_payload
+
+
+def test_every_rejection_reason_is_one_of_a_few_dimension_values(
+    deployed_webhook: JobStore, metrics_on: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    body = provider_event("response.completed", "resp_a")
+    unknown = provider_event("invoice.paid", "in_1")
+    cases = [
+        (body, {k: v for k, v in signed(body).items() if k != "webhook-id"}),
+        (b"{nope", signed(b"{nope")),
+        (unknown, signed(unknown)),
+        (body, signed(body, secret="whsec_" + base64.b64encode(b"x" * 32).decode())),
+    ]
+    for case_body, headers in cases:
+        assert call(case_body, headers)["statusCode"] >= 400
+    reasons = [r["reason"] for r in emf_records(capsys.readouterr().out)]
+    assert reasons == ["missing_headers", "malformed", "unknown_type", "signature"]
+    assert set(reasons) <= set(observability.WEBHOOK_REJECTION_REASONS)
+
+
+def test_accepted_and_duplicate_webhooks_are_counted_without_a_reason(
+    deployed_webhook: JobStore, metrics_on: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    body = provider_event("response.completed", "resp_a")
+    headers = signed(body)
+    assert call(body, headers)["statusCode"] == 200
+    assert call(body, headers)["statusCode"] == 200
+    first, second = emf_records(capsys.readouterr().out)
+    assert [m["Name"] for m in first["_aws"]["CloudWatchMetrics"][0]["Metrics"]] == ["WebhookAccepted"]
+    assert [m["Name"] for m in second["_aws"]["CloudWatchMetrics"][0]["Metrics"]] == ["WebhookDuplicate"]
+    assert "reason" not in first and first["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [["environment", "service"]]
+
+
+def test_outside_lambda_metrics_are_off_and_nothing_is_kept(
+    deployed_webhook: JobStore, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("POWERTOOLS_METRICS_DISABLED", raising=False)
+    monkeypatch.delenv("AWS_LAMBDA_FUNCTION_NAME", raising=False)
+    body = b"{}"
+    for _ in range(120):  # past Powertools' 100-value buffer, which would print even when disabled
+        call(body, {})
+    assert emf_records(capsys.readouterr().out) == []
+    assert not observability.metrics.metric_set
+
+
+def test_step_handlers_count_items_and_jobs_and_carry_job_and_shard_in_logs(
+    metrics_on: None, logs: io.StringIO, capsys: pytest.CaptureFixture[str]
+) -> None:
+    @observability.instrumented
+    def run_shard(event: dict[str, Any], context: Any) -> dict[str, Any]:
+        outcome = {"done": False, "run": 2, "sent": 1234, "seconds": 861.5}
+        observability.shard_run(outcome)
+        return {**event, **outcome}
+
+    @observability.instrumented
+    def notify(event: dict[str, Any], context: Any) -> dict[str, Any]:
+        observability.job_finished(event, failed=False)
+        return event
+
+    run_shard({"job_id": "job-1", "shard": 7, "key": "inbox/secret-name.jsonl"}, LambdaContext("run-shard", 900))
+    notify(
+        {"job_id": "job-1", "status": "SUCCEEDED", "counts": {"results": 49_990, "errors": 10}, "outputs": {}},
+        LambdaContext("notify", 30),
+    )
+    shard_record, job_record = emf_records(capsys.readouterr().out)
+    assert shard_record["ItemsCompleted"] == [1234.0]
+    assert (job_record["JobsCompleted"], job_record["ItemsSucceeded"], job_record["ItemsFailed"]) == (
+        [1.0],
+        [49990.0],
+        [10.0],
+    )
+
+    lines = [json.loads(line) for line in logs.getvalue().splitlines()]
+    (shard_line,) = [line for line in lines if line["message"] == "shard run"]
+    assert (shard_line["job_id"], shard_line["shard"], shard_line["sent"]) == ("job-1", 7, 1234)
+    assert shard_line["function_name"] == "run-shard" and "function_request_id" in shard_line
+    (job_line,) = [line for line in lines if line["message"] == "job finished"]
+    assert job_line["job_id"] == "job-1" and "shard" not in job_line
+
+
+def test_infra_mirrors_the_namespace_and_service() -> None:
+    # infra must not import the Lambda code, so it repeats these two names
+    source = (Path(__file__).resolve().parents[2] / "infra" / "functions.py").read_text()
+    assert f'METRICS_NAMESPACE = "{observability.NAMESPACE}"' in source
+    assert f'SERVICE_NAME = "{observability.SERVICE}"' in source

@@ -1,0 +1,176 @@
+"""The HTML report: one bar per latency bucket, one point per timeline step, and nothing external."""
+
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+from typing import Any
+
+import pytest
+from sluice.model import Outcome
+from sluice.stats import TIMELINE_MAX_POINTS, Stats
+
+from local.report import render_report, timeline_points
+
+
+class Tags(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+    def of(self, tag: str, css: str) -> list[dict[str, str | None]]:
+        return [a for t, a in self.tags if t == tag and css in (a.get("class") or "").split()]
+
+
+def parse(page: str) -> Tags:
+    tags = Tags()
+    tags.feed(page)
+    return tags
+
+
+def outcome(line: int, latency_s: float, ok: bool = True) -> Outcome:
+    body = {"model": "gpt-4o-mini", "usage": {"prompt_tokens": 10, "completion_tokens": 2}}
+    return Outcome(
+        line=line,
+        custom_id=f"c-{line}",
+        status_code=200 if ok else 500,
+        body=body if ok else None,
+        request_id=None,
+        error_code=None if ok else "retries_exhausted",
+        latency_s=latency_s,
+    )
+
+
+def summary_of(stats: Stats, **extra: Any) -> dict[str, Any]:
+    """The parts of merge_job's summary the report reads, from a Stats the way merge builds them."""
+    return {
+        "job_id": "reviews-0123456789ab",
+        "status": "SUCCEEDED",
+        "input": "s3://bucket/inbox/reviews.jsonl",
+        "counts": {"lines": 10, "blank": 0, "requests": 10, "results": stats.results, "errors": stats.error_count},
+        "errors_by_code": stats.errors,
+        "tokens": {"input": stats.tokens_in, "output": stats.tokens_out},
+        "latency_s": {q: stats.percentile_s(v) for q, v in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))},
+        "latency_histogram": stats.latency_histogram(),
+        "timeline": stats.timeline_dict(),
+        "started_at": 1000.0,
+        "wall_seconds": 2.0,
+        "cost_estimate_usd": {"provider": 0.0012, "aws": 0.0003},
+        "shards": [
+            {
+                "shard": 0,
+                "mode": "direct",
+                "first_line": 1,
+                "lines": 10,
+                "results": stats.results,
+                "errors": stats.error_count,
+            }
+        ],
+        **extra,
+    }
+
+
+def test_one_bar_per_latency_bucket_tallest_where_most_requests_are() -> None:
+    stats = Stats()
+    latencies = [0.012] * 3 + [0.1] * 5 + [1.0] * 2
+    for n, latency in enumerate(latencies):
+        stats.add_outcome(outcome(n, latency), at=1000.0)
+    page = parse(render_report(summary_of(stats)))
+
+    bars = page.of("rect", "bar")
+    assert len(bars) == len(stats.latency_histogram()) == 3
+    heights = [float(b["height"] or 0) for b in bars]
+    assert heights.index(max(heights)) == 1  # the 100 ms bucket holds 5 of 10
+    # p50 in the 100 ms bucket; p95 and p99 both in the 1 s one share its line, their names stacked
+    assert len(page.of("text", "pct-label")) == 3 and len(page.of("line", "pct")) == 2
+    # log-spaced buckets keep their places: empty buckets between them are gaps, not squeezed out
+    xs = [float(b["x"] or 0) for b in bars]
+    index = [int(b["bucket"]) for b in stats.latency_histogram()]
+    assert (xs[2] - xs[1]) / (xs[1] - xs[0]) == pytest.approx((index[2] - index[1]) / (index[1] - index[0]), rel=0.01)
+
+
+def test_one_point_per_timeline_step_including_idle_ones() -> None:
+    stats = Stats()
+    for n, at in enumerate([1000.05, 1000.15, 1000.16, 1000.55]):
+        stats.add_outcome(outcome(n, 0.1), at=at)
+    stats.add_outcome(outcome(9, 0.1, ok=False), at=1000.31)
+    summary = summary_of(stats)
+    assert summary["timeline"]["step_s"] == 0.1
+
+    points = timeline_points(summary["timeline"])
+    assert [round(t, 1) for t, _, _ in points] == [1000.0, 1000.1, 1000.2, 1000.3, 1000.4, 1000.5]
+    assert [(ok, err) for _, ok, err in points] == [(1, 0), (2, 0), (0, 0), (0, 1), (0, 0), (1, 0)]
+    page = parse(render_report(summary))
+    circles = page.of("circle", "point")
+    assert len(circles) == 6
+    line = page.of("polyline", "line")[0]
+    assert len((line["points"] or "").split()) == 6
+    assert len(page.of("polyline", "errors")) == 1
+    # the peak step (2 results in 0.1 s = 20 req/s) is the highest point
+    ys = [float(c["cy"] or 0) for c in circles]
+    assert ys.index(min(ys)) == 1
+
+
+def test_a_long_job_coarsens_its_timeline_so_it_stays_small() -> None:
+    stats = Stats()
+    for n in range(2000):
+        stats.add_outcome(outcome(n, 0.5), at=10_000 + n)  # one a second for 2000 s
+    assert len(stats.timeline) <= TIMELINE_MAX_POINTS
+    assert stats.timeline_step_ms == 5_000
+    assert sum(ok for ok, _ in stats.timeline.values()) == 2000
+    page = parse(render_report(summary_of(stats)))
+    assert len(page.of("circle", "point")) == 400
+
+
+def test_merging_shards_with_different_steps_keeps_every_completion() -> None:
+    fine, coarse = Stats(), Stats()
+    for n in range(10):
+        fine.add_outcome(outcome(n, 0.2), at=500.0 + n / 10)
+    for n in range(3000):
+        coarse.add_outcome(outcome(n, 0.2), at=500.0 + n)
+    merged = Stats.from_dict(fine.to_dict())
+    merged.merge(Stats.from_dict(coarse.to_dict()))
+    assert merged.timeline_step_ms == coarse.timeline_step_ms > fine.timeline_step_ms
+    assert sum(ok for ok, _ in merged.timeline.values()) == 3010
+    assert Stats.from_dict(merged.to_dict()).timeline == merged.timeline
+
+
+def test_the_page_is_self_contained_and_escapes_what_it_shows() -> None:
+    stats = Stats()
+    stats.add_outcome(outcome(1, 0.2), at=1000.0)
+    page = render_report(summary_of(stats, job_id='<script>alert("x")</script>', error="bad & <b>worse</b>"))
+
+    assert "<script" not in page.lower()
+    assert "&lt;script&gt;" in page and "bad &amp; &lt;b&gt;worse&lt;/b&gt;" in page
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)
+    assert "@import" not in page and "url(" not in page
+
+
+def test_a_job_that_failed_before_any_request_still_gets_a_page() -> None:
+    summary = {
+        "job_id": "bad-0123",
+        "status": "FAILED",
+        "error": "sluice-mode='sideways'",
+        "input": "s3://b/inbox/bad.jsonl",
+    }
+    tags = parse(render_report(summary))
+    text = " ".join(tags.text)
+    assert "sluice-mode='sideways'" in text and "No latency data" in text and "No throughput data" in text
+    assert not tags.of("rect", "bar") and not tags.of("circle", "point")
+
+
+def test_files_next_to_the_report_are_linked_relatively() -> None:
+    stats = Stats()
+    stats.add_outcome(outcome(1, 0.2), at=1000.0)
+    tags = parse(
+        render_report(summary_of(stats), files={"results": "reviews.results.jsonl", "errors": "reviews.errors.jsonl"})
+    )
+    hrefs = [a.get("href") for t, a in tags.tags if t == "a"]
+    assert hrefs == ["reviews.results.jsonl", "reviews.errors.jsonl"]
