@@ -27,9 +27,10 @@ class Runtime:
         # read at first use and kept for the container's life; never logged or passed on
         value = self.secrets.get_secret_value(SecretId=self.settings.api_key_secret_arn)
         secret = value.get("SecretString") or ""
-        if not secret:
+        # the stack creates the secret with a placeholder: better one clear failure than a 401 per line
+        if not secret or secret.startswith("PLACEHOLDER"):
             raise RuntimeError(
-                "the provider API key secret is empty; set it with `aws secretsmanager put-secret-value`"
+                "the provider API key secret is not set; set it with `aws secretsmanager put-secret-value`"
             )
         return str(secret)
 

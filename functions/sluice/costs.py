@@ -14,9 +14,12 @@ PROVIDER_PRICES = {
 # us-east-1 list prices
 LAMBDA_GB_SECOND = 0.0000166667
 SFN_TRANSITION = 0.000025
-DDB_WRITE_UNIT = 0.00000125
+DDB_WRITE_UNIT = 0.000000625
 S3_PUT = 0.000005
-SHARD_MEMORY_GB = 1.769
+# 1,769 MB as Lambda bills it, in GiB
+SHARD_MEMORY_GB = 1.7275
+# checkpoints: one part (a PUT, a stats PUT and a few counter writes) per this many outcomes
+CHECKPOINT_EVERY = 1000
 
 
 def _price(model: str) -> tuple[float, float] | None:
@@ -42,12 +45,13 @@ def provider_cost_usd(tokens_by_model: dict[str, list[int]], *, batch: bool = Fa
     return round(cost / 2 if batch else cost, 6)
 
 
-def aws_cost_usd(*, requests: int, shards: int, wall_seconds: float) -> float:
-    """Shard Lambdas busy for the wall time, one item row write per request, a few transitions
-    and S3 requests per shard."""
+def aws_cost_usd(*, requests: int, shards: int, wall_seconds: float, failed: int = 0) -> float:
+    """Shard Lambdas busy for the wall time, a few transitions and S3 requests per shard, and
+    DynamoDB writes per checkpoint (direct mode keeps item rows for failed lines only)."""
     running = min(shards, 40) or 1
     lambda_cost = running * wall_seconds * SHARD_MEMORY_GB * LAMBDA_GB_SECOND
     transitions = (10 + 8 * shards) * SFN_TRANSITION
-    writes = requests * DDB_WRITE_UNIT
-    puts = (6 * shards + 10) * S3_PUT
+    parts = requests // CHECKPOINT_EVERY + shards
+    writes = (failed + 3 * parts + 3 * shards) * DDB_WRITE_UNIT
+    puts = (2 * parts + 6 * shards + 10) * S3_PUT
     return round(lambda_cost + transitions + writes + puts, 6)

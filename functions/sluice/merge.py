@@ -304,7 +304,7 @@ def merge_job(
         "merge": moved,
         "cost_estimate_usd": {
             **_provider_summary(provider_costs(totals.models, batch_totals.models)),
-            "aws": aws_cost_usd(requests=lines - blank, shards=len(specs), wall_seconds=wall),
+            "aws": aws_cost_usd(requests=lines - blank, shards=len(specs), wall_seconds=wall, failed=error_lines),
         },
     }
     if error:
