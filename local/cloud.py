@@ -68,7 +68,8 @@ def _known_backend_fast_path(self: BackendDict, account_id: str) -> None:  # typ
     """moto checks `self not in BackendDict._instances` on every request, which compares whole
     backends by value; with tens of thousands of rows that check dominated a local job's CPU.
     An identity check answers the same question for a backend that already exists."""
-    if account_id in self.keys() and any(instance is self for instance in BackendDict._instances):
+    known = BackendDict._instances  # type: ignore[misc]
+    if account_id in self.keys() and any(instance is self for instance in known):
         return
     _create_account_specific_backend(self, account_id)
 

@@ -83,9 +83,7 @@ class WebhookReceiver:
         loop.run_until_complete(self._runner.setup())
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         loop.run_until_complete(site.start())
-        server = site._server
-        assert server is not None and server.sockets
-        self.port = server.sockets[0].getsockname()[1]
+        self.port = int(self._runner.addresses[0][1])
         self._ready.set()
         loop.run_forever()
         loop.run_until_complete(self._runner.cleanup())
