@@ -1,0 +1,152 @@
+"""When to retry a provider call and how long to wait first.
+
+Pure functions over a frozen policy so the engine, the background poller and the tests
+all agree on the same numbers.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
+
+# Body error codes that mean "the provider is congested": retried like a 429 (and counted as
+# throttling) whatever status code the provider chose to send them with.
+RETRYABLE_BODY_CODES = frozenset(
+    {
+        "queue_wait_exceeded",
+        "max_queue_wait_exceeded",
+        "rate_limit_exceeded",
+        "server_overloaded",
+        "overloaded",
+    }
+)
+
+
+def _default_statuses() -> frozenset[int]:
+    return frozenset({408, 409, 429, *range(500, 600)})
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    max_attempts: int = 6
+    base_delay_s: float = 0.5
+    max_delay_s: float = 30.0
+    request_timeout_s: float = 120.0
+    # A Retry-After longer than this is treated as "gone for good": sleeping through it would
+    # outlive the Lambda, so the line goes to errors with the reason instead.
+    max_retry_after_s: float = 300.0
+    retryable_statuses: frozenset[int] = field(default_factory=_default_statuses)
+    retryable_body_codes: frozenset[str] = RETRYABLE_BODY_CODES
+
+
+DEFAULT_POLICY = RetryPolicy()
+
+
+def is_retryable(status: int | None, error_code_in_body: str | None, policy: RetryPolicy) -> bool:
+    """Whether another attempt could succeed, budget aside."""
+    if status is None:
+        # connection refused/reset, timeout, truncated body: the request may never have landed
+        return True
+    if 200 <= status < 300:
+        return False
+    if status in policy.retryable_statuses:
+        return True
+    return error_code_in_body is not None and error_code_in_body in policy.retryable_body_codes
+
+
+def should_retry(
+    status: int | None,
+    error_code_in_body: str | None,
+    attempt: int,
+    policy: RetryPolicy,
+) -> bool:
+    """`attempt` is how many attempts have been made, counting the one that just failed."""
+    return attempt < policy.max_attempts and is_retryable(status, error_code_in_body, policy)
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    value = headers.get(name)
+    if value is not None:
+        return value
+    # plain dicts (tests, other clients) are case-sensitive; aiohttp's CIMultiDict is not
+    for key, v in headers.items():
+        if key.lower() == name:
+            return v
+    return None
+
+
+def _finite_non_negative(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    if not math.isfinite(value) or value < 0:
+        return None
+    return value
+
+
+_SECONDS = re.compile(r"^(?:\d+(?:\.\d*)?|\.\d+)$")
+
+
+def retry_after_s(headers: Mapping[str, str], now: float) -> float | None:
+    """Seconds the provider asked us to wait, or None if it did not say (or said nonsense).
+
+    `now` is wall-clock epoch seconds, only needed for the HTTP-date form.
+    """
+    ms = _header(headers, "retry-after-ms")
+    if ms is not None:
+        value = _finite_non_negative(ms.strip())
+        if value is not None:
+            return value / 1000.0
+    raw = _header(headers, "retry-after")
+    if raw is None:
+        return None
+    raw = raw.strip()
+    if not raw:
+        return None
+    if _SECONDS.match(raw):
+        return _finite_non_negative(raw)
+    try:
+        when = parsedate_to_datetime(raw)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        # RFC 9110 dates are always GMT; a naive parse means the zone was omitted
+        return None
+    return max(0.0, when.timestamp() - now)
+
+
+def backoff_s(attempt: int, policy: RetryPolicy, rand: Callable[[], float]) -> float:
+    """Full-jitter exponential backoff: uniform in [0, min(cap, base * 2**(attempt-1))].
+
+    Full jitter rather than equal jitter because thousands of workers hit by the same
+    outage must not come back in lockstep.
+    """
+    exponent = min(max(attempt - 1, 0), 62)
+    ceiling = min(policy.max_delay_s, policy.base_delay_s * float(2**exponent))
+    return rand() * ceiling
+
+
+def next_delay_s(
+    attempt: int,
+    policy: RetryPolicy,
+    headers: Mapping[str, str] | None,
+    now: float,
+    rand: Callable[[], float],
+) -> float:
+    """How long to sleep before the next attempt.
+
+    The jittered backoff is capped at `max_delay_s`; a Retry-After is a floor we never go
+    under, even when it is above the cap (the provider knows its own queue). Taking the max
+    of the two keeps backing off when a provider keeps saying "1s" and keeps refusing.
+    """
+    jittered = backoff_s(attempt, policy, rand)
+    if not headers:
+        return jittered
+    hinted = retry_after_s(headers, now)
+    if hinted is None:
+        return jittered
+    return max(hinted, jittered)

@@ -1,0 +1,465 @@
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import pytest
+from aiohttp import web
+from sluice.engine import EngineSettings, EngineStats, fan_out, join_url, make_session
+from sluice.model import ErrorCode, Outcome, Request
+from sluice.retry import RetryPolicy
+
+FAST = RetryPolicy(max_attempts=4, base_delay_s=0.01, max_delay_s=0.05, request_timeout_s=0.5)
+
+# An action is what the server does for one attempt of one custom_id:
+#   ("ok",) | ("status", code, headers, json_body) | ("drop",) | ("hang", seconds) | ("raw", code, bytes)
+Action = tuple[Any, ...]
+
+
+def completion(custom_id: str) -> dict[str, Any]:
+    return {
+        "id": f"chatcmpl-{custom_id}",
+        "object": "chat.completion",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
+    }
+
+
+@dataclass
+class Scripted:
+    """A provider whose answer to attempt k of a custom_id is `script[custom_id][k]` (then ok)."""
+
+    script: dict[str, list[Action]] = field(default_factory=dict)
+    default: Callable[[str, int], Action] = lambda _cid, _n: ("ok",)
+    log: list[dict[str, Any]] = field(default_factory=list)
+    attempts: dict[str, int] = field(default_factory=dict)
+    in_flight: int = 0
+    max_in_flight: int = 0
+    base_url: str = ""
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        cid = request.headers.get("x-sluice-custom-id", "")
+        n = self.attempts.get(cid, 0)
+        self.attempts[cid] = n + 1
+        self.log.append(
+            {"cid": cid, "path": request.path, "method": request.method, "headers": dict(request.headers), "body": body}
+        )
+        steps = self.script.get(cid, [])
+        action = steps[n] if n < len(steps) else self.default(cid, n)
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            kind = action[0]
+            if kind == "ok":
+                return web.Response(
+                    body=orjson.dumps(completion(cid)),
+                    content_type="application/json",
+                    headers={"x-request-id": f"req-{cid}-{n}"},
+                )
+            if kind == "status":
+                _, code, headers, payload = action
+                return web.Response(
+                    status=code, body=orjson.dumps(payload), content_type="application/json", headers=headers
+                )
+            if kind == "raw":
+                return web.Response(status=action[1], body=action[2])
+            if kind == "drop":
+                assert request.transport is not None
+                request.transport.close()
+                return web.Response(status=200, body=b"never arrives")
+            if kind == "hang":
+                await asyncio.sleep(action[1])
+                return web.Response(body=orjson.dumps(completion(cid)), content_type="application/json")
+            raise AssertionError(kind)
+        finally:
+            self.in_flight -= 1
+
+
+@asynccontextmanager
+async def serve(provider: Scripted, prefix: str = "/v1") -> AsyncIterator[Scripted]:
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", provider.handle)
+    runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    provider.base_url = f"http://127.0.0.1:{port}{prefix}"
+    try:
+        yield provider
+    finally:
+        await runner.cleanup()
+
+
+def chat(i: int, cid: str | None = None) -> Request:
+    body = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": f"hi {i}"}], "vendor_extra": {"x": 1}})
+    return Request(line=i + 1, custom_id=cid or f"r{i}", method="POST", path="/v1/chat/completions", body=body)
+
+
+@dataclass
+class Run:
+    outcomes: list[Outcome]
+    stats: EngineStats
+    delays: list[float]
+
+
+async def run(
+    provider: Scripted,
+    requests: Any,
+    *,
+    concurrency: int = 8,
+    policy: RetryPolicy = FAST,
+    should_stop: Callable[[], bool] = lambda: False,
+    sink: Callable[[Outcome], None] | None = None,
+) -> Run:
+    outcomes: list[Outcome] = []
+    delays: list[float] = []
+
+    async def fake_sleep(s: float) -> None:
+        delays.append(s)
+        await asyncio.sleep(0)
+
+    async with make_session(concurrency) as session:
+        stats = await fan_out(
+            requests,
+            session=session,
+            base_url=provider.base_url,
+            api_key="sk-test",
+            settings=EngineSettings(concurrency=concurrency, policy=policy),
+            sink=sink or outcomes.append,
+            should_stop=should_stop,
+            sleep=fake_sleep,
+            rand=lambda: 0.5,
+        )
+    return Run(outcomes, stats, delays)
+
+
+def scenario(provider: Scripted, requests: Any, **kw: Any) -> Run:
+    async def go() -> Run:
+        async with serve(provider):
+            return await run(provider, requests, **kw)
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize(
+    ("base", "path", "expected"),
+    [
+        ("http://h:8000/v1", "/v1/chat/completions", "http://h:8000/v1/chat/completions"),
+        ("http://h:8000/v1/", "/v1/chat/completions", "http://h:8000/v1/chat/completions"),
+        ("http://h:8000", "/v1/chat/completions", "http://h:8000/v1/chat/completions"),
+        ("https://h/openai/v1", "/v1/responses/resp_1", "https://h/openai/v1/responses/resp_1"),
+        ("https://h/api", "/v1/embeddings", "https://h/api/v1/embeddings"),
+        ("https://h/v1", "/v1beta/x", "https://h/v1/v1beta/x"),
+    ],
+)
+def test_join_url(base: str, path: str, expected: str) -> None:
+    assert join_url(base, path) == expected
+
+
+def test_success_path_sends_body_untouched_and_records_outcome() -> None:
+    reqs = [chat(i) for i in range(20)]
+    r = scenario(Scripted(), reqs)
+    assert r.stats.succeeded == 20 and r.stats.failed == 0 and r.stats.retries == 0
+    assert r.stats.sent == 20 and r.stats.attempts == 20 and not r.stats.stopped_early
+    by_cid = {o.custom_id: o for o in r.outcomes}
+    assert len(by_cid) == 20
+    o = by_cid["r3"]
+    assert o.ok and o.status_code == 200 and o.line == 4 and o.attempts == 1
+    assert o.body["id"] == "chatcmpl-r3"
+    assert o.request_id == "req-r3-0"
+    assert o.latency_s > 0
+
+
+def test_request_shape_on_the_wire() -> None:
+    provider = Scripted()
+    req = chat(0)
+    scenario(provider, [req])
+    (entry,) = provider.log
+    assert entry["path"] == "/v1/chat/completions" and entry["method"] == "POST"
+    assert entry["body"] == req.body  # provider-specific fields pass through byte for byte
+    assert entry["headers"]["Authorization"] == "Bearer sk-test"
+    assert entry["headers"]["Content-Type"] == "application/json"
+    assert entry["headers"]["x-sluice-custom-id"] == "r0"
+
+
+def test_request_id_falls_back_to_body_id() -> None:
+    provider = Scripted(script={"r0": [("status", 200, {}, {"id": "resp_9", "status": "queued"})]})
+    r = scenario(provider, [chat(0)])
+    assert r.outcomes[0].request_id == "resp_9"
+
+
+def test_429_with_retry_after_ms_is_honoured() -> None:
+    provider = Scripted(
+        script={"r0": [("status", 429, {"retry-after-ms": "1500"}, {"error": {"message": "slow down"}})] * 2}
+    )
+    policy = RetryPolicy(max_attempts=4, base_delay_s=0.01, max_delay_s=0.05, request_timeout_s=1)
+    r = scenario(provider, [chat(0)], policy=policy)
+    (o,) = r.outcomes
+    assert o.ok and o.attempts == 3 and o.throttled == 2
+    # the hint is above max_delay_s and is still honoured exactly
+    assert r.delays == [1.5, 1.5]
+    assert r.stats.throttled_429 == 2 and r.stats.retries == 2
+
+
+def test_500_then_success() -> None:
+    provider = Scripted(script={"r0": [("status", 500, {}, {"error": {"message": "boom"}})]})
+    r = scenario(provider, [chat(0)])
+    (o,) = r.outcomes
+    assert o.ok and o.attempts == 2 and o.request_id == "req-r0-1"
+    assert r.stats.server_errors == 1
+    # full jitter with rand=0.5 on attempt 1: half the base delay
+    assert r.delays == [pytest.approx(0.005)]
+
+
+def test_dropped_connection_then_success() -> None:
+    provider = Scripted(script={"r0": [("drop",)]})
+    r = scenario(provider, [chat(0)])
+    (o,) = r.outcomes
+    assert o.ok and o.attempts == 2
+    assert r.stats.connection_errors == 1
+
+
+def test_timeout_then_success() -> None:
+    provider = Scripted(script={"r0": [("hang", 2.0)]})
+    policy = RetryPolicy(max_attempts=3, base_delay_s=0.01, request_timeout_s=0.3)
+    r = scenario(provider, [chat(0)], policy=policy)
+    (o,) = r.outcomes
+    assert o.ok and o.attempts == 2
+    assert r.stats.connection_errors == 1
+
+
+def test_budget_exhausted_reports_last_status_and_message() -> None:
+    provider = Scripted(default=lambda _c, _n: ("status", 503, {}, {"error": {"message": "overloaded, try later"}}))
+    r = scenario(provider, [chat(0)])
+    (o,) = r.outcomes
+    assert o.error_code == ErrorCode.RETRIES_EXHAUSTED
+    assert o.attempts == FAST.max_attempts == provider.attempts["r0"]
+    assert o.error_message is not None
+    assert "503" in o.error_message and "overloaded, try later" in o.error_message
+    assert o.status_code == 503 and o.body == {"error": {"message": "overloaded, try later"}}
+    assert r.stats.failed == 1 and r.stats.error_codes == {ErrorCode.RETRIES_EXHAUSTED: 1}
+    assert len(r.delays) == FAST.max_attempts - 1
+
+
+def test_budget_exhausted_on_connection_errors_names_the_exception() -> None:
+    provider = Scripted(default=lambda _c, _n: ("drop",))
+    r = scenario(provider, [chat(0)])
+    (o,) = r.outcomes
+    assert o.error_code == ErrorCode.RETRIES_EXHAUSTED and o.status_code is None
+    assert o.error_message is not None and "ServerDisconnectedError" in o.error_message
+
+
+def test_400_is_a_provider_error_without_retry() -> None:
+    err = {"error": {"message": "bad model", "type": "invalid_request_error", "code": "model_not_found"}}
+    provider = Scripted(script={"r0": [("status", 400, {"x-request-id": "req-bad"}, err)]})
+    r = scenario(provider, [chat(0)])
+    (o,) = r.outcomes
+    assert o.error_code == ErrorCode.PROVIDER_ERROR and o.attempts == 1
+    assert o.status_code == 400 and o.body == err and o.request_id == "req-bad"
+    assert o.error_message is not None and "bad model" in o.error_message
+    assert provider.attempts["r0"] == 1 and r.delays == []
+
+
+def test_queue_wait_exceeded_body_code_is_retried_like_429() -> None:
+    err = {"error": {"message": "queue wait exceeded", "code": "queue_wait_exceeded"}}
+    provider = Scripted(script={"r0": [("status", 400, {}, err)]})
+    r = scenario(provider, [chat(0)])
+    (o,) = r.outcomes
+    assert o.ok and o.attempts == 2 and o.throttled == 1
+
+
+def test_non_json_success_is_retried() -> None:
+    provider = Scripted(script={"r0": [("raw", 200, b"<html>proxy hiccup</html>")]})
+    r = scenario(provider, [chat(0)])
+    assert r.outcomes[0].ok and r.outcomes[0].attempts == 2
+
+
+def test_huge_retry_after_gives_up_with_reason() -> None:
+    provider = Scripted(script={"r0": [("status", 429, {"retry-after": "86400"}, {})]})
+    r = scenario(provider, [chat(0)])
+    (o,) = r.outcomes
+    assert o.error_code == ErrorCode.RETRIES_EXHAUSTED
+    assert o.error_message is not None and "86400" in o.error_message
+    assert r.delays == []
+
+
+def test_should_stop_stops_taking_new_items_and_counts_the_rest() -> None:
+    k = 10
+    sunk: list[Outcome] = []
+    reqs = [chat(i) for i in range(100)]
+    r = scenario(Scripted(), iter(reqs), concurrency=4, should_stop=lambda: len(sunk) >= k, sink=sunk.append)
+    assert r.stats.stopped_early
+    # in-flight items finish, so up to concurrency-1 more than k may land
+    assert k <= len(sunk) < k + 4
+    assert r.stats.sent == len(sunk)
+    assert r.stats.remaining == 100 - len(sunk)
+    # nothing taken was lost, nothing was taken twice
+    assert sorted(o.line for o in sunk) == list(range(1, len(sunk) + 1))
+
+
+def test_should_stop_counts_remaining_by_len_for_sized_inputs() -> None:
+    sunk: list[Outcome] = []
+    reqs = [chat(i) for i in range(30)]
+    r = scenario(Scripted(), reqs, concurrency=2, should_stop=lambda: len(sunk) >= 5, sink=sunk.append)
+    assert r.stats.remaining == 30 - r.stats.sent
+
+
+def test_memory_is_bounded_by_concurrency_on_a_long_generator() -> None:
+    concurrency = 64
+    taken = 0
+    sunk = 0
+    peak = 0
+
+    def source() -> Iterator[Request]:
+        nonlocal taken, peak
+        body = orjson.dumps({"model": "m", "messages": []})
+        for i in range(20_000):
+            taken += 1
+            peak = max(peak, taken - sunk)
+            yield Request(line=i + 1, custom_id=f"r{i}", method="POST", path="/v1/chat/completions", body=body)
+
+    def sink(o: Outcome) -> None:
+        nonlocal sunk
+        assert o.ok
+        sunk += 1
+
+    provider = Scripted()
+    r = scenario(provider, source(), concurrency=concurrency, sink=sink)
+    assert sunk == taken == 20_000 == r.stats.succeeded
+    assert peak <= concurrency
+    assert provider.max_in_flight <= concurrency
+
+
+def test_aimd_shrinks_once_per_burst_and_limits_in_flight() -> None:
+    concurrency = 16
+    # every first attempt is throttled: the whole first window answers 429 at once
+    provider = Scripted(
+        default=lambda _c, n: (
+            ("status", 429, {"retry-after-ms": "0"}, {"error": {"message": "rl"}}) if n == 0 else ("ok",)
+        )
+    )
+    r = scenario(provider, [chat(i) for i in range(concurrency)], concurrency=concurrency)
+    assert all(o.ok for o in r.outcomes)
+    assert r.stats.throttled_429 == concurrency
+    assert r.stats.limit_min == concurrency // 2
+
+
+def test_aimd_holds_concurrency_down_under_sustained_throttling() -> None:
+    concurrency = 32
+    seen = itertools.count()
+
+    def answer(_cid: str, _n: int) -> Action:
+        # every other answer is a 429 for a while: the limit must come well down
+        k = next(seen)
+        return ("status", 429, {}, {}) if k < 300 and k % 2 == 0 else ("ok",)
+
+    policy = RetryPolicy(max_attempts=50, base_delay_s=0.001, max_delay_s=0.002, request_timeout_s=1)
+    r = scenario(Scripted(default=answer), [chat(i) for i in range(200)], concurrency=concurrency, policy=policy)
+    assert all(o.ok for o in r.outcomes)
+    assert r.stats.limit_min <= concurrency // 4
+
+
+def test_fan_out_never_raises_on_a_dead_provider() -> None:
+    async def go() -> Run:
+        # nothing listens on this port
+        provider = Scripted(base_url="http://127.0.0.1:9/v1")
+        return await run(provider, [chat(i) for i in range(3)], policy=RetryPolicy(max_attempts=2, base_delay_s=0.001))
+
+    r = asyncio.run(go())
+    assert [o.error_code for o in r.outcomes] == [ErrorCode.RETRIES_EXHAUSTED] * 3
+    assert r.stats.connection_errors == 6
+
+
+def test_sink_exception_propagates() -> None:
+    def bad_sink(_o: Outcome) -> None:
+        raise RuntimeError("sink bug")
+
+    with pytest.raises(RuntimeError, match="sink bug"):
+        scenario(Scripted(), [chat(i) for i in range(5)], sink=bad_sink)
+
+
+def test_standby_workers_keep_taking_items_while_others_sleep_out_a_retry() -> None:
+    concurrency = 4
+    taken = 0
+    sunk = 0
+    peak = 0
+
+    def source() -> Iterator[Request]:
+        nonlocal taken, peak
+        for i in range(40):
+            taken += 1
+            peak = max(peak, taken - sunk)
+            yield chat(i)
+
+    def sink(o: Outcome) -> None:
+        nonlocal sunk
+        sunk += 1
+
+    # r0 is throttled with a long Retry-After; with a real sleep, the other 39 must not wait for it
+    provider = Scripted(script={"r0": [("status", 429, {"retry-after-ms": "400"}, {})]})
+
+    async def go() -> tuple[EngineStats, float]:
+        async with serve(provider), make_session(concurrency) as session:
+            started = asyncio.get_running_loop().time()
+            order: list[str] = []
+
+            def record(o: Outcome) -> None:
+                order.append(o.custom_id)
+                sink(o)
+
+            stats = await fan_out(
+                source(),
+                session=session,
+                base_url=provider.base_url,
+                api_key="k",
+                settings=EngineSettings(concurrency=concurrency, policy=FAST, retry_headroom=0.5),
+                sink=record,
+            )
+            assert order[-1] == "r0"  # everything else finished during r0's wait
+            return stats, asyncio.get_running_loop().time() - started
+
+    stats, _elapsed = asyncio.run(go())
+    assert stats.succeeded == 40 and stats.retries == 1
+    # held items: at most concurrency working plus the one asleep (headroom is 2)
+    assert peak <= concurrency + 1
+    assert provider.max_in_flight <= concurrency
+
+
+def test_without_headroom_held_items_never_exceed_concurrency_even_with_retries() -> None:
+    concurrency = 4
+    taken = sunk = peak = 0
+
+    def source() -> Iterator[Request]:
+        nonlocal taken, peak
+        for i in range(40):
+            taken += 1
+            peak = max(peak, taken - sunk)
+            yield chat(i)
+
+    def sink(_o: Outcome) -> None:
+        nonlocal sunk
+        sunk += 1
+
+    provider = Scripted(default=lambda _c, n: ("status", 500, {}, {}) if n == 0 else ("ok",))
+
+    async def go() -> EngineStats:
+        async with serve(provider), make_session(concurrency) as session:
+            return await fan_out(
+                source(),
+                session=session,
+                base_url=provider.base_url,
+                api_key="k",
+                settings=EngineSettings(concurrency=concurrency, policy=FAST, retry_headroom=0),
+                sink=sink,
+            )
+
+    stats = asyncio.run(go())
+    assert stats.succeeded == 40 and stats.retries == 40
+    assert peak <= concurrency
