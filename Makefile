@@ -21,7 +21,7 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/mypy functions local infra
+	$(BIN)/mypy functions local infra tests bench
 
 synth: $(STAMP)
 	npx --yes aws-cdk@2 synth -c env=dev

@@ -26,7 +26,7 @@ OUTPUT_STEPS = ("merge", "mark_failed")
 # What the webhook Lambda does to the table (`JobStore.remember_webhook`, `settle_item`,
 # `settle_batch`), and to the index that finds an item or shard by its provider id. A unit test
 # runs the handler and checks that it calls nothing else.
-WEBHOOK_TABLE_ACTIONS = ("dynamodb:PutItem", "dynamodb:UpdateItem")
+WEBHOOK_TABLE_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem")
 WEBHOOK_INDEX_ACTIONS = ("dynamodb:Query",)
 PROVIDER_ID_INDEX = "by_provider_id"
 

@@ -95,6 +95,8 @@ class Invocation:
     step: str
     seconds: float
     error: str | None
+    ended_at: float = field(default_factory=time.time)
+    payload: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -243,13 +245,13 @@ class LocalCloud:
             result = module.handler(payload, LambdaContext(arn, timeout))
         except Exception as exc:
             with self._lock:
-                self.invocations.append(Invocation(step, time.monotonic() - started, repr(exc)))
+                self.invocations.append(Invocation(step, time.monotonic() - started, repr(exc), payload=payload))
             # the shape Lambda gives Step Functions for an unhandled error, or for a timeout
             kind = "Sandbox.Timedout" if isinstance(exc, LambdaTimeout) else type(exc).__name__
             error = {"errorType": kind, "errorMessage": str(exc)}
             return {"StatusCode": 200, "FunctionError": "Unhandled", "Payload": error}
         with self._lock:
-            self.invocations.append(Invocation(step, time.monotonic() - started, None))
+            self.invocations.append(Invocation(step, time.monotonic() - started, None, payload=payload))
         return {"StatusCode": 200, "Payload": json.loads(json.dumps(result))}
 
     def upload(self, path: Path, *, key: str | None = None, metadata: dict[str, str] | None = None) -> tuple[str, str]:

@@ -55,7 +55,9 @@ class WebhookReceiver:
         self._runner: web.AppRunner | None = None
         self._ready = threading.Event()
         self.port = 0
+        # time from request to answer, and the handler's own share of it
         self.latencies_s: list[float] = []
+        self.handler_s: list[float] = []
 
     @property
     def url(self) -> str:
@@ -66,7 +68,15 @@ class WebhookReceiver:
         body = await request.read()
         event = http_api_event(request, body)
         loop = asyncio.get_running_loop()
-        answer = await loop.run_in_executor(None, self._handler, event, _Context())
+
+        def handle() -> dict[str, Any]:
+            began = time.perf_counter()
+            try:
+                return dict(self._handler(event, _Context()))
+            finally:
+                self.handler_s.append(time.perf_counter() - began)
+
+        answer = await loop.run_in_executor(None, handle)
         self.latencies_s.append(time.perf_counter() - started)
         return web.Response(
             status=int(answer.get("statusCode", 200)),

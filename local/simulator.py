@@ -1373,7 +1373,7 @@ class Simulator:
                 try:
                     assert cfg.webhook_url is not None
                     async with self._session.post(cfg.webhook_url, data=body, headers=headers) as answer:
-                        entry["deliveries"].append({"copy": copy, "status": answer.status})
+                        entry["deliveries"].append({"copy": copy, "status": answer.status, "t": time.time()})
                         if answer.status < 500 and answer.status != 429:
                             break
                 except (TimeoutError, aiohttp.ClientError) as exc:

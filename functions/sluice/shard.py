@@ -161,8 +161,12 @@ def read_shard(s3: Any, spec: ShardSpec) -> Iterator[Request | LineError]:
             yield parsed
 
 
+PENDING_FLUSH_S = 1.0
+
+
 @dataclass
 class _Chunk:
+    opened: float = field(default_factory=time.monotonic)
     rows: list[bytes] = field(default_factory=list)
     items: list[ItemState] = field(default_factory=list)
     stats: Stats = field(default_factory=Stats)
@@ -249,7 +253,10 @@ class PartWriter:
             self._chunk.failed += 1
 
     def _maybe_cut(self, size: int | None = None) -> None:
-        if (size if size is not None else len(self._chunk.items) + len(self._chunk.rows)) >= self._every:
+        full = (size if size is not None else len(self._chunk.items) + len(self._chunk.rows)) >= self._every
+        # pending ids are stored within a second, so their webhooks find them
+        stale = self._chunk.waiting > 0 and time.monotonic() - self._chunk.opened > PENDING_FLUSH_S
+        if full or stale:
             chunk, self._chunk = self._chunk, _Chunk()
             self._seq += 1
             self._writes.append(self._pool.submit(self._write, chunk, self._seq, False))
@@ -271,6 +278,8 @@ class PartWriter:
             run=self._run,
             waiting=chunk.waiting,
         )
+        if chunk.waiting > 0:
+            self._store.settle_early(spec.job_id, spec.shard, [i for i in chunk.items if i.status == "submitted"])
 
     def flush(self, *, finished: bool, waiting: int = 0) -> None:
         """Write what is left once every earlier part is safely stored (their errors surface here)."""

@@ -166,6 +166,19 @@ class JobStore:
                         }
                     )
                 )
+                if item.status == "submitted" and item.provider_id:
+                    # keyed by the response id, so a webhook finds its item with one strongly
+                    # consistent read instead of an eventually consistent index query
+                    batch.put_item(
+                        Item={
+                            "pk": f"RESP#{item.provider_id}",
+                            "sk": "RESP",
+                            "job_id": job_id,
+                            "shard": shard,
+                            "line": item.line,
+                            "expires_at": expires,
+                        }
+                    )
         self._table.update_item(
             Key={"pk": job_pk(job_id), "sk": shard_sk(shard)},
             UpdateExpression="SET #s = :s, runs = :run ADD done :d, failed :f, waiting :w",
@@ -259,13 +272,43 @@ class JobStore:
         return rows[0] if rows else None
 
     def settle_item(self, response_id: str) -> str | None:
-        """Mark a submitted item settled; the shard's task token when that was its last wait."""
-        row = self._by_provider_id(response_id)
-        if row is None or not str(row["sk"]).startswith("ITEM#"):
-            return None
+        """Mark a submitted item settled; the shard's task token when that was its last wait.
+
+        A fast provider can finish a response before the submitter has stored its id, so the
+        webhook also leaves a marker the submitter checks once its item rows are written.
+        """
+        key = {"pk": f"RESP#{response_id}", "sk": "RESP"}
+        row = self._table.get_item(Key=key, ConsistentRead=True).get("Item")
+        if row is None:
+            self._table.put_item(Item={"pk": f"EARLY#{response_id}", "sk": "EARLY", "expires_at": self._expires()})
+            # the submitter may have stored the row between the read and the marker: look once more
+            row = self._table.get_item(Key=key, ConsistentRead=True).get("Item")
+            if row is None:
+                return None
+        return self._settle_row(job_pk(str(row["job_id"])), item_sk(int(row["line"])), int(row["shard"]))
+
+    def settle_early(self, job_id: str, shard: int, items: list[ItemState]) -> int:
+        """Settle the just-stored items whose webhooks came before their rows; returns how many."""
+        by_id = {item.provider_id: item for item in items if item.provider_id}
+        ids = list(by_id)
+        settled = 0
+        resource = self._table.meta.client
+        for start in range(0, len(ids), 100):
+            keys = [{"pk": f"EARLY#{rid}", "sk": "EARLY"} for rid in ids[start : start + 100]]
+            request = {self._table.name: {"Keys": keys, "ProjectionExpression": "pk"}}
+            while request:
+                answer = resource.batch_get_item(RequestItems=request)
+                for row in answer.get("Responses", {}).get(self._table.name, []):
+                    item = by_id[row["pk"].removeprefix("EARLY#")]
+                    self._settle_row(job_pk(job_id), item_sk(item.line), shard)
+                    settled += 1
+                request = answer.get("UnprocessedKeys") or {}
+        return settled
+
+    def _settle_row(self, pk: str, sk: str, shard: int) -> str | None:
         try:
             self._table.update_item(
-                Key={"pk": row["pk"], "sk": row["sk"]},
+                Key={"pk": pk, "sk": sk},
                 UpdateExpression="SET #s = :settled",
                 ConditionExpression=Attr("status").eq("submitted"),
                 ExpressionAttributeNames={"#s": "status"},
@@ -275,14 +318,14 @@ class JobStore:
             if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
                 return None
             raise
-        shard = self._table.update_item(
-            Key={"pk": row["pk"], "sk": shard_sk(int(row["shard"]))},
+        row = self._table.update_item(
+            Key={"pk": pk, "sk": shard_sk(shard)},
             UpdateExpression="ADD waiting :minus",
             ExpressionAttributeValues={":minus": -1},
             ReturnValues="ALL_NEW",
         )["Attributes"]
-        if int(shard.get("waiting", 0)) <= 0 and shard.get("token"):
-            return str(shard["token"])
+        if int(row.get("waiting", 0)) <= 0 and row.get("token"):
+            return str(row["token"])
         return None
 
     def settle_batch(self, batch_id: str, status: str) -> str | None:
