@@ -37,14 +37,20 @@ def main() -> None:
     with path.open("wb") as fh:
         for n in range(args.lines):
             body = {"model": "gpt-4o-mini", "input": f"Reply with one word, positive or negative:\n\n{n} great"}
-            fh.write(orjson.dumps({"custom_id": f"w-{n}", "method": "POST", "url": "/v1/responses", "body": body}) + b"\n")
+            fh.write(
+                orjson.dumps({"custom_id": f"w-{n}", "method": "POST", "url": "/v1/responses", "body": body}) + b"\n"
+            )
 
     for label, drop in (("webhooks", 0.0), ("all webhooks lost", 1.0)):
         with SimulatorServer(SimConfig(latency_s=args.latency, seed=3)) as sim:
-            settings = LocalSettings(concurrency=500, map_concurrency=4, shard_lines=500, poll_seconds=args.poll_seconds)
+            settings = LocalSettings(
+                concurrency=500, map_concurrency=4, shard_lines=500, poll_seconds=args.poll_seconds
+            )
             cloud = LocalCloud(provider_base_url=sim.base_url, api_key="sk-bench", settings=settings)
             with cloud.running():
-                sim.configure(webhook_url=cloud.webhook_url, webhook_secret=cloud.webhook_secret, webhook_drop_rate=drop)
+                sim.configure(
+                    webhook_url=cloud.webhook_url, webhook_secret=cloud.webhook_secret, webhook_drop_rate=drop
+                )
                 started = time.monotonic()
                 run = run_job(cloud, path, metadata={"sluice-mode": "background"})
                 wall = time.monotonic() - started
@@ -69,7 +75,9 @@ def main() -> None:
                         shard = int(inv.payload["shard"])
                         collected[shard] = max(collected.get(shard, 0.0), inv.ended_at)
                 lags = [collected[s] - last_hook[s] for s in collected if s in last_hook]
-            print(f"{label}: {args.lines} background responses at {args.latency} s, poll interval {args.poll_seconds} s")
+            print(
+                f"{label}: {args.lines} background responses at {args.latency} s, poll interval {args.poll_seconds} s"
+            )
             print(f"  job wall {wall:.1f} s")
             if latencies:
                 print(
@@ -82,7 +90,9 @@ def main() -> None:
                     f"p99 {percentile(handler, 0.99) * 1000:.1f} ms"
                 )
             if lags:
-                print(f"  last webhook → shard collected: median {statistics.median(lags):.2f} s, max {max(lags):.2f} s")
+                print(
+                    f"  last webhook → shard collected: median {statistics.median(lags):.2f} s, max {max(lags):.2f} s"
+                )
     path.unlink()
 
 

@@ -311,6 +311,7 @@ def test_the_webhook_index_follows_the_batch_still_running(env: Env) -> None:
     env.ctx = replace(env.ctx, settings=replace(env.ctx.settings, batch_max_requests=2))
     env.sim.configure(batch_phase_s=0.05)
     first_id, second_id = asyncio.run(submit_batch(env.ctx, spec))["batch_ids"]
+
     # hold the second batch back: it stays in progress while the first one completes
     def hold(sim: Any) -> None:
         sim.batches[second_id].phase_s = 60.0
