@@ -126,6 +126,7 @@ def test_webhook_role_has_exactly_what_the_handler_needs(synthesis: Synthesis, e
     assert granted == {
         ("logs:CreateLogStream", f"<{log_group}.Arn>"),
         ("logs:PutLogEvents", f"<{log_group}.Arn>"),
+        ("dynamodb:GetItem", f"<{table_id}.Arn>"),
         ("dynamodb:PutItem", f"<{table_id}.Arn>"),
         ("dynamodb:UpdateItem", f"<{table_id}.Arn>"),
         ("dynamodb:Query", f"<{table_id}.Arn>/index/by_provider_id"),
