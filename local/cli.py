@@ -13,6 +13,7 @@ import sys
 import textwrap
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -74,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
     )
     metadata = {"sluice-mode": args.mode} if args.mode else {}
     started = time.monotonic()
+    interrupted = False
     with provider(args.latency) as (base_url, api_key, label):
         say(label)
         cloud = LocalCloud(provider_base_url=base_url, api_key=api_key, settings=settings)
@@ -90,7 +92,15 @@ def run(args: argparse.Namespace) -> int:
                         bar.refresh()
                     bar.update(int(job.get("done", 0)) + int(job.get("failed", 0)) - bar.n)
 
-                final = cloud.wait(execution, on_tick=tick)
+                try:
+                    final = cloud.wait(execution, on_tick=tick)
+                except KeyboardInterrupt:
+                    # Ctrl-C cancels the job the way `sluice cancel` does a deployed one: what
+                    # finished is kept, open provider work is cancelled, the rest is in errors
+                    interrupted = True
+                    say("\ncancelling: stopping the job and cancelling open work at the provider…")
+                    _cancel_local(cloud, job_id, base_url, api_key)
+                    final = cloud.wait(execution, timeout_s=30)
                 tick()
             stem = key.removeprefix("inbox/").removesuffix(".jsonl")
             written: dict[str, Path] = {}
@@ -120,7 +130,17 @@ def run(args: argparse.Namespace) -> int:
     if summary:
         report = write_report(summary, out / f"{stem}.report.html", files={k: p.name for k, p in written.items()})
         print(f"report: {file_link(report)}")
+    if interrupted:
+        return EXIT_INTERRUPTED
     return EXIT_OK if final["status"] == "SUCCEEDED" else EXIT_JOB_FAILED
+
+
+def _cancel_local(cloud: Any, job_id: str, base_url: str, api_key: str) -> None:
+    from handlers.runtime import runtime
+    from sluice.cancel import cancel_job
+
+    rt = runtime()
+    cancel_job(s3=rt.s3, store=rt.store, sfn=rt.sfn, job_id=job_id, provider=lambda: (base_url, api_key))
 
 
 def simulator(args: argparse.Namespace) -> int:

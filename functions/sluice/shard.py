@@ -162,6 +162,7 @@ def read_shard(s3: Any, spec: ShardSpec) -> Iterator[Request | LineError]:
 
 
 PENDING_FLUSH_S = 1.0
+PART_MAX_AGE_S = 3.0
 
 
 @dataclass
@@ -254,8 +255,10 @@ class PartWriter:
 
     def _maybe_cut(self, size: int | None = None) -> None:
         full = (size if size is not None else len(self._chunk.items) + len(self._chunk.rows)) >= self._every
-        # pending ids are stored within a second, so their webhooks find them
-        stale = self._chunk.waiting > 0 and time.monotonic() - self._chunk.opened > PENDING_FLUSH_S
+        # pending ids are stored within a second, so their webhooks find them; finished work
+        # within a few, so progress shows and a cancel keeps it
+        age = time.monotonic() - self._chunk.opened
+        stale = age > PENDING_FLUSH_S if self._chunk.waiting > 0 else age > PART_MAX_AGE_S and bool(self._chunk.rows)
         if full or stale:
             chunk, self._chunk = self._chunk, _Chunk()
             self._seq += 1

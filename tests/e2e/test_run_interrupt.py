@@ -1,0 +1,42 @@
+"""Ctrl-C during `sluice run` cancels the job and still accounts for every line."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+
+from sluice.verify import verify
+from tests.conftest import request_line, write_jsonl
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_ctrl_c_cancels_and_writes_what_finished(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "long.jsonl", [request_line(f"l-{n}") for n in range(300)])
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'functions'}:{ROOT}"}
+    env.pop("OPENAI_BASE_URL", None)
+    env.pop("OPENAI_API_KEY", None)
+    command = [sys.executable, "-m", "local.cli", "run", str(path), "--out", str(out), "--latency", "0.5"]
+    command += ["--concurrency", "10", "--quiet"]
+    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(6)  # started, some lines done, most not
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+
+    assert proc.returncode == 130, stderr.decode()[-2000:]
+    assert b"cancelling" in stderr
+    summary = orjson.loads((out / "long.summary.json").read_bytes())
+    assert summary["status"] == "CANCELLED"
+    results = (out / "long.results.jsonl").read_bytes().splitlines()
+    errors = (out / "long.errors.jsonl").read_bytes().splitlines()
+    assert 0 < len(results) < 300
+    assert {orjson.loads(e)["error"]["code"] for e in errors} == {"cancelled"}
+    report = verify(path.read_bytes().splitlines(keepends=True), results, errors, summary)
+    assert report.ok, report.describe()
