@@ -13,9 +13,9 @@ import sys
 import textwrap
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import orjson
 

@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 
 import orjson
-
 from sluice.verify import verify
+
 from tests.conftest import request_line, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,7 +28,7 @@ def test_ctrl_c_cancels_and_writes_what_finished(tmp_path: Path) -> None:
     proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     time.sleep(6)  # started, some lines done, most not
     proc.send_signal(signal.SIGINT)
-    stdout, stderr = proc.communicate(timeout=120)
+    _, stderr = proc.communicate(timeout=120)
 
     assert proc.returncode == 130, stderr.decode()[-2000:]
     assert b"cancelling" in stderr
