@@ -52,6 +52,27 @@ HANDLERS = {
 SHARD_STEPS = frozenset({"run_shard", "submit", "collect", "submit_batch", "collect_batch"})
 
 
+def create_table(ddb: Any, name: str) -> None:
+    """The jobs table as infra/storage.py declares it: pk/sk, and the sparse provider-id index."""
+    ddb.create_table(
+        TableName=name,
+        BillingMode="PAY_PER_REQUEST",
+        AttributeDefinitions=[
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "sk", "AttributeType": "S"},
+            {"AttributeName": "provider_id", "AttributeType": "S"},
+        ],
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+        GlobalSecondaryIndexes=[
+            {
+                "IndexName": "by_provider_id",
+                "KeySchema": [{"AttributeName": "provider_id", "KeyType": "HASH"}],
+                "Projection": {"ProjectionType": "ALL"},
+            }
+        ],
+    )
+
+
 def function_arn(step: str) -> str:
     return f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{PREFIX}-{step.replace('_', '-')}"
 
@@ -196,24 +217,7 @@ class LocalCloud:
 
     def _create_resources(self) -> None:
         boto3.client("s3", region_name=REGION).create_bucket(Bucket=self.bucket)
-        ddb = boto3.client("dynamodb", region_name=REGION)
-        ddb.create_table(
-            TableName=self.table_name,
-            BillingMode="PAY_PER_REQUEST",
-            AttributeDefinitions=[
-                {"AttributeName": "pk", "AttributeType": "S"},
-                {"AttributeName": "sk", "AttributeType": "S"},
-                {"AttributeName": "provider_id", "AttributeType": "S"},
-            ],
-            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-            GlobalSecondaryIndexes=[
-                {
-                    "IndexName": "by_provider_id",
-                    "KeySchema": [{"AttributeName": "provider_id", "KeyType": "HASH"}],
-                    "Projection": {"ProjectionType": "ALL"},
-                }
-            ],
-        )
+        create_table(boto3.client("dynamodb", region_name=REGION), self.table_name)
         secret = boto3.client("secretsmanager", region_name=REGION).create_secret(
             Name=f"{PREFIX}/provider-api-key", SecretString=self.api_key
         )

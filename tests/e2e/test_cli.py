@@ -27,6 +27,7 @@ import boto3
 import orjson
 import pytest
 
+from local.cloud import create_table
 from tests.conftest import request_line, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -307,23 +308,7 @@ def deployed(moto_endpoint: str, simulator: Any, monkeypatch: pytest.MonkeyPatch
     for name, value in aws.items():
         monkeypatch.setenv(name, value)
     boto3.client("s3", region_name=REGION).create_bucket(Bucket=BUCKET)
-    boto3.client("dynamodb", region_name=REGION).create_table(
-        TableName=TABLE,
-        BillingMode="PAY_PER_REQUEST",
-        AttributeDefinitions=[
-            {"AttributeName": "pk", "AttributeType": "S"},
-            {"AttributeName": "sk", "AttributeType": "S"},
-            {"AttributeName": "provider_id", "AttributeType": "S"},
-        ],
-        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-        GlobalSecondaryIndexes=[
-            {
-                "IndexName": "by_provider_id",
-                "KeySchema": [{"AttributeName": "provider_id", "KeyType": "HASH"}],
-                "Projection": {"ProjectionType": "ALL"},
-            }
-        ],
-    )
+    create_table(boto3.client("dynamodb", region_name=REGION), TABLE)
     secret_arn = boto3.client("secretsmanager", region_name=REGION).create_secret(
         Name="sluice-dev/provider-api-key", SecretString="sk-test"
     )["ARN"]

@@ -23,6 +23,7 @@ from sluice.settings import Settings
 from sluice.shard import ShardContext, run_direct
 from sluice.store import ItemState, JobStore
 
+from local.cloud import create_table
 from tests.conftest import request_line
 
 REGION = "us-east-1"
@@ -34,24 +35,7 @@ class Aws:
         self.s3 = boto3.client("s3", region_name=REGION)
         self.sfn = boto3.client("stepfunctions", region_name=REGION)
         self.s3.create_bucket(Bucket=BUCKET)
-        ddb = boto3.client("dynamodb", region_name=REGION)
-        ddb.create_table(
-            TableName="jobs",
-            BillingMode="PAY_PER_REQUEST",
-            AttributeDefinitions=[
-                {"AttributeName": "pk", "AttributeType": "S"},
-                {"AttributeName": "sk", "AttributeType": "S"},
-                {"AttributeName": "provider_id", "AttributeType": "S"},
-            ],
-            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-            GlobalSecondaryIndexes=[
-                {
-                    "IndexName": "by_provider_id",
-                    "KeySchema": [{"AttributeName": "provider_id", "KeyType": "HASH"}],
-                    "Projection": {"ProjectionType": "ALL"},
-                }
-            ],
-        )
+        create_table(boto3.client("dynamodb", region_name=REGION), "jobs")
         self.store = JobStore(boto3.resource("dynamodb", region_name=REGION).Table("jobs"), ttl_days=1)
         self.machine = self.sfn.create_state_machine(
             name="jobs",
