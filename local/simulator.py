@@ -115,6 +115,8 @@ class SimConfig:
     webhook_drop_rate: float = 0.0
     webhook_duplicate_rate: float = 0.0
     webhook_delay_s: float = 0.0
+    # each event waits an extra 0..jitter seconds, decided by the seed: deliveries arrive out of order
+    webhook_jitter_s: float = 0.0
     log_limit: int = 1_000_000
 
     def __post_init__(self) -> None:
@@ -1360,8 +1362,10 @@ class Simulator:
         task.add_done_callback(self._tasks.discard)
 
     async def _deliver(self, cfg: SimConfig, event: dict[str, Any], entry: dict[str, Any]) -> None:
-        if cfg.webhook_delay_s > 0:
-            await asyncio.sleep(cfg.webhook_delay_s)
+        _, _, u_jitter = _draws(cfg.seed, f"webhook:{event['type']}:{event['data']['id']}", 0)
+        delay = cfg.webhook_delay_s + u_jitter * cfg.webhook_jitter_s
+        if delay > 0:
+            await asyncio.sleep(delay)
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
         body = orjson.dumps(event).decode()

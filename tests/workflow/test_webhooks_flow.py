@@ -65,10 +65,21 @@ def test_with_every_webhook_lost_the_job_finishes_by_polling_with_the_same_resul
     assert answers(run) == answers(baseline)
 
 
-def test_duplicated_and_delayed_webhooks_change_no_count(make_cloud, simulator, tmp_path: Path) -> None:
+def test_duplicated_delayed_and_reordered_webhooks_change_no_count(make_cloud, simulator, tmp_path: Path) -> None:
     run, _, cloud = run_background(
-        make_cloud, simulator, tmp_path, poll_seconds=60, webhook_duplicate_rate=1.0, webhook_delay_s=0.05
+        make_cloud,
+        simulator,
+        tmp_path,
+        poll_seconds=60,
+        webhook_duplicate_rate=1.0,
+        webhook_delay_s=0.05,
+        webhook_jitter_s=1.0,
     )
+    delivered = sorted(
+        (d["t"], h["t"]) for h in simulator.webhooks for d in h["deliveries"] if d.get("t") and d.get("copy") == 0
+    )
+    emitted_order = [emitted for _, emitted in delivered]
+    assert emitted_order != sorted(emitted_order), "the deliveries should arrive out of order"
     assert run.status == "SUCCEEDED"
     assert run.summary["counts"] == {"lines": LINES, "blank": 0, "requests": LINES, "results": LINES, "errors": 0}
     job = cloud.job(run.job_id)
