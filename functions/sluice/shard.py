@@ -359,13 +359,40 @@ def _margin_s(ctx: ShardContext) -> float:
     return ctx.settings.request_timeout_s + ctx.settings.safety_margin_s
 
 
-def _should_stop(ctx: ShardContext) -> Callable[[], bool]:
-    margin = _margin_s(ctx)
-    return lambda: ctx.remaining_s() < margin
+CANCEL_CHECK_S = 5.0
+
+
+class Stopper:
+    """When a run stops taking items: the Lambda's time is nearly up, or the job was cancelled.
+
+    Stopping the execution does not stop a Lambda that is already running, so the run looks
+    at the job row every few seconds and stops sending once `sluice cancel` has marked it.
+    """
+
+    def __init__(self, ctx: ShardContext, job_id: str, clock: Callable[[], float] = time.monotonic) -> None:
+        self._ctx = ctx
+        self._job_id = job_id
+        self._clock = clock
+        self._margin = _margin_s(ctx)
+        self._next_check = clock() + CANCEL_CHECK_S
+        self.cancelled = False
+
+    def __call__(self) -> bool:
+        if self._ctx.remaining_s() < self._margin:
+            return True
+        now = self._clock()
+        if not self.cancelled and now >= self._next_check:
+            self._next_check = now + CANCEL_CHECK_S
+            self.cancelled = (self._ctx.store.job(self._job_id) or {}).get("status") == "CANCELLED"
+        return self.cancelled
 
 
 async def _fan_out(
-    ctx: ShardContext, spec: ShardSpec, requests: Iterator[Request], sink: Callable[[Outcome], None]
+    ctx: ShardContext,
+    spec: ShardSpec,
+    requests: Iterator[Request],
+    sink: Callable[[Outcome], None],
+    stopper: Stopper | None = None,
 ) -> EngineStats:
     async with ctx.session_factory(spec.concurrency) as session:
         return await fan_out(
@@ -375,7 +402,7 @@ async def _fan_out(
             api_key=ctx.api_key,
             settings=_engine_settings(spec, ctx.settings),
             sink=sink,
-            should_stop=_should_stop(ctx),
+            should_stop=stopper or Stopper(ctx, spec.job_id),
         )
 
 
@@ -394,8 +421,12 @@ async def run_direct(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any]:
     started = time.monotonic()
     checkpoint = load_checkpoint(ctx.s3, spec)
     writer = PartWriter(s3=ctx.s3, store=ctx.store, spec=spec, run=checkpoint.runs + 1, item_rows_for_results=False)
-    stats = await _fan_out(ctx, spec, _pending(spec, writer, checkpoint.done, ctx.s3), writer.add_outcome)
+    stopper = Stopper(ctx, spec.job_id)
+    stats = await _fan_out(ctx, spec, _pending(spec, writer, checkpoint.done, ctx.s3), writer.add_outcome, stopper)
     finished = not stats.stopped_early
+    if stopper.cancelled:
+        await writer.aflush(finished=False)
+        return {"done": False, "cancelled": True, "run": checkpoint.runs + 1, "sent": writer.done + writer.failed}
     if not finished and stats.sent == 0:
         raise ShardStalled(
             f"shard {spec.shard} stopped before sending anything: {ctx.remaining_s():.0f} s left is under the "

@@ -76,3 +76,25 @@ def test_options_from_object_metadata() -> None:
     assert (budgets.rpm, budgets.tpm) == (600, 0)
     with pytest.raises(PlanError, match="unknown option"):
         JobOptions.from_metadata({"sluice-colour": "red"}, SETTINGS)
+
+
+def test_a_run_stops_taking_items_once_the_job_is_cancelled() -> None:
+    from types import SimpleNamespace
+
+    from sluice.shard import CANCEL_CHECK_S, Stopper
+
+    status = {"status": "RUNNING"}
+    now = [0.0]
+    ctx = SimpleNamespace(
+        remaining_s=lambda: 900.0,
+        settings=SETTINGS,
+        store=SimpleNamespace(job=lambda job_id: dict(status)),
+    )
+    stop = Stopper(ctx, "job", clock=lambda: now[0])  # type: ignore[arg-type]
+    assert stop() is False
+    status["status"] = "CANCELLED"
+    assert stop() is False  # looked at the job row only every few seconds
+    now[0] += CANCEL_CHECK_S
+    assert stop() is True and stop.cancelled
+    out_of_time = Stopper(SimpleNamespace(remaining_s=lambda: 1.0, settings=SETTINGS, store=None), "job")  # type: ignore[arg-type]
+    assert out_of_time() is True and not out_of_time.cancelled
