@@ -26,9 +26,13 @@ def test_ctrl_c_cancels_and_writes_what_finished(tmp_path: Path) -> None:
     command = [sys.executable, "-m", "local.cli", "run", str(path), "--out", str(out), "--latency", "0.5"]
     command += ["--concurrency", "10", "--quiet"]
     proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    time.sleep(6)  # started, some lines done, most not
+    assert proc.stderr is not None
+    first = proc.stderr.readline()  # the provider line: the job starts right after it
+    assert b"SIMULATOR" in first
+    time.sleep(5)  # some lines done (20 a second), most not
     proc.send_signal(signal.SIGINT)
-    _, stderr = proc.communicate(timeout=120)
+    _, rest = proc.communicate(timeout=120)
+    stderr = first + rest
 
     assert proc.returncode == 130, stderr.decode()[-2000:]
     assert b"cancelling" in stderr
