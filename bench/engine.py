@@ -50,9 +50,6 @@ def usage() -> tuple[float, int]:
     return ru.ru_utime + ru.ru_stime, ru.ru_maxrss
 
 
-# --- the clients, each run in its own process ----------------------------------------------
-
-
 async def client_openai(base_url: str, n: int, concurrency: int) -> dict[str, Any]:
     from openai import AsyncOpenAI, DefaultAioHttpClient
 
@@ -228,9 +225,6 @@ def run_client_here(kind: str, base_url: str, n: int, concurrency: int) -> None:
         result["lines"], result["lost"] = count_lines(out, n)
     result.update(wall_s=wall, cpu_s=cpu1 - cpu0, rss_start_kb=rss0, rss_peak_kb=rss1)
     print("RESULT " + json.dumps(result), flush=True)
-
-
-# --- the driver ----------------------------------------------------------------------------
 
 
 class RefServer:

@@ -236,9 +236,6 @@ def deployment(args: argparse.Namespace) -> Deployment:
     return dep
 
 
-# ------------------------------------------------------------------------------------ submit
-
-
 def options_metadata(args: argparse.Namespace) -> dict[str, str]:
     """The job options as the object metadata Plan reads, checked by Plan's own rules first."""
     from sluice.plan import METADATA_PREFIX, JobOptions, PlanError
@@ -319,9 +316,6 @@ def _start(dep: Deployment, path: Path, key: str, metadata: dict[str, str], *, q
         say(f"uploaded {path} ({what}) to s3://{dep.bucket}/{key} [{options}]; the job starts from the S3 event")
         say(f"follow it with: sluice status {job_id} --env {dep.env} --watch")
     return job_id
-
-
-# ------------------------------------------------------------------------------------ status
 
 
 def _total(job: dict[str, Any]) -> int | None:
@@ -672,9 +666,6 @@ def item_status(dep: Deployment, job_id: str, custom_id: str, input_path: Path |
     return EXIT_OK
 
 
-# ----------------------------------------------------------------------------------- results
-
-
 def results(args: argparse.Namespace) -> int:
     from sluice.plan import output_prefix
 
@@ -728,9 +719,6 @@ def _size(dep: Deployment, key: str) -> int | None:
         if _error_code(exc) in ("404", "NoSuchKey", "NotFound"):
             return None
         raise
-
-
-# ------------------------------------------------------------------------------------ cancel
 
 
 def cancel(args: argparse.Namespace) -> int:
@@ -789,9 +777,6 @@ def _announce(dep: Deployment, job_id: str, summary: dict[str, Any]) -> None:
         publish(dep.client("events"), bus="default", detail_type="Sluice Job Cancelled", detail=detail)
     except (ClientError, RuntimeError) as exc:
         say(f"  note: could not publish the 'Sluice Job Cancelled' event ({exc})")
-
-
-# ------------------------------------------------------------------------------------- retry
 
 
 def _failed_lines(dep: Deployment, key: str, codes: set[str] | None) -> tuple[dict[int, str | None], dict[str, int]]:

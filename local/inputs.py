@@ -102,8 +102,6 @@ def require_valid(check: FileCheck, *, allow_invalid: bool) -> None:
         )
 
 
-# ---------------------------------------------------------------------------------- estimate
-
 # Roughly 4 bytes of English a token; good to ±20% for prose, which is all an estimate needs.
 BYTES_PER_TOKEN = 4
 MESSAGE_OVERHEAD_TOKENS = 4

@@ -75,9 +75,6 @@ def parse_html(path: Path) -> Tags:
     return tags
 
 
-# ---------------------------------------------------------------------------- the local commands
-
-
 def test_run_writes_the_outputs_and_a_report_linked_from_the_last_line(tmp_path: Path) -> None:
     lines = [request_line(f"r-{n}") for n in range(30)]
     lines[4] = b'{"custom_id": "r-4", "method": "POST",\n'
@@ -176,9 +173,6 @@ def test_without_aws_credentials_exits_5(tmp_path: Path) -> None:
     )
     done = sluice("status", "--env", "dev", env=env)
     assert done.returncode == 5 and "no AWS credentials" in done.stderr
-
-
-# ------------------------------------------------------------------- a deployed environment in moto
 
 
 @pytest.fixture(scope="module")

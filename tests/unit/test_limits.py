@@ -21,9 +21,6 @@ class FakeClock:
         self.now += seconds
 
 
-# --- AdaptiveLimit ---------------------------------------------------------------------
-
-
 def test_starts_at_cap_or_initial() -> None:
     assert AdaptiveLimit(100).limit == 100
     assert AdaptiveLimit(100, initial=10).limit == 10
@@ -170,9 +167,6 @@ def test_cancelled_waiter_does_not_leak_a_slot() -> None:
         await asyncio.wait_for(lim.acquire(), 1)
 
     asyncio.run(scenario())
-
-
-# --- RateBudget ------------------------------------------------------------------------
 
 
 def test_unlimited_budget_never_waits() -> None:
