@@ -509,6 +509,7 @@ class Simulator:
         self.attempts: dict[str, int] = {}
         self.responses: dict[str, _BgResponse] = {}
         self.files: dict[str, _File] = {}
+        self.deleted_files: dict[str, _File] = {}
         self.batches: dict[str, _Batch] = {}
         self._rpm: _Bucket | None = None
         self._tpm: _Bucket | None = None
@@ -542,6 +543,7 @@ class Simulator:
         self.attempts.clear()
         self.responses.clear()
         self.files.clear()
+        self.deleted_files.clear()
         self.batches.clear()
         self._rpm = self._tpm = None
 
@@ -1013,7 +1015,8 @@ class Simulator:
 
     async def delete_file(self, request: web.Request) -> web.StreamResponse:
         found = self._file(request.match_info["id"])
-        del self.files[found.id]
+        # gone for clients, kept for tests that check what a batch answered
+        self.deleted_files[found.id] = self.files.pop(found.id)
         return _json({"id": found.id, "object": "file", "deleted": True})
 
     async def create_batch(self, request: web.Request) -> web.StreamResponse:

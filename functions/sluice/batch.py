@@ -431,6 +431,18 @@ async def _collect_one(
     }
 
 
+async def _delete_files(api: openai.AsyncOpenAI, batches: Iterable[Any]) -> None:
+    """The prompts and answers are ours, in S3 now: don't leave copies at the provider.
+
+    Best effort: a file that is already gone, or a refusal, costs nothing but storage there.
+    """
+    for batch in batches:
+        for file_id in (batch.input_file_id, batch.output_file_id, batch.error_file_id):
+            if file_id:
+                with contextlib.suppress(openai.APIError):
+                    await api.files.delete(file_id)
+
+
 async def collect_batch(
     ctx: ShardContext, spec: ShardSpec, *, client: openai.AsyncOpenAI | None = None
 ) -> dict[str, Any]:
@@ -441,6 +453,7 @@ async def collect_batch(
     checkpoint = load_checkpoint(ctx.s3, spec)
     writer = PartWriter(s3=ctx.s3, store=ctx.store, spec=spec, run=checkpoint.runs + 1)
     collected: dict[str, dict[str, Any]] = {}
+    ended: list[Any] = []
     waiting: list[str] = []
     async with _provider(ctx, client) as api:
         for index, batch_id in enumerate(batch_ids):
@@ -453,6 +466,7 @@ async def collect_batch(
             raw = ctx.s3.get_object(Bucket=spec.bucket, Key=part_key(spec, index))["Body"].read()
             part = BatchPart.from_manifest(raw)
             collected[batch_id] = await _collect_one(api, spec, batch, part, checkpoint.done, writer)
+            ended.append(batch)
     states.update(collected)
     left = sum(int(state.get("left", 0)) for state in states.values())
     fallback = not waiting and left > 0
@@ -461,6 +475,9 @@ async def collect_batch(
     writer.flush(finished=done)
     for batch_id, state in collected.items():
         ctx.store.mark_batch_collected(spec.job_id, spec.shard, batch_id, state)
+    if ended:
+        async with _provider(ctx, client) as api:
+            await _delete_files(api, ended)
     elapsed = time.time() - float(row.get("batch_submit_at") or time.time())
     outcome = {
         "done": done,
