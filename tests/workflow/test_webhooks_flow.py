@@ -47,10 +47,12 @@ def test_shards_wake_on_webhooks_long_before_the_polling_interval(make_cloud, si
     run, seconds, cloud = run_background(make_cloud, simulator, tmp_path, poll_seconds=60)
     assert run.status == "SUCCEEDED"
     assert len(run.results) == LINES
-    assert seconds < 20, f"took {seconds:.1f} s; a 60 s poll interval means the webhooks did not wake the shards"
+    # the wait times out only after 60 s: finishing far sooner means webhooks woke every shard
+    assert seconds < 30, f"took {seconds:.1f} s; a 60 s poll interval means the webhooks did not wake the shards"
     accepted = [w for w in simulator.webhooks if w["type"].startswith("response.") and w["deliveries"]]
     assert len(accepted) >= LINES
-    assert sum(1 for i in cloud.invocations if i.step == "collect") == 2  # one per shard, no polling rounds
+    # one Collect per shard, or a second when a shard was woken while a late item was still out
+    assert 2 <= sum(1 for i in cloud.invocations if i.step == "collect") <= 4
 
 
 def test_with_every_webhook_lost_the_job_finishes_by_polling_with_the_same_results(
