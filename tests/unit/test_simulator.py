@@ -444,7 +444,8 @@ def test_many_concurrent_requests_overlap(sim: SimulatorServer) -> None:
     for thread in threads:
         thread.join()
     assert results == [200] * 100
-    assert time.monotonic() - started < 2.0
+    # one at a time would take 30 s; overlapping, a few times the 0.3 s latency at most
+    assert time.monotonic() - started < 10.0
 
 
 # batches

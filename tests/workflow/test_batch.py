@@ -56,7 +56,7 @@ def test_a_batch_job_wakes_on_webhooks_and_writes_results_in_input_order(make_cl
     seconds = time.monotonic() - started
 
     assert run.status == "SUCCEEDED"
-    assert seconds < 15, f"took {seconds:.1f} s: the webhooks did not wake the shards"
+    assert seconds < 30, f"took {seconds:.1f} s: the webhooks did not wake the shards (the poll interval is 60 s)"
     assert ids(run.results) == [f"q-{n}" for n in range(120)] and run.errors == []
     assert all(r["response"]["status_code"] == 200 for r in run.results)
     assert run.results[0]["response"]["body"]["choices"][0]["message"]["content"] == "negative"
