@@ -23,13 +23,13 @@ def test_ctrl_c_cancels_and_writes_what_finished(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'functions'}:{ROOT}"}
     env.pop("OPENAI_BASE_URL", None)
     env.pop("OPENAI_API_KEY", None)
-    command = [sys.executable, "-m", "local.cli", "run", str(path), "--out", str(out), "--latency", "0.5"]
+    command = [sys.executable, "-m", "local.cli", "run", str(path), "--out", str(out), "--latency", "1.0"]
     command += ["--concurrency", "10", "--quiet"]
     proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stderr is not None
     first = proc.stderr.readline()  # the provider line: the job starts right after it
     assert b"SIMULATOR" in first
-    time.sleep(5)  # some lines done (20 a second), most not
+    time.sleep(8)  # some lines done (10 a second, a part every 3 s), most not
     proc.send_signal(signal.SIGINT)
     _, rest = proc.communicate(timeout=120)
     stderr = first + rest
