@@ -19,6 +19,8 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# generated inputs and profiles: under out/, which git ignores
+WORK = ROOT / "out" / "bench"
 sys.path[:0] = [str(ROOT / "functions"), str(ROOT)]
 
 
@@ -84,7 +86,8 @@ def main() -> None:
                 break
             except OSError:
                 time.sleep(0.1)
-        path = Path(f"/tmp/sluice-bench-e2e-{args.lines}.jsonl")
+        WORK.mkdir(parents=True, exist_ok=True)
+        path = WORK / f"e2e-{args.lines}.jsonl"
         make_input(path, args.lines)
         settings = LocalSettings(
             concurrency=args.concurrency,
@@ -127,7 +130,7 @@ def main() -> None:
         steps = Counter(i.step for i in cloud.invocations)
         print(f"Lambda invocations: {dict(steps)}")
         if profiler:
-            out = Path("/tmp/sluice-e2e-profile.txt")
+            out = WORK / "e2e-profile.txt"
             out.write_text(profiler.output_text(unicode=False, color=False, show_all=False))
             print(f"profile: {out}")
         path.unlink()

@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# generated inputs and profiles: under out/, which git ignores
+WORK = ROOT / "out" / "bench"
 sys.path[:0] = [str(ROOT / "functions"), str(ROOT)]
 
 BUCKET = "bench"
@@ -151,7 +153,8 @@ def main() -> None:
             ],
             KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
         )
-        path = Path("/tmp/sluice-bench-plan.jsonl")
+        WORK.mkdir(parents=True, exist_ok=True)
+        path = WORK / "plan-input.jsonl"
         make_input(path, args.lines, args.line_bytes)
         s3.upload_file(str(path), BUCKET, KEY)
         size_mb = path.stat().st_size / 1e6

@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# generated inputs and profiles: under out/, which git ignores
+WORK = ROOT / "out" / "bench"
 sys.path[:0] = [str(ROOT / "functions"), str(ROOT)]
 
 
@@ -33,7 +35,8 @@ def main() -> None:
     from local.cloud import LocalCloud, LocalSettings, run_job
     from local.simulator import SimConfig, SimulatorServer
 
-    path = Path("/tmp/sluice-bench-webhooks.jsonl")
+    WORK.mkdir(parents=True, exist_ok=True)
+    path = WORK / "webhooks.jsonl"
     with path.open("wb") as fh:
         for n in range(args.lines):
             body = {"model": "gpt-4o-mini", "input": f"Reply with one word, positive or negative:\n\n{n} great"}
