@@ -150,6 +150,14 @@ class LocalCloud:
     # a test hook: called before every in-process Lambda call with the step and its payload
     before_invoke: Callable[[str, dict[str, Any]], None] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    # what the provider signs webhooks with; local only, generated per run
+    webhook_secret: str = field(default_factory=lambda: "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode())
+    # filled in when the resources exist (`running`)
+    secret_arn: str = ""
+    webhook_secret_arn: str = ""
+    state_machine_arn: str = ""
+    webhook_url: str = ""
+    receiver: WebhookReceiver | None = None
 
     def environment(self) -> dict[str, str]:
         s = self.settings
@@ -176,13 +184,6 @@ class LocalCloud:
             "SLUICE_AUTO_BATCH_MIN_REQUESTS": str(s.auto_batch_min_requests),
             "SLUICE_ON_BATCH_INCOMPLETE": s.on_batch_incomplete,
         }
-
-    secret_arn: str = ""
-    webhook_secret_arn: str = ""
-    # what the provider signs webhooks with; local only, generated per run
-    webhook_secret: str = field(default_factory=lambda: "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode())
-    webhook_url: str = ""
-    receiver: WebhookReceiver | None = None
 
     @contextmanager
     def running(self) -> Iterator[LocalCloud]:
@@ -233,8 +234,6 @@ class LocalCloud:
             roleArn=f"arn:aws:iam::{ACCOUNT}:role/{PREFIX}-workflow",
         )
         self.state_machine_arn = machine["stateMachineArn"]
-
-    state_machine_arn: str = ""
 
     def _invoke(self, parameters: dict[str, Any], region: str, state_credentials: Any) -> dict[str, Any]:
         arn = parameters["FunctionName"]

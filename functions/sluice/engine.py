@@ -167,6 +167,7 @@ async def fan_out(
     settings: EngineSettings,
     sink: Callable[[Outcome], None],
     should_stop: Callable[[], bool] = _never,
+    count_remaining: bool = True,
     sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
     rand: Callable[[], float] = random.random,
 ) -> EngineStats:
@@ -174,7 +175,8 @@ async def fan_out(
 
     Once `should_stop()` turns true no new request is taken; those in flight (including
     their retries) still finish and reach the sink. `stats.remaining` counts the rest (by
-    `len()` when `requests` is Sized, else by draining the iterator).
+    `len()` when `requests` is Sized, else by draining the iterator; with `count_remaining=False`
+    it is only 1 or 0, and one item past the stop is read to know which).
     """
     if settings.concurrency < 1:
         raise ValueError("concurrency must be >= 1")
@@ -425,7 +427,11 @@ async def fan_out(
     if stopping and not exhausted:
         if isinstance(requests, Sized) and requests is not it:
             stats.remaining = max(0, len(requests) - taken)
-        else:
+        elif count_remaining:
             stats.remaining = sum(1 for _ in it)
+        else:
+            # the caller resumes from its own checkpoint: whether anything is left is enough,
+            # and counting would read (a shard: download) the rest of the source for nothing
+            stats.remaining = 0 if next(it, None) is None else 1
         stats.stopped_early = stats.remaining > 0
     return stats

@@ -22,9 +22,18 @@ class LineError:
 
 
 def parse_line(
-    raw: bytes, line: int, *, max_bytes: int = MAX_LINE_BYTES, keep_body: bool = True
+    raw: bytes,
+    line: int,
+    *,
+    max_bytes: int = MAX_LINE_BYTES,
+    keep_body: bool = True,
+    model: str | None = None,
 ) -> Request | LineError | None:
-    """Validate one input line; None for a blank line, which is not a request."""
+    """Validate one input line; None for a blank line, which is not a request.
+
+    `model`, when given, replaces the body's model (a per-job override), in the one encode
+    the body needs anyway.
+    """
     if line == 1 and raw.startswith(BOM):
         raw = raw[len(BOM) :]
     raw = raw.rstrip(b"\r\n")
@@ -59,6 +68,8 @@ def parse_line(
     body = doc.get("body")
     if not isinstance(body, dict):
         return LineError(line, ErrorCode.INVALID_BODY, f"line {line}: body must be a JSON object", custom_id)
+    if model is not None:
+        body["model"] = model
     return Request(
         line=line, custom_id=custom_id, method="POST", path=url, body=orjson.dumps(body) if keep_body else None
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -141,7 +141,7 @@ def read_shard(s3: Any, spec: ShardSpec) -> Iterator[Request | LineError]:
     )["Body"]
     for offset, raw in enumerate(split_lines(body.iter_chunks(READ_CHUNK))):
         number = spec.first_line + offset
-        parsed = parse_line(raw, number)
+        parsed = parse_line(raw, number, model=spec.model)
         if parsed is None:
             continue
         if isinstance(parsed, LineError):
@@ -153,10 +153,6 @@ def read_shard(s3: Any, spec: ShardSpec) -> Iterator[Request | LineError]:
                 f"line {number}: duplicate custom_id {parsed.custom_id!r} (first on line {duplicates[number]})",
                 parsed.custom_id,
             )
-        elif spec.model and parsed.body is not None:
-            body_doc = orjson.loads(parsed.body)
-            body_doc["model"] = spec.model
-            yield Request(parsed.line, parsed.custom_id, parsed.method, parsed.path, orjson.dumps(body_doc))
         else:
             yield parsed
 
@@ -390,7 +386,7 @@ class Stopper:
 async def _fan_out(
     ctx: ShardContext,
     spec: ShardSpec,
-    requests: Iterator[Request],
+    requests: Iterable[Request],
     sink: Callable[[Outcome], None],
     stopper: Stopper | None = None,
 ) -> EngineStats:
@@ -403,6 +399,7 @@ async def _fan_out(
             settings=_engine_settings(spec, ctx.settings),
             sink=sink,
             should_stop=stopper or Stopper(ctx, spec.job_id),
+            count_remaining=False,
         )
 
 
@@ -509,7 +506,7 @@ async def collect_background(ctx: ShardContext, spec: ShardSpec) -> dict[str, An
         unsettled_done += item.status == "submitted"
         writer.add_outcome(outcome, provider_id=item.provider_id)
 
-    requests = (poll_request(i.line, i.custom_id, i.provider_id or "") for i in waiting.values())
+    requests = [poll_request(i.line, i.custom_id, i.provider_id or "") for i in waiting.values()]
     stats = await _fan_out(ctx, spec, requests, sink)
     left = len(still) + stats.remaining
     finished = left == 0 and not stats.stopped_early
