@@ -1,7 +1,11 @@
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import itertools
+import subprocess
+import sys
+import textwrap
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -463,3 +467,49 @@ def test_without_headroom_held_items_never_exceed_concurrency_even_with_retries(
     stats = asyncio.run(go())
     assert stats.succeeded == 40 and stats.retries == 40
     assert peak <= concurrency
+
+
+# Holds eight 256 KiB blocks (the size asyncio reads every response into) and prints how
+# many of them glibc served with mmap, optionally after one empty fan_out.
+_MMAP_PROBE = textwrap.dedent(
+    """
+    import asyncio, ctypes, sys
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [(n, ctypes.c_size_t) for n in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd",
+            "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+    libc = ctypes.CDLL(None)
+    libc.mallinfo2.restype = MallInfo2
+    from sluice.engine import EngineSettings, fan_out, make_session
+
+    async def empty_run():
+        async with make_session(1) as session:
+            await fan_out([], session=session, base_url="http://127.0.0.1:9", api_key="k",
+                          settings=EngineSettings(concurrency=1), sink=print)
+
+    if sys.argv[1] == "fan_out":
+        asyncio.run(empty_run())
+    before = libc.mallinfo2().hblks
+    held = [bytes(256 * 1024) for _ in range(8)]
+    print(libc.mallinfo2().hblks - before)
+    """
+)
+
+
+@pytest.mark.skipif(not hasattr(ctypes.CDLL(None), "mallinfo2"), reason="glibc-specific")
+def test_after_fan_out_response_sized_buffers_are_not_mmapped() -> None:
+    def mmapped(mode: str) -> int:
+        out = subprocess.run(
+            [sys.executable, "-c", _MMAP_PROBE, mode],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={"PYTHONPATH": ":".join(sys.path)},
+        )
+        return int(out.stdout.strip().splitlines()[-1])
+
+    # the premise: a fresh process maps each block on its own (a syscall pair per read)
+    assert mmapped("control") >= 4
+    assert mmapped("fan_out") == 0
