@@ -26,6 +26,7 @@ import boto3
 import orjson
 from moto import mock_aws
 from moto.core.base_backend import BackendDict
+from moto.dynamodb.responses import DynamoHandler
 from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
 from sluice.verify import Report, verify
 
@@ -93,6 +94,20 @@ def _known_backend_fast_path(self: BackendDict, account_id: str) -> None:  # typ
     if account_id in self.keys() and any(instance is self for instance in known):
         return
     _create_account_specific_backend(self, account_id)
+
+
+_dynamodb_call_action = DynamoHandler.call_action
+_dynamodb_calls = threading.RLock()
+
+
+def _atomic_dynamodb_call(self: DynamoHandler) -> Any:
+    """DynamoDB applies each single-item write atomically; moto computes an update's new
+    values and writes them back with no lock. Two webhooks settling a shard's last two items
+    on two receiver threads could both read `waiting` 2 and both write 1, and the shard
+    slept until its poll timeout. One DynamoDB call at a time gives back the service's
+    guarantee; the GIL already ran them one at a time for most of their length."""
+    with _dynamodb_calls:
+        return _dynamodb_call_action(self)
 
 
 class LambdaTimeout(Exception):
@@ -204,6 +219,7 @@ class LocalCloud:
                 mock.patch.dict(os.environ, self.environment()),
                 mock.patch.object(lambda_eval_utils, "_invoke_lambda_function", self._invoke),
                 mock.patch.object(BackendDict, "_create_account_specific_backend", _known_backend_fast_path),
+                mock.patch.object(DynamoHandler, "call_action", _atomic_dynamodb_call),
                 WebhookReceiver(webhook.handler) as receiver,
             ):
                 self.webhook_url = receiver.url
