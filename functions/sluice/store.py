@@ -316,7 +316,9 @@ class JobStore:
             )
         except ClientError as exc:
             if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
-                return None
+                # settled before, perhaps by a delivery whose wake then failed: wake again if
+                # the shard has nothing left to wait for (a used token is refused harmlessly)
+                return self._token_if_nothing_waits(pk, shard)
             raise
         row = self._table.update_item(
             Key={"pk": pk, "sk": shard_sk(shard)},
@@ -324,6 +326,12 @@ class JobStore:
             ExpressionAttributeValues={":minus": -1},
             ReturnValues="ALL_NEW",
         )["Attributes"]
+        if int(row.get("waiting", 0)) <= 0 and row.get("token"):
+            return str(row["token"])
+        return None
+
+    def _token_if_nothing_waits(self, pk: str, shard: int) -> str | None:
+        row = self._table.get_item(Key={"pk": pk, "sk": shard_sk(shard)}, ConsistentRead=True).get("Item") or {}
         if int(row.get("waiting", 0)) <= 0 and row.get("token"):
             return str(row["token"])
         return None
@@ -342,7 +350,9 @@ class JobStore:
             )["Attributes"]
         except ClientError as exc:
             if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
-                return None
+                # reported before, perhaps by a delivery whose wake then failed: wake again
+                again = self._table.get_item(Key={"pk": row["pk"], "sk": row["sk"]}, ConsistentRead=True).get("Item")
+                return str(again["token"]) if again and again.get("token") else None
             raise
         return str(shard["token"]) if shard.get("token") else None
 

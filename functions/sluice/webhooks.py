@@ -1,4 +1,4 @@
-"""Provider webhooks: verify, dedupe, mark the item or batch settled, wake the shard.
+"""Provider webhooks: verify, mark the item or batch settled, wake the shard, remember the id.
 
 Webhooks only make jobs faster. Everything here is safe to lose, repeat or reorder: a shard
 that never hears one reconciles by polling when its wait times out.
@@ -61,13 +61,15 @@ def handle_webhook(
     provider_id = event["data"].get("id")
     if event_type not in RESPONSE_EVENTS | BATCH_EVENTS or not isinstance(provider_id, str):
         return Verdict(400, "rejected:unknown_type", str(event_type))
-    if not store.remember_webhook(lowered["webhook-id"], time.time()):
-        return Verdict(200, "duplicate", event_type)
     if event_type in RESPONSE_EVENTS:
         token = store.settle_item(provider_id)
     else:
         token = store.settle_batch(provider_id, event_type.removeprefix("batch."))
-    if token is None:
-        return Verdict(200, "accepted", event_type)
-    wake(token)
-    return Verdict(200, "accepted:woke_shard", event_type)
+    if token is not None:
+        wake(token)
+    # The id is remembered only once the work is done: a delivery that failed half-way (a
+    # throttled write, a failed wake) is retried by the provider and done in full. The work
+    # is idempotent, so a true repeat changes nothing and is only counted.
+    if not store.remember_webhook(lowered["webhook-id"], time.time()):
+        return Verdict(200, "duplicate", event_type)
+    return Verdict(200, "accepted:woke_shard" if token else "accepted", event_type)

@@ -150,3 +150,47 @@ def test_a_webhook_that_beats_the_item_row_still_settles_it(store: JobStore) -> 
     assert settled is not None and settled["status"] == "settled"
     shard = store.shards("job")[0]
     assert shard["waiting"] == 2  # a and b still out; c counted off
+
+
+def test_a_delivery_whose_wake_failed_is_retried_in_full_and_wakes_the_shard(store: JobStore) -> None:
+    store.arm_shard("job", 0, "token-1")
+    call(store, GOOD, sign(GOOD))
+    last = event("response.completed", "resp_b")
+    headers = sign(last, msg_id="msg_b")
+
+    def unreachable(_token: str) -> None:
+        raise RuntimeError("Step Functions throttled the wake")
+
+    with pytest.raises(RuntimeError):
+        handle_webhook(body=last, headers=headers, secret=SECRET, store=store, wake=unreachable)
+    # the provider retries the same delivery; the item is settled already, the shard not woken
+    woken: list[str] = []
+    assert call(store, last, headers, woken).outcome == "accepted:woke_shard"
+    assert woken == ["token-1"]
+
+
+class FlakyStore:
+    """The real store, but its first settle fails the way a throttled DynamoDB write does."""
+
+    def __init__(self, store: JobStore) -> None:
+        self._store = store
+        self.failures = 1
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def settle_item(self, response_id: str) -> str | None:
+        if self.failures:
+            self.failures -= 1
+            raise RuntimeError("ProvisionedThroughputExceededException")
+        return self._store.settle_item(response_id)
+
+
+def test_a_delivery_that_failed_before_settling_is_not_taken_for_a_duplicate(store: JobStore) -> None:
+    flaky = FlakyStore(store)
+    headers = sign(GOOD)
+    with pytest.raises(RuntimeError):
+        handle_webhook(body=GOOD, headers=headers, secret=SECRET, store=flaky, wake=print)
+    assert handle_webhook(body=GOOD, headers=headers, secret=SECRET, store=flaky, wake=print).outcome == "accepted"
+    item = store.item("job", 1)
+    assert item is not None and item["status"] == "settled"
