@@ -17,6 +17,12 @@ from tests.conftest import request_line, write_jsonl
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _ctrl_c_as_at_a_terminal() -> None:
+    # A suite started in the background by a non-interactive shell inherits SIGINT ignored,
+    # and so would `sluice run` (Python keeps an inherited SIG_IGN): give it a terminal's default.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_cancels_and_writes_what_finished(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "long.jsonl", [request_line(f"l-{n}") for n in range(300)])
     out = tmp_path / "out"
@@ -25,7 +31,14 @@ def test_ctrl_c_cancels_and_writes_what_finished(tmp_path: Path) -> None:
     env.pop("OPENAI_API_KEY", None)
     command = [sys.executable, "-m", "local.cli", "run", str(path), "--out", str(out), "--latency", "1.0"]
     command += ["--concurrency", "10", "--quiet"]
-    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=_ctrl_c_as_at_a_terminal,
+    )
     assert proc.stderr is not None
     first = proc.stderr.readline()  # the provider line: the job starts right after it
     assert b"SIMULATOR" in first
