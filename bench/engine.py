@@ -37,12 +37,8 @@ MODEL = "bench-model"
 sys.path.insert(0, str(ROOT / "functions"))
 
 # Imported before the clock starts: each client is timed on its requests, not on loading
-# its library (openai alone takes about a second to import here).
-PRELOAD = {
-    "a": ("openai", "aiohttp"),
-    "b": ("aiohttp",),
-    "c": ("orjson", "aiohttp", "sluice.engine", "sluice.model"),
-}
+# its library (openai, which loads its aiohttp transport with it, takes about a second).
+PRELOAD = {"a": "openai", "b": "aiohttp", "c": "sluice.engine"}
 
 
 def prompt(i: int) -> str:
@@ -224,13 +220,7 @@ NAMES = {"a": "a: openai+aiohttp (sference guide)", "b": "b: aiohttp+gather (Kio
 
 def run_client_here(kind: str, base_url: str, n: int, concurrency: int) -> None:
     raise_fd_limit()
-    for module in PRELOAD[kind]:
-        importlib.import_module(module)
-    if kind == "a":
-        import openai
-
-        # the aiohttp transport is a lazy attribute: load it here too
-        assert openai.DefaultAioHttpClient is not None
+    importlib.import_module(PRELOAD[kind])
     cpu0, rss0 = usage()
     t0 = time.perf_counter()
     result = asyncio.run(CLIENTS[kind](base_url, n, concurrency))

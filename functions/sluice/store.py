@@ -37,6 +37,15 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _token(shard_row: dict[str, Any]) -> str | None:
+    return str(shard_row["token"]) if shard_row.get("token") else None
+
+
+def _token_if_nothing_waits(shard_row: dict[str, Any]) -> str | None:
+    """The task token to wake a shard with, once none of its items is still out."""
+    return _token(shard_row) if int(shard_row.get("waiting", 0)) <= 0 else None
+
+
 def _dynamo(value: Any) -> Any:
     if isinstance(value, float):
         return Decimal(str(value))
@@ -318,7 +327,7 @@ class JobStore:
             if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
                 # settled before, perhaps by a delivery whose wake then failed: wake again if
                 # the shard has nothing left to wait for (a used token is refused harmlessly)
-                return self._token_if_nothing_waits(pk, shard)
+                return _token_if_nothing_waits(self._shard_row(pk, shard_sk(shard)))
             raise
         row = self._table.update_item(
             Key={"pk": pk, "sk": shard_sk(shard)},
@@ -326,15 +335,7 @@ class JobStore:
             ExpressionAttributeValues={":minus": -1},
             ReturnValues="ALL_NEW",
         )["Attributes"]
-        if int(row.get("waiting", 0)) <= 0 and row.get("token"):
-            return str(row["token"])
-        return None
-
-    def _token_if_nothing_waits(self, pk: str, shard: int) -> str | None:
-        row = self._table.get_item(Key={"pk": pk, "sk": shard_sk(shard)}, ConsistentRead=True).get("Item") or {}
-        if int(row.get("waiting", 0)) <= 0 and row.get("token"):
-            return str(row["token"])
-        return None
+        return _token_if_nothing_waits(row)
 
     def settle_batch(self, batch_id: str, status: str) -> str | None:
         row = self._by_provider_id(batch_id)
@@ -351,10 +352,12 @@ class JobStore:
         except ClientError as exc:
             if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
                 # reported before, perhaps by a delivery whose wake then failed: wake again
-                again = self._table.get_item(Key={"pk": row["pk"], "sk": row["sk"]}, ConsistentRead=True).get("Item")
-                return str(again["token"]) if again and again.get("token") else None
+                return _token(self._shard_row(row["pk"], row["sk"]))
             raise
-        return str(shard["token"]) if shard.get("token") else None
+        return _token(shard)
+
+    def _shard_row(self, pk: str, sk: str) -> dict[str, Any]:
+        return dict(self._table.get_item(Key={"pk": pk, "sk": sk}, ConsistentRead=True).get("Item") or {})
 
     def arm_shard(self, job_id: str, shard: int, token: str) -> bool:
         """Leave the shard's task token for webhooks; True when nothing is left to wait for."""
@@ -370,7 +373,7 @@ class JobStore:
         return int(row.get("waiting", 0)) <= 0
 
     def shard(self, job_id: str, shard: int) -> dict[str, Any] | None:
-        row = self._table.get_item(Key={"pk": job_pk(job_id), "sk": shard_sk(shard)}, ConsistentRead=True).get("Item")
+        row = self._shard_row(job_pk(job_id), shard_sk(shard))
         return _plain(row) if row else None
 
     def begin_batch_submit(self, job_id: str, shard: int, now: float) -> float | None:
