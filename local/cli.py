@@ -136,10 +136,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _cancel_local(cloud: Any, job_id: str, base_url: str, api_key: str) -> None:
-    from handlers.runtime import runtime
+    import boto3
+    from handlers.runtime import Runtime
     from sluice.cancel import cancel_job
 
-    rt = runtime()
+    # the user cancels, with the local cloud's admin credentials, as `sluice cancel` would with theirs
+    rt = Runtime.from_session(boto3.Session())
     cancel_job(s3=rt.s3, store=rt.store, sfn=rt.sfn, job_id=job_id, provider=lambda: (base_url, api_key))
 
 

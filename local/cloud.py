@@ -74,8 +74,12 @@ def create_table(ddb: Any, name: str) -> None:
     )
 
 
+def function_name(step: str) -> str:
+    return f"{PREFIX}-{step.replace('_', '-')}"
+
+
 def function_arn(step: str) -> str:
-    return f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{PREFIX}-{step.replace('_', '-')}"
+    return f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{function_name(step)}"
 
 
 def local_definition() -> str:
@@ -203,7 +207,8 @@ class LocalCloud:
     @contextmanager
     def running(self) -> Iterator[LocalCloud]:
         from handlers import webhook
-        from handlers.runtime import runtime
+
+        from local import iam
 
         # moto's interpreter logs every caught state failure at ERROR; the job's own outputs say it better
         logging.getLogger("moto").setLevel(logging.CRITICAL)
@@ -217,6 +222,8 @@ class LocalCloud:
             self._create_resources()
             with (
                 mock.patch.dict(os.environ, self.environment()),
+                # every step as its own role, the cloud's own calls as an admin
+                iam.enforced(iam.load_policies(), bucket=self.bucket),
                 mock.patch.object(lambda_eval_utils, "_invoke_lambda_function", self._invoke),
                 mock.patch.object(BackendDict, "_create_account_specific_backend", _known_backend_fast_path),
                 mock.patch.object(DynamoHandler, "call_action", _atomic_dynamodb_call),
@@ -224,12 +231,10 @@ class LocalCloud:
             ):
                 self.webhook_url = receiver.url
                 self.receiver = receiver
-                runtime.cache_clear()
                 webhook._clients.cache_clear()
                 try:
                     yield self
                 finally:
-                    runtime.cache_clear()
                     webhook._clients.cache_clear()
 
     def _create_resources(self) -> None:
@@ -261,7 +266,7 @@ class LocalCloud:
         try:
             if self.before_invoke is not None:
                 self.before_invoke(step, payload)
-            result = module.handler(payload, LambdaContext(arn, timeout))
+            result = module.handler(payload, LambdaContext(function_name(step), timeout))
         except Exception as exc:
             with self._lock:
                 self.invocations.append(Invocation(step, time.monotonic() - started, repr(exc), payload=payload))
@@ -320,9 +325,9 @@ class LocalCloud:
             time.sleep(0.5)
 
     def job(self, job_id: str) -> dict[str, Any] | None:
-        from handlers.runtime import runtime
+        from sluice.store import JobStore
 
-        return runtime().store.job(job_id)
+        return JobStore(boto3.resource("dynamodb", region_name=REGION).Table(self.table_name), ttl_days=1).job(job_id)
 
     def read(self, key: str) -> bytes:
         return bytes(boto3.client("s3", region_name=REGION).get_object(Bucket=self.bucket, Key=key)["Body"].read())

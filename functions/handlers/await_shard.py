@@ -9,7 +9,7 @@ from .runtime import runtime
 @instrumented
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """Leave the task token where webhooks find it; wake at once if they already all arrived."""
-    rt = runtime()
+    rt = runtime(context)
     shard = event["shard"]
     woke = rt.store.arm_shard(shard["job_id"], int(shard["shard"]), event["token"])
     if woke:

@@ -13,7 +13,7 @@ from .runtime import runtime
 @instrumented
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     spec = ShardSpec.from_dict(event)
-    outcome = asyncio.run(collect_batch(runtime().shard_context(context), spec))
+    outcome = asyncio.run(collect_batch(runtime(context).shard_context(context), spec))
     shard_run(outcome)
     # the workflow loops on done / fallback: hand the shard back along with how far it got
     return {**event, **outcome}

@@ -11,7 +11,7 @@ from .runtime import runtime
 
 @instrumented
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    rt = runtime()
+    rt = runtime(context)
     error = event.get("error") or {}
     detail = mark_failed(
         s3=rt.s3,

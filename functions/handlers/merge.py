@@ -10,7 +10,7 @@ from .runtime import runtime
 
 @instrumented
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    rt = runtime()
+    rt = runtime(context)
     summary = merge_job(s3=rt.s3, store=rt.store, state=event)
     logger.info("job merged", extra={"status": summary["status"], **scalars(summary["counts"])})
     return {

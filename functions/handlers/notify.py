@@ -10,7 +10,7 @@ from .runtime import runtime
 
 @instrumented
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    rt = runtime()
+    rt = runtime(context)
     publish(rt.events, bus=rt.settings.event_bus, detail_type="Sluice Job Completed", detail=event)
     job_finished(event, failed=False)
     return event

@@ -10,7 +10,7 @@ from .runtime import runtime
 
 @instrumented
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    rt = runtime()
+    rt = runtime(context)
     detail = event["event"]["detail"]
     state = plan_job(
         s3=rt.s3,

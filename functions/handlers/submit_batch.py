@@ -13,7 +13,7 @@ from .runtime import runtime
 @instrumented
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     spec = ShardSpec.from_dict(event)
-    outcome = asyncio.run(submit_batch(runtime().shard_context(context), spec))
+    outcome = asyncio.run(submit_batch(runtime(context).shard_context(context), spec))
     shard_run(outcome)
     # AwaitBatch reads wait_seconds; the shard travels on with its batch ids
     return {**event, **outcome}

@@ -8,12 +8,12 @@ import threading
 import time
 from typing import Any
 
-import boto3
 from botocore.exceptions import ClientError
 from sluice.store import JobStore
 from sluice.webhooks import handle_webhook
 
 from .observability import instrumented, webhook_answered
+from .runtime import session_for
 
 # a token that timed out or was already used just means the shard woke some other way
 _STALE_TOKEN_ERRORS = ("TaskTimedOut", "InvalidToken", "TaskDoesNotExist")
@@ -23,16 +23,21 @@ SECRET_MAX_AGE_S = 300.0
 
 _secret_lock = threading.Lock()
 _secret_cache: dict[str, tuple[float, str]] = {}
+# API Gateway may deliver several webhooks at once to the local receiver's threads; botocore
+# cannot create clients from one session in several threads at once.
+_clients_lock = threading.Lock()
 
 
 @functools.cache
-def _clients() -> tuple[JobStore, Any, Any, str]:
+def _clients(function_name: str) -> tuple[JobStore, Any, Any, str]:
+    """The function's clients, from its own session (`handlers.runtime.session_for`)."""
     table = os.environ.get("SLUICE_TABLE")
     secret_arn = os.environ.get("SLUICE_WEBHOOK_SECRET_ARN")
     if not table or not secret_arn:
         raise RuntimeError("SLUICE_TABLE and SLUICE_WEBHOOK_SECRET_ARN must be set")
-    store = JobStore(boto3.resource("dynamodb").Table(table), ttl_days=int(os.environ.get("SLUICE_TTL_DAYS", "14")))
-    return store, boto3.client("stepfunctions"), boto3.client("secretsmanager"), secret_arn
+    session = session_for(function_name)
+    store = JobStore(session.resource("dynamodb").Table(table), ttl_days=int(os.environ.get("SLUICE_TTL_DAYS", "14")))
+    return store, session.client("stepfunctions"), session.client("secretsmanager"), secret_arn
 
 
 def _secret(secrets: Any, arn: str) -> str:
@@ -48,7 +53,8 @@ def _secret(secrets: Any, arn: str) -> str:
 
 @instrumented
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    store, sfn, secrets, secret_arn = _clients()
+    with _clients_lock:
+        store, sfn, secrets, secret_arn = _clients(context.function_name)
     raw = event.get("body") or ""
     body = base64.b64decode(raw) if event.get("isBase64Encoded") else raw.encode()
 

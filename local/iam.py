@@ -1,0 +1,345 @@
+"""IAM in the local cloud: each function runs as a role that holds exactly its synthesized statements.
+
+The statements come from `local/policies.json`, a snapshot of the dev stack's IAM policies with
+CloudFormation's intrinsics resolved to the local cloud's names (synthesis takes about a minute,
+too long for every `sluice run`). `python -m local.iam` rewrites it from a fresh synthesis, and
+tests/infra/test_local_policies.py fails while it differs from the synthesized template.
+
+moto authorizes requests like IAM once authentication is on: it checks each request's signature,
+then the caller's policies. As checked on moto 5.2.5, it matches the action exactly for every
+service, but the resource only for S3; for every other service it matches the statement's
+resources against "*". So locally:
+- S3 statements keep their resources, mapped onto the local bucket: a step that writes outside
+  its prefixes is denied, as on AWS;
+- every other statement keeps its actions exactly and says "*" for its resources: a missing
+  action is denied, as on AWS, but a grant on the wrong table or secret is not caught here (the
+  infra tests check those ARNs against the template).
+moto evaluates no condition but StringEquals, so the ListBucket prefix condition holds as if met.
+
+With authentication on, every request needs credentials that moto knows. The local cloud's own
+calls (uploads, starting and watching executions, reading outputs, the CLI) use an IAM user with
+an allow-all policy; each function gets the credentials of `sts:AssumeRole` on its own role; the
+state machine's role reads the Map's manifest.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import boto3
+import botocore.session
+from botocore.config import Config
+from moto.core.authorization import enable_iam_authentication
+from moto.stepfunctions.parser.asl.component.state.exec.state_map.item_reader.eval import resource_eval_s3
+
+from local.cloud import ACCOUNT, PREFIX, REGION, function_arn, function_name
+
+POLICIES = Path(__file__).with_name("policies.json")
+# The stack the snapshot is taken from; prod differs only in names and retention.
+SNAPSHOT_ENV = "dev"
+# The state machine's own role, next to the functions' roles in the snapshot.
+WORKFLOW = "workflow"
+WEBHOOK = "webhook"
+
+Statement = dict[str, Any]
+Policies = dict[str, list[Statement]]
+
+
+@dataclass(frozen=True)
+class LocalNames:
+    """What the local cloud calls the stack's resources."""
+
+    bucket: str = f"{PREFIX}-bucket"
+    table: str = f"{PREFIX}-jobs"
+    state_machine: str = f"{PREFIX}-jobs"
+    api_key_secret: str = f"{PREFIX}/provider-api-key"
+    webhook_secret: str = f"{PREFIX}/webhook-signing-secret"
+
+    def arn(self, service: str, resource: str) -> str:
+        return f"arn:aws:{service}:{REGION}:{ACCOUNT}:{resource}"
+
+
+def _step_of(handler: str) -> str | None:
+    """`handlers.run_shard.handler` -> `run_shard`; None for CDK's own functions."""
+    match = re.fullmatch(r"handlers\.(\w+)\.handler", handler)
+    return match.group(1) if match else None
+
+
+class _Resolver:
+    """Resolves the intrinsics of a policy statement to the local cloud's names and ARNs."""
+
+    PSEUDO = {
+        "AWS::Partition": "aws",
+        "AWS::Region": REGION,
+        "AWS::AccountId": ACCOUNT,
+        "AWS::URLSuffix": "amazonaws.com",
+    }
+
+    def __init__(self, resources: dict[str, Any], names: LocalNames) -> None:
+        self.refs: dict[str, str] = {}
+        self.arns: dict[str, str] = {}
+        self.attrs: dict[tuple[str, str], str] = {}
+        self.literals: dict[str, str] = {}
+        variables: dict[str, Any] = {}
+        for logical, resource in resources.items():
+            props = resource.get("Properties", {})
+            if resource["Type"] == "AWS::Lambda::Function" and (step := _step_of(props.get("Handler", ""))):
+                name = function_name(step)
+                self.refs[logical] = name
+                self.arns[logical] = function_arn(step)
+                log_group = props.get("LoggingConfig", {}).get("LogGroup", {}).get("Ref")
+                if log_group:
+                    self.refs[log_group] = f"/aws/lambda/{name}"
+                    self.arns[log_group] = names.arn("logs", f"log-group:/aws/lambda/{name}:*")
+                variables.update(props.get("Environment", {}).get("Variables", {}))
+            elif resource["Type"] == "AWS::StepFunctions::StateMachine":
+                self.refs[logical] = names.arn("states", f"stateMachine:{names.state_machine}")
+                self.attrs[(logical, "Name")] = names.state_machine
+                # a fixed name reaches the grants as text, not as a reference
+                if isinstance(fixed := props.get("StateMachineName"), str):
+                    for kind in ("stateMachine", "execution"):
+                        self.literals[f":{kind}:{fixed}"] = f":{kind}:{names.state_machine}"
+        for variable, ref, arn in (
+            ("SLUICE_BUCKET", names.bucket, f"arn:aws:s3:::{names.bucket}"),
+            ("SLUICE_TABLE", names.table, names.arn("dynamodb", f"table/{names.table}")),
+            ("SLUICE_API_KEY_SECRET_ARN", names.arn("secretsmanager", f"secret:{names.api_key_secret}"), ""),
+            ("SLUICE_WEBHOOK_SECRET_ARN", names.arn("secretsmanager", f"secret:{names.webhook_secret}"), ""),
+        ):
+            value = variables.get(variable)
+            if isinstance(value, dict) and "Ref" in value:
+                self.refs[value["Ref"]] = ref
+                self.arns[value["Ref"]] = arn or ref
+        self.types = {logical: resource["Type"] for logical, resource in resources.items()}
+
+    def _unknown(self, logical: str) -> str:
+        # Resources the local cloud does not create: named after the template, still readable.
+        service = self.types.get(logical, "AWS::Unknown::Resource").split("::")[1].lower()
+        return self.arns.get(logical) or f"arn:aws:{service}:{REGION}:{ACCOUNT}:{PREFIX}-{logical}"
+
+    def __call__(self, value: Any) -> Any:
+        if isinstance(value, list):
+            return [self(v) for v in value]
+        if isinstance(value, str):
+            for text, local in self.literals.items():
+                value = value.replace(text, local)
+            return value
+        if not isinstance(value, dict):
+            return value
+        if set(value) == {"Ref"}:
+            ref = value["Ref"]
+            return self.PSEUDO.get(ref) or self.refs.get(ref) or self._unknown(ref)
+        if set(value) == {"Fn::GetAtt"}:
+            logical, attribute = value["Fn::GetAtt"]
+            if attribute == "Arn":
+                return self.arns.get(logical) or self._unknown(logical)
+            return self.attrs.get((logical, attribute)) or f"{PREFIX}-{logical}.{attribute}"
+        if set(value) == {"Fn::Join"}:
+            separator, parts = value["Fn::Join"]
+            return self(separator.join(str(self(part)) for part in parts))
+        if set(value) == {"Fn::Sub"} and isinstance(value["Fn::Sub"], str):
+            return re.sub(
+                r"\$\{([^}.]+)(?:\.(\w+))?\}",
+                lambda m: str(self({"Fn::GetAtt": [m[1], m[2]]} if m[2] else {"Ref": m[1]})),
+                value["Fn::Sub"],
+            )
+        return {key: self(v) for key, v in value.items()}
+
+
+def policies_from_template(template: dict[str, Any], names: LocalNames | None = None) -> Policies:
+    """Per function (by step name, and `webhook`) and for the state machine (`workflow`): the
+    statements of every IAM policy on its role, in the template's order, resolved to local names."""
+    resources: dict[str, Any] = template["Resources"]
+    resolve = _Resolver(resources, names or LocalNames())
+    owner: dict[str, str] = {}
+    for resource in resources.values():
+        props = resource.get("Properties", {})
+        if resource["Type"] == "AWS::Lambda::Function" and (step := _step_of(props.get("Handler", ""))):
+            owner[props["Role"]["Fn::GetAtt"][0]] = step
+        elif resource["Type"] == "AWS::StepFunctions::StateMachine":
+            owner[props["RoleArn"]["Fn::GetAtt"][0]] = WORKFLOW
+    policies: Policies = {name: [] for name in owner.values()}
+    for role, name in owner.items():
+        props = resources[role]["Properties"]
+        if props.get("ManagedPolicyArns"):
+            raise ValueError(f"the {name} role has managed policies, which the local cloud cannot read")
+        for inline in props.get("Policies", []):
+            policies[name].extend(resolve(inline["PolicyDocument"]["Statement"]))
+    for resource in resources.values():
+        if resource["Type"] != "AWS::IAM::Policy":
+            continue
+        for role in resource["Properties"].get("Roles", []):
+            if role.get("Ref") in owner:
+                policies[owner[role["Ref"]]].extend(resolve(resource["Properties"]["PolicyDocument"]["Statement"]))
+    return {name: policies[name] for name in sorted(policies)}
+
+
+def load_policies(path: Path = POLICIES) -> Policies:
+    policies: Policies = json.loads(path.read_text())
+    return policies
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def moto_statements(statements: list[Statement], *, bucket: str, names: LocalNames | None = None) -> list[Statement]:
+    """The statements as moto can enforce them (see the module's docstring): S3 resources on the
+    local bucket, "*" for every other service's resources; one statement per service."""
+    snapshot_bucket = f"arn:aws:s3:::{(names or LocalNames()).bucket}"
+    local_bucket = f"arn:aws:s3:::{bucket}"
+    enforced: list[Statement] = []
+    for statement in statements:
+        if "NotAction" in statement or "NotResource" in statement:
+            raise ValueError(f"the local cloud does not model NotAction or NotResource: {statement}")
+        by_service: dict[str, list[str]] = {}
+        for action in _as_list(statement["Action"]):
+            by_service.setdefault(action.split(":")[0], []).append(action)
+        for service, actions in by_service.items():
+            local: Statement = {"Effect": statement["Effect"], "Action": actions}
+            if service == "s3":
+                resources = [
+                    local_bucket + r.removeprefix(snapshot_bucket) if r.startswith(snapshot_bucket) else r
+                    for r in _as_list(statement["Resource"])
+                ]
+                local["Resource"] = resources
+            else:
+                local["Resource"] = "*"
+            if "Condition" in statement:
+                local["Condition"] = statement["Condition"]
+            enforced.append(local)
+    return enforced
+
+
+@functools.cache
+def _shared_loader() -> Any:
+    return botocore.session.get_session().get_component("data_loader")
+
+
+def _role_name(name: str) -> str:
+    return f"{PREFIX}-{name.replace('_', '-')}"
+
+
+@dataclass
+class LocalIam:
+    """The identities of a local cloud: an admin for the cloud's own calls, a session per function."""
+
+    admin_key_id: str
+    admin_secret: str
+    sessions: dict[str, boto3.Session] = field(default_factory=dict)
+    workflow: boto3.Session | None = None
+
+    def session_for(self, function_name: str) -> boto3.Session:
+        try:
+            return self.sessions[function_name]
+        except KeyError:
+            raise PermissionError(f"no role for the function {function_name}: not in {POLICIES.name}") from None
+
+    def admin_environment(self) -> dict[str, str]:
+        return {"AWS_ACCESS_KEY_ID": self.admin_key_id, "AWS_SECRET_ACCESS_KEY": self.admin_secret}
+
+
+def provision(policies: Policies, *, bucket: str) -> LocalIam:
+    """Creates the admin user and one role per function with its statements, and assumes each.
+    Call it in moto before authentication is on."""
+    iam = boto3.client("iam", region_name=REGION)
+    sts = boto3.client("sts", region_name=REGION)
+    admin = f"{PREFIX}-admin"
+    iam.create_user(UserName=admin)
+    everything = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
+    iam.put_user_policy(UserName=admin, PolicyName="admin", PolicyDocument=json.dumps(everything))
+    key = iam.create_access_key(UserName=admin)["AccessKey"]
+    local = LocalIam(admin_key_id=key["AccessKeyId"], admin_secret=key["SecretAccessKey"])
+    loader = _shared_loader()
+    for name, statements in policies.items():
+        service = "states" if name == WORKFLOW else "lambda"
+        trust = {
+            "Version": "2012-10-17",
+            "Statement": [
+                {"Effect": "Allow", "Principal": {"Service": f"{service}.amazonaws.com"}, "Action": "sts:AssumeRole"}
+            ],
+        }
+        role = iam.create_role(RoleName=_role_name(name), AssumeRolePolicyDocument=json.dumps(trust))["Role"]
+        if statements:
+            document = {"Version": "2012-10-17", "Statement": moto_statements(statements, bucket=bucket)}
+            iam.put_role_policy(RoleName=role["RoleName"], PolicyName="grants", PolicyDocument=json.dumps(document))
+        credentials = sts.assume_role(RoleArn=role["Arn"], RoleSessionName=name)["Credentials"]
+        core = botocore.session.get_session()
+        # Each session would parse the service models again (seconds on a busy machine); in
+        # Lambda each container does it once, so the local functions share one loader.
+        core.register_component("data_loader", loader)
+        session = boto3.Session(
+            aws_access_key_id=credentials["AccessKeyId"],
+            aws_secret_access_key=credentials["SecretAccessKey"],
+            aws_session_token=credentials["SessionToken"],
+            region_name=REGION,
+            botocore_session=core,
+        )
+        if name == WORKFLOW:
+            local.workflow = session
+        else:
+            local.sessions[function_name(name)] = session
+    return local
+
+
+def _item_reader_client(workflow: boto3.Session) -> Callable[..., Any]:
+    """moto's Map reads its ItemReader with fixed keys moto does not know; the state machine
+    reads with its own role."""
+
+    def client(region: str, service: str, state_credentials: Any = None) -> Any:
+        return workflow.client(service, region_name=region, config=Config(retries={"total_max_attempts": 1}))
+
+    return client
+
+
+@contextmanager
+def enforced(policies: Policies, *, bucket: str) -> Iterator[LocalIam]:
+    """IAM on, inside `mock_aws`, once the cloud's resources exist: the environment's credentials
+    become the admin's, each function's session its role's (`handlers.runtime.use_sessions`)."""
+    from handlers.runtime import use_sessions
+
+    local = provision(policies, bucket=bucket)
+    assert local.workflow is not None, f"no {WORKFLOW} role in {POLICIES.name}"
+    with (
+        mock.patch.dict("os.environ", local.admin_environment()),
+        # the default session read the credentials before; the next one reads the admin's
+        mock.patch("boto3.DEFAULT_SESSION", None),
+        mock.patch.object(resource_eval_s3, "boto_client_for", _item_reader_client(local.workflow)),
+        enable_iam_authentication(),
+    ):
+        use_sessions(local.session_for)
+        try:
+            yield local
+        finally:
+            use_sessions(None)
+
+
+def main() -> None:
+    """Rewrites local/policies.json from a fresh synthesis of the dev stack."""
+    import os
+    import tempfile
+
+    os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+    import aws_cdk as cdk
+
+    from infra.config import cdk_json_context
+    from infra.stack import build_app
+
+    with tempfile.TemporaryDirectory() as outdir:
+        app = cdk.App(context={**cdk_json_context(), "aws:cdk:bundling-stacks": []}, outdir=outdir)
+        stack = build_app(app, [SNAPSHOT_ENV])[SNAPSHOT_ENV]
+        app.synth()
+        template = json.loads((Path(outdir) / f"{stack.stack_name}.template.json").read_text())
+    POLICIES.write_text(json.dumps(policies_from_template(template), indent=2) + "\n")
+    print(f"wrote {POLICIES}")
+
+
+if __name__ == "__main__":
+    main()
