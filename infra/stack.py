@@ -196,6 +196,18 @@ class SluiceStack(cdk.Stack):
         allow(
             OUTPUT_STEPS, ["s3:PutObject", "s3:AbortMultipartUpload"], self._objects("outbox/"), wildcard_reason=outbox
         )
+        # A failed job still accounts for every line: MarkFailed first finishes the shards that
+        # never did (`sluice.shard.assemble`), which writes each shard's final files and nothing
+        # else under jobs/, then concatenates them into outbox/ as Merge would.
+        allow(
+            ["mark_failed"],
+            ["s3:PutObject"],
+            [
+                self.storage.bucket.arn_for_objects(f"jobs/*/shards/*/{name}")
+                for name in ("results.jsonl", "errors.jsonl", "stats.json")
+            ],
+            wildcard_reason="A failed job's shards are under jobs/<job id>/shards/<shard>/, named only when it runs.",
+        )
         default_bus = self.format_arn(service="events", resource="event-bus", resource_name=EVENT_BUS)
         allow([*OUTPUT_STEPS, "notify"], ["events:PutEvents"], [default_bus])
 

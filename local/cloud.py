@@ -177,6 +177,8 @@ class LocalCloud:
     state_machine_arn: str = ""
     webhook_url: str = ""
     receiver: WebhookReceiver | None = None
+    # each function's IAM statements (`local.iam`); None: the snapshot of the synthesized stack
+    policies: dict[str, list[dict[str, Any]]] | None = None
 
     def environment(self) -> dict[str, str]:
         s = self.settings
@@ -223,7 +225,7 @@ class LocalCloud:
             with (
                 mock.patch.dict(os.environ, self.environment()),
                 # every step as its own role, the cloud's own calls as an admin
-                iam.enforced(iam.load_policies(), bucket=self.bucket),
+                iam.enforced(iam.load_policies() if self.policies is None else self.policies, bucket=self.bucket),
                 mock.patch.object(lambda_eval_utils, "_invoke_lambda_function", self._invoke),
                 mock.patch.object(BackendDict, "_create_account_specific_backend", _known_backend_fast_path),
                 mock.patch.object(DynamoHandler, "call_action", _atomic_dynamodb_call),

@@ -321,8 +321,8 @@ def enforced(policies: Policies, *, bucket: str) -> Iterator[LocalIam]:
             use_sessions(None)
 
 
-def main() -> None:
-    """Rewrites local/policies.json from a fresh synthesis of the dev stack."""
+def synthesized_template(env: str = SNAPSHOT_ENV) -> dict[str, Any]:
+    """The CloudFormation template of one environment's stack, as `cdk synth` writes it."""
     import os
     import tempfile
 
@@ -334,10 +334,15 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as outdir:
         app = cdk.App(context={**cdk_json_context(), "aws:cdk:bundling-stacks": []}, outdir=outdir)
-        stack = build_app(app, [SNAPSHOT_ENV])[SNAPSHOT_ENV]
+        stack = build_app(app, [env])[env]
         app.synth()
-        template = json.loads((Path(outdir) / f"{stack.stack_name}.template.json").read_text())
-    POLICIES.write_text(json.dumps(policies_from_template(template), indent=2) + "\n")
+        template: dict[str, Any] = json.loads((Path(outdir) / f"{stack.stack_name}.template.json").read_text())
+    return template
+
+
+def main() -> None:
+    """Rewrites local/policies.json from a fresh synthesis of the dev stack."""
+    POLICIES.write_text(json.dumps(policies_from_template(synthesized_template()), indent=2) + "\n")
     print(f"wrote {POLICIES}")
 
 

@@ -48,10 +48,18 @@ def mark_failed(*, s3: Any, store: Any, state: dict[str, Any], error: str, cause
             error=reason,
         )
     except (ClientError, RuntimeError, KeyError) as exc:
-        store.finish_job(
-            state["job_id"], status="FAILED", summary={"error": f"{reason}; writing outputs failed too: {exc}"}
-        )
-        return {"job_id": state["job_id"], "status": "FAILED", "error": reason}
+        error = f"{reason}; writing outputs failed too: {exc}"
+        store.finish_job(state["job_id"], status="FAILED", summary={"error": error})
+        # the user looks for the outputs: at least a summary there says why there are none
+        summary_key = state["output_prefix"] + ".summary.json"
+        summary = {
+            "job_id": state["job_id"],
+            "status": "FAILED",
+            "error": error,
+            "input": f"s3://{state['bucket']}/{state['key']}",
+        }
+        s3.put_object(Bucket=state["bucket"], Key=summary_key, Body=orjson.dumps(summary, option=orjson.OPT_INDENT_2))
+        return {"job_id": state["job_id"], "status": "FAILED", "error": error}
     return {
         "job_id": state["job_id"],
         "status": "FAILED",

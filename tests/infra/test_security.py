@@ -34,7 +34,13 @@ EXPECTED_S3 = {
     "collect_batch": PROVIDER_S3,
     "await_shard": set(),
     "merge": OUTPUT_S3,
-    "mark_failed": OUTPUT_S3,
+    # it finishes the shards a failed job left unfinished before it writes the outputs
+    "mark_failed": OUTPUT_S3
+    | {
+        ("s3:PutObject", "jobs/*/shards/*/results.jsonl"),
+        ("s3:PutObject", "jobs/*/shards/*/errors.jsonl"),
+        ("s3:PutObject", "jobs/*/shards/*/stats.json"),
+    },
     "notify": set(),
 }
 

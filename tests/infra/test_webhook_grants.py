@@ -14,7 +14,7 @@ __all__ = ["deployed_webhook"]
 
 
 def test_the_webhook_handler_calls_only_what_the_stack_grants(deployed_webhook: JobStore) -> None:
-    store, sfn, secrets, _ = webhook._clients()
+    store, sfn, secrets, _ = webhook._clients("sluice-webhook")
     called: set[tuple[str, str]] = set()
 
     def record(service: str) -> Any:

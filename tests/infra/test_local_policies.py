@@ -1,0 +1,47 @@
+"""The local cloud's IAM snapshot (local/policies.json) is what the stack synthesizes."""
+
+from __future__ import annotations
+
+from local.iam import POLICIES, SNAPSHOT_ENV, WEBHOOK, WORKFLOW, load_policies, moto_statements, policies_from_template
+from tests.infra.conftest import Synthesis
+
+
+def test_the_local_policies_are_the_synthesized_ones(synthesis: Synthesis) -> None:
+    synthesized = policies_from_template(synthesis.raw[SNAPSHOT_ENV])
+    assert synthesized == load_policies(), f"{POLICIES} is stale: rewrite it with `python -m local.iam`"
+
+
+def test_every_function_and_the_state_machine_have_their_statements() -> None:
+    from infra.functions import STEPS
+
+    assert set(load_policies()) == {*STEPS, WEBHOOK, WORKFLOW}
+
+
+def test_moto_sees_s3_resources_on_the_local_bucket_and_every_other_resource_as_a_wildcard() -> None:
+    statements = [
+        {
+            "Effect": "Allow",
+            "Action": ["s3:GetObject", "dynamodb:GetItem"],
+            "Resource": ["arn:aws:s3:::sluice-local-bucket/jobs/*", "arn:aws:dynamodb:us-east-1:1:table/t"],
+        },
+        {
+            "Effect": "Allow",
+            "Action": "s3:ListBucket",
+            "Resource": "arn:aws:s3:::sluice-local-bucket",
+            "Condition": {"StringLike": {"s3:prefix": ["jobs/"]}},
+        },
+    ]
+    assert moto_statements(statements, bucket="other") == [
+        {
+            "Effect": "Allow",
+            "Action": ["s3:GetObject"],
+            "Resource": ["arn:aws:s3:::other/jobs/*", "arn:aws:dynamodb:us-east-1:1:table/t"],
+        },
+        {"Effect": "Allow", "Action": ["dynamodb:GetItem"], "Resource": "*"},
+        {
+            "Effect": "Allow",
+            "Action": ["s3:ListBucket"],
+            "Resource": ["arn:aws:s3:::other"],
+            "Condition": {"StringLike": {"s3:prefix": ["jobs/"]}},
+        },
+    ]
