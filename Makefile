@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint synth bench clean
+.PHONY: demo test lint synth policies bench clean
 
 $(STAMP): requirements.txt functions/requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -25,6 +25,10 @@ lint: $(STAMP)
 
 synth: $(STAMP)
 	npx --yes aws-cdk@2 synth -c env=dev
+
+# the local cloud's IAM statements, from the synthesized dev stack
+policies: $(STAMP)
+	$(BIN)/python -m local.iam
 
 clean:
 	rm -rf $(VENV) cdk.out out .pytest_cache

@@ -43,7 +43,7 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_map.item_reader.ev
 from local.cloud import ACCOUNT, PREFIX, REGION, function_arn, function_name
 
 POLICIES = Path(__file__).with_name("policies.json")
-# The stack the snapshot is taken from; prod differs only in names and retention.
+# The stack the snapshot is taken from: the environment a developer deploys and `sluice run` stands in for.
 SNAPSHOT_ENV = "dev"
 # The state machine's own role, next to the functions' roles in the snapshot.
 WORKFLOW = "workflow"
