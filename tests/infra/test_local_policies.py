@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from local.iam import POLICIES, SNAPSHOT_ENV, WEBHOOK, WORKFLOW, load_policies, moto_statements, policies_from_template
+from local.iam import (
+    POLICIES,
+    SNAPSHOT_ENV,
+    WEBHOOK,
+    WORKFLOW,
+    Statement,
+    load_policies,
+    moto_statements,
+    policies_from_template,
+)
 from tests.infra.conftest import Synthesis
 
 
@@ -18,7 +27,7 @@ def test_every_function_and_the_state_machine_have_their_statements() -> None:
 
 
 def test_moto_sees_s3_resources_on_the_local_bucket_and_every_other_resource_as_a_wildcard() -> None:
-    statements = [
+    statements: list[Statement] = [
         {
             "Effect": "Allow",
             "Action": ["s3:GetObject", "dynamodb:GetItem"],
