@@ -222,3 +222,42 @@ def test_infra_mirrors_the_namespace_and_service() -> None:
     source = (Path(__file__).resolve().parents[2] / "infra" / "functions.py").read_text()
     assert f'METRICS_NAMESPACE = "{observability.NAMESPACE}"' in source
     assert f'SERVICE_NAME = "{observability.SERVICE}"' in source
+
+
+def test_tracing_is_on_in_lambda_unless_powertools_trace_disabled_says_otherwise(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(observability, "IN_LAMBDA", True)
+    monkeypatch.delenv("POWERTOOLS_TRACE_DISABLED", raising=False)
+    assert observability.tracing_enabled()
+    monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
+    assert not observability.tracing_enabled()
+    monkeypatch.setattr(observability, "IN_LAMBDA", False)
+    monkeypatch.delenv("POWERTOOLS_TRACE_DISABLED")
+    assert not observability.tracing_enabled()
+
+
+def test_locally_the_tracer_is_off_and_handlers_are_called_directly(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert observability.tracer.disabled
+
+    def no_tracing(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the tracer wrapped a handler outside Lambda")
+
+    monkeypatch.setattr(observability.tracer, "capture_lambda_handler", no_tracing)
+    handler = observability.instrumented(lambda event, context: {"done": True})
+    assert handler({}, LambdaContext("plan", 60)) == {"done": True}
+
+
+def test_in_lambda_the_handler_runs_in_an_x_ray_segment_without_its_response(monkeypatch: pytest.MonkeyPatch) -> None:
+    captured: dict[str, Any] = {}
+
+    def capture(handler: Any, **options: Any) -> Any:
+        captured.update(options)
+        return handler
+
+    monkeypatch.setattr(observability.tracer, "disabled", False)
+    monkeypatch.setattr(observability.tracer, "capture_lambda_handler", capture)
+    handler = observability.instrumented(lambda event, context: {"done": True})
+    assert handler({}, LambdaContext("plan", 60)) == {"done": True}
+    # a step's answer is workflow state; it stays out of the traces
+    assert captured == {"capture_response": False}
