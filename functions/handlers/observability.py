@@ -54,8 +54,9 @@ def tracing_enabled() -> bool:
 
 # X-Ray (the functions run with active tracing): one segment per invocation, a subsegment per AWS
 # call. Only botocore is patched: a shard sends thousands of provider requests, and a subsegment
-# each would cost more than it tells. Off outside Lambda, where there is no daemon to send to.
-tracer = Tracer(service=SERVICE, disabled=not tracing_enabled(), patch_modules=["botocore"])
+# each would cost more than it tells. None outside Lambda, where there is no daemon to send to:
+# creating a Tracer imports the X-Ray SDK, about a second that a local run need not pay.
+tracer: Tracer | None = Tracer(service=SERVICE, patch_modules=["botocore"]) if tracing_enabled() else None
 
 _cold_start = True
 # Lambda runs one invocation per process at a time; the local runner runs several in threads.
@@ -131,7 +132,7 @@ def instrumented(handler: Handler) -> Handler:
     threads of one process, where the shared keys of `inject_lambda_context` would mix jobs.
     """
 
-    traced = handler if tracer.disabled else tracer.capture_lambda_handler(handler, capture_response=False)
+    traced = handler if tracer is None else tracer.capture_lambda_handler(handler, capture_response=False)
 
     @functools.wraps(handler)
     def wrapper(event: dict[str, Any], context: Any) -> Any:
