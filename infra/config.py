@@ -11,6 +11,7 @@ from typing import Any
 
 import aws_cdk as cdk
 import aws_cdk.aws_logs as logs
+from constructs import IConstruct
 
 CDK_JSON = Path(__file__).resolve().parent.parent / "cdk.json"
 # Mirrors `sluice.settings.MODES`; infra must not import the Lambda code it packages.
@@ -29,6 +30,8 @@ REMOVAL_POLICIES = {"destroy": cdk.RemovalPolicy.DESTROY, "retain": cdk.RemovalP
 # A complete ARN ends in the six random characters Secrets Manager appends; IAM policies need it
 # (or a `-??????` wildcard), so a partial ARN would silently grant nothing.
 _SECRET_ARN = re.compile(r"^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:.+-[A-Za-z0-9]{6}$")
+# A key ARN, not an alias: IAM matches kms:Decrypt against the key's own ARN.
+_KMS_KEY_ARN = re.compile(r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[A-Za-z0-9-]+$")
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 _ENV_NAME = re.compile(r"^[a-z][a-z0-9-]{0,19}$")
 
@@ -60,6 +63,8 @@ class Environment:
     api_key_secret_arn: str | None = None
     # the provider's webhook signing secret (`whsec_...`); created with a placeholder when null
     webhook_secret_arn: str | None = None
+    # the customer managed KMS key that encrypts the imported secrets above, if not aws/secretsmanager
+    secrets_kms_key_arn: str | None = None
     # API Gateway throttling of the webhook endpoint: steady requests per second, and burst
     webhook_rate_limit: int = 100
     webhook_burst_limit: int = 200
@@ -130,7 +135,15 @@ class Environment:
         for key in ("provider_base_url", "default_mode", "log_level", "removal_policy"):
             if key in values and not isinstance(values[key], str):
                 raise fail(key, "must be a string")
-        for key in ("default_model", "alarm_email", "api_key_secret_arn", "webhook_secret_arn", "account", "region"):
+        for key in (
+            "default_model",
+            "alarm_email",
+            "api_key_secret_arn",
+            "webhook_secret_arn",
+            "secrets_kms_key_arn",
+            "account",
+            "region",
+        ):
             if values.get(key) is not None and (not isinstance(values[key], str) or not values[key]):
                 raise fail(key, "must be a non-empty string or null")
 
@@ -147,11 +160,34 @@ class Environment:
         for key in ("api_key_secret_arn", "webhook_secret_arn"):
             if values.get(key) and not _SECRET_ARN.match(values[key]):
                 raise fail(key, "must be the complete ARN of a Secrets Manager secret")
+        if values.get("secrets_kms_key_arn"):
+            if not _KMS_KEY_ARN.match(values["secrets_kms_key_arn"]):
+                raise fail(
+                    "secrets_kms_key_arn", "must be the ARN of a KMS key (arn:...:kms:<region>:<account>:key/...)"
+                )
+            if not (values.get("api_key_secret_arn") or values.get("webhook_secret_arn")):
+                raise fail(
+                    "secrets_kms_key_arn",
+                    "applies only to imported secrets (api_key_secret_arn, webhook_secret_arn); the secrets the stack"
+                    " creates use aws/secretsmanager",
+                )
         if values.get("account") and not re.match(r"^\d{12}$", values["account"]):
             raise fail("account", "must be a 12-digit AWS account id")
         if "log_retention_days" in values and values["log_retention_days"] not in LOG_RETENTION:
             raise fail("log_retention_days", f"must be one of {', '.join(map(str, LOG_RETENTION))}")
         return cls(name=name, **values)
+
+
+def stack_instance_id(scope: IConstruct) -> str:
+    """12 hex digits unique to this creation of the stack: the end of its CloudFormation stack id.
+
+    Retained resources outlive their stack, so a fixed name would stop the next deployment of the
+    environment from creating its own (and Secrets Manager keeps a deleted secret's name for its
+    recovery window). A name ending in this is new each time the stack is created, yet known at
+    synth, so a policy can name the resource without depending on it.
+    """
+    guid = cdk.Fn.select(2, cdk.Fn.split("/", cdk.Stack.of(scope).stack_id))
+    return cdk.Fn.select(4, cdk.Fn.split("-", guid))
 
 
 def cdk_json_context(path: Path = CDK_JSON) -> dict[str, Any]:

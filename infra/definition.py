@@ -25,17 +25,22 @@ FUNCTION_PLACEHOLDERS = {
     "mark_failed": "MarkFailedFunctionArn",
 }
 
+# The errorType a step fails with when an AWS call inside it was throttled or failed on the
+# service's side after the SDK's own retries (`sluice.aws_errors.Transient`, turned so at the
+# handler boundary by `handlers.observability.instrumented`).
+TRANSIENT_STEP_ERROR = "Transient"
 # Errors a Lambda invocation can raise that say nothing about our code: the call is worth
-# repeating as is. Our own code raises `Transient` for conditions that are worth a retry too.
+# repeating as is; and the steps' own transient failures.
 TRANSIENT_LAMBDA_ERRORS = [
     "Lambda.ServiceException",
     "Lambda.AWSLambdaException",
     "Lambda.SdkClientException",
     "Lambda.TooManyRequestsException",
+    "Lambda.ClientExecutionTimeoutException",
     "Lambda.Unknown",
     # a shard that outlives its Lambda resumes from its checkpoints on the retry
     "Sandbox.Timedout",
-    "Transient",
+    TRANSIENT_STEP_ERROR,
 ]
 
 

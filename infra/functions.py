@@ -61,14 +61,23 @@ METRICS_NAMESPACE = "Sluice"
 SERVICE_NAME = "sluice"
 
 
+# boto3's standard retry mode: throttling (DynamoDB, S3 SlowDown, Step Functions) and 5xx answers
+# are retried with jittered backoff up to 5 attempts; what outlasts that fails the step as
+# `Transient`, and the state machine retries it (`infra.definition.TRANSIENT_LAMBDA_ERRORS`).
+SDK_RETRY_ENVIRONMENT = {"AWS_RETRY_MODE": "standard", "AWS_MAX_ATTEMPTS": "5"}
+
+
 def powertools_environment(config: Environment) -> dict[str, str]:
-    """What aws-lambda-powertools reads: service name, log level, metrics namespace; and the env."""
+    """What aws-lambda-powertools reads (service, log level, metrics, tracer), the env, and boto3's retries."""
     return {
         "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
         "POWERTOOLS_LOG_LEVEL": config.log_level,
         "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
         # the `environment` dimension of every metric, so that two deployments never mix
         "SLUICE_ENV": config.name,
+        # a step's answer is the workflow's state: job ids and counts, but no place for traces
+        "POWERTOOLS_TRACER_CAPTURE_RESPONSE": "false",
+        **SDK_RETRY_ENVIRONMENT,
     }
 
 
@@ -198,4 +207,5 @@ class Functions(Construct):
             log_group=log_group,
             environment=environment,
             description=description,
+            tracing=lambda_.Tracing.ACTIVE,
         )

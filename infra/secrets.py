@@ -6,6 +6,8 @@ import aws_cdk as cdk
 import aws_cdk.aws_secretsmanager as secretsmanager
 from constructs import Construct
 
+from infra.config import stack_instance_id
+
 API_KEY_PLACEHOLDER = "PLACEHOLDER: set the provider API key with aws secretsmanager put-secret-value"
 # Not a `whsec_` value, so the webhook Lambda rejects every delivery (401) until the real secret
 # is set: webhooks only speed jobs up, and polling finishes them meanwhile.
@@ -26,13 +28,15 @@ class Secrets(Construct):
         webhook_secret_arn: str | None = None,
     ) -> None:
         super().__init__(scope, id)
+        # unique to this stack: a retained secret, or one in its recovery window, keeps its name
+        prefix = f"sluice/{env_name}/{stack_instance_id(self)}"
         # Secrets Manager cannot hold an empty value, so a created secret starts as a known,
         # non-secret placeholder; the user sets the real value with `put-secret-value`, and it
         # never appears in a template.
         self.api_key, self.created = self._secret(
             "ApiKey",
             api_key_secret_arn,
-            name=f"sluice/{env_name}/provider-api-key",
+            name=f"{prefix}/provider-api-key",
             description=f"Sluice {env_name}: API key for the LLM provider (set it with put-secret-value).",
             placeholder=API_KEY_PLACEHOLDER,
             removal_policy=removal_policy,
@@ -40,7 +44,7 @@ class Secrets(Construct):
         self.webhook_secret, self.webhook_secret_created = self._secret(
             "WebhookSecret",
             webhook_secret_arn,
-            name=f"sluice/{env_name}/webhook-signing-secret",
+            name=f"{prefix}/webhook-signing-secret",
             description=(
                 f"Sluice {env_name}: the provider's webhook signing secret, whsec_... (set it with put-secret-value)."
             ),

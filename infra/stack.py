@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -126,8 +127,10 @@ class SluiceStack(cdk.Stack):
                 spelled.append(part)
             elif "Ref" in part:
                 spelled.append(f"<{part['Ref']}>")
-            else:
+            elif "Fn::GetAtt" in part:
                 spelled.append("<{}.{}>".format(*part["Fn::GetAtt"]))
+            else:  # e.g. the stack's instance id in a name (`stack_instance_id`): cdk-nag prints the JSON
+                spelled.append(json.dumps(part, separators=(",", ":")))
         return "".join(spelled)
 
     def _acknowledge(self, construct: IConstruct, rule: str, reason: str) -> None:
@@ -151,6 +154,24 @@ class SluiceStack(cdk.Stack):
                 if not wildcard_reason:
                     raise ValueError(f"{spelled} has a wildcard; say why with wildcard_reason")
                 self._acknowledge(role, f"AwsSolutions-IAM5[Resource::{spelled}]", wildcard_reason)
+
+    def _allow_secret_decrypt(self, role: iam.IRole | None, secret_arn: str) -> None:
+        """An imported secret under a customer managed key: Decrypt, only through Secrets Manager, for it."""
+        key = self.config.secrets_kms_key_arn
+        if not key:
+            return  # aws/secretsmanager: Secrets Manager's own key needs no grant
+        assert role is not None
+        self._allow(
+            role,
+            ["kms:Decrypt"],
+            [key],
+            conditions={
+                "StringEquals": {
+                    "kms:ViaService": f"secretsmanager.{self.region}.amazonaws.com",
+                    "kms:EncryptionContext:SecretARN": secret_arn,
+                }
+            },
+        )
 
     def _grant_functions(self) -> None:
         by_step = self.functions.by_step
@@ -190,6 +211,9 @@ class SluiceStack(cdk.Stack):
         allow(PROVIDER_STEPS, ["s3:GetObject"], self._objects("inbox/", "jobs/"), wildcard_reason=f"{inbox} {jobs}")
         allow(PROVIDER_STEPS, ["s3:PutObject"], self._objects("jobs/"), wildcard_reason=jobs)
         allow(PROVIDER_STEPS, ["secretsmanager:GetSecretValue"], [self.secrets.api_key.secret_arn])
+        if not self.secrets.created:
+            for step in PROVIDER_STEPS:
+                self._allow_secret_decrypt(by_step[step].role, self.secrets.api_key.secret_arn)
 
         # UploadPartCopy needs GetObject on the source part and PutObject on the target.
         allow(OUTPUT_STEPS, ["s3:GetObject"], self._objects("inbox/", "jobs/"), wildcard_reason=f"{inbox} {jobs}")
@@ -237,6 +261,8 @@ class SluiceStack(cdk.Stack):
         self._allow(role, list(WEBHOOK_TABLE_ACTIONS), [table.table_arn])
         self._allow(role, list(WEBHOOK_INDEX_ACTIONS), [f"{table.table_arn}/index/{PROVIDER_ID_INDEX}"])
         self._allow(role, ["secretsmanager:GetSecretValue"], [self.secrets.webhook_secret.secret_arn])
+        if not self.secrets.webhook_secret_created:
+            self._allow_secret_decrypt(role, self.secrets.webhook_secret.secret_arn)
         machine = self.workflow.state_machine_arn
         self._allow(
             role,
@@ -277,8 +303,36 @@ class SluiceStack(cdk.Stack):
         )
 
     def _grant_monitoring(self) -> None:
-        self.monitoring.topic_key.grant(
-            iam.ServicePrincipal("cloudwatch.amazonaws.com"), "kms:Decrypt", "kms:GenerateDataKey*"
+        """CloudWatch may publish to the alarm topic, and use its key, for this account's alarms only.
+
+        Without the topic statement every alarm action is refused. The conditions keep another
+        account's alarms (the confused deputy) from publishing here. The key cannot name the alarms
+        (they depend on the topic, which depends on the key), so both statements name the
+        account's alarms in this region by pattern, and say the same.
+        """
+        monitoring = self.monitoring
+        cloudwatch = iam.ServicePrincipal("cloudwatch.amazonaws.com")
+        alarms = self.format_arn(
+            service="cloudwatch", resource="alarm", resource_name="*", arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME
+        )
+        conditions = {"StringEquals": {"aws:SourceAccount": self.account}, "ArnLike": {"aws:SourceArn": alarms}}
+        monitoring.topic.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="CloudWatchAlarmsPublish",
+                principals=[cloudwatch],
+                actions=["sns:Publish"],
+                resources=[monitoring.topic.topic_arn],
+                conditions=conditions,
+            )
+        )
+        monitoring.topic_key.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="CloudWatchAlarmsUseKey",
+                principals=[cloudwatch],
+                actions=["kms:Decrypt", "kms:GenerateDataKey*"],
+                resources=["*"],
+                conditions=conditions,
+            )
         )
 
     def _acknowledge_nag_findings(self) -> None:
@@ -288,6 +342,13 @@ class SluiceStack(cdk.Stack):
                 function,
                 "AwsSolutions-L1",
                 "Pinned to Python 3.12, the runtime the handlers and their bundled wheels are built for.",
+            )
+            assert function.role is not None
+            self._acknowledge(
+                function.role,
+                "AwsSolutions-IAM5[Resource::*]",
+                "Active tracing: xray:PutTraceSegments and xray:PutTelemetryRecords, which CDK grants, do not "
+                "support resource-level permissions.",
             )
         self._acknowledge(
             self.workflow.state_machine,

@@ -15,6 +15,7 @@ import aws_cdk.aws_sqs as sqs
 import aws_cdk.aws_stepfunctions as sfn
 from constructs import Construct
 
+from infra.config import stack_instance_id
 from infra.definition import FUNCTION_PLACEHOLDERS, definition_json
 
 INBOX_PATTERN = "inbox/*.jsonl"
@@ -38,8 +39,10 @@ class Workflow(Construct):
             raise ValueError(f"no function for step(s) {', '.join(missing)} of the definition")
 
         # Explicit so the role's policy can name the state machine (and its Map runs' child
-        # executions) by ARN without referring to the resource it is attached to.
-        self.state_machine_name = f"sluice-{env_name}"
+        # executions) by ARN without referring to the resource it is attached to; unique to this
+        # stack, since a retained state machine outlives it. Users find it in the stack's outputs.
+        instance = stack_instance_id(self)
+        self.state_machine_name = f"sluice-{env_name}-{instance}"
         stack = cdk.Stack.of(self)
         self.state_machine_arn = stack.format_arn(
             service="states",
@@ -62,7 +65,7 @@ class Workflow(Construct):
         self.log_group = logs.LogGroup(
             self,
             "Logs",
-            log_group_name=f"/aws/vendedlogs/states/sluice-{env_name}",
+            log_group_name=f"/aws/vendedlogs/states/sluice-{env_name}-{instance}",
             retention=log_retention,
             removal_policy=removal_policy,
         )

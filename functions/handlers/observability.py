@@ -20,8 +20,9 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
+from sluice.aws_errors import as_step_error
 
 # `infra/monitoring.py` mirrors these (infra must not import the code it packages); a unit
 # test keeps the two in step.
@@ -42,6 +43,20 @@ metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
 # Two deployments in one account and region share the namespace; the environment keeps their
 # metrics (and so their alarms) apart. Every dimension here has a handful of values at most.
 metrics.set_default_dimensions(environment=os.environ.get("SLUICE_ENV", "local"), service=SERVICE)
+
+
+def tracing_enabled() -> bool:
+    flag = os.environ.get("POWERTOOLS_TRACE_DISABLED")
+    if flag is not None:
+        return flag.strip().lower() not in ("1", "true", "yes", "on")
+    return IN_LAMBDA
+
+
+# X-Ray (the functions run with active tracing): one segment per invocation, a subsegment per AWS
+# call. Only botocore is patched: a shard sends thousands of provider requests, and a subsegment
+# each would cost more than it tells. None outside Lambda, where there is no daemon to send to:
+# creating a Tracer imports the X-Ray SDK, about a second that a local run need not pay.
+tracer: Tracer | None = Tracer(service=SERVICE, patch_modules=["botocore"]) if tracing_enabled() else None
 
 _cold_start = True
 # Lambda runs one invocation per process at a time; the local runner runs several in threads.
@@ -111,9 +126,13 @@ def _lambda_keys(context: Any) -> dict[str, Any]:
 def instrumented(handler: Handler) -> Handler:
     """What Powertools' `inject_lambda_context` and `log_metrics` do, safe for local runs too.
 
+    A throttled or failing AWS call fails the step as `Transient`, which the state machine retries.
+
     Keys go into the thread's own log context: the local runner runs several Lambdas at once in
     threads of one process, where the shared keys of `inject_lambda_context` would mix jobs.
     """
+
+    traced = handler if tracer is None else tracer.capture_lambda_handler(handler, capture_response=False)
 
     @functools.wraps(handler)
     def wrapper(event: dict[str, Any], context: Any) -> Any:
@@ -122,10 +141,13 @@ def instrumented(handler: Handler) -> Handler:
         logger.thread_safe_clear_keys()
         logger.thread_safe_append_keys(cold_start=cold_start, **_lambda_keys(context), **job_keys(event))
         try:
-            return handler(event, context)
-        except Exception:
+            return traced(event, context)
+        except Exception as exc:
             logger.exception("invocation failed")
-            raise
+            step_error = as_step_error(exc)
+            if step_error is exc:
+                raise
+            raise step_error from exc
         finally:
             publish_metrics()
             logger.thread_safe_clear_keys()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
@@ -10,7 +11,7 @@ from botocore.exceptions import ClientError
 
 from .merge import merge_job
 from .model import ErrorCode
-from .plan import job_id_for, output_prefix
+from .plan import find_object, job_id_for, output_prefix
 
 
 def _reason(error: str, cause: str) -> str:
@@ -30,6 +31,10 @@ def mark_failed(*, s3: Any, store: Any, state: dict[str, Any], error: str, cause
         # Plan itself failed: no manifest, so the job is the input object and the reason
         detail = state["event"]["detail"] if "event" in state else state["detail"]
         bucket, key = detail["bucket"]["name"], detail["object"]["key"]
+        # the object's own key, as Plan would have found it, however the event encoded it; if it
+        # is gone or replaced, the event's key is all there is
+        with contextlib.suppress(ClientError):
+            key, _ = find_object(s3, bucket, key, detail["object"]["etag"])
         job_id = job_id_for(bucket, key, detail["object"]["etag"])
         summary_key = output_prefix(key) + ".summary.json"
         summary = {"job_id": job_id, "status": "FAILED", "error": reason, "input": f"s3://{bucket}/{key}"}

@@ -6,6 +6,7 @@ import hashlib
 import math
 import re
 import time
+import urllib.parse
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -196,6 +197,36 @@ def plan_lines(lines: Iterable[bytes], *, shard_lines: int, shard_bytes: int = M
     return PlanResult(shards=shards, lines=number, requests=requests, invalid=invalid, blank=blank, size=offset)
 
 
+def event_key_candidates(key: str) -> list[str]:
+    """The object keys an event's key may stand for: as it came, then URL-decoded.
+
+    S3's event notifications URL-encode keys (a space as `+`, non-ASCII as UTF-8 `%XX`); the
+    EventBridge event's key is documented plain. Sluice relies on neither: a key may come either
+    way, and a `+` may be a plus or a space, so the ETag decides (`find_object`).
+    """
+    decoded = urllib.parse.unquote_plus(key)
+    return [key] if decoded == key else [key, decoded]
+
+
+def find_object(s3: Any, bucket: str, key: str, etag: str) -> tuple[str, dict[str, Any]]:
+    """The key and HeadObject answer of the object an event names: the candidate with its ETag.
+
+    Without s3:ListBucket a missing key answers 403 rather than 404, so each refusal only means
+    "not this one"; if no candidate matches, the first refusal is the error.
+    """
+    quoted = '"' + etag.strip('"') + '"'
+    refusals: list[Exception] = []
+    for candidate in event_key_candidates(key):
+        try:
+            return candidate, s3.head_object(Bucket=bucket, Key=candidate, IfMatch=quoted)
+        except Exception as exc:
+            status = getattr(exc, "response", {}).get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if status not in (403, 404, 412):
+                raise
+            refusals.append(exc)
+    raise refusals[0]
+
+
 def plan_job(
     *,
     s3: Any,
@@ -207,9 +238,9 @@ def plan_job(
     execution: str,
 ) -> dict[str, Any]:
     """Plan one input object. Returns the state the workflow carries to the Map and Merge."""
+    key, head = find_object(s3, bucket, key, etag)
     job_id = job_id_for(bucket, key, etag)
     quoted = '"' + etag.strip('"') + '"'
-    head = s3.head_object(Bucket=bucket, Key=key, IfMatch=quoted)
     options = JobOptions.from_metadata(head.get("Metadata", {}), settings)
     state = {
         "job_id": job_id,

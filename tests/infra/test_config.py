@@ -79,3 +79,16 @@ def test_env_context_with_an_unknown_name_fails_clearly() -> None:
     app = cdk.App(context={**CONTEXT, "env": "qa", "aws:cdk:bundling-stacks": []})
     with pytest.raises(ConfigError, match=r"unknown environment 'qa'"):
         build_app(app)
+
+
+def test_the_secrets_key_must_be_a_key_arn_for_imported_secrets() -> None:
+    secret = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:sluice/openai-AbCdEf"
+    key = "arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+    environments = with_value("prod", "api_key_secret_arn", secret)
+    environments["prod"]["secrets_kms_key_arn"] = key
+    assert Environment.from_context("prod", environments).secrets_kms_key_arn == key
+    environments["prod"]["secrets_kms_key_arn"] = "arn:aws:kms:eu-west-1:123456789012:alias/sluice"
+    with pytest.raises(ConfigError, match=r"secrets_kms_key_arn must be the ARN of a KMS key"):
+        Environment.from_context("prod", environments)
+    with pytest.raises(ConfigError, match=r"secrets_kms_key_arn applies only to imported secrets"):
+        Environment.from_context("prod", with_value("prod", "secrets_kms_key_arn", key))

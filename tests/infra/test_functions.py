@@ -5,6 +5,7 @@ import re
 from infra.definition import FUNCTION_PLACEHOLDERS
 from infra.functions import FULL_VCPU_MB
 from tests.infra.conftest import ROOT, Synthesis
+from tests.infra.test_workflow import STACK_INSTANCE, _flat
 
 # The seven of the original design plus the ones the definition has grown since.
 HANDLERS = {step: f"handlers.{step}.handler" for step in FUNCTION_PLACEHOLDERS}
@@ -92,7 +93,7 @@ def secret_id(synthesis: Synthesis, env: str, name: str) -> str:
     (logical_id,) = [
         k
         for k, s in synthesis.resources(env, "AWS::SecretsManager::Secret").items()
-        if s["Properties"]["Name"] == f"sluice/{env}/{name}"
+        if _flat(s["Properties"]["Name"]) == f"sluice/{env}/{STACK_INSTANCE}/{name}"
     ]
     return logical_id
 
@@ -110,6 +111,9 @@ def test_webhook_function_reads_only_what_its_handler_needs(synthesis: Synthesis
         "POWERTOOLS_SERVICE_NAME": "sluice",
         "POWERTOOLS_LOG_LEVEL": config.log_level,
         "POWERTOOLS_METRICS_NAMESPACE": "Sluice",
+        "POWERTOOLS_TRACER_CAPTURE_RESPONSE": "false",
+        "AWS_RETRY_MODE": "standard",
+        "AWS_MAX_ATTEMPTS": "5",
     }
     handler_source = (ROOT / "functions" / "handlers" / "webhook.py").read_text()
     for variable in ("SLUICE_TABLE", "SLUICE_WEBHOOK_SECRET_ARN", "SLUICE_TTL_DAYS"):
@@ -122,3 +126,14 @@ def test_function_log_groups_have_retention(synthesis: Synthesis, env: str) -> N
     for function in our_functions(synthesis, env).values():
         logical_id = function["Properties"]["LoggingConfig"]["LogGroup"]["Ref"]
         assert groups[logical_id]["Properties"]["RetentionInDays"] == expected
+
+
+def test_every_function_is_traced_and_retries_aws_calls_in_standard_mode(synthesis: Synthesis, env: str) -> None:
+    for handler, function in our_functions(synthesis, env).items():
+        props = function["Properties"]
+        assert props["TracingConfig"] == {"Mode": "Active"}, handler
+        variables = props["Environment"]["Variables"]
+        assert variables["AWS_RETRY_MODE"] == "standard", handler
+        assert int(variables["AWS_MAX_ATTEMPTS"]) >= 3, handler
+        assert variables["POWERTOOLS_TRACER_CAPTURE_RESPONSE"] == "false", handler
+        assert "POWERTOOLS_TRACE_DISABLED" not in variables, handler

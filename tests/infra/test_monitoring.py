@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 import aws_cdk as cdk
 import aws_cdk.aws_lambda as lambda_
 import aws_cdk.aws_sqs as sqs
@@ -9,6 +11,7 @@ from aws_cdk import assertions
 from infra.functions import STEPS
 from infra.monitoring import WEBHOOK_REJECTIONS_THRESHOLD, Monitoring
 from tests.infra.conftest import Synthesis
+from tests.infra.test_workflow import _flat
 
 
 def test_alarms_cover_executions_each_function_and_the_dlq(synthesis: Synthesis, env: str) -> None:
@@ -99,3 +102,32 @@ def test_dashboard_shows_jobs_items_shard_latency_and_webhooks(synthesis: Synthe
         assert f'"title":"{title}' in body, title
     for metric in ("JobsCompleted", "JobsFailed", "ItemsCompleted", "ItemsFailed", "WebhookRejected"):
         assert f'"{metric}"' in body or f'MetricName=\\"{metric}' in body, metric
+
+
+def _alarm_conditions(statement: dict[str, Any]) -> tuple[Any, str]:
+    condition = statement["Condition"]
+    return condition["StringEquals"]["aws:SourceAccount"], _flat(condition["ArnLike"]["aws:SourceArn"])
+
+
+def test_cloudwatch_may_publish_alarms_to_the_topic_and_use_its_key_for_this_accounts_alarms_only(
+    synthesis: Synthesis, env: str
+) -> None:
+    ((topic_id, topic),) = synthesis.resources(env, "AWS::SNS::Topic").items()
+    (policy,) = synthesis.resources(env, "AWS::SNS::TopicPolicy").values()
+    assert policy["Properties"]["Topics"] == [{"Ref": topic_id}]
+    alarms = "arn:<AWS::Partition>:cloudwatch:<AWS::Region>:<AWS::AccountId>:alarm:*"
+
+    (publish,) = [
+        s
+        for s in policy["Properties"]["PolicyDocument"]["Statement"]
+        if s["Effect"] == "Allow" and s.get("Principal") == {"Service": "cloudwatch.amazonaws.com"}
+    ]
+    assert publish["Action"] == "sns:Publish"
+    assert publish["Resource"] == {"Ref": topic_id}
+    assert _alarm_conditions(publish) == ({"Ref": "AWS::AccountId"}, alarms)
+
+    key_id = topic["Properties"]["KmsMasterKeyId"]["Fn::GetAtt"][0]
+    key_policy = synthesis.resources(env, "AWS::KMS::Key")[key_id]["Properties"]["KeyPolicy"]
+    (use_key,) = [s for s in key_policy["Statement"] if s.get("Principal") == {"Service": "cloudwatch.amazonaws.com"}]
+    assert sorted(use_key["Action"]) == ["kms:Decrypt", "kms:GenerateDataKey*"]
+    assert _alarm_conditions(use_key) == ({"Ref": "AWS::AccountId"}, alarms)

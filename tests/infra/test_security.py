@@ -9,7 +9,7 @@ from cfnlint.api import ManualArgs, lint
 
 from tests.infra.conftest import Synthesis
 from tests.infra.test_functions import secret_id, step_functions, webhook_function
-from tests.infra.test_workflow import _flat
+from tests.infra.test_workflow import STACK_INSTANCE, _flat
 
 PROVIDER_STEPS = ("run_shard", "submit", "collect", "submit_batch", "collect_batch")
 PROVIDER_S3 = {
@@ -128,7 +128,7 @@ def test_webhook_role_has_exactly_what_the_handler_needs(synthesis: Synthesis, e
     assert all(s["Effect"] == "Allow" and "Condition" not in s for s in _role_statements(synthesis, env, function))
     (table_id,) = synthesis.resources(env, "AWS::DynamoDB::Table")
     log_group = function["Properties"]["LoggingConfig"]["LogGroup"]["Ref"]
-    machine = f"arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:stateMachine:sluice-{env}"
+    machine = f"arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:stateMachine:sluice-{env}-{STACK_INSTANCE}"
     assert granted == {
         ("logs:CreateLogStream", f"<{log_group}.Arn>"),
         ("logs:PutLogEvents", f"<{log_group}.Arn>"),
@@ -139,6 +139,9 @@ def test_webhook_role_has_exactly_what_the_handler_needs(synthesis: Synthesis, e
         ("secretsmanager:GetSecretValue", f"<{secret_id(synthesis, env, 'webhook-signing-secret')}>"),
         ("states:SendTaskSuccess", machine),
         ("states:SendTaskSuccess", f"{machine}/*"),
+        # active tracing; X-Ray's actions have no resource-level permissions
+        ("xray:PutTelemetryRecords", "*"),
+        ("xray:PutTraceSegments", "*"),
     }
     # in particular: not the provider API key, and nothing in S3
     assert not any(resource == f"<{secret_id(synthesis, env, 'provider-api-key')}>" for _, resource in granted)

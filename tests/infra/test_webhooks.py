@@ -60,5 +60,7 @@ def test_outputs_give_the_full_webhook_url_and_the_secret_arn(synthesis: Synthes
     api_id, _ = _only(synthesis.resources(env, "AWS::ApiGatewayV2::Api"))
     assert _flat(outputs["WebhookUrl"]["Value"]) == f"<{api_id}.ApiEndpoint>/webhooks"
     secrets = synthesis.resources(env, "AWS::SecretsManager::Secret")
-    (webhook_secret,) = [k for k, s in secrets.items() if s["Properties"]["Name"].endswith("/webhook-signing-secret")]
+    (webhook_secret,) = [
+        k for k, s in secrets.items() if _flat(s["Properties"]["Name"]).endswith("/webhook-signing-secret")
+    ]
     assert outputs["WebhookSecretArn"]["Value"] == {"Ref": webhook_secret}

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -19,7 +20,7 @@ def test_state_machine_runs_the_shared_definition(synthesis: Synthesis, env: str
     props = machine["Properties"]
     assert props["DefinitionString"] == definition_json()
     assert props["StateMachineType"] == "STANDARD"
-    assert props["StateMachineName"] == f"sluice-{env}"
+    assert _flat(props["StateMachineName"]) == f"sluice-{env}-{STACK_INSTANCE}"
     assert props["TracingConfiguration"] == {"Enabled": True}
     assert props["LoggingConfiguration"]["Level"] == "ERROR"
     assert props["LoggingConfiguration"]["IncludeExecutionData"] is False
@@ -79,10 +80,16 @@ def _workflow_statements(synthesis: Synthesis, env: str) -> list[dict]:
     return policy["Properties"]["PolicyDocument"]["Statement"]
 
 
+# How `_flat` spells the part of a name that is unique to the stack (`infra.config.stack_instance_id`).
+STACK_INSTANCE = "<stack instance>"
+
+
 def _flat(resource: Any) -> str:
     """A resource ARN as text, with intrinsic references spelled `<LogicalId>`."""
     if isinstance(resource, str):
         return resource
+    if "Fn::Select" in resource and '"AWS::StackId"' in json.dumps(resource):
+        return STACK_INSTANCE
     if "Fn::Join" in resource:
         return "".join(_flat(part) for part in resource["Fn::Join"][1])
     if "Fn::GetAtt" in resource:
@@ -116,8 +123,9 @@ def test_workflow_role_can_run_its_distributed_map(synthesis: Synthesis, env: st
         for action in actions:
             by_action.setdefault(action, []).extend(_resources(statement))
     prefix = "arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>"
-    assert by_action["states:StartExecution"] == [f"{prefix}:stateMachine:sluice-{env}"]
-    executions = [f"{prefix}:execution:sluice-{env}/*", f"{prefix}:execution:sluice-{env}:*"]
+    name = f"sluice-{env}-{STACK_INSTANCE}"
+    assert by_action["states:StartExecution"] == [f"{prefix}:stateMachine:{name}"]
+    executions = [f"{prefix}:execution:{name}/*", f"{prefix}:execution:{name}:*"]
     assert sorted(by_action["states:DescribeExecution"]) == sorted(executions)
     assert sorted(by_action["states:StopExecution"]) == sorted(executions)
     (bucket,) = [b for b in by_action["s3:GetObject"]]

@@ -7,9 +7,13 @@ import hashlib
 import hmac
 import io
 import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import boto3
@@ -222,3 +226,47 @@ def test_infra_mirrors_the_namespace_and_service() -> None:
     source = (Path(__file__).resolve().parents[2] / "infra" / "functions.py").read_text()
     assert f'METRICS_NAMESPACE = "{observability.NAMESPACE}"' in source
     assert f'SERVICE_NAME = "{observability.SERVICE}"' in source
+
+
+def test_tracing_is_on_in_lambda_unless_powertools_trace_disabled_says_otherwise(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(observability, "IN_LAMBDA", True)
+    monkeypatch.delenv("POWERTOOLS_TRACE_DISABLED", raising=False)
+    assert observability.tracing_enabled()
+    monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
+    assert not observability.tracing_enabled()
+    monkeypatch.setattr(observability, "IN_LAMBDA", False)
+    monkeypatch.delenv("POWERTOOLS_TRACE_DISABLED")
+    assert not observability.tracing_enabled()
+
+
+def test_locally_there_is_no_tracer_and_the_x_ray_sdk_is_not_even_imported() -> None:
+    assert observability.tracer is None
+    code = "import sys; import handlers.observability; print('aws_xray_sdk.core' in sys.modules)"
+    root = Path(__file__).resolve().parents[2]
+    answer = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": f"{root / 'functions'}:{root}"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert answer.stdout.strip() == "False"
+    handler = observability.instrumented(lambda event, context: {"done": True})
+    assert handler({}, LambdaContext("plan", 60)) == {"done": True}
+
+
+def test_in_lambda_the_handler_runs_in_an_x_ray_segment_without_its_response(monkeypatch: pytest.MonkeyPatch) -> None:
+    captured: dict[str, Any] = {}
+
+    def capture(handler: Any, **options: Any) -> Any:
+        captured.update(options)
+        return handler
+
+    monkeypatch.setattr(observability, "tracer", SimpleNamespace(capture_lambda_handler=capture))
+    handler = observability.instrumented(lambda event, context: {"done": True})
+    assert handler({}, LambdaContext("plan", 60)) == {"done": True}
+    # a step's answer is workflow state; it stays out of the traces
+    assert captured == {"capture_response": False}

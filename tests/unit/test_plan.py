@@ -1,9 +1,20 @@
+import boto3
 import orjson
 import pytest
+from botocore.exceptions import ClientError
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from moto import mock_aws
 from sluice.lines import split_lines
-from sluice.plan import JobOptions, PlanError, job_id_for, output_prefix, plan_lines
+from sluice.plan import (
+    JobOptions,
+    PlanError,
+    event_key_candidates,
+    find_object,
+    job_id_for,
+    output_prefix,
+    plan_lines,
+)
 from sluice.settings import Settings
 
 SETTINGS = Settings(bucket="b", table="t", provider_base_url="http://x", api_key_secret_arn="arn")
@@ -98,3 +109,27 @@ def test_a_run_stops_taking_items_once_the_job_is_cancelled() -> None:
     assert stop() is True and stop.cancelled
     out_of_time = Stopper(SimpleNamespace(remaining_s=lambda: 1.0, settings=SETTINGS, store=None), "job")  # type: ignore[arg-type]
     assert out_of_time() is True and not out_of_time.cancelled
+
+
+def test_an_event_key_stands_for_itself_and_for_its_decoded_form() -> None:
+    assert event_key_candidates("inbox/reviews.jsonl") == ["inbox/reviews.jsonl"]
+    assert event_key_candidates("inbox/my+reviews.jsonl") == ["inbox/my+reviews.jsonl", "inbox/my reviews.jsonl"]
+    assert event_key_candidates("inbox/c%2B%2B+K%C3%B6ln.jsonl") == [
+        "inbox/c%2B%2B+K%C3%B6ln.jsonl",
+        "inbox/c++ Köln.jsonl",
+    ]
+
+
+@mock_aws
+def test_find_object_picks_the_candidate_whose_etag_matches() -> None:
+    s3 = boto3.client("s3", region_name="us-east-1")
+    s3.create_bucket(Bucket="inputs")
+    plus = s3.put_object(Bucket="inputs", Key="inbox/a+b.jsonl", Body=b"plus\n")["ETag"]
+    space = s3.put_object(Bucket="inputs", Key="inbox/a b.jsonl", Body=b"space\n")["ETag"]
+    assert find_object(s3, "inputs", "inbox/a+b.jsonl", plus)[0] == "inbox/a+b.jsonl"
+    assert find_object(s3, "inputs", "inbox/a+b.jsonl", space.strip('"'))[0] == "inbox/a b.jsonl"
+    key, head = find_object(s3, "inputs", "inbox/a%20b.jsonl", space)
+    assert key == "inbox/a b.jsonl" and head["ContentLength"] == 6
+    with pytest.raises(ClientError) as missing:
+        find_object(s3, "inputs", "inbox/other.jsonl", space)
+    assert missing.value.response["ResponseMetadata"]["HTTPStatusCode"] == 404
