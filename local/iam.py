@@ -81,6 +81,7 @@ class _Resolver:
         "AWS::Region": REGION,
         "AWS::AccountId": ACCOUNT,
         "AWS::URLSuffix": "amazonaws.com",
+        "AWS::StackId": f"arn:aws:cloudformation:{REGION}:{ACCOUNT}:stack/{PREFIX}/00000000-0000-0000-0000-000000000000",
     }
 
     def __init__(self, resources: dict[str, Any], names: LocalNames) -> None:
@@ -103,8 +104,8 @@ class _Resolver:
             elif resource["Type"] == "AWS::StepFunctions::StateMachine":
                 self.refs[logical] = names.arn("states", f"stateMachine:{names.state_machine}")
                 self.attrs[(logical, "Name")] = names.state_machine
-                # a fixed name reaches the grants as text, not as a reference
-                if isinstance(fixed := props.get("StateMachineName"), str):
+                # an explicit name reaches the grants as text (or the same intrinsic), not as a reference
+                if isinstance(fixed := self(props.get("StateMachineName")), str):
                     for kind in ("stateMachine", "execution"):
                         self.literals[f":{kind}:{fixed}"] = f":{kind}:{names.state_machine}"
         for variable, ref, arn in (
@@ -144,6 +145,12 @@ class _Resolver:
         if set(value) == {"Fn::Join"}:
             separator, parts = value["Fn::Join"]
             return self(separator.join(str(self(part)) for part in parts))
+        if set(value) == {"Fn::Split"}:
+            separator, text = value["Fn::Split"]
+            return str(self(text)).split(separator)
+        if set(value) == {"Fn::Select"}:
+            index, items = value["Fn::Select"]
+            return self(items)[int(index)]
         if set(value) == {"Fn::Sub"} and isinstance(value["Fn::Sub"], str):
             return re.sub(
                 r"\$\{([^}.]+)(?:\.(\w+))?\}",
