@@ -259,6 +259,7 @@ def merge_job(
                 # rows no batch finished that RunShard then sent directly
                 "direct_fallback_lines": report.get("fallback_lines", 0),
             }
+        entry["paths"] = dict(sorted(stats.paths.items()))
         entry["provider_cost_usd"] = provider_costs(stats.models, batch_models)
         shards.append(entry)
     prefix = state["output_prefix"]
@@ -287,6 +288,9 @@ def merge_job(
             "results": result_lines,
             "errors": error_lines,
         },
+        # lines the provider answered, by how they went: a background job sends the endpoints
+        # without a background form directly, a batch job sends directly what its batches left
+        "lines_by_path": dict(sorted(totals.paths.items())),
         "errors_by_code": dict(sorted(totals.errors.items())),
         "tokens": {"input": totals.tokens_in, "output": totals.tokens_out},
         "attempts": totals.attempts,
