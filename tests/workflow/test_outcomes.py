@@ -1,14 +1,17 @@
-"""Every mode takes every endpoint a file may hold."""
+"""Every mode takes every endpoint, and a job's outcome says whether too many lines failed."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
+import boto3
 import orjson
 import pytest
 
-from local.cloud import run_job
+from local.cloud import REGION, LocalCloud, run_job
 from local.simulator import SimulatorServer
 from tests.conftest import request_line, write_jsonl
 
@@ -70,3 +73,77 @@ def test_every_mode_runs_a_file_of_every_endpoint_in_input_order(
 
 def _responses(count: int) -> set[str]:
     return {f"m-{n}" for n in range(count) if URLS[n % len(URLS)] == "/v1/responses"}
+
+
+def watch_events(cloud: LocalCloud) -> str:
+    """An SQS queue that gets every event Sluice puts on the default bus, as a user's rule would."""
+    sqs = boto3.client("sqs", region_name=REGION)
+    url = sqs.create_queue(QueueName="sluice-events")["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    events = boto3.client("events", region_name=REGION)
+    events.put_rule(Name="sluice-jobs", EventPattern=json.dumps({"source": ["sluice"]}))
+    events.put_targets(Rule="sluice-jobs", Targets=[{"Id": "queue", "Arn": arn}])
+    return str(url)
+
+
+def received(url: str) -> list[dict[str, Any]]:
+    sqs = boto3.client("sqs", region_name=REGION)
+    messages = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
+    return [json.loads(m["Body"]) for m in messages]
+
+
+def with_bad_lines(path: Path, good: int, bad: int) -> Path:
+    lines = [request_line(f"g-{n}") for n in range(good)] + [b"{not json %d\n" % n for n in range(bad)]
+    return write_jsonl(path, lines)
+
+
+def test_failed_lines_past_the_threshold_end_the_job_completed_with_errors(make_cloud, tmp_path: Path) -> None:
+    cloud = make_cloud()
+    queue = watch_events(cloud)
+    run = run_job(cloud, with_bad_lines(tmp_path / "some-bad.jsonl", good=48, bad=2))
+
+    # the execution ran to its end; the job says that lines were lost, everywhere it is read
+    assert run.status == "SUCCEEDED"
+    assert run.summary["status"] == "COMPLETED_WITH_ERRORS"
+    assert run.summary["error_rate"] == pytest.approx(0.04) and run.summary["max_error_rate"] == 0
+    assert len(run.results) == 48 and len(run.errors) == 2
+    assert (cloud.job(run.job_id) or {})["status"] == "COMPLETED_WITH_ERRORS"
+    [event] = received(queue)
+    assert event["detail-type"] == "Sluice Job Completed With Errors"
+    assert event["detail"]["status"] == "COMPLETED_WITH_ERRORS"
+    assert event["detail"]["counts"]["errors"] == 2 and event["detail"]["error_rate"] == pytest.approx(0.04)
+
+
+def test_failed_lines_within_the_jobs_max_error_rate_succeed(make_cloud, tmp_path: Path) -> None:
+    cloud = make_cloud()
+    queue = watch_events(cloud)
+    path = with_bad_lines(tmp_path / "allowed.jsonl", good=48, bad=2)
+    run = run_job(cloud, path, metadata={"sluice-max-error-rate": "0.04"})
+
+    assert run.summary["status"] == "SUCCEEDED" and run.summary["max_error_rate"] == 0.04
+    assert (cloud.job(run.job_id) or {})["status"] == "SUCCEEDED"
+    [event] = received(queue)
+    assert event["detail-type"] == "Sluice Job Completed" and event["detail"]["status"] == "SUCCEEDED"
+
+
+def test_the_environments_max_error_rate_is_the_default(
+    make_cloud, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cloud = make_cloud()
+    monkeypatch.setenv("SLUICE_MAX_ERROR_RATE", "0.05")
+    run = run_job(cloud, with_bad_lines(tmp_path / "env.jsonl", good=48, bad=2))
+    assert run.summary["status"] == "SUCCEEDED" and run.summary["max_error_rate"] == 0.05
+    # a job's own setting wins over the environment's
+    strict = run_job(
+        cloud, with_bad_lines(tmp_path / "strict.jsonl", good=48, bad=2), metadata={"sluice-max-error-rate": "0"}
+    )
+    assert strict.summary["status"] == "COMPLETED_WITH_ERRORS"
+
+
+def test_a_bad_max_error_rate_fails_the_job_naming_it(make_cloud, tmp_path: Path) -> None:
+    cloud = make_cloud()
+    run = run_job(
+        cloud, with_bad_lines(tmp_path / "bad-rate.jsonl", good=5, bad=0), metadata={"sluice-max-error-rate": "5%"}
+    )
+    assert run.summary["status"] == "FAILED"
+    assert "sluice-max-error-rate='5%'" in run.summary["error"]
