@@ -213,9 +213,11 @@ class PartWriter:
         chunk = self._chunk
         kind = b"r" if outcome.ok else b"e"
         chunk.rows.append(b"%d\t%s\t%s\n" % (outcome.line, kind, outcome_record(self._spec.job_id, outcome)))
-        chunk.stats.add_outcome(outcome, path=path or self._path)
+        path = path or self._path
+        chunk.stats.add_outcome(outcome, path=path)
         self._count(outcome.ok)
-        if outcome.ok and not self._item_rows_for_results:
+        # nothing looks up a result that was sent directly by its row (no webhook, no cancel)
+        if outcome.ok and (not self._item_rows_for_results or path == "direct"):
             self._maybe_cut(len(chunk.rows))
             return
         chunk.items.append(
