@@ -271,7 +271,9 @@ def _job_options(p: argparse.ArgumentParser) -> None:
 
 def _watch_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--watch", action="store_true", help="follow the job until it ends; exit 0 if it SUCCEEDED, 1 if not"
+        "--watch",
+        action="store_true",
+        help="follow the job until it ends; exit 0 if it SUCCEEDED, 9 if COMPLETED_WITH_ERRORS, 1 if not",
     )
     p.add_argument("--interval", type=float, default=5.0, help="seconds between polls with --watch (default: 5)")
 
