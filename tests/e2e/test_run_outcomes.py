@@ -12,14 +12,15 @@ from tests.conftest import request_line, write_jsonl
 from tests.e2e.test_cli import ROOT, clean_env, sluice
 
 EXAMPLE = ROOT / "examples" / "reviews.jsonl"
+# a few seconds on a quiet machine; minutes on a 2-core one the whole suite shares
+LOCAL_RUN_TIMEOUT_S = 300
 
 
 @pytest.mark.parametrize("mode", ["direct", "background", "batch", "auto"])
 def test_the_example_runs_in_every_mode_with_no_errors_in_input_order(mode: str, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    done = sluice(
-        "run", str(EXAMPLE), "--out", str(out), "--mode", mode, "--latency", "0.01", "--quiet", env=clean_env()
-    )
+    args = ("--out", str(out), "--mode", mode, "--latency", "0.01", "--quiet")
+    done = sluice("run", str(EXAMPLE), *args, env=clean_env(), timeout=LOCAL_RUN_TIMEOUT_S)
 
     assert done.returncode == 0, done.stderr[-2000:]
     assert "SUCCEEDED" in done.stderr and "0 errors" in done.stderr
@@ -49,7 +50,16 @@ def test_a_run_with_failed_lines_exits_9_unless_the_max_error_rate_allows_them(t
     lines = [request_line(f"r-{n}") for n in range(18)] + [provider_rejects("bad-1"), provider_rejects("bad-2")]
     path = write_jsonl(tmp_path / "some.jsonl", lines)
 
-    strict = sluice("run", str(path), "--out", str(tmp_path / "strict"), "--latency", "0.01", env=clean_env())
+    strict = sluice(
+        "run",
+        str(path),
+        "--out",
+        str(tmp_path / "strict"),
+        "--latency",
+        "0.01",
+        env=clean_env(),
+        timeout=LOCAL_RUN_TIMEOUT_S,
+    )
     assert strict.returncode == 9, strict.stderr[-2000:]
     assert "COMPLETED_WITH_ERRORS" in strict.stderr and "18 results, 2 errors" in strict.stderr
     summary = orjson.loads((tmp_path / "strict" / "some.summary.json").read_bytes())
@@ -60,6 +70,7 @@ def test_a_run_with_failed_lines_exits_9_unless_the_max_error_rate_allows_them(t
     allowed = sluice(
         "run", str(path), "--out", str(tmp_path / "allowed"), "--latency", "0.01", "--max-error-rate", "0.1",
         env=clean_env(),
+        timeout=LOCAL_RUN_TIMEOUT_S,
     )  # fmt: skip
     assert allowed.returncode == 0, allowed.stderr[-2000:]
     assert "SUCCEEDED" in allowed.stderr
