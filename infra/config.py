@@ -52,6 +52,8 @@ class Environment:
     concurrency: int = 1000
     max_attempts: int = 6
     request_timeout_s: float = 120.0
+    # a job whose failed lines pass this share of its requests ends COMPLETED_WITH_ERRORS
+    max_error_rate: float = 0.0
     shard_lines: int = 5000
     poll_seconds: int = 10
     safety_margin_s: float = 20.0
@@ -129,6 +131,11 @@ class Environment:
                 if type(values[key]) not in (int, float) or values[key] <= 0:
                     raise fail(key, "must be a positive number")
                 values[key] = float(values[key])
+        if "max_error_rate" in values:
+            rate = values["max_error_rate"]
+            if type(rate) not in (int, float) or not 0 <= rate <= 1:
+                raise fail("max_error_rate", "must be a number from 0 to 1 (0.01 = 1%)")
+            values["max_error_rate"] = float(rate)
         for key in ("versioning", "point_in_time_recovery"):
             if key in values and type(values[key]) is not bool:
                 raise fail(key, "must be true or false")

@@ -100,6 +100,7 @@ def lambda_environment(
         "SLUICE_EVENT_BUS": EVENT_BUS,
         "SLUICE_POLL_SECONDS": str(config.poll_seconds),
         "SLUICE_SAFETY_MARGIN_S": str(config.safety_margin_s),
+        "SLUICE_MAX_ERROR_RATE": str(config.max_error_rate),
         **powertools_environment(config),
     }
 

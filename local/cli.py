@@ -29,6 +29,7 @@ from local.console import (
     file_link,
     human_seconds,
     human_usd,
+    job_exit_code,
     need_file,
     progress,
     say,
@@ -74,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
         request_timeout_s=args.request_timeout,
     )
     metadata = {"sluice-mode": args.mode} if args.mode else {}
+    if args.max_error_rate is not None:
+        metadata["sluice-max-error-rate"] = str(args.max_error_rate)
     started = time.monotonic()
     interrupted = False
     with provider(args.latency) as (base_url, api_key, label):
@@ -119,8 +122,10 @@ def run(args: argparse.Namespace) -> int:
     wall = time.monotonic() - started
     summary = orjson.loads(written["summary"].read_bytes()) if "summary" in written else {}
     counts = summary.get("counts", {})
+    # the job's own word; the execution's (ABORTED for a cancelled job) only when there is none
+    status = str(summary.get("status") or {"ABORTED": "CANCELLED"}.get(final["status"], final["status"]))
     say(
-        f"job {job_id}: {final['status']} in {human_seconds(wall)} — "
+        f"job {job_id}: {status} in {human_seconds(wall)} — "
         f"{counts.get('results', 0)} results, {counts.get('errors', 0)} errors"
     )
     if summary.get("error"):
@@ -132,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"report: {file_link(report)}")
     if interrupted:
         return EXIT_INTERRUPTED
-    return EXIT_OK if final["status"] == "SUCCEEDED" else EXIT_JOB_FAILED
+    return job_exit_code(status)
 
 
 def _cancel_local(cloud: Any, job_id: str, base_url: str, api_key: str) -> None:
@@ -234,6 +239,21 @@ def _parser(sub: argparse._SubParsersAction, name: str, summary: str, text: str)
     )
 
 
+def _error_rate(raw: str) -> float:
+    from sluice.settings import parse_error_rate
+
+    try:
+        return parse_error_rate(raw)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{raw!r}: {exc}") from None
+
+
+MAX_ERROR_RATE_HELP = (
+    "share of the requests that may fail before the job ends COMPLETED_WITH_ERRORS (exit 9), "
+    "0 to 1; 0.001 allows 1 in 1,000 (default: 0, any failed line)"
+)
+
+
 def _job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--mode", help="how shards talk to the provider: direct, background, batch or auto (default: the environment's)"
@@ -248,11 +268,14 @@ def _job_options(p: argparse.ArgumentParser) -> None:
         help="what batch rows the provider did not finish become: direct (sent directly) or error",
     )
     p.add_argument("--deadline-hours", type=float, help="the job must end within this many hours (auto avoids batch)")
+    p.add_argument("--max-error-rate", type=_error_rate, metavar="RATE", help=MAX_ERROR_RATE_HELP)
 
 
 def _watch_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--watch", action="store_true", help="follow the job until it ends; exit 0 if it SUCCEEDED, 1 if not"
+        "--watch",
+        action="store_true",
+        help="follow the job until it ends; exit 0 if it SUCCEEDED, 9 if COMPLETED_WITH_ERRORS, 1 if not",
     )
     p.add_argument("--interval", type=float, default=5.0, help="seconds between polls with --watch (default: 5)")
 
@@ -302,6 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-attempts", type=int, default=6, help="attempts per request before it goes to errors")
     p.add_argument("--request-timeout", type=float, default=120.0, help="seconds per attempt (default: 120)")
     p.add_argument("--latency", type=float, default=0.05, help="simulator latency in seconds (default: 0.05)")
+    p.add_argument("--max-error-rate", type=_error_rate, metavar="RATE", help=MAX_ERROR_RATE_HELP)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 

@@ -16,6 +16,7 @@ EXIT_AWS = 5
 EXIT_NOT_FOUND = 6
 EXIT_NOT_READY = 7
 EXIT_PROVIDER = 8
+EXIT_COMPLETED_WITH_ERRORS = 9
 EXIT_INTERRUPTED = 130
 
 EXIT_CODES_HELP = """\
@@ -29,8 +30,17 @@ exit codes:
   6    not found: no such job, request (custom_id) or output
   7    not ready: the job is still running
   8    cancel: the job is cancelled, but the provider refused some cancels (listed)
+  9    the job ended COMPLETED_WITH_ERRORS: every line is in the outputs, but more failed
+       than --max-error-rate allows (default 0: any failed line)
   130  interrupted (Ctrl-C)
 """
+
+
+def job_exit_code(status: str) -> int:
+    """The exit code for how a job ended: SUCCEEDED 0, COMPLETED_WITH_ERRORS 9, else 1."""
+    if status == "SUCCEEDED":
+        return EXIT_OK
+    return EXIT_COMPLETED_WITH_ERRORS if status == "COMPLETED_WITH_ERRORS" else EXIT_JOB_FAILED
 
 
 class CliError(Exception):

@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from sluice.model import TERMINAL_STATUSES
 
 from local.console import (
     EXIT_AWS,
     EXIT_ENVIRONMENT,
     EXIT_INPUT,
-    EXIT_JOB_FAILED,
     EXIT_NOT_FOUND,
     EXIT_NOT_READY,
     EXIT_OK,
@@ -32,6 +32,7 @@ from local.console import (
     CliError,
     file_link,
     human_seconds,
+    job_exit_code,
     need_file,
     progress,
     say,
@@ -39,7 +40,7 @@ from local.console import (
 
 STACK_PREFIX = "Sluice-"
 REQUIRED_OUTPUTS = ("BucketName", "TableName", "StateMachineArn", "ApiKeySecretArn")
-TERMINAL = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
+TERMINAL = TERMINAL_STATUSES
 OUTPUT_SUFFIXES = (("results", ".results.jsonl"), ("errors", ".errors.jsonl"), ("summary", ".summary.json"))
 # Retrying these reproduces them: the line itself is wrong, not the provider's answer.
 INPUT_ERROR_CODES = frozenset(
@@ -250,6 +251,7 @@ def options_metadata(args: argparse.Namespace) -> dict[str, str]:
         "max_attempts",
         "on_batch_incomplete",
         "deadline_hours",
+        "max_error_rate",
     ):
         value = getattr(args, name, None)
         if value is not None:
@@ -443,7 +445,7 @@ def watch(dep: Deployment, job_id: str, *, interval: float, quiet: bool, start_t
             job = dep.store.job(job_id)
     assert job is not None
     print("\n".join(describe_job(dep, job)))
-    return EXIT_OK if job.get("status") == "SUCCEEDED" else EXIT_JOB_FAILED
+    return job_exit_code(str(job.get("status")))
 
 
 def _event_job(description: dict[str, Any]) -> tuple[str, str] | None:

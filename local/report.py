@@ -38,6 +38,7 @@ h1 { font-size: 22px; margin: 0 0 4px; } h2 { font-size: 17px; margin: 28px 0 8p
 .status { display: inline-block; padding: 1px 10px; border-radius: 10px; font-weight: 600; font-size: 13px;
           color: #fff; background: var(--muted); vertical-align: 3px; }
 .status.SUCCEEDED { background: var(--ok); } .status.FAILED, .status.CANCELLED { background: var(--err); }
+.status.COMPLETED_WITH_ERRORS { background: #b7791f; }
 .tiles { display: grid; grid-template-columns: repeat(auto-fill, minmax(150px, 1fr)); gap: 10px; margin-top: 16px; }
 .tile { background: var(--card); border-radius: 8px; padding: 10px 12px; }
 .tile .v { font-size: 21px; font-weight: 650; } .tile .k { color: var(--muted); font-size: 12.5px; }

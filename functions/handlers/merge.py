@@ -19,5 +19,7 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         "key": event["key"],
         "status": summary["status"],
         "counts": summary["counts"],
+        "error_rate": summary["error_rate"],
+        "max_error_rate": summary["max_error_rate"],
         "outputs": summary["outputs"],
     }

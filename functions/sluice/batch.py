@@ -451,7 +451,7 @@ async def collect_batch(
     batch_ids: list[str] = list(row.get("batch_ids") or [])
     states: dict[str, dict[str, Any]] = dict(row.get("batch_states") or {})
     checkpoint = load_checkpoint(ctx.s3, spec)
-    writer = PartWriter(s3=ctx.s3, store=ctx.store, spec=spec, run=checkpoint.runs + 1)
+    writer = PartWriter(s3=ctx.s3, store=ctx.store, spec=spec, run=checkpoint.runs + 1, path="batch")
     collected: dict[str, dict[str, Any]] = {}
     ended: list[Any] = []
     waiting: list[str] = []

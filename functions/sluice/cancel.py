@@ -21,12 +21,11 @@ from botocore.exceptions import ClientError
 
 from .engine import EngineSettings, fan_out, make_session
 from .merge import merge_job
-from .model import ErrorCode, Outcome, Request
+from .model import TERMINAL_STATUSES, ErrorCode, Outcome, Request
 from .plan import output_prefix
 from .retry import RetryPolicy
 from .store import ITEM_WIDTH, JobStore
 
-TERMINAL = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
 # items the provider may still be working on (or holding an answer for) in background mode
 OPEN_ITEM_STATUSES = frozenset({"submitted", "settled"})
 # a refused cancel is harmless when the work had ended anyway (providers answer 4xx for those)
@@ -173,7 +172,7 @@ def cancel_job(
     job = store.job(job_id)
     if job is None:
         raise JobNotFound(job_id)
-    if job.get("status") in TERMINAL:
+    if job.get("status") in TERMINAL_STATUSES:
         return CancelReport(job_id, str(job["status"]), already_finished=True, summary=job.get("summary"))
 
     # stop first: once the execution is stopped no new shard run starts and sends more

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -11,6 +12,15 @@ from .model import SUPPORTED_URLS, ErrorCode, Request
 
 MAX_LINE_BYTES = 1_000_000
 BOM = b"\xef\xbb\xbf"
+# how much of an oversized line is searched for its custom_id: it is usually the first key
+HEAD_BYTES = 64 << 10
+TAIL_BYTES = 4 << 10
+# a JSON string, a bracket or a colon: enough to know each key's depth without parsing values;
+# a lone quote is a string the search window cut, past which the scan would be out of step
+_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[{}\[\]:]|"')
+_CUSTOM_ID_KEY = b'"custom_id"'
+# the object's last member, closing the line: `, "custom_id": "..."}`
+_LAST_MEMBER = re.compile(rb',\s*"custom_id"\s*:\s*("(?:[^"\\]|\\.)*")\s*\}\s*$')
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +50,12 @@ def parse_line(
     if not raw.strip():
         return None
     if len(raw) > max_bytes:
-        return LineError(line, ErrorCode.LINE_TOO_LARGE, f"line {line}: {len(raw)} bytes, the limit is {max_bytes}")
+        return LineError(
+            line,
+            ErrorCode.LINE_TOO_LARGE,
+            f"line {line}: {len(raw)} bytes, the limit is {max_bytes}",
+            oversized_custom_id(raw),
+        )
     try:
         raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -73,6 +88,45 @@ def parse_line(
     return Request(
         line=line, custom_id=custom_id, method="POST", path=url, body=orjson.dumps(body) if keep_body else None
     )
+
+
+def _json_string(token: bytes) -> str | None:
+    try:
+        value = orjson.loads(token)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, str) and value else None
+
+
+def oversized_custom_id(raw: bytes) -> str | None:
+    """The custom_id of a line too large to parse, when it can be found without parsing it all.
+
+    Looks in the first HEAD_BYTES for a `custom_id` key of the outermost object (a token scan
+    that skips over strings, so the same words inside a prompt or a nested object never
+    count), then at the end of the line for `custom_id` as the object's last member.
+    None when neither holds it: a wrong id would be worse than none, since users join on it.
+    """
+    depth = 0
+    is_key = False
+    value_from = -1
+    for match in _TOKEN.finditer(raw, 0, HEAD_BYTES):
+        token = match.group()
+        if token == b'"':
+            break
+        if value_from >= 0:
+            # the value must follow the colon directly: a number or null in between is no id
+            found = token.startswith(b'"') and not raw[value_from : match.start()].strip()
+            return _json_string(token) if found else None
+        if token == b":":
+            value_from = match.end() if is_key else -1
+            continue
+        is_key = depth == 1 and token == _CUSTOM_ID_KEY
+        if token in (b"{", b"["):
+            depth += 1
+        elif token in (b"}", b"]"):
+            depth -= 1
+    tail = _LAST_MEMBER.search(raw, max(0, len(raw) - TAIL_BYTES))
+    return _json_string(tail.group(1)) if tail else None
 
 
 def split_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:

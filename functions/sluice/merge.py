@@ -15,6 +15,7 @@ import orjson
 from botocore.exceptions import ClientError
 
 from .costs import aws_cost_usd, provider_cost_usd
+from .model import JobStatus
 from .shard import ShardSpec, assemble
 from .stats import Stats
 from .store import JobStore
@@ -213,12 +214,23 @@ def _provider_summary(costs: dict[str, float | None]) -> dict[str, float | None]
     }
 
 
+def outcome_status(errors: int, requests: int, max_error_rate: float) -> str:
+    """SUCCEEDED, or COMPLETED_WITH_ERRORS when failed lines pass the job's threshold.
+
+    Strictly more than the allowed share: with 0, one failed line is enough; with 1, never.
+    The product is rounded so that 29 of 100 is within 0.29 (0.29 * 100 is 28.999999999999996).
+    """
+    if errors and errors > round(max_error_rate * requests, 6):
+        return JobStatus.COMPLETED_WITH_ERRORS
+    return JobStatus.SUCCEEDED
+
+
 def merge_job(
     *,
     s3: Any,
     store: JobStore,
     state: dict[str, Any],
-    status: str = "SUCCEEDED",
+    status: str | None = None,
     missing_code: str | None = None,
     missing_message: str = "",
     error: str | None = None,
@@ -259,6 +271,7 @@ def merge_job(
                 # rows no batch finished that RunShard then sent directly
                 "direct_fallback_lines": report.get("fallback_lines", 0),
             }
+        entry["paths"] = dict(sorted(stats.paths.items()))
         entry["provider_cost_usd"] = provider_costs(stats.models, batch_models)
         shards.append(entry)
     prefix = state["output_prefix"]
@@ -275,6 +288,10 @@ def merge_job(
         raise InvariantError(f"outputs hold {result_lines + error_lines} lines; the input has {lines - blank} requests")
     started = float(job.get("started_at", clock()))
     wall = round(clock() - started, 3)
+    requests = lines - blank
+    max_error_rate = float(plan.get("max_error_rate", 0.0))
+    if status is None:
+        status = outcome_status(error_lines, requests, max_error_rate)
     summary = {
         "job_id": job_id,
         "status": status,
@@ -283,10 +300,15 @@ def merge_job(
         "counts": {
             "lines": lines,
             "blank": blank,
-            "requests": lines - blank,
+            "requests": requests,
             "results": result_lines,
             "errors": error_lines,
         },
+        "error_rate": round(error_lines / requests, 6) if requests else 0.0,
+        "max_error_rate": max_error_rate,
+        # lines the provider answered, by how they went: a background job sends the endpoints
+        # without a background form directly, a batch job sends directly what its batches left
+        "lines_by_path": dict(sorted(totals.paths.items())),
         "errors_by_code": dict(sorted(totals.errors.items())),
         "tokens": {"input": totals.tokens_in, "output": totals.tokens_out},
         "attempts": totals.attempts,

@@ -6,7 +6,20 @@ from typing import Any
 
 import orjson
 
+from .model import JobStatus
+
 SOURCE = "sluice"
+# one detail-type per way a job ends, so a rule that chains work on "Completed" never fires for
+# a job whose failed lines passed its threshold; `detail.status` says the same
+DETAIL_TYPES = {
+    JobStatus.SUCCEEDED: "Sluice Job Completed",
+    JobStatus.COMPLETED_WITH_ERRORS: "Sluice Job Completed With Errors",
+    JobStatus.FAILED: "Sluice Job Failed",
+}
+
+
+def detail_type(status: str) -> str:
+    return DETAIL_TYPES.get(status, DETAIL_TYPES[JobStatus.FAILED])
 
 
 def publish(events: Any, *, bus: str, detail_type: str, detail: dict[str, Any]) -> None:

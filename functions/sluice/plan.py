@@ -15,7 +15,7 @@ import orjson
 
 from .lines import LineError, parse_line, split_lines
 from .model import ErrorCode
-from .settings import BATCH_INCOMPLETE_POLICIES, MODES, Settings
+from .settings import BATCH_INCOMPLETE_POLICIES, MODES, Settings, parse_error_rate
 from .store import JobStore
 
 READ_CHUNK = 1 << 20
@@ -41,6 +41,8 @@ class JobOptions:
     # provider budgets for the whole job; 0 = none
     rpm: int = 0
     tpm: int = 0
+    # more failed lines than this share of the requests ends the job COMPLETED_WITH_ERRORS
+    max_error_rate: float = 0.0
 
     @classmethod
     def from_metadata(cls, metadata: Mapping[str, str], settings: Settings) -> JobOptions:
@@ -61,6 +63,7 @@ class JobOptions:
             "deadline-hours",
             "rpm",
             "tpm",
+            "max-error-rate",
         }
         unknown = sorted(set(meta) - known)
         if unknown:
@@ -87,6 +90,13 @@ class JobOptions:
                 f"the Batch API may take up to {BATCH_WINDOW_HOURS:g} hours; use direct or auto"
             )
 
+        max_error_rate = settings.max_error_rate
+        if "max-error-rate" in meta:
+            try:
+                max_error_rate = parse_error_rate(meta["max-error-rate"])
+            except ValueError as exc:
+                raise PlanError(f"{METADATA_PREFIX}max-error-rate={meta['max-error-rate']!r}; {exc}") from exc
+
         def positive(name: str, default: int, *, zero: bool = False) -> int:
             raw = meta.get(name)
             if raw is None:
@@ -105,6 +115,7 @@ class JobOptions:
             deadline_hours=deadline,
             rpm=positive("rpm", settings.rpm, zero=True),
             tpm=positive("tpm", settings.tpm, zero=True),
+            max_error_rate=max_error_rate,
         )
 
     def shard_mode(self, requests: int, settings: Settings) -> str:
@@ -305,6 +316,7 @@ def plan_job(
         "shards": len(result.shards),
         "mode": options.mode,
         "concurrency": options.concurrency,
+        "max_error_rate": options.max_error_rate,
         "plan_seconds": round(time.time() - started, 3),
     }
     store.record_plan(

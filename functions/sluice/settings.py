@@ -14,6 +14,17 @@ class SettingsError(RuntimeError):
     pass
 
 
+def parse_error_rate(raw: str) -> float:
+    """A share of a job's requests, 0 to 1 (0.01 = 1%); ValueError says what is wrong."""
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError("expected a number from 0 to 1, such as 0.01 for 1%") from None
+    if not 0.0 <= value <= 1.0:
+        raise ValueError("expected a number from 0 to 1, such as 0.01 for 1%")
+    return value
+
+
 @dataclass(frozen=True)
 class Settings:
     bucket: str
@@ -47,6 +58,9 @@ class Settings:
     on_batch_incomplete: str = "direct"
     # the deployment (`dev`, `prod`, `local`): a dimension of every metric, so two never mix
     environment: str = "local"
+    # a job whose failed lines are more than this share of its requests ends COMPLETED_WITH_ERRORS;
+    # 0 means any failed line does, so a script reading only the outcome never mistakes a loss
+    max_error_rate: float = 0.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -84,6 +98,11 @@ class Settings:
             raise SettingsError(
                 f"SLUICE_ON_BATCH_INCOMPLETE={incomplete!r}; expected one of {', '.join(BATCH_INCOMPLETE_POLICIES)}"
             )
+        raw_rate = env.get("SLUICE_MAX_ERROR_RATE") or "0"
+        try:
+            max_error_rate = parse_error_rate(raw_rate)
+        except ValueError as exc:
+            raise SettingsError(f"SLUICE_MAX_ERROR_RATE={raw_rate!r}: {exc}") from exc
         return cls(
             bucket=need("SLUICE_BUCKET"),
             table=need("SLUICE_TABLE"),
@@ -108,4 +127,5 @@ class Settings:
             auto_batch_min_requests=int(number("SLUICE_AUTO_BATCH_MIN_REQUESTS", 1000)),
             on_batch_incomplete=incomplete,
             environment=env.get("SLUICE_ENV") or "local",
+            max_error_rate=max_error_rate,
         )

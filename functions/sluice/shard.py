@@ -21,7 +21,7 @@ import orjson
 from .background import poll_request, settle, submit_request
 from .engine import EngineSettings, EngineStats, fan_out
 from .lines import LineError, parse_line, split_lines
-from .model import ErrorCode, Outcome, Request
+from .model import BACKGROUND_URLS, ErrorCode, Outcome, Request
 from .records import error_record, outcome_record
 from .retry import RetryPolicy
 from .settings import Settings
@@ -189,8 +189,11 @@ class PartWriter:
         run: int,
         every: int = 1000,
         item_rows_for_results: bool = True,
+        path: str = "direct",
     ) -> None:
         self._s3 = s3
+        # how the outcomes this writer gets were sent, unless add_outcome says otherwise
+        self._path = path
         # direct mode keeps item rows for failures only: a result is in the results file, and a
         # row per success was the largest cost of a direct shard
         self._item_rows_for_results = item_rows_for_results
@@ -206,13 +209,15 @@ class PartWriter:
         self.failed = 0
         self.pending = 0
 
-    def add_outcome(self, outcome: Outcome, provider_id: str | None = None) -> None:
+    def add_outcome(self, outcome: Outcome, provider_id: str | None = None, path: str | None = None) -> None:
         chunk = self._chunk
         kind = b"r" if outcome.ok else b"e"
         chunk.rows.append(b"%d\t%s\t%s\n" % (outcome.line, kind, outcome_record(self._spec.job_id, outcome)))
-        chunk.stats.add_outcome(outcome)
+        path = path or self._path
+        chunk.stats.add_outcome(outcome, path=path)
         self._count(outcome.ok)
-        if outcome.ok and not self._item_rows_for_results:
+        # nothing looks up a result that was sent directly by its row (no webhook, no cancel)
+        if outcome.ok and (not self._item_rows_for_results or path == "direct"):
             self._maybe_cut(len(chunk.rows))
             return
         chunk.items.append(
@@ -441,13 +446,29 @@ async def run_direct(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any]:
 
 
 async def submit_background(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any]:
-    """Create a background response per pending line and remember its id in the item row."""
+    """Create a background response per pending line and remember its id in the item row.
+
+    Lines for an endpoint with no background form (chat completions, embeddings, completions)
+    are sent directly instead: their answer is final the moment it arrives.
+    """
     checkpoint = load_checkpoint(ctx.s3, spec)
     skip = set(checkpoint.done)
     skip.update(i.line for i in ctx.store.items(spec.job_id, spec.first_line, spec.last_line) if i.provider_id)
-    writer = PartWriter(s3=ctx.s3, store=ctx.store, spec=spec, run=checkpoint.runs + 1)
+    writer = PartWriter(s3=ctx.s3, store=ctx.store, spec=spec, run=checkpoint.runs + 1, path="background")
+    # lines in flight that were sent directly; a set of the in-flight ones only
+    direct: set[int] = set()
+
+    def prepare(request: Request) -> Request:
+        if request.path in BACKGROUND_URLS:
+            return submit_request(request)
+        direct.add(request.line)
+        return request
 
     def sink(outcome: Outcome) -> None:
+        if outcome.line in direct:
+            direct.discard(outcome.line)
+            writer.add_outcome(outcome, path="direct")
+            return
         if not outcome.ok or not isinstance(outcome.body, dict):
             writer.add_outcome(outcome)
             return
@@ -459,7 +480,7 @@ async def submit_background(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any
             ItemState(outcome.line, outcome.custom_id, "submitted", str(outcome.body.get("id")), outcome.attempts)
         )
 
-    requests = (submit_request(r) for r in _pending(spec, writer, skip, ctx.s3))
+    requests = (prepare(r) for r in _pending(spec, writer, skip, ctx.s3))
     stats = await _fan_out(ctx, spec, requests, sink)
     await writer.aflush(finished=False)
     return {"submitted": not stats.stopped_early, "run": checkpoint.runs + 1, "wait_seconds": ctx.settings.poll_seconds}
@@ -488,7 +509,7 @@ async def collect_background(ctx: ShardContext, spec: ShardSpec) -> dict[str, An
         for i in ctx.store.items(spec.job_id, spec.first_line, spec.last_line)
         if i.status in ("submitted", "settled") and i.provider_id and i.line not in checkpoint.done
     }
-    writer = PartWriter(s3=ctx.s3, store=ctx.store, spec=spec, run=checkpoint.runs + 1)
+    writer = PartWriter(s3=ctx.s3, store=ctx.store, spec=spec, run=checkpoint.runs + 1, path="background")
     still: list[int] = []
     # items a webhook settled were already counted off the shard's wait; the rest are counted here
     unsettled_done = 0

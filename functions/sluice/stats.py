@@ -72,8 +72,12 @@ class Stats:
     # epoch millisecond a step starts -> [results, errors] that finished within it
     timeline: dict[int, list[int]] = field(default_factory=dict)
     timeline_step_ms: int = TIMELINE_STEPS_MS[0]
+    # lines the provider answered, by the way they were sent (direct, background, batch)
+    paths: dict[str, int] = field(default_factory=dict)
 
-    def add_outcome(self, outcome: Outcome, at: float | None = None) -> None:
+    def add_outcome(self, outcome: Outcome, at: float | None = None, path: str | None = None) -> None:
+        if path is not None:
+            self.paths[path] = self.paths.get(path, 0) + 1
         self.attempts += outcome.attempts
         self.retries += max(outcome.attempts - 1, 0)
         self.throttled += outcome.throttled
@@ -134,6 +138,8 @@ class Stats:
             per_model = self.models.setdefault(model, [0, 0])
             per_model[0] += tokens_in
             per_model[1] += tokens_out
+        for path, n in other.paths.items():
+            self.paths[path] = self.paths.get(path, 0) + n
         if other.timeline:
             self._coarsen(other.timeline_step_ms)
             step = self.timeline_step_ms
@@ -170,6 +176,7 @@ class Stats:
             "models": self.models,
             "timeline_step_ms": self.timeline_step_ms,
             "timeline": {str(k): v for k, v in sorted(self.timeline.items())},
+            "paths": dict(sorted(self.paths.items())),
         }
 
     def latency_histogram(self) -> list[dict[str, float | int]]:
@@ -201,4 +208,5 @@ class Stats:
             models={k: list(v) for k, v in data.get("models", {}).items()},
             timeline={int(k): list(v) for k, v in data.get("timeline", {}).items()},
             timeline_step_ms=int(data.get("timeline_step_ms", TIMELINE_STEPS_MS[0])),
+            paths=dict(data.get("paths", {})),
         )

@@ -49,6 +49,8 @@ def test_ctrl_c_cancels_and_writes_what_finished(tmp_path: Path) -> None:
 
     assert proc.returncode == 130, stderr.decode()[-2000:]
     assert b"cancelling" in stderr
+    # one word for a cancelled job: the terminal says what the summary says, never the execution's ABORTED
+    assert b": CANCELLED in " in stderr and b"ABORTED" not in stderr
     summary = orjson.loads((out / "long.summary.json").read_bytes())
     assert summary["status"] == "CANCELLED"
     results = (out / "long.results.jsonl").read_bytes().splitlines()

@@ -53,6 +53,9 @@ def test_unknown_environment_names_the_known_ones() -> None:
         ),
         ("webhook_rate_limit", 0, r"webhook_rate_limit must be a positive integer"),
         ("webhook_burst_limit", 2.5, r"webhook_burst_limit must be a positive integer"),
+        ("max_error_rate", 1.5, r"max_error_rate must be a number from 0 to 1"),
+        ("max_error_rate", -0.1, r"max_error_rate must be a number from 0 to 1"),
+        ("max_error_rate", "0.01", r"max_error_rate must be a number from 0 to 1"),
         ("concurency", 5, r"environment 'dev': unknown key\(s\) concurency"),
     ],
 )

@@ -56,3 +56,58 @@ def test_split_lines_rejoins_lines_across_chunks() -> None:
     for size in range(1, len(data) + 1):
         chunks = [data[i : i + size] for i in range(0, len(data), size)]
         assert list(split_lines(chunks)) == [b"one\n", b"two\n", b"three"]
+
+
+def huge(doc: dict[str, object], size: int = 1_100_000) -> bytes:
+    """`doc` with a prompt that takes the line past the 1 MB limit, keys in the order given."""
+    return orjson.dumps({**doc, "body": {"model": "m", "input": "y" * size}} if "body" in doc else doc) + b"\n"
+
+
+@pytest.mark.parametrize(
+    ("raw", "custom_id"),
+    [
+        # the usual order: custom_id first
+        (huge({"custom_id": "big-1", "method": "POST", "url": "/v1/responses", "body": None}), "big-1"),
+        # escapes in the id come back decoded, exactly as a parser would give them
+        (huge({"custom_id": 'q"uo\\te é', "body": None}), 'q"uo\\te é'),
+        # after a few short members
+        (huge({"method": "POST", "url": "/v1/responses", "custom_id": "big-2", "body": None}), "big-2"),
+        # the body first and custom_id last: found at the end of the line
+        (huge({"method": "POST", "body": None}).rstrip(b"}\n") + b'}, "custom_id": "big-3"}\n', "big-3"),
+    ],
+)
+def test_a_line_over_the_limit_keeps_its_custom_id(raw: bytes, custom_id: str) -> None:
+    assert len(raw) > 1_000_000
+    result = parse_line(raw, 9)
+    assert isinstance(result, LineError) and result.code == ErrorCode.LINE_TOO_LARGE
+    assert result.custom_id == custom_id
+    assert result.message.startswith("line 9: ")
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        # the words inside a prompt, or as a nested key, are not the line's custom_id
+        orjson.dumps({"body": {"input": 'say "custom_id": "fake"', "custom_id": "nested"}, "pad": "y" * 1_100_000})
+        + b"\n",
+        # a custom_id that is not a string is no id
+        b'{"custom_id": 12, "body": {"input": "' + b"y" * 1_100_000 + b'"}}\n',
+        # in the middle of a huge line, past what is searched: better none than a guess
+        b'{"body": {"input": "' + b"y" * 600_000 + b'"}, "custom_id": "mid", "pad": "' + b"y" * 600_000 + b'"}\n',
+        # not JSON at all
+        b"custom_id " * 120_000 + b"\n",
+    ],
+)
+def test_a_line_over_the_limit_without_a_findable_custom_id_has_none(raw: bytes) -> None:
+    result = parse_line(raw, 3)
+    assert isinstance(result, LineError) and result.code == ErrorCode.LINE_TOO_LARGE
+    assert result.custom_id is None
+
+
+def test_an_oversized_line_need_not_parse_to_give_its_custom_id() -> None:
+    # cut short, with bytes that are neither UTF-8 nor JSON after the first kilobyte: only the
+    # head is read, so the id is still found
+    raw = b'{"custom_id": "cut", "body": {"input": "' + b"y" * 1000 + b"\xff\x00{[" * 300_000 + b"\n"
+    result = parse_line(raw, 1)
+    assert isinstance(result, LineError) and result.code == ErrorCode.LINE_TOO_LARGE
+    assert result.custom_id == "cut"

@@ -6,6 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from moto import mock_aws
 from sluice.lines import split_lines
+from sluice.merge import outcome_status
 from sluice.plan import (
     JobOptions,
     PlanError,
@@ -15,7 +16,7 @@ from sluice.plan import (
     output_prefix,
     plan_lines,
 )
-from sluice.settings import Settings
+from sluice.settings import Settings, SettingsError
 
 SETTINGS = Settings(bucket="b", table="t", provider_base_url="http://x", api_key_secret_arn="arn")
 
@@ -87,6 +88,47 @@ def test_options_from_object_metadata() -> None:
     assert (budgets.rpm, budgets.tpm) == (600, 0)
     with pytest.raises(PlanError, match="unknown option"):
         JobOptions.from_metadata({"sluice-colour": "red"}, SETTINGS)
+
+
+@pytest.mark.parametrize(("raw", "rate"), [("0", 0.0), ("0.001", 0.001), ("1", 1.0), ("1e-4", 0.0001)])
+def test_max_error_rate_from_object_metadata(raw: str, rate: float) -> None:
+    assert JobOptions.from_metadata({"sluice-max-error-rate": raw}, SETTINGS).max_error_rate == rate
+
+
+@pytest.mark.parametrize("raw", ["1.5", "-0.1", "5%", "nan", ""])
+def test_a_max_error_rate_outside_0_to_1_names_the_option(raw: str) -> None:
+    with pytest.raises(PlanError, match=f"sluice-max-error-rate={raw!r}; expected a number from 0 to 1"):
+        JobOptions.from_metadata({"sluice-max-error-rate": raw}, SETTINGS)
+
+
+def test_the_max_error_rate_defaults_to_the_environments() -> None:
+    assert JobOptions.from_metadata({}, SETTINGS).max_error_rate == 0.0
+    env = {"SLUICE_BUCKET": "b", "SLUICE_TABLE": "t", "SLUICE_PROVIDER_BASE_URL": "u", "SLUICE_API_KEY_SECRET_ARN": "a"}
+    lenient = Settings.from_env({**env, "SLUICE_MAX_ERROR_RATE": "0.02"})
+    assert JobOptions.from_metadata({}, lenient).max_error_rate == 0.02
+    with pytest.raises(SettingsError, match="SLUICE_MAX_ERROR_RATE='2'"):
+        Settings.from_env({**env, "SLUICE_MAX_ERROR_RATE": "2"})
+
+
+@pytest.mark.parametrize(
+    ("errors", "requests", "rate", "status"),
+    [
+        (0, 100, 0.0, "SUCCEEDED"),
+        (1, 50_000, 0.0, "COMPLETED_WITH_ERRORS"),
+        (3, 50_000, 0.0001, "SUCCEEDED"),
+        (5, 50_000, 0.0001, "SUCCEEDED"),
+        (6, 50_000, 0.0001, "COMPLETED_WITH_ERRORS"),
+        (50, 100, 0.5, "SUCCEEDED"),
+        (51, 100, 0.5, "COMPLETED_WITH_ERRORS"),
+        (29, 100, 0.29, "SUCCEEDED"),
+        (100, 100, 1.0, "SUCCEEDED"),
+        (0, 0, 0.0, "SUCCEEDED"),
+    ],
+)
+def test_a_job_completes_with_errors_when_failed_lines_pass_its_max_error_rate(
+    errors: int, requests: int, rate: float, status: str
+) -> None:
+    assert outcome_status(errors, requests, rate) == status
 
 
 def test_a_run_stops_taking_items_once_the_job_is_cancelled() -> None:

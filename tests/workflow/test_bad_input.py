@@ -57,6 +57,8 @@ def test_every_kind_of_bad_line_is_reported_and_the_rest_runs(make_cloud, tmp_pa
     assert all(message.startswith(f"line {line}: ") for line, (_, message) in errors.items())
     assert "column" in errors[2][1] or "char" in errors[2][1]
     assert errors[6][1] == "line 6: duplicate custom_id 'ok-1' (first on line 1)"
+    # the line too large to parse still names its request, for users who join on custom_id
+    assert next(e["custom_id"] for e in run.errors if e["line"] == 11) == "huge"
     assert run.summary["counts"] == {"lines": 13, "blank": 1, "requests": 12, "results": 3, "errors": 9}
 
 
