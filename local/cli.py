@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import sys
 import textwrap
 import threading
@@ -19,7 +18,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -40,6 +39,9 @@ from local.console import (
     progress,
     say,
 )
+
+if TYPE_CHECKING:
+    from local.interrupt import CtrlC
 
 # kept importable from here: older scripts and tests use them
 __all__ = ["EXIT_INPUT", "EXIT_JOB_FAILED", "EXIT_OK", "CliError", "build_parser", "main"]
@@ -81,43 +83,20 @@ def provider(latency_s: float) -> Iterator[tuple[str, str, str]]:
         server_log.setLevel(level)
 
 
-class _CtrlC:
-    """What Ctrl-C does once the first one has cancelled the job: the second skips what is left
-    of cancelling work at the provider, the outputs are still written; the third quits at once."""
-
-    def __init__(self) -> None:
-        self.presses = 0
-        self.cancelling_at_provider = False
-        self._previous: Any = None
-
-    def first(self) -> None:
-        self.presses = 1
-        self.cancelling_at_provider = True
-        self._previous = signal.signal(signal.SIGINT, self._again)
-
-    def _again(self, signum: int, frame: Any) -> None:
-        self.presses += 1
-        if self.presses == 2 and not self.cancelling_at_provider:
-            say("\nstill writing what finished (Ctrl-C again quits without it)")
-            return
-        raise KeyboardInterrupt
-
-    def restore(self) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-
-
 def run(args: argparse.Namespace) -> int:
-    ctrl_c = _CtrlC()
+    from local.interrupt import CtrlC
+
+    ctrl_c = CtrlC()
     try:
         return _run(args, ctrl_c)
     finally:
         ctrl_c.restore()
 
 
-def _run(args: argparse.Namespace, ctrl_c: _CtrlC) -> int:
+def _run(args: argparse.Namespace, ctrl_c: CtrlC) -> int:
     from local.checks import out_dir
     from local.inputs import check_file, require_valid
+    from local.interrupt import cancel_run
 
     path = need_file(Path(args.file))
     out = out_dir(Path(args.out))
@@ -161,7 +140,7 @@ def _run(args: argparse.Namespace, ctrl_c: _CtrlC) -> int:
                 except KeyboardInterrupt:
                     interrupted = True
                     ctrl_c.first()
-                    final = _interrupted(cloud, job_id, execution, base_url, api_key, ctrl_c)
+                    final = cancel_run(cloud, job_id, execution, base_url, api_key, ctrl_c)
                 tick()
             stem = key.removeprefix("inbox/").removesuffix(".jsonl")
             written: dict[str, Path] = {}
@@ -205,54 +184,6 @@ def _local_summary(written: dict[str, Path], input_path: Path) -> dict[str, Any]
         summary["outputs"] = {kind: str(written[kind]) for kind in summary["outputs"] if kind in written}
     written["summary"].write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2))
     return summary
-
-
-def _interrupted(
-    cloud: Any, job_id: str, execution: str, base_url: str, api_key: str, ctrl_c: _CtrlC
-) -> dict[str, Any]:
-    """Ctrl-C cancels the job the way `sluice cancel` does a deployed one: what finished is
-    kept, open provider work is cancelled, the rest is in errors."""
-    try:
-        say("\ncancelling: stopping the job and cancelling open work at the provider… (Ctrl-C again skips that)")
-        _cancel_local(job_id, execution, base_url, api_key, at_provider=True)
-        ctrl_c.cancelling_at_provider = False
-        return dict(cloud.wait(execution, timeout_s=30))
-    except (KeyboardInterrupt, TimeoutError):
-        ctrl_c.cancelling_at_provider = False
-        say("\nwriting what finished, without cancelling at the provider (Ctrl-C again quits without writing)")
-        _cancel_local(job_id, execution, base_url, api_key, at_provider=False)
-        return _execution(execution)
-
-
-def _execution(arn: str) -> dict[str, Any]:
-    import boto3
-
-    from local.cloud import REGION
-
-    return dict(boto3.client("stepfunctions", region_name=REGION).describe_execution(executionArn=arn))
-
-
-def _cancel_local(job_id: str, execution: str, base_url: str, api_key: str, *, at_provider: bool) -> None:
-    from handlers.runtime import runtime
-    from sluice.cancel import JobNotFound, cancel_job
-
-    rt = runtime()
-    try:
-        report = cancel_job(
-            s3=rt.s3,
-            store=rt.store,
-            sfn=rt.sfn,
-            job_id=job_id,
-            provider=lambda: (base_url, api_key),
-            provider_cancels=at_provider,
-        )
-    except JobNotFound:
-        # interrupted before Plan made the job: nothing ran, so there is nothing to keep
-        if rt.sfn.describe_execution(executionArn=execution)["status"] == "RUNNING":
-            rt.sfn.stop_execution(executionArn=execution, error="Sluice.Cancelled", cause="interrupted")
-        return
-    if report.left_open:
-        say(f"left open at the provider: {report.left_open} batch(es) or response(s); they may still run and be billed")
 
 
 def simulator(args: argparse.Namespace) -> int:
