@@ -1,7 +1,11 @@
-"""Regenerate examples/reviews.jsonl: 2,000 product-review sentiment requests, deterministic."""
+"""Regenerate examples/reviews.jsonl: 2,000 product-review sentiment requests, deterministic.
+
+`python examples/make_reviews.py --lines 50000 --out big.jsonl` makes a bigger file of the same kind.
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
 import random
 from pathlib import Path
@@ -47,6 +51,11 @@ def build(n: int = 2000, seed: int = 7) -> list[dict[str, object]]:
 
 
 if __name__ == "__main__":
-    target = Path(__file__).with_name("reviews.jsonl")
-    target.write_text("".join(json.dumps(row) + "\n" for row in build()))
-    print(f"wrote {target}")
+    parser = argparse.ArgumentParser(description="Write a file of product-review sentiment requests.")
+    parser.add_argument("--lines", type=int, default=2000, help="how many requests (default: 2000)")
+    parser.add_argument("--out", type=Path, default=Path(__file__).with_name("reviews.jsonl"))
+    args = parser.parse_args()
+    if args.lines < 1:
+        parser.error("--lines: give 1 or more")
+    args.out.write_text("".join(json.dumps(row) + "\n" for row in build(args.lines)))
+    print(f"wrote {args.out} ({args.lines:,} requests)")

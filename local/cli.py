@@ -8,23 +8,29 @@ start fast.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import textwrap
+import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from local import checks
 from local.console import (
     EXIT_CODES_HELP,
     EXIT_INPUT,
+    EXIT_INTERNAL,
     EXIT_INTERRUPTED,
     EXIT_JOB_FAILED,
     EXIT_OK,
+    EXIT_USAGE,
     CliError,
     file_link,
     human_seconds,
@@ -34,6 +40,9 @@ from local.console import (
     progress,
     say,
 )
+
+if TYPE_CHECKING:
+    from local.interrupt import CtrlC
 
 # kept importable from here: older scripts and tests use them
 __all__ = ["EXIT_INPUT", "EXIT_JOB_FAILED", "EXIT_OK", "CliError", "build_parser", "main"]
@@ -46,27 +55,60 @@ DEPLOYED_NOTE = (
 
 @contextmanager
 def provider(latency_s: float) -> Iterator[tuple[str, str, str]]:
-    """The user's provider when OPENAI_BASE_URL and OPENAI_API_KEY are set, else the simulator."""
-    base_url = os.environ.get("OPENAI_BASE_URL")
-    api_key = os.environ.get("OPENAI_API_KEY")
-    if base_url and api_key:
-        yield base_url, api_key, f"provider: {base_url}"
+    """The user's provider when OPENAI_BASE_URL is set (with OPENAI_API_KEY, or none: a vLLM
+    server needs none), else the simulator. A user's provider is checked before anything is sent."""
+    from local.checks import NO_API_KEY, check_provider
+
+    base_url = os.environ.get("OPENAI_BASE_URL", "").strip()
+    api_key = os.environ.get("OPENAI_API_KEY", "").strip()
+    if base_url:
+        check_provider(base_url, api_key or NO_API_KEY, key_given=bool(api_key))
+        note = "" if api_key else " (OPENAI_API_KEY is not set: no API key is sent, as a vLLM server expects)"
+        yield base_url, api_key or NO_API_KEY, f"provider: {base_url}{note}"
         return
     from local.simulator import SimConfig, SimulatorServer
 
-    with SimulatorServer(SimConfig(latency_s=latency_s)) as sim:
-        yield sim.base_url, "sk-simulator", f"provider: built-in SIMULATOR at {sim.base_url} (not a real model)"
+    if api_key:
+        say(
+            "note: OPENAI_API_KEY is set but OPENAI_BASE_URL is not, so this run uses the simulator; "
+            "set OPENAI_BASE_URL=https://api.openai.com/v1 to send it to OpenAI"
+        )
+    # a run cut short stops the simulator with requests in flight, which aiohttp's server logs
+    # with a traceback; the job's outputs already say what happened to each of them
+    server_log = logging.getLogger("aiohttp.server")
+    level, server_log.level = server_log.level, logging.CRITICAL
+    try:
+        with SimulatorServer(SimConfig(latency_s=latency_s)) as sim:
+            yield sim.base_url, "sk-simulator", f"provider: built-in SIMULATOR at {sim.base_url} (not a real model)"
+    finally:
+        server_log.setLevel(level)
 
 
 def run(args: argparse.Namespace) -> int:
+    from local.interrupt import CtrlC
+
+    ctrl_c = CtrlC()
+    try:
+        return _run(args, ctrl_c)
+    finally:
+        ctrl_c.restore()
+
+
+def _run(args: argparse.Namespace, ctrl_c: CtrlC) -> int:
+    from local.checks import out_dir
+    from local.inputs import check_file, require_valid
+    from local.interrupt import cancel_run
+
     path = need_file(Path(args.file))
+    out = out_dir(Path(args.out))
+    # the same check as `submit`: a file that is not a job fails here, not as a job of errors
+    require_valid(check_file(path, quiet=args.quiet), allow_invalid=args.allow_invalid)
+
     from sluice.plan import job_id_for
 
     from local.cloud import LocalCloud, LocalSettings
     from local.report import write_report
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     settings = LocalSettings(
         concurrency=args.concurrency,
         map_concurrency=args.map_concurrency,
@@ -86,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
             key, etag = cloud.upload(path, metadata=metadata)
             job_id = job_id_for(cloud.bucket, key, etag)
             execution = cloud.start(cloud.object_created_event(key, etag), name=job_id)
+            say(f"job {job_id} started (Ctrl-C cancels it and keeps what finished)")
             with progress(total=None, unit="req", desc="running", quiet=args.quiet) as bar:
 
                 def tick() -> None:
@@ -98,12 +141,9 @@ def run(args: argparse.Namespace) -> int:
                 try:
                     final = cloud.wait(execution, on_tick=tick)
                 except KeyboardInterrupt:
-                    # Ctrl-C cancels the job the way `sluice cancel` does a deployed one: what
-                    # finished is kept, open provider work is cancelled, the rest is in errors
                     interrupted = True
-                    say("\ncancelling: stopping the job and cancelling open work at the provider…")
-                    _cancel_local(cloud, job_id, base_url, api_key)
-                    final = cloud.wait(execution, timeout_s=30)
+                    ctrl_c.first()
+                    final = cancel_run(cloud, job_id, execution, base_url, api_key, ctrl_c)
                 tick()
             stem = key.removeprefix("inbox/").removesuffix(".jsonl")
             written: dict[str, Path] = {}
@@ -120,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
                 target.write_bytes(data)
                 written[kind] = target
     wall = time.monotonic() - started
-    summary = orjson.loads(written["summary"].read_bytes()) if "summary" in written else {}
+    summary = _local_summary(written, path) if "summary" in written else {}
     counts = summary.get("counts", {})
     # the job's own word; the execution's (ABORTED for a cancelled job) only when there is none
     status = str(summary.get("status") or {"ABORTED": "CANCELLED"}.get(final["status"], final["status"]))
@@ -140,21 +180,36 @@ def run(args: argparse.Namespace) -> int:
     return job_exit_code(status)
 
 
-def _cancel_local(cloud: Any, job_id: str, base_url: str, api_key: str) -> None:
-    import boto3
-    from handlers.runtime import Runtime
-    from sluice.cancel import cancel_job
-
-    # the user cancels, with the local cloud's admin credentials, as `sluice cancel` would with theirs
-    rt = Runtime.from_session(boto3.Session())
-    cancel_job(s3=rt.s3, store=rt.store, sfn=rt.sfn, job_id=job_id, provider=lambda: (base_url, api_key))
+def _local_summary(written: dict[str, Path], input_path: Path) -> dict[str, Any]:
+    """The job's summary with the files this run wrote in place of the local bucket's keys,
+    which are gone once `sluice run` exits."""
+    summary: dict[str, Any] = orjson.loads(written["summary"].read_bytes())
+    summary["input"] = str(input_path)
+    if isinstance(summary.get("outputs"), dict):
+        summary["outputs"] = {kind: str(written[kind]) for kind in summary["outputs"] if kind in written}
+    written["summary"].write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2))
+    return summary
 
 
 def simulator(args: argparse.Namespace) -> int:
-    from local import simulator as sim
+    import asyncio
 
-    argv = ["--host", args.host, "--port", str(args.port), "--latency", str(args.latency)]
-    return int(sim.main(argv) or 0)
+    from local import simulator as sim
+    from local.sim_options import config_from
+
+    if args.rate_429 + args.rate_500 + args.rate_drop + args.rate_slow > 1:
+        raise CliError("--rate-429, --rate-500, --rate-drop and --rate-slow add up to more than 1", EXIT_USAGE)
+    try:
+        config = config_from(args)
+    except ValueError as exc:
+        raise CliError(f"simulator options: {exc}", EXIT_USAGE) from exc
+    try:
+        asyncio.run(sim.serve(args.host, args.port, config))
+    except KeyboardInterrupt:
+        return EXIT_OK
+    except OSError as exc:
+        raise CliError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", EXIT_USAGE) from exc
+    return EXIT_OK
 
 
 def estimate(args: argparse.Namespace) -> int:
@@ -211,8 +266,11 @@ def estimate(args: argparse.Namespace) -> int:
 def verify(args: argparse.Namespace) -> int:
     from sluice.verify import verify as check
 
+    from local.checks import summary_file, verify_order
+
     paths = [need_file(Path(p)) for p in (args.input, args.results, args.errors)]
-    summary = orjson.loads(need_file(Path(args.summary)).read_bytes()) if args.summary else None
+    verify_order(*paths)
+    summary = summary_file(need_file(Path(args.summary))) if args.summary else None
     with paths[0].open("rb") as inputs, paths[1].open("rb") as results, paths[2].open("rb") as errors:
         report = check(inputs, results, errors, summary)
     print(report.describe())
@@ -259,15 +317,19 @@ def _job_options(p: argparse.ArgumentParser) -> None:
         "--mode", help="how shards talk to the provider: direct, background, batch or auto (default: the environment's)"
     )
     p.add_argument("--model", help="send every request to this model, whatever its body says")
-    p.add_argument("--concurrency", type=int, help="requests in flight for the whole job")
-    p.add_argument("--map-concurrency", type=int, help="shards running at once")
-    p.add_argument("--max-attempts", type=int, help="attempts per request before it goes to errors")
+    p.add_argument("--concurrency", type=checks.positive_int, help="requests in flight for the whole job")
+    p.add_argument("--map-concurrency", type=checks.positive_int, help="shards running at once")
+    p.add_argument("--max-attempts", type=checks.positive_int, help="attempts per request before it goes to errors")
     p.add_argument(
         "--on-batch-incomplete",
         metavar="POLICY",
         help="what batch rows the provider did not finish become: direct (sent directly) or error",
     )
-    p.add_argument("--deadline-hours", type=float, help="the job must end within this many hours (auto avoids batch)")
+    p.add_argument(
+        "--deadline-hours",
+        type=checks.positive_number,
+        help="the job must end within this many hours (auto avoids batch)",
+    )
     p.add_argument("--max-error-rate", type=_error_rate, metavar="RATE", help=MAX_ERROR_RATE_HELP)
 
 
@@ -277,13 +339,25 @@ def _watch_options(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="follow the job until it ends; exit 0 if it SUCCEEDED, 9 if COMPLETED_WITH_ERRORS, 1 if not",
     )
-    p.add_argument("--interval", type=float, default=5.0, help="seconds between polls with --watch (default: 5)")
+    p.add_argument(
+        "--interval", type=checks.positive_seconds, default=5.0, help="seconds between polls with --watch (default: 5)"
+    )
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"sluice {version('sluice')}"
+    except PackageNotFoundError:
+        return "sluice (not installed: run from a source tree)"
 
 
 def build_parser() -> argparse.ArgumentParser:
     from sluice.settings import MODES
 
     from local.deployed import add_env_options
+    from local.sim_options import add_options as add_simulator_options
 
     parser = argparse.ArgumentParser(
         prog="sluice",
@@ -300,6 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = _parser(
@@ -319,13 +394,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", help="input JSONL in the OpenAI Batch input format")
     p.add_argument("--out", default="out", help="directory for results, errors, summary and report (default: out)")
     p.add_argument("--mode", choices=MODES, help="how shards talk to the provider (default: direct)")
-    p.add_argument("--concurrency", type=int, default=1000, help="requests in flight for the whole job (default: 1000)")
-    p.add_argument("--map-concurrency", type=int, default=10, help="shards running at once (default: 10)")
-    p.add_argument("--shard-lines", type=int, default=5000, help="lines per shard (default: 5000)")
-    p.add_argument("--max-attempts", type=int, default=6, help="attempts per request before it goes to errors")
-    p.add_argument("--request-timeout", type=float, default=120.0, help="seconds per attempt (default: 120)")
-    p.add_argument("--latency", type=float, default=0.05, help="simulator latency in seconds (default: 0.05)")
+    p.add_argument(
+        "--concurrency",
+        type=checks.positive_int,
+        default=1000,
+        help="requests in flight for the whole job (default: 1000)",
+    )
+    p.add_argument(
+        "--map-concurrency", type=checks.positive_int, default=10, help="shards running at once (default: 10)"
+    )
+    p.add_argument("--shard-lines", type=checks.positive_int, default=5000, help="lines per shard (default: 5000)")
+    p.add_argument(
+        "--max-attempts",
+        type=checks.positive_int,
+        default=6,
+        help="attempts per request before it goes to errors (default: 6)",
+    )
+    p.add_argument(
+        "--request-timeout", type=checks.positive_seconds, default=120.0, help="seconds per attempt (default: 120)"
+    )
+    p.add_argument("--latency", type=checks.seconds, default=0.05, help="simulator latency in seconds (default: 0.05)")
     p.add_argument("--max-error-rate", type=_error_rate, metavar="RATE", help=MAX_ERROR_RATE_HELP)
+    p.add_argument(
+        "--allow-invalid", action="store_true", help="run even if some lines are invalid (they go to errors)"
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
@@ -334,16 +426,17 @@ def build_parser() -> argparse.ArgumentParser:
         "simulator",
         "start the provider simulator alone",
         """\
-        Start the OpenAI-compatible provider SIMULATOR (not a real model) until Ctrl-C.
-        Point any OpenAI client at it, or `sluice run` with OPENAI_BASE_URL set.
+        Start the OpenAI-compatible provider SIMULATOR (not a real model) until Ctrl-C:
+        chat completions, responses (background too), embeddings, files and batches, with
+        injectable faults and RPM/TPM limits. Point any OpenAI client at it, or `sluice run`
+        with OPENAI_BASE_URL set. GET/POST /sim/config reads or changes its settings while it runs.
 
-        example:
+        examples:
           sluice simulator --port 8000
+          sluice simulator --port 8000 --rate-429 0.1 --rate-500 0.05 --jitter 0.2 --rpm 600
         """,
     )
-    s.add_argument("--host", default="127.0.0.1")
-    s.add_argument("--port", type=int, default=8000, help="port (0: any free one; the first line says which)")
-    s.add_argument("--latency", type=float, default=0.05, help="seconds per answer (default: 0.05)")
+    add_simulator_options(s)
     s.set_defaults(func=simulator)
 
     v = _parser(
@@ -382,16 +475,28 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("file", help="input JSONL in the OpenAI Batch input format")
     e.add_argument("--model", help="price every request as this model (as `submit --model` would send it)")
     e.add_argument(
-        "--output-tokens", type=int, default=300, help="assumed output tokens where max_tokens is unset (default: 300)"
+        "--output-tokens",
+        type=checks.whole_number,
+        default=300,
+        help="assumed output tokens where max_tokens is unset (default: 300)",
     )
     e.add_argument(
-        "--concurrency", type=int, default=1000, help="requests in flight, for the AWS estimate (default: 1000)"
+        "--concurrency",
+        type=checks.positive_int,
+        default=1000,
+        help="requests in flight, for the AWS estimate (default: 1000)",
     )
     e.add_argument(
-        "--latency", type=float, default=2.0, help="seconds a request takes, for the AWS estimate (default: 2)"
+        "--latency",
+        type=checks.positive_seconds,
+        default=2.0,
+        help="seconds a request takes, for the AWS estimate (default: 2)",
     )
     e.add_argument(
-        "--shard-lines", type=int, default=5000, help="lines per shard, for the AWS estimate (default: 5000)"
+        "--shard-lines",
+        type=checks.positive_int,
+        default=5000,
+        help="lines per shard, for the AWS estimate (default: 5000)",
     )
     e.add_argument("--allow-invalid", action="store_true", help="estimate the valid lines even if some are invalid")
     e.add_argument("--json", action="store_true", help="print the estimate as JSON")
@@ -447,7 +552,7 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument(
         "--input", metavar="FILE", help="with --item: find the request's line in this local copy of the input"
     )
-    st.add_argument("--limit", type=int, default=20, help="how many recent jobs to list (default: 20)")
+    st.add_argument("--limit", type=checks.positive_int, default=20, help="how many recent jobs to list (default: 20)")
     st.add_argument("--json", action="store_true", help="print JSON instead of text")
     _watch_options(st)
     st.add_argument("--quiet", action="store_true", help="no progress bar with --watch")
@@ -521,7 +626,43 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line_thread_errors(args: threading.ExceptHookArgs) -> None:
+    """A background thread's crash (moto's interpreter, the simulator) as one line, not a traceback:
+    what it means for the job shows in its outputs."""
+    if os.environ.get("SLUICE_DEBUG"):
+        threading.__excepthook__(args)
+    elif args.exc_type is not SystemExit:
+        name = args.thread.name if args.thread else "a thread"
+        print(f"sluice: {name} stopped: {args.exc_type.__name__}: {args.exc_value}", file=sys.stderr)
+
+
+class _OneLine(logging.Formatter):
+    """A library's warning or error as one line; its traceback only with SLUICE_DEBUG=1."""
+
+    def __init__(self) -> None:
+        super().__init__("sluice: %(name)s: %(message)s")
+
+    def formatException(self, ei: Any) -> str:
+        return super().formatException(ei) if os.environ.get("SLUICE_DEBUG") else ""
+
+    def formatStack(self, stack_info: str) -> str:
+        return super().formatStack(stack_info) if os.environ.get("SLUICE_DEBUG") else ""
+
+
 def main(argv: list[str] | None = None) -> int:
+    previous, threading.excepthook = threading.excepthook, _one_line_thread_errors
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_OneLine())
+    handler.setLevel(logging.WARNING)
+    logging.getLogger().addHandler(handler)
+    try:
+        return _main(argv)
+    finally:
+        threading.excepthook = previous
+        logging.getLogger().removeHandler(handler)
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
@@ -535,6 +676,26 @@ def main(argv: list[str] | None = None) -> int:
         # the reader (`| head`) has gone; keep Python from complaining again when it flushes stdout
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + 13
+    except OSError as exc:
+        if exc.filename is None:
+            return _unexpected(exc)
+        print(f"sluice: {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_INPUT
+    except Exception as exc:
+        return _unexpected(exc)
+
+
+def _unexpected(exc: BaseException) -> int:
+    """Nothing the user did explains this one: one line and exit 70; the traceback on request."""
+    if os.environ.get("SLUICE_DEBUG"):
+        traceback.print_exception(exc)
+    else:
+        print(
+            f"sluice: internal error: {type(exc).__name__}: {exc}\n"
+            "sluice: this is a bug in sluice; run again with SLUICE_DEBUG=1 for the details to report",
+            file=sys.stderr,
+        )
+    return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

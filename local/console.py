@@ -18,21 +18,24 @@ EXIT_NOT_READY = 7
 EXIT_PROVIDER = 8
 EXIT_COMPLETED_WITH_ERRORS = 9
 EXIT_INTERRUPTED = 130
+EXIT_INTERNAL = 70
 
 EXIT_CODES_HELP = """\
 exit codes:
   0    done (for `run`, `status --watch`, `submit --watch`: the job SUCCEEDED)
   1    the job ended FAILED or CANCELLED (`verify`: the outputs miss or repeat lines)
   2    bad arguments or options
-  3    input file missing, unreadable or not valid JSONL (the first bad lines are listed)
+  3    a file missing or unreadable, or input not valid JSONL (the first bad lines are listed)
   4    unknown environment: no CloudFormation stack Sluice-<env>, or it lacks an output
   5    AWS: no credentials or region, access denied, or another AWS error
   6    not found: no such job, request (custom_id) or output
   7    not ready: the job is still running
-  8    cancel: the job is cancelled, but the provider refused some cancels (listed)
+  8    provider: `run` could not reach it or it refused the key (nothing was sent);
+       `cancel`: the job is cancelled, but the provider refused some cancels (listed)
   9    the job ended COMPLETED_WITH_ERRORS: every line is in the outputs, but more failed
        than --max-error-rate allows (default 0: any failed line)
-  130  interrupted (Ctrl-C)
+  70   internal error: a bug in sluice (SLUICE_DEBUG=1 shows the traceback; please report it)
+  130  interrupted (Ctrl-C); `run` still writes what finished, the rest is in errors as `cancelled`
 """
 
 

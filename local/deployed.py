@@ -231,8 +231,52 @@ def _environments(cfn: Any) -> list[str]:
     return sorted(names)
 
 
+LOCAL_JOB_HINT = (
+    "a job id printed by `sluice run` is a local job: a local run keeps nothing once it exits, "
+    "and its outputs are in that run's --out directory (default: out/)"
+)
+
+
+def local_job_outputs(job_id: str, where: tuple[Path, ...] = (Path("out"), Path("."))) -> list[Path] | None:
+    """The files a local `sluice run` of `job_id` wrote, if its summary is in ./out or here."""
+    for folder in where:
+        if not folder.is_dir():
+            continue
+        for summary in sorted(folder.glob("*.summary.json"))[:500]:
+            try:
+                found = orjson.loads(summary.read_bytes()).get("job_id") == job_id
+            except (OSError, orjson.JSONDecodeError, AttributeError):
+                continue
+            if found:
+                stem = summary.name.removesuffix(".summary.json")
+                kinds = (".results.jsonl", ".errors.jsonl", ".summary.json", ".report.html")
+                return [folder / (stem + k) for k in kinds if (folder / (stem + k)).exists()]
+    return None
+
+
+def refuse_local_job(job_id: str | None) -> None:
+    """A local job id given to a deployed command: say what it is and where its outputs are."""
+    if not job_id:
+        return
+    files = local_job_outputs(job_id)
+    if files is not None:
+        raise CliError(
+            f"{job_id} is a local job (from `sluice run`): a local run keeps nothing once it exits, so no "
+            f"environment knows it. Its outputs are here: {', '.join(str(f) for f in files)}",
+            EXIT_NOT_FOUND,
+        )
+
+
 def deployment(args: argparse.Namespace) -> Deployment:
-    dep = connect(args.env, region=args.region, profile=args.profile)
+    job_id = getattr(args, "job", None)
+    refuse_local_job(job_id)
+    try:
+        with aws_errors():
+            dep = connect(args.env, region=args.region, profile=args.profile)
+    except CliError as exc:
+        if job_id and exc.code == EXIT_AWS:
+            raise CliError(f"{exc}\n(and if {job_id} came from `sluice run`: {LOCAL_JOB_HINT})", exc.code) from exc
+        raise
     say(f"environment {dep.env}: stack {dep.stack} in {dep.region}")
     return dep
 
@@ -339,7 +383,7 @@ def job_or_fail(dep: Deployment, job_id: str) -> dict[str, Any]:
     if job is None:
         raise CliError(
             f"no job {job_id!r} in {dep.stack} (`sluice status --env {dep.env}` lists recent jobs; a job just "
-            "submitted appears when its Plan starts, `--watch` waits for it)",
+            f"submitted appears when its Plan starts, `--watch` waits for it; {LOCAL_JOB_HINT})",
             EXIT_NOT_FOUND,
         )
     return job
@@ -671,8 +715,10 @@ def item_status(dep: Deployment, job_id: str, custom_id: str, input_path: Path |
 def results(args: argparse.Namespace) -> int:
     from sluice.plan import output_prefix
 
+    from local.checks import out_dir
     from local.report import write_report
 
+    out_dir(Path(args.out))
     dep = deployment(args)
     job = job_or_fail(dep, args.job)
     status_ = str(job.get("status"))
@@ -684,8 +730,7 @@ def results(args: argparse.Namespace) -> int:
         )
     prefix = output_prefix(str(job["key"]))
     stem = prefix.rsplit("/", 1)[-1]
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = out_dir(Path(args.out))
     written: dict[str, Path] = {}
     for kind, suffix in OUTPUT_SUFFIXES:
         key = prefix + suffix

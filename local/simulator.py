@@ -1673,35 +1673,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="sluice simulator", description="Run the OpenAI-compatible provider simulator."
     )
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--latency", type=float, default=SimConfig.latency_s, help="seconds per answer")
-    parser.add_argument("--jitter", type=float, default=0.0, help="extra 0..JITTER seconds per answer")
-    parser.add_argument("--rate-429", type=float, default=0.0)
-    parser.add_argument("--rate-500", type=float, default=0.0)
-    parser.add_argument("--rate-drop", type=float, default=0.0)
-    parser.add_argument("--rate-slow", type=float, default=0.0)
-    parser.add_argument("--rpm", type=int, default=0, help="requests per minute limit (0 = none)")
-    parser.add_argument("--tpm", type=int, default=0, help="tokens per minute limit (0 = none)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--api-key", default=None, help="accept only this bearer token")
-    parser.add_argument("--webhook-url", default=None)
-    parser.add_argument("--webhook-secret", default=None, help="whsec_... used to sign webhooks")
+    from local.sim_options import add_options, config_from
+
+    add_options(parser)
     args = parser.parse_args(argv)
-    config = SimConfig(
-        latency_s=args.latency,
-        jitter_s=args.jitter,
-        rate_429=args.rate_429,
-        rate_500=args.rate_500,
-        rate_drop=args.rate_drop,
-        rate_slow=args.rate_slow,
-        rpm_limit=args.rpm,
-        tpm_limit=args.tpm,
-        seed=args.seed,
-        api_key=args.api_key,
-        webhook_url=args.webhook_url,
-        webhook_secret=args.webhook_secret,
-    )
+    try:
+        config = config_from(args)
+    except ValueError as exc:
+        parser.error(str(exc))
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(args.host, args.port, config))
     return 0

@@ -60,6 +60,8 @@ class CancelReport:
     already_ended: int = 0
     # "<id>: <why>" for each cancel the provider did not accept
     provider_failures: list[str] = field(default_factory=list)
+    # batches and responses not cancelled because the caller asked to skip the provider
+    left_open: int = 0
     summary: dict[str, Any] | None = None
 
 
@@ -166,9 +168,12 @@ def cancel_job(
     reason: str = "cancelled by the user",
     concurrency: int = 32,
     session_factory: Callable[[int], aiohttp.ClientSession] = make_session,
+    provider_cancels: bool = True,
 ) -> CancelReport:
     """Cancel one job. `provider()` returns (base_url, api_key); it is called only when the
-    provider has open work, so a direct-mode job cancels without reading the secret."""
+    provider has open work, so a direct-mode job cancels without reading the secret.
+    `provider_cancels=False` leaves that work open and only ends the job with what finished
+    (a user who will not wait for the provider)."""
     job = store.job(job_id)
     if job is None:
         raise JobNotFound(job_id)
@@ -179,7 +184,9 @@ def cancel_job(
     report = CancelReport(job_id, "CANCELLED", execution_stopped=_stop_execution(sfn, job.get("execution"), reason))
 
     work = open_provider_work(store, job_id)
-    if work:
+    if work and not provider_cancels:
+        report.left_open = len(work.batches) + len(work.responses)
+    elif work:
         base_url, api_key = provider()
         cancels, checks = asyncio.run(
             cancel_at_provider(

@@ -80,8 +80,8 @@ def test_run_writes_the_outputs_and_a_report_linked_from_the_last_line(tmp_path:
     lines[4] = b'{"custom_id": "r-4", "method": "POST",\n'
     path = write_jsonl(tmp_path / "local.jsonl", lines)
     out = tmp_path / "out"
-    # the one bad line is within the job's allowance, so it SUCCEEDED
-    args = ("--shard-lines", "10", "--latency", "0.01", "--max-error-rate", "0.05")
+    # the one bad line is allowed in, and within the job's allowance, so it SUCCEEDED
+    args = ("--shard-lines", "10", "--latency", "0.01", "--allow-invalid", "--max-error-rate", "0.05")
     done = sluice("run", str(path), "--out", str(out), *args, env=clean_env())
 
     assert done.returncode == 0, done.stderr

@@ -1,0 +1,193 @@
+"""What `sluice` checks before it starts work: option values, the output directory, the files a
+command was given, the provider. Each failure is one line that names what to fix, and an exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from local.console import EXIT_INPUT, EXIT_PROVIDER, EXIT_USAGE, CliError
+
+# What a provider without an API key (a vLLM server started without --api-key) is sent: it
+# ignores the header, and vLLM's own examples use this value.
+NO_API_KEY = "EMPTY"
+PROVIDER_CHECK_TIMEOUT_S = 10.0
+
+
+def _parsed(text: str, kind: type) -> Any:
+    try:
+        value = kind(text)
+    except ValueError:
+        what = "a whole number" if kind is int else "a number"
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+    if kind is float and not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
+def positive_int(text: str) -> int:
+    value: int = _parsed(text, int)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not allowed: give 1 or more")
+    return value
+
+
+def whole_number(text: str) -> int:
+    """0 or more (rpm and tpm budgets, where 0 means none; seeds)."""
+    value: int = _parsed(text, int)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is not allowed: give 0 or more")
+    return value
+
+
+def port(text: str) -> int:
+    value: int = _parsed(text, int)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text} is not a TCP port: give 0 (any free port) to 65535")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    value: float = _parsed(text, float)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} is not allowed: give a number of seconds above 0")
+    return value
+
+
+def seconds(text: str) -> float:
+    """0 or more seconds (a latency or jitter, where 0 means none)."""
+    value: float = _parsed(text, float)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is not allowed: give 0 or more seconds")
+    return value
+
+
+def positive_number(text: str) -> float:
+    value: float = _parsed(text, float)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} is not allowed: give a number above 0")
+    return value
+
+
+def fraction(text: str) -> float:
+    value: float = _parsed(text, float)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text} is not a share: give 0 to 1 (0.1 is 10%)")
+    return value
+
+
+def out_dir(path: Path, flag: str = "--out") -> Path:
+    """The directory outputs go to, made if missing; checked before any work is done."""
+    if path.exists() and not path.is_dir():
+        raise CliError(
+            f"{flag} {path}: is a file, not a directory (give a directory; it is made if missing)", EXIT_USAGE
+        )
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CliError(f"{flag} {path}: cannot make the directory: {exc.strerror}", EXIT_USAGE) from exc
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise CliError(f"{flag} {path}: this user cannot write there", EXIT_USAGE)
+    return path
+
+
+def check_provider(
+    base_url: str, api_key: str, *, key_given: bool = True, timeout_s: float = PROVIDER_CHECK_TIMEOUT_S
+) -> None:
+    """One GET of `{base_url}/models` before anything is sent: a provider that cannot be reached,
+    or that refuses the key, would otherwise turn every line of the job into an error.
+
+    Any other answer (a 404 from a server without /models, a 5xx) means it is there; the job's
+    own retries deal with the rest.
+    """
+    import socket
+    import urllib.error
+    import urllib.request
+
+    if not base_url.startswith(("http://", "https://")):
+        raise CliError(
+            f"OPENAI_BASE_URL={base_url!r} is not an http(s) URL (e.g. https://api.openai.com/v1)", EXIT_USAGE
+        )
+    # the same header the job will send, so the key is checked as the job will use it
+    headers = {"User-Agent": "sluice-check", "Authorization": f"Bearer {api_key}"}
+    request = urllib.request.Request(base_url.rstrip("/") + "/models", headers=headers)
+    # the job's HTTP client connects directly, whatever HTTP(S)_PROXY says; so does the check
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with direct.open(request, timeout=timeout_s):
+            return
+    except urllib.error.HTTPError as exc:
+        if exc.code in (401, 403):
+            key = "OPENAI_API_KEY" if key_given else "to answer without an API key (OPENAI_API_KEY is not set)"
+            raise CliError(
+                f"provider {base_url} refused {key}: HTTP {exc.code} on GET /models; nothing was sent",
+                EXIT_PROVIDER,
+            ) from exc
+        return
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        if isinstance(reason, socket.timeout | TimeoutError):
+            why = f"no answer within {timeout_s:g} s"
+        elif isinstance(reason, socket.gaierror):
+            why = "its host name does not resolve"
+        else:
+            why = str(getattr(reason, "strerror", None) or reason)
+        raise CliError(
+            f"provider {base_url} is not reachable ({why}); nothing was sent. Check OPENAI_BASE_URL, "
+            "or unset it to use the built-in simulator",
+            EXIT_PROVIDER,
+        ) from exc
+
+
+def _kind_of(path: Path) -> str | None:
+    """What the first non-blank line of a JSONL file looks like: input, results, errors, or None."""
+    with path.open("rb") as fh:
+        for raw in fh:
+            if not raw.strip():
+                continue
+            try:
+                record = orjson.loads(raw.removeprefix(b"\xef\xbb\xbf"))
+            except orjson.JSONDecodeError:
+                return None
+            if not isinstance(record, dict):
+                return None
+            if record.get("error") is not None:
+                return "errors"
+            if "response" in record:
+                return "results"
+            if "method" in record or "url" in record or "body" in record:
+                return "input"
+            return None
+    return None
+
+
+def verify_order(input_path: Path, results_path: Path, errors_path: Path) -> None:
+    """`sluice verify` takes INPUT RESULTS ERRORS; files given in another order would only show
+    as a page of breaches, so say that they look swapped."""
+    given = {"INPUT": input_path, "RESULTS": results_path, "ERRORS": errors_path}
+    wrong = []
+    for slot, path in given.items():
+        kind = _kind_of(path)
+        if kind is not None and kind != slot.lower():
+            wrong.append(f"{slot} {path} looks like {'an' if kind[0] in 'aeiou' else 'a'} {kind} file")
+    if wrong:
+        raise CliError(
+            "the files look swapped: " + "; ".join(wrong) + ". The order is: sluice verify INPUT RESULTS ERRORS",
+            EXIT_USAGE,
+        )
+
+
+def summary_file(path: Path) -> dict[str, Any]:
+    try:
+        summary = orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError as exc:
+        raise CliError(f"--summary {path}: not a job summary (not one JSON object: {exc})", EXIT_INPUT) from exc
+    if not isinstance(summary, dict) or "counts" not in summary:
+        raise CliError(f"--summary {path}: not a job summary (no counts)", EXIT_INPUT)
+    return summary

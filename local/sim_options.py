@@ -1,0 +1,64 @@
+"""The simulator's command-line options, shared by `sluice simulator` and `python -m local.simulator`.
+
+Kept apart from the simulator so that `sluice --help` need not import aiohttp.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from local import checks
+
+if TYPE_CHECKING:
+    from local.simulator import SimConfig
+
+
+def add_options(parser: argparse.ArgumentParser) -> None:
+    """The simulator's command-line options, shared by `sluice simulator` and `python -m local.simulator`."""
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    parser.add_argument(
+        "--port", type=checks.port, default=8000, help="port (0: any free one; the first line says which)"
+    )
+    answers = parser.add_argument_group("answers")
+    answers.add_argument("--latency", type=checks.seconds, default=0.05, help="seconds per answer (default: 0.05)")
+    answers.add_argument(
+        "--jitter", type=checks.seconds, default=0.0, help="each answer waits up to this many seconds more"
+    )
+    answers.add_argument("--seed", type=checks.whole_number, default=0, help="seed of every random choice (default: 0)")
+    answers.add_argument("--api-key", default=None, help="accept only this bearer token (default: any)")
+    faults = parser.add_argument_group("faults (shares of requests, 0 to 1; together at most 1)")
+    faults.add_argument("--rate-429", type=checks.fraction, default=0.0, help="answered 429 with Retry-After")
+    faults.add_argument("--retry-after", type=checks.seconds, default=1.0, help="Retry-After of those 429s (s)")
+    faults.add_argument("--rate-500", type=checks.fraction, default=0.0, help="answered 500")
+    faults.add_argument("--rate-drop", type=checks.fraction, default=0.0, help="connection dropped without an answer")
+    faults.add_argument("--rate-slow", type=checks.fraction, default=0.0, help="answered after --slow seconds")
+    faults.add_argument("--slow", type=checks.seconds, default=5.0, help="seconds of a slow answer")
+    limits = parser.add_argument_group("rate limits (answered 429 with x-ratelimit-* headers)")
+    limits.add_argument("--rpm", type=checks.whole_number, default=0, help="requests per minute (0: none)")
+    limits.add_argument("--tpm", type=checks.whole_number, default=0, help="tokens per minute (0: none)")
+    hooks = parser.add_argument_group("webhooks")
+    hooks.add_argument("--webhook-url", default=None, help="where to send response.* and batch.* events")
+    hooks.add_argument("--webhook-secret", default=None, help="whsec_... used to sign them (default: unsigned)")
+
+
+def config_from(args: argparse.Namespace) -> SimConfig:
+    """The options as a SimConfig; ValueError names what does not fit together."""
+    from local import simulator
+
+    return simulator.SimConfig(
+        latency_s=args.latency,
+        jitter_s=args.jitter,
+        rate_429=args.rate_429,
+        retry_after_s=args.retry_after,
+        rate_500=args.rate_500,
+        rate_drop=args.rate_drop,
+        rate_slow=args.rate_slow,
+        slow_s=args.slow,
+        rpm_limit=args.rpm,
+        tpm_limit=args.tpm,
+        seed=args.seed,
+        api_key=args.api_key,
+        webhook_url=args.webhook_url,
+        webhook_secret=args.webhook_secret,
+    )
