@@ -30,7 +30,6 @@ from local.console import (
     human_seconds,
     human_usd,
     need_file,
-    progress,
     say,
 )
 
@@ -62,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
     from sluice.plan import job_id_for
 
     from local.cloud import LocalCloud, LocalSettings
+    from local.progress import Display, LiveCounts
     from local.report import write_report
 
     out = Path(args.out)
@@ -78,19 +78,19 @@ def run(args: argparse.Namespace) -> int:
     interrupted = False
     with provider(args.latency) as (base_url, api_key, label):
         say(label)
-        cloud = LocalCloud(provider_base_url=base_url, api_key=api_key, settings=settings)
+        counts = LiveCounts()
+        cloud = LocalCloud(provider_base_url=base_url, api_key=api_key, settings=settings, progress=counts)
         with cloud.running():
             key, etag = cloud.upload(path, metadata=metadata)
             job_id = job_id_for(cloud.bucket, key, etag)
             execution = cloud.start(cloud.object_created_event(key, etag), name=job_id)
-            with progress(total=None, unit="req", desc="running", quiet=args.quiet) as bar:
+            with Display(counts, quiet=args.quiet):
 
                 def tick() -> None:
-                    job = cloud.job(job_id) or {}
-                    if bar.total is None and job.get("requests") is not None:
-                        bar.total = job["requests"]
-                        bar.refresh()
-                    bar.update(int(job.get("done", 0)) + int(job.get("failed", 0)) - bar.n)
+                    # the display redraws on its own thread; the job row is read only until Plan has counted the lines
+                    if counts.total is None:
+                        requests = (cloud.job(job_id) or {}).get("requests")
+                        counts.total = int(requests) if requests is not None else None
 
                 try:
                     final = cloud.wait(execution, on_tick=tick)
@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     counts = summary.get("counts", {})
     say(
         f"job {job_id}: {final['status']} in {human_seconds(wall)} — "
-        f"{counts.get('results', 0)} results, {counts.get('errors', 0)} errors"
+        f"{counts.get('results', 0)} results, {counts.get('errors', 0)} errors{_usage(summary)}"
     )
     if summary.get("error"):
         say(f"error: {summary['error']}")
@@ -133,6 +133,17 @@ def run(args: argparse.Namespace) -> int:
     if interrupted:
         return EXIT_INTERRUPTED
     return EXIT_OK if final["status"] == "SUCCEEDED" else EXIT_JOB_FAILED
+
+
+def _usage(summary: dict[str, Any]) -> str:
+    """`, 43,210 tokens (41,000 in, 2,210 out), $0.0077 at list prices (est.)`: what the job used."""
+    tokens = summary.get("tokens") or {}
+    if not tokens:
+        return ""
+    tokens_in, tokens_out = int(tokens.get("input", 0)), int(tokens.get("output", 0))
+    text = f", {tokens_in + tokens_out:,} tokens ({tokens_in:,} in, {tokens_out:,} out)"
+    cost = (summary.get("cost_estimate_usd") or {}).get("provider")
+    return text + (f", {human_usd(cost)} at list prices (est.)" if cost is not None else "")
 
 
 def _cancel_local(cloud: Any, job_id: str, base_url: str, api_key: str) -> None:

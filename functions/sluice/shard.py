@@ -22,6 +22,7 @@ from .background import poll_request, settle, submit_request
 from .engine import EngineSettings, EngineStats, fan_out
 from .lines import LineError, parse_line, split_lines
 from .model import ErrorCode, Outcome, Request
+from .progress import ProgressSink
 from .records import error_record, outcome_record
 from .retry import RetryPolicy
 from .settings import Settings
@@ -189,8 +190,13 @@ class PartWriter:
         run: int,
         every: int = 1000,
         item_rows_for_results: bool = True,
+        progress: ProgressSink | None = None,
+        batch: bool = False,
     ) -> None:
         self._s3 = s3
+        self._progress = progress
+        # outcomes the Batch API answered: the progress display prices them at the batch rate
+        self._batch = batch
         # direct mode keeps item rows for failures only: a result is in the results file, and a
         # row per success was the largest cost of a direct shard
         self._item_rows_for_results = item_rows_for_results
@@ -212,6 +218,8 @@ class PartWriter:
         chunk.rows.append(b"%d\t%s\t%s\n" % (outcome.line, kind, outcome_record(self._spec.job_id, outcome)))
         chunk.stats.add_outcome(outcome)
         self._count(outcome.ok)
+        if self._progress is not None:
+            self._progress.outcome(outcome, batch=self._batch, waited=self._batch or provider_id is not None)
         if outcome.ok and not self._item_rows_for_results:
             self._maybe_cut(len(chunk.rows))
             return
@@ -232,6 +240,8 @@ class PartWriter:
         self._chunk.rows.append(b"%d\te\t%s\n" % (error.line, record))
         self._chunk.stats.add_error(error.code)
         self._count(False)
+        if self._progress is not None:
+            self._progress.invalid(error.code)
         self._maybe_cut()
 
     def add_pending(self, item: ItemState) -> None:
@@ -239,6 +249,8 @@ class PartWriter:
         self._chunk.items.append(item)
         self._chunk.waiting += 1
         self.pending += 1
+        if self._progress is not None:
+            self._progress.waiting(1)
         self._maybe_cut()
 
     def _count(self, ok: bool) -> None:
@@ -340,6 +352,8 @@ class ShardContext:
     api_key: str
     remaining_s: Callable[[], float]
     session_factory: Callable[[int], aiohttp.ClientSession]
+    # in-process listener for live progress (the local cloud's display); deployed, there is none
+    progress: ProgressSink | None = None
 
 
 def _engine_settings(spec: ShardSpec, settings: Settings) -> EngineSettings:
@@ -417,7 +431,14 @@ def _pending(spec: ShardSpec, writer: PartWriter, skip: set[int], s3: Any) -> It
 async def run_direct(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any]:
     started = time.monotonic()
     checkpoint = load_checkpoint(ctx.s3, spec)
-    writer = PartWriter(s3=ctx.s3, store=ctx.store, spec=spec, run=checkpoint.runs + 1, item_rows_for_results=False)
+    writer = PartWriter(
+        s3=ctx.s3,
+        store=ctx.store,
+        spec=spec,
+        run=checkpoint.runs + 1,
+        item_rows_for_results=False,
+        progress=ctx.progress,
+    )
     stopper = Stopper(ctx, spec.job_id)
     stats = await _fan_out(ctx, spec, _pending(spec, writer, checkpoint.done, ctx.s3), writer.add_outcome, stopper)
     finished = not stats.stopped_early
@@ -445,7 +466,7 @@ async def submit_background(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any
     checkpoint = load_checkpoint(ctx.s3, spec)
     skip = set(checkpoint.done)
     skip.update(i.line for i in ctx.store.items(spec.job_id, spec.first_line, spec.last_line) if i.provider_id)
-    writer = PartWriter(s3=ctx.s3, store=ctx.store, spec=spec, run=checkpoint.runs + 1)
+    writer = PartWriter(s3=ctx.s3, store=ctx.store, spec=spec, run=checkpoint.runs + 1, progress=ctx.progress)
 
     def sink(outcome: Outcome) -> None:
         if not outcome.ok or not isinstance(outcome.body, dict):
@@ -488,7 +509,7 @@ async def collect_background(ctx: ShardContext, spec: ShardSpec) -> dict[str, An
         for i in ctx.store.items(spec.job_id, spec.first_line, spec.last_line)
         if i.status in ("submitted", "settled") and i.provider_id and i.line not in checkpoint.done
     }
-    writer = PartWriter(s3=ctx.s3, store=ctx.store, spec=spec, run=checkpoint.runs + 1)
+    writer = PartWriter(s3=ctx.s3, store=ctx.store, spec=spec, run=checkpoint.runs + 1, progress=ctx.progress)
     still: list[int] = []
     # items a webhook settled were already counted off the shard's wait; the rest are counted here
     unsettled_done = 0
