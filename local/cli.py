@@ -80,11 +80,12 @@ def run(args: argparse.Namespace) -> int:
         say(label)
         counts = LiveCounts()
         cloud = LocalCloud(provider_base_url=base_url, api_key=api_key, settings=settings, progress=counts)
-        with cloud.running():
+        display = Display(counts, quiet=args.quiet)
+        with display.starting("starting the local cloud (moto, in this process)"), cloud.running():
             key, etag = cloud.upload(path, metadata=metadata)
             job_id = job_id_for(cloud.bucket, key, etag)
             execution = cloud.start(cloud.object_created_event(key, etag), name=job_id)
-            with Display(counts, quiet=args.quiet):
+            with display:
 
                 def tick() -> None:
                     # the display redraws on its own thread; the job row is read only until Plan has counted the lines

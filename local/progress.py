@@ -9,12 +9,14 @@ comes from the job row, once Plan has written it.
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TextIO
 
@@ -28,6 +30,8 @@ from local.console import human_usd
 RATE_WINDOW_S = 10.0
 # the display redraws at least this often, whether or not a line finished
 REFRESH_S = 0.5
+BAR_CELLS = 20
+PLANNING = "planning: reading and checking the input"
 
 
 @dataclass(frozen=True)
@@ -159,11 +163,14 @@ def clock(seconds: float | None) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
-def format_line(snapshot: Snapshot, *, rate: float | None, eta_s: float | None, width: int) -> str:
-    """One status line no wider than `width`: what matters most is kept when the terminal is narrow."""
+def format_line(
+    snapshot: Snapshot, *, rate: float | None, eta_s: float | None, width: int, phase: str = "planning"
+) -> str:
+    """One status line no wider than `width`: what matters most is kept when the terminal is narrow.
+    Until the job knows its total, the line says what it is doing (`phase`)."""
     s = snapshot
     if s.total is None:
-        return f"{clock(s.elapsed_s)} planning: reading and checking the input"[:width]
+        return f"{clock(s.elapsed_s)} {phase}…"[:width]
     fields = [
         f"{rate:,.0f} req/s" if rate is not None else "— req/s",
         f"ETA {clock(eta_s)}" if s.done < s.total else "",
@@ -176,10 +183,9 @@ def format_line(snapshot: Snapshot, *, rate: float | None, eta_s: float | None, 
     percent = f"{100 * s.done / s.total:3.0f}%" if s.total else ""
     head = f"{clock(s.elapsed_s)} {s.done:,}/{s.total:,} {percent}".rstrip()
     tail = " · ".join(f for f in fields if f)
-    # the bar takes what the figures leave, and goes first when they need the room
-    room = width - len(head) - len(tail) - 5
-    if s.total and room >= 10:
-        cells = min(room, 30)
+    # a bar of fixed width (so it does not twitch as the figures change), dropped first when room is short
+    if s.total and width - len(head) - len(tail) - 5 >= BAR_CELLS:
+        cells = BAR_CELLS
         filled = cells * s.done / s.total
         bar = "█" * int(filled) + ("▌" if filled - int(filled) >= 0.5 else "")
         return f"{head} |{bar:<{cells}}| {tail}"
@@ -209,49 +215,79 @@ class Display:
         self._stream = stream or sys.stderr
         self.enabled = not quiet and _is_terminal(self._stream)
         self._refresh_s = refresh_s
-        self._width = width or (lambda: shutil.get_terminal_size((100, 24)).columns)
+        self._width = width or self._terminal_width
         self._meter = RateMeter()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._screen = threading.Lock()
         self._drawn = False
+        # what the line says before Plan has counted the lines
+        self.phase = PLANNING
+
+    def _terminal_width(self) -> int:
+        try:
+            return os.get_terminal_size(self._stream.fileno()).columns
+        except (AttributeError, OSError, ValueError):
+            return shutil.get_terminal_size((100, 24)).columns
 
     def render(self) -> str:
         snapshot = self._counts.snapshot()
-        self._meter.add(snapshot.elapsed_s, snapshot.done)
+        if snapshot.total is not None:
+            # the rate counts from the plan, not from the start of the local cloud
+            self._meter.add(snapshot.elapsed_s, snapshot.done)
         remaining = snapshot.total - snapshot.done if snapshot.total is not None else 0
         # the last column stays empty: some terminals wrap a line that fills the width
         width = max(self._width() - 1, 20)
-        return format_line(snapshot, rate=self._meter.rate(), eta_s=self._meter.eta_s(remaining), width=width)
+        return format_line(
+            snapshot, rate=self._meter.rate(), eta_s=self._meter.eta_s(remaining), width=width, phase=self.phase
+        )
 
     def draw(self) -> None:
         line = self.render()
-        self._stream.write("\r" + line + "\x1b[K")
-        self._stream.flush()
-        self._drawn = True
+        with self._screen:
+            if not self._stop.is_set():
+                self._stream.write("\r" + line + "\x1b[K")
+                self._stream.flush()
+                self._drawn = True
 
     def _loop(self) -> None:
         while not self._stop.wait(self._refresh_s):
             self.draw()
 
-    def __enter__(self) -> Display:
-        if self.enabled:
+    def start(self) -> None:
+        if self.enabled and self._thread is None:
             self.draw()
             self._thread = threading.Thread(target=self._loop, name="progress", daemon=True)
             self._thread.start()
-        return self
 
-    def clear(self) -> None:
-        """Take the line off the screen (before other output, and at the end)."""
-        if self._drawn:
-            self._stream.write("\r\x1b[K")
-            self._stream.flush()
-            self._drawn = False
-
-    def __exit__(self, *exc: Any) -> None:
+    def stop(self) -> None:
+        """Stop redrawing and take the line off the screen, so what follows starts on a clean line."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        self.clear()
+        with self._screen:
+            if self._drawn:
+                self._stream.write("\r\x1b[K")
+                self._stream.flush()
+                self._drawn = False
+
+    @contextmanager
+    def starting(self, phase: str) -> Iterator[Display]:
+        """Show `phase` with a running clock until the job starts (or this block ends)."""
+        self.phase = phase
+        self.start()
+        try:
+            yield self
+        finally:
+            self.stop()
+
+    def __enter__(self) -> Display:
+        self.phase = PLANNING
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
 
 
 def _is_terminal(stream: TextIO) -> bool:

@@ -129,7 +129,7 @@ def test_background_and_batch_show_what_the_provider_still_holds() -> None:
 
 
 def test_before_plan_has_counted_the_lines_the_line_says_so() -> None:
-    assert format_line(_snapshot(total=None), rate=None, eta_s=None, width=100).startswith("0:12 planning")
+    assert format_line(_snapshot(total=None), rate=None, eta_s=None, width=100, phase="planning") == "0:12 planning…"
 
 
 def test_rate_is_over_the_last_seconds_so_a_stall_shows() -> None:
