@@ -430,6 +430,8 @@ async def _collect_one(
         "unfinished": not_run,
         # rows left for RunShard to send directly
         "left": len(left),
+        # created to ended, in the provider's whole seconds: what a batch row waits instead of a latency
+        "turnaround_s": latency_s if ended else None,
     }
 
 

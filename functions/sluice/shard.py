@@ -195,7 +195,7 @@ class PartWriter:
     ) -> None:
         self._s3 = s3
         self._progress = progress
-        # outcomes the Batch API answered: the progress display prices them at the batch rate
+        # outcomes the Batch API answered: priced at the batch rate, and without a latency of their own
         self._batch = batch
         # direct mode keeps item rows for failures only: a result is in the results file, and a
         # row per success was the largest cost of a direct shard
@@ -216,7 +216,7 @@ class PartWriter:
         chunk = self._chunk
         kind = b"r" if outcome.ok else b"e"
         chunk.rows.append(b"%d\t%s\t%s\n" % (outcome.line, kind, outcome_record(self._spec.job_id, outcome)))
-        chunk.stats.add_outcome(outcome)
+        chunk.stats.add_outcome(outcome, timed=not self._batch)
         self._count(outcome.ok)
         if self._progress is not None:
             self._progress.outcome(outcome, batch=self._batch, waited=self._batch or provider_id is not None)
@@ -238,7 +238,7 @@ class PartWriter:
     def add_invalid(self, error: LineError) -> None:
         record = error_record(self._spec.job_id, error.line, error.custom_id, error.code, error.message)
         self._chunk.rows.append(b"%d\te\t%s\n" % (error.line, record))
-        self._chunk.stats.add_error(error.code)
+        self._chunk.stats.add_error(error.code, error.message)
         self._count(False)
         if self._progress is not None:
             self._progress.invalid(error.code)
@@ -331,7 +331,7 @@ def assemble(s3: Any, spec: ShardSpec, *, missing_code: str | None = None, missi
                     spec.job_id, item.line, item.custom_id, missing_code, f"line {item.line}: {missing_message}"
                 )
                 rows[item.line] = (b"e", record)
-                stats.add_error(missing_code)
+                stats.add_error(missing_code, f"line {item.line}: {missing_message}")
     results = [rows[n][1] + b"\n" for n in sorted(rows) if rows[n][0] == b"r"]
     errors = [rows[n][1] + b"\n" for n in sorted(rows) if rows[n][0] == b"e"]
     s3.put_object(Bucket=spec.bucket, Key=spec.results_key, Body=b"".join(results))
