@@ -187,28 +187,41 @@ def estimate(args: argparse.Namespace) -> int:
     )
     print(f"  endpoints: {urls}")
     width = max([len("model"), *(len(m) for m in data["models"])])
-    print(f"  {'model':<{width}} {'requests':>9} {'input tok':>11} {'output tok':>11} {'direct':>11} {'batch':>11}")
+    print(f"  {'model':<{width}} {'requests':>9} {'input tok':>11} {'exp. output':>11} {'direct':>11} {'batch':>11}")
     for model, row in data["models"].items():
         print(
             f"  {model:<{width}} {row['requests']:>9,} {row['input_tokens']:>11,} {row['output_tokens']:>11,} "
             f"{human_usd(row['direct_usd']):>11} {human_usd(row['batch_usd']):>11}"
         )
-    provider_usd = data["provider_usd"]
+    a = data["assumptions"]
+
+    def costs(kind: str) -> str:
+        usd = data[kind]
+        return f"direct/background {human_usd(usd['direct'])}, batch {human_usd(usd['batch'])}"
+
+    uncapped = sum(row["requests_without_max_tokens"] for row in data["models"].values())
     print(
-        f"  provider (estimate): direct/background {human_usd(provider_usd['direct'])}, "
-        f"batch {human_usd(provider_usd['batch'])} (Batch API: half price, results within 24 h)"
+        f"  provider, expected: {costs('provider_usd')} — each answer {a['output_tokens']} tokens "
+        "(--output-tokens) or its max_tokens if lower"
     )
+    bound = (
+        "every answer as long as its max_tokens allows"
+        if not uncapped
+        else f"not a bound: {uncapped:,} requests set no max_tokens and count {a['output_tokens']} tokens each"
+    )
+    print(f"  provider, at most:  {costs('provider_usd_at_most')} — {bound}")
+    print(f"  provider, at least: {costs('provider_usd_at_least')} — one output token an answer")
+    print("  (Batch API: half price, results within 24 h)")
     unpriced = [m for m, row in data["models"].items() if row["direct_usd"] is None]
     if unpriced:
         print(f"  no list price known for: {', '.join(unpriced)} (not in the totals)")
-    a = data["assumptions"]
     print(
         f"  AWS (estimate): {human_usd(data['aws_usd'])} — Lambda, Step Functions, DynamoDB and S3 for about "
         f"{human_seconds(a['wall_seconds'])} at concurrency {a['concurrency']:,} and {a['latency_s']} s a request"
     )
     print(
-        f"  assumed: ~{a['bytes_per_token']} bytes of prompt a token; output = max_tokens where set, "
-        f"else {a['output_tokens']} tokens (--output-tokens)"
+        f"  input tokens: ~{a['bytes_per_token']} bytes of prompt a token, plus a few a message (within about "
+        "20% for English prose; each provider, and the simulator, counts its own way)"
     )
     return EXIT_OK
 
@@ -359,7 +372,9 @@ def build_parser() -> argparse.ArgumentParser:
         """\
         Check FILE line by line (no AWS, no provider), then estimate tokens and cost by model:
         direct (and background) at list price, batch at half price, plus the AWS cost of the run.
-        Prompt tokens are estimated from text size; output tokens from max_tokens where set.
+        Prompt tokens are estimated from text size. Output tokens are a guess: the expected figure
+        takes --output-tokens an answer (or the request's max_tokens if lower); the upper bound
+        takes every max_tokens in full; the lower bound one token an answer.
 
         example:
           sluice estimate examples/reviews.jsonl --output-tokens 5
@@ -368,7 +383,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("file", help="input JSONL in the OpenAI Batch input format")
     e.add_argument("--model", help="price every request as this model (as `submit --model` would send it)")
     e.add_argument(
-        "--output-tokens", type=int, default=300, help="assumed output tokens where max_tokens is unset (default: 300)"
+        "--output-tokens",
+        type=int,
+        default=300,
+        help="expected answer length in tokens, capped by each request's max_tokens (default: 300)",
     )
     e.add_argument(
         "--concurrency", type=int, default=1000, help="requests in flight, for the AWS estimate (default: 1000)"
