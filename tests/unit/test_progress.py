@@ -128,6 +128,11 @@ def test_background_and_batch_show_what_the_provider_still_holds() -> None:
     assert "ETA ?" in line
 
 
+def test_once_every_line_is_done_the_line_says_the_outputs_are_being_written() -> None:
+    line = format_line(_snapshot(results=1990, errors=10), rate=5.0, eta_s=0.0, width=160)
+    assert "2,000/2,000 100%" in line and "writing the outputs" in line and "ETA" not in line
+
+
 def test_before_plan_has_counted_the_lines_the_line_says_so() -> None:
     assert format_line(_snapshot(total=None), rate=None, eta_s=None, width=100, phase="planning") == "0:12 planning…"
 
