@@ -173,7 +173,7 @@ def format_line(
         return f"{clock(s.elapsed_s)} {phase}…"[:width]
     fields = [
         f"{rate:,.0f} req/s" if rate is not None else "— req/s",
-        f"ETA {clock(eta_s)}" if s.done < s.total else "every line done: writing the outputs",
+        f"ETA {clock(eta_s)}" if s.done < s.total else "all done, writing the outputs",
         f"{s.errors:,} errors" if s.errors else "",
         f"{s.waiting:,} at the provider" if s.waiting else "",
         f"{compact(s.tokens)} tokens",
