@@ -37,7 +37,6 @@ from local.console import (
     human_usd,
     job_exit_code,
     need_file,
-    progress,
     say,
 )
 
@@ -107,6 +106,7 @@ def _run(args: argparse.Namespace, ctrl_c: CtrlC) -> int:
     from sluice.plan import job_id_for
 
     from local.cloud import LocalCloud, LocalSettings
+    from local.progress import Display, LiveCounts
     from local.report import write_report
 
     settings = LocalSettings(
@@ -123,20 +123,21 @@ def _run(args: argparse.Namespace, ctrl_c: CtrlC) -> int:
     interrupted = False
     with provider(args.latency) as (base_url, api_key, label):
         say(label)
-        cloud = LocalCloud(provider_base_url=base_url, api_key=api_key, settings=settings)
-        with cloud.running():
+        counts = LiveCounts()
+        cloud = LocalCloud(provider_base_url=base_url, api_key=api_key, settings=settings, progress=counts)
+        display = Display(counts, quiet=args.quiet)
+        with display.starting("starting the local cloud (moto, in this process)"), cloud.running():
             key, etag = cloud.upload(path, metadata=metadata)
             job_id = job_id_for(cloud.bucket, key, etag)
             execution = cloud.start(cloud.object_created_event(key, etag), name=job_id)
             say(f"job {job_id} started (Ctrl-C cancels it and keeps what finished)")
-            with progress(total=None, unit="req", desc="running", quiet=args.quiet) as bar:
+            with display:
 
                 def tick() -> None:
-                    job = cloud.job(job_id) or {}
-                    if bar.total is None and job.get("requests") is not None:
-                        bar.total = job["requests"]
-                        bar.refresh()
-                    bar.update(int(job.get("done", 0)) + int(job.get("failed", 0)) - bar.n)
+                    # the display redraws on its own thread; the job row is read only until Plan has counted the lines
+                    if counts.total is None:
+                        requests = (cloud.job(job_id) or {}).get("requests")
+                        counts.total = int(requests) if requests is not None else None
 
                 try:
                     final = cloud.wait(execution, on_tick=tick)
@@ -166,7 +167,7 @@ def _run(args: argparse.Namespace, ctrl_c: CtrlC) -> int:
     status = str(summary.get("status") or {"ABORTED": "CANCELLED"}.get(final["status"], final["status"]))
     say(
         f"job {job_id}: {status} in {human_seconds(wall)} — "
-        f"{counts.get('results', 0)} results, {counts.get('errors', 0)} errors"
+        f"{counts.get('results', 0)} results, {counts.get('errors', 0)} errors{_usage(summary)}"
     )
     if summary.get("error"):
         say(f"error: {summary['error']}")
@@ -189,6 +190,17 @@ def _local_summary(written: dict[str, Path], input_path: Path) -> dict[str, Any]
         summary["outputs"] = {kind: str(written[kind]) for kind in summary["outputs"] if kind in written}
     written["summary"].write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2))
     return summary
+
+
+def _usage(summary: dict[str, Any]) -> str:
+    """`, 43,210 tokens (41,000 in, 2,210 out), $0.0077 at list prices (est.)`: what the job used."""
+    tokens = summary.get("tokens") or {}
+    if not tokens:
+        return ""
+    tokens_in, tokens_out = int(tokens.get("input", 0)), int(tokens.get("output", 0))
+    text = f", {tokens_in + tokens_out:,} tokens ({tokens_in:,} in, {tokens_out:,} out)"
+    cost = (summary.get("cost_estimate_usd") or {}).get("provider")
+    return text + (f", {human_usd(cost)} at list prices (est.)" if cost is not None else "")
 
 
 def simulator(args: argparse.Namespace) -> int:
@@ -237,28 +249,41 @@ def estimate(args: argparse.Namespace) -> int:
     )
     print(f"  endpoints: {urls}")
     width = max([len("model"), *(len(m) for m in data["models"])])
-    print(f"  {'model':<{width}} {'requests':>9} {'input tok':>11} {'output tok':>11} {'direct':>11} {'batch':>11}")
+    print(f"  {'model':<{width}} {'requests':>9} {'input tok':>11} {'exp. output':>11} {'direct':>11} {'batch':>11}")
     for model, row in data["models"].items():
         print(
             f"  {model:<{width}} {row['requests']:>9,} {row['input_tokens']:>11,} {row['output_tokens']:>11,} "
             f"{human_usd(row['direct_usd']):>11} {human_usd(row['batch_usd']):>11}"
         )
-    provider_usd = data["provider_usd"]
+    a = data["assumptions"]
+
+    def costs(kind: str) -> str:
+        usd = data[kind]
+        return f"direct/background {human_usd(usd['direct'])}, batch {human_usd(usd['batch'])}"
+
+    uncapped = sum(row["requests_without_max_tokens"] for row in data["models"].values())
     print(
-        f"  provider (estimate): direct/background {human_usd(provider_usd['direct'])}, "
-        f"batch {human_usd(provider_usd['batch'])} (Batch API: half price, results within 24 h)"
+        f"  provider, expected: {costs('provider_usd')} — each answer {a['output_tokens']} tokens "
+        "(--output-tokens) or its max_tokens if lower"
     )
+    bound = (
+        "every answer as long as its max_tokens allows"
+        if not uncapped
+        else f"not a bound: {uncapped:,} requests set no max_tokens and count {a['output_tokens']} tokens each"
+    )
+    print(f"  provider, at most:  {costs('provider_usd_at_most')} — {bound}")
+    print(f"  provider, at least: {costs('provider_usd_at_least')} — one output token an answer")
+    print("  (Batch API: half price, results within 24 h)")
     unpriced = [m for m, row in data["models"].items() if row["direct_usd"] is None]
     if unpriced:
         print(f"  no list price known for: {', '.join(unpriced)} (not in the totals)")
-    a = data["assumptions"]
     print(
         f"  AWS (estimate): {human_usd(data['aws_usd'])} — Lambda, Step Functions, DynamoDB and S3 for about "
         f"{human_seconds(a['wall_seconds'])} at concurrency {a['concurrency']:,} and {a['latency_s']} s a request"
     )
     print(
-        f"  assumed: ~{a['bytes_per_token']} bytes of prompt a token; output = max_tokens where set, "
-        f"else {a['output_tokens']} tokens (--output-tokens)"
+        f"  input tokens: ~{a['bytes_per_token']} bytes of prompt a token, plus a few a message (within about "
+        "20% for English prose; each provider, and the simulator, counts its own way)"
     )
     return EXIT_OK
 
@@ -466,7 +491,9 @@ def build_parser() -> argparse.ArgumentParser:
         """\
         Check FILE line by line (no AWS, no provider), then estimate tokens and cost by model:
         direct (and background) at list price, batch at half price, plus the AWS cost of the run.
-        Prompt tokens are estimated from text size; output tokens from max_tokens where set.
+        Prompt tokens are estimated from text size. Output tokens are a guess: the expected figure
+        takes --output-tokens an answer (or the request's max_tokens if lower); the upper bound
+        takes every max_tokens in full; the lower bound one token an answer.
 
         example:
           sluice estimate examples/reviews.jsonl --output-tokens 5
@@ -478,7 +505,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--output-tokens",
         type=checks.whole_number,
         default=300,
-        help="assumed output tokens where max_tokens is unset (default: 300)",
+        help="expected answer length in tokens, capped by each request's max_tokens (default: 300)",
     )
     e.add_argument(
         "--concurrency",

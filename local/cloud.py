@@ -28,6 +28,7 @@ from moto import mock_aws
 from moto.core.base_backend import BackendDict
 from moto.dynamodb.responses import DynamoHandler
 from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
+from sluice.progress import ProgressSink
 from sluice.verify import Report, verify
 
 from infra.definition import FUNCTION_PLACEHOLDERS, definition_json, substitute
@@ -119,12 +120,13 @@ class LambdaTimeout(Exception):
 
 
 class LambdaContext:
-    """The parts of the Lambda context object the handlers use."""
+    """The parts of the Lambda context object the handlers use, and the local progress sink."""
 
-    def __init__(self, name: str, timeout_s: float) -> None:
+    def __init__(self, name: str, timeout_s: float, progress: ProgressSink | None = None) -> None:
         self.function_name = name
         self.aws_request_id = f"local-{time.monotonic_ns()}"
         self._deadline = time.monotonic() + timeout_s
+        self.progress = progress
 
     def get_remaining_time_in_millis(self) -> int:
         return max(0, int((self._deadline - time.monotonic()) * 1000))
@@ -179,6 +181,8 @@ class LocalCloud:
     receiver: WebhookReceiver | None = None
     # each function's IAM statements (`local.iam`); None: the snapshot of the synthesized stack
     policies: dict[str, list[dict[str, Any]]] | None = None
+    # shards report each line here as it ends (`sluice run`'s display); no AWS request involved
+    progress: ProgressSink | None = None
 
     def environment(self) -> dict[str, str]:
         s = self.settings
@@ -268,7 +272,7 @@ class LocalCloud:
         try:
             if self.before_invoke is not None:
                 self.before_invoke(step, payload)
-            result = module.handler(payload, LambdaContext(function_name(step), timeout))
+            result = module.handler(payload, LambdaContext(function_name(step), timeout, self.progress))
         except Exception as exc:
             with self._lock:
                 self.invocations.append(Invocation(step, time.monotonic() - started, repr(exc), payload=payload))

@@ -81,7 +81,7 @@ class _Resolver:
         "AWS::Region": REGION,
         "AWS::AccountId": ACCOUNT,
         "AWS::URLSuffix": "amazonaws.com",
-        "AWS::StackId": f"arn:aws:cloudformation:{REGION}:{ACCOUNT}:stack/{PREFIX}/00000000-0000-0000-0000-000000000000",
+        "AWS::StackId": f"arn:aws:cloudformation:{REGION}:{ACCOUNT}:stack/{PREFIX}/{'0' * 8}-{'0' * 4}-{'0' * 4}-{'0' * 4}-{'0' * 12}",
     }
 
     def __init__(self, resources: dict[str, Any], names: LocalNames) -> None:

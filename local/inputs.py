@@ -135,21 +135,34 @@ def prompt_tokens(path: str, body: dict[str, Any]) -> int:
     return math.ceil(len(text.encode()) / BYTES_PER_TOKEN) + overhead
 
 
-def output_tokens(path: str, body: dict[str, Any], assumed: int) -> int:
-    if path == "/v1/embeddings":
-        return 0
+def output_limit(body: dict[str, Any]) -> int | None:
+    """The request's own cap on its answer (max_tokens and its newer names), if it sets one."""
     for key in OUTPUT_LIMIT_KEYS:
         value = body.get(key)
         if isinstance(value, int) and value > 0:
             return value
-    return assumed
+    return None
+
+
+def output_tokens(path: str, body: dict[str, Any], assumed: int) -> int:
+    """The expected answer length: `assumed` tokens, or less where the request caps its answer lower."""
+    if path == "/v1/embeddings":
+        return 0
+    limit = output_limit(body)
+    return assumed if limit is None else min(limit, assumed)
 
 
 @dataclass
 class ModelTotals:
     requests: int = 0
     tokens_in: int = 0
+    # expected: the lesser of each request's max_tokens and the assumed answer length
     tokens_out: int = 0
+    # at most: each request's max_tokens (the assumed length where it sets none: see `uncapped`)
+    tokens_out_max: int = 0
+    # at least: one token an answer
+    tokens_out_min: int = 0
+    uncapped: int = 0
 
 
 @dataclass
@@ -166,11 +179,14 @@ class Estimate:
         # the job runs `concurrency` requests at a time, each about `latency_s` long
         return math.ceil(self.check.requests / self.concurrency) * self.latency_s if self.check.requests else 0.0
 
-    def provider_usd(self, *, batch: bool) -> dict[str, float | None]:
+    def provider_usd(self, *, batch: bool, output: str = "expected") -> dict[str, float | None]:
         from sluice.costs import provider_cost_usd
 
+        def out(t: ModelTotals) -> int:
+            return {"expected": t.tokens_out, "at_most": t.tokens_out_max, "at_least": t.tokens_out_min}[output]
+
         return {
-            model: provider_cost_usd({model: [t.tokens_in, t.tokens_out]}, batch=batch)
+            model: provider_cost_usd({model: [t.tokens_in, out(t)]}, batch=batch)
             for model, t in sorted(self.by_model.items())
         }
 
@@ -187,6 +203,14 @@ class Estimate:
             known = [c for c in costs.values() if c is not None]
             return round(sum(known), 6) if known else None
 
+        def totals(output: str) -> dict[str, float | None]:
+            direct_total = total(self.provider_usd(batch=False, output=output))
+            return {
+                "direct": direct_total,
+                "background": direct_total,
+                "batch": total(self.provider_usd(batch=True, output=output)),
+            }
+
         return {
             "file": str(self.check.path),
             "lines": self.check.lines,
@@ -199,12 +223,19 @@ class Estimate:
                     "requests": t.requests,
                     "input_tokens": t.tokens_in,
                     "output_tokens": t.tokens_out,
+                    "output_tokens_at_most": t.tokens_out_max,
+                    "output_tokens_at_least": t.tokens_out_min,
+                    "requests_without_max_tokens": t.uncapped,
                     "direct_usd": direct[model],
                     "batch_usd": batch[model],
                 }
                 for model, t in sorted(self.by_model.items())
             },
+            # expected: output tokens as assumed, capped by each request's max_tokens
             "provider_usd": {"direct": total(direct), "background": total(direct), "batch": total(batch)},
+            # an upper bound where every request sets max_tokens; a lower bound: one output token an answer
+            "provider_usd_at_most": totals("at_most"),
+            "provider_usd_at_least": totals("at_least"),
             "aws_usd": self.aws_usd(),
             "assumptions": {
                 "output_tokens": self.assumed_output_tokens,
@@ -236,6 +267,11 @@ def estimate_file(
         totals.requests += 1
         totals.tokens_in += prompt_tokens(request.path, body)
         totals.tokens_out += output_tokens(request.path, body, assumed_output_tokens)
+        if request.path != "/v1/embeddings":
+            limit = output_limit(body)
+            totals.tokens_out_max += assumed_output_tokens if limit is None else limit
+            totals.tokens_out_min += 1
+            totals.uncapped += limit is None
 
     check = check_file(path, on_request=count, quiet=quiet)
     return Estimate(check, by_model, assumed_output_tokens, concurrency, latency_s, shard_lines)

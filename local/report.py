@@ -22,13 +22,34 @@ PAD_RIGHT = 16
 PAD_TOP = 14
 PAD_BOTTOM = 38
 MAX_SHARD_ROWS = 200
+# outcomes a job can end in without having failed as a whole; how many lines failed decides the colour
+COMPLETED = frozenset({"SUCCEEDED", "COMPLETED_WITH_ERRORS"})
+# at or above this share of lines in errors the badge is red, whatever the job's status says
+BAD_ERROR_SHARE = 0.5
+
+
+def error_share(counts: Mapping[str, Any]) -> float | None:
+    requests = int(counts.get("requests") or 0) or int(counts.get("results", 0)) + int(counts.get("errors", 0))
+    return int(counts.get("errors", 0)) / requests if requests else None
+
+
+def badge(status: str, counts: Mapping[str, Any]) -> str:
+    """The badge's colour: green only for a job that completed with no line in errors, amber when
+    some lines failed, red when the job failed, was cancelled, or at least half its lines failed."""
+    if status not in COMPLETED:
+        return "bad" if status in ("FAILED", "CANCELLED", "ABORTED", "TIMED_OUT") else "neutral"
+    share = error_share(counts) or 0.0
+    if share >= BAD_ERROR_SHARE:
+        return "bad"
+    return "warn" if share > 0 or status != "SUCCEEDED" else "good"
+
 
 STYLE = """
 :root { --fg:#1d2330; --muted:#5f6b7a; --bg:#ffffff; --card:#f4f6f9; --line:#d8dde5;
-        --ok:#2f7d4f; --err:#b3382c; --bar:#3c6fb6; --accent:#7a4fb3; }
+        --ok:#2f7d4f; --warn:#a86207; --err:#b3382c; --bar:#3c6fb6; --accent:#7a4fb3; }
 @media (prefers-color-scheme: dark) {
   :root { --fg:#e6e9ef; --muted:#9aa5b4; --bg:#14171c; --card:#1e232b; --line:#343b46;
-          --ok:#5cc28a; --err:#f07a6e; --bar:#6f9ee6; --accent:#b28cf0; }
+          --ok:#5cc28a; --warn:#e0a84a; --err:#f07a6e; --bar:#6f9ee6; --accent:#b28cf0; }
 }
 * { box-sizing: border-box; }
 body { margin: 0 auto; max-width: 980px; padding: 24px; color: var(--fg); background: var(--bg);
@@ -37,8 +58,14 @@ h1 { font-size: 22px; margin: 0 0 4px; } h2 { font-size: 17px; margin: 28px 0 8p
 .muted { color: var(--muted); } code { font: 13px ui-monospace, SFMono-Regular, Menlo, monospace; }
 .status { display: inline-block; padding: 1px 10px; border-radius: 10px; font-weight: 600; font-size: 13px;
           color: #fff; background: var(--muted); vertical-align: 3px; }
-.status.SUCCEEDED { background: var(--ok); } .status.FAILED, .status.CANCELLED { background: var(--err); }
-.status.COMPLETED_WITH_ERRORS { background: #b7791f; }
+.status.good { background: var(--ok); } .status.warn { background: var(--warn); }
+.status.bad { background: var(--err); }
+.share { font-size: 14px; font-weight: 400; margin-left: 8px; } .share.warn { color: var(--warn); }
+.share.bad { color: var(--err); }
+.example { display: block; text-align: left; color: var(--muted); font-size: 13px; overflow-wrap: anywhere; }
+.tile.ok .v { color: var(--ok); }
+table.examples th:last-child { text-align: left; width: 65%; }
+svg .legend-ok { stroke: var(--ok); stroke-width: 2; } svg .legend-err { stroke: var(--err); stroke-width: 1.5; }
 .tiles { display: grid; grid-template-columns: repeat(auto-fill, minmax(150px, 1fr)); gap: 10px; margin-top: 16px; }
 .tile { background: var(--card); border-radius: 8px; padding: 10px 12px; }
 .tile .v { font-size: 21px; font-weight: 650; } .tile .k { color: var(--muted); font-size: 12.5px; }
@@ -218,6 +245,21 @@ def timeline_points(timeline: Mapping[str, Any]) -> list[tuple[float, int, int]]
     return [(t / 1000, *counts.get(t, (0, 0))) for t in range(start, end + 1, step)]
 
 
+def _legend(entries: list[tuple[str, str]]) -> list[str]:
+    """A key in the top right corner of the plot: a short stroke in each series' style, and its name."""
+    width = 40 + 6 * max(len(label) for _, label in entries)
+    x = WIDTH - PAD_RIGHT - width
+    parts = [
+        f'<rect x="{x - 6}" y="{PAD_TOP + 2}" width="{width + 4}" height="{8 + 14 * len(entries)}" '
+        'fill="var(--card)" opacity="0.85" class="legend"/>'
+    ]
+    for row, (css, label) in enumerate(entries):
+        y = PAD_TOP + 12 + 14 * row
+        parts.append(f'<line class="{css}" x1="{x}" y1="{y - 4}" x2="{x + 22}" y2="{y - 4}"/>')
+        parts.append(f'<text class="legend-label" x="{x + 28}" y="{y}">{_e(label)}</text>')
+    return parts
+
+
 def throughput_chart(timeline: Mapping[str, Any], started_at: float | None) -> str:
     """Completed requests per second over the job's wall time: one point per timeline step."""
     points = timeline_points(timeline)
@@ -241,9 +283,12 @@ def throughput_chart(timeline: Mapping[str, Any], started_at: float | None) -> s
         at = _seconds(max(t - origin, 0))
         tip = f"+{at}: {(ok + err) / step:,.1f} req/s ({ok:,} results, {err:,} errors in {step:g} s)"
         parts.append(f'<circle class="point" cx="{x:.1f}" cy="{y:.1f}" r="2.5"><title>{_e(tip)}</title></circle>')
+    legend = [("legend-ok", "completed (results + errors)")]
     if any(err for _, _, err in points):
         errors = [xy(i, err / step) for i, (_, _, err) in enumerate(points)]
         parts.append('<polyline class="errors" points="' + " ".join(f"{x:.1f},{y:.1f}" for x, y in errors) + '"/>')
+        legend.append(("legend-err", "errors"))
+    parts.extend(_legend(legend))
     for i in _ticks(len(points) - 1) if len(points) > 1 else [0]:
         parts.append(_x_label(xy(i, 0)[0], f"+{_seconds(max(points[i][0] - origin, 0))}"))
     parts.append(
@@ -253,10 +298,75 @@ def throughput_chart(timeline: Mapping[str, Any], started_at: float | None) -> s
     return _svg("throughput over time", parts)
 
 
-def _table(headers: list[str], rows: Iterable[list[str]]) -> str:
+def batch_turnarounds(shards: Iterable[Mapping[str, Any]]) -> list[float]:
+    """Seconds from each batch's creation to its end, as the provider reported them."""
+    found: list[float] = []
+    for shard in shards:
+        for batch in (shard.get("batch") or {}).get("batches") or []:
+            if batch.get("turnaround_s") is not None:
+                found.append(float(batch["turnaround_s"]))
+    return sorted(found)
+
+
+def batch_section(turnarounds: list[float], *, direct: bool) -> str:
+    """Why a batch has no per-request latency, and what it has instead."""
+    n = len(turnarounds)
+    middle = turnarounds[(n - 1) // 2]
+    intro = (
+        ""
+        if direct
+        else "<p>No per-request latency: the Batch API answers a batch's rows together, "
+        "so the time that matters is each batch's turnaround.</p>"
+    )
+    whole = (
+        '<p class="muted">The provider reports batch times in whole seconds: a batch that took under a second '
+        "shows 0 s.</p>"
+        if turnarounds[-1] < 1
+        else ""
+    )
+    rows = [
+        ["batches", _n(n)],
+        ["turnaround, median", _e(_seconds(middle) if middle >= 1 else "under 1 s")],
+        ["turnaround, longest", _e(_seconds(turnarounds[-1]) if turnarounds[-1] >= 1 else "under 1 s")],
+    ]
+    return intro + "<h3>Batch turnaround (created to ended)</h3>" + _table(["", ""], rows) + whole
+
+
+def cost_section(costs: Mapping[str, Any]) -> str:
+    """What the provider work cost as run, next to all-direct and all-batch, and what batching saved."""
+    as_run, all_direct, all_batch = (
+        costs.get("provider"),
+        costs.get("provider_all_direct"),
+        costs.get("provider_all_batch"),
+    )
+    if as_run is None:
+        return ""
+    rows = [["provider, as run", _e(_usd(as_run))]]
+    if all_direct is not None:
+        rows.append(["the same tokens, all sent directly", _e(_usd(all_direct))])
+    if all_batch is not None:
+        rows.append(["the same tokens, all through the Batch API", _e(_usd(all_batch))])
+    saved = costs.get("batch_savings")
+    note = ""
+    if saved:
+        share = f" ({saved / all_direct:.0%})" if all_direct else ""
+        rows.append(["saved by the Batch API", _e(_usd(saved) + share)])
+    elif all_batch is not None and all_direct and all_batch < all_direct:
+        note = (
+            f'<p class="muted">Through the Batch API (--mode batch, results within 24 h) this job would have '
+            f"cost {_e(_usd(all_batch))} at the provider instead of {_e(_usd(all_direct))}.</p>"
+        )
+    if costs.get("aws") is not None:
+        rows.append(["AWS (Lambda, Step Functions, DynamoDB, S3)", _e(_usd(costs.get("aws")))])
+    return "<h2>Cost (estimate, list prices)</h2>" + _table(["", "USD"], rows) + note
+
+
+def _table(headers: list[str], rows: Iterable[list[str]], css: str = "") -> str:
     head = "".join(f"<th>{_e(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    table = f'<table class="{css}">' if css else "<table>"
+    thead = f"<thead><tr>{head}</tr></thead>" if any(headers) else ""
+    return f"{table}{thead}<tbody>{body}</tbody></table>"
 
 
 def render_report(summary: Mapping[str, Any], *, files: Mapping[str, str] | None = None) -> str:
@@ -271,8 +381,16 @@ def render_report(summary: Mapping[str, Any], *, files: Mapping[str, str] | None
     finished = int(counts.get("results", 0)) + int(counts.get("errors", 0))
     sections: list[str] = []
 
+    tone = badge(status, counts)
+    share = error_share(counts)
+    in_errors = ""
+    if share:
+        in_errors = (
+            f'<span class="share {tone}">{share:.0%} of requests in errors '
+            f"({_n(counts.get('errors'))} of {_n(counts.get('requests'))})</span>"
+        )
     head = [
-        f'<h1>{_e(job_id)} <span class="status {_e(status)}">{_e(status)}</span></h1>',
+        f'<h1>{_e(job_id)} <span class="status {tone}">{_e(status)}</span>{in_errors}</h1>',
         f'<div class="muted">input <code>{_e(summary.get("input", "—"))}</code>'
         + (f" · mode {_e(summary['mode'])}" if summary.get("mode") else "")
         + "</div>",
@@ -284,17 +402,28 @@ def render_report(summary: Mapping[str, Any], *, files: Mapping[str, str] | None
         head.append(f'<p class="muted">files: {links}</p>')
     sections.append("\n".join(head))
 
+    turnarounds = batch_turnarounds(summary.get("shards") or [])
+    histogram = list(summary.get("latency_histogram") or [])
     if counts:
         rate = finished / wall if wall else None
+        timing = [
+            _tile("latency p50", _e(_seconds(latency.get("p50")))),
+            _tile("latency p95", _e(_seconds(latency.get("p95")))),
+            _tile("latency p99", _e(_seconds(latency.get("p99")))),
+        ]
+        if turnarounds and not histogram:
+            longest = turnarounds[-1]
+            timing = [
+                _tile("batches", _n(len(turnarounds))),
+                _tile("batch turnaround, longest", _e(_seconds(longest) if longest >= 1 else "under 1 s")),
+            ]
         tiles = [
             _tile("requests", _n(counts.get("requests"))),
             _tile("results", _n(counts.get("results"))),
             _tile("errors", _n(counts.get("errors")), "err" if counts.get("errors") else ""),
             _tile("wall time", _e(_seconds(wall))),
             _tile("throughput (req/s)", _n(round(rate, 1)) if rate is not None else "—"),
-            _tile("latency p50", _e(_seconds(latency.get("p50")))),
-            _tile("latency p95", _e(_seconds(latency.get("p95")))),
-            _tile("latency p99", _e(_seconds(latency.get("p99")))),
+            *timing,
             _tile("tokens in", _n(tokens.get("input"))),
             _tile("tokens out", _n(tokens.get("output"))),
             _tile("retries", _n(summary.get("retries"))),
@@ -302,17 +431,33 @@ def render_report(summary: Mapping[str, Any], *, files: Mapping[str, str] | None
             _tile("provider cost (est.)", _e(_usd(costs.get("provider")))),
             _tile("AWS cost (est.)", _e(_usd(costs.get("aws")))),
         ]
+        if costs.get("batch_savings"):
+            tiles.append(_tile("saved by the Batch API (est.)", _e(_usd(costs.get("batch_savings"))), "ok"))
         sections.append('<div class="tiles">' + "".join(tiles) + "</div>")
 
     sections.append("<h2>Latency</h2>")
-    sections.append(latency_chart(list(summary.get("latency_histogram") or []), latency))
+    if histogram or not turnarounds:
+        if turnarounds:
+            sections.append(
+                '<p class="muted">Requests sent directly; batch rows are in the batch turnaround below.</p>'
+            )
+        sections.append(latency_chart(histogram, latency))
+    if turnarounds:
+        sections.append(batch_section(turnarounds, direct=bool(histogram)))
     sections.append("<h2>Throughput</h2>")
     sections.append(throughput_chart(summary.get("timeline") or {}, summary.get("started_at")))
 
+    sections.append(cost_section(costs))
+
     errors = summary.get("errors_by_code") or {}
     if errors:
+        examples = summary.get("error_examples") or {}
         sections.append("<h2>Errors by code</h2>")
-        sections.append(_table(["code", "lines"], ([f"<code>{_e(c)}</code>", _n(n)] for c, n in errors.items())))
+        rows = (
+            [f"<code>{_e(c)}</code>", _n(n), f'<span class="example">{_e(examples.get(c, "—"))}</span>']
+            for c, n in sorted(errors.items(), key=lambda item: -int(item[1]))
+        )
+        sections.append(_table(["code", "lines", "for example"], rows, css="examples"))
 
     shards = list(summary.get("shards") or [])
     if shards:

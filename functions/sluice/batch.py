@@ -244,7 +244,7 @@ async def submit_batch(
     earlier = ctx.store.begin_batch_submit(spec.job_id, spec.shard, time.time())
     recorded: list[str] = list((ctx.store.shard(spec.job_id, spec.shard) or {}).get("batch_ids") or [])
     checkpoint = load_checkpoint(ctx.s3, spec)
-    writer = PartWriter(s3=ctx.s3, store=ctx.store, spec=spec, run=checkpoint.runs + 1)
+    writer = PartWriter(s3=ctx.s3, store=ctx.store, spec=spec, run=checkpoint.runs + 1, progress=ctx.progress)
     settings = ctx.settings
     parts = split_parts(
         _requests(ctx, spec, writer, checkpoint.done),
@@ -265,6 +265,8 @@ async def submit_batch(
                     batch_id = await _create(api, ctx, spec, part)
                     created += 1
                 batch_ids.append(batch_id)
+                if ctx.progress is not None:
+                    ctx.progress.waiting(len(part.lines))
                 if batch_ids != recorded[: len(batch_ids)]:
                     # recorded one by one, so a crash loses at most the batch being created
                     ctx.store.set_shard_batches(spec.job_id, spec.shard, batch_ids)
@@ -428,6 +430,8 @@ async def _collect_one(
         "unfinished": not_run,
         # rows left for RunShard to send directly
         "left": len(left),
+        # created to ended, in the provider's whole seconds: what a batch row waits instead of a latency
+        "turnaround_s": latency_s if ended else None,
     }
 
 
@@ -451,7 +455,9 @@ async def collect_batch(
     batch_ids: list[str] = list(row.get("batch_ids") or [])
     states: dict[str, dict[str, Any]] = dict(row.get("batch_states") or {})
     checkpoint = load_checkpoint(ctx.s3, spec)
-    writer = PartWriter(s3=ctx.s3, store=ctx.store, spec=spec, run=checkpoint.runs + 1, path="batch")
+    writer = PartWriter(
+        s3=ctx.s3, store=ctx.store, spec=spec, run=checkpoint.runs + 1, path="batch", progress=ctx.progress
+    )
     collected: dict[str, dict[str, Any]] = {}
     ended: list[Any] = []
     waiting: list[str] = []
@@ -468,6 +474,8 @@ async def collect_batch(
             collected[batch_id] = await _collect_one(api, spec, batch, part, checkpoint.done, writer)
             ended.append(batch)
     states.update(collected)
+    if ctx.progress is not None:
+        ctx.progress.waiting(-sum(int(state.get("left", 0)) for state in collected.values()))
     left = sum(int(state.get("left", 0)) for state in states.values())
     fallback = not waiting and left > 0
     done = not waiting and not fallback

@@ -267,7 +267,10 @@ def merge_job(
         batch_totals.merge(Stats(models={k: list(v) for k, v in batch_models.items()}))
         if report:
             entry["batch"] = {
-                "batches": [{"id": b["id"], "status": b.get("status")} for b in report.get("batches", [])],
+                "batches": [
+                    {"id": b["id"], "status": b.get("status"), "turnaround_s": b.get("turnaround_s")}
+                    for b in report.get("batches", [])
+                ],
                 # rows no batch finished that RunShard then sent directly
                 "direct_fallback_lines": report.get("fallback_lines", 0),
             }
@@ -310,6 +313,8 @@ def merge_job(
         # without a background form directly, a batch job sends directly what its batches left
         "lines_by_path": dict(sorted(totals.paths.items())),
         "errors_by_code": dict(sorted(totals.errors.items())),
+        # one message a code, so a reader sees what each means without opening the errors file
+        "error_examples": dict(sorted(totals.error_examples.items())),
         "tokens": {"input": totals.tokens_in, "output": totals.tokens_out},
         "attempts": totals.attempts,
         "retries": totals.retries,

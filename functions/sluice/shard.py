@@ -22,6 +22,7 @@ from .background import poll_request, settle, submit_request
 from .engine import EngineSettings, EngineStats, fan_out
 from .lines import LineError, parse_line, split_lines
 from .model import BACKGROUND_URLS, ErrorCode, Outcome, Request
+from .progress import ProgressSink
 from .records import error_record, outcome_record
 from .retry import RetryPolicy
 from .settings import Settings
@@ -190,10 +191,13 @@ class PartWriter:
         every: int = 1000,
         item_rows_for_results: bool = True,
         path: str = "direct",
+        progress: ProgressSink | None = None,
     ) -> None:
         self._s3 = s3
-        # how the outcomes this writer gets were sent, unless add_outcome says otherwise
+        # how the outcomes this writer gets were sent, unless add_outcome says otherwise; the
+        # Batch API's are priced at the batch rate and have no latency of their own
         self._path = path
+        self._progress = progress
         # direct mode keeps item rows for failures only: a result is in the results file, and a
         # row per success was the largest cost of a direct shard
         self._item_rows_for_results = item_rows_for_results
@@ -214,8 +218,11 @@ class PartWriter:
         kind = b"r" if outcome.ok else b"e"
         chunk.rows.append(b"%d\t%s\t%s\n" % (outcome.line, kind, outcome_record(self._spec.job_id, outcome)))
         path = path or self._path
-        chunk.stats.add_outcome(outcome, path=path)
+        batch = path == "batch"
+        chunk.stats.add_outcome(outcome, path=path, timed=not batch)
         self._count(outcome.ok)
+        if self._progress is not None:
+            self._progress.outcome(outcome, batch=batch, waited=batch or provider_id is not None)
         # nothing looks up a result that was sent directly by its row (no webhook, no cancel)
         if outcome.ok and (not self._item_rows_for_results or path == "direct"):
             self._maybe_cut(len(chunk.rows))
@@ -235,8 +242,10 @@ class PartWriter:
     def add_invalid(self, error: LineError) -> None:
         record = error_record(self._spec.job_id, error.line, error.custom_id, error.code, error.message)
         self._chunk.rows.append(b"%d\te\t%s\n" % (error.line, record))
-        self._chunk.stats.add_error(error.code)
+        self._chunk.stats.add_error(error.code, error.message)
         self._count(False)
+        if self._progress is not None:
+            self._progress.invalid(error.code)
         self._maybe_cut()
 
     def add_pending(self, item: ItemState) -> None:
@@ -244,6 +253,8 @@ class PartWriter:
         self._chunk.items.append(item)
         self._chunk.waiting += 1
         self.pending += 1
+        if self._progress is not None:
+            self._progress.waiting(1)
         self._maybe_cut()
 
     def _count(self, ok: bool) -> None:
@@ -324,7 +335,7 @@ def assemble(s3: Any, spec: ShardSpec, *, missing_code: str | None = None, missi
                     spec.job_id, item.line, item.custom_id, missing_code, f"line {item.line}: {missing_message}"
                 )
                 rows[item.line] = (b"e", record)
-                stats.add_error(missing_code)
+                stats.add_error(missing_code, f"line {item.line}: {missing_message}")
     results = [rows[n][1] + b"\n" for n in sorted(rows) if rows[n][0] == b"r"]
     errors = [rows[n][1] + b"\n" for n in sorted(rows) if rows[n][0] == b"e"]
     s3.put_object(Bucket=spec.bucket, Key=spec.results_key, Body=b"".join(results))
@@ -345,6 +356,8 @@ class ShardContext:
     api_key: str
     remaining_s: Callable[[], float]
     session_factory: Callable[[int], aiohttp.ClientSession]
+    # in-process listener for live progress (the local cloud's display); deployed, there is none
+    progress: ProgressSink | None = None
 
 
 def _engine_settings(spec: ShardSpec, settings: Settings) -> EngineSettings:
@@ -422,7 +435,14 @@ def _pending(spec: ShardSpec, writer: PartWriter, skip: set[int], s3: Any) -> It
 async def run_direct(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any]:
     started = time.monotonic()
     checkpoint = load_checkpoint(ctx.s3, spec)
-    writer = PartWriter(s3=ctx.s3, store=ctx.store, spec=spec, run=checkpoint.runs + 1, item_rows_for_results=False)
+    writer = PartWriter(
+        s3=ctx.s3,
+        store=ctx.store,
+        spec=spec,
+        run=checkpoint.runs + 1,
+        item_rows_for_results=False,
+        progress=ctx.progress,
+    )
     stopper = Stopper(ctx, spec.job_id)
     stats = await _fan_out(ctx, spec, _pending(spec, writer, checkpoint.done, ctx.s3), writer.add_outcome, stopper)
     finished = not stats.stopped_early
@@ -454,7 +474,9 @@ async def submit_background(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any
     checkpoint = load_checkpoint(ctx.s3, spec)
     skip = set(checkpoint.done)
     skip.update(i.line for i in ctx.store.items(spec.job_id, spec.first_line, spec.last_line) if i.provider_id)
-    writer = PartWriter(s3=ctx.s3, store=ctx.store, spec=spec, run=checkpoint.runs + 1, path="background")
+    writer = PartWriter(
+        s3=ctx.s3, store=ctx.store, spec=spec, run=checkpoint.runs + 1, path="background", progress=ctx.progress
+    )
     # lines in flight that were sent directly; a set of the in-flight ones only
     direct: set[int] = set()
 
@@ -509,7 +531,9 @@ async def collect_background(ctx: ShardContext, spec: ShardSpec) -> dict[str, An
         for i in ctx.store.items(spec.job_id, spec.first_line, spec.last_line)
         if i.status in ("submitted", "settled") and i.provider_id and i.line not in checkpoint.done
     }
-    writer = PartWriter(s3=ctx.s3, store=ctx.store, spec=spec, run=checkpoint.runs + 1, path="background")
+    writer = PartWriter(
+        s3=ctx.s3, store=ctx.store, spec=spec, run=checkpoint.runs + 1, path="background", progress=ctx.progress
+    )
     still: list[int] = []
     # items a webhook settled were already counted off the shard's wait; the rest are counted here
     unsettled_done = 0

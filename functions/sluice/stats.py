@@ -20,6 +20,8 @@ _FLOOR_S = 0.001
 # any job length (0.1 s steps for a minute-long job, an hour's for a month-long one).
 TIMELINE_STEPS_MS = (100, 1_000, 5_000, 15_000, 60_000, 300_000, 900_000, 3_600_000)
 TIMELINE_MAX_POINTS = 720
+# one message a code, cut to this length, so a report can show what each code means in this job
+EXAMPLE_CHARS = 300
 
 
 def _bucket(latency_s: float) -> int:
@@ -74,8 +76,14 @@ class Stats:
     timeline_step_ms: int = TIMELINE_STEPS_MS[0]
     # lines the provider answered, by the way they were sent (direct, background, batch)
     paths: dict[str, int] = field(default_factory=dict)
+    # error code -> the first message seen with it
+    error_examples: dict[str, str] = field(default_factory=dict)
 
-    def add_outcome(self, outcome: Outcome, at: float | None = None, path: str | None = None) -> None:
+    def add_outcome(
+        self, outcome: Outcome, at: float | None = None, path: str | None = None, *, timed: bool = True
+    ) -> None:
+        """`timed=False` for answers without a latency of their own (a batch's rows are answered
+        together: their turnaround is the batch's, reported per batch instead)."""
         if path is not None:
             self.paths[path] = self.paths.get(path, 0) + 1
         self.attempts += outcome.attempts
@@ -91,10 +99,11 @@ class Stats:
                 per_model = self.models.setdefault(model, [0, 0])
                 per_model[0] += tokens_in
                 per_model[1] += tokens_out
-            key = _bucket(outcome.latency_s)
-            self.latency[key] = self.latency.get(key, 0) + 1
+            if timed:
+                key = _bucket(outcome.latency_s)
+                self.latency[key] = self.latency.get(key, 0) + 1
         else:
-            self.add_error(outcome.error_code or "unknown")
+            self.add_error(outcome.error_code or "unknown", outcome.error_message)
         # the sink sees an outcome the moment it is final, so now is its completion time
         self._mark(time.time() if at is None else at, outcome.ok)
 
@@ -116,8 +125,10 @@ class Stats:
             if len(self.timeline) <= TIMELINE_MAX_POINTS:
                 return
 
-    def add_error(self, code: str) -> None:
+    def add_error(self, code: str, message: str | None = None) -> None:
         self.errors[code] = self.errors.get(code, 0) + 1
+        if message and code not in self.error_examples:
+            self.error_examples[code] = message[:EXAMPLE_CHARS]
 
     @property
     def error_count(self) -> int:
@@ -127,6 +138,8 @@ class Stats:
         self.results += other.results
         for code, n in other.errors.items():
             self.errors[code] = self.errors.get(code, 0) + n
+        for code, message in other.error_examples.items():
+            self.error_examples.setdefault(code, message)
         self.attempts += other.attempts
         self.retries += other.retries
         self.throttled += other.throttled
@@ -167,6 +180,7 @@ class Stats:
         return {
             "results": self.results,
             "errors": dict(sorted(self.errors.items())),
+            "error_examples": dict(sorted(self.error_examples.items())),
             "attempts": self.attempts,
             "retries": self.retries,
             "throttled": self.throttled,
@@ -199,6 +213,7 @@ class Stats:
         return cls(
             results=data.get("results", 0),
             errors=dict(data.get("errors", {})),
+            error_examples=dict(data.get("error_examples", {})),
             attempts=data.get("attempts", 0),
             retries=data.get("retries", 0),
             throttled=data.get("throttled", 0),

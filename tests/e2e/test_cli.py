@@ -526,7 +526,7 @@ def test_cancel_stops_the_execution_cancels_provider_work_and_keeps_what_finishe
     out = tmp_path / "out"
     fetched = deployed.cli("results", job_id, "--out", str(out), "--quiet")
     assert fetched.returncode == 0, fetched.stderr
-    assert 'class="status CANCELLED"' in (out / "long.report.html").read_text()
+    assert '<span class="status bad">CANCELLED</span>' in (out / "long.report.html").read_text()
 
     again = deployed.cli("cancel", job_id)
     assert again.returncode == 0 and "already ended CANCELLED" in again.stderr

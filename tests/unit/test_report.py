@@ -174,3 +174,108 @@ def test_files_next_to_the_report_are_linked_relatively() -> None:
     )
     hrefs = [a.get("href") for t, a in tags.tags if t == "a"]
     assert hrefs == ["reviews.results.jsonl", "reviews.errors.jsonl"]
+
+
+def _badge(page: Tags) -> str:
+    [span] = [a for t, a in page.tags if t == "span" and "status" in (a.get("class") or "").split()]
+    return (span.get("class") or "").split()[1]
+
+
+@pytest.mark.parametrize(
+    "status, results, errors, tone",
+    [
+        ("SUCCEEDED", 10, 0, "good"),
+        ("SUCCEEDED", 9, 1, "warn"),
+        ("SUCCEEDED", 5, 5, "bad"),
+        ("COMPLETED_WITH_ERRORS", 8, 2, "warn"),
+        ("COMPLETED_WITH_ERRORS", 2, 8, "bad"),
+        ("FAILED", 10, 0, "bad"),
+        ("CANCELLED", 3, 7, "bad"),
+    ],
+)
+def test_the_badge_is_never_green_when_lines_failed(status: str, results: int, errors: int, tone: str) -> None:
+    summary = summary_of(Stats(), status=status)
+    summary["counts"] = {"requests": results + errors, "results": results, "errors": errors}
+    page = parse(render_report(summary))
+    assert _badge(page) == tone
+    text = " ".join(page.text)
+    if errors:
+        assert f"{errors / (results + errors):.0%} of requests in errors ({errors} of {results + errors})" in text
+    else:
+        assert "in errors" not in text
+
+
+def test_the_throughput_chart_names_its_lines() -> None:
+    stats = Stats()
+    stats.add_outcome(outcome(1, 0.1), at=1000.0)
+    stats.add_outcome(outcome(2, 0.1, ok=False), at=1000.2)
+    html = render_report(summary_of(stats))
+    page = parse(html)
+    labels = re.findall(r'<text class="legend-label"[^>]*>([^<]*)</text>', html)
+    assert labels == ["completed (results + errors)", "errors"]
+    # each name sits next to a stroke drawn like its line
+    assert len(page.of("line", "legend-ok")) == 1 and len(page.of("line", "legend-err")) == 1
+    only_results = Stats()
+    only_results.add_outcome(outcome(1, 0.1), at=1000.0)
+    assert not parse(render_report(summary_of(only_results))).of("line", "legend-err")
+
+
+def test_each_error_code_shows_one_example_message_that_survives_the_merge() -> None:
+    first, second = Stats(), Stats()
+    failed = outcome(1, 0.1, ok=False)
+    failed.error_message = "line 1: gave up after 6 attempts: HTTP 500 from the provider"
+    first.add_outcome(failed, at=1000.0)
+    second.add_error("invalid_json", "line 7, column 12: invalid JSON: unexpected character")
+    second.add_error("invalid_json", "line 9: a later one")
+    merged = Stats.from_dict(first.to_dict())
+    merged.merge(Stats.from_dict(second.to_dict()))
+    assert merged.error_examples == {
+        "retries_exhausted": "line 1: gave up after 6 attempts: HTTP 500 from the provider",
+        "invalid_json": "line 7, column 12: invalid JSON: unexpected character",
+    }
+    page = render_report(summary_of(merged, error_examples=merged.error_examples))
+    rows = re.findall(r"<tr><td><code>([a-z_]+)</code></td><td>(\d+)</td><td>(.*?)</td></tr>", page)
+    assert [(code, n) for code, n, _ in rows] == [("invalid_json", "2"), ("retries_exhausted", "1")]
+    assert "unexpected character" in rows[0][2] and "HTTP 500" in rows[1][2]
+
+
+def test_a_batch_job_shows_turnaround_and_says_why_there_is_no_request_latency() -> None:
+    stats = Stats()
+    for n in range(4):
+        stats.add_outcome(outcome(n, 0.0), at=1000.0, timed=False)
+    assert stats.latency_histogram() == [] and stats.results == 4
+    summary = summary_of(stats, mode="batch")
+    summary["shards"] = [
+        {"shard": 0, "mode": "batch", "batch": {"batches": [{"id": "b1", "status": "completed", "turnaround_s": 0.0}]}},
+        {
+            "shard": 1,
+            "mode": "batch",
+            "batch": {"batches": [{"id": "b2", "status": "completed", "turnaround_s": 300.0}]},
+        },
+    ]
+    page = parse(render_report(summary))
+    text = " ".join(page.text)
+    assert not page.of("rect", "bar")
+    assert "No per-request latency" in text and "Batch turnaround" in text
+    assert "5.0 min" in text  # the longest batch
+    summary["shards"] = [summary["shards"][0]]
+    assert "whole seconds" in " ".join(parse(render_report(summary)).text)
+
+
+def test_the_batch_saving_is_shown_and_a_direct_job_learns_what_batch_would_cost() -> None:
+    stats = Stats()
+    stats.add_outcome(outcome(1, 0.1), at=1000.0)
+    costs = {
+        "provider": 0.006,
+        "provider_all_direct": 0.010,
+        "provider_all_batch": 0.005,
+        "batch_savings": 0.004,
+        "aws": 0.0003,
+    }
+    text = " ".join(parse(render_report(summary_of(stats, cost_estimate_usd=costs))).text)
+    assert "saved by the Batch API" in text and "$0.0040 (40%)" in text
+    assert "the same tokens, all sent directly" in text and "$0.0100" in text
+    direct = {**costs, "provider": 0.010, "batch_savings": 0.0}
+    text = " ".join(parse(render_report(summary_of(stats, cost_estimate_usd=direct))).text)
+    assert "saved by the Batch API" not in text
+    assert "would have cost $0.0050 at the provider instead of $0.0100" in text

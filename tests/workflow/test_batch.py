@@ -68,8 +68,10 @@ def test_a_batch_job_wakes_on_webhooks_and_writes_results_in_input_order(make_cl
     assert all(s["batch"]["direct_fallback_lines"] == 0 for s in run.summary["shards"])
     costs = run.summary["cost_estimate_usd"]
     assert costs["provider"] == costs["provider_all_batch"] and costs["batch_savings"] > 0
-    # the batch turnaround is every row's latency
-    assert run.summary["latency_s"]["p50"] is not None
+    # a batch's rows have no latency of their own: each batch reports its turnaround instead
+    assert run.summary["latency_s"]["p50"] is None and run.summary["latency_histogram"] == []
+    turnarounds = [b["turnaround_s"] for s in run.summary["shards"] for b in s["batch"]["batches"]]
+    assert len(turnarounds) == 3 and all(isinstance(t, float) and 0 <= t < 30 for t in turnarounds)
     # inputs and answers are in S3 now; no copies are left at the provider
     assert simulator.call(lambda sim: list(sim.files)) == []
 

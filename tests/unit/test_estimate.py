@@ -1,0 +1,70 @@
+"""`sluice estimate`: what its token and cost figures are, and that it says so."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from local.cli import main
+from local.inputs import estimate_file, output_limit, output_tokens
+
+
+def _line(custom_id: str, url: str, body: dict[str, Any]) -> bytes:
+    return orjson.dumps({"custom_id": custom_id, "method": "POST", "url": url, "body": body}) + b"\n"
+
+
+def _chat(n: int, **limits: int) -> bytes:
+    body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "x" * 400}], **limits}
+    return _line(f"c-{n}", "/v1/chat/completions", body)
+
+
+def test_the_expected_answer_is_the_assumption_capped_by_the_requests_own_limit() -> None:
+    assert output_limit({"max_tokens": 4}) == 4
+    assert output_limit({"max_output_tokens": 16}) == 16
+    assert output_limit({"max_completion_tokens": 9, "max_tokens": 40}) == 9
+    assert output_limit({"max_tokens": 0}) is None and output_limit({}) is None
+    assert output_tokens("/v1/chat/completions", {"max_tokens": 4}, assumed=300) == 4
+    assert output_tokens("/v1/chat/completions", {"max_tokens": 4}, assumed=2) == 2
+    assert output_tokens("/v1/chat/completions", {}, assumed=300) == 300
+    assert output_tokens("/v1/embeddings", {"max_tokens": 4}, assumed=300) == 0
+
+
+def test_expected_at_most_and_at_least_bracket_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "mixed.jsonl"
+    path.write_bytes(b"".join([_chat(1, max_tokens=4), _chat(2, max_tokens=100), _chat(3)]))
+    estimate = estimate_file(
+        path, model=None, assumed_output_tokens=10, concurrency=10, latency_s=1.0, shard_lines=100, quiet=True
+    )
+    totals = estimate.by_model["gpt-4o-mini"]
+    assert (totals.tokens_out, totals.tokens_out_max, totals.tokens_out_min, totals.uncapped) == (
+        4 + 10 + 10,
+        4 + 100 + 10,
+        3,
+        1,
+    )
+    data = estimate.to_dict()
+    low, expected, high = (data[k]["direct"] for k in ("provider_usd_at_least", "provider_usd", "provider_usd_at_most"))
+    assert low < expected < high
+    assert data["provider_usd_at_most"]["batch"] == pytest.approx(high / 2, abs=1e-6)
+    assert data["models"]["gpt-4o-mini"]["requests_without_max_tokens"] == 1
+
+
+def test_the_text_names_each_figure_and_when_the_bound_is_not_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capped = tmp_path / "capped.jsonl"
+    capped.write_bytes(b"".join(_chat(n, max_tokens=4) for n in range(5)))
+    assert main(["estimate", str(capped), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "provider, expected:" in out and "300 tokens (--output-tokens) or its max_tokens if lower" in out
+    assert "provider, at most:" in out and "every answer as long as its max_tokens allows" in out
+    assert "provider, at least:" in out and "one output token an answer" in out
+
+    loose = tmp_path / "loose.jsonl"
+    loose.write_bytes(_chat(1, max_tokens=4) + _chat(2))
+    assert main(["estimate", str(loose), "--quiet", "--output-tokens", "50"]) == 0
+    out = capsys.readouterr().out
+    assert "not a bound: 1 requests set no max_tokens and count 50 tokens each" in out
