@@ -73,6 +73,10 @@ def _step_of(handler: str) -> str | None:
     return match.group(1) if match else None
 
 
+# the guid at the end of a stack id, whose last group names the stack's retained resources
+LOCAL_STACK_GUID = "00000000-0000-0000-0000-000000000000"
+
+
 class _Resolver:
     """Resolves the intrinsics of a policy statement to the local cloud's names and ARNs."""
 
@@ -81,7 +85,7 @@ class _Resolver:
         "AWS::Region": REGION,
         "AWS::AccountId": ACCOUNT,
         "AWS::URLSuffix": "amazonaws.com",
-        "AWS::StackId": f"arn:aws:cloudformation:{REGION}:{ACCOUNT}:stack/{PREFIX}/{'0' * 8}-{'0' * 4}-{'0' * 4}-{'0' * 4}-{'0' * 12}",
+        "AWS::StackId": f"arn:aws:cloudformation:{REGION}:{ACCOUNT}:stack/{PREFIX}/{LOCAL_STACK_GUID}",
     }
 
     def __init__(self, resources: dict[str, Any], names: LocalNames) -> None:
