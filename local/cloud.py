@@ -8,6 +8,7 @@ modules that the CDK stack deploys, with a context that reports the remaining ti
 from __future__ import annotations
 
 import base64
+import functools
 import importlib
 import json
 import logging
@@ -29,6 +30,7 @@ from moto.core.base_backend import BackendDict
 from moto.dynamodb.responses import DynamoHandler
 from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
 from sluice.progress import ProgressSink
+from sluice.store import JobStore
 from sluice.verify import Report, verify
 
 from infra.definition import FUNCTION_PLACEHOLDERS, definition_json, substitute
@@ -330,10 +332,13 @@ class LocalCloud:
                 raise TimeoutError(f"execution still running after {timeout_s:.0f} s")
             time.sleep(0.5)
 
-    def job(self, job_id: str) -> dict[str, Any] | None:
-        from sluice.store import JobStore
+    @functools.cached_property
+    def _store(self) -> JobStore:
+        # read as the cloud's admin, like the rest of the cloud's own calls
+        return JobStore(boto3.resource("dynamodb", region_name=REGION).Table(self.table_name), ttl_days=1)
 
-        return JobStore(boto3.resource("dynamodb", region_name=REGION).Table(self.table_name), ttl_days=1).job(job_id)
+    def job(self, job_id: str) -> dict[str, Any] | None:
+        return self._store.job(job_id)
 
     def read(self, key: str) -> bytes:
         return bytes(boto3.client("s3", region_name=REGION).get_object(Bucket=self.bucket, Key=key)["Body"].read())
