@@ -272,11 +272,11 @@ class LocalCloud:
                 raise quotas.QuotaExceeded(self._breach("Lambda request payload", step, "was sent", request))
             if self.before_invoke is not None:
                 self.before_invoke(step, payload)
-            with quotas.invocation(self.quotas, step) as fds:
+            with quotas.invocation(self.quotas, step) as (fds, tmp):
                 result = module.handler(payload, LambdaContext(arn, timeout))
             elapsed = time.monotonic() - started
-            if fds.message is not None:
-                raise OSError(fds.message)
+            if fds.message or tmp.message:
+                raise OSError(fds.message or tmp.message)
             if elapsed > timeout:
                 raise LambdaTimeout(
                     self.quotas.breach(

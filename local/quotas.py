@@ -10,9 +10,12 @@ All of the patches to moto live in `enforced()`. The numbers, each from the page
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
+import os
 import socket
+import tempfile
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -185,16 +188,75 @@ def _counted_socket_init(self: socket.socket, *args: Any, **kwargs: Any) -> None
         budget.opened(self)
 
 
+# ---- /tmp: the files one invocation holds there, by their size
+
+
+class TmpBudget:
+    def __init__(self, ledger: Ledger, step: str) -> None:
+        self.ledger = ledger
+        self.step = step
+        self.files: weakref.WeakSet[Any] = weakref.WeakSet()
+        self.message: str | None = None
+
+    def wrote(self) -> None:
+        used = 0
+        for handle in list(self.files):
+            with contextlib.suppress(OSError, ValueError):
+                used += os.fstat(handle.fileno()).st_size
+        if used > LAMBDA_TMP_BYTES:
+            self.message = self.message or self.ledger.breach(
+                f"AWS quota: Lambda /tmp is {size_text(LAMBDA_TMP_BYTES)} as configured; {self.step} wrote {_n(used)}"
+            )
+            raise OSError(errno.ENOSPC, self.message)
+
+
+class _TmpFile:
+    """A temporary file whose writes are measured against the invocation's /tmp."""
+
+    def __init__(self, handle: Any, budget: TmpBudget) -> None:
+        self._handle = handle
+        self._budget = budget
+        budget.files.add(handle)
+
+    def write(self, data: Any) -> int:
+        written = int(self._handle.write(data))
+        self._handle.flush()
+        self._budget.wrote()
+        return written
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._handle, name)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._handle)
+
+    def __enter__(self) -> _TmpFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._handle.close()
+
+
+_temporary_file = tempfile.TemporaryFile
+
+
+def _measured_temporary_file(*args: Any, **kwargs: Any) -> Any:
+    handle = _temporary_file(*args, **kwargs)
+    budget: TmpBudget | None = getattr(_current, "tmp", None)
+    return handle if budget is None else _TmpFile(handle, budget)
+
+
 @contextmanager
-def invocation(ledger: Ledger, step: str) -> Iterator[FdBudget]:
-    """Count the descriptors of one in-process Lambda invocation on this thread."""
+def invocation(ledger: Ledger, step: str) -> Iterator[tuple[FdBudget, TmpBudget]]:
+    """Count the descriptors and /tmp of one in-process Lambda invocation on this thread."""
     budget = FdBudget(ledger, step)
-    outer = getattr(_current, "fds", None)
-    _current.fds = budget
+    tmp = TmpBudget(ledger, step)
+    outer = getattr(_current, "fds", None), getattr(_current, "tmp", None)
+    _current.fds, _current.tmp = budget, tmp
     try:
-        yield budget
+        yield budget, tmp
     finally:
-        _current.fds = outer
+        _current.fds, _current.tmp = outer
         ledger.fd_peak(step, budget.peak)
 
 
@@ -487,4 +549,6 @@ def enforced(ledger: Ledger) -> Iterator[Ledger]:
         # moto allows 25 actions in a transaction, DynamoDB's old quota; AWS allows 100 today
         patch(mock.patch.object(dynamodb_responses, "TRANSACTION_MAX_ITEMS", TRANSACT_WRITE_ITEMS))
         patch(mock.patch.object(socket.socket, "__init__", _counted_socket_init))
+        # SpooledTemporaryFile spills into tempfile.TemporaryFile
+        patch(mock.patch.object(tempfile, "TemporaryFile", _measured_temporary_file))
         yield ledger

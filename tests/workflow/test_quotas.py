@@ -279,3 +279,22 @@ def test_twelve_thousand_lines_in_1200_shards(make_cloud, tmp_path: Path) -> Non
     assert not cloud.quotas.breaches
     assert 0 < cloud.quotas.gathered_bytes < quotas.STATE_PAYLOAD_BYTES / 10
     print(f"12,000 lines in 1,200 shards: {seconds:.1f} s")
+
+
+def test_a_batch_file_spilled_past_tmp_fails_like_a_full_disk(make_cloud) -> None:
+    """The smallest unit: a step's invocation on the local cloud, spilling its batch file."""
+    import tempfile
+
+    cloud = make_cloud()
+    with (
+        quotas.invocation(cloud.quotas, "submit_batch") as (_, tmp),
+        tempfile.SpooledTemporaryFile(max_size=1024) as spool,
+    ):
+        spool.write(b"x" * 2048)
+        spool.seek(quotas.LAMBDA_TMP_BYTES)
+        with pytest.raises(OSError) as caught:
+            spool.write(b"y")
+    assert "AWS quota: Lambda /tmp is 536,870,912 bytes (512 MiB) as configured; submit_batch wrote 536,870,913" in str(
+        caught.value
+    )
+    assert tmp.message == cloud.quotas.breaches[-1]
