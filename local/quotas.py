@@ -440,6 +440,25 @@ def enforced(ledger: Ledger) -> Iterator[Ledger]:
 
     def gathered(self: Any, env: Any, eval_input: Any) -> None:
         map_run(self, env, eval_input)
+        # moto records ToleratedFailureCount/Percentage but never fails the Map on them
+        record = eval_input.map_run_record
+        failed, total = record.item_counter.failed.get(), record.item_counter.total.get()
+        tolerated_count, tolerated_percentage = record.tolerated_failure_count, record.tolerated_failure_percentage
+        if failed and failed > tolerated_count and 100.0 * failed / max(total, 1) > tolerated_percentage:
+            raise FailureEventException(
+                FailureEvent(
+                    env=env,
+                    error_name=StatesErrorName(typ=StatesErrorNameType.StatesExceedToleratedFailureThreshold),
+                    event_type=HistoryEventType.MapRunFailed,
+                    event_details=EventDetails(  # type: ignore[typeddict-item]
+                        executionFailedEventDetails=ExecutionFailedEventDetails(
+                            error=StatesErrorNameType.StatesExceedToleratedFailureThreshold.to_name(),
+                            cause=f"{failed} of {total} Map children failed; the Map tolerates "
+                            f"{tolerated_count} or {tolerated_percentage:g}%",
+                        )
+                    ),
+                )
+            )
         size = json_size(env.stack[-1])
         ledger.gathered_bytes = max(ledger.gathered_bytes, size)
         if size >= STATE_PAYLOAD_BYTES:

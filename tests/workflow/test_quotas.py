@@ -173,11 +173,12 @@ def test_one_shard_stays_within_lambdas_file_descriptors(make_cloud, simulator, 
     the SDK pools and the runtime's own, that is more than Lambda's 1,024."""
     from sluice.limits import MAX_SHARD_CONNECTIONS
 
-    simulator.configure(latency_s=0.5)
+    # slow enough answers that every connection the shard may open is open at once
+    simulator.configure(latency_s=5.0)
     cloud = make_cloud(shard_lines=3000, concurrency=1000, map_concurrency=1)
-    run = run_job(cloud, write_jsonl(tmp_path / "one.jsonl", [request_line(f"f-{n}") for n in range(2000)]))
+    run = run_job(cloud, write_jsonl(tmp_path / "one.jsonl", [request_line(f"f-{n}") for n in range(1500)]))
 
-    assert run.status == "SUCCEEDED" and len(run.results) == 2000
+    assert run.status == "SUCCEEDED" and len(run.results) == 1500
     assert not cloud.quotas.breaches
     peak = cloud.quotas.fd_peaks["run_shard"]
     assert MAX_SHARD_CONNECTIONS < peak <= quotas.LAMBDA_FILE_DESCRIPTORS
@@ -187,9 +188,9 @@ def test_more_connections_than_descriptors_fail_the_shard_loudly(make_cloud, sim
     from sluice import plan
 
     monkeypatch.setattr(plan, "MAX_SHARD_CONNECTIONS", 1000)
-    simulator.configure(latency_s=0.5)
+    simulator.configure(latency_s=5.0)
     cloud = make_cloud(shard_lines=3000, concurrency=1000, map_concurrency=1, max_attempts=1)
-    run = run_job(cloud, write_jsonl(tmp_path / "one.jsonl", [request_line(f"f-{n}") for n in range(1200)]))
+    run = run_job(cloud, write_jsonl(tmp_path / "one.jsonl", [request_line(f"f-{n}") for n in range(1500)]))
 
     assert run.status == "FAILED"
     assert cloud.quotas.breaches[0].startswith("AWS quota: Lambda file descriptors are 1,024; run_shard held 1,025")
