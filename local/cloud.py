@@ -272,9 +272,10 @@ class LocalCloud:
                 raise quotas.QuotaExceeded(self._breach("Lambda request payload", step, "was sent", request))
             if self.before_invoke is not None:
                 self.before_invoke(step, payload)
+            begun = time.monotonic()
             with quotas.invocation(self.quotas, step) as (fds, tmp):
                 result = module.handler(payload, LambdaContext(arn, timeout))
-            elapsed = time.monotonic() - started
+            elapsed = time.monotonic() - begun
             if fds.message or tmp.message:
                 raise OSError(fds.message or tmp.message)
             if elapsed > timeout:
