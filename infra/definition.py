@@ -146,7 +146,11 @@ def _shard_states() -> dict[str, Any]:
                 ],
                 "Default": "AwaitBatch",
             },
-            "Shard finished": {"Type": "Succeed"},
+            # The Distributed Map gathers every child's output into its own, which Step Functions
+            # caps at 256 KiB even with ResultPath null: a child ends with one boolean (5 bytes
+            # with its comma; about 52,000 shards), not with its state (~450 bytes; ~580 shards).
+            # (a Pass state: cfn-lint's schema allows no OutputPath on Succeed)
+            "Shard finished": {"Type": "Pass", "OutputPath": "$.done", "End": True},
         },
     }
 

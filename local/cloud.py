@@ -34,6 +34,8 @@ from sluice.store import JobStore
 from sluice.verify import Report, verify
 
 from infra.definition import FUNCTION_PLACEHOLDERS, definition_json, substitute
+from local import quotas
+from local.fastmoto import faster
 from local.receiver import WebhookReceiver
 
 REGION = "us-east-1"
@@ -185,6 +187,8 @@ class LocalCloud:
     policies: dict[str, list[dict[str, Any]]] | None = None
     # shards report each line here as it ends (`sluice run`'s display); no AWS request involved
     progress: ProgressSink | None = None
+    # every AWS quota the run breached, and the figures measured against them
+    quotas: quotas.Ledger = field(default_factory=quotas.Ledger)
 
     def environment(self) -> dict[str, str]:
         s = self.settings
@@ -235,6 +239,8 @@ class LocalCloud:
                 mock.patch.object(lambda_eval_utils, "_invoke_lambda_function", self._invoke),
                 mock.patch.object(BackendDict, "_create_account_specific_backend", _known_backend_fast_path),
                 mock.patch.object(DynamoHandler, "call_action", _atomic_dynamodb_call),
+                quotas.enforced(self.quotas),
+                faster(),
                 WebhookReceiver(webhook.handler) as receiver,
             ):
                 self.webhook_url = receiver.url
@@ -270,21 +276,48 @@ class LocalCloud:
         payload = json.loads(parameters.get("Payload") or b"{}")
         module = importlib.import_module(HANDLERS[step])
         started = time.monotonic()
-        timeout = self.settings.lambda_timeout_s if step in SHARD_STEPS else 900.0
+        timeout = float(quotas.STEP_TIMEOUT_S[step])
+        if step in SHARD_STEPS:
+            timeout = min(timeout, self.settings.lambda_timeout_s)
         try:
+            request = quotas.json_size(parameters.get("Payload") or b"{}")
+            if request > quotas.LAMBDA_PAYLOAD_BYTES:
+                raise quotas.QuotaExceeded(self._breach("Lambda request payload", step, "was sent", request))
             if self.before_invoke is not None:
                 self.before_invoke(step, payload)
-            result = module.handler(payload, LambdaContext(function_name(step), timeout, self.progress))
+            begun = time.monotonic()
+            with quotas.invocation(self.quotas, step) as (fds, tmp):
+                result = module.handler(payload, LambdaContext(function_name(step), timeout, self.progress))
+            elapsed = time.monotonic() - begun
+            if fds.message or tmp.message:
+                raise OSError(fds.message or tmp.message)
+            if elapsed > timeout:
+                raise LambdaTimeout(
+                    self.quotas.breach(
+                        f"AWS quota: Lambda timeout for {step} is {timeout:g} s as configured; "
+                        f"the handler ran {elapsed:.1f} s"
+                    )
+                )
+            answer = json.loads(json.dumps(result))
+            response = quotas.json_size(answer)
+            if response > quotas.LAMBDA_PAYLOAD_BYTES:
+                raise quotas.QuotaExceeded(self._breach("Lambda response payload", step, "returned", response))
         except Exception as exc:
             with self._lock:
                 self.invocations.append(Invocation(step, time.monotonic() - started, repr(exc), payload=payload))
             # the shape Lambda gives Step Functions for an unhandled error, or for a timeout
             kind = "Sandbox.Timedout" if isinstance(exc, LambdaTimeout) else type(exc).__name__
+            if isinstance(exc, quotas.QuotaExceeded):
+                kind = "Function.ResponseSizeTooLarge" if "response" in str(exc) else "RequestTooLargeException"
             error = {"errorType": kind, "errorMessage": str(exc)}
             return {"StatusCode": 200, "FunctionError": "Unhandled", "Payload": error}
         with self._lock:
             self.invocations.append(Invocation(step, time.monotonic() - started, None, payload=payload))
-        return {"StatusCode": 200, "Payload": json.loads(json.dumps(result))}
+        return {"StatusCode": 200, "Payload": answer}
+
+    def _breach(self, what: str, step: str, verb: str, size: int) -> str:
+        limit = quotas.LAMBDA_PAYLOAD_BYTES
+        return self.quotas.breach(quotas.payload_message(f"{what} (synchronous)", limit, f"{step} {verb}", size))
 
     def upload(self, path: Path, *, key: str | None = None, metadata: dict[str, str] | None = None) -> tuple[str, str]:
         key = key or f"inbox/{path.name}"

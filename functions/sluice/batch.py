@@ -30,7 +30,16 @@ import orjson
 from .lines import LineError
 from .model import ErrorCode, Outcome, Request
 from .settings import Settings
-from .shard import PartWriter, ShardContext, ShardSpec, assemble, load_checkpoint, parts_stats, read_shard
+from .shard import (
+    PartWriter,
+    ShardContext,
+    ShardSpec,
+    assemble,
+    load_checkpoint,
+    parts_stats,
+    poll_wait_seconds,
+    read_shard,
+)
 
 COMPLETION_WINDOW: Literal["24h"] = "24h"
 TERMINAL = frozenset({"completed", "failed", "expired", "cancelled"})
@@ -159,9 +168,8 @@ def split_parts(requests: Iterable[Request], *, max_requests: int, max_bytes: in
 
 
 def batch_wait_seconds(settings: Settings, elapsed_s: float) -> int:
-    """How long AwaitBatch sleeps before polling: webhooks end the wait as soon as a batch ends,
-    so polling only reconciles, and backs off as the batch ages (batches take minutes to hours)."""
-    return int(max(settings.poll_seconds, min(settings.batch_poll_max_s, elapsed_s / 10)))
+    """How long AwaitBatch sleeps before polling (batches take minutes to hours)."""
+    return poll_wait_seconds(settings, elapsed_s)
 
 
 @contextlib.asynccontextmanager

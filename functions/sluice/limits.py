@@ -292,3 +292,15 @@ class RateBudget:
                 reset = 1.0
             until = self._clock() + reset
             self._blocked_until = max(self._blocked_until, until)
+
+
+# Lambda gives a function 1,024 file descriptors
+# (https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html). Besides its provider
+# connections a shard Lambda holds the AWS SDK's pools (five clients, up to 10 connections each),
+# the runtime's own (stdio, the Runtime API connection, epoll, the interpreter's files) and the
+# event loop's (its self-pipe).
+LAMBDA_FILE_DESCRIPTORS = 1024
+AWS_CLIENT_FDS = 5 * 10
+RUNTIME_FDS = 16
+EVENT_LOOP_FDS = 8
+MAX_SHARD_CONNECTIONS = LAMBDA_FILE_DESCRIPTORS - AWS_CLIENT_FDS - RUNTIME_FDS - EVENT_LOOP_FDS

@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from .limits import MAX_SHARD_CONNECTIONS
 from .lines import LineError, parse_line, split_lines
 from .model import ErrorCode
 from .settings import BATCH_INCOMPLETE_POLICIES, MODES, Settings, parse_error_rate
@@ -271,8 +272,9 @@ def plan_job(
     result = plan_lines(split_lines(body.iter_chunks(READ_CHUNK)), shard_lines=settings.shard_lines)
 
     running = max(1, min(len(result.shards), options.map_concurrency))
-    # every running shard gets an equal share of the job's budgets
-    per_shard = max(1, math.ceil(options.concurrency / running))
+    # every running shard gets an equal share of the job's budgets; one Lambda holds at most
+    # MAX_SHARD_CONNECTIONS sockets, so that its file descriptors last (however few shards run)
+    per_shard = min(MAX_SHARD_CONNECTIONS, max(1, math.ceil(options.concurrency / running)))
     rpm_share = options.rpm / running if options.rpm else 0
     tpm_share = options.tpm / running if options.tpm else 0
     manifest = []

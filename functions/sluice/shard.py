@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from .background import poll_request, settle, submit_request
+from .background import Settled, poll_request, settle, submit_request
 from .engine import EngineSettings, EngineStats, fan_out
 from .lines import LineError, parse_line, split_lines
 from .model import BACKGROUND_URLS, ErrorCode, Outcome, Request
@@ -30,6 +30,17 @@ from .stats import Stats
 from .store import ItemState, JobStore
 
 READ_CHUNK = 1 << 20
+# A background response still running after this long is reported expired: every wait loop
+# adds history events to the shard's execution, which AWS caps at 25,000.
+BACKGROUND_MAX_WAIT_S = 24 * 3600.0
+
+
+def poll_wait_seconds(settings: Settings, elapsed_s: float) -> int:
+    """How long a shard sleeps before it polls again. Webhooks end the wait as soon as the work
+    ends, so polling only reconciles, and backs off as the work ages: each wait is a tenth of
+    the time waited so far, between `poll_seconds` and `batch_poll_max_s`. Over 24 hours that
+    is about 330 loops, where a fixed 10 s would be 8,640 (and 25,000 history events in 5 hours)."""
+    return int(max(settings.poll_seconds, min(settings.batch_poll_max_s, elapsed_s / 10)))
 
 
 class ShardStalled(RuntimeError):
@@ -57,6 +68,8 @@ class ShardSpec:
     blank: int = 0
     # batch mode: rows a batch did not finish are re-run directly ("direct") or reported ("error")
     on_batch_incomplete: str = "direct"
+    # background mode: when the shard first waited for its responses (epoch seconds)
+    waiting_since: float | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ShardSpec:
@@ -505,7 +518,12 @@ async def submit_background(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any
     requests = (prepare(r) for r in _pending(spec, writer, skip, ctx.s3))
     stats = await _fan_out(ctx, spec, requests, sink)
     await writer.aflush(finished=False)
-    return {"submitted": not stats.stopped_early, "run": checkpoint.runs + 1, "wait_seconds": ctx.settings.poll_seconds}
+    return {
+        "submitted": not stats.stopped_early,
+        "run": checkpoint.runs + 1,
+        "wait_seconds": ctx.settings.poll_seconds,
+        "waiting_since": spec.waiting_since or time.time(),
+    }
 
 
 def _settled_outcome(outcome: Outcome, settled: Any) -> Outcome:
@@ -537,14 +555,20 @@ async def collect_background(ctx: ShardContext, spec: ShardSpec) -> dict[str, An
     still: list[int] = []
     # items a webhook settled were already counted off the shard's wait; the rest are counted here
     unsettled_done = 0
+    elapsed = time.time() - (spec.waiting_since or time.time())
+    expired = elapsed > BACKGROUND_MAX_WAIT_S
 
     def sink(outcome: Outcome) -> None:
         nonlocal unsettled_done
         if outcome.ok and isinstance(outcome.body, dict):
             settled = settle(outcome.body)
-            if settled is None:
+            if settled is None and not expired:
                 still.append(outcome.line)
                 return
+            if settled is None:
+                hours = BACKGROUND_MAX_WAIT_S / 3600
+                message = f"background response still {outcome.body.get('status')} after {hours:g} hours"
+                settled = Settled(str(outcome.body.get("status")), outcome.body, ErrorCode.EXPIRED, message)
             outcome = _settled_outcome(outcome, settled)
         item = waiting[outcome.line]
         outcome.attempts += item.attempts
@@ -558,4 +582,4 @@ async def collect_background(ctx: ShardContext, spec: ShardSpec) -> dict[str, An
     await writer.aflush(finished=finished, waiting=-unsettled_done)
     if finished:
         assemble(ctx.s3, spec)
-    return {"done": finished, "waiting": left, "wait_seconds": ctx.settings.poll_seconds}
+    return {"done": finished, "waiting": left, "wait_seconds": poll_wait_seconds(ctx.settings, elapsed)}
