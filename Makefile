@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint synth policies bench clean
+.PHONY: demo test scale lint synth policies bench clean
 
 $(STAMP): requirements.txt functions/requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -18,6 +18,9 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/pytest -n 2 -q
+
+scale: $(STAMP)
+	$(BIN)/pytest -q -s -m scale
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -19,7 +19,7 @@ import pytest
 from sluice.verify import verify
 
 from local.cli import main
-from local.console import EXIT_INPUT
+from local.console import EXIT_COMPLETED_WITH_ERRORS, EXIT_INPUT
 from local.inputs import check_file
 from local.simulator import SimConfig, SimulatorServer
 from tests.conftest import request_line, write_jsonl
@@ -49,7 +49,8 @@ def test_run_refuses_invalid_lines_unless_allowed_and_names_the_local_files(
 
     code = main(["run", str(path), "--out", str(out), "--quiet", "--allow-invalid", "--latency", "0.01"])
     captured = capsys.readouterr()
-    assert code == 0, captured.err
+    # the invalid line is in errors, and the default --max-error-rate (0) says so in the exit code
+    assert code == EXIT_COMPLETED_WITH_ERRORS, captured.err
     assert "5 results, 1 errors" in captured.err
     summary = orjson.loads((out / "mixed.summary.json").read_bytes())
     # the local bucket is gone once `run` exits: the summary and report name the files it wrote

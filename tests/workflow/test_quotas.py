@@ -268,6 +268,7 @@ def test_an_eventbridge_entry_over_256_kb_is_refused(make_cloud) -> None:
     assert "AWS quota: EventBridge PutEvents entry size is 262,144 bytes (256 KiB)" in str(caught.value)
 
 
+@pytest.mark.scale
 def test_twelve_thousand_lines_in_1200_shards(make_cloud, tmp_path: Path) -> None:
     """The scale the Map must carry: every line accounted for, every quota enforced."""
     cloud = make_cloud(shard_lines=10, map_concurrency=20, concurrency=200)
