@@ -130,7 +130,7 @@ def _run(args: argparse.Namespace, ctrl_c: CtrlC) -> int:
             key, etag = cloud.upload(path, metadata=metadata)
             job_id = job_id_for(cloud.bucket, key, etag)
             execution = cloud.start(cloud.object_created_event(key, etag), name=job_id)
-            say(f"job {job_id} started (Ctrl-C cancels it and keeps what finished)")
+            display.note(f"job {job_id} started (Ctrl-C cancels it and keeps what finished)")
             with display:
 
                 def tick() -> None:

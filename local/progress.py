@@ -250,6 +250,15 @@ class Display:
                 self._stream.flush()
                 self._drawn = True
 
+    def note(self, text: str) -> None:
+        """A line of its own above the status line, which the next redraw puts back."""
+        with self._screen:
+            if self._drawn:
+                self._stream.write("\r\x1b[K")
+                self._drawn = False
+            self._stream.write(text + "\n")
+            self._stream.flush()
+
     def _loop(self) -> None:
         while not self._stop.wait(self._refresh_s):
             self.draw()

@@ -225,3 +225,15 @@ def test_a_shard_reports_each_line_at_once_and_no_aws_request_more() -> None:
     silent.flush(finished=False)
     # the same requests with the sink as without it: one part (two PUTs), one checkpoint write
     assert (s3.puts, store.writes) == (quiet_s3.puts, quiet_store.writes) == (2, 1)
+
+
+def test_a_note_takes_the_status_line_off_first_and_the_next_redraw_puts_it_back() -> None:
+    stream = io.StringIO()
+    display = Display(LiveCounts(), stream=stream, width=lambda: 120)
+    display.enabled = True
+    display.draw()
+    display.note("job j started")
+    display.draw()
+    lines = stream.getvalue().split("\n")
+    assert lines[0].endswith("\r\x1b[Kjob j started")
+    assert lines[1].startswith("\r") and "planning" in lines[1]
