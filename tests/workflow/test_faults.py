@@ -51,10 +51,11 @@ def test_faults_slow_the_job_but_lose_nothing(make_cloud, simulator, tmp_path: P
 
 
 def test_the_provider_down_for_a_while_then_back(make_cloud, simulator, tmp_path: Path) -> None:
-    simulator.configure(rate_500=1.0)
-    threading.Timer(1.5, lambda: simulator.configure(rate_500=0.0)).start()
     cloud = make_cloud(shard_lines=100, concurrency=20, max_attempts=10)
     path = write_jsonl(tmp_path / "outage.jsonl", lines(100))
+    # the outage starts with the job, not with the local cloud (whose IAM set-up takes a while)
+    simulator.configure(rate_500=1.0)
+    threading.Timer(1.5, lambda: simulator.configure(rate_500=0.0)).start()
     started = time.monotonic()
     run = run_job(cloud, path)
     assert run.status == "SUCCEEDED"
