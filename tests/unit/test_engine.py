@@ -513,3 +513,46 @@ def test_after_fan_out_response_sized_buffers_are_not_mmapped() -> None:
     # the premise: a fresh process maps each block on its own (a syscall pair per read)
     assert mmapped("control") >= 4
     assert mmapped("fan_out") == 0
+
+
+def test_overlapping_engines_leave_the_collector_as_they_found_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The local cloud runs many shards at once on threads of one process, and the collector is
+    process-wide: the first engine in tunes it, the last out restores it, and the frozen objects
+    are counted once, not once per shard (each count walks every frozen object)."""
+    import gc
+    import threading
+
+    counted = 0
+    count = gc.get_freeze_count
+
+    def counting() -> int:
+        nonlocal counted
+        counted += 1
+        return count()
+
+    monkeypatch.setattr(gc, "get_freeze_count", counting)
+    before = (gc.get_threshold(), gc.get_freeze_count())
+    counted = 0
+    both_running = threading.Barrier(2, timeout=10)
+    seen: list[tuple[int, int, int]] = []
+    finished: list[tuple[int | None, str | None]] = []
+
+    def shard(n: int) -> None:
+        def default(_cid: str, _n: int) -> Action:
+            seen.append(gc.get_threshold())
+            both_running.wait()
+            return ("ok",)
+
+        outcomes = scenario(Scripted(default=default), [chat(n)], concurrency=1).outcomes
+        finished.extend((o.status_code, o.error_code) for o in outcomes)
+
+    threads = [threading.Thread(target=shard, args=(n,)) for n in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert finished == [(200, None), (200, None)]
+    assert len(seen) == 2 and all(threshold[0] >= 20_000 for threshold in seen)
+    assert (gc.get_threshold(), gc.get_freeze_count()) == before
+    assert counted == 2  # once for the first engine in, once by this test
