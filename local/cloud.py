@@ -123,6 +123,10 @@ class LambdaTimeout(Exception):
     """Raised by tests to play a Lambda killed at its timeout, mid-run."""
 
 
+class LambdaOutOfMemory(Exception):
+    """The function used more memory than configured: Lambda stops it and reports this."""
+
+
 class LambdaContext:
     """The parts of the Lambda context object the handlers use, and the local progress sink."""
 
@@ -286,9 +290,11 @@ class LocalCloud:
             if self.before_invoke is not None:
                 self.before_invoke(step, payload)
             begun = time.monotonic()
-            with quotas.invocation(self.quotas, step) as (fds, tmp):
+            with quotas.memory(self.quotas, step) as memory, quotas.invocation(self.quotas, step) as (fds, tmp):
                 result = module.handler(payload, LambdaContext(function_name(step), timeout, self.progress))
             elapsed = time.monotonic() - begun
+            if memory.message:
+                raise LambdaOutOfMemory(memory.message)
             if fds.message or tmp.message:
                 raise OSError(fds.message or tmp.message)
             if elapsed > timeout:
@@ -307,6 +313,8 @@ class LocalCloud:
                 self.invocations.append(Invocation(step, time.monotonic() - started, repr(exc), payload=payload))
             # the shape Lambda gives Step Functions for an unhandled error, or for a timeout
             kind = "Sandbox.Timedout" if isinstance(exc, LambdaTimeout) else type(exc).__name__
+            if isinstance(exc, LambdaOutOfMemory):
+                kind = "Runtime.OutOfMemory"
             if isinstance(exc, quotas.QuotaExceeded):
                 kind = "Function.ResponseSizeTooLarge" if "response" in str(exc) else "RequestTooLargeException"
             error = {"errorType": kind, "errorMessage": str(exc)}

@@ -3,7 +3,7 @@
 moto implements the APIs, and only some of their limits. What AWS would refuse must fail a
 local run first, loudly, with the quota named: every breach is recorded in a `Ledger` with a
 message that starts "AWS quota:", and surfaces as the error AWS itself would give (a
-ValidationException, `States.DataLimitExceeded`, `Sandbox.Timedout`, `EMFILE`).
+ValidationException, `States.DataLimitExceeded`, `Sandbox.Timedout`, `Runtime.OutOfMemory`, `EMFILE`).
 
 All of the patches to moto live in `enforced()`. The numbers, each from the page named above it:
 """
@@ -67,6 +67,12 @@ STEP_TIMEOUT_S = {
     "mark_failed": 900,
 }
 
+# Each step's memory (MB) as infra/functions.py STEPS configures it; tests/infra keeps it equal.
+STEP_MEMORY_MB = {step: 1024 for step in STEP_TIMEOUT_S} | {"run_shard": 1769}
+# What a function's process holds before its handler allocates anything: a fresh Python 3.11
+# importing every handler module measured 71 MB resident.
+LAMBDA_RUNTIME_MB = 72
+
 # History events per state, from the event types of
 # https://docs.aws.amazon.com/step-functions/latest/apireference/API_HistoryEvent.html
 EXECUTION_EVENTS = 2  # ExecutionStarted, ExecutionSucceeded | ExecutionFailed
@@ -105,6 +111,8 @@ class Ledger:
     breaches: list[str] = field(default_factory=list)
     history: dict[tuple[str, int | None], int] = field(default_factory=dict)
     fd_peaks: dict[str, int] = field(default_factory=dict)
+    # bytes: the runtime plus the peak an invocation that ran alone added (see `memory`)
+    memory_peaks: dict[str, int] = field(default_factory=dict)
     # the largest result a Distributed Map gathered, in bytes
     gathered_bytes: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -127,6 +135,10 @@ class Ledger:
     def fd_peak(self, step: str, value: int) -> None:
         with self._lock:
             self.fd_peaks[step] = max(value, self.fd_peaks.get(step, 0))
+
+    def memory_peak(self, step: str, value: int) -> None:
+        with self._lock:
+            self.memory_peaks[step] = max(value, self.memory_peaks.get(step, 0))
 
 
 _current = threading.local()
@@ -258,6 +270,80 @@ def invocation(ledger: Ledger, step: str) -> Iterator[tuple[FdBudget, TmpBudget]
     finally:
         _current.fds, _current.tmp = outer
         ledger.fd_peak(step, budget.peak)
+
+
+class MemoryBudget:
+    def __init__(self, step: str) -> None:
+        self.step = step
+        self.message: str | None = None
+
+
+def _status_bytes(field_name: str) -> int | None:
+    try:
+        with open("/proc/self/status") as status:
+            for row in status:
+                if row.startswith(field_name + ":"):
+                    return int(row.split()[1]) * KIB
+    except OSError:
+        return None
+    return None
+
+
+def _reset_peak() -> bool:
+    # https://www.kernel.org/doc/html/latest/filesystems/proc.html: writing 5 to clear_refs
+    # resets the peak resident set size (VmHWM) to the current one
+    try:
+        with open("/proc/self/clear_refs", "w") as refs:
+            refs.write("5")
+    except OSError:
+        return False
+    return True
+
+
+class _Residents:
+    """Which invocations share the process right now.
+
+    Memory is the process's, not a thread's: an invocation's peak is known only if nothing
+    else ran in the process meanwhile. Plan, Merge, Notify, MarkFailed and the shard of a
+    one-shard job run alone and are measured; Map children running side by side are not.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.running = 0
+        self.started = 0
+
+
+_residents = _Residents()
+
+
+@contextmanager
+def memory(ledger: Ledger, step: str) -> Iterator[MemoryBudget]:
+    """Measure one in-process invocation's memory against the function's configured size."""
+    budget = MemoryBudget(step)
+    with _residents.lock:
+        _residents.running += 1
+        _residents.started += 1
+        mine = _residents.started
+        base = _status_bytes("VmRSS") if _residents.running == 1 and _reset_peak() else None
+    try:
+        yield budget
+    finally:
+        with _residents.lock:
+            _residents.running -= 1
+            alone = base is not None and _residents.started == mine
+            peak = _status_bytes("VmHWM") if alone else None
+        if base is not None and peak is not None:
+            used = LAMBDA_RUNTIME_MB * MIB + max(0, peak - base)
+            ledger.memory_peak(step, used)
+            limit = STEP_MEMORY_MB[step] * MIB
+            if used > limit:
+                handler_mb = used // MIB - LAMBDA_RUNTIME_MB
+                budget.message = ledger.breach(
+                    f"AWS quota: Lambda memory for {step} is {_n(STEP_MEMORY_MB[step])} MB as configured; "
+                    f"it used {_n(used // MIB)} MB ({LAMBDA_RUNTIME_MB} MB runtime and {_n(handler_mb)} MB "
+                    "allocated by the handler)"
+                )
 
 
 # ---- DynamoDB: item size computed as the service does
