@@ -16,8 +16,10 @@ $(STAMP): requirements.txt functions/requirements.txt pyproject.toml
 demo: $(STAMP)
 	$(BIN)/sluice run examples/reviews.jsonl --out out
 
+# the scale runs go last and alone: they measure, and would slow everything beside them
 test: $(STAMP)
 	$(BIN)/pytest -n 2 -q
+	$(BIN)/pytest -q -s -m scale
 
 scale: $(STAMP)
 	$(BIN)/pytest -q -s -m scale

@@ -36,7 +36,7 @@ from sluice import costs  # noqa: E402
 from sluice.merge import MIN_PART, plan_parts  # noqa: E402
 from sluice.plan import plan_job, plan_lines  # noqa: E402
 from sluice.settings import Settings  # noqa: E402
-from sluice.shard import PART_MAX_AGE_S, PartWriter  # noqa: E402
+from sluice.shard import BACKGROUND_MAX_WAIT_S, PART_MAX_AGE_S, PartWriter, poll_wait_seconds  # noqa: E402
 
 from infra.config import Environment, cdk_json_context  # noqa: E402
 from infra.definition import definition  # noqa: E402
@@ -250,7 +250,19 @@ def gathered_result_bytes(shards: int, child_output: int) -> int | None:
     ends = [s for s in states.values() if s["Type"] == "Succeed" or s.get("End")]
     if ends and all("OutputPath" in s and s["OutputPath"] is None for s in ends):
         child_output = 2  # {}
+    elif ends and all(str(s.get("OutputPath", "$")) not in ("$", "None") for s in ends):
+        # the child passes on one field: the flag its loop ends on, `true` or `false`
+        child_output = len(b"false")
     return 2 + shards * (child_output + 1)
+
+
+def wakeups(settings: Settings, seconds: float) -> int:
+    """How often a background child wakes while its work runs `seconds`, by the shard's own backoff."""
+    elapsed, count = 0.0, 0
+    while elapsed < seconds:
+        elapsed += poll_wait_seconds(settings, elapsed)
+        count += 1
+    return count
 
 
 def child_fixed_events() -> int:
@@ -273,7 +285,7 @@ class Job:
     gathered: int | None
     direct_events: int
     direct_loops: int
-    background_hours_to_limit: float
+    background_wakeups: int
     parts: int
     part_rows: int
     job_pk_wcu_direct: float
@@ -306,7 +318,7 @@ def job(lines: int, env: Environment, settings: Settings, item: dict[str, Any], 
     direct_loops = math.ceil(shard_s / run_s)
     fixed = child_fixed_events()
     direct_events = fixed + direct.events * direct_loops
-    background_hours = (HISTORY_EVENTS_MAX - fixed) / background.events * env.poll_seconds / 3600
+    background_wakeups = wakeups(settings, BACKGROUND_MAX_WAIT_S)
 
     every = inspect.signature(PartWriter.__init__).parameters["every"].default
     # a part is cut at `every` outcomes, or once it is PART_MAX_AGE_S old
@@ -354,6 +366,8 @@ def job(lines: int, env: Environment, settings: Settings, item: dict[str, Any], 
         "Plan's Lambda timeout": plan_s / STEPS["plan"].timeout.to_seconds(),
         "multipart parts (10,000)": len(merge) / S3_MULTIPART_PARTS_MAX,
         "history events per direct child": direct_events / HISTORY_EVENTS_MAX,
+        "history events per background child (24 h)": (fixed + background.events * background_wakeups)
+        / HISTORY_EVENTS_MAX,
         "writes/s on the job's partition key": job_pk_direct / DDB_PARTITION_WCU_PER_S,
         "S3 PUTs/s per prefix": s3_put / S3_PREFIX_PUT_PER_S,
     }
@@ -367,7 +381,7 @@ def job(lines: int, env: Environment, settings: Settings, item: dict[str, Any], 
         gathered=gathered,
         direct_events=direct_events,
         direct_loops=direct_loops,
-        background_hours_to_limit=background_hours,
+        background_wakeups=background_wakeups,
         parts=parts,
         part_rows=part_rows,
         job_pk_wcu_direct=job_pk_direct,
@@ -482,10 +496,12 @@ def tables(env: Environment) -> str:
     out.write(
         f"\nHistory events per child, from the definition: {fixed} outside any loop; direct loop "
         f"{' → '.join(direct.states)} = {direct.events} a run; background loop {' → '.join(background.states)} "
-        f"= {background.events} a wake-up. A background child waking every {env.poll_seconds} s reaches "
-        f"{HISTORY_EVENTS_MAX:,} events after {jobs[0].background_hours_to_limit:.1f} h "
-        f"(a response takes {BACKGROUND_RESPONSE_S / 60:.0f} min here: "
-        f"{fixed + background.events * math.ceil(BACKGROUND_RESPONSE_S / env.poll_seconds):,} events).\n"
+        f"= {background.events} a wake-up. A background child polls every {env.poll_seconds} s at first and backs "
+        f"off to {settings.batch_poll_max_s} s as its work ages (webhooks end a wait early); it gives up on a "
+        f"response after {BACKGROUND_MAX_WAIT_S / 3600:.0f} h, having woken {jobs[0].background_wakeups:,} times: "
+        f"{fixed + background.events * jobs[0].background_wakeups:,} events of {HISTORY_EVENTS_MAX:,} "
+        f"(a response that takes {BACKGROUND_RESPONSE_S / 60:.0f} min: "
+        f"{fixed + background.events * wakeups(settings, BACKGROUND_RESPONSE_S):,} events).\n"
     )
     out.write(f"Merge copies a shard's output server-side only if it is at least {MIN_PART / 2**20:g} MiB.\n")
     return out.getvalue()

@@ -39,7 +39,8 @@ class Step:
 # One per `infra.definition.FUNCTION_PLACEHOLDERS`. Steps that work through a shard get
 # Lambda's maximum so that they can drain and checkpoint before the workflow loops them.
 STEPS = {
-    "plan": Step("handlers.plan.handler", cdk.Duration.minutes(15)),
+    # Plan holds every custom_id to find duplicates, ~142 bytes a line: 1.4 GB at 10M lines
+    "plan": Step("handlers.plan.handler", cdk.Duration.minutes(15), 3008),
     "run_shard": Step("handlers.run_shard.handler", cdk.Duration.minutes(15), FULL_VCPU_MB),
     "submit": Step("handlers.submit.handler", cdk.Duration.minutes(15)),
     "await_shard": Step("handlers.await_shard.handler", cdk.Duration.seconds(30)),

@@ -26,16 +26,12 @@ from unittest import mock
 import boto3
 import orjson
 from moto import mock_aws
-from moto.core.base_backend import BackendDict
-from moto.dynamodb.responses import DynamoHandler
-from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
 from sluice.progress import ProgressSink
 from sluice.store import JobStore
 from sluice.verify import Report, verify
 
 from infra.definition import FUNCTION_PLACEHOLDERS, definition_json, substitute
-from local import quotas
-from local.fastmoto import faster
+from local import moto_patches, quotas
 from local.receiver import WebhookReceiver
 
 REGION = "us-east-1"
@@ -90,33 +86,6 @@ def function_arn(step: str) -> str:
 def local_definition() -> str:
     """The deployed definition with the local functions' ARNs put in, as CloudFormation would."""
     return substitute(definition_json(), {FUNCTION_PLACEHOLDERS[step]: function_arn(step) for step in HANDLERS})
-
-
-_create_account_specific_backend = BackendDict._create_account_specific_backend
-
-
-def _known_backend_fast_path(self: BackendDict, account_id: str) -> None:  # type: ignore[type-arg]
-    """moto checks `self not in BackendDict._instances` on every request, which compares whole
-    backends by value; with tens of thousands of rows that check dominated a local job's CPU.
-    An identity check answers the same question for a backend that already exists."""
-    known = BackendDict._instances  # type: ignore[misc]
-    if account_id in self.keys() and any(instance is self for instance in known):
-        return
-    _create_account_specific_backend(self, account_id)
-
-
-_dynamodb_call_action = DynamoHandler.call_action
-_dynamodb_calls = threading.RLock()
-
-
-def _atomic_dynamodb_call(self: DynamoHandler) -> Any:
-    """DynamoDB applies each single-item write atomically; moto computes an update's new
-    values and writes them back with no lock. Two webhooks settling a shard's last two items
-    on two receiver threads could both read `waiting` 2 and both write 1, and the shard
-    slept until its poll timeout. One DynamoDB call at a time gives back the service's
-    guarantee; the GIL already ran them one at a time for most of their length."""
-    with _dynamodb_calls:
-        return _dynamodb_call_action(self)
 
 
 class LambdaTimeout(Exception):
@@ -226,6 +195,7 @@ class LocalCloud:
 
         from local import iam
 
+        moto_patches.check_version()
         # moto's interpreter logs every caught state failure at ERROR; the job's own outputs say it better
         logging.getLogger("moto").setLevel(logging.CRITICAL)
         with (
@@ -236,15 +206,13 @@ class LocalCloud:
             mock_aws(config={"stepfunctions": {"execute_state_machine": True}}),
         ):
             self._create_resources()
+            policies = iam.load_policies() if self.policies is None else self.policies
             with (
                 mock.patch.dict(os.environ, self.environment()),
                 # every step as its own role, the cloud's own calls as an admin
-                iam.enforced(iam.load_policies() if self.policies is None else self.policies, bucket=self.bucket),
-                mock.patch.object(lambda_eval_utils, "_invoke_lambda_function", self._invoke),
-                mock.patch.object(BackendDict, "_create_account_specific_backend", _known_backend_fast_path),
-                mock.patch.object(DynamoHandler, "call_action", _atomic_dynamodb_call),
+                iam.enforced(policies, bucket=self.bucket) as local_iam,
+                moto_patches.applied(invoke=self._invoke, workflow=local_iam.workflow, ledger=self.quotas),
                 quotas.enforced(self.quotas),
-                faster(),
                 WebhookReceiver(webhook.handler) as receiver,
             ):
                 self.webhook_url = receiver.url
@@ -275,6 +243,7 @@ class LocalCloud:
         self.state_machine_arn = machine["stateMachineArn"]
 
     def _invoke(self, parameters: dict[str, Any], region: str, state_credentials: Any) -> dict[str, Any]:
+        """moto's Lambda call (see `moto_patches.routed`), answered by the handler in this process."""
         arn = parameters["FunctionName"]
         step = next(s for s in HANDLERS if function_arn(s) == arn)
         payload = json.loads(parameters.get("Payload") or b"{}")

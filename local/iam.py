@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,9 +36,7 @@ from unittest import mock
 
 import boto3
 import botocore.session
-from botocore.config import Config
 from moto.core.authorization import enable_iam_authentication
-from moto.stepfunctions.parser.asl.component.state.exec.state_map.item_reader.eval import resource_eval_s3
 
 from local.cloud import ACCOUNT, PREFIX, REGION, function_arn, function_name
 
@@ -300,16 +298,6 @@ def provision(policies: Policies, *, bucket: str) -> LocalIam:
     return local
 
 
-def _item_reader_client(workflow: boto3.Session) -> Callable[..., Any]:
-    """moto's Map reads its ItemReader with fixed keys moto does not know; the state machine
-    reads with its own role."""
-
-    def client(region: str, service: str, state_credentials: Any = None) -> Any:
-        return workflow.client(service, region_name=region, config=Config(retries={"total_max_attempts": 1}))
-
-    return client
-
-
 @contextmanager
 def enforced(policies: Policies, *, bucket: str) -> Iterator[LocalIam]:
     """IAM on, inside `mock_aws`, once the cloud's resources exist: the environment's credentials
@@ -322,7 +310,6 @@ def enforced(policies: Policies, *, bucket: str) -> Iterator[LocalIam]:
         mock.patch.dict("os.environ", local.admin_environment()),
         # the default session read the credentials before; the next one reads the admin's
         mock.patch("boto3.DEFAULT_SESSION", None),
-        mock.patch.object(resource_eval_s3, "boto_client_for", _item_reader_client(local.workflow)),
         enable_iam_authentication(),
     ):
         use_sessions(local.session_for)

@@ -5,7 +5,8 @@ local run first, loudly, with the quota named: every breach is recorded in a `Le
 message that starts "AWS quota:", and surfaces as the error AWS itself would give (a
 ValidationException, `States.DataLimitExceeded`, `Sandbox.Timedout`, `Runtime.OutOfMemory`, `EMFILE`).
 
-All of the patches to moto live in `enforced()`. The numbers, each from the page named above it:
+The patches to moto that check them live with moto's other patches in `local.moto_patches`.
+The numbers, each from the page named above it:
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ import socket
 import tempfile
 import threading
 import weakref
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -68,7 +69,7 @@ STEP_TIMEOUT_S = {
 }
 
 # Each step's memory (MB) as infra/functions.py STEPS configures it; tests/infra keeps it equal.
-STEP_MEMORY_MB = {step: 1024 for step in STEP_TIMEOUT_S} | {"run_shard": 1769}
+STEP_MEMORY_MB = {step: 1024 for step in STEP_TIMEOUT_S} | {"plan": 3008, "run_shard": 1769}
 # What a function's process holds before its handler allocates anything: a fresh Python 3.11
 # importing every handler module measured 71 MB resident.
 LAMBDA_RUNTIME_MB = 72
@@ -147,6 +148,17 @@ _current = threading.local()
 def current_execution() -> tuple[str, int | None] | None:
     """The execution (and Map child) whose state this thread is evaluating."""
     return getattr(_current, "execution", None)
+
+
+@contextmanager
+def evaluating(key: tuple[str, int | None]) -> Iterator[None]:
+    """Count what this thread does meanwhile against the execution (or Map child) `key`."""
+    outer = current_execution()
+    _current.execution = key
+    try:
+        yield
+    finally:
+        _current.execution = outer
 
 
 def history_message(key: tuple[str, int | None], total: int, state: str) -> str:
@@ -409,251 +421,14 @@ def eventbridge_entry_size(entry: dict[str, Any]) -> int:
     return size + sum(len(r.encode()) for r in entry.get("Resources") or [])
 
 
-# ---- the patches: one place
-
-
 @contextmanager
 def enforced(ledger: Ledger) -> Iterator[Ledger]:
-    """Patch moto (while the local cloud runs) so that it refuses what AWS refuses."""
-    from moto.dynamodb import responses as dynamodb_responses
-    from moto.dynamodb.exceptions import MockValidationException
-    from moto.events import models as events_models
-    from moto.events.exceptions import ValidationException as EventsValidation
-    from moto.s3 import models as s3_models
-    from moto.s3.exceptions import S3ClientError
-    from moto.stepfunctions.exceptions import ValidationException as SfnValidation
-    from moto.stepfunctions.parser import models as sfn_models
-    from moto.stepfunctions.parser.api import ExecutionFailedEventDetails, HistoryEventType
-    from moto.stepfunctions.parser.asl.component.common.error_name import error_equals_decl
-    from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import (
-        FailureEvent,
-        FailureEventException,
-    )
-    from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name import StatesErrorName
-    from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name_type import (
-        StatesErrorNameType,
-    )
-    from moto.stepfunctions.parser.asl.component.state import state as state_module
-    from moto.stepfunctions.parser.asl.component.state.exec import execute_state
-    from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration import (
-        distributed_iteration_component as distributed,
-    )
-    from moto.stepfunctions.parser.asl.component.state.exec.state_task import state_task, state_task_lambda
-    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import state_task_service
-    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.resource import ResourceCondition
-    from moto.stepfunctions.parser.asl.component.state.state_type import StateType
-    from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
-
-    def terminal(env: Any, typ: Any, cause: str) -> FailureEventException:
-        return FailureEventException(
-            FailureEvent(
-                env=env,
-                error_name=StatesErrorName(typ=typ),
-                event_type=HistoryEventType.ExecutionFailed,
-                event_details=EventDetails(  # type: ignore[typeddict-item]
-                    executionFailedEventDetails=ExecutionFailedEventDetails(error=typ.to_name(), cause=cause)
-                ),
-            )
-        )
-
-    # States.ALL catches neither States.DataLimitExceeded nor States.Runtime
-    # (https://docs.aws.amazon.com/step-functions/latest/dg/concepts-error-handling.html); moto's does.
-    uncatchable = [
-        StatesErrorName(typ=StatesErrorNameType.StatesStatesDataLimitExceeded),
-        StatesErrorName(typ=StatesErrorNameType.StatesRuntime),
-    ]
-    equals_eval = error_equals_decl.ErrorEqualsDecl._eval_body
-
-    def error_equals(self: Any, env: Any) -> None:
-        error_name = env.stack[-1]
-        equals_eval(self, env)
-        if error_name in uncatchable and error_name not in self.error_names:
-            env.stack[-1] = False
-
-    # state input and output, task results: moto checks 256 KiB with a message that names no size
-    def sized(original: Callable[..., None], what: str, verb: str) -> Callable[..., None]:
-        def verify(self: Any, env: Any, value: Any) -> None:
-            size = json_size(value)
-            if size < STATE_PAYLOAD_BYTES:
-                return
-            name = getattr(self, "name", None) or getattr(getattr(self, "resource", None), "resource_arn", "?")
-            cause = ledger.breach(
-                payload_message(f"Step Functions {what}", STATE_PAYLOAD_BYTES, f"{name} {verb}", size)
-            )
-            try:
-                original(self, env, value)
-            except FailureEventException as exc:
-                details: dict[str, Any] = dict(exc.failure_event.event_details or {})
-                for detail in details.values():
-                    if isinstance(detail, dict) and "cause" in detail:
-                        detail["cause"] = cause
-                raise
-            raise terminal(env, StatesErrorNameType.StatesStatesDataLimitExceeded, cause)
-
-        return verify
-
-    # the history: every state visit, counted against the execution (or Map child) it runs in
-    state_eval = state_module.CommonStateField._eval_body
-
-    def counted_state(self: Any, env: Any) -> None:
-        context = env.states.context_object.context_object_data
-        item = context.get("Map", {}).get("Item", {})
-        key = (str(context.get("Execution", {}).get("Id", "")), item.get("Index"))
-        outer = current_execution()
-        _current.execution = key
-        try:
-            extra = MAP_RUN_EVENTS if self.state_type == StateType.Map else 0
-            total = ledger.events(key, STATE_EVENTS + extra)
-            if total > HISTORY_EVENTS:
-                cause = ledger.breach(history_message(key, total, self.name))
-                raise terminal(env, StatesErrorNameType.StatesRuntime, cause)
-            state_eval(self, env)
-        finally:
-            _current.execution = outer
-
-    # each attempt of a Task (a retry is another) runs through here, on the state's thread
-    evaluate = execute_state.ExecutionState._evaluate_with_timeout
-
-    def counted_attempt(self: Any, env: Any) -> None:
-        key = current_execution()
-        if key is not None and isinstance(self, state_task.StateTask):
-            waits = getattr(self.resource, "condition", None) == ResourceCondition.WaitForTaskToken
-            ledger.events(key, CALLBACK_ATTEMPT_EVENTS if waits else TASK_ATTEMPT_EVENTS)
-        evaluate(self, env)
-
-    # the Distributed Map gathers every child's output into its own result, before ResultPath
-    map_run = distributed.DistributedIterationComponent._map_run
-
-    def gathered(self: Any, env: Any, eval_input: Any) -> None:
-        map_run(self, env, eval_input)
-        # moto records ToleratedFailureCount/Percentage but never fails the Map on them
-        record = eval_input.map_run_record
-        failed, total = record.item_counter.failed.get(), record.item_counter.total.get()
-        tolerated_count, tolerated_percentage = record.tolerated_failure_count, record.tolerated_failure_percentage
-        if failed and failed > tolerated_count and 100.0 * failed / max(total, 1) > tolerated_percentage:
-            raise FailureEventException(
-                FailureEvent(
-                    env=env,
-                    error_name=StatesErrorName(typ=StatesErrorNameType.StatesExceedToleratedFailureThreshold),
-                    event_type=HistoryEventType.MapRunFailed,
-                    event_details=EventDetails(  # type: ignore[typeddict-item]
-                        executionFailedEventDetails=ExecutionFailedEventDetails(
-                            error=StatesErrorNameType.StatesExceedToleratedFailureThreshold.to_name(),
-                            cause=f"{failed} of {total} Map children failed; the Map tolerates "
-                            f"{tolerated_count} or {tolerated_percentage:g}%",
-                        )
-                    ),
-                )
-            )
-        size = json_size(env.stack[-1])
-        ledger.gathered_bytes = max(ledger.gathered_bytes, size)
-        if size >= STATE_PAYLOAD_BYTES:
-            source = f"the Distributed Map gathered {len(env.stack[-1]):,} child outputs into"
-            cause = ledger.breach(payload_message("Step Functions state output", STATE_PAYLOAD_BYTES, source, size))
-            raise terminal(env, StatesErrorNameType.StatesStatesDataLimitExceeded, cause)
-
-    send_task_success = sfn_models.StepFunctionsParserBackend.send_task_success
-
-    def task_success(self: Any, task_token: Any, outcome: str) -> Any:
-        size = json_size(outcome)
-        if size > TASK_OUTPUT_BYTES:
-            raise SfnValidation(
-                ledger.breach(payload_message("SendTaskSuccess output", TASK_OUTPUT_BYTES, "the call sent", size))
-            )
-        return send_task_success(self, task_token, outcome)
-
-    put_events = events_models.EventsBackend.put_events
-
-    def events_put(self: Any, entries: list[dict[str, Any]]) -> Any:
-        for entry in entries:
-            size = eventbridge_entry_size(entry)
-            if size > EVENTBRIDGE_ENTRY_BYTES:
-                raise EventsValidation(
-                    ledger.breach(
-                        payload_message(
-                            "EventBridge PutEvents entry size", EVENTBRIDGE_ENTRY_BYTES, "an entry had", size
-                        )
-                    )
-                )
-        return put_events(self, entries)
-
-    class QuotaS3Error(S3ClientError):
-        def __init__(self, code: str, message: str) -> None:
-            super().__init__(code, ledger.breach(message))
-
-    def part_number(part_id: int) -> None:
-        if not 1 <= int(part_id) <= S3_MAX_PARTS:
-            raise QuotaS3Error(
-                "InvalidArgument",
-                f"AWS quota: S3 multipart upload has at most {S3_MAX_PARTS:,} parts; got part number {part_id}",
-            )
-
-    upload_part = s3_models.S3Backend.upload_part
-    upload_part_copy = s3_models.S3Backend.upload_part_copy
-
-    def s3_upload_part(self: Any, bucket_name: str, multipart_id: str, part_id: int, *args: Any, **kwargs: Any) -> Any:
-        part_number(part_id)
-        return upload_part(self, bucket_name, multipart_id, part_id, *args, **kwargs)
-
-    def s3_upload_part_copy(
-        self: Any, bucket_name: str, multipart_id: str, part_id: int, *args: Any, **kwargs: Any
-    ) -> Any:
-        part_number(part_id)
-        return upload_part_copy(self, bucket_name, multipart_id, part_id, *args, **kwargs)
-
-    complete = s3_models.FakeMultipart.complete
-
-    def s3_complete(self: Any, body: Any) -> Any:
-        parts = list(body)
-        for number, (part_id, _) in enumerate(parts[:-1], start=1):
-            part = self.parts.get(part_id)
-            if part is not None and part.contentsize < S3_MIN_PART_BYTES:
-                raise QuotaS3Error(
-                    "EntityTooSmall",
-                    payload_message(
-                        "S3 multipart minimum part size (all but the last)",
-                        S3_MIN_PART_BYTES,
-                        f"part {number} of {len(parts)} was",
-                        part.contentsize,
-                    ),
-                )
-        return complete(self, iter(parts))
-
-    def dynamodb_checked(action: str) -> Callable[..., Any]:
-        original = getattr(dynamodb_responses.DynamoHandler, action_method(action))
-
-        def call(self: Any) -> Any:
-            message = dynamodb_breach(action, self.body)
-            if message is not None:
-                raise MockValidationException(ledger.breach(message))
-            return original(self)
-
-        return call
-
-    with ExitStack() as stack:
-        patch = stack.enter_context
-        for action in ("PutItem", "BatchWriteItem", "TransactWriteItems"):
-            patch(mock.patch.object(dynamodb_responses.DynamoHandler, action_method(action), dynamodb_checked(action)))
-        patch(mock.patch.object(error_equals_decl.ErrorEqualsDecl, "_eval_body", error_equals))
-        for cls, what, verb in (
-            (state_module.CommonStateField, "state output", "had"),
-            (state_task_lambda.StateTaskLambda, "task result", "returned"),
-            (state_task_service.StateTaskService, "task result", "returned"),
-        ):
-            patch(mock.patch.object(cls, "_verify_size_quota", sized(cls._verify_size_quota, what, verb)))
-        patch(mock.patch.object(state_module.CommonStateField, "_eval_body", counted_state))
-        patch(mock.patch.object(execute_state.ExecutionState, "_evaluate_with_timeout", counted_attempt))
-        patch(mock.patch.object(distributed.DistributedIterationComponent, "_map_run", gathered))
-        patch(mock.patch.object(sfn_models.StepFunctionsParserBackend, "send_task_success", task_success))
-        patch(mock.patch.object(events_models.EventsBackend, "put_events", events_put))
-        # moto reads its minimum part size from S3_UPLOAD_PART_MIN_SIZE, which tests may lower: use AWS's
-        patch(mock.patch.object(s3_models, "S3_UPLOAD_PART_MIN_SIZE", S3_MIN_PART_BYTES))
-        patch(mock.patch.object(s3_models.S3Backend, "upload_part", s3_upload_part))
-        patch(mock.patch.object(s3_models.S3Backend, "upload_part_copy", s3_upload_part_copy))
-        patch(mock.patch.object(s3_models.FakeMultipart, "complete", s3_complete))
-        # moto allows 25 actions in a transaction, DynamoDB's old quota; AWS allows 100 today
-        patch(mock.patch.object(dynamodb_responses, "TRANSACTION_MAX_ITEMS", TRANSACT_WRITE_ITEMS))
-        patch(mock.patch.object(socket.socket, "__init__", _counted_socket_init))
+    """What a Lambda's sandbox refuses, measured per invocation while the local cloud runs: its
+    file descriptors and its /tmp. The quotas of the AWS services themselves are checked inside
+    moto, by `local.moto_patches.quota_checks`."""
+    with (
+        mock.patch.object(socket.socket, "__init__", _counted_socket_init),
         # SpooledTemporaryFile spills into tempfile.TemporaryFile
-        patch(mock.patch.object(tempfile, "TemporaryFile", _measured_temporary_file))
+        mock.patch.object(tempfile, "TemporaryFile", _measured_temporary_file),
+    ):
         yield ledger

@@ -212,7 +212,7 @@ def test_one_shard_stays_within_lambdas_file_descriptors(make_cloud, simulator, 
 
     # slow enough answers that every connection the shard may open is open at once
     simulator.configure(latency_s=5.0)
-    cloud = make_cloud(shard_lines=3000, concurrency=1000, map_concurrency=1)
+    cloud = make_cloud(shard_lines=3000, concurrency=1000, map_concurrency=1, request_timeout_s=30.0)
     run = run_job(cloud, write_jsonl(tmp_path / "one.jsonl", [request_line(f"f-{n}") for n in range(1500)]))
 
     assert run.status == "SUCCEEDED" and len(run.results) == 1500
