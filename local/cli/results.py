@@ -7,12 +7,13 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from sluice.model import TERMINAL_STATUSES
 from sluice.plan import output_prefix
 
 from local.checks import out_dir
 from local.console import EXIT_NOT_FOUND, EXIT_NOT_READY, EXIT_OK, CliError, file_link, progress, say
 from local.deployed import aws_errors, environment
-from local.deployed.jobs import OUTPUT_SUFFIXES, TERMINAL, job_or_fail, output_size
+from local.deployed.jobs import OUTPUT_SUFFIXES, job_or_fail, output_size
 from local.report import write_report
 
 
@@ -22,7 +23,7 @@ def run(args: argparse.Namespace) -> int:
     dep = environment(args.env, region=args.region, profile=args.profile, job_id=args.job)
     job = job_or_fail(dep, args.job)
     status_ = str(job.get("status"))
-    if status_ not in TERMINAL:
+    if status_ not in TERMINAL_STATUSES:
         raise CliError(
             f"job {args.job} is {status_}: its outputs are written when it ends "
             f"(`sluice status {args.job} --env {dep.env} --watch` waits for that)",

@@ -6,11 +6,12 @@ import argparse
 import tempfile
 from pathlib import Path
 
+from sluice.model import TERMINAL_STATUSES
 from sluice.plan import output_prefix
 
 from local.console import EXIT_NOT_FOUND, EXIT_NOT_READY, EXIT_OK, CliError, need_file, say
 from local.deployed import aws_errors, environment
-from local.deployed.jobs import TERMINAL, job_or_fail, output_size, watch
+from local.deployed.jobs import job_or_fail, output_size, watch
 from local.deployed.lines import input_chunks, local_chunks
 from local.deployed.retry import INPUT_ERROR_CODES, carried_metadata, failed_lines, retry_key, write_lines
 from local.deployed.submit import options_metadata, start_job
@@ -20,7 +21,7 @@ from local.deployed.submit import options_metadata, start_job
 def run(args: argparse.Namespace) -> int:
     dep = environment(args.env, region=args.region, profile=args.profile, job_id=args.job)
     job = job_or_fail(dep, args.job)
-    if job.get("status") not in TERMINAL:
+    if job.get("status") not in TERMINAL_STATUSES:
         raise CliError(f"job {args.job} is {job.get('status')}: retry it once it has ended", EXIT_NOT_READY)
     errors_key = output_prefix(str(job["key"])) + ".errors.jsonl"
     if output_size(dep, errors_key) is None:

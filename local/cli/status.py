@@ -8,10 +8,11 @@ from typing import Any
 
 import orjson
 from sluice.lines import LineError
+from sluice.model import TERMINAL_STATUSES
 
 from local.console import EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, CliError, need_file, say
 from local.deployed import Deployment, aws_errors, environment, jobs
-from local.deployed.jobs import TERMINAL, describe_job, job_or_fail, watch, when
+from local.deployed.jobs import describe_job, job_or_fail, watch, when
 from local.deployed.lines import find_in_lines, input_chunks, line_outcome, local_chunks
 
 
@@ -97,7 +98,7 @@ def item_status(dep: Deployment, job_id: str, custom_id: str, input_path: Path |
         info["state"] = str(row.get("status"))
     elif invalid is not None:
         info["state"] = "invalid"
-    elif job.get("status") in TERMINAL:
+    elif job.get("status") in TERMINAL_STATUSES:
         info["state"] = "never sent"
         info["error"] = f"the job ended {job.get('status')} before this line was sent"
     else:

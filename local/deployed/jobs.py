@@ -15,7 +15,6 @@ from local.console import EXIT_NOT_FOUND, CliError, human_seconds, job_exit_code
 from local.deployed.local_jobs import LOCAL_JOB_HINT
 from local.deployed.stack import Deployment, error_code
 
-TERMINAL = TERMINAL_STATUSES
 OUTPUT_SUFFIXES = (("results", ".results.jsonl"), ("errors", ".errors.jsonl"), ("summary", ".summary.json"))
 
 
@@ -73,7 +72,7 @@ def describe_job(dep: Deployment, job: dict[str, Any], *, now: float | None = No
         pending = max(total - done - failed, 0)
         share = f"{(done + failed) / total:.0%}" if total else "100%"
         lines.append(f"  lines {total:,}: done {done:,} · failed {failed:,} · pending {pending:,}  [{share}]")
-        if status not in TERMINAL and elapsed and elapsed > 0:
+        if status not in TERMINAL_STATUSES and elapsed and elapsed > 0:
             rate = (done + failed) / elapsed
             eta = pending / rate if rate > 0 else None
             lines.append(f"  throughput {rate:,.1f} lines/s since the start · ETA {human_seconds(eta)}")
@@ -103,7 +102,7 @@ def describe_job(dep: Deployment, job: dict[str, Any], *, now: float | None = No
     summary = job.get("summary") or {}
     if summary.get("error"):
         lines.append(f"  error: {summary['error']}")
-    if status in TERMINAL and summary.get("outputs"):
+    if status in TERMINAL_STATUSES and summary.get("outputs"):
         lines.append(f"  outputs: {summary['outputs'].get('results')} (+ errors, summary)")
         lines.append(f"  download: sluice results {job['job_id']} --env {dep.env}")
     return lines
@@ -128,7 +127,7 @@ def watch(dep: Deployment, job_id: str, *, interval: float, quiet: bool, start_t
                     bar.refresh()
                 bar.update(int(job.get("done", 0)) + int(job.get("failed", 0)) - bar.n)
                 bar.set_postfix(status=job.get("status"), failed=int(job.get("failed", 0)), refresh=False)
-                if job.get("status") in TERMINAL:
+                if job.get("status") in TERMINAL_STATUSES:
                     break
             time.sleep(interval)
             job = dep.store.job(job_id)
