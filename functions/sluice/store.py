@@ -233,6 +233,23 @@ class JobStore:
         row = self._table.get_item(Key={"pk": job_pk(job_id), "sk": item_sk(line)}).get("Item")
         return _plain(row) if row else None
 
+    def item_by_custom_id(self, job_id: str, custom_id: str) -> dict[str, Any] | None:
+        """The item row of one request, if it has one (failures, background and batch requests do).
+
+        One partition, filtered: it reads only this job's item rows, never the table.
+        """
+        kwargs: dict[str, Any] = {
+            "KeyConditionExpression": Key("pk").eq(job_pk(job_id)) & Key("sk").begins_with("ITEM#"),
+            "FilterExpression": Attr("custom_id").eq(custom_id),
+        }
+        while True:
+            page = self._table.query(**kwargs)
+            if page.get("Items"):
+                return dict(_plain(page["Items"][0]))
+            if "LastEvaluatedKey" not in page:
+                return None
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
     def job(self, job_id: str) -> dict[str, Any] | None:
         row = self._table.get_item(Key={"pk": job_pk(job_id), "sk": "META"}).get("Item")
         return _plain(row) if row else None

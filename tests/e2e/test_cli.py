@@ -359,12 +359,22 @@ def test_environment_and_job_errors_have_their_own_exit_codes(deployed: Deployed
     empty = deployed.cli("status")
     assert empty.returncode == 0 and "no jobs yet in Sluice-dev" in empty.stderr
 
-    from local.deployed import Deployment, connect
+    from local.console import EXIT_ENVIRONMENT, CliError
+    from local.deployed import connect
+    from local.deployed.stack import REQUIRED_OUTPUTS
 
-    # the provider the stack's functions call; a ProviderBaseUrl output, where a stack has one, wins
+    # the provider the stack's functions call: the stack has no output for it
     assert connect("dev").provider_base_url() == deployed.sim.base_url
-    explicit = Deployment("dev", "Sluice-dev", REGION, {"ProviderBaseUrl": "https://p.example/v1"}, session=None)
-    assert explicit.provider_base_url() == "https://p.example/v1"
+    bare = {
+        "Resources": {"Bucket": {"Type": "AWS::S3::Bucket"}},
+        "Outputs": {name: {"Value": "-"} for name in REQUIRED_OUTPUTS},
+    }
+    boto3.client("cloudformation", region_name=REGION).create_stack(
+        StackName="Sluice-bare", TemplateBody=json.dumps(bare)
+    )
+    with pytest.raises(CliError, match="cannot tell which provider Sluice-bare uses") as refused:
+        connect("bare").provider_base_url()
+    assert refused.value.code == EXIT_ENVIRONMENT
 
 
 def test_submit_then_status_while_running_then_results(deployed: Deployed, tmp_path: Path) -> None:

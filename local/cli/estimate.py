@@ -1,0 +1,73 @@
+"""`sluice estimate`: requests, tokens and cost of a file, by model; no AWS, no provider."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import orjson
+
+from local.console import EXIT_OK, human_seconds, human_usd
+from local.inputs import estimate_file, require_valid
+
+
+def run(args: argparse.Namespace) -> int:
+    est = estimate_file(
+        Path(args.file),
+        model=args.model,
+        assumed_output_tokens=args.output_tokens,
+        concurrency=args.concurrency,
+        latency_s=args.latency,
+        shard_lines=args.shard_lines,
+        quiet=args.quiet,
+    )
+    require_valid(est.check, allow_invalid=args.allow_invalid)
+    data = est.to_dict()
+    if args.json:
+        print(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
+        return EXIT_OK
+    check = est.check
+    urls = ", ".join(f"{url} {n:,}" for url, n in sorted(check.by_url.items()))
+    print(
+        f"{check.path}: {check.requests:,} requests "
+        f"({check.lines:,} lines, {check.blank:,} blank, {check.invalid:,} invalid)"
+    )
+    print(f"  endpoints: {urls}")
+    width = max([len("model"), *(len(m) for m in data["models"])])
+    print(f"  {'model':<{width}} {'requests':>9} {'input tok':>11} {'exp. output':>11} {'direct':>11} {'batch':>11}")
+    for model, row in data["models"].items():
+        print(
+            f"  {model:<{width}} {row['requests']:>9,} {row['input_tokens']:>11,} {row['output_tokens']:>11,} "
+            f"{human_usd(row['direct_usd']):>11} {human_usd(row['batch_usd']):>11}"
+        )
+    a = data["assumptions"]
+
+    def costs(kind: str) -> str:
+        usd = data[kind]
+        return f"direct/background {human_usd(usd['direct'])}, batch {human_usd(usd['batch'])}"
+
+    uncapped = sum(row["requests_without_max_tokens"] for row in data["models"].values())
+    print(
+        f"  provider, expected: {costs('provider_usd')} — each answer {a['output_tokens']} tokens "
+        "(--output-tokens) or its max_tokens if lower"
+    )
+    bound = (
+        "every answer as long as its max_tokens allows"
+        if not uncapped
+        else f"not a bound: {uncapped:,} requests set no max_tokens and count {a['output_tokens']} tokens each"
+    )
+    print(f"  provider, at most:  {costs('provider_usd_at_most')} — {bound}")
+    print(f"  provider, at least: {costs('provider_usd_at_least')} — one output token an answer")
+    print("  (Batch API: half price, results within 24 h)")
+    unpriced = [m for m, row in data["models"].items() if row["direct_usd"] is None]
+    if unpriced:
+        print(f"  no list price known for: {', '.join(unpriced)} (not in the totals)")
+    print(
+        f"  AWS (estimate): {human_usd(data['aws_usd'])} — Lambda, Step Functions, DynamoDB and S3 for about "
+        f"{human_seconds(a['wall_seconds'])} at concurrency {a['concurrency']:,} and {a['latency_s']} s a request"
+    )
+    print(
+        f"  input tokens: ~{a['bytes_per_token']} bytes of prompt a token, plus a few a message (within about "
+        "20% for English prose; each provider, and the simulator, counts its own way)"
+    )
+    return EXIT_OK

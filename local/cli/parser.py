@@ -1,0 +1,357 @@
+"""Every `sluice` command's arguments, help and examples, and the options several share.
+
+Only light modules are imported here: the parser is built for every command, `--help` included,
+and a command's own module (with moto, boto3 or aiohttp behind it) is imported once it is chosen.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import textwrap
+from importlib.metadata import PackageNotFoundError, version
+
+from sluice.settings import MODES, parse_error_rate
+
+from local import checks
+from local.console import EXIT_CODES_HELP
+from local.sim_options import add_options as add_simulator_options
+
+DEPLOYED_NOTE = (
+    "works on a deployed environment (the stack Sluice-<env>). A local `sluice run` keeps\n"
+    "nothing once it exits: its outputs and report are in its --out directory."
+)
+
+
+def _parser(sub: argparse._SubParsersAction, name: str, summary: str, text: str) -> argparse.ArgumentParser:  # type: ignore[type-arg]
+    return sub.add_parser(  # type: ignore[no-any-return]
+        name,
+        help=summary,
+        description=textwrap.dedent(text),
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
+def _error_rate(raw: str) -> float:
+    try:
+        return parse_error_rate(raw)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{raw!r}: {exc}") from None
+
+
+MAX_ERROR_RATE_HELP = (
+    "share of the requests that may fail before the job ends COMPLETED_WITH_ERRORS (exit 9), "
+    "0 to 1; 0.001 allows 1 in 1,000 (default: 0, any failed line)"
+)
+
+
+def _job_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--mode", help="how shards talk to the provider: direct, background, batch or auto (default: the environment's)"
+    )
+    p.add_argument("--model", help="send every request to this model, whatever its body says")
+    p.add_argument("--concurrency", type=checks.positive_int, help="requests in flight for the whole job")
+    p.add_argument("--map-concurrency", type=checks.positive_int, help="shards running at once")
+    p.add_argument("--max-attempts", type=checks.positive_int, help="attempts per request before it goes to errors")
+    p.add_argument(
+        "--on-batch-incomplete",
+        metavar="POLICY",
+        help="what batch rows the provider did not finish become: direct (sent directly) or error",
+    )
+    p.add_argument(
+        "--deadline-hours",
+        type=checks.positive_number,
+        help="the job must end within this many hours (auto avoids batch)",
+    )
+    p.add_argument("--max-error-rate", type=_error_rate, metavar="RATE", help=MAX_ERROR_RATE_HELP)
+
+
+def _watch_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--watch",
+        action="store_true",
+        help="follow the job until it ends; exit 0 if it SUCCEEDED, 9 if COMPLETED_WITH_ERRORS, 1 if not",
+    )
+    p.add_argument(
+        "--interval", type=checks.positive_seconds, default=5.0, help="seconds between polls with --watch (default: 5)"
+    )
+
+
+def _version() -> str:
+    try:
+        return f"sluice {version('sluice')}"
+    except PackageNotFoundError:
+        return "sluice (not installed: run from a source tree)"
+
+
+def _env_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--env",
+        default=os.environ.get("SLUICE_ENV", "dev"),
+        help="environment: the CloudFormation stack Sluice-<env> (default: $SLUICE_ENV or dev)",
+    )
+    parser.add_argument("--region", help="AWS region (default: your AWS configuration)")
+    parser.add_argument("--profile", help="AWS profile (default: your AWS configuration)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Every command's arguments; `args.command` names the module of local.cli that runs it."""
+    parser = argparse.ArgumentParser(
+        prog="sluice",
+        description=textwrap.dedent(
+            """\
+            Push many LLM requests (OpenAI Batch JSONL) through an OpenAI-compatible provider.
+
+            On this machine:        sluice run FILE · estimate FILE · verify · simulator
+            On a deployed env:      sluice submit FILE --env dev · status · results · cancel · retry
+
+            `sluice COMMAND --help` explains each, with an example.
+            """
+        ),
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=_version())
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = _parser(
+        sub,
+        "run",
+        "run a job on this machine (moto + the same state machine and Lambda code)",
+        """\
+        Run FILE through the Sluice state machine locally: S3, DynamoDB and Step Functions
+        are moto, in this process; the provider is OPENAI_BASE_URL/OPENAI_API_KEY if both
+        are set, else the built-in simulator. Writes <name>.results.jsonl, .errors.jsonl,
+        .summary.json and a <name>.report.html to open in a browser; nothing else persists.
+
+        example:
+          sluice run examples/reviews.jsonl --out out
+        """,
+    )
+    p.add_argument("file", help="input JSONL in the OpenAI Batch input format")
+    p.add_argument("--out", default="out", help="directory for results, errors, summary and report (default: out)")
+    p.add_argument("--mode", choices=MODES, help="how shards talk to the provider (default: direct)")
+    p.add_argument(
+        "--concurrency",
+        type=checks.positive_int,
+        default=1000,
+        help="requests in flight for the whole job (default: 1000)",
+    )
+    p.add_argument(
+        "--map-concurrency", type=checks.positive_int, default=10, help="shards running at once (default: 10)"
+    )
+    p.add_argument("--shard-lines", type=checks.positive_int, default=5000, help="lines per shard (default: 5000)")
+    p.add_argument(
+        "--max-attempts",
+        type=checks.positive_int,
+        default=6,
+        help="attempts per request before it goes to errors (default: 6)",
+    )
+    p.add_argument(
+        "--request-timeout", type=checks.positive_seconds, default=120.0, help="seconds per attempt (default: 120)"
+    )
+    p.add_argument("--latency", type=checks.seconds, default=0.05, help="simulator latency in seconds (default: 0.05)")
+    p.add_argument("--max-error-rate", type=_error_rate, metavar="RATE", help=MAX_ERROR_RATE_HELP)
+    p.add_argument(
+        "--allow-invalid", action="store_true", help="run even if some lines are invalid (they go to errors)"
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    s = _parser(
+        sub,
+        "simulator",
+        "start the provider simulator alone",
+        """\
+        Start the OpenAI-compatible provider SIMULATOR (not a real model) until Ctrl-C:
+        chat completions, responses (background too), embeddings, files and batches, with
+        injectable faults and RPM/TPM limits. Point any OpenAI client at it, or `sluice run`
+        with OPENAI_BASE_URL set. GET/POST /sim/config reads or changes its settings while it runs.
+
+        examples:
+          sluice simulator --port 8000
+          sluice simulator --port 8000 --rate-429 0.1 --rate-500 0.05 --jitter 0.2 --rpm 600
+        """,
+    )
+    add_simulator_options(s)
+
+    v = _parser(
+        sub,
+        "verify",
+        "check that a job's outputs account for every input line exactly once, in order",
+        """\
+        Check invariant 1 on any job's outputs: every input line is in exactly one of RESULTS
+        and ERRORS, results are in input order, and (with --summary) the counts agree.
+        Exits 1 and lists the problems when they don't.
+
+        example:
+          sluice verify examples/reviews.jsonl out/reviews.results.jsonl out/reviews.errors.jsonl \\
+            --summary out/reviews.summary.json
+        """,
+    )
+    v.add_argument("input", help="the job's input JSONL")
+    v.add_argument("results", help="its results file")
+    v.add_argument("errors", help="its errors file")
+    v.add_argument("--summary", help="its summary JSON, to check the counts too")
+
+    e = _parser(
+        sub,
+        "estimate",
+        "count requests and tokens in a file and estimate what running it costs",
+        """\
+        Check FILE line by line (no AWS, no provider), then estimate tokens and cost by model:
+        direct (and background) at list price, batch at half price, plus the AWS cost of the run.
+        Prompt tokens are estimated from text size. Output tokens are a guess: the expected figure
+        takes --output-tokens an answer (or the request's max_tokens if lower); the upper bound
+        takes every max_tokens in full; the lower bound one token an answer.
+
+        example:
+          sluice estimate examples/reviews.jsonl --output-tokens 5
+        """,
+    )
+    e.add_argument("file", help="input JSONL in the OpenAI Batch input format")
+    e.add_argument("--model", help="price every request as this model (as `submit --model` would send it)")
+    e.add_argument(
+        "--output-tokens",
+        type=checks.whole_number,
+        default=300,
+        help="expected answer length in tokens, capped by each request's max_tokens (default: 300)",
+    )
+    e.add_argument(
+        "--concurrency",
+        type=checks.positive_int,
+        default=1000,
+        help="requests in flight, for the AWS estimate (default: 1000)",
+    )
+    e.add_argument(
+        "--latency",
+        type=checks.positive_seconds,
+        default=2.0,
+        help="seconds a request takes, for the AWS estimate (default: 2)",
+    )
+    e.add_argument(
+        "--shard-lines",
+        type=checks.positive_int,
+        default=5000,
+        help="lines per shard, for the AWS estimate (default: 5000)",
+    )
+    e.add_argument("--allow-invalid", action="store_true", help="estimate the valid lines even if some are invalid")
+    e.add_argument("--json", action="store_true", help="print the estimate as JSON")
+    e.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    u = _parser(
+        sub,
+        "submit",
+        "upload a file to a deployed environment's inbox; prints the job id",
+        f"""\
+        Check FILE locally, then upload it to s3://<bucket>/inbox/<name>.jsonl of the environment
+        with the options as object metadata (sluice-mode, sluice-model, ...). The S3 event starts
+        the job; stdout gets its id (the same file content under the same name is one job, ever).
+
+        example:
+          JOB=$(sluice submit examples/reviews.jsonl --env dev --mode background)
+          sluice status "$JOB" --env dev --watch && sluice results "$JOB" --env dev --out out
+
+        {DEPLOYED_NOTE.replace(chr(10), chr(10) + "        ")}
+        """,
+    )
+    u.add_argument("file", help="input JSONL in the OpenAI Batch input format")
+    u.add_argument("--name", help="object name under inbox/ (default: the file's name; .jsonl is added)")
+    _job_options(u)
+    u.add_argument(
+        "--allow-invalid", action="store_true", help="upload even if some lines are invalid (they go to errors)"
+    )
+    _watch_options(u)
+    u.add_argument("--quiet", action="store_true", help="no progress bars")
+    _env_options(u)
+
+    st = _parser(
+        sub,
+        "status",
+        "show a job's progress (or recent jobs, or one request)",
+        f"""\
+        Without JOB: the most recent jobs. With JOB: counts, per-shard state, throughput and
+        ETA; --watch follows it to the end. With --item CUSTOM_ID: one request's state,
+        attempts, provider id and last error.
+
+        examples:
+          sluice status --env dev
+          sluice status reviews-0123456789ab --env dev --watch
+          sluice status reviews-0123456789ab --env dev --item review-17
+
+        {DEPLOYED_NOTE.replace(chr(10), chr(10) + "        ")}
+        """,
+    )
+    st.add_argument("job", nargs="?", help="job id (as `sluice submit` printed it)")
+    st.add_argument("--item", metavar="CUSTOM_ID", help="show one request of JOB")
+    st.add_argument(
+        "--input", metavar="FILE", help="with --item: find the request's line in this local copy of the input"
+    )
+    st.add_argument("--limit", type=checks.positive_int, default=20, help="how many recent jobs to list (default: 20)")
+    st.add_argument("--json", action="store_true", help="print JSON instead of text")
+    _watch_options(st)
+    st.add_argument("--quiet", action="store_true", help="no progress bar with --watch")
+    _env_options(st)
+
+    r = _parser(
+        sub,
+        "results",
+        "download a finished job's results, errors and summary, and write its report",
+        f"""\
+        Download outbox/<name>.results.jsonl, .errors.jsonl and .summary.json of a job that has
+        ended, and write <name>.report.html next to them (the last line links it).
+
+        example:
+          sluice results reviews-0123456789ab --env dev --out out
+
+        {DEPLOYED_NOTE.replace(chr(10), chr(10) + "        ")}
+        """,
+    )
+    r.add_argument("job", help="job id")
+    r.add_argument("--out", default="out", help="directory to write to (default: out)")
+    r.add_argument("--quiet", action="store_true", help="no progress bars")
+    _env_options(r)
+
+    c = _parser(
+        sub,
+        "cancel",
+        "stop a running job; what finished stays in the results",
+        f"""\
+        Stop the job's execution, cancel its open batches and background responses at the
+        provider (with the environment's API key), and end it CANCELLED: finished lines are in
+        the results, every other line in the errors with code `cancelled`.
+
+        example:
+          sluice cancel reviews-0123456789ab --env dev
+
+        {DEPLOYED_NOTE.replace(chr(10), chr(10) + "        ")}
+        """,
+    )
+    c.add_argument("job", help="job id")
+    c.add_argument("--reason", default="cancelled by the user", help="recorded in the summary and the errors")
+    _env_options(c)
+
+    rt = _parser(
+        sub,
+        "retry",
+        "start a new job from a finished job's failed lines",
+        f"""\
+        Take the lines of JOB that ended in errors (except invalid input, which would fail the
+        same way; --code picks codes), copy them from the job's input, and upload them as
+        inbox/<name>.retry-<n>.jsonl with sluice-parent-job=JOB and the parent's options.
+        Prints the new job id.
+
+        example:
+          sluice retry reviews-0123456789ab --env dev --code retries_exhausted --watch
+
+        {DEPLOYED_NOTE.replace(chr(10), chr(10) + "        ")}
+        """,
+    )
+    rt.add_argument("job", help="job id")
+    rt.add_argument("--code", action="append", metavar="CODE", help="retry only errors with this code (repeatable)")
+    rt.add_argument("--input", metavar="FILE", help="take the lines from this local copy of the input instead of S3")
+    _job_options(rt)
+    _watch_options(rt)
+    rt.add_argument("--quiet", action="store_true", help="no progress bars")
+    _env_options(rt)
+    return parser

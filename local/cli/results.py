@@ -1,0 +1,58 @@
+"""`sluice results`: download a finished job's outputs from its environment and write its report."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import orjson
+from sluice.model import TERMINAL_STATUSES
+from sluice.plan import output_prefix
+
+from local.checks import out_dir
+from local.console import EXIT_NOT_FOUND, EXIT_NOT_READY, EXIT_OK, CliError, file_link, progress, say
+from local.deployed import aws_errors, environment
+from local.deployed.jobs import OUTPUT_SUFFIXES, job_or_fail, output_size
+from local.report import write_report
+
+
+@aws_errors()
+def run(args: argparse.Namespace) -> int:
+    out_dir(Path(args.out))
+    dep = environment(args.env, region=args.region, profile=args.profile, job_id=args.job)
+    job = job_or_fail(dep, args.job)
+    status_ = str(job.get("status"))
+    if status_ not in TERMINAL_STATUSES:
+        raise CliError(
+            f"job {args.job} is {status_}: its outputs are written when it ends "
+            f"(`sluice status {args.job} --env {dep.env} --watch` waits for that)",
+            EXIT_NOT_READY,
+        )
+    prefix = output_prefix(str(job["key"]))
+    stem = prefix.rsplit("/", 1)[-1]
+    out = out_dir(Path(args.out))
+    written: dict[str, Path] = {}
+    for kind, suffix in OUTPUT_SUFFIXES:
+        key = prefix + suffix
+        size = output_size(dep, key)
+        if size is None:
+            continue  # a job whose plan failed has a summary only
+        target = out / (stem + suffix)
+        with progress(total=size, unit="B", desc=kind, quiet=args.quiet) as bar:
+            dep.s3.download_file(dep.bucket, key, str(target), Callback=bar.update)
+        written[kind] = target
+    if not written:
+        raise CliError(f"job {args.job} is {status_} but s3://{dep.bucket}/{prefix}.* holds no outputs", EXIT_NOT_FOUND)
+    counts: dict[str, Any] = {}
+    report: Path | None = None
+    if "summary" in written:
+        summary = orjson.loads(written["summary"].read_bytes())
+        counts = summary.get("counts") or {}
+        report = write_report(summary, out / f"{stem}.report.html", files={k: p.name for k, p in written.items()})
+    say(f"job {args.job}: {status_} — {counts.get('results', '?')} results, {counts.get('errors', '?')} errors")
+    for kind, target in written.items():
+        print(f"{kind}: {target}")
+    if report is not None:
+        print(f"report: {file_link(report)}")
+    return EXIT_OK

@@ -1,0 +1,27 @@
+"""`sluice submit`: check a file here, then upload it to a deployed environment's inbox."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from local.console import EXIT_OK, need_file
+from local.deployed import aws_errors, environment
+from local.deployed.jobs import watch
+from local.deployed.submit import inbox_key, options_metadata, start_job
+from local.inputs import check_file, require_valid
+
+
+@aws_errors()
+def run(args: argparse.Namespace) -> int:
+    path = need_file(Path(args.file))
+    metadata = options_metadata(args)
+    check = check_file(path, quiet=args.quiet)
+    require_valid(check, allow_invalid=args.allow_invalid)
+    dep = environment(args.env, region=args.region, profile=args.profile)
+    key = inbox_key(args.name or path.name)
+    job_id = start_job(dep, path, key, metadata, quiet=args.quiet, what=f"{check.requests:,} requests")
+    print(job_id, flush=True)
+    if args.watch:
+        return watch(dep, job_id, interval=args.interval, quiet=args.quiet)
+    return EXIT_OK

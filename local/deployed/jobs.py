@@ -1,0 +1,180 @@
+"""A deployed job's state as the table holds it: read through JobStore, described, followed."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+from botocore.exceptions import ClientError
+from sluice.model import TERMINAL_STATUSES
+from sluice.plan import job_id_for
+
+from local.console import EXIT_NOT_FOUND, CliError, human_seconds, job_exit_code, progress, say
+from local.deployed.local_jobs import LOCAL_JOB_HINT
+from local.deployed.stack import Deployment, error_code
+
+OUTPUT_SUFFIXES = (("results", ".results.jsonl"), ("errors", ".errors.jsonl"), ("summary", ".summary.json"))
+
+
+def total_lines(job: dict[str, Any]) -> int | None:
+    """Lines the job will account for: every non-blank line ends in results or errors."""
+    plan = job.get("plan") or {}
+    if "lines" in plan:
+        return int(plan["lines"]) - int(plan.get("blank", 0))
+    return int(job["requests"]) if job.get("requests") is not None else None
+
+
+def when(epoch: float | None) -> str:
+    if epoch is None:
+        return "—"
+    return datetime.fromtimestamp(float(epoch), tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def job_or_fail(dep: Deployment, job_id: str) -> dict[str, Any]:
+    job = dep.store.job(job_id)
+    if job is None:
+        raise CliError(
+            f"no job {job_id!r} in {dep.stack} (`sluice status --env {dep.env}` lists recent jobs; a job just "
+            f"submitted appears when its Plan starts, `--watch` waits for it; {LOCAL_JOB_HINT})",
+            EXIT_NOT_FOUND,
+        )
+    return job
+
+
+def output_size(dep: Deployment, key: str) -> int | None:
+    """The size of an object in the environment's bucket; None when there is none."""
+    try:
+        return int(dep.s3.head_object(Bucket=dep.bucket, Key=key)["ContentLength"])
+    except ClientError as exc:
+        if error_code(exc) in ("404", "NoSuchKey", "NotFound"):
+            return None
+        raise
+
+
+def describe_job(dep: Deployment, job: dict[str, Any], *, now: float | None = None, max_shards: int = 20) -> list[str]:
+    now = time.time() if now is None else now
+    status = str(job.get("status", "?"))
+    started = job.get("started_at")
+    finished_at = job.get("finished_at")
+    total = total_lines(job)
+    done, failed = int(job.get("done", 0)), int(job.get("failed", 0))
+    plan = job.get("plan") or {}
+    lines = [f"job {job['job_id']}  {status}  (s3://{job.get('bucket')}/{job.get('key')})"]
+    elapsed = (float(finished_at) if finished_at else now) - float(started) if started else None
+    lines.append(
+        f"  started {when(started)}"
+        + (f", ran {human_seconds(elapsed)}" if finished_at else f", {human_seconds(elapsed)} ago")
+        + (f"; mode {plan['mode']}" if plan.get("mode") else "")
+    )
+    if total is not None:
+        pending = max(total - done - failed, 0)
+        share = f"{(done + failed) / total:.0%}" if total else "100%"
+        lines.append(f"  lines {total:,}: done {done:,} · failed {failed:,} · pending {pending:,}  [{share}]")
+        if status not in TERMINAL_STATUSES and elapsed and elapsed > 0:
+            rate = (done + failed) / elapsed
+            eta = pending / rate if rate > 0 else None
+            lines.append(f"  throughput {rate:,.1f} lines/s since the start · ETA {human_seconds(eta)}")
+        elif elapsed and elapsed > 0:
+            lines.append(f"  throughput {(done + failed) / elapsed:,.1f} lines/s")
+    else:
+        lines.append("  planning: reading and checking the input")
+    shards = sorted(dep.store.shards(job["job_id"]), key=lambda s: int(s.get("shard", 0)))
+    if shards:
+        by_state: dict[str, int] = {}
+        for shard in shards:
+            by_state[str(shard.get("status"))] = by_state.get(str(shard.get("status")), 0) + 1
+        lines.append("  shards: " + ", ".join(f"{n} {state}" for state, n in sorted(by_state.items())))
+        shown = shards if len(shards) <= max_shards else [s for s in shards if s.get("status") != "DONE"][:max_shards]
+        if shown:
+            lines.append(
+                f"  {'shard':>6}  {'status':<8} {'done':>7} {'failed':>7} {'lines':>7}  {'mode':<10} {'runs':>4}"
+            )
+            for s in shown:
+                lines.append(
+                    f"  {int(s.get('shard', 0)):>6}  {s.get('status', '?')!s:<8} {int(s.get('done', 0)):>7,} "
+                    f"{int(s.get('failed', 0)):>7,} {int(s.get('lines', 0)):>7,}  "
+                    f"{s.get('mode', '')!s:<10} {int(s.get('runs', 0)):>4}"
+                )
+            if len(shown) < len(shards):
+                lines.append(f"  … {len(shards) - len(shown):,} more shards not shown")
+    summary = job.get("summary") or {}
+    if summary.get("error"):
+        lines.append(f"  error: {summary['error']}")
+    if status in TERMINAL_STATUSES and summary.get("outputs"):
+        lines.append(f"  outputs: {summary['outputs'].get('results')} (+ errors, summary)")
+        lines.append(f"  download: sluice results {job['job_id']} --env {dep.env}")
+    return lines
+
+
+def watch(dep: Deployment, job_id: str, *, interval: float, quiet: bool, start_timeout_s: float = 120.0) -> int:
+    """Follow a job until it ends; the exit code says how it ended."""
+    deadline = time.monotonic() + start_timeout_s
+    job = dep.store.job(job_id)
+    if job is None:
+        say(f"waiting for job {job_id} to start …")
+    with progress(total=None, unit="line", desc=job_id[:32], quiet=quiet) as bar:
+        while True:
+            if job is None and time.monotonic() > deadline:
+                raise CliError(
+                    f"job {job_id} did not start within {start_timeout_s:.0f} s: is it in {dep.stack}?", EXIT_NOT_FOUND
+                )
+            if job is not None:
+                total = total_lines(job)
+                if total is not None and bar.total != total:
+                    bar.total = total
+                    bar.refresh()
+                bar.update(int(job.get("done", 0)) + int(job.get("failed", 0)) - bar.n)
+                bar.set_postfix(status=job.get("status"), failed=int(job.get("failed", 0)), refresh=False)
+                if job.get("status") in TERMINAL_STATUSES:
+                    break
+            time.sleep(interval)
+            job = dep.store.job(job_id)
+    assert job is not None
+    print("\n".join(describe_job(dep, job)))
+    return job_exit_code(str(job.get("status")))
+
+
+def _event_job(description: dict[str, Any]) -> tuple[str, str] | None:
+    """(job id, key) from an execution's input, the S3 event EventBridge handed it."""
+    try:
+        detail = orjson.loads(description.get("input") or "{}")["detail"]
+        bucket, key, etag = detail["bucket"]["name"], detail["object"]["key"], detail["object"]["etag"]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return None
+    return job_id_for(bucket, key, etag), key
+
+
+def recent_jobs(dep: Deployment, *, limit: int) -> list[dict[str, Any]]:
+    """Newest first, from the state machine's executions: a bounded read, unlike a table scan."""
+    rows: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    paginator = dep.sfn.get_paginator("list_executions")
+    for page in paginator.paginate(stateMachineArn=dep.state_machine_arn, PaginationConfig={"PageSize": 50}):
+        for execution in page["executions"]:
+            arn = execution["executionArn"]
+            found = _event_job(dep.sfn.describe_execution(executionArn=arn))
+            if found is None or found[0] in seen:
+                continue
+            job_id, key = found
+            job = dep.store.job(job_id)
+            if job is not None and job.get("execution") not in (None, arn):
+                continue  # a redelivered event: the job belongs to another execution
+            seen.add(job_id)
+            job = job or {}
+            started = job.get("started_at") or execution["startDate"].timestamp()
+            rows.append(
+                {
+                    "job_id": job_id,
+                    "status": job.get("status") or execution["status"],
+                    "started_at": started,
+                    "lines": total_lines(job) if job else None,
+                    "done": job.get("done"),
+                    "failed": job.get("failed"),
+                    "key": key,
+                }
+            )
+            if len(rows) >= limit:
+                return rows
+    return rows

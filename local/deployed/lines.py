@@ -1,0 +1,88 @@
+"""A deployed job's lines: its input, streamed as the job ran it, and where one line ended."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+from botocore.exceptions import ClientError
+from sluice.lines import LineError, parse_line, split_lines
+from sluice.merge import load_manifest
+
+# the checkpoint format belongs to the shard code; its own readers keep the two in step
+from sluice.shard import _part_keys, _read_part
+
+from local.console import EXIT_NOT_FOUND, CliError
+from local.deployed.jobs import output_size
+from local.deployed.stack import Deployment, error_code
+
+READ_CHUNK = 1 << 20
+
+
+def local_chunks(path: Path) -> Iterator[bytes]:
+    with path.open("rb") as fh:
+        while chunk := fh.read(READ_CHUNK):
+            yield chunk
+
+
+def input_chunks(dep: Deployment, job: dict[str, Any]) -> Iterator[bytes]:
+    """The job's input object, exactly the version the job ran (its ETag), streamed."""
+    try:
+        body = dep.s3.get_object(Bucket=job["bucket"], Key=job["key"], IfMatch=job["etag"])["Body"]
+    except ClientError as exc:
+        if error_code(exc) in ("PreconditionFailed", "412", "NoSuchKey", "404"):
+            raise CliError(
+                f"s3://{job['bucket']}/{job['key']} is gone or changed since job {job['job_id']} ran; "
+                "pass --input FILE with the original file",
+                EXIT_NOT_FOUND,
+            ) from exc
+        raise
+    yield from body.iter_chunks(READ_CHUNK)
+
+
+def find_in_lines(chunks: Iterator[bytes], custom_id: str) -> tuple[int, Any] | None:
+    """(line number, parse result) of the first line whose custom_id matches."""
+    needle = orjson.dumps(custom_id)
+    # an unparseable line that mentions the id is the answer only if no line properly has it
+    broken: tuple[int, Any] | None = None
+    for number, raw in enumerate(split_lines(chunks), start=1):
+        if needle not in raw:
+            continue  # cheap pre-filter: most lines can't match
+        parsed = parse_line(raw, number, keep_body=False)
+        if parsed is None:
+            continue
+        if parsed.custom_id == custom_id:
+            return number, parsed
+        if isinstance(parsed, LineError) and parsed.custom_id is None and broken is None:
+            broken = (number, parsed)
+    return broken
+
+
+def line_outcome(dep: Deployment, job: dict[str, Any], line: int) -> tuple[int, dict[str, Any]] | None:
+    """(shard, output record) of a line that has a terminal outcome, from its shard's checkpoints.
+
+    Direct mode keeps no item row for a success, so this is where a finished line is found.
+    """
+    try:
+        specs = load_manifest(dep.s3, str(job["bucket"]), f"jobs/{job['job_id']}/manifest.json")
+    except ClientError as exc:
+        if error_code(exc) in ("NoSuchKey", "404"):
+            return None  # still planning
+        raise
+    spec = next((s for s in specs if s.first_line <= line <= s.last_line), None)
+    if spec is None:
+        return None
+    for key in _part_keys(dep.s3, spec):
+        for number, _kind, record in _read_part(dep.s3, spec.bucket, key):
+            if number == line:
+                return spec.shard, dict(orjson.loads(record))
+    # lines a failed or cancelled job never finished are written when the shard is assembled
+    if output_size(dep, spec.errors_key) is not None:
+        body = dep.s3.get_object(Bucket=spec.bucket, Key=spec.errors_key)["Body"]
+        for raw in split_lines(body.iter_chunks(READ_CHUNK)):
+            record = orjson.loads(raw)
+            if record.get("line") == line:
+                return spec.shard, dict(record)
+    return None

@@ -1,0 +1,78 @@
+"""Starting a job on a deployed environment: an upload to its inbox, with the job's options as
+object metadata; the S3 event starts it."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from sluice.plan import METADATA_PREFIX, JobOptions, PlanError, job_id_for
+from sluice.settings import Settings
+
+from local.console import EXIT_USAGE, CliError, progress, say
+from local.deployed.stack import Deployment
+
+OPTION_NAMES = (
+    "mode",
+    "model",
+    "concurrency",
+    "map_concurrency",
+    "max_attempts",
+    "on_batch_incomplete",
+    "deadline_hours",
+    "max_error_rate",
+)
+
+
+def options_metadata(args: argparse.Namespace) -> dict[str, str]:
+    """The job options as the object metadata Plan reads, checked by Plan's own rules first."""
+    metadata: dict[str, str] = {}
+    for name in OPTION_NAMES:
+        value = getattr(args, name, None)
+        if value is not None:
+            metadata[METADATA_PREFIX + name.replace("_", "-")] = str(value)
+    try:
+        JobOptions.from_metadata(
+            metadata, Settings(bucket="-", table="-", provider_base_url="-", api_key_secret_arn="-")
+        )
+    except PlanError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from exc
+    return metadata
+
+
+def inbox_key(name: str) -> str:
+    """inbox/<name>.jsonl: the EventBridge rule only starts jobs for `.jsonl` keys under inbox/."""
+    name = name.strip("/").removeprefix("inbox/")
+    if not name or name.startswith("."):
+        raise CliError(f"bad object name {name!r}", EXIT_USAGE)
+    return "inbox/" + (name if name.endswith(".jsonl") else name + ".jsonl")
+
+
+def upload(dep: Deployment, path: Path, key: str, metadata: dict[str, str], *, quiet: bool) -> str:
+    """Upload with a progress bar; returns the object's ETag, which (with the key) names the job."""
+    with progress(total=path.stat().st_size, unit="B", desc="uploading", quiet=quiet) as bar:
+        dep.s3.upload_file(
+            str(path),
+            dep.bucket,
+            key,
+            ExtraArgs={"Metadata": metadata, "ContentType": "application/jsonl"},
+            Callback=bar.update,
+        )
+    return str(dep.s3.head_object(Bucket=dep.bucket, Key=key)["ETag"]).strip('"')
+
+
+def start_job(dep: Deployment, path: Path, key: str, metadata: dict[str, str], *, quiet: bool, what: str) -> str:
+    """Upload `path` as `key`; the id of the job its S3 event starts (or started, for content seen before)."""
+    etag = upload(dep, path, key, metadata, quiet=quiet)
+    job_id = job_id_for(dep.bucket, key, etag)
+    existing = dep.store.job(job_id)
+    if existing is not None:
+        say(
+            f"s3://{dep.bucket}/{key} has exactly this content already: job {job_id} is {existing.get('status')} "
+            "and will not run again (upload changed content to start a new job)"
+        )
+    else:
+        options = ", ".join(f"{k.removeprefix('sluice-')}={v}" for k, v in metadata.items()) or "environment defaults"
+        say(f"uploaded {path} ({what}) to s3://{dep.bucket}/{key} [{options}]; the job starts from the S3 event")
+        say(f"follow it with: sluice status {job_id} --env {dep.env} --watch")
+    return job_id
