@@ -629,7 +629,7 @@ def _line_outcome(dep: Deployment, job: dict[str, Any], line: int) -> tuple[int,
     from sluice.merge import load_manifest
 
     # the checkpoint format belongs to the shard code; its own readers keep the two in step
-    from sluice.shard import _part_keys, _read_part
+    from sluice.parts import part_keys, read_part
 
     try:
         specs = load_manifest(dep.s3, str(job["bucket"]), f"jobs/{job['job_id']}/manifest.json")
@@ -640,8 +640,8 @@ def _line_outcome(dep: Deployment, job: dict[str, Any], line: int) -> tuple[int,
     spec = next((s for s in specs if s.first_line <= line <= s.last_line), None)
     if spec is None:
         return None
-    for key in _part_keys(dep.s3, spec):
-        for number, _kind, record in _read_part(dep.s3, spec.bucket, key):
+    for key in part_keys(dep.s3, spec):
+        for number, _kind, record in read_part(dep.s3, spec.bucket, key):
             if number == line:
                 return spec.shard, dict(orjson.loads(record))
     # lines a failed or cancelled job never finished are written when the shard is assembled

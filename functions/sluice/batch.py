@@ -20,26 +20,17 @@ import contextlib
 import random
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import IO, Any, Literal, cast
 
 import openai
 import orjson
 
-from .lines import LineError
 from .model import ErrorCode, Outcome, Request
+from .parts import PartWriter, assemble, load_checkpoint, parts_stats
 from .settings import Settings
-from .shard import (
-    PartWriter,
-    ShardContext,
-    ShardSpec,
-    assemble,
-    load_checkpoint,
-    parts_stats,
-    poll_wait_seconds,
-    read_shard,
-)
+from .shard import ShardContext, ShardSpec, pending, poll_wait_seconds
 
 COMPLETION_WINDOW: Literal["24h"] = "24h"
 TERMINAL = frozenset({"completed", "failed", "expired", "cancelled"})
@@ -186,17 +177,6 @@ async def _provider(ctx: ShardContext, client: openai.AsyncOpenAI | None) -> Asy
         yield api
 
 
-def _requests(ctx: ShardContext, spec: ShardSpec, writer: PartWriter, done: set[int]) -> Iterator[Request]:
-    """Rows still to send; invalid lines go straight to the errors as they stream past."""
-    for item in read_shard(ctx.s3, spec):
-        if item.line in done:
-            continue
-        if isinstance(item, LineError):
-            writer.add_invalid(item)
-        else:
-            yield item
-
-
 async def _created_batches(api: openai.AsyncOpenAI, spec: ShardSpec, since: float) -> dict[int, str]:
     """Batches an earlier attempt of this submit created, by part, from their metadata.
 
@@ -255,7 +235,7 @@ async def submit_batch(
     writer = PartWriter(s3=ctx.s3, store=ctx.store, spec=spec, run=checkpoint.runs + 1, progress=ctx.progress)
     settings = ctx.settings
     parts = split_parts(
-        _requests(ctx, spec, writer, checkpoint.done),
+        pending(ctx.s3, spec, checkpoint.done, writer.add_invalid),
         max_requests=settings.batch_max_requests,
         max_bytes=settings.batch_max_bytes,
     )
