@@ -29,6 +29,7 @@ import orjson
 
 from .model import ErrorCode, Outcome, Request
 from .parts import PartWriter, assemble, load_checkpoint, parts_stats
+from .retry import RetryPolicy, backoff_s
 from .settings import Settings
 from .shard import ShardContext, ShardSpec, pending, poll_wait_seconds
 
@@ -47,8 +48,10 @@ _LEFTOVER_CODE = {
 SDK_MAX_RETRIES = 5
 # ...except for creating a batch, which has no idempotency key: a lost answer may hide a batch
 # that exists, so each attempt looks for it before trying again
-CREATE_ATTEMPTS = 5
-CREATE_BACKOFF_S = 1.0
+CREATE_POLICY = RetryPolicy(max_attempts=5, base_delay_s=1.0)
+# equal jitter (at least half of each step): a shard creates its batches alone, so there is
+# no crowd to spread out, and every attempt lists the provider's batches first
+CREATE_JITTER_FLOOR = 0.5
 _AMBIGUOUS = (openai.APIConnectionError, openai.InternalServerError, openai.RateLimitError)
 # a 200 MB upload needs far longer than one inference call
 UPLOAD_TIMEOUT_S = 600.0
@@ -220,9 +223,9 @@ async def _create(api: openai.AsyncOpenAI, ctx: ShardContext, spec: ShardSpec, p
             found = await _created_batches(api, spec, since=started - CLOCK_SLACK_S)
             if part.index in found:
                 return found[part.index]
-            if attempt >= CREATE_ATTEMPTS:
+            if attempt >= CREATE_POLICY.max_attempts:
                 raise
-            await asyncio.sleep(CREATE_BACKOFF_S * 2 ** (attempt - 1) * (0.5 + random.random() / 2))
+            await asyncio.sleep(backoff_s(attempt, CREATE_POLICY, random.random, floor=CREATE_JITTER_FLOOR))
 
 
 async def submit_batch(
