@@ -3,7 +3,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from sluice.shard import ShardSpec, collect_background
+from sluice.background import collect_background
+from sluice.shard import ShardSpec
 
 from .observability import instrumented, shard_run
 from .runtime import runtime

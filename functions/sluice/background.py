@@ -1,15 +1,27 @@
-"""Background Responses: turning a request into a submission, a poll, and a final answer."""
+"""Background mode: each line becomes a background response, submitted once and polled to its end.
+
+The first half is the protocol (a request into a submission, a poll, and a final answer);
+the second the runners: SubmitShard creates the responses and remembers their ids in item
+rows, CollectShard polls them until every one has settled (or webhooks settle them first).
+"""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
 
-from .model import ErrorCode, Request
+from .model import BACKGROUND_URLS, ErrorCode, Outcome, Request
+from .parts import PartWriter, assemble, load_checkpoint
+from .shard import ShardContext, ShardSpec, pending, poll_wait_seconds, send_requests
+from .store import ItemState
 
 PENDING_STATUSES = frozenset({"queued", "in_progress", "cancelling"})
+# A background response still running after this long is reported expired: every wait loop
+# adds history events to the shard's execution, which AWS caps at 25,000.
+BACKGROUND_MAX_WAIT_S = 24 * 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,3 +136,110 @@ def settle(response_body: dict[str, Any]) -> Settled | None:
         ErrorCode.RESPONSE_FAILED,
         f"unexpected response status {status!r}",
     )
+
+
+async def submit_background(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any]:
+    """Create a background response per pending line and remember its id in the item row.
+
+    Lines for an endpoint with no background form (chat completions, embeddings, completions)
+    are sent directly instead: their answer is final the moment it arrives.
+    """
+    checkpoint = load_checkpoint(ctx.s3, spec)
+    skip = set(checkpoint.done)
+    skip.update(i.line for i in ctx.store.items(spec.job_id, spec.first_line, spec.last_line) if i.provider_id)
+    writer = PartWriter(
+        s3=ctx.s3, store=ctx.store, spec=spec, run=checkpoint.runs + 1, path="background", progress=ctx.progress
+    )
+    # lines in flight that were sent directly; a set of the in-flight ones only
+    direct: set[int] = set()
+
+    def prepare(request: Request) -> Request:
+        if request.path in BACKGROUND_URLS:
+            return submit_request(request)
+        direct.add(request.line)
+        return request
+
+    def sink(outcome: Outcome) -> None:
+        if outcome.line in direct:
+            direct.discard(outcome.line)
+            writer.add_outcome(outcome, path="direct")
+            return
+        if not outcome.ok or not isinstance(outcome.body, dict):
+            writer.add_outcome(outcome)
+            return
+        settled = settle(outcome.body)
+        if settled is not None:
+            writer.add_outcome(_settled_outcome(outcome, settled))
+            return
+        writer.add_pending(
+            ItemState(outcome.line, outcome.custom_id, "submitted", str(outcome.body.get("id")), outcome.attempts)
+        )
+
+    requests = (prepare(r) for r in pending(ctx.s3, spec, skip, writer.add_invalid))
+    stats = await send_requests(ctx, spec, requests, sink)
+    await writer.aflush(finished=False)
+    return {
+        "submitted": not stats.stopped_early,
+        "run": checkpoint.runs + 1,
+        "wait_seconds": ctx.settings.poll_seconds,
+        "waiting_since": spec.waiting_since or time.time(),
+    }
+
+
+def _settled_outcome(outcome: Outcome, settled: Any) -> Outcome:
+    return Outcome(
+        line=outcome.line,
+        custom_id=outcome.custom_id,
+        status_code=outcome.status_code,
+        body=settled.body,
+        request_id=outcome.request_id,
+        error_code=settled.error_code,
+        error_message=settled.error_message,
+        attempts=outcome.attempts,
+        latency_s=outcome.latency_s,
+        throttled=outcome.throttled,
+    )
+
+
+async def collect_background(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any]:
+    """Poll every submitted response once; settle the finished ones, keep waiting for the rest."""
+    checkpoint = load_checkpoint(ctx.s3, spec)
+    waiting = {
+        i.line: i
+        for i in ctx.store.items(spec.job_id, spec.first_line, spec.last_line)
+        if i.status in ("submitted", "settled") and i.provider_id and i.line not in checkpoint.done
+    }
+    writer = PartWriter(
+        s3=ctx.s3, store=ctx.store, spec=spec, run=checkpoint.runs + 1, path="background", progress=ctx.progress
+    )
+    still: list[int] = []
+    # items a webhook settled were already counted off the shard's wait; the rest are counted here
+    unsettled_done = 0
+    elapsed = time.time() - (spec.waiting_since or time.time())
+    expired = elapsed > BACKGROUND_MAX_WAIT_S
+
+    def sink(outcome: Outcome) -> None:
+        nonlocal unsettled_done
+        if outcome.ok and isinstance(outcome.body, dict):
+            settled = settle(outcome.body)
+            if settled is None and not expired:
+                still.append(outcome.line)
+                return
+            if settled is None:
+                hours = BACKGROUND_MAX_WAIT_S / 3600
+                message = f"background response still {outcome.body.get('status')} after {hours:g} hours"
+                settled = Settled(str(outcome.body.get("status")), outcome.body, ErrorCode.EXPIRED, message)
+            outcome = _settled_outcome(outcome, settled)
+        item = waiting[outcome.line]
+        outcome.attempts += item.attempts
+        unsettled_done += item.status == "submitted"
+        writer.add_outcome(outcome, provider_id=item.provider_id)
+
+    requests = [poll_request(i.line, i.custom_id, i.provider_id or "") for i in waiting.values()]
+    stats = await send_requests(ctx, spec, requests, sink)
+    left = len(still) + stats.remaining
+    finished = left == 0 and not stats.stopped_early
+    await writer.aflush(finished=finished, waiting=-unsettled_done)
+    if finished:
+        assemble(ctx.s3, spec)
+    return {"done": finished, "waiting": left, "wait_seconds": poll_wait_seconds(ctx.settings, elapsed)}

@@ -20,26 +20,18 @@ import contextlib
 import random
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import IO, Any, Literal, cast
 
 import openai
 import orjson
 
-from .lines import LineError
 from .model import ErrorCode, Outcome, Request
+from .parts import PartWriter, assemble, load_checkpoint, parts_stats
+from .retry import RetryPolicy, backoff_s
 from .settings import Settings
-from .shard import (
-    PartWriter,
-    ShardContext,
-    ShardSpec,
-    assemble,
-    load_checkpoint,
-    parts_stats,
-    poll_wait_seconds,
-    read_shard,
-)
+from .shard import ShardContext, ShardSpec, pending, poll_wait_seconds
 
 COMPLETION_WINDOW: Literal["24h"] = "24h"
 TERMINAL = frozenset({"completed", "failed", "expired", "cancelled"})
@@ -56,8 +48,10 @@ _LEFTOVER_CODE = {
 SDK_MAX_RETRIES = 5
 # ...except for creating a batch, which has no idempotency key: a lost answer may hide a batch
 # that exists, so each attempt looks for it before trying again
-CREATE_ATTEMPTS = 5
-CREATE_BACKOFF_S = 1.0
+CREATE_POLICY = RetryPolicy(max_attempts=5, base_delay_s=1.0)
+# equal jitter (at least half of each step): a shard creates its batches alone, so there is
+# no crowd to spread out, and every attempt lists the provider's batches first
+CREATE_JITTER_FLOOR = 0.5
 _AMBIGUOUS = (openai.APIConnectionError, openai.InternalServerError, openai.RateLimitError)
 # a 200 MB upload needs far longer than one inference call
 UPLOAD_TIMEOUT_S = 600.0
@@ -186,17 +180,6 @@ async def _provider(ctx: ShardContext, client: openai.AsyncOpenAI | None) -> Asy
         yield api
 
 
-def _requests(ctx: ShardContext, spec: ShardSpec, writer: PartWriter, done: set[int]) -> Iterator[Request]:
-    """Rows still to send; invalid lines go straight to the errors as they stream past."""
-    for item in read_shard(ctx.s3, spec):
-        if item.line in done:
-            continue
-        if isinstance(item, LineError):
-            writer.add_invalid(item)
-        else:
-            yield item
-
-
 async def _created_batches(api: openai.AsyncOpenAI, spec: ShardSpec, since: float) -> dict[int, str]:
     """Batches an earlier attempt of this submit created, by part, from their metadata.
 
@@ -240,9 +223,9 @@ async def _create(api: openai.AsyncOpenAI, ctx: ShardContext, spec: ShardSpec, p
             found = await _created_batches(api, spec, since=started - CLOCK_SLACK_S)
             if part.index in found:
                 return found[part.index]
-            if attempt >= CREATE_ATTEMPTS:
+            if attempt >= CREATE_POLICY.max_attempts:
                 raise
-            await asyncio.sleep(CREATE_BACKOFF_S * 2 ** (attempt - 1) * (0.5 + random.random() / 2))
+            await asyncio.sleep(backoff_s(attempt, CREATE_POLICY, random.random, floor=CREATE_JITTER_FLOOR))
 
 
 async def submit_batch(
@@ -255,7 +238,7 @@ async def submit_batch(
     writer = PartWriter(s3=ctx.s3, store=ctx.store, spec=spec, run=checkpoint.runs + 1, progress=ctx.progress)
     settings = ctx.settings
     parts = split_parts(
-        _requests(ctx, spec, writer, checkpoint.done),
+        pending(ctx.s3, spec, checkpoint.done, writer.add_invalid),
         max_requests=settings.batch_max_requests,
         max_bytes=settings.batch_max_bytes,
     )

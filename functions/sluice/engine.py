@@ -1,5 +1,9 @@
 """The direct-mode hot path: a fixed pool of workers pushing Requests through one session.
 
+Three parts, in the manner of openai-python's `_base_client.py`: `classify` (pure) says what
+an answer means, `_Run.send` is one flat loop of attempts acting on that verdict, and the
+limiter (`limits`) decides when an attempt may start.
+
 Memory is O(concurrency): the workers pull from one shared iterator, so the engine never
 holds more than `concurrency` requests, tasks or responses at once however long the input.
 Provider behaviour (429s, 5xx, timeouts, resets, garbage) always ends in an Outcome; an
@@ -14,7 +18,6 @@ import math
 import random
 import threading
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sized
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -24,11 +27,11 @@ import aiohttp
 import orjson
 from yarl import URL
 
-from .limits import AdaptiveLimit, RateBudget
-from .model import ErrorCode, Outcome, Request
-from .retry import DEFAULT_POLICY, RetryPolicy, is_retryable, next_delay_s
+from .classify import FAIL, OK, Verdict, classify, describe_lost
+from .limits import AdaptiveLimit, Gate, RateBudget
+from .model import Outcome, Request
+from .retry import DEFAULT_POLICY, RetryPolicy
 
-_EXCERPT = 300
 # per-path URLs are parsed once; polls (/v1/responses/<id>) are unique, so don't cache forever
 _URL_CACHE_MAX = 64
 _GC_GEN0 = 20_000
@@ -111,22 +114,6 @@ def make_session(concurrency: int, *, user_agent: str | None = None) -> aiohttp.
     )
 
 
-def _provider_error(parsed: Any) -> tuple[str | None, str | None]:
-    """(code, message) from an OpenAI-style error body; tolerant of every other shape."""
-    if not isinstance(parsed, dict):
-        return None, None
-    error = parsed.get("error")
-    if isinstance(error, dict):
-        code = error.get("code") or error.get("type")
-        message = error.get("message")
-        return (str(code) if code else None), (str(message) if message else None)
-    if isinstance(error, str):
-        return error, None
-    code = parsed.get("code")
-    message = parsed.get("message") or parsed.get("detail")
-    return (str(code) if code else None), (str(message) if message else None)
-
-
 def _never() -> bool:
     return False
 
@@ -188,37 +175,6 @@ def _keep_read_buffers_off_mmap() -> None:
     del block
 
 
-class _Gate:
-    """Permits to hold an item that is being worked on (not sleeping between attempts).
-
-    A worker keeps its permit from item to item, so the fault-free path never touches the
-    queue; it hands the permit to a standby worker only when it goes to sleep for a retry.
-    """
-
-    __slots__ = ("free", "waiters")
-
-    def __init__(self, permits: int) -> None:
-        self.free = permits
-        self.waiters: deque[asyncio.Future[None]] = deque()
-
-    async def enter(self) -> None:
-        if self.free > 0 and not self.waiters:
-            self.free -= 1
-            return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.waiters.append(fut)
-        await fut
-
-    def leave(self) -> None:
-        waiters = self.waiters
-        while waiters:
-            fut = waiters.popleft()
-            if not fut.done():
-                fut.set_result(None)
-                return
-        self.free += 1
-
-
 async def fan_out(
     requests: Iterable[Request],
     *,
@@ -241,240 +197,13 @@ async def fan_out(
     """
     if settings.concurrency < 1:
         raise ValueError("concurrency must be >= 1")
-    policy = settings.policy
-    stats = EngineStats()
-    limiter = AdaptiveLimit(settings.concurrency, settings.initial_limit, tolerance=settings.throttle_tolerance)
-    stats.limit_min = limiter.limit
-    budget = RateBudget(settings.rpm, settings.tpm)
-    timeout = aiohttp.ClientTimeout(total=policy.request_timeout_s)
-    base_headers = {
-        "Authorization": f"Bearer {api_key}",
-        "Content-Type": "application/json",
-        "User-Agent": settings.user_agent,
-    }
-    gate = _Gate(settings.concurrency)
-    workers = settings.concurrency + math.ceil(settings.concurrency * max(0.0, settings.retry_headroom))
-    url_cache: dict[str, URL] = {}
-    send = session.request
-    acquire = limiter.acquire
-    release = limiter.release
-    on_success = limiter.on_success
-    observe = budget.observe_headers
-    monotonic = time.monotonic
-    error_codes = stats.error_codes
+    run = _Run(session, base_url, api_key, settings, sink, should_stop, sleep, rand)
     it = iter(requests)
-    taken = 0
-    stopping = False
-    exhausted = False
-
-    def url_for(path: str) -> URL:
-        url = url_cache.get(path)
-        if url is None:
-            url = URL(join_url(base_url, path))
-            if len(url_cache) < _URL_CACHE_MAX:
-                url_cache[path] = url
-        return url
-
-    def finish_error(
-        req: Request,
-        code: str,
-        message: str,
-        status: int | None,
-        body: Any,
-        headers: Mapping[str, str] | None,
-        attempt: int,
-        started: float,
-        throttled: int,
-    ) -> Outcome:
-        stats.failed += 1
-        error_codes[code] = error_codes.get(code, 0) + 1
-        request_id = headers.get("x-request-id") if headers is not None else None
-        return Outcome(
-            line=req.line,
-            custom_id=req.custom_id,
-            status_code=status,
-            body=body,
-            request_id=request_id,
-            error_code=code,
-            error_message=message,
-            attempts=attempt,
-            latency_s=monotonic() - started,
-            throttled=throttled,
-            headers=dict(headers) if headers is not None else {},
-        )
-
-    async def run_one(req: Request, held: list[bool]) -> Outcome:
-        url = url_for(req.path)
-        method = req.method
-        data = req.body
-        headers = {**base_headers, "x-sluice-custom-id": req.custom_id}
-        attempt = 0
-        throttled = 0
-        started = 0.0
-        while True:
-            attempt += 1
-            token = await acquire(attempt > 1)
-            status: int | None = None
-            raw = b""
-            rheaders: Mapping[str, str] | None = None
-            failure = ""
-            try:
-                if budget.active:
-                    await budget.take(req.estimated_tokens)
-                if attempt == 1:
-                    started = monotonic()
-                stats.attempts += 1
-                async with send(method, url, data=data, headers=headers, timeout=timeout) as resp:
-                    status = resp.status
-                    rheaders = resp.headers
-                    raw = await resp.read()
-            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-                # a status with no body (reset mid-read) still counts as a lost connection
-                status = None
-                stats.connection_errors += 1
-                text = str(exc)
-                failure = type(exc).__name__ + (": " + text[:_EXCERPT] if text else "")
-            finally:
-                release()
-
-            if rheaders is not None:
-                observe(rheaders)
-
-            parsed: Any = None
-            body_code: str | None = None
-            status_for_retry = status
-            if status is not None:
-                if 200 <= status < 300:
-                    try:
-                        parsed = orjson.loads(raw)
-                    except orjson.JSONDecodeError:
-                        failure = f"HTTP {status} with a body that is not JSON: {raw[:_EXCERPT]!r}"
-                        # a mangled success is a transient fault, not an answer
-                        status_for_retry = None
-                    else:
-                        on_success(token)
-                        stats.succeeded += 1
-                        request_id = rheaders.get("x-request-id") if rheaders is not None else None
-                        if request_id is None and isinstance(parsed, dict):
-                            rid = parsed.get("id")
-                            request_id = rid if isinstance(rid, str) else None
-                        return Outcome(
-                            line=req.line,
-                            custom_id=req.custom_id,
-                            status_code=status,
-                            body=parsed,
-                            request_id=request_id,
-                            attempts=attempt,
-                            latency_s=monotonic() - started,
-                            throttled=throttled,
-                        )
-                else:
-                    try:
-                        parsed = orjson.loads(raw) if raw else None
-                    except orjson.JSONDecodeError:
-                        parsed = raw.decode("utf-8", "replace")[:_EXCERPT]
-                    body_code, message = _provider_error(parsed)
-                    failure = f"HTTP {status}" + (f": {message}" if message else "")
-                    if body_code and (not message or body_code not in message):
-                        failure += f" ({body_code})"
-                    if status == 429 or (body_code is not None and body_code in policy.retryable_body_codes):
-                        throttled += 1
-                        if status == 429:
-                            stats.throttled_429 += 1
-                        if limiter.on_throttled(token) and limiter.limit < stats.limit_min:
-                            stats.limit_min = limiter.limit
-                    elif status >= 500:
-                        stats.server_errors += 1
-
-            if not is_retryable(status_for_retry, body_code, policy):
-                return finish_error(
-                    req,
-                    ErrorCode.PROVIDER_ERROR,
-                    failure,
-                    status,
-                    parsed,
-                    rheaders,
-                    attempt,
-                    started,
-                    throttled,
-                )
-            if attempt >= policy.max_attempts:
-                return finish_error(
-                    req,
-                    ErrorCode.RETRIES_EXHAUSTED,
-                    f"gave up after {attempt} attempts; last: {failure}",
-                    status,
-                    parsed,
-                    rheaders,
-                    attempt,
-                    started,
-                    throttled,
-                )
-            delay = next_delay_s(attempt, policy, rheaders, time.time(), rand)
-            if delay > policy.max_retry_after_s:
-                return finish_error(
-                    req,
-                    ErrorCode.RETRIES_EXHAUSTED,
-                    f"provider asked to wait {delay:.0f}s (more than {policy.max_retry_after_s:.0f}s) "
-                    f"after attempt {attempt}; last: {failure}",
-                    status,
-                    parsed,
-                    rheaders,
-                    attempt,
-                    started,
-                    throttled,
-                )
-            stats.retries += 1
-            if held[0]:
-                held[0] = False
-                gate.leave()
-            await sleep(delay)
-
-    async def worker() -> None:
-        nonlocal taken, stopping, exhausted
-        held = [False]
-        while True:
-            if not held[0]:
-                await gate.enter()
-                held[0] = True
-            if stopping or exhausted:
-                break
-            if should_stop():
-                stopping = True
-                break
-            try:
-                req = next(it)
-            except StopIteration:
-                exhausted = True
-                break
-            taken += 1
-            sink(await run_one(req, held))
-        # pass the permit on so a standby worker wakes, sees the end, and exits in turn
-        gate.leave()
-
-    _keep_read_buffers_off_mmap()
-    t0 = monotonic()
-    try:
-        with _tuned_gc(settings.tune_gc):
-            async with asyncio.TaskGroup() as group:
-                for index in range(workers):
-                    group.create_task(worker())
-                    if index % _START_BATCH == _START_BATCH - 1:
-                        # Opening a connection costs ~0.3 ms of CPU. Started all at once, 1000
-                        # workers would each open theirs before any request leaves; in batches,
-                        # the first requests go out while later workers are still connecting.
-                        await asyncio.sleep(0)
-    except BaseExceptionGroup as group_error:
-        # callers want the bug itself, not a group; several workers often trip on the same one
-        first = group_error.exceptions[0]
-        raise first from (group_error if len(group_error.exceptions) > 1 else None)
-
-    stats.sent = taken
-    stats.limit_final = limiter.limit
-    stats.elapsed_s = monotonic() - t0
-    if stopping and not exhausted:
+    await run.run(it)
+    stats = run.stats
+    if run.stopping and not run.exhausted:
         if isinstance(requests, Sized) and requests is not it:
-            stats.remaining = max(0, len(requests) - taken)
+            stats.remaining = max(0, len(requests) - run.taken)
         elif count_remaining:
             stats.remaining = sum(1 for _ in it)
         else:
@@ -483,3 +212,201 @@ async def fan_out(
             stats.remaining = 0 if next(it, None) is None else 1
         stats.stopped_early = stats.remaining > 0
     return stats
+
+
+class _Run:
+    """One call of `fan_out`: its workers, the attempt loop, and the figures they keep."""
+
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        base_url: str,
+        api_key: str,
+        settings: EngineSettings,
+        sink: Callable[[Outcome], None],
+        should_stop: Callable[[], bool],
+        sleep: Callable[[float], Awaitable[Any]],
+        rand: Callable[[], float],
+    ) -> None:
+        self.settings = settings
+        self.policy = settings.policy
+        self.stats = EngineStats()
+        self.limiter = AdaptiveLimit(
+            settings.concurrency, settings.initial_limit, tolerance=settings.throttle_tolerance
+        )
+        self.stats.limit_min = self.limiter.limit
+        self.budget = RateBudget(settings.rpm, settings.tpm)
+        self.gate = Gate(settings.concurrency)
+        self.timeout = aiohttp.ClientTimeout(total=self.policy.request_timeout_s)
+        self.base_headers = {
+            "Authorization": f"Bearer {api_key}",
+            "Content-Type": "application/json",
+            "User-Agent": settings.user_agent,
+        }
+        self.base_url = base_url
+        self.url_cache: dict[str, URL] = {}
+        self.request = session.request
+        self.sink = sink
+        self.should_stop = should_stop
+        self.sleep = sleep
+        self.rand = rand
+        self.taken = 0
+        self.stopping = False
+        self.exhausted = False
+
+    def url_for(self, path: str) -> URL:
+        url = self.url_cache.get(path)
+        if url is None:
+            url = URL(join_url(self.base_url, path))
+            if len(self.url_cache) < _URL_CACHE_MAX:
+                self.url_cache[path] = url
+        return url
+
+    async def send(self, req: Request, held: list[bool]) -> Outcome:
+        """One request to its Outcome: attempt, classify, and act on the verdict until it is final."""
+        stats = self.stats
+        limiter = self.limiter
+        budget = self.budget
+        policy = self.policy
+        url = self.url_for(req.path)
+        headers = {**self.base_headers, "x-sluice-custom-id": req.custom_id}
+        attempt = 0
+        throttled = 0
+        started = 0.0
+        while True:
+            attempt += 1
+            token = await limiter.acquire(attempt > 1)
+            status: int | None = None
+            raw = b""
+            answer: Mapping[str, str] | None = None
+            lost: str | None = None
+            try:
+                if budget.active:
+                    await budget.take(req.estimated_tokens)
+                if attempt == 1:
+                    started = time.monotonic()
+                stats.attempts += 1
+                async with self.request(req.method, url, data=req.body, headers=headers, timeout=self.timeout) as resp:
+                    status = resp.status
+                    answer = resp.headers
+                    raw = await resp.read()
+            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                # a status with no body (reset mid-read) still counts as a lost connection
+                status = None
+                lost = describe_lost(exc)
+                stats.connection_errors += 1
+            finally:
+                limiter.release()
+            if answer is not None:
+                budget.observe_headers(answer)
+
+            verdict = classify(
+                status, answer, raw, lost, attempt=attempt, policy=policy, now=time.time(), rand=self.rand
+            )
+            if verdict.kind == OK:
+                limiter.on_success(token)
+                stats.succeeded += 1
+                request_id = answer.get("x-request-id") if answer is not None else None
+                body = verdict.body
+                if request_id is None and isinstance(body, dict):
+                    rid = body.get("id")
+                    request_id = rid if isinstance(rid, str) else None
+                return Outcome(
+                    line=req.line,
+                    custom_id=req.custom_id,
+                    status_code=status,
+                    body=body,
+                    request_id=request_id,
+                    attempts=attempt,
+                    latency_s=time.monotonic() - started,
+                    throttled=throttled,
+                )
+            if verdict.throttled:
+                throttled += 1
+                if status == 429:
+                    stats.throttled_429 += 1
+                if limiter.on_throttled(token) and limiter.limit < stats.limit_min:
+                    stats.limit_min = limiter.limit
+            elif verdict.server_error:
+                stats.server_errors += 1
+            if verdict.kind == FAIL:
+                return self.finish_error(req, verdict, status, answer, attempt, started, throttled)
+            stats.retries += 1
+            if held[0]:
+                # a standby worker takes this place while this one sleeps
+                held[0] = False
+                self.gate.leave()
+            await self.sleep(verdict.delay_s)
+
+    def finish_error(
+        self,
+        req: Request,
+        verdict: Verdict,
+        status: int | None,
+        headers: Mapping[str, str] | None,
+        attempts: int,
+        started: float,
+        throttled: int,
+    ) -> Outcome:
+        stats = self.stats
+        code = verdict.code or ""
+        stats.failed += 1
+        stats.error_codes[code] = stats.error_codes.get(code, 0) + 1
+        return Outcome(
+            line=req.line,
+            custom_id=req.custom_id,
+            status_code=status,
+            body=verdict.body,
+            request_id=headers.get("x-request-id") if headers is not None else None,
+            error_code=code,
+            error_message=verdict.message,
+            attempts=attempts,
+            latency_s=time.monotonic() - started,
+            throttled=throttled,
+            headers=dict(headers) if headers is not None else {},
+        )
+
+    async def worker(self, it: Iterator[Request]) -> None:
+        gate = self.gate
+        held = [False]
+        while True:
+            if not held[0]:
+                await gate.enter()
+                held[0] = True
+            if self.stopping or self.exhausted:
+                break
+            if self.should_stop():
+                self.stopping = True
+                break
+            try:
+                req = next(it)
+            except StopIteration:
+                self.exhausted = True
+                break
+            self.taken += 1
+            self.sink(await self.send(req, held))
+        # pass the permit on so a standby worker wakes, sees the end, and exits in turn
+        gate.leave()
+
+    async def run(self, it: Iterator[Request]) -> None:
+        settings = self.settings
+        workers = settings.concurrency + math.ceil(settings.concurrency * max(0.0, settings.retry_headroom))
+        _keep_read_buffers_off_mmap()
+        t0 = time.monotonic()
+        try:
+            with _tuned_gc(settings.tune_gc):
+                async with asyncio.TaskGroup() as group:
+                    for index in range(workers):
+                        group.create_task(self.worker(it))
+                        if index % _START_BATCH == _START_BATCH - 1:
+                            # Opening a connection costs ~0.3 ms of CPU. Started all at once, 1000
+                            # workers would each open theirs before any request leaves; in batches,
+                            # the first requests go out while later workers are still connecting.
+                            await asyncio.sleep(0)
+        except BaseExceptionGroup as group_error:
+            # callers want the bug itself, not a group; several workers often trip on the same one
+            first = group_error.exceptions[0]
+            raise first from (group_error if len(group_error.exceptions) > 1 else None)
+        self.stats.sent = self.taken
+        self.stats.limit_final = self.limiter.limit
+        self.stats.elapsed_s = time.monotonic() - t0

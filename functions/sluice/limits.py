@@ -1,4 +1,5 @@
-"""Client-side flow control: an AIMD concurrency limit and RPM/TPM token buckets.
+"""Client-side flow control: an AIMD concurrency limit, RPM/TPM token buckets, and the gate
+that keeps a worker sleeping out a retry from holding one of the engine's places.
 
 Both sit on the per-attempt hot path, so the uncontended case is a couple of integer
 comparisons and never allocates a future.
@@ -175,6 +176,37 @@ class AdaptiveLimit:
         self._new_cohort()
         self._floor = self._cohort
         return True
+
+
+class Gate:
+    """Permits to hold an item that is being worked on (not sleeping between attempts).
+
+    A worker keeps its permit from item to item, so the fault-free path never touches the
+    queue; it hands the permit to a standby worker only when it goes to sleep for a retry.
+    """
+
+    __slots__ = ("free", "waiters")
+
+    def __init__(self, permits: int) -> None:
+        self.free = permits
+        self.waiters: deque[asyncio.Future[None]] = deque()
+
+    async def enter(self) -> None:
+        if self.free > 0 and not self.waiters:
+            self.free -= 1
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.waiters.append(fut)
+        await fut
+
+    def leave(self) -> None:
+        waiters = self.waiters
+        while waiters:
+            fut = waiters.popleft()
+            if not fut.done():
+                fut.set_result(None)
+                return
+        self.free += 1
 
 
 class _Bucket:

@@ -16,7 +16,8 @@ from botocore.exceptions import ClientError
 
 from .costs import aws_cost_usd, provider_cost_usd
 from .model import JobStatus
-from .shard import ShardSpec, assemble
+from .parts import assemble
+from .shard import ShardSpec
 from .stats import Stats
 from .store import JobStore
 

@@ -119,15 +119,15 @@ def retry_after_s(headers: Mapping[str, str], now: float) -> float | None:
     return max(0.0, when.timestamp() - now)
 
 
-def backoff_s(attempt: int, policy: RetryPolicy, rand: Callable[[], float]) -> float:
-    """Full-jitter exponential backoff: uniform in [0, min(cap, base * 2**(attempt-1))].
+def backoff_s(attempt: int, policy: RetryPolicy, rand: Callable[[], float], *, floor: float = 0.0) -> float:
+    """Jittered exponential backoff: uniform in [floor * c, c], c = min(cap, base * 2**(attempt-1)).
 
-    Full jitter rather than equal jitter because thousands of workers hit by the same
-    outage must not come back in lockstep.
+    Full jitter (`floor=0`) by default because thousands of workers hit by the same outage
+    must not come back in lockstep.
     """
     exponent = min(max(attempt - 1, 0), 62)
     ceiling = min(policy.max_delay_s, policy.base_delay_s * float(2**exponent))
-    return rand() * ceiling
+    return ceiling * (floor + (1 - floor) * rand())
 
 
 def next_delay_s(

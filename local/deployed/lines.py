@@ -12,7 +12,7 @@ from sluice.lines import LineError, parse_line, split_lines
 from sluice.merge import load_manifest
 
 # the checkpoint format belongs to the shard code; its own readers keep the two in step
-from sluice.shard import _part_keys, _read_part
+from sluice.parts import part_keys, read_part
 
 from local.console import EXIT_NOT_FOUND, CliError
 from local.deployed.jobs import output_size
@@ -74,8 +74,8 @@ def line_outcome(dep: Deployment, job: dict[str, Any], line: int) -> tuple[int, 
     spec = next((s for s in specs if s.first_line <= line <= s.last_line), None)
     if spec is None:
         return None
-    for key in _part_keys(dep.s3, spec):
-        for number, _kind, record in _read_part(dep.s3, spec.bucket, key):
+    for key in part_keys(dep.s3, spec):
+        for number, _kind, record in read_part(dep.s3, spec.bucket, key):
             if number == line:
                 return spec.shard, dict(orjson.loads(record))
     # lines a failed or cancelled job never finished are written when the shard is assembled

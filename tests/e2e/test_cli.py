@@ -280,7 +280,7 @@ class Deployed:
         )
 
     def run_shard(self, spec: Any) -> None:
-        from sluice.shard import run_direct
+        from sluice.direct import run_direct
 
         assert asyncio.run(run_direct(self.context(), spec))["done"]
 
@@ -490,7 +490,7 @@ def test_cancel_stops_the_execution_cancels_provider_work_and_keeps_what_finishe
     deployed: Deployed, tmp_path: Path
 ) -> None:
     from openai import OpenAI
-    from sluice.shard import collect_background, submit_background
+    from sluice.background import collect_background, submit_background
 
     path = write_jsonl(tmp_path / "long.jsonl", [request_line(f"l-{n}", url="/v1/responses") for n in range(20)])
     submitted = deployed.cli("submit", str(path), "--mode", "background", "--quiet")

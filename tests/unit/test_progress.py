@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 from sluice.model import Outcome
-from sluice.shard import PartWriter, ShardSpec
+from sluice.parts import PartWriter
+from sluice.shard import ShardSpec
 
 from local.progress import Display, LiveCounts, RateMeter, Snapshot, clock, compact, format_line
 

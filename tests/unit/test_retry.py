@@ -121,6 +121,22 @@ def test_full_jitter_bounds(attempt: int, r: float) -> None:
     assert delay <= DEFAULT_POLICY.base_delay_s * 2 ** (attempt - 1)
 
 
+def test_batch_create_waits_at_least_half_of_each_step() -> None:
+    """Creating a batch backs off with equal jitter through the same formula as the engine."""
+    from sluice.batch import CREATE_JITTER_FLOOR, CREATE_POLICY
+
+    assert CREATE_POLICY.max_attempts == 5
+    waits = [
+        (
+            backoff_s(n, CREATE_POLICY, lambda: 0.0, floor=CREATE_JITTER_FLOOR),
+            backoff_s(n, CREATE_POLICY, lambda: 1.0, floor=CREATE_JITTER_FLOOR),
+        )
+        for n in range(1, CREATE_POLICY.max_attempts)
+    ]
+    assert waits == [(0.5, 1.0), (1.0, 2.0), (2.0, 4.0), (4.0, 8.0)]
+    assert backoff_s(3, CREATE_POLICY, lambda: 0.5, floor=CREATE_JITTER_FLOOR) == 3.0
+
+
 @pytest.mark.parametrize(
     ("attempt", "headers", "r", "expected"),
     [

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sluice import shard
+from sluice import parts
 
 from local.cloud import LambdaTimeout, run_job
 from tests.conftest import request_line, write_jsonl
@@ -91,7 +91,7 @@ def test_a_shard_lambda_killed_mid_run_resumes_without_resending_finished_items(
     cloud = make_cloud(shard_lines=5000, concurrency=30)
     checkpointed: set[str] = set()
     killed = threading.Event()
-    original_write = shard.PartWriter._write
+    original_write = parts.PartWriter._write
 
     def write_then_die(self: Any, chunk: Any, seq: int, finished: bool) -> None:
         original_write(self, chunk, seq, finished)
@@ -100,7 +100,7 @@ def test_a_shard_lambda_killed_mid_run_resumes_without_resending_finished_items(
             killed.set()
             raise LambdaTimeout("Task timed out after 900.00 seconds")
 
-    monkeypatch.setattr(shard.PartWriter, "_write", write_then_die)
+    monkeypatch.setattr(parts.PartWriter, "_write", write_then_die)
     path = write_jsonl(tmp_path / "killed.jsonl", lines(2500))
     run = run_job(cloud, path)
 

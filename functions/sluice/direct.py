@@ -1,0 +1,53 @@
+"""Direct mode: every line is one HTTP request through the engine, answered while the shard runs.
+
+A run sends what has no terminal result yet and checkpoints outcomes as parts; a run that
+ends short of the shard (the Lambda's time is nearly up) is followed by another, and the
+last one assembles the shard's files.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from .parts import PartWriter, assemble, load_checkpoint
+from .shard import ShardContext, ShardSpec, Stopper, margin_s, pending, send_requests
+
+
+class ShardStalled(RuntimeError):
+    """A run ended before sending anything: the Lambda timeout leaves no room for a request."""
+
+
+async def run_direct(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any]:
+    started = time.monotonic()
+    checkpoint = load_checkpoint(ctx.s3, spec)
+    writer = PartWriter(
+        s3=ctx.s3,
+        store=ctx.store,
+        spec=spec,
+        run=checkpoint.runs + 1,
+        item_rows_for_results=False,
+        progress=ctx.progress,
+    )
+    stopper = Stopper(ctx, spec.job_id)
+    stats = await send_requests(
+        ctx, spec, pending(ctx.s3, spec, checkpoint.done, writer.add_invalid), writer.add_outcome, stopper
+    )
+    finished = not stats.stopped_early
+    if stopper.cancelled:
+        await writer.aflush(finished=False)
+        return {"done": False, "cancelled": True, "run": checkpoint.runs + 1, "sent": writer.done + writer.failed}
+    if not finished and stats.sent == 0:
+        raise ShardStalled(
+            f"shard {spec.shard} stopped before sending anything: {ctx.remaining_s():.0f} s left is under the "
+            f"request timeout plus safety margin ({margin_s(ctx):.0f} s)"
+        )
+    await writer.aflush(finished=finished)
+    if finished:
+        assemble(ctx.s3, spec)
+    return {
+        "done": finished,
+        "run": checkpoint.runs + 1,
+        "sent": writer.done + writer.failed,
+        "seconds": round(time.monotonic() - started, 3),
+    }

@@ -1,0 +1,262 @@
+"""Checkpoint parts: the on-disk format of a shard's terminal outcomes and their assembly.
+
+Terminal outcomes are checkpointed as part files under `jobs/<job>/shards/<n>/`: a
+`part-<run>-<seq>.tsv` of `<line>\t<r|e>\t<output record>` rows plus its figures in
+`part-<run>-<seq>.stats.json`. A part is written whole with one PUT, so the set of lines in
+parts is exactly the set of lines that must never be sent again (invariant 3). When the shard
+is done its parts are assembled into `results.jsonl` and `errors.jsonl` in input order.
+
+Every mode writes parts through `PartWriter`; merge, the CLI and the modes read them through
+`part_keys`, `read_part`, `load_checkpoint`, `parts_stats` and `assemble`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from .lines import LineError
+from .model import Outcome
+from .progress import ProgressSink
+from .records import error_record, outcome_record
+from .shard import ShardSpec, read_shard
+from .stats import Stats
+from .store import ItemState, JobStore
+
+
+@dataclass
+class Checkpoint:
+    """What earlier runs of this shard left behind."""
+
+    done: set[int] = field(default_factory=set)
+    runs: int = 0
+
+
+def part_keys(s3: Any, spec: ShardSpec) -> list[str]:
+    """The keys of the shard's parts, in the order they were written."""
+    keys: list[str] = []
+    paginator = s3.get_paginator("list_objects_v2")
+    for page in paginator.paginate(Bucket=spec.bucket, Prefix=spec.prefix + "part-"):
+        keys.extend(obj["Key"] for obj in page.get("Contents", []))
+    return sorted(k for k in keys if k.endswith(".tsv"))
+
+
+def read_part(s3: Any, bucket: str, key: str) -> Iterator[tuple[int, bytes, bytes]]:
+    """(line, kind, output record) per row; kind is `b"r"` for a result and `b"e"` for an error."""
+    data = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+    for row in data.splitlines():
+        line, kind, record = row.split(b"\t", 2)
+        yield int(line), kind, record
+
+
+def parts_stats(s3: Any, spec: ShardSpec) -> Stats:
+    """The figures of every part written so far."""
+    stats = Stats()
+    for key in part_keys(s3, spec):
+        raw = s3.get_object(Bucket=spec.bucket, Key=key.removesuffix(".tsv") + ".stats.json")["Body"].read()
+        stats.merge(Stats.from_dict(orjson.loads(raw)))
+    return stats
+
+
+def load_checkpoint(s3: Any, spec: ShardSpec) -> Checkpoint:
+    checkpoint = Checkpoint()
+    for key in part_keys(s3, spec):
+        # part-<run>-<seq>.tsv
+        run = int(key.rsplit("/", 1)[-1].split("-")[1])
+        checkpoint.runs = max(checkpoint.runs, run)
+        checkpoint.done.update(line for line, _, _ in read_part(s3, spec.bucket, key))
+    return checkpoint
+
+
+PENDING_FLUSH_S = 1.0
+PART_MAX_AGE_S = 3.0
+
+
+@dataclass
+class _Chunk:
+    opened: float = field(default_factory=time.monotonic)
+    rows: list[bytes] = field(default_factory=list)
+    items: list[ItemState] = field(default_factory=list)
+    stats: Stats = field(default_factory=Stats)
+    done: int = 0
+    failed: int = 0
+    waiting: int = 0
+
+
+class PartWriter:
+    """Checkpoints terminal outcomes as parts: one S3 PUT plus batched item rows each.
+
+    A part is cut every `every` outcomes and written on a background thread while the
+    requests go on, so a run that dies loses at most one part and the writes overlap the
+    network waits instead of piling up at the end of the run.
+    """
+
+    def __init__(
+        self,
+        *,
+        s3: Any,
+        store: JobStore,
+        spec: ShardSpec,
+        run: int,
+        every: int = 1000,
+        item_rows_for_results: bool = True,
+        path: str = "direct",
+        progress: ProgressSink | None = None,
+    ) -> None:
+        self._s3 = s3
+        # how the outcomes this writer gets were sent, unless add_outcome says otherwise; the
+        # Batch API's are priced at the batch rate and have no latency of their own
+        self._path = path
+        self._progress = progress
+        # direct mode keeps item rows for failures only: a result is in the results file, and a
+        # row per success was the largest cost of a direct shard
+        self._item_rows_for_results = item_rows_for_results
+        self._store = store
+        self._spec = spec
+        self._run = run
+        self._every = every
+        self._seq = 0
+        self._chunk = _Chunk()
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint")
+        self._writes: list[Future[None]] = []
+        self.done = 0
+        self.failed = 0
+        self.pending = 0
+
+    def add_outcome(self, outcome: Outcome, provider_id: str | None = None, path: str | None = None) -> None:
+        chunk = self._chunk
+        kind = b"r" if outcome.ok else b"e"
+        chunk.rows.append(b"%d\t%s\t%s\n" % (outcome.line, kind, outcome_record(self._spec.job_id, outcome)))
+        path = path or self._path
+        batch = path == "batch"
+        chunk.stats.add_outcome(outcome, path=path, timed=not batch)
+        self._count(outcome.ok)
+        if self._progress is not None:
+            self._progress.outcome(outcome, batch=batch, waited=batch or provider_id is not None)
+        # nothing looks up a result that was sent directly by its row (no webhook, no cancel)
+        if outcome.ok and (not self._item_rows_for_results or path == "direct"):
+            self._maybe_cut(len(chunk.rows))
+            return
+        chunk.items.append(
+            ItemState(
+                outcome.line,
+                outcome.custom_id,
+                "done" if outcome.ok else "failed",
+                provider_id=provider_id,
+                attempts=outcome.attempts,
+                error=None if outcome.ok else f"{outcome.error_code}: {outcome.error_message}",
+            )
+        )
+        self._maybe_cut()
+
+    def add_invalid(self, error: LineError) -> None:
+        record = error_record(self._spec.job_id, error.line, error.custom_id, error.code, error.message)
+        self._chunk.rows.append(b"%d\te\t%s\n" % (error.line, record))
+        self._chunk.stats.add_error(error.code, error.message)
+        self._count(False)
+        if self._progress is not None:
+            self._progress.invalid(error.code)
+        self._maybe_cut()
+
+    def add_pending(self, item: ItemState) -> None:
+        """An item that is not terminal yet (a background response in flight)."""
+        self._chunk.items.append(item)
+        self._chunk.waiting += 1
+        self.pending += 1
+        if self._progress is not None:
+            self._progress.waiting(1)
+        self._maybe_cut()
+
+    def _count(self, ok: bool) -> None:
+        if ok:
+            self.done += 1
+            self._chunk.done += 1
+        else:
+            self.failed += 1
+            self._chunk.failed += 1
+
+    def _maybe_cut(self, size: int | None = None) -> None:
+        full = (size if size is not None else len(self._chunk.items) + len(self._chunk.rows)) >= self._every
+        # pending ids are stored within a second, so their webhooks find them; finished work
+        # within a few, so progress shows and a cancel keeps it
+        age = time.monotonic() - self._chunk.opened
+        stale = age > PENDING_FLUSH_S if self._chunk.waiting > 0 else age > PART_MAX_AGE_S and bool(self._chunk.rows)
+        if full or stale:
+            chunk, self._chunk = self._chunk, _Chunk()
+            self._seq += 1
+            self._writes.append(self._pool.submit(self._write, chunk, self._seq, False))
+
+    def _write(self, chunk: _Chunk, seq: int, finished: bool) -> None:
+        spec = self._spec
+        if chunk.rows:
+            # stats first: a part without its stats would be counted in results but not in the summary
+            base = f"{spec.prefix}part-{self._run:05d}-{seq:04d}"
+            self._s3.put_object(Bucket=spec.bucket, Key=base + ".stats.json", Body=orjson.dumps(chunk.stats.to_dict()))
+            self._s3.put_object(Bucket=spec.bucket, Key=base + ".tsv", Body=b"".join(chunk.rows))
+        self._store.record_progress(
+            spec.job_id,
+            spec.shard,
+            chunk.items,
+            done=chunk.done,
+            failed=chunk.failed,
+            finished=finished,
+            run=self._run,
+            waiting=chunk.waiting,
+        )
+        if chunk.waiting > 0:
+            self._store.settle_early(spec.job_id, spec.shard, [i for i in chunk.items if i.status == "submitted"])
+
+    def flush(self, *, finished: bool, waiting: int = 0) -> None:
+        """Write what is left once every earlier part is safely stored (their errors surface here)."""
+        try:
+            for write in self._writes:
+                write.result()
+            self._chunk.waiting += waiting
+            self._seq += 1
+            self._write(self._chunk, self._seq, finished)
+        finally:
+            self._chunk = _Chunk()
+            self._writes.clear()
+            self._pool.shutdown(wait=True)
+
+    async def aflush(self, *, finished: bool, waiting: int = 0) -> None:
+        """`flush` without blocking the event loop."""
+        await asyncio.to_thread(self.flush, finished=finished, waiting=waiting)
+
+
+def assemble(s3: Any, spec: ShardSpec, *, missing_code: str | None = None, missing_message: str = "") -> Stats:
+    """Write the shard's results and errors in input order from its parts.
+
+    With `missing_code`, every request line that has no terminal outcome is written to the
+    errors with that code (a failed or cancelled job still accounts for every line).
+    """
+    rows: dict[int, tuple[bytes, bytes]] = {}
+    stats = Stats()
+    for key in part_keys(s3, spec):
+        for line, kind, record in read_part(s3, spec.bucket, key):
+            # the first terminal outcome wins; a later copy can only come from a re-sent item
+            rows.setdefault(line, (kind, record))
+        stats_raw = s3.get_object(Bucket=spec.bucket, Key=key.removesuffix(".tsv") + ".stats.json")["Body"].read()
+        stats.merge(Stats.from_dict(orjson.loads(stats_raw)))
+    if missing_code is not None:
+        for item in read_shard(s3, spec):
+            if item.line not in rows:
+                record = error_record(
+                    spec.job_id, item.line, item.custom_id, missing_code, f"line {item.line}: {missing_message}"
+                )
+                rows[item.line] = (b"e", record)
+                stats.add_error(missing_code, f"line {item.line}: {missing_message}")
+    results = [rows[n][1] + b"\n" for n in sorted(rows) if rows[n][0] == b"r"]
+    errors = [rows[n][1] + b"\n" for n in sorted(rows) if rows[n][0] == b"e"]
+    s3.put_object(Bucket=spec.bucket, Key=spec.results_key, Body=b"".join(results))
+    s3.put_object(Bucket=spec.bucket, Key=spec.errors_key, Body=b"".join(errors))
+    # the line counts are what Merge checks against the plan: every line accounted for
+    shard_stats = {"result_lines": len(results), "error_lines": len(errors), "stats": stats.to_dict()}
+    s3.put_object(Bucket=spec.bucket, Key=spec.stats_key, Body=orjson.dumps(shard_stats))
+    return stats
