@@ -2,7 +2,7 @@
 
 Everything Sluice decides is imported, not restated: the environment's settings (cdk.json),
 Plan's manifest (built by `sluice.plan.plan_job` itself), the checkpoint size (`PartWriter`),
-Merge's part planner (`sluice.merge.plan_parts`), the Lambda sizes (`infra.functions.STEPS`),
+Merge's part planner (`sluice.merge.plan_parts`), the Lambda sizes (`sluice.contract.STEPS`),
 prices (`sluice.costs`), and the history events per loop, counted from the state machine
 definition (`infra.definition.definition()`). AWS quotas and prices that the code does not hold
 are named constants below, each with its source; assumptions about the input and the provider
@@ -33,6 +33,7 @@ sys.path[:0] = [str(ROOT / "functions"), str(ROOT)]
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
 from sluice import costs  # noqa: E402
+from sluice.contract import STEPS  # noqa: E402
 from sluice.merge import MIN_PART, plan_parts  # noqa: E402
 from sluice.plan import plan_job, plan_lines  # noqa: E402
 from sluice.settings import Settings  # noqa: E402
@@ -40,7 +41,6 @@ from sluice.shard import PART_MAX_AGE_S, PartWriter  # noqa: E402
 
 from infra.config import Environment, cdk_json_context  # noqa: E402
 from infra.definition import definition  # noqa: E402
-from infra.functions import STEPS  # noqa: E402
 
 SIZES = (100_000, 1_000_000, 10_000_000)
 
@@ -350,8 +350,8 @@ def job(lines: int, env: Environment, settings: Settings, item: dict[str, Any], 
     shares = {
         "the Map's gathered result (256 KiB)": (gathered or 0) / PAYLOAD_MAX_BYTES,
         "Plan's memory": plan_memory_mb / STEPS["plan"].memory_mb,
-        "Merge's Lambda timeout": merge_s / STEPS["merge"].timeout.to_seconds(),
-        "Plan's Lambda timeout": plan_s / STEPS["plan"].timeout.to_seconds(),
+        "Merge's Lambda timeout": merge_s / STEPS["merge"].timeout_s,
+        "Plan's Lambda timeout": plan_s / STEPS["plan"].timeout_s,
         "multipart parts (10,000)": len(merge) / S3_MULTIPART_PARTS_MAX,
         "history events per direct child": direct_events / HISTORY_EVENTS_MAX,
         "writes/s on the job's partition key": job_pk_direct / DDB_PARTITION_WCU_PER_S,

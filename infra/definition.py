@@ -11,19 +11,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from sluice.contract import STEPS
+
 # One placeholder per Lambda step; the values are function ARNs.
-FUNCTION_PLACEHOLDERS = {
-    "plan": "PlanFunctionArn",
-    "run_shard": "RunShardFunctionArn",
-    "submit": "SubmitFunctionArn",
-    "await_shard": "AwaitShardFunctionArn",
-    "collect": "CollectFunctionArn",
-    "submit_batch": "SubmitBatchFunctionArn",
-    "collect_batch": "CollectBatchFunctionArn",
-    "merge": "MergeFunctionArn",
-    "notify": "NotifyFunctionArn",
-    "mark_failed": "MarkFailedFunctionArn",
-}
+FUNCTION_PLACEHOLDERS = {name: step.placeholder for name, step in STEPS.items()}
 
 # The errorType a step fails with when an AWS call inside it was throttled or failed on the
 # service's side after the SDK's own retries (`sluice.aws_errors.Transient`, turned so at the

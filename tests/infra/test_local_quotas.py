@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from infra.functions import STEPS
+from sluice.contract import STEPS
+
 from local.quotas import STEP_TIMEOUT_S
 
 
 def test_local_step_timeouts_match_the_deployed_functions() -> None:
-    assert {step: spec.timeout.to_seconds() for step, spec in STEPS.items()} == STEP_TIMEOUT_S
+    assert {name: step.timeout_s for name, step in STEPS.items()} == STEP_TIMEOUT_S
