@@ -96,8 +96,11 @@ def job_keys(event: Mapping[str, Any]) -> dict[str, Any]:
     """The job and shard an event is about, wherever the step keeps them."""
     keys: dict[str, Any] = {}
     shard = event.get("shard")
-    if isinstance(shard, Mapping):  # AwaitShard: {"shard": <the shard>, "token": ...}
+    if isinstance(shard, Mapping):  # a Map child's state, or AwaitShard's {"shard": ..., "token": ...}
         return job_keys(shard)
+    plan = event.get("plan")
+    if isinstance(plan, Mapping):  # Merge, MarkFailed: the job Plan planned
+        return job_keys(plan)
     if isinstance(event.get("job_id"), str):
         keys["job_id"] = event["job_id"]
     if isinstance(shard, int) and not isinstance(shard, bool):

@@ -2,17 +2,18 @@
 
 The CDK app imports this module to synthesize the stack, the Lambdas and the local cloud import it
 at run time: the steps and their functions, the settings and the environment variables that carry
-them, the defaults, the table's keys and index, the S3 key layout, the metric namespace and the
-job statuses. Standard library only, so that `cdk synth` needs nothing of the Lambda code's
-dependencies, and nothing here creates a client or reads the environment at import.
+them, the defaults, the table's keys and index, the S3 key layout, the metric namespace, the job
+statuses, and what each step returns into the workflow's state. Standard library only, so that
+`cdk synth` needs nothing of the Lambda code's dependencies, and nothing here creates a client or
+reads the environment at import.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, field, fields
-from typing import Any
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
+from typing import Any, ClassVar, Self, TypeVar
 
 # --- the steps ------------------------------------------------------------------------------
 
@@ -302,3 +303,170 @@ class WebhookSettings:
             secret_arn,
             _parse("SLUICE_TTL_DAYS", ttl_days, "int", {}) if ttl_days else SETTING_DEFAULTS["ttl_days"],
         )
+
+
+# --- the workflow's state -------------------------------------------------------------------
+
+T = TypeVar("T")
+
+
+class StateError(ValueError):
+    """A step was handed a state it does not know: a typo in the definition or a step, never a default."""
+
+
+def strict(cls: type[T], data: Mapping[str, Any], what: str) -> T:
+    """`cls(**data)`, refusing a key `cls` has no field for and naming a missing one."""
+    known = {f.name: f for f in fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise StateError(f"{what}: unknown key(s) {', '.join(unknown)}; expected {', '.join(known)}")
+    missing = [
+        name for name, f in known.items() if name not in data and f.default is MISSING and f.default_factory is MISSING
+    ]
+    if missing:
+        raise StateError(f"{what}: missing key(s) {', '.join(missing)}")
+    return cls(**data)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What one step returns. The definition keeps it at `$.<KEY>` (its ResultPath), names its
+    fields with `path`, and copies exactly these fields out of the Lambda's answer (`selector`)."""
+
+    KEY: ClassVar[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Self:
+        return strict(cls, data, f"{cls.KEY}'s result")
+
+    @classmethod
+    def path(cls, name: str) -> str:
+        """The JSONPath of one field in the state, for a Choice or a `...Path` field."""
+        if name not in {f.name for f in fields(cls)}:
+            raise KeyError(f"{cls.__name__} has no field {name!r}")
+        return f"$.{cls.KEY}.{name}"
+
+    @classmethod
+    def selector(cls) -> dict[str, str]:
+        """The ResultSelector that keeps these fields of the Lambda's answer, and nothing else."""
+        return {f"{f.name}.$": f"$.Payload.{f.name}" for f in fields(cls)}
+
+
+@dataclass(frozen=True)
+class Planned(StepResult):
+    """Plan: the job the Map and Merge work on; `duplicate` when the object already ran."""
+
+    KEY: ClassVar[str] = "plan"
+    job_id: str
+    bucket: str
+    key: str
+    etag: str
+    manifest_key: str
+    output_prefix: str
+    map_concurrency: int
+    duplicate: bool
+    shards: int = 0
+    lines: int = 0
+
+
+@dataclass(frozen=True)
+class DirectRun(StepResult):
+    """RunShard: `done` once every line of the shard has its outcome; else it runs again."""
+
+    KEY: ClassVar[str] = "run_shard"
+    done: bool
+    run: int
+    sent: int
+    seconds: float = 0.0
+    # the job was cancelled: the shard stopped taking lines
+    cancelled: bool = False
+
+
+@dataclass(frozen=True)
+class Submitted(StepResult):
+    """Submit: `submitted` once every line is with the provider; then wait `wait_seconds` for webhooks."""
+
+    KEY: ClassVar[str] = "submit"
+    submitted: bool
+    run: int
+    wait_seconds: int
+    # when the shard first waited (epoch seconds): how long its responses have had, across runs
+    waiting_since: float
+
+
+@dataclass(frozen=True)
+class Collected(StepResult):
+    """Collect: `done` once every response settled; else wait `wait_seconds` and collect again."""
+
+    KEY: ClassVar[str] = "collect"
+    done: bool
+    waiting: int
+    wait_seconds: int
+
+
+@dataclass(frozen=True)
+class BatchSubmitted(StepResult):
+    """SubmitBatch: the shard's batches exist at the provider; wait `wait_seconds` for them."""
+
+    KEY: ClassVar[str] = "submit_batch"
+    batch_ids: list[str]
+    batches_created: int
+    requests: int
+    wait_seconds: int
+
+
+@dataclass(frozen=True)
+class BatchCollected(StepResult):
+    """CollectBatch: `done`; or `fallback`, rows the batches did not finish go to RunShard; else wait."""
+
+    KEY: ClassVar[str] = "collect_batch"
+    done: bool
+    fallback: bool
+    waiting: int
+    collected: int
+    wait_seconds: int
+
+
+@dataclass(frozen=True)
+class Merged(StepResult):
+    """Merge: how the job ended and where its outputs are; Notify publishes it as the event's detail."""
+
+    KEY: ClassVar[str] = "merge"
+    job_id: str
+    bucket: str
+    key: str
+    status: str
+    counts: dict[str, int]
+    error_rate: float
+    max_error_rate: float
+    outputs: dict[str, str]
+
+
+# the key of a Map child's state that holds its shard (the definition's ItemSelector)
+SHARD_KEY = "shard"
+
+
+@dataclass(frozen=True)
+class ShardState:
+    """A Map child's state: its shard (a manifest item, as Plan wrote it) and what its steps returned."""
+
+    # the manifest item: the core's ShardSpec, read by the handlers with `strict`
+    shard: dict[str, Any]
+    run_shard: DirectRun | None = None
+    submit: Submitted | None = None
+    collect: Collected | None = None
+    submit_batch: BatchSubmitted | None = None
+    collect_batch: BatchCollected | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ShardState:
+        raw = strict(cls, data, "a shard's state")
+        results: dict[str, Any] = {}
+        for result in (DirectRun, Submitted, Collected, BatchSubmitted, BatchCollected):
+            value = data.get(result.KEY)
+            if value is not None:
+                results[result.KEY] = result.from_dict(value)
+        return replace(raw, **results)

@@ -42,7 +42,7 @@ def test_a_failed_job_ends_with_its_errors_file_and_summary_written_by_mark_fail
     cloud = make_cloud(shard_lines=10, map_concurrency=1)
 
     def break_shard_one(step: str, payload: dict) -> None:
-        if step == "run_shard" and payload["shard"] == 1:
+        if step == "run_shard" and payload["shard"]["shard"] == 1:
             raise RuntimeError("disk on fire")
 
     cloud.before_invoke = break_shard_one

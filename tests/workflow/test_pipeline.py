@@ -81,7 +81,7 @@ def test_a_failing_shard_marks_the_job_failed_and_still_accounts_for_every_line(
     cloud = make_cloud(shard_lines=10)
 
     def break_shard_two(step: str, payload: dict) -> None:
-        if step == "run_shard" and payload["shard"] == 2:
+        if step == "run_shard" and payload["shard"]["shard"] == 2:
             raise RuntimeError("disk on fire")
 
     cloud.before_invoke = break_shard_two
