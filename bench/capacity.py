@@ -2,7 +2,7 @@
 
 Everything Sluice decides is imported, not restated: the environment's settings (cdk.json),
 Plan's manifest (built by `sluice.plan.plan_job` itself), the checkpoint size (`PartWriter`),
-Merge's part planner (`sluice.merge.plan_parts`), the Lambda sizes (`infra.functions.STEPS`),
+Merge's part planner (`sluice.merge.plan_parts`), the Lambda sizes (`sluice.contract.STEPS`),
 prices (`sluice.costs`), and the history events per loop, counted from the state machine
 definition (`infra.definition.definition()`). AWS quotas and prices that the code does not hold
 are named constants below, each with its source; assumptions about the input and the provider
@@ -34,6 +34,7 @@ os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
 from sluice import costs  # noqa: E402
 from sluice.background import BACKGROUND_MAX_WAIT_S  # noqa: E402
+from sluice.contract import STEPS  # noqa: E402
 from sluice.merge import MIN_PART, plan_parts  # noqa: E402
 from sluice.parts import PART_MAX_AGE_S, PartWriter  # noqa: E402
 from sluice.plan import plan_job, plan_lines  # noqa: E402
@@ -42,7 +43,6 @@ from sluice.shard import poll_wait_seconds  # noqa: E402
 
 from infra.config import Environment, cdk_json_context  # noqa: E402
 from infra.definition import definition  # noqa: E402
-from infra.functions import STEPS  # noqa: E402
 
 SIZES = (100_000, 1_000_000, 10_000_000)
 
@@ -252,9 +252,9 @@ def gathered_result_bytes(shards: int, child_output: int) -> int | None:
     ends = [s for s in states.values() if s["Type"] == "Succeed" or s.get("End")]
     if ends and all("OutputPath" in s and s["OutputPath"] is None for s in ends):
         child_output = 2  # {}
-    elif ends and all(str(s.get("OutputPath", "$")) not in ("$", "None") for s in ends):
-        # the child passes on one field: the flag its loop ends on, `true` or `false`
-        child_output = len(b"false")
+    elif ends and all(s["Type"] == "Pass" and "Result" in s and "ResultPath" not in s for s in ends):
+        # the child ends with a fixed result (`true`), not its state
+        child_output = max(len(orjson.dumps(s["Result"])) for s in ends)
     return 2 + shards * (child_output + 1)
 
 
@@ -364,8 +364,8 @@ def job(lines: int, env: Environment, settings: Settings, item: dict[str, Any], 
     shares = {
         "the Map's gathered result (256 KiB)": (gathered or 0) / PAYLOAD_MAX_BYTES,
         "Plan's memory": plan_memory_mb / STEPS["plan"].memory_mb,
-        "Merge's Lambda timeout": merge_s / STEPS["merge"].timeout.to_seconds(),
-        "Plan's Lambda timeout": plan_s / STEPS["plan"].timeout.to_seconds(),
+        "Merge's Lambda timeout": merge_s / STEPS["merge"].timeout_s,
+        "Plan's Lambda timeout": plan_s / STEPS["plan"].timeout_s,
         "multipart parts (10,000)": len(merge) / S3_MULTIPART_PARTS_MAX,
         "history events per direct child": direct_events / HISTORY_EVENTS_MAX,
         "history events per background child (24 h)": (fixed + background.events * background_wakeups)

@@ -75,7 +75,7 @@ def main() -> None:
                 collected: dict[int, float] = {}
                 for inv in cloud.invocations:
                     if inv.step == "collect" and inv.payload:
-                        shard = int(inv.payload["shard"])
+                        shard = int(inv.payload["shard"]["shard"])
                         collected[shard] = max(collected.get(shard, 0.0), inv.ended_at)
                 lags = [collected[s] - last_hook[s] for s in collected if s in last_hook]
             print(

@@ -12,10 +12,9 @@ from typing import Any
 import aws_cdk as cdk
 import aws_cdk.aws_logs as logs
 from constructs import IConstruct
+from sluice.contract import DEFAULT_PROVIDER_BASE_URL, MODES, SETTING_DEFAULTS
 
 CDK_JSON = Path(__file__).resolve().parent.parent / "cdk.json"
-# Mirrors `sluice.settings.MODES`; infra must not import the Lambda code it packages.
-MODES = ("direct", "background", "batch", "auto")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LOG_RETENTION = {
     7: logs.RetentionDays.ONE_WEEK,
@@ -46,17 +45,18 @@ class Environment:
     map_concurrency: int
     ttl_days: int
     removal_policy: str
-    provider_base_url: str = "https://api.openai.com/v1"
-    default_model: str | None = None
-    default_mode: str = "direct"
-    concurrency: int = 1000
-    max_attempts: int = 6
-    request_timeout_s: float = 120.0
+    # the steps' settings (`sluice.contract.Settings`) default as the steps do
+    provider_base_url: str = DEFAULT_PROVIDER_BASE_URL
+    default_model: str | None = SETTING_DEFAULTS["default_model"]
+    default_mode: str = SETTING_DEFAULTS["default_mode"]
+    concurrency: int = SETTING_DEFAULTS["concurrency"]
+    max_attempts: int = SETTING_DEFAULTS["max_attempts"]
+    request_timeout_s: float = SETTING_DEFAULTS["request_timeout_s"]
     # a job whose failed lines pass this share of its requests ends COMPLETED_WITH_ERRORS
-    max_error_rate: float = 0.0
-    shard_lines: int = 5000
-    poll_seconds: int = 10
-    safety_margin_s: float = 20.0
+    max_error_rate: float = SETTING_DEFAULTS["max_error_rate"]
+    shard_lines: int = SETTING_DEFAULTS["shard_lines"]
+    poll_seconds: int = SETTING_DEFAULTS["poll_seconds"]
+    safety_margin_s: float = SETTING_DEFAULTS["safety_margin_s"]
     log_level: str = "INFO"
     log_retention_days: int = 30
     versioning: bool = False
@@ -156,7 +156,7 @@ class Environment:
 
         if "provider_base_url" in values and not re.match(r"^https?://\S+$", values["provider_base_url"]):
             raise fail("provider_base_url", "must be an http(s) URL")
-        if values.get("default_mode", "direct") not in MODES:
+        if values.get("default_mode", SETTING_DEFAULTS["default_mode"]) not in MODES:
             raise fail("default_mode", f"must be one of {', '.join(MODES)}")
         if values.get("log_level", "INFO") not in LOG_LEVELS:
             raise fail("log_level", f"must be one of {', '.join(LOG_LEVELS)}")

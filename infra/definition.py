@@ -11,19 +11,23 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from sluice.contract import (
+    SHARD_KEY,
+    STEPS,
+    BatchCollected,
+    BatchSubmitted,
+    Collected,
+    DirectRun,
+    Merged,
+    Planned,
+    StepResult,
+    Submitted,
+)
+
 # One placeholder per Lambda step; the values are function ARNs.
-FUNCTION_PLACEHOLDERS = {
-    "plan": "PlanFunctionArn",
-    "run_shard": "RunShardFunctionArn",
-    "submit": "SubmitFunctionArn",
-    "await_shard": "AwaitShardFunctionArn",
-    "collect": "CollectFunctionArn",
-    "submit_batch": "SubmitBatchFunctionArn",
-    "collect_batch": "CollectBatchFunctionArn",
-    "merge": "MergeFunctionArn",
-    "notify": "NotifyFunctionArn",
-    "mark_failed": "MarkFailedFunctionArn",
-}
+FUNCTION_PLACEHOLDERS = {name: step.placeholder for name, step in STEPS.items()}
+# where a Map child's state keeps its shard
+SHARD = f"$.{SHARD_KEY}"
 
 # The errorType a step fails with when an AWS call inside it was throttled or failed on the
 # service's side after the SDK's own retries (`sluice.aws_errors.Transient`, turned so at the
@@ -44,17 +48,20 @@ TRANSIENT_LAMBDA_ERRORS = [
 ]
 
 
-def _invoke(placeholder: str, payload: dict[str, Any] | None, next_state: str | None) -> dict[str, Any]:
+def _invoke(
+    placeholder: str, payload: str | dict[str, Any], result: type[StepResult] | None, next_state: str | None
+) -> dict[str, Any]:
+    """A Lambda step: `payload` is a path into the state or a Parameters object; the step's typed
+    `result` goes to its own place in the state (`$.<KEY>`), or nowhere when None."""
     params: dict[str, Any] = {"FunctionName": "${" + placeholder + "}"}
-    if payload is None:
-        params["Payload.$"] = "$"
+    if isinstance(payload, str):
+        params["Payload.$"] = payload
     else:
         params["Payload"] = payload
     state: dict[str, Any] = {
         "Type": "Task",
         "Resource": "arn:aws:states:::lambda:invoke",
         "Parameters": params,
-        "OutputPath": "$.Payload",
         "Retry": [
             {
                 "ErrorEquals": TRANSIENT_LAMBDA_ERRORS,
@@ -66,6 +73,11 @@ def _invoke(placeholder: str, payload: dict[str, Any] | None, next_state: str | 
             }
         ],
     }
+    if result is None:
+        state["ResultPath"] = None
+    else:
+        state["ResultSelector"] = result.selector()
+        state["ResultPath"] = f"$.{result.KEY}"
     if next_state is None:
         state["End"] = True
     else:
@@ -73,7 +85,7 @@ def _invoke(placeholder: str, payload: dict[str, Any] | None, next_state: str | 
     return state
 
 
-def _await(next_state: str) -> dict[str, Any]:
+def _await(wait_seconds: str, next_state: str) -> dict[str, Any]:
     """Sleep until a webhook (or the Lambda itself) returns the task token, or time out and poll.
 
     Webhooks only make this faster: on timeout the next state reconciles by polling.
@@ -83,9 +95,9 @@ def _await(next_state: str) -> dict[str, Any]:
         "Resource": "arn:aws:states:::lambda:invoke.waitForTaskToken",
         "Parameters": {
             "FunctionName": "${" + FUNCTION_PLACEHOLDERS["await_shard"] + "}",
-            "Payload": {"shard.$": "$", "token.$": "$$.Task.Token"},
+            "Payload": {"shard.$": SHARD, "token.$": "$$.Task.Token"},
         },
-        "TimeoutSecondsPath": "$.wait_seconds",
+        "TimeoutSecondsPath": wait_seconds,
         "ResultPath": None,
         "Retry": [
             {
@@ -101,8 +113,16 @@ def _await(next_state: str) -> dict[str, Any]:
     }
 
 
+def _is_true(path: str, next_state: str) -> dict[str, Any]:
+    return {"Variable": path, "BooleanEquals": True, "Next": next_state}
+
+
 def _shard_states() -> dict[str, Any]:
-    """The child workflow every shard runs: one branch per mode, each a loop until done."""
+    """The child workflow every shard runs: one branch per mode, each a loop until done.
+
+    Its state is a `ShardState`: the shard as Plan wrote it under `$.shard`, and each step's
+    result under its own key, so that no step's answer overwrites the shard or another's.
+    """
     p = FUNCTION_PLACEHOLDERS
     return {
         "StartAt": "Which mode?",
@@ -110,47 +130,50 @@ def _shard_states() -> dict[str, Any]:
             "Which mode?": {
                 "Type": "Choice",
                 "Choices": [
-                    {"Variable": "$.mode", "StringEquals": "background", "Next": "Submit"},
-                    {"Variable": "$.mode", "StringEquals": "batch", "Next": "SubmitBatch"},
+                    {"Variable": f"{SHARD}.mode", "StringEquals": "background", "Next": "Submit"},
+                    {"Variable": f"{SHARD}.mode", "StringEquals": "batch", "Next": "SubmitBatch"},
                 ],
                 "Default": "RunShard",
             },
-            "RunShard": _invoke(p["run_shard"], None, "Shard done?"),
+            "RunShard": _invoke(p["run_shard"], "$", DirectRun, "Shard done?"),
             "Shard done?": {
                 "Type": "Choice",
-                "Choices": [{"Variable": "$.done", "BooleanEquals": True, "Next": "Shard finished"}],
+                "Choices": [_is_true(DirectRun.path("done"), "Shard finished")],
                 "Default": "RunShard",
             },
-            "Submit": _invoke(p["submit"], None, "Submitted?"),
+            "Submit": _invoke(p["submit"], "$", Submitted, "Submitted?"),
             "Submitted?": {
                 "Type": "Choice",
-                "Choices": [{"Variable": "$.submitted", "BooleanEquals": True, "Next": "AwaitWebhooks"}],
+                "Choices": [_is_true(Submitted.path("submitted"), "AwaitWebhooks (first)")],
                 "Default": "Submit",
             },
-            "AwaitWebhooks": _await("Collect"),
-            "Collect": _invoke(p["collect"], None, "Collected?"),
+            # two waits, one per step whose result says how long: the state keeps both results
+            "AwaitWebhooks (first)": _await(Submitted.path("wait_seconds"), "Collect"),
+            "Collect": _invoke(p["collect"], "$", Collected, "Collected?"),
             "Collected?": {
                 "Type": "Choice",
-                "Choices": [{"Variable": "$.done", "BooleanEquals": True, "Next": "Shard finished"}],
+                "Choices": [_is_true(Collected.path("done"), "Shard finished")],
                 "Default": "AwaitWebhooks",
             },
-            "SubmitBatch": _invoke(p["submit_batch"], None, "AwaitBatch"),
-            "AwaitBatch": _await("CollectBatch"),
-            "CollectBatch": _invoke(p["collect_batch"], None, "Batch finished?"),
+            "AwaitWebhooks": _await(Collected.path("wait_seconds"), "Collect"),
+            "SubmitBatch": _invoke(p["submit_batch"], "$", BatchSubmitted, "AwaitBatch (first)"),
+            "AwaitBatch (first)": _await(BatchSubmitted.path("wait_seconds"), "CollectBatch"),
+            "CollectBatch": _invoke(p["collect_batch"], "$", BatchCollected, "Batch finished?"),
             "Batch finished?": {
                 "Type": "Choice",
                 "Choices": [
-                    {"Variable": "$.done", "BooleanEquals": True, "Next": "Shard finished"},
+                    _is_true(BatchCollected.path("done"), "Shard finished"),
                     # rows the batch did not finish go through the fan-out engine, if the job allows
-                    {"Variable": "$.fallback", "BooleanEquals": True, "Next": "RunShard"},
+                    _is_true(BatchCollected.path("fallback"), "RunShard"),
                 ],
                 "Default": "AwaitBatch",
             },
+            "AwaitBatch": _await(BatchCollected.path("wait_seconds"), "CollectBatch"),
             # The Distributed Map gathers every child's output into its own, which Step Functions
             # caps at 256 KiB even with ResultPath null: a child ends with one boolean (5 bytes
             # with its comma; about 52,000 shards), not with its state (~450 bytes; ~580 shards).
-            # (a Pass state: cfn-lint's schema allows no OutputPath on Succeed)
-            "Shard finished": {"Type": "Pass", "OutputPath": "$.done", "End": True},
+            # Only a finished shard gets here, so the boolean is `true`.
+            "Shard finished": {"Type": "Pass", "Result": True, "End": True},
         },
     }
 
@@ -159,7 +182,7 @@ def definition() -> dict[str, Any]:
     p = FUNCTION_PLACEHOLDERS
     catch_all = [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "MarkFailed"}]
 
-    plan = _invoke(p["plan"], {"event.$": "$", "execution.$": "$$.Execution.Id"}, "Already seen?")
+    plan = _invoke(p["plan"], {"event.$": "$", "execution.$": "$$.Execution.Id"}, Planned, "Already seen?")
     plan["Catch"] = catch_all
 
     shards: dict[str, Any] = {
@@ -167,13 +190,15 @@ def definition() -> dict[str, Any]:
         "ItemReader": {
             "Resource": "arn:aws:states:::s3:getObject",
             "ReaderConfig": {"InputType": "JSON"},
-            "Parameters": {"Bucket.$": "$.bucket", "Key.$": "$.manifest_key"},
+            "Parameters": {"Bucket.$": Planned.path("bucket"), "Key.$": Planned.path("manifest_key")},
         },
+        # each child starts as a ShardState holding its manifest item
+        "ItemSelector": {f"{SHARD_KEY}.$": "$$.Map.Item.Value"},
         "ItemProcessor": {
             "ProcessorConfig": {"Mode": "DISTRIBUTED", "ExecutionType": "STANDARD"},
             **_shard_states(),
         },
-        "MaxConcurrencyPath": "$.map_concurrency",
+        "MaxConcurrencyPath": Planned.path("map_concurrency"),
         # a shard that fails after its retries fails the job; moto wants the number as a float
         "ToleratedFailurePercentage": 0.0,
         "Label": "Shards",
@@ -182,12 +207,15 @@ def definition() -> dict[str, Any]:
         "Catch": catch_all,
     }
 
-    merge = _invoke(p["merge"], None, "Notify")
+    merge = _invoke(p["merge"], {f"{Planned.KEY}.$": f"$.{Planned.KEY}"}, Merged, "Notify")
     merge["Catch"] = catch_all
 
-    notify = _invoke(p["notify"], None, None)
+    # the execution's output is how the job ended, as Notify announced it
+    notify = _invoke(p["notify"], f"$.{Merged.KEY}", None, None)
+    notify["OutputPath"] = f"$.{Merged.KEY}"
 
-    mark_failed = _invoke(p["mark_failed"], None, "Job failed")
+    # MarkFailed reads the plan if there is one, else the S3 event the execution started with
+    mark_failed = _invoke(p["mark_failed"], "$", None, "Job failed")
 
     return {
         "Comment": "Sluice: one execution per input object; Plan, run every shard, Merge, Notify.",
@@ -196,10 +224,11 @@ def definition() -> dict[str, Any]:
             "Plan": plan,
             "Already seen?": {
                 "Type": "Choice",
-                "Choices": [{"Variable": "$.duplicate", "BooleanEquals": True, "Next": "Skip duplicate"}],
+                "Choices": [_is_true(Planned.path("duplicate"), "Skip duplicate")],
                 "Default": "Shards",
             },
-            "Skip duplicate": {"Type": "Succeed"},
+            # the execution's output says which job it was (a Pass: cfn-lint allows no OutputPath on Succeed)
+            "Skip duplicate": {"Type": "Pass", "OutputPath": f"$.{Planned.KEY}", "End": True},
             "Shards": shards,
             "Merge": merge,
             "Notify": notify,

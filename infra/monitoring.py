@@ -20,8 +20,7 @@ import aws_cdk.aws_sns_subscriptions as subscriptions
 import aws_cdk.aws_sqs as sqs
 import aws_cdk.aws_stepfunctions as sfn
 from constructs import Construct
-
-from infra.functions import METRICS_NAMESPACE, SERVICE_NAME
+from sluice.contract import METRICS_NAMESPACE, PROVIDER_STEPS, SERVICE
 
 PERIOD = cdk.Duration.minutes(5)
 MINUTE = cdk.Duration.minutes(1)
@@ -29,8 +28,6 @@ MINUTE = cdk.Duration.minutes(1)
 # for as long as jobs run; a stray probe of the URL is one or two. The window tells them apart.
 WEBHOOK_REJECTIONS_PERIOD = cdk.Duration.minutes(15)
 WEBHOOK_REJECTIONS_THRESHOLD = 5
-# The steps that work through a shard's lines: their duration is the shard latency.
-SHARD_STEPS = ("run_shard", "submit", "collect", "submit_batch", "collect_batch")
 
 
 class Monitoring(Construct):
@@ -140,7 +137,8 @@ class Monitoring(Construct):
                 width=8,
             ),
         )
-        shard_steps = [step for step in SHARD_STEPS if step in functions]
+        # the steps that work through a shard's lines: their duration is the shard latency
+        shard_steps = [step for step in PROVIDER_STEPS if step in functions]
         self.dashboard.add_widgets(
             cloudwatch.GraphWidget(
                 title="Jobs",
@@ -202,7 +200,7 @@ class Monitoring(Construct):
         return cloudwatch.Metric(
             namespace=METRICS_NAMESPACE,
             metric_name=name,
-            dimensions_map={"environment": self.env_name, "service": SERVICE_NAME},
+            dimensions_map={"environment": self.env_name, "service": SERVICE},
             statistic="Sum",
             period=period,
             label=label,

@@ -9,6 +9,7 @@ from typing import Any
 import aws_cdk as cdk
 import aws_cdk.aws_iam as iam
 from constructs import Construct, IConstruct
+from sluice.contract import INBOX_PREFIX, JOBS_PREFIX, OUTBOX_PREFIX, PROVIDER_ID_INDEX, PROVIDER_STEPS
 
 from infra.config import ConfigError, Environment
 from infra.functions import EVENT_BUS, Functions
@@ -18,8 +19,6 @@ from infra.storage import Storage
 from infra.webhooks import Webhooks
 from infra.workflow import Workflow
 
-# The steps that talk to the provider and read their shard's rows and checkpoints.
-PROVIDER_STEPS = ("run_shard", "submit", "collect", "submit_batch", "collect_batch")
 # The step that parks a shard's task token and wakes the shard if its work already settled.
 TASK_TOKEN_STEPS = ("await_shard",)
 # The steps that assemble outbox/ from the shards' files and announce the outcome.
@@ -29,7 +28,6 @@ OUTPUT_STEPS = ("merge", "mark_failed")
 # runs the handler and checks that it calls nothing else.
 WEBHOOK_TABLE_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem")
 WEBHOOK_INDEX_ACTIONS = ("dynamodb:Query",)
-PROVIDER_ID_INDEX = "by_provider_id"
 
 
 class SluiceStack(cdk.Stack):
@@ -205,20 +203,30 @@ class SluiceStack(cdk.Stack):
             )
 
         # HeadObject is authorised by s3:GetObject, so Plan can read the ETag and metadata.
-        allow(["plan"], ["s3:GetObject"], self._objects("inbox/"), wildcard_reason=inbox)
-        allow(["plan"], ["s3:PutObject"], self._objects("jobs/"), wildcard_reason=jobs)
+        allow(["plan"], ["s3:GetObject"], self._objects(INBOX_PREFIX), wildcard_reason=inbox)
+        allow(["plan"], ["s3:PutObject"], self._objects(JOBS_PREFIX), wildcard_reason=jobs)
 
-        allow(PROVIDER_STEPS, ["s3:GetObject"], self._objects("inbox/", "jobs/"), wildcard_reason=f"{inbox} {jobs}")
-        allow(PROVIDER_STEPS, ["s3:PutObject"], self._objects("jobs/"), wildcard_reason=jobs)
+        allow(
+            PROVIDER_STEPS,
+            ["s3:GetObject"],
+            self._objects(INBOX_PREFIX, JOBS_PREFIX),
+            wildcard_reason=f"{inbox} {jobs}",
+        )
+        allow(PROVIDER_STEPS, ["s3:PutObject"], self._objects(JOBS_PREFIX), wildcard_reason=jobs)
         allow(PROVIDER_STEPS, ["secretsmanager:GetSecretValue"], [self.secrets.api_key.secret_arn])
         if not self.secrets.created:
             for step in PROVIDER_STEPS:
                 self._allow_secret_decrypt(by_step[step].role, self.secrets.api_key.secret_arn)
 
         # UploadPartCopy needs GetObject on the source part and PutObject on the target.
-        allow(OUTPUT_STEPS, ["s3:GetObject"], self._objects("inbox/", "jobs/"), wildcard_reason=f"{inbox} {jobs}")
         allow(
-            OUTPUT_STEPS, ["s3:PutObject", "s3:AbortMultipartUpload"], self._objects("outbox/"), wildcard_reason=outbox
+            OUTPUT_STEPS, ["s3:GetObject"], self._objects(INBOX_PREFIX, JOBS_PREFIX), wildcard_reason=f"{inbox} {jobs}"
+        )
+        allow(
+            OUTPUT_STEPS,
+            ["s3:PutObject", "s3:AbortMultipartUpload"],
+            self._objects(OUTBOX_PREFIX),
+            wildcard_reason=outbox,
         )
         # A failed job still accounts for every line: MarkFailed first finishes the shards that
         # never did (`sluice.shard.assemble`), which writes each shard's final files and nothing
@@ -284,7 +292,7 @@ class SluiceStack(cdk.Stack):
         self._allow(
             workflow.role,
             ["s3:GetObject"],
-            self._objects("jobs/"),
+            self._objects(JOBS_PREFIX),
             wildcard_reason="Each job's manifest is under jobs/<job id>/, which exists only once the job runs.",
         )
         # The Distributed Map runs each shard as a child execution of this same state machine;

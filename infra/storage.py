@@ -6,6 +6,14 @@ import aws_cdk as cdk
 import aws_cdk.aws_dynamodb as dynamodb
 import aws_cdk.aws_s3 as s3
 from constructs import Construct
+from sluice.contract import (
+    JOBS_PREFIX,
+    PARTITION_KEY,
+    PROVIDER_ID_ATTRIBUTE,
+    PROVIDER_ID_INDEX,
+    SORT_KEY,
+    TTL_ATTRIBUTE,
+)
 
 # S3 server access logs are for audits after the fact; a quarter covers the usual look-back.
 ACCESS_LOG_DAYS = 90
@@ -40,7 +48,7 @@ class Storage(Construct):
 
         jobs_rule = s3.LifecycleRule(
             id="expire-jobs",
-            prefix="jobs/",
+            prefix=JOBS_PREFIX,
             expiration=cdk.Duration.days(ttl_days),
             noncurrent_version_expiration=cdk.Duration.days(1) if versioned else None,
         )
@@ -68,10 +76,10 @@ class Storage(Construct):
         self.table = dynamodb.Table(
             self,
             "Table",
-            partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING),
-            sort_key=dynamodb.Attribute(name="sk", type=dynamodb.AttributeType.STRING),
+            partition_key=dynamodb.Attribute(name=PARTITION_KEY, type=dynamodb.AttributeType.STRING),
+            sort_key=dynamodb.Attribute(name=SORT_KEY, type=dynamodb.AttributeType.STRING),
             billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
-            time_to_live_attribute="expires_at",
+            time_to_live_attribute=TTL_ATTRIBUTE,
             encryption=dynamodb.TableEncryption.AWS_MANAGED,
             point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
                 point_in_time_recovery_enabled=point_in_time_recovery,
@@ -82,7 +90,7 @@ class Storage(Construct):
         # Sparse: only items that were handed to a provider carry `provider_id`, so a webhook
         # can find its item without the index holding every row.
         self.table.add_global_secondary_index(
-            index_name="by_provider_id",
-            partition_key=dynamodb.Attribute(name="provider_id", type=dynamodb.AttributeType.STRING),
+            index_name=PROVIDER_ID_INDEX,
+            partition_key=dynamodb.Attribute(name=PROVIDER_ID_ATTRIBUTE, type=dynamodb.AttributeType.STRING),
             projection_type=dynamodb.ProjectionType.ALL,
         )

@@ -14,11 +14,12 @@ import aws_cdk.aws_s3 as s3
 import aws_cdk.aws_sqs as sqs
 import aws_cdk.aws_stepfunctions as sfn
 from constructs import Construct
+from sluice.contract import INBOX_PREFIX
 
 from infra.config import stack_instance_id
 from infra.definition import FUNCTION_PLACEHOLDERS, definition_json
 
-INBOX_PATTERN = "inbox/*.jsonl"
+INBOX_PATTERN = f"{INBOX_PREFIX}*.jsonl"
 
 
 class Workflow(Construct):

@@ -8,6 +8,7 @@ modules that the CDK stack deploys, with a context that reports the remaining ti
 from __future__ import annotations
 
 import base64
+import dataclasses
 import functools
 import importlib
 import json
@@ -26,53 +27,25 @@ from unittest import mock
 import boto3
 import orjson
 from moto import mock_aws
+from sluice.contract import PROVIDER_STEPS, SETTING_DEFAULTS, STEPS, Settings, WebhookSettings, create_table_request
 from sluice.progress import ProgressSink
 from sluice.store import JobStore
 from sluice.verify import Report, verify
 
-from infra.definition import FUNCTION_PLACEHOLDERS, definition_json, substitute
+from infra.definition import definition_json, substitute
 from local import moto_patches, quotas
 from local.receiver import WebhookReceiver
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
 PREFIX = "sluice-local"
-
-HANDLERS = {
-    "plan": "handlers.plan",
-    "run_shard": "handlers.run_shard",
-    "submit": "handlers.submit",
-    "await_shard": "handlers.await_shard",
-    "collect": "handlers.collect",
-    "submit_batch": "handlers.submit_batch",
-    "collect_batch": "handlers.collect_batch",
-    "merge": "handlers.merge",
-    "notify": "handlers.notify",
-    "mark_failed": "handlers.mark_failed",
-}
-
-SHARD_STEPS = frozenset({"run_shard", "submit", "collect", "submit_batch", "collect_batch"})
+# a local run's rows need not outlive the run by much
+LOCAL_TTL_DAYS = 7
 
 
 def create_table(ddb: Any, name: str) -> None:
     """The jobs table as infra/storage.py declares it: pk/sk, and the sparse provider-id index."""
-    ddb.create_table(
-        TableName=name,
-        BillingMode="PAY_PER_REQUEST",
-        AttributeDefinitions=[
-            {"AttributeName": "pk", "AttributeType": "S"},
-            {"AttributeName": "sk", "AttributeType": "S"},
-            {"AttributeName": "provider_id", "AttributeType": "S"},
-        ],
-        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-        GlobalSecondaryIndexes=[
-            {
-                "IndexName": "by_provider_id",
-                "KeySchema": [{"AttributeName": "provider_id", "KeyType": "HASH"}],
-                "Projection": {"ProjectionType": "ALL"},
-            }
-        ],
-    )
+    ddb.create_table(**create_table_request(name))
 
 
 def function_name(step: str) -> str:
@@ -85,7 +58,7 @@ def function_arn(step: str) -> str:
 
 def local_definition() -> str:
     """The deployed definition with the local functions' ARNs put in, as CloudFormation would."""
-    return substitute(definition_json(), {FUNCTION_PLACEHOLDERS[step]: function_arn(step) for step in HANDLERS})
+    return substitute(definition_json(), {step.placeholder: function_arn(name) for name, step in STEPS.items()})
 
 
 class LambdaTimeout(Exception):
@@ -120,19 +93,24 @@ class Invocation:
 
 @dataclass
 class LocalSettings:
-    concurrency: int = 1000
+    """The steps' settings a local run may choose (`sluice.contract.Settings`), and the Lambda timeout."""
+
+    concurrency: int = SETTING_DEFAULTS["concurrency"]
+    # fewer shards at once than deployed: they share this machine's cores
     map_concurrency: int = 10
-    max_attempts: int = 6
-    request_timeout_s: float = 120.0
-    shard_lines: int = 5000
+    max_attempts: int = SETTING_DEFAULTS["max_attempts"]
+    request_timeout_s: float = SETTING_DEFAULTS["request_timeout_s"]
+    shard_lines: int = SETTING_DEFAULTS["shard_lines"]
+    # the simulator answers in seconds: a background shard need not wait 10 s to look again
     poll_seconds: int = 1
     lambda_timeout_s: float = 900.0
-    safety_margin_s: float = 20.0
-    retry_base_delay_s: float = 0.5
-    batch_max_requests: int = 50_000
-    auto_batch_min_requests: int = 1000
-    on_batch_incomplete: str = "direct"
-    default_mode: str = "direct"
+    safety_margin_s: float = SETTING_DEFAULTS["safety_margin_s"]
+    retry_base_delay_s: float = SETTING_DEFAULTS["retry_base_delay_s"]
+    batch_max_requests: int = SETTING_DEFAULTS["batch_max_requests"]
+    auto_batch_min_requests: int = SETTING_DEFAULTS["auto_batch_min_requests"]
+    on_batch_incomplete: str = SETTING_DEFAULTS["on_batch_incomplete"]
+    default_mode: str = SETTING_DEFAULTS["default_mode"]
+    default_model: str | None = SETTING_DEFAULTS["default_model"]
 
 
 @dataclass
@@ -164,29 +142,25 @@ class LocalCloud:
     quotas: quotas.Ledger = field(default_factory=quotas.Ledger)
 
     def environment(self) -> dict[str, str]:
-        s = self.settings
+        """What every in-process function reads: the steps' settings and the webhook receiver's."""
+        chosen = {k: v for k, v in dataclasses.asdict(self.settings).items() if k != "lambda_timeout_s"}
+        steps = Settings(
+            bucket=self.bucket,
+            table=self.table_name,
+            provider_base_url=self.provider_base_url,
+            api_key_secret_arn=self.secret_arn,
+            ttl_days=LOCAL_TTL_DAYS,
+            **chosen,
+        )
+        webhook = WebhookSettings(
+            table=self.table_name, webhook_secret_arn=self.webhook_secret_arn, ttl_days=LOCAL_TTL_DAYS
+        )
         return {
             "AWS_DEFAULT_REGION": REGION,
             "AWS_ACCESS_KEY_ID": "local",
             "AWS_SECRET_ACCESS_KEY": "local",
-            "SLUICE_BUCKET": self.bucket,
-            "SLUICE_TABLE": self.table_name,
-            "SLUICE_PROVIDER_BASE_URL": self.provider_base_url,
-            "SLUICE_API_KEY_SECRET_ARN": self.secret_arn,
-            "SLUICE_WEBHOOK_SECRET_ARN": self.webhook_secret_arn,
-            "SLUICE_DEFAULT_MODE": s.default_mode,
-            "SLUICE_CONCURRENCY": str(s.concurrency),
-            "SLUICE_MAP_CONCURRENCY": str(s.map_concurrency),
-            "SLUICE_MAX_ATTEMPTS": str(s.max_attempts),
-            "SLUICE_REQUEST_TIMEOUT_S": str(s.request_timeout_s),
-            "SLUICE_SHARD_LINES": str(s.shard_lines),
-            "SLUICE_POLL_SECONDS": str(s.poll_seconds),
-            "SLUICE_TTL_DAYS": "7",
-            "SLUICE_SAFETY_MARGIN_S": str(s.safety_margin_s),
-            "SLUICE_RETRY_BASE_DELAY_S": str(s.retry_base_delay_s),
-            "SLUICE_BATCH_MAX_REQUESTS": str(s.batch_max_requests),
-            "SLUICE_AUTO_BATCH_MIN_REQUESTS": str(s.auto_batch_min_requests),
-            "SLUICE_ON_BATCH_INCOMPLETE": s.on_batch_incomplete,
+            **steps.to_env(),
+            **webhook.to_env(),
         }
 
     @contextmanager
@@ -245,12 +219,12 @@ class LocalCloud:
     def _invoke(self, parameters: dict[str, Any], region: str, state_credentials: Any) -> dict[str, Any]:
         """moto's Lambda call (see `moto_patches.routed`), answered by the handler in this process."""
         arn = parameters["FunctionName"]
-        step = next(s for s in HANDLERS if function_arn(s) == arn)
+        step = next(s for s in STEPS if function_arn(s) == arn)
         payload = json.loads(parameters.get("Payload") or b"{}")
-        module = importlib.import_module(HANDLERS[step])
+        module = importlib.import_module(STEPS[step].module)
         started = time.monotonic()
-        timeout = float(quotas.STEP_TIMEOUT_S[step])
-        if step in SHARD_STEPS:
+        timeout = float(STEPS[step].timeout_s)
+        if step in PROVIDER_STEPS:
             timeout = min(timeout, self.settings.lambda_timeout_s)
         try:
             request = quotas.json_size(parameters.get("Payload") or b"{}")

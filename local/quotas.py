@@ -26,6 +26,7 @@ from decimal import Decimal
 from typing import Any
 from unittest import mock
 
+from sluice.contract import STEPS
 from sluice.limits import AWS_CLIENT_FDS, LAMBDA_FILE_DESCRIPTORS, RUNTIME_FDS
 
 KIB = 1024
@@ -53,23 +54,6 @@ S3_MIN_PART_BYTES = 5 * MIB
 # https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-putevent-size.html (PutEvents entry size)
 EVENTBRIDGE_ENTRY_BYTES = 256 * KIB
 
-# Each step's timeout (seconds) as infra/functions.py STEPS configures it; importing the CDK on
-# every `sluice run` would cost seconds, so tests/infra keeps this copy equal to STEPS.
-STEP_TIMEOUT_S = {
-    "plan": 900,
-    "run_shard": 900,
-    "submit": 900,
-    "await_shard": 30,
-    "collect": 900,
-    "submit_batch": 900,
-    "collect_batch": 900,
-    "merge": 900,
-    "notify": 30,
-    "mark_failed": 900,
-}
-
-# Each step's memory (MB) as infra/functions.py STEPS configures it; tests/infra keeps it equal.
-STEP_MEMORY_MB = {step: 1024 for step in STEP_TIMEOUT_S} | {"plan": 3008, "run_shard": 1769}
 # What a function's process holds before its handler allocates anything: a fresh Python 3.11
 # importing every handler module measured 71 MB resident.
 LAMBDA_RUNTIME_MB = 72
@@ -348,11 +332,11 @@ def memory(ledger: Ledger, step: str) -> Iterator[MemoryBudget]:
         if base is not None and peak is not None:
             used = LAMBDA_RUNTIME_MB * MIB + max(0, peak - base)
             ledger.memory_peak(step, used)
-            limit = STEP_MEMORY_MB[step] * MIB
+            limit = STEPS[step].memory_mb * MIB
             if used > limit:
                 handler_mb = used // MIB - LAMBDA_RUNTIME_MB
                 budget.message = ledger.breach(
-                    f"AWS quota: Lambda memory for {step} is {_n(STEP_MEMORY_MB[step])} MB as configured; "
+                    f"AWS quota: Lambda memory for {step} is {_n(STEPS[step].memory_mb)} MB as configured; "
                     f"it used {_n(used // MIB)} MB ({LAMBDA_RUNTIME_MB} MB runtime and {_n(handler_mb)} MB "
                     "allocated by the handler)"
                 )

@@ -4,16 +4,16 @@ import asyncio
 from typing import Any
 
 from sluice.background import collect_background
-from sluice.shard import ShardSpec
+from sluice.contract import Collected
 
 from .observability import instrumented, shard_run
 from .runtime import runtime
+from .shard_state import read_shard
 
 
 @instrumented
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    spec = ShardSpec.from_dict(event)
+    spec = read_shard(event)
     outcome = asyncio.run(collect_background(runtime(context).shard_context(context), spec))
     shard_run(outcome)
-    # the workflow loops on this state: hand the shard back along with how far it got
-    return {**event, **outcome}
+    return Collected.from_dict(outcome).to_dict()

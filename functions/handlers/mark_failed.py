@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sluice.contract import Planned
 from sluice.failure import mark_failed
 from sluice.notify import publish
 
@@ -13,10 +14,12 @@ from .runtime import runtime
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     rt = runtime(context)
     error = event.get("error") or {}
+    # after Plan, the job it planned; before, the S3 event the execution started with
+    plan = event.get(Planned.KEY)
     detail = mark_failed(
         s3=rt.s3,
         store=rt.store,
-        state=event,
+        state=event if plan is None else Planned.from_dict(plan).to_dict(),
         error=str(error.get("Error", "Unknown")),
         cause=str(error.get("Cause", "")),
     )

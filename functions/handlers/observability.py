@@ -23,11 +23,8 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from sluice.aws_errors import as_step_error
+from sluice.contract import ENVIRONMENT_VARIABLE, METRICS_NAMESPACE, SERVICE
 
-# `infra/monitoring.py` mirrors these (infra must not import the code it packages); a unit
-# test keeps the two in step.
-NAMESPACE = "Sluice"
-SERVICE = "sluice"
 WEBHOOK_REJECTION_REASONS = ("too_large", "missing_headers", "signature", "malformed", "unknown_type")
 
 IN_LAMBDA = bool(os.environ.get("AWS_LAMBDA_FUNCTION_NAME"))
@@ -39,10 +36,10 @@ logger = Logger(
     level=None if IN_LAMBDA or os.environ.get("POWERTOOLS_LOG_LEVEL") else "CRITICAL",
     stream=sys.stdout if IN_LAMBDA else sys.stderr,
 )
-metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
+metrics = Metrics(namespace=METRICS_NAMESPACE, service=SERVICE)
 # Two deployments in one account and region share the namespace; the environment keeps their
 # metrics (and so their alarms) apart. Every dimension here has a handful of values at most.
-metrics.set_default_dimensions(environment=os.environ.get("SLUICE_ENV", "local"), service=SERVICE)
+metrics.set_default_dimensions(environment=os.environ.get(ENVIRONMENT_VARIABLE, "local"), service=SERVICE)
 
 
 def tracing_enabled() -> bool:
@@ -99,8 +96,11 @@ def job_keys(event: Mapping[str, Any]) -> dict[str, Any]:
     """The job and shard an event is about, wherever the step keeps them."""
     keys: dict[str, Any] = {}
     shard = event.get("shard")
-    if isinstance(shard, Mapping):  # AwaitShard: {"shard": <the shard>, "token": ...}
+    if isinstance(shard, Mapping):  # a Map child's state, or AwaitShard's {"shard": ..., "token": ...}
         return job_keys(shard)
+    plan = event.get("plan")
+    if isinstance(plan, Mapping):  # Merge, MarkFailed: the job Plan planned
+        return job_keys(plan)
     if isinstance(event.get("job_id"), str):
         keys["job_id"] = event["job_id"]
     if isinstance(shard, int) and not isinstance(shard, bool):

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sluice.contract import Planned
 from sluice.plan import plan_job
 
 from .observability import instrumented, logger, scalars
@@ -21,6 +22,7 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         etag=detail["object"]["etag"],
         execution=event["execution"],
     )
-    logger.thread_safe_append_keys(job_id=state["job_id"])
+    planned = Planned.from_dict(state)
+    logger.thread_safe_append_keys(job_id=planned.job_id)
     logger.info("job planned", extra=scalars(state))
-    return state
+    return planned.to_dict()

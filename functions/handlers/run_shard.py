@@ -3,17 +3,17 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from sluice.contract import DirectRun
 from sluice.direct import run_direct
-from sluice.shard import ShardSpec
 
 from .observability import instrumented, shard_run
 from .runtime import runtime
+from .shard_state import read_shard
 
 
 @instrumented
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    spec = ShardSpec.from_dict(event)
+    spec = read_shard(event)
     outcome = asyncio.run(run_direct(runtime(context).shard_context(context), spec))
     shard_run(outcome)
-    # the workflow loops on this state: hand the shard back along with how far it got
-    return {**event, **outcome}
+    return DirectRun.from_dict(outcome).to_dict()

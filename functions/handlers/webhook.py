@@ -3,12 +3,12 @@ from __future__ import annotations
 import base64
 import functools
 import json
-import os
 import threading
 import time
 from typing import Any
 
 from botocore.exceptions import ClientError
+from sluice.contract import WebhookSettings
 from sluice.store import JobStore
 from sluice.webhooks import handle_webhook
 
@@ -31,13 +31,10 @@ _clients_lock = threading.Lock()
 @functools.cache
 def _clients(function_name: str) -> tuple[JobStore, Any, Any, str]:
     """The function's clients, from its own session (`handlers.runtime.session_for`)."""
-    table = os.environ.get("SLUICE_TABLE")
-    secret_arn = os.environ.get("SLUICE_WEBHOOK_SECRET_ARN")
-    if not table or not secret_arn:
-        raise RuntimeError("SLUICE_TABLE and SLUICE_WEBHOOK_SECRET_ARN must be set")
+    settings = WebhookSettings.from_env()
     session = session_for(function_name)
-    store = JobStore(session.resource("dynamodb").Table(table), ttl_days=int(os.environ.get("SLUICE_TTL_DAYS", "14")))
-    return store, session.client("stepfunctions"), session.client("secretsmanager"), secret_arn
+    store = JobStore(session.resource("dynamodb").Table(settings.table), ttl_days=settings.ttl_days)
+    return store, session.client("stepfunctions"), session.client("secretsmanager"), settings.webhook_secret_arn
 
 
 def _secret(secrets: Any, arn: str) -> str:

@@ -19,9 +19,10 @@ import aiohttp
 import orjson
 from botocore.exceptions import ClientError
 
+from .contract import TERMINAL_STATUSES, manifest_key
 from .engine import EngineSettings, fan_out, make_session
 from .merge import merge_job
-from .model import TERMINAL_STATUSES, ErrorCode, Outcome, Request
+from .model import ErrorCode, Outcome, Request
 from .plan import output_prefix
 from .retry import RetryPolicy
 from .store import ITEM_WIDTH, JobStore
@@ -214,7 +215,7 @@ def cancel_job(
         "job_id": job_id,
         "bucket": bucket,
         "key": key,
-        "manifest_key": f"jobs/{job_id}/manifest.json",
+        "manifest_key": manifest_key(job_id),
         "output_prefix": output_prefix(key),
     }
     if _manifest_exists(s3, bucket, state["manifest_key"]):

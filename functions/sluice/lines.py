@@ -38,11 +38,13 @@ def parse_line(
     max_bytes: int = MAX_LINE_BYTES,
     keep_body: bool = True,
     model: str | None = None,
+    default_model: str | None = None,
 ) -> Request | LineError | None:
     """Validate one input line; None for a blank line, which is not a request.
 
-    `model`, when given, replaces the body's model (a per-job override), in the one encode
-    the body needs anyway.
+    `model`, when given, replaces the body's model (a per-job override), and `default_model`
+    fills it in where the body names none (the environment's default), in the one encode the
+    body needs anyway.
     """
     if line == 1 and raw.startswith(BOM):
         raw = raw[len(BOM) :]
@@ -85,6 +87,8 @@ def parse_line(
         return LineError(line, ErrorCode.INVALID_BODY, f"line {line}: body must be a JSON object", custom_id)
     if model is not None:
         body["model"] = model
+    elif default_model is not None and not body.get("model"):
+        body["model"] = default_model
     return Request(
         line=line, custom_id=custom_id, method="POST", path=url, body=orjson.dumps(body) if keep_body else None
     )

@@ -5,24 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .contract import TERMINAL_STATUSES, JobStatus
+
+__all__ = ["BACKGROUND_URLS", "SUPPORTED_URLS", "TERMINAL_STATUSES", "ErrorCode", "JobStatus", "Outcome", "Request"]
+
 SUPPORTED_URLS = frozenset({"/v1/chat/completions", "/v1/responses", "/v1/embeddings", "/v1/completions"})
 # Only the Responses API can run a request in the background; background mode sends the others directly
 BACKGROUND_URLS = frozenset({"/v1/responses"})
-
-
-class JobStatus:
-    """How a job ended, the one word the job row, summary, event, CLI and report all use."""
-
-    SUCCEEDED = "SUCCEEDED"
-    # every line is accounted for, but more failed than the job's max error rate allows
-    COMPLETED_WITH_ERRORS = "COMPLETED_WITH_ERRORS"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
-
-
-TERMINAL_STATUSES = frozenset(
-    {JobStatus.SUCCEEDED, JobStatus.COMPLETED_WITH_ERRORS, JobStatus.FAILED, JobStatus.CANCELLED}
-)
 
 
 class ErrorCode:

@@ -6,7 +6,7 @@ from typing import Any
 
 import orjson
 
-from .model import JobStatus
+from .contract import JobStatus
 
 SOURCE = "sluice"
 # one detail-type per way a job ends, so a rule that chains work on "Completed" never fires for

@@ -13,10 +13,10 @@ from typing import Any
 
 import orjson
 
+from .contract import BATCH_INCOMPLETE_POLICIES, MODES, Settings, manifest_key, parse_error_rate
 from .limits import MAX_SHARD_CONNECTIONS
 from .lines import LineError, parse_line, split_lines
 from .model import ErrorCode
-from .settings import BATCH_INCOMPLETE_POLICIES, MODES, Settings, parse_error_rate
 from .store import JobStore
 
 READ_CHUNK = 1 << 20
@@ -259,7 +259,7 @@ def plan_job(
         "bucket": bucket,
         "key": key,
         "etag": quoted,
-        "manifest_key": f"jobs/{job_id}/manifest.json",
+        "manifest_key": manifest_key(job_id),
         "output_prefix": output_prefix(key),
         "map_concurrency": options.map_concurrency,
         "duplicate": False,
@@ -296,6 +296,7 @@ def plan_job(
             "tpm": tpm_share,
             "max_attempts": options.max_attempts,
             "model": options.model,
+            "default_model": settings.default_model,
             "duplicates_key": None,
             "blank": shard.blank,
         }

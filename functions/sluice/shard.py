@@ -49,6 +49,8 @@ class ShardSpec:
     concurrency: int
     max_attempts: int
     model: str | None = None
+    # the environment's model for a line that names none (`Settings.default_model`)
+    default_model: str | None = None
     rpm: float = 0
     tpm: float = 0
     duplicates_key: str | None = None
@@ -100,7 +102,7 @@ def read_shard(s3: Any, spec: ShardSpec) -> Iterator[Request | LineError]:
     )["Body"]
     for offset, raw in enumerate(split_lines(body.iter_chunks(READ_CHUNK))):
         number = spec.first_line + offset
-        parsed = parse_line(raw, number, model=spec.model)
+        parsed = parse_line(raw, number, model=spec.model, default_model=spec.default_model)
         if parsed is None:
             continue
         if isinstance(parsed, LineError):

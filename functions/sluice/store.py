@@ -11,6 +11,8 @@ from typing import Any
 from boto3.dynamodb.conditions import Attr, Key
 from botocore.exceptions import ClientError
 
+from .contract import PROVIDER_ID_ATTRIBUTE, PROVIDER_ID_INDEX
+
 ITEM_WIDTH = 9
 
 
@@ -293,7 +295,9 @@ class JobStore:
         return True
 
     def _by_provider_id(self, provider_id: str) -> dict[str, Any] | None:
-        page = self._table.query(IndexName="by_provider_id", KeyConditionExpression=Key("provider_id").eq(provider_id))
+        page = self._table.query(
+            IndexName=PROVIDER_ID_INDEX, KeyConditionExpression=Key(PROVIDER_ID_ATTRIBUTE).eq(provider_id)
+        )
         rows = page.get("Items", [])
         return rows[0] if rows else None
 
@@ -439,11 +443,3 @@ class JobStore:
             UpdateExpression="SET provider_id = :p REMOVE batch_settled",
             ExpressionAttributeValues={":p": batch_id},
         )
-
-    def add_waiting(self, job_id: str, shard: int, delta: int) -> None:
-        if delta:
-            self._table.update_item(
-                Key={"pk": job_pk(job_id), "sk": shard_sk(shard)},
-                UpdateExpression="ADD waiting :d",
-                ExpressionAttributeValues={":d": delta},
-            )

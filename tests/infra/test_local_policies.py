@@ -21,7 +21,7 @@ def test_the_local_policies_are_the_synthesized_ones(synthesis: Synthesis) -> No
 
 
 def test_every_function_and_the_state_machine_have_their_statements() -> None:
-    from infra.functions import STEPS
+    from sluice.contract import STEPS
 
     assert set(load_policies()) == {*STEPS, WEBHOOK, WORKFLOW}
 

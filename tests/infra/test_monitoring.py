@@ -7,8 +7,8 @@ import aws_cdk.aws_lambda as lambda_
 import aws_cdk.aws_sqs as sqs
 import aws_cdk.aws_stepfunctions as sfn
 from aws_cdk import assertions
+from sluice.contract import STEPS
 
-from infra.functions import STEPS
 from infra.monitoring import WEBHOOK_REJECTIONS_THRESHOLD, Monitoring
 from tests.infra.conftest import Synthesis
 from tests.infra.test_workflow import _flat
@@ -75,14 +75,14 @@ def test_email_subscription_only_when_configured() -> None:
 
 
 def test_rejected_webhooks_alarm_on_this_environments_emf_metric(synthesis: Synthesis, env: str) -> None:
-    from handlers.observability import NAMESPACE, SERVICE
+    from handlers.observability import SERVICE, metrics
 
     (alarm,) = [
         a["Properties"]
         for a in synthesis.resources(env, "AWS::CloudWatch::Alarm").values()
         if a["Properties"]["MetricName"] == "WebhookRejected"
     ]
-    assert alarm["Namespace"] == NAMESPACE
+    assert alarm["Namespace"] == metrics.namespace
     # the dimension set the handler emits every rejection with; the reason is a finer, second set
     assert sorted(alarm["Dimensions"], key=lambda d: d["Name"]) == [
         {"Name": "environment", "Value": env},

@@ -91,3 +91,15 @@ def test_removal_policies_follow_config(synthesis: Synthesis) -> None:
     assert dev_table["DeletionPolicy"] == "Delete"
     assert prod_table["DeletionPolicy"] == "Retain"
     assert prod_table["Properties"]["DeletionProtectionEnabled"] is True
+
+
+def test_the_local_cloud_creates_the_table_the_stack_declares(synthesis: Synthesis, env: str) -> None:
+    from sluice.contract import create_table_request
+
+    (table,) = synthesis.resources(env, "AWS::DynamoDB::Table").values()
+    declared = table["Properties"]
+    local = create_table_request("jobs")
+    assert declared["KeySchema"] == local["KeySchema"]
+    assert sorted(declared["AttributeDefinitions"], key=str) == sorted(local["AttributeDefinitions"], key=str)
+    assert declared["GlobalSecondaryIndexes"] == local["GlobalSecondaryIndexes"]
+    assert declared["BillingMode"] == local["BillingMode"]

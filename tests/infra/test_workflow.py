@@ -142,8 +142,10 @@ def test_outputs_let_a_cli_find_the_environment(synthesis: Synthesis, env: str) 
 
 def test_the_local_run_executes_the_deployed_definition(synthesis: Synthesis, env: str) -> None:
     """`sluice run` must run what `cdk deploy` ships: same document once the ARNs are filled in."""
+    from sluice.contract import STEPS
+
     from infra.definition import substitute
-    from local.cloud import HANDLERS, function_arn, local_definition
+    from local.cloud import function_arn, local_definition
 
     _, machine = _only(synthesis.resources(env, "AWS::StepFunctions::StateMachine"))
     functions = synthesis.resources(env, "AWS::Lambda::Function")
@@ -151,7 +153,7 @@ def test_the_local_run_executes_the_deployed_definition(synthesis: Synthesis, en
     for placeholder, value in machine["Properties"]["DefinitionSubstitutions"].items():
         handler = functions[value["Fn::GetAtt"][0]]["Properties"]["Handler"]
         module = handler.removesuffix(".handler")
-        step = next(step for step, local_module in HANDLERS.items() if local_module == module)
+        step = next(name for name, step in STEPS.items() if step.module == module)
         by_handler[placeholder] = function_arn(step)
     deployed = substitute(machine["Properties"]["DefinitionString"], by_handler)
     assert deployed == local_definition()

@@ -221,11 +221,14 @@ def test_step_handlers_count_items_and_jobs_and_carry_job_and_shard_in_logs(
     assert job_line["job_id"] == "job-1" and "shard" not in job_line
 
 
-def test_infra_mirrors_the_namespace_and_service() -> None:
-    # infra must not import the Lambda code, so it repeats these two names
-    source = (Path(__file__).resolve().parents[2] / "infra" / "functions.py").read_text()
-    assert f'METRICS_NAMESPACE = "{observability.NAMESPACE}"' in source
-    assert f'SERVICE_NAME = "{observability.SERVICE}"' in source
+def test_the_deployed_functions_name_the_namespace_and_service_the_handlers_emit_under() -> None:
+    from infra.config import Environment
+    from infra.functions import powertools_environment
+
+    config = Environment(name="dev", map_concurrency=1, ttl_days=7, removal_policy="destroy")
+    variables = powertools_environment(config)
+    assert variables["POWERTOOLS_METRICS_NAMESPACE"] == observability.metrics.namespace
+    assert variables["POWERTOOLS_SERVICE_NAME"] == observability.metrics.service == observability.SERVICE
 
 
 def test_tracing_is_on_in_lambda_unless_powertools_trace_disabled_says_otherwise(

@@ -42,7 +42,7 @@ def test_a_failed_job_ends_with_its_errors_file_and_summary_written_by_mark_fail
     cloud = make_cloud(shard_lines=10, map_concurrency=1)
 
     def break_shard_one(step: str, payload: dict) -> None:
-        if step == "run_shard" and payload["shard"] == 1:
+        if step == "run_shard" and payload["shard"]["shard"] == 1:
             raise RuntimeError("disk on fire")
 
     cloud.before_invoke = break_shard_one
@@ -71,7 +71,7 @@ def test_a_grant_removed_from_the_stack_fails_the_local_run_with_access_denied(
     allow = SluiceStack._allow
 
     def allow_all_but_merge_writing_outbox(self: SluiceStack, role: object, actions: list[str], *a, **kw) -> None:  # type: ignore[no-untyped-def]
-        if role is self.functions.merge.role and "s3:PutObject" in actions:
+        if role is self.functions.by_step["merge"].role and "s3:PutObject" in actions:
             return
         allow(self, role, actions, *a, **kw)  # type: ignore[arg-type]
 

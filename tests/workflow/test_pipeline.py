@@ -81,7 +81,7 @@ def test_a_failing_shard_marks_the_job_failed_and_still_accounts_for_every_line(
     cloud = make_cloud(shard_lines=10)
 
     def break_shard_two(step: str, payload: dict) -> None:
-        if step == "run_shard" and payload["shard"] == 2:
+        if step == "run_shard" and payload["shard"]["shard"] == 2:
             raise RuntimeError("disk on fire")
 
     cloud.before_invoke = break_shard_two
@@ -109,3 +109,15 @@ def test_a_bad_option_fails_the_job_with_a_clear_reason(make_cloud, tmp_path: Pa
     run = run_job(cloud, path, metadata={"sluice-mode": "sideways"})
     assert run.status == "FAILED"
     assert "sluice-mode='sideways'" in run.summary["error"]
+
+
+def test_a_line_that_names_no_model_gets_the_environments_default(make_cloud, simulator, tmp_path: Path) -> None:
+    cloud = make_cloud(default_model="sim-default-model")
+    unnamed = orjson.loads(request_line("no-model"))
+    del unnamed["body"]["model"]
+    lines = [orjson.dumps(unnamed) + b"\n", request_line("named")]
+    for mode in ("direct", "batch"):
+        run = run_job(cloud, write_jsonl(tmp_path / f"{mode}.jsonl", lines), metadata={"sluice-mode": mode})
+        assert run.status == "SUCCEEDED", (mode, run.errors)
+        models = {r["custom_id"]: r["response"]["body"]["model"] for r in run.results}
+        assert models == {"no-model": "sim-default-model", "named": "gpt-4o-mini"}, mode
