@@ -22,11 +22,11 @@ import orjson
 from aiohttp import web
 
 from local.simulator import requestlog
-from local.simulator.background import Background
-from local.simulator.batches import Batches
+from local.simulator.background import Background, BgResponse
+from local.simulator.batches import Batch, Batches
 from local.simulator.config import SimConfig
 from local.simulator.core import Core
-from local.simulator.files import Files
+from local.simulator.files import File, Files
 from local.simulator.inference import Inference
 from local.simulator.limits import Limiter
 from local.simulator.plans import BATCH_ENDPOINTS
@@ -44,9 +44,9 @@ class Simulator:
         self.core = Core(config)
         self.log: deque[dict[str, Any]] = deque(maxlen=config.log_limit)
         self.webhooks = Webhooks(self.core)
-        self.files = Files(self.core)
+        self.file_api = Files(self.core)
         self.background = Background(self.core, self.webhooks.emit)
-        self.batches = Batches(self.core, self.files, self.webhooks.emit)
+        self.batch_api = Batches(self.core, self.file_api, self.webhooks.emit)
         self.limiter = Limiter()
         self.inference = Inference(self.core, self._admit, self.background)
 
@@ -58,6 +58,27 @@ class Simulator:
     def webhook_log(self) -> deque[dict[str, Any]]:
         return self.webhooks.log
 
+    # the parts' state under the names tests inspect through SimulatorServer.call
+    @property
+    def attempts(self) -> dict[str, int]:
+        return self.core.attempts
+
+    @property
+    def responses(self) -> dict[str, BgResponse]:
+        return self.background.responses
+
+    @property
+    def files(self) -> dict[str, File]:
+        return self.file_api.files
+
+    @property
+    def deleted_files(self) -> dict[str, File]:
+        return self.file_api.deleted
+
+    @property
+    def batches(self) -> dict[str, Batch]:
+        return self.batch_api.batches
+
     def update_config(self, changes: Mapping[str, Any]) -> SimConfig:
         config = self.config.updated(changes)
         if config.log_limit != self.config.log_limit:
@@ -68,8 +89,8 @@ class Simulator:
 
     def reset(self) -> None:
         self.background.reset()
-        self.batches.reset()
-        self.files.reset()
+        self.batch_api.reset()
+        self.file_api.reset()
         self.log.clear()
         self.webhooks.log.clear()
         self.core.attempts.clear()
@@ -185,15 +206,15 @@ def create_app(config: SimConfig | None = None) -> web.Application:
     app.router.add_get("/v1/responses/{id}", sim.background.retrieve)
     app.router.add_delete("/v1/responses/{id}", sim.background.delete)
     app.router.add_post("/v1/responses/{id}/cancel", sim.background.cancel)
-    app.router.add_post("/v1/files", sim.files.upload)
-    app.router.add_get("/v1/files", sim.files.list_files)
-    app.router.add_get("/v1/files/{id}", sim.files.retrieve)
-    app.router.add_delete("/v1/files/{id}", sim.files.delete)
-    app.router.add_get("/v1/files/{id}/content", sim.files.content)
-    app.router.add_post("/v1/batches", sim.batches.create)
-    app.router.add_get("/v1/batches", sim.batches.list_batches)
-    app.router.add_get("/v1/batches/{id}", sim.batches.retrieve)
-    app.router.add_post("/v1/batches/{id}/cancel", sim.batches.cancel)
+    app.router.add_post("/v1/files", sim.file_api.upload)
+    app.router.add_get("/v1/files", sim.file_api.list_files)
+    app.router.add_get("/v1/files/{id}", sim.file_api.retrieve)
+    app.router.add_delete("/v1/files/{id}", sim.file_api.delete)
+    app.router.add_get("/v1/files/{id}/content", sim.file_api.content)
+    app.router.add_post("/v1/batches", sim.batch_api.create)
+    app.router.add_get("/v1/batches", sim.batch_api.list_batches)
+    app.router.add_get("/v1/batches/{id}", sim.batch_api.retrieve)
+    app.router.add_post("/v1/batches/{id}/cancel", sim.batch_api.cancel)
     app.router.add_route("GET", "/sim/log", sim.admin_log)
     app.router.add_route("DELETE", "/sim/log", sim.admin_log)
     app.router.add_route("GET", "/sim/webhooks", sim.admin_webhooks)
