@@ -9,7 +9,7 @@ One module per concern:
   answers      what the simulated model says: replies, token counts, embedding vectors
   plans        one inference request planned: its token counts and the body it answers
   inference    the inference endpoints: plan, rate limits, fault, wait, answer
-  limits       the RPM/TPM token buckets and the x-ratelimit-* headers
+  limits       the RPM/TPM token buckets (server-wide and per API key) and the x-ratelimit-* headers
   background   background responses: queued, in progress, settled, cancelled
   files        the Files API
   batches      the Batch API: phases, expiry, output and error files

@@ -40,14 +40,14 @@ log = logging.getLogger(__name__)
 class Simulator:
     """One simulator: its parts, the request log and the admin routes. All methods run on its event loop."""
 
-    def __init__(self, config: SimConfig) -> None:
+    def __init__(self, config: SimConfig, *, clock: Callable[[], float] | None = None) -> None:
         self.core = Core(config)
         self.log: deque[dict[str, Any]] = deque(maxlen=config.log_limit)
         self.webhooks = Webhooks(self.core)
         self.file_api = Files(self.core)
         self.background = Background(self.core, self.webhooks.emit)
         self.batch_api = Batches(self.core, self.file_api, self.webhooks.emit)
-        self.limiter = Limiter()
+        self.limiter = Limiter(clock or self.core.now)
         self.inference = Inference(self.core, self._admit, self.background)
 
     @property
@@ -100,16 +100,14 @@ class Simulator:
         await self.webhooks.close()
 
     def _admit(self, request: web.Request, tokens: int) -> None:
-        self.limiter.admit(self.config, tokens, self.core.now())
+        self.limiter.admit(self.config, _bearer(request), tokens)
 
     def ratelimit_headers(self, request: web.Request) -> dict[str, str]:
-        return self.limiter.headers(self.config, self.core.now())
+        return self.limiter.headers(self.config, _bearer(request))
 
     def check_auth(self, request: web.Request) -> None:
-        header = request.headers.get("Authorization", "")
-        scheme, _, token = header.partition(" ")
-        token = token.strip()
-        if scheme.lower() != "bearer" or not token:
+        token = _bearer(request)
+        if not token:
             raise ApiError(
                 401,
                 "You didn't provide an API key. Provide it as a Bearer token in the Authorization header.",
@@ -160,6 +158,12 @@ class Simulator:
 SIM_KEY = web.AppKey("sluice_simulator", Simulator)
 
 
+def _bearer(request: web.Request) -> str:
+    """The bearer token of the Authorization header, "" when there is none."""
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else ""
+
+
 @web.middleware
 async def _middleware(request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
     if not request.path.startswith("/v1/"):
@@ -194,9 +198,9 @@ async def _middleware(request: web.Request, handler: Callable[[web.Request], Any
     return response
 
 
-def create_app(config: SimConfig | None = None) -> web.Application:
-    """The simulator as an aiohttp application (the state is `app[SIM_KEY]`)."""
-    sim = Simulator(config or SimConfig())
+def create_app(config: SimConfig | None = None, *, clock: Callable[[], float] | None = None) -> web.Application:
+    """The simulator as an aiohttp application (the state is `app[SIM_KEY]`); `clock` drives the rate limits."""
+    sim = Simulator(config or SimConfig(), clock=clock)
     # batch input files can be large; providers accept up to a few hundred MB
     app = web.Application(middlewares=[_middleware], client_max_size=256 * 1024 * 1024)
     app[SIM_KEY] = sim
@@ -227,10 +231,15 @@ def create_app(config: SimConfig | None = None) -> web.Application:
 
 
 async def start(
-    config: SimConfig | None = None, host: str = "127.0.0.1", port: int = 0, *, shutdown_timeout: float = 1.0
+    config: SimConfig | None = None,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    shutdown_timeout: float = 1.0,
+    clock: Callable[[], float] | None = None,
 ) -> tuple[web.AppRunner, int]:
     """Start the simulator on the running loop; returns the runner (to clean up) and the port."""
-    runner = web.AppRunner(create_app(config), access_log=None, shutdown_timeout=shutdown_timeout)
+    runner = web.AppRunner(create_app(config, clock=clock), access_log=None, shutdown_timeout=shutdown_timeout)
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=4096, reuse_address=True)
     await site.start()

@@ -26,8 +26,11 @@ class SimConfig:
     queue_wait_status: int = 503
     incomplete_rate: float = 0.0  # background responses only
     failed_rate: float = 0.0  # background responses only
-    rpm_limit: int = 0  # 0 = unlimited
-    tpm_limit: int = 0  # 0 = unlimited
+    rpm_limit: int = 0  # server-wide; 0 = unlimited
+    tpm_limit: int = 0  # server-wide; 0 = unlimited
+    # per API key, as a third-party provider enforces a key's quota; 0 = unlimited
+    quota_rpm: int = 0
+    quota_tpm: int = 0
     embedding_dims: int = 16
     batch_phase_s: float = 0.2
     batch_expire_fraction: float = 0.0  # share of batches that end `expired`
@@ -48,7 +51,7 @@ class SimConfig:
             value = getattr(self, f.name)
             if (f.name.startswith("rate_") or f.name.endswith(("_rate", "_fraction"))) and not (0.0 <= value <= 1.0):
                 raise ValueError(f"{f.name} must be within [0, 1], got {value}")
-            if f.name.endswith(("_s", "_limit", "_dims")) and value < 0:
+            if (f.name.endswith(("_s", "_limit", "_dims")) or f.name.startswith("quota_")) and value < 0:
                 raise ValueError(f"{f.name} must not be negative, got {value}")
         if self.request_fault_total > 1.0 + 1e-9:
             raise ValueError("rate_429 + rate_500 + rate_drop + rate_slow + rate_queue_wait > 1")

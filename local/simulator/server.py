@@ -24,8 +24,16 @@ class SimulatorServer:
         client = OpenAI(base_url=sim.base_url, api_key="x")
     """
 
-    def __init__(self, config: SimConfig | None = None, *, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self,
+        config: SimConfig | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
         self._initial = config or SimConfig()
+        self._clock = clock  # of the rate limits; None: the event loop's
         self.host = host
         self._requested_port = port
         self._port: int | None = None
@@ -52,7 +60,9 @@ class SimulatorServer:
         asyncio.set_event_loop(loop)
         self._loop = loop
         try:
-            self._runner, self._port = loop.run_until_complete(start(self._initial, self.host, self._requested_port))
+            self._runner, self._port = loop.run_until_complete(
+                start(self._initial, self.host, self._requested_port, clock=self._clock)
+            )
         except BaseException as exc:  # handed to the starting thread
             self._error = exc
             self._ready.set()

@@ -49,8 +49,9 @@ def not_found(kind: str, ident: str) -> ApiError:
 
 
 def retry_headers(seconds: float) -> dict[str, str]:
-    """Retry-After in whole seconds (rounded up, at least 1) and the exact wait in retry-after-ms."""
-    return {"retry-after": str(max(1, math.ceil(seconds))), "retry-after-ms": str(round(seconds * 1000))}
+    """Retry-After in whole seconds and retry-after-ms, both rounded up (a client waiting them is never early)."""
+    millis = math.ceil(round(seconds * 1000, 6))
+    return {"retry-after": str(max(1, math.ceil(millis / 1000))), "retry-after-ms": str(millis)}
 
 
 async def read_json(request: web.Request) -> tuple[bytes, dict[str, Any]]:
