@@ -37,6 +37,15 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     limits = parser.add_argument_group("rate limits (answered 429 with x-ratelimit-* headers)")
     limits.add_argument("--rpm", type=checks.whole_number, default=0, help="requests per minute (0: none)")
     limits.add_argument("--tpm", type=checks.whole_number, default=0, help="tokens per minute (0: none)")
+    limits.add_argument(
+        "--quota-rpm",
+        type=checks.whole_number,
+        default=0,
+        help="requests per minute per API key, as a provider's quota (0: none)",
+    )
+    limits.add_argument(
+        "--quota-tpm", type=checks.whole_number, default=0, help="tokens per minute per API key (0: none)"
+    )
     hooks = parser.add_argument_group("webhooks")
     hooks.add_argument("--webhook-url", default=None, help="where to send response.* and batch.* events")
     hooks.add_argument("--webhook-secret", default=None, help="whsec_... used to sign them (default: unsigned)")
@@ -57,6 +66,8 @@ def config_from(args: argparse.Namespace) -> SimConfig:
         slow_s=args.slow,
         rpm_limit=args.rpm,
         tpm_limit=args.tpm,
+        quota_rpm=args.quota_rpm,
+        quota_tpm=args.quota_tpm,
         seed=args.seed,
         api_key=args.api_key,
         webhook_url=args.webhook_url,

@@ -1,0 +1,274 @@
+"""The simulator as an aiohttp application: its parts wired together, the /v1 and /sim routes.
+
+Every /v1 answer is labelled (`Server: sluice-simulator`, an x-request-id), carries the
+x-ratelimit-* headers and is written to the request log. Admin endpoints outside /v1:
+GET/DELETE /sim/log, GET/DELETE /sim/webhooks, GET/POST /sim/config (partial update),
+GET /sim/health, POST /sim/reset.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from local.simulator import requestlog
+from local.simulator.background import Background, BgResponse
+from local.simulator.batches import Batch, Batches
+from local.simulator.config import SimConfig
+from local.simulator.core import Core
+from local.simulator.files import File, Files
+from local.simulator.inference import Inference
+from local.simulator.limits import Limiter
+from local.simulator.plans import BATCH_ENDPOINTS
+from local.simulator.requestlog import NOTES
+from local.simulator.webhooks import Webhooks
+from local.simulator.wire import SERVER_HEADER, ApiError, Dropped, json_response
+
+log = logging.getLogger(__name__)
+
+
+class Simulator:
+    """One simulator: its parts, the request log and the admin routes. All methods run on its event loop."""
+
+    def __init__(self, config: SimConfig, *, clock: Callable[[], float] | None = None) -> None:
+        self.core = Core(config)
+        self.log: deque[dict[str, Any]] = deque(maxlen=config.log_limit)
+        self.webhooks = Webhooks(self.core)
+        self.file_api = Files(self.core)
+        self.background = Background(self.core, self.webhooks.emit)
+        self.batch_api = Batches(self.core, self.file_api, self.webhooks.emit)
+        self.limiter = Limiter(clock or self.core.now)
+        self.inference = Inference(self.core, self._admit, self.background)
+
+    @property
+    def config(self) -> SimConfig:
+        return self.core.config
+
+    @property
+    def webhook_log(self) -> deque[dict[str, Any]]:
+        return self.webhooks.log
+
+    # the parts' state under the names tests inspect through SimulatorServer.call
+    @property
+    def attempts(self) -> dict[str, int]:
+        return self.core.attempts
+
+    @property
+    def responses(self) -> dict[str, BgResponse]:
+        return self.background.responses
+
+    @property
+    def files(self) -> dict[str, File]:
+        return self.file_api.files
+
+    @property
+    def deleted_files(self) -> dict[str, File]:
+        return self.file_api.deleted
+
+    @property
+    def batches(self) -> dict[str, Batch]:
+        return self.batch_api.batches
+
+    def update_config(self, changes: Mapping[str, Any]) -> SimConfig:
+        config = self.config.updated(changes)
+        if config.log_limit != self.config.log_limit:
+            self.log = deque(self.log, maxlen=config.log_limit)
+            self.webhooks.resize(config.log_limit)
+        self.core.config = config
+        return config
+
+    def reset(self) -> None:
+        self.background.reset()
+        self.batch_api.reset()
+        self.file_api.reset()
+        self.log.clear()
+        self.webhooks.log.clear()
+        self.core.attempts.clear()
+        self.limiter.reset()
+
+    async def close(self, _app: web.Application | None = None) -> None:
+        await self.webhooks.close()
+
+    def _admit(self, request: web.Request, tokens: int) -> None:
+        self.limiter.admit(self.config, _bearer(request), tokens)
+
+    def ratelimit_headers(self, request: web.Request) -> dict[str, str]:
+        return self.limiter.headers(self.config, _bearer(request))
+
+    def check_auth(self, request: web.Request) -> None:
+        token = _bearer(request)
+        if not token:
+            raise ApiError(
+                401,
+                "You didn't provide an API key. Provide it as a Bearer token in the Authorization header.",
+                code="missing_api_key",
+            )
+        expected = self.config.api_key
+        if expected is not None and not secrets.compare_digest(token, expected):
+            raise ApiError(401, "Incorrect API key provided.", code="invalid_api_key")
+
+    async def admin_log(self, request: web.Request) -> web.StreamResponse:
+        if request.method == "DELETE":
+            self.log.clear()
+            return json_response({"cleared": True})
+        return json_response(list(self.log))
+
+    async def admin_webhooks(self, request: web.Request) -> web.StreamResponse:
+        if request.method == "DELETE":
+            self.webhooks.log.clear()
+            return json_response({"cleared": True})
+        return json_response(list(self.webhooks.log))
+
+    async def admin_config(self, request: web.Request) -> web.StreamResponse:
+        if request.method == "POST":
+            try:
+                changes = orjson.loads(await request.read())
+                if not isinstance(changes, dict):
+                    raise ValueError("expected a JSON object")
+                self.update_config(changes)
+            except (ValueError, orjson.JSONDecodeError) as exc:
+                return json_response({"error": {"message": str(exc), "type": "invalid_request_error"}}, status=400)
+        return json_response(self.config.public())
+
+    async def admin_health(self, request: web.Request) -> web.StreamResponse:
+        return json_response(
+            {
+                "status": "ok",
+                "simulator": True,
+                "uptime_s": round(time.time() - self.core.started, 3),
+                "logged_requests": len(self.log),
+            }
+        )
+
+    async def admin_reset(self, request: web.Request) -> web.StreamResponse:
+        self.reset()
+        return json_response({"reset": True})
+
+
+SIM_KEY = web.AppKey("sluice_simulator", Simulator)
+
+
+def _bearer(request: web.Request) -> str:
+    """The bearer token of the Authorization header, "" when there is none."""
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else ""
+
+
+@web.middleware
+async def _middleware(request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
+    if not request.path.startswith("/v1/"):
+        response: web.StreamResponse = await handler(request)
+        response.headers["Server"] = SERVER_HEADER
+        return response
+    sim = request.app[SIM_KEY]
+    request[NOTES] = {}
+    request_id = sim.core.new_id("req_")
+    started = time.time()
+    try:
+        sim.check_auth(request)
+        response = await handler(request)
+    except ApiError as err:
+        response = err.response()
+    except web.HTTPException as exc:
+        response = ApiError(exc.status, f"Invalid URL ({request.method} {request.path})", code="unknown_url").response()
+    except Dropped:
+        sim.log.append(requestlog.entry(request, started, None, request_id))
+        if request.transport is not None:
+            request.transport.close()
+        # ending the handler this way makes aiohttp abandon the request without writing
+        raise asyncio.CancelledError() from None
+    except Exception:
+        log.exception("simulator bug while handling %s %s", request.method, request.path)
+        response = ApiError(500, "The simulator failed.", type="server_error", code="simulator_error").response()
+    headers = response.headers
+    headers["Server"] = SERVER_HEADER
+    headers["x-request-id"] = request_id
+    headers.update(sim.ratelimit_headers(request))
+    sim.log.append(requestlog.entry(request, started, response.status, request_id))
+    return response
+
+
+def create_app(config: SimConfig | None = None, *, clock: Callable[[], float] | None = None) -> web.Application:
+    """The simulator as an aiohttp application (the state is `app[SIM_KEY]`); `clock` drives the rate limits."""
+    sim = Simulator(config or SimConfig(), clock=clock)
+    # batch input files can be large; providers accept up to a few hundred MB
+    app = web.Application(middlewares=[_middleware], client_max_size=256 * 1024 * 1024)
+    app[SIM_KEY] = sim
+    app.on_cleanup.append(sim.close)
+    for path in BATCH_ENDPOINTS:
+        app.router.add_post(path, sim.inference.infer)
+    app.router.add_get("/v1/responses/{id}", sim.background.retrieve)
+    app.router.add_delete("/v1/responses/{id}", sim.background.delete)
+    app.router.add_post("/v1/responses/{id}/cancel", sim.background.cancel)
+    app.router.add_post("/v1/files", sim.file_api.upload)
+    app.router.add_get("/v1/files", sim.file_api.list_files)
+    app.router.add_get("/v1/files/{id}", sim.file_api.retrieve)
+    app.router.add_delete("/v1/files/{id}", sim.file_api.delete)
+    app.router.add_get("/v1/files/{id}/content", sim.file_api.content)
+    app.router.add_post("/v1/batches", sim.batch_api.create)
+    app.router.add_get("/v1/batches", sim.batch_api.list_batches)
+    app.router.add_get("/v1/batches/{id}", sim.batch_api.retrieve)
+    app.router.add_post("/v1/batches/{id}/cancel", sim.batch_api.cancel)
+    app.router.add_route("GET", "/sim/log", sim.admin_log)
+    app.router.add_route("DELETE", "/sim/log", sim.admin_log)
+    app.router.add_route("GET", "/sim/webhooks", sim.admin_webhooks)
+    app.router.add_route("DELETE", "/sim/webhooks", sim.admin_webhooks)
+    app.router.add_get("/sim/config", sim.admin_config)
+    app.router.add_post("/sim/config", sim.admin_config)
+    app.router.add_get("/sim/health", sim.admin_health)
+    app.router.add_post("/sim/reset", sim.admin_reset)
+    return app
+
+
+async def start(
+    config: SimConfig | None = None,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    shutdown_timeout: float = 1.0,
+    clock: Callable[[], float] | None = None,
+) -> tuple[web.AppRunner, int]:
+    """Start the simulator on the running loop; returns the runner (to clean up) and the port."""
+    runner = web.AppRunner(create_app(config, clock=clock), access_log=None, shutdown_timeout=shutdown_timeout)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, backlog=4096, reuse_address=True)
+    await site.start()
+    bound = runner.addresses[0][1]
+    return runner, int(bound)
+
+
+async def serve(host: str = "127.0.0.1", port: int = 8000, config: SimConfig | None = None) -> None:
+    """Run the simulator until cancelled."""
+    runner, bound = await start(config, host, port)
+    print(f"sluice provider simulator listening on http://{host}:{bound}/v1", flush=True)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="sluice simulator", description="Run the OpenAI-compatible provider simulator."
+    )
+    from local.sim_options import add_options, config_from
+
+    add_options(parser)
+    args = parser.parse_args(argv)
+    try:
+        config = config_from(args)
+    except ValueError as exc:
+        parser.error(str(exc))
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve(args.host, args.port, config))
+    return 0

@@ -1,0 +1,107 @@
+"""The simulator's settings: one frozen object, checked when built and when changed at runtime."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Simulator settings. Frozen: a runtime change swaps in a new object (`updated`)."""
+
+    latency_s: float = 0.05
+    jitter_s: float = 0.0  # each answer waits latency_s + u * jitter_s, u from the fault hash
+    seed: int = 0
+    api_key: str | None = None  # None: any non-empty bearer token is accepted
+    rate_429: float = 0.0
+    retry_after_s: float = 1.0
+    rate_500: float = 0.0
+    rate_drop: float = 0.0
+    rate_slow: float = 0.0
+    slow_s: float = 5.0
+    rate_queue_wait: float = 0.0
+    queue_wait_status: int = 503
+    incomplete_rate: float = 0.0  # background responses only
+    failed_rate: float = 0.0  # background responses only
+    rpm_limit: int = 0  # server-wide; 0 = unlimited
+    tpm_limit: int = 0  # server-wide; 0 = unlimited
+    # per API key, as a third-party provider enforces a key's quota; 0 = unlimited
+    quota_rpm: int = 0
+    quota_tpm: int = 0
+    embedding_dims: int = 16
+    batch_phase_s: float = 0.2
+    batch_expire_fraction: float = 0.0  # share of batches that end `expired`
+    batch_expire_done_fraction: float = 0.5  # share of an expired batch's rows that finished
+    batch_validation_error: bool = False  # every batch fails validation
+    batch_row_error_rate: float = 0.0  # rows answered 500 in the error file
+    webhook_url: str | None = None
+    webhook_secret: str | None = None  # whsec_...; None sends unsigned events
+    webhook_drop_rate: float = 0.0
+    webhook_duplicate_rate: float = 0.0
+    webhook_delay_s: float = 0.0
+    # each event waits an extra 0..jitter seconds, decided by the seed: deliveries arrive out of order
+    webhook_jitter_s: float = 0.0
+    log_limit: int = 1_000_000
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if (f.name.startswith("rate_") or f.name.endswith(("_rate", "_fraction"))) and not (0.0 <= value <= 1.0):
+                raise ValueError(f"{f.name} must be within [0, 1], got {value}")
+            if (f.name.endswith(("_s", "_limit", "_dims")) or f.name.startswith("quota_")) and value < 0:
+                raise ValueError(f"{f.name} must not be negative, got {value}")
+        if self.request_fault_total > 1.0 + 1e-9:
+            raise ValueError("rate_429 + rate_500 + rate_drop + rate_slow + rate_queue_wait > 1")
+        if self.incomplete_rate + self.failed_rate > 1.0 + 1e-9:
+            raise ValueError("incomplete_rate + failed_rate > 1")
+        if not 400 <= self.queue_wait_status <= 599:
+            raise ValueError(f"queue_wait_status must be an HTTP error status, got {self.queue_wait_status}")
+        if self.embedding_dims < 1 or self.log_limit < 1:
+            raise ValueError("embedding_dims and log_limit must be positive")
+
+    @property
+    def request_fault_total(self) -> float:
+        return self.rate_429 + self.rate_500 + self.rate_drop + self.rate_slow + self.rate_queue_wait
+
+    def updated(self, changes: Mapping[str, Any]) -> SimConfig:
+        """A copy with `changes` applied; values are checked against the field types."""
+        known = {f.name: f for f in dataclasses.fields(self)}
+        coerced: dict[str, Any] = {}
+        for name, value in changes.items():
+            if name not in known:
+                raise ValueError(f"unknown config field {name!r}")
+            coerced[name] = _coerce(name, getattr(self, name), SimConfig.__dataclass_fields__[name].default, value)
+        return dataclasses.replace(self, **coerced)
+
+    def public(self) -> dict[str, Any]:
+        """The config as JSON-able data with secrets masked (they must never be echoed)."""
+        data = dataclasses.asdict(self)
+        for name in ("api_key", "webhook_secret"):
+            if data[name]:
+                data[name] = "***"
+        return data
+
+
+def _coerce(name: str, current: Any, default: Any, value: Any) -> Any:
+    kind = type(default) if default is not None else str
+    if value is None:
+        if default is None:
+            return None
+        raise ValueError(f"{name} may not be null")
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+    elif kind is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+    elif kind is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif isinstance(value, str):
+        return value
+    raise ValueError(f"{name} must be {kind.__name__}, got {value!r} (currently {current!r})")

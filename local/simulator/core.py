@@ -1,0 +1,38 @@
+"""What every part of one simulator shares: the live config, object ids, attempt counters, the clock."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import secrets
+import time
+from collections.abc import Callable
+
+from local.simulator.config import SimConfig
+
+# emits a webhook event: (event type, object id)
+Emit = Callable[[str, str], None]
+
+
+class Core:
+    """The shared state. All methods run on the simulator's event loop."""
+
+    def __init__(self, config: SimConfig) -> None:
+        self.config = config
+        self.started = time.time()
+        self._run = secrets.token_hex(3)
+        self._ids = itertools.count(1)
+        self.attempts: dict[str, int] = {}
+
+    def new_id(self, prefix: str) -> str:
+        return f"{prefix}{self._run}{next(self._ids):010x}"
+
+    def next_attempt(self, key: str) -> int:
+        """This key's attempt number (0-based), counting this one."""
+        attempt = self.attempts.get(key, 0)
+        self.attempts[key] = attempt + 1
+        return attempt
+
+    @staticmethod
+    def now() -> float:
+        return asyncio.get_running_loop().time()

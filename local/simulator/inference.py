@@ -1,0 +1,106 @@
+"""The inference endpoints (chat/completions, completions, responses, embeddings) and their faults.
+
+Every inference POST has a fault key: the x-sluice-custom-id header, else
+`metadata.custom_id` / `metadata.sluice_custom_id` in the body, else the path plus a hash of
+the body bytes. Requests the limiter rejects do not advance the key's attempt counter, so
+timing-dependent throttling never shifts the fault sequence of a key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from aiohttp import web
+
+from local.simulator.background import Background
+from local.simulator.core import Core
+from local.simulator.faults import (
+    FAULT_429,
+    FAULT_500,
+    FAULT_DROP,
+    FAULT_QUEUE_WAIT,
+    FAULT_RATE_LIMIT,
+    FAULT_SLOW,
+    body_key,
+    draws,
+    pick_fault,
+)
+from local.simulator.plans import plan_for
+from local.simulator.requestlog import NOTES
+from local.simulator.wire import CUSTOM_ID_HEADER, ApiError, Dropped, json_response, read_json, retry_headers
+
+# charges a request's tokens to the rate limits, or raises their 429
+Admit = Callable[[web.Request, int], None]
+
+
+class Inference:
+    """Answers inference POSTs: plan, admit, draw the fault, wait, answer."""
+
+    def __init__(self, core: Core, admit: Admit, background: Background) -> None:
+        self._core = core
+        self._admit = admit
+        self._background = background
+
+    async def infer(self, request: web.Request) -> web.StreamResponse:
+        raw, data = await read_json(request)
+        custom_id = request.headers.get(CUSTOM_ID_HEADER)
+        if custom_id is None:
+            metadata = data.get("metadata")
+            if isinstance(metadata, dict):
+                found = metadata.get("custom_id", metadata.get("sluice_custom_id"))
+                if isinstance(found, str):
+                    custom_id = found
+                    request[NOTES]["custom_id"] = found
+        cfg = self._core.config
+        plan = plan_for(request.path, data, self._core.new_id, cfg.embedding_dims)
+        try:
+            self._admit(request, plan.prompt_tokens + plan.completion_tokens)
+        except ApiError:
+            request[NOTES]["fault"] = FAULT_RATE_LIMIT
+            raise
+        key = custom_id if custom_id is not None else body_key(request.path, raw)
+        attempt = self._core.next_attempt(key)
+        request[NOTES]["attempt"] = attempt
+        u_fault, u_jitter, u_outcome = draws(cfg.seed, key, attempt)
+        fault = pick_fault(cfg, u_fault)
+        request[NOTES]["fault"] = fault
+        delay = cfg.latency_s + cfg.jitter_s * u_jitter
+        if fault == FAULT_429:
+            raise ApiError(
+                429,
+                "Rate limit reached for requests (simulated fault). Please try again later.",
+                type="requests",
+                code="rate_limit_exceeded",
+                headers=retry_headers(cfg.retry_after_s),
+            )
+        if fault == FAULT_SLOW:
+            delay = cfg.slow_s
+        background = request.path == "/v1/responses" and bool(data.get("background"))
+        if fault == FAULT_QUEUE_WAIT:
+            limit = data.get("max_queue_wait_s")
+            if isinstance(limit, (int, float)) and not isinstance(limit, bool):
+                delay = min(delay, max(0.0, float(limit)))
+        if delay > 0 and (fault in (FAULT_500, FAULT_DROP, FAULT_QUEUE_WAIT) or not background):
+            await asyncio.sleep(delay)
+        if fault == FAULT_500:
+            raise ApiError(
+                500,
+                "The server had an error while processing your request (simulated fault).",
+                type="server_error",
+                code="server_error",
+            )
+        if fault == FAULT_DROP:
+            raise Dropped()
+        if fault == FAULT_QUEUE_WAIT:
+            status = cfg.queue_wait_status
+            raise ApiError(
+                status,
+                "The request waited in the queue longer than allowed (simulated fault).",
+                type="server_error" if status >= 500 else "requests",
+                code="queue_wait_exceeded",
+                headers=retry_headers(cfg.retry_after_s),
+            )
+        if background:
+            return json_response(self._background.create(data, plan, delay, u_outcome))
+        return json_response(plan.build())
