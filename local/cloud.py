@@ -111,6 +111,7 @@ class LocalSettings:
     on_batch_incomplete: str = SETTING_DEFAULTS["on_batch_incomplete"]
     default_mode: str = SETTING_DEFAULTS["default_mode"]
     default_model: str | None = SETTING_DEFAULTS["default_model"]
+    shared_limit: str = SETTING_DEFAULTS["shared_limit"]
 
 
 @dataclass

@@ -80,6 +80,7 @@ PROVIDER_STEPS = ("run_shard", "submit", "collect", "submit_batch", "collect_bat
 MODES = ("direct", "background", "batch", "auto")
 # what happens to rows a batch did not finish: `direct` re-runs them, `error` reports them
 BATCH_INCOMPLETE_POLICIES = ("direct", "error")
+SHARED_LIMIT_CHOICES = ("on", "off")
 
 
 class JobStatus:
@@ -227,6 +228,9 @@ class Settings:
     # a job whose failed lines are more than this share of its requests ends COMPLETED_WITH_ERRORS;
     # 0 means any failed line does, so a script reading only the outcome never mistakes a loss
     max_error_rate: float = field(default=0.0, metadata={_KIND: "rate"})
+    # "on": every shard of every job on the same provider key and model draws from one rate
+    # limit in the table (`shared_limit`), learned from the provider's rate-limit headers
+    shared_limit: str = field(default="on", metadata={_KIND: "choice", _CHOICES: SHARED_LIMIT_CHOICES})
 
     def to_env(self) -> dict[str, str]:
         """The variables `from_env` reads back into these settings; an unset optional is left out."""

@@ -31,6 +31,7 @@ from .classify import FAIL, OK, Verdict, classify, describe_lost
 from .limits import AdaptiveLimit, Gate, RateBudget
 from .model import Outcome, Request
 from .retry import DEFAULT_POLICY, RetryPolicy
+from .shared_limit import SharedLimit
 
 # per-path URLs are parsed once; polls (/v1/responses/<id>) are unique, so don't cache forever
 _URL_CACHE_MAX = 64
@@ -187,6 +188,7 @@ async def fan_out(
     count_remaining: bool = True,
     sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
     rand: Callable[[], float] = random.random,
+    shared: SharedLimit | None = None,
 ) -> EngineStats:
     """Send every request, retrying per `settings.policy`, and hand each Outcome to `sink`.
 
@@ -197,7 +199,7 @@ async def fan_out(
     """
     if settings.concurrency < 1:
         raise ValueError("concurrency must be >= 1")
-    run = _Run(session, base_url, api_key, settings, sink, should_stop, sleep, rand)
+    run = _Run(session, base_url, api_key, settings, sink, should_stop, sleep, rand, shared)
     it = iter(requests)
     await run.run(it)
     stats = run.stats
@@ -227,8 +229,10 @@ class _Run:
         should_stop: Callable[[], bool],
         sleep: Callable[[float], Awaitable[Any]],
         rand: Callable[[], float],
+        shared: SharedLimit | None = None,
     ) -> None:
         self.settings = settings
+        self.shared = shared
         self.policy = settings.policy
         self.stats = EngineStats()
         self.limiter = AdaptiveLimit(
@@ -267,6 +271,8 @@ class _Run:
         stats = self.stats
         limiter = self.limiter
         budget = self.budget
+        shared = self.shared
+        model = ""
         policy = self.policy
         url = self.url_for(req.path)
         headers = {**self.base_headers, "x-sluice-custom-id": req.custom_id}
@@ -283,6 +289,8 @@ class _Run:
             try:
                 if budget.active:
                     await budget.take(req.estimated_tokens)
+                if shared is not None:
+                    model = await shared.take(req)
                 if attempt == 1:
                     started = time.monotonic()
                 stats.attempts += 1
@@ -299,6 +307,8 @@ class _Run:
                 limiter.release()
             if answer is not None:
                 budget.observe_headers(answer)
+            if shared is not None:
+                shared.observe(model, status, answer)
 
             verdict = classify(
                 status, answer, raw, lost, attempt=attempt, policy=policy, now=time.time(), rand=self.rand

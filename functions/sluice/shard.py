@@ -21,6 +21,7 @@ from .model import ErrorCode, Outcome, Request
 from .progress import ProgressSink
 from .retry import RetryPolicy
 from .settings import Settings
+from .shared_limit import BucketTable, SharedLimit
 from .store import JobStore
 
 READ_CHUNK = 1 << 20
@@ -183,6 +184,14 @@ async def send_requests(
 ) -> EngineStats:
     """Send `requests` with the shard's engine settings, each outcome to `sink`, until the
     Lambda's time is nearly up or the job is cancelled."""
+    shared = None
+    if ctx.settings.shared_limit == "on":
+        shared = SharedLimit(
+            BucketTable(ctx.store.table),
+            base_url=ctx.settings.provider_base_url,
+            api_key=ctx.api_key,
+            lessee=f"{spec.job_id}#{spec.shard}",
+        )
     async with ctx.session_factory(spec.concurrency) as session:
         return await fan_out(
             requests,
@@ -193,6 +202,7 @@ async def send_requests(
             sink=sink,
             should_stop=stopper or Stopper(ctx, spec.job_id),
             count_remaining=False,
+            shared=shared,
         )
 
 

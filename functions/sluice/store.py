@@ -76,6 +76,11 @@ class JobStore:
         self._ttl_s = ttl_days * 86400
         self._clock = clock
 
+    @property
+    def table(self) -> Any:
+        """The table resource, for the items that are not job state (`shared_limit`'s buckets)."""
+        return self._table
+
     def _expires(self) -> int:
         return int(self._clock()) + self._ttl_s
 

@@ -1,0 +1,181 @@
+"""The shared rate limit against a provider's per-key quota (issue 16), each figure with its reference.
+
+The simulator enforces --rpm requests a minute per API key (bucket full at start, continuous
+refill, Retry-After, rate-limit headers on every answer). The local cloud runs the jobs
+(moto, in-process Lambdas, IAM enforced) with no rate configured, so the shared limit must
+learn it from the headers:
+
+  one job    --lines lines in shards of --shard-lines, shared limit on; reference: off.
+  two jobs   two jobs of --lines / 2 lines at once on the same key, shared limit on;
+             reference: off.
+
+Each figure: 429s among all attempts, accepted requests a minute against the quota (for
+the whole run and per job), and the shared limit's DynamoDB writes per line.
+
+    .venv/bin/python bench/limiter.py --rpm 1200 --lines 2400 --shard-lines 300
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "functions"), str(ROOT)]
+
+import boto3  # noqa: E402
+import orjson  # noqa: E402
+
+from local.cloud import REGION, JobRun, LocalCloud, LocalSettings, run_job  # noqa: E402
+from local.simulator import SimConfig, SimulatorServer  # noqa: E402
+
+WORK = ROOT / ".work"
+
+
+def make_input(path: Path, lines: int, prefix: str) -> None:
+    with path.open("wb") as out:
+        for n in range(lines):
+            body = {
+                "model": "gpt-4o-mini",
+                "max_tokens": 16,
+                "messages": [{"role": "user", "content": f"Reply with one word: line {n} was great"}],
+            }
+            row = {"custom_id": f"{prefix}-{n}", "method": "POST", "url": "/v1/chat/completions", "body": body}
+            out.write(orjson.dumps(row) + b"\n")
+
+
+@dataclass
+class Job:
+    prefix: str
+    run: JobRun | None = None
+    wall_s: float = 0.0
+
+
+def run_jobs(args: argparse.Namespace, shared: str, jobs: int) -> None:
+    lines = args.lines // jobs
+    settings = LocalSettings(
+        concurrency=args.concurrency,
+        map_concurrency=args.map_concurrency,
+        shard_lines=args.shard_lines,
+        request_timeout_s=30.0,
+        shared_limit=shared,
+    )
+    config = SimConfig(latency_s=args.latency, quota_rpm=args.rpm)
+    WORK.mkdir(parents=True, exist_ok=True)
+    started_jobs = [Job(chr(ord("a") + i)) for i in range(jobs)]
+    paths = []
+    for job in started_jobs:
+        path = WORK / f"limiter-{job.prefix}-{lines}.jsonl"
+        make_input(path, lines, job.prefix)
+        paths.append(path)
+    with SimulatorServer(config) as sim:
+        cloud = LocalCloud(provider_base_url=sim.base_url, api_key="sk-bench-limiter", settings=settings)
+        with cloud.running():
+
+            def one(job: Job, path: Path) -> None:
+                started = time.monotonic()
+                job.run = run_job(cloud, path)
+                job.wall_s = time.monotonic() - started
+
+            t0 = time.monotonic()
+            threads = [
+                threading.Thread(target=one, args=(job, path)) for job, path in zip(started_jobs, paths, strict=True)
+            ]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            wall = time.monotonic() - t0
+            writes = limit_writes(cloud)
+        log = sim.log()
+    for path in paths:
+        path.unlink()
+    report(args, shared, started_jobs, log, wall, lines, writes)
+
+
+def limit_writes(cloud: LocalCloud) -> int | None:
+    """The shared limit's writes, read back from its items' versions (each write adds one)."""
+    table = boto3.resource("dynamodb", region_name=REGION).Table(cloud.table_name)
+    items: list[dict[str, Any]] = []
+    kwargs: dict[str, Any] = {}
+    while True:
+        page = table.scan(**kwargs)
+        items += [i for i in page["Items"] if str(i["pk"]).startswith("LIMIT#")]
+        if "LastEvaluatedKey" not in page:
+            break
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    return sum(int(i["version"]) for i in items) if items else None
+
+
+def report(
+    args: argparse.Namespace,
+    shared: str,
+    jobs: list[Job],
+    log: list[dict[str, Any]],
+    wall: float,
+    lines: int,
+    writes: int | None,
+) -> None:
+    calls = [e for e in log if e["path"].endswith("/chat/completions")]
+    statuses = Counter(e["status"] for e in calls)
+    attempts = len(calls)
+    limited = statuses[429]
+    accepted = statuses[200]
+    rate = accepted / wall * 60
+    label = f"{len(jobs)} job{'s' if len(jobs) > 1 else ''}, shared limit {shared}"
+    print(
+        f"{label:26} {attempts:6,} attempts, {limited:5,} 429 ({limited / attempts:5.1%}), {accepted:6,} accepted "
+        f"in {wall:6.1f} s = {rate:6,.0f}/min = {rate / args.rpm:4.0%} of the quota"
+        + (f"; limit writes {writes} = {writes / (lines * len(jobs)):.3f}/line" if writes is not None else ""),
+        flush=True,
+    )
+    per_job = []
+    for job in jobs:
+        assert job.run is not None
+        done = len(job.run.results)
+        job_rate = done / job.wall_s * 60
+        per_job.append(job_rate)
+        job_429 = sum(
+            1 for e in calls if e["status"] == 429 and str(e.get("custom_id", "")).startswith(job.prefix + "-")
+        )
+        print(
+            f"    job {job.prefix}: {job.run.status}, {done:,}/{lines:,} results, {len(job.run.errors)} errors, "
+            f"{job_429} 429s, {job.wall_s:.1f} s = {job_rate:,.0f} lines/min",
+            flush=True,
+        )
+    if len(per_job) > 1:
+        print(f"    slower job's throughput = {min(per_job) / max(per_job):.0%} of the faster's", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rpm", type=int, default=1200, help="the key's quota, requests a minute")
+    parser.add_argument("--lines", type=int, default=2400, help="lines in all (two jobs: half each)")
+    parser.add_argument("--shard-lines", type=int, default=300)
+    parser.add_argument("--map-concurrency", type=int, default=8, help="shards at a time, per job")
+    parser.add_argument("--concurrency", type=int, default=1000, help="requests in flight per job")
+    parser.add_argument("--latency", type=float, default=0.05, help="seconds per answer")
+    parser.add_argument("--only", choices=("one", "two"), help="run one of the figures")
+    parser.add_argument("--no-reference", action="store_true", help="skip the runs with the shared limit off")
+    args = parser.parse_args()
+    print(
+        f"quota {args.rpm:,} RPM per key, latency {args.latency} s; {args.lines:,} lines in shards of "
+        f"{args.shard_lines}, {args.map_concurrency} shards at a time per job; no rate configured",
+        flush=True,
+    )
+    for jobs in (1, 2):
+        if args.only and args.only != ("one", "two")[jobs - 1]:
+            continue
+        run_jobs(args, "on", jobs)
+        if not args.no_reference:
+            run_jobs(args, "off", jobs)
+
+
+if __name__ == "__main__":
+    main()
