@@ -93,7 +93,7 @@ def run_jobs(args: argparse.Namespace, shared: str, jobs: int) -> None:
                 thread.join()
             wall = time.monotonic() - t0
             writes = limit_writes(cloud)
-        log = sim.log()
+        log = sim.log
     for path in paths:
         path.unlink()
     report(args, shared, started_jobs, log, wall, lines, writes)
