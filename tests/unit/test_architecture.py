@@ -1,0 +1,198 @@
+"""The import rules of docs/architecture.md, read from the source with `ast`.
+
+Every `import` and `from ... import` counts, at module level or inside a function (the CLI
+imports a command's dependencies late, and a late import breaks a layer just as well).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Where each importable top-level package lives (pyproject.toml's package-dir).
+PACKAGES = {
+    "sluice": ROOT / "functions" / "sluice",
+    "handlers": ROOT / "functions" / "handlers",
+    "infra": ROOT / "infra",
+    "local": ROOT / "local",
+    "bench": ROOT / "bench",
+}
+# Packages the Lambda asset carries without naming them in functions/requirements.txt: boto3's
+# botocore, aiohttp's yarl (and the Lambda runtime's own boto3).
+ASSET_TRANSITIVE = {"botocore", "yarl", "boto3"}
+
+
+def module_name(path: Path) -> str:
+    for package, folder in PACKAGES.items():
+        if path.is_relative_to(folder):
+            parts = [package, *path.relative_to(folder).with_suffix("").parts]
+            return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    raise ValueError(f"{path} is in no known package")
+
+
+def imports(source: str, module: str, *, is_package: bool = False) -> Iterator[tuple[int, str]]:
+    """(line, absolute dotted name) of everything `module` imports; `from a import b` is `a.b`."""
+    package = module.split(".") if is_package else module.split(".")[:-1]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - (node.level - 1)]
+                target = ".".join([*base, node.module] if node.module else base)
+            else:
+                target = node.module or ""
+            if target == "__future__":
+                continue
+            for alias in node.names:
+                yield node.lineno, target if alias.name == "*" else f"{target}.{alias.name}"
+
+
+def files(package: str) -> list[Path]:
+    found = sorted(p for p in PACKAGES[package].rglob("*.py") if ".venv" not in p.parts)
+    assert found, f"no Python files under {PACKAGES[package]}: the layer moved and these rules check nothing"
+    return found
+
+
+def imports_of(package: str) -> Iterator[tuple[str, str, str]]:
+    """(file:line, importing module, imported name) for every import in the package."""
+    for path in files(package):
+        name = module_name(path)
+        shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+        for line, imported in imports(path.read_text(), name, is_package=path.name == "__init__.py"):
+            yield f"{shown}:{line}", name, imported
+
+
+def within(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def top(name: str) -> str:
+    return name.split(".", 1)[0]
+
+
+def asset_packages() -> set[str]:
+    """Import names of what functions/requirements.txt puts in the Lambda asset."""
+    names = set(ASSET_TRANSITIVE)
+    for raw in (ROOT / "functions" / "requirements.txt").read_text().splitlines():
+        requirement = raw.split("#", 1)[0].strip()
+        if requirement:
+            names.add(re.split(r"[=<>!~\[; ]", requirement, maxsplit=1)[0].replace("-", "_").lower())
+    return names
+
+
+def violations(package: str, forbidden: tuple[str, ...], *, only: str | None = None) -> list[str]:
+    return [
+        f"{where}: {module} imports {imported}"
+        for where, module, imported in imports_of(package)
+        if (only is None or within(module, only)) and any(within(imported, f) for f in forbidden)
+    ]
+
+
+def foreign_packages(package: str, allowed: set[str], *, exclude: str | None = None) -> list[str]:
+    """Imports that are neither the standard library, the project's Lambda code, nor `allowed`."""
+    own = {"sluice", "handlers"}
+    return [
+        f"{where}: {module} imports {imported}"
+        for where, module, imported in imports_of(package)
+        if (exclude is None or not within(module, exclude))
+        and top(imported) not in sys.stdlib_module_names
+        and top(imported) not in own
+        and top(imported) not in allowed
+    ]
+
+
+def test_the_contract_imports_only_the_standard_library() -> None:
+    path = PACKAGES["sluice"] / "contract.py"
+    outside = [
+        f"line {line}: {name}"
+        for line, name in imports(path.read_text(), "sluice.contract")
+        if top(name) not in sys.stdlib_module_names
+    ]
+    assert not outside, f"sluice.contract must stay standard library only (cdk synth loads it): {outside}"
+
+
+def test_the_core_imports_no_handler_infra_local_bench_or_test_code() -> None:
+    assert not violations("sluice", ("handlers", "infra", "local", "bench", "tests"))
+
+
+def test_the_handlers_import_the_core_but_no_infra_local_bench_or_test_code() -> None:
+    assert not violations("handlers", ("infra", "local", "bench", "tests"))
+
+
+def test_the_lambda_code_imports_only_what_its_asset_carries() -> None:
+    allowed = asset_packages()
+    outside = foreign_packages("sluice", allowed) + foreign_packages("handlers", allowed)
+    assert not outside, f"not in functions/requirements.txt, so missing in Lambda: {outside}"
+
+
+def test_infra_reads_only_the_contract_of_the_lambda_code() -> None:
+    wrong = [
+        f"{where}: {module} imports {imported}"
+        for where, module, imported in imports_of("infra")
+        if (within(imported, "sluice") and not within(imported, "sluice.contract"))
+        or any(within(imported, f) for f in ("handlers", "local", "bench", "tests"))
+    ]
+    assert not wrong
+
+
+def test_local_imports_no_bench_or_test_code() -> None:
+    assert not violations("local", ("bench", "tests"))
+
+
+def test_the_simulator_knows_nothing_of_sluice() -> None:
+    # it plays the provider, and runs alone as `sluice simulator` or `python -m local.simulator`
+    assert not violations("local", ("sluice", "handlers", "infra", "local.cloud"), only="local.simulator")
+
+
+def test_the_deployed_stack_client_never_starts_the_local_cloud() -> None:
+    forbidden = ("handlers", "infra", "local.cloud", "local.iam", "local.moto_patches", "moto")
+    assert not violations("local", forbidden, only="local.deployed")
+
+
+def test_bench_is_imported_by_no_product_code() -> None:
+    for package in ("sluice", "handlers", "infra", "local"):
+        assert not violations(package, ("bench",))
+
+
+@pytest.mark.parametrize(
+    ("source", "module", "expected"),
+    [
+        ("from handlers.runtime import runtime\n", "sluice.merge", "handlers.runtime.runtime"),
+        ("def f():\n    import infra.stack\n", "sluice.plan", "infra.stack"),
+        ("from .. import local\n", "sluice.sub.mod", "sluice.local"),
+        ("from . import parts\n", "sluice.direct", "sluice.parts"),
+        ("from .model import Outcome\n", "sluice", "sluice.model.Outcome"),
+        ("from local import simulator as sim\n", "local.cli.simulator", "local.simulator"),
+    ],
+)
+def test_the_import_reader_resolves_what_a_module_imports(source: str, module: str, expected: str) -> None:
+    is_package = module == "sluice"
+    assert expected in [name for _, name in imports(source, module, is_package=is_package)]
+
+
+def test_the_rules_catch_a_core_module_importing_a_layer_above(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = tmp_path / "sluice"
+    fake.mkdir()
+    (fake / "clean.py").write_text("from .contract import STEPS\nimport orjson\n")
+    (fake / "leaky.py").write_text("def late():\n    from local.cloud import LocalCloud\n")
+    monkeypatch.setitem(PACKAGES, "sluice", fake)
+    assert violations("sluice", ("handlers", "infra", "local")) == [
+        f"{fake}/leaky.py:2: sluice.leaky imports local.cloud.LocalCloud"
+    ]
+
+
+def test_the_rules_catch_a_third_party_import_the_asset_lacks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = tmp_path / "handlers"
+    fake.mkdir()
+    (fake / "plan.py").write_text("import orjson\nimport boto3\nfrom sluice.plan import plan_job\nimport moto\n")
+    monkeypatch.setitem(PACKAGES, "handlers", fake)
+    assert foreign_packages("handlers", asset_packages()) == [f"{fake}/plan.py:4: handlers.plan imports moto"]
