@@ -17,6 +17,7 @@ from .model import BACKGROUND_URLS, ErrorCode, Outcome, Request
 from .parts import PartWriter, assemble, load_checkpoint
 from .shard import ShardContext, ShardSpec, pending, poll_wait_seconds, send_requests
 from .store import ItemState
+from .sweep import send_with_sweep
 
 PENDING_STATUSES = frozenset({"queued", "in_progress", "cancelling"})
 # A background response still running after this long is reported expired: every wait loop
@@ -176,7 +177,7 @@ async def submit_background(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any
         )
 
     requests = (prepare(r) for r in pending(ctx.s3, spec, skip, writer.add_invalid))
-    stats = await send_requests(ctx, spec, requests, sink)
+    stats = await send_with_sweep(ctx, spec, requests, sink)
     await writer.aflush(finished=False)
     return {
         "submitted": not stats.stopped_early,
@@ -198,6 +199,7 @@ def _settled_outcome(outcome: Outcome, settled: Any) -> Outcome:
         attempts=outcome.attempts,
         latency_s=outcome.latency_s,
         throttled=outcome.throttled,
+        swept=outcome.swept,
     )
 
 

@@ -1,8 +1,9 @@
 """Direct mode: every line is one HTTP request through the engine, answered while the shard runs.
 
-A run sends what has no terminal result yet and checkpoints outcomes as parts; a run that
-ends short of the shard (the Lambda's time is nearly up) is followed by another, and the
-last one assembles the shard's files.
+A run sends what has no terminal result yet and checkpoints outcomes as parts (the lines
+that failed transiently last, after one more pass: `sweep`); a run that ends short of the
+shard (the Lambda's time is nearly up) is followed by another, and the last one assembles
+the shard's files.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import time
 from typing import Any
 
 from .parts import PartWriter, assemble, load_checkpoint
-from .shard import ShardContext, ShardSpec, Stopper, margin_s, pending, send_requests
+from .shard import ShardContext, ShardSpec, Stopper, margin_s, pending
+from .sweep import send_with_sweep
 
 
 class ShardStalled(RuntimeError):
@@ -30,7 +32,7 @@ async def run_direct(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any]:
         progress=ctx.progress,
     )
     stopper = Stopper(ctx, spec.job_id)
-    stats = await send_requests(
+    stats = await send_with_sweep(
         ctx, spec, pending(ctx.s3, spec, checkpoint.done, writer.add_invalid), writer.add_outcome, stopper
     )
     finished = not stats.stopped_early

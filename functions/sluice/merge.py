@@ -320,6 +320,8 @@ def merge_job(
         "attempts": totals.attempts,
         "retries": totals.retries,
         "throttled": totals.throttled,
+        # lines whose attempts ran out on transient failures, sent once more at the shard's end
+        "sweep": {"swept": totals.swept, "recovered": totals.recovered_by_sweep},
         "latency_s": {q: totals.percentile_s(v) for q, v in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))},
         # what the report draws: the latency histogram and completions over time
         "latency_histogram": totals.latency_histogram(),

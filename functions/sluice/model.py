@@ -75,6 +75,8 @@ class Outcome:
     latency_s: float = 0.0
     throttled: int = 0
     headers: dict[str, str] = field(default_factory=dict)
+    # the outcome of the last sweep (`sluice.sweep`): its attempts ran out once before
+    swept: bool = False
 
     @property
     def ok(self) -> bool:

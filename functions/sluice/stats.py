@@ -78,6 +78,9 @@ class Stats:
     paths: dict[str, int] = field(default_factory=dict)
     # error code -> the first message seen with it
     error_examples: dict[str, str] = field(default_factory=dict)
+    # lines the last sweep sent again, and those of them it turned into results
+    swept: int = 0
+    recovered_by_sweep: int = 0
 
     def add_outcome(
         self, outcome: Outcome, at: float | None = None, path: str | None = None, *, timed: bool = True
@@ -89,6 +92,9 @@ class Stats:
         self.attempts += outcome.attempts
         self.retries += max(outcome.attempts - 1, 0)
         self.throttled += outcome.throttled
+        if outcome.swept:
+            self.swept += 1
+            self.recovered_by_sweep += outcome.ok
         if outcome.ok:
             self.results += 1
             tokens_in, tokens_out = usage_tokens(outcome.body)
@@ -143,6 +149,8 @@ class Stats:
         self.attempts += other.attempts
         self.retries += other.retries
         self.throttled += other.throttled
+        self.swept += other.swept
+        self.recovered_by_sweep += other.recovered_by_sweep
         self.tokens_in += other.tokens_in
         self.tokens_out += other.tokens_out
         for key, n in other.latency.items():
@@ -184,6 +192,8 @@ class Stats:
             "attempts": self.attempts,
             "retries": self.retries,
             "throttled": self.throttled,
+            "swept": self.swept,
+            "recovered_by_sweep": self.recovered_by_sweep,
             "tokens_in": self.tokens_in,
             "tokens_out": self.tokens_out,
             "latency": {str(k): v for k, v in sorted(self.latency.items())},
@@ -217,6 +227,8 @@ class Stats:
             attempts=data.get("attempts", 0),
             retries=data.get("retries", 0),
             throttled=data.get("throttled", 0),
+            swept=data.get("swept", 0),
+            recovered_by_sweep=data.get("recovered_by_sweep", 0),
             tokens_in=data.get("tokens_in", 0),
             tokens_out=data.get("tokens_out", 0),
             latency={int(k): v for k, v in data.get("latency", {}).items()},

@@ -1,0 +1,101 @@
+"""The last sweep: lines whose attempts ran out on transient failures get one more pass.
+
+Under random 429s and 5xx, a few lines in every few thousand draw a bad answer on each of
+their attempts. Rather than sending them to errors, a run holds them aside and, once the
+rest of its requests are done, sends them again with fresh attempts and backoff at a small
+concurrency, so a provider that is still recovering is not hammered. Failures retrying
+cannot fix (a 400, an invalid line) are never held and never re-sent.
+
+A held line is in no checkpoint part until the sweep ends it. A run that stops early (the
+Lambda's time is nearly up) just drops what it holds: those lines are not in a part, so the
+next run reads them as pending again. A line is therefore either checkpointed once, with
+its final outcome, or re-read; never lost and never counted twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
+
+from .engine import EngineStats
+from .model import ErrorCode, Outcome, Request
+from .shard import ShardContext, ShardSpec, Stopper, send_requests
+
+# the sweep's concurrency: a tenth of the shard's (at least this, at most the shard's own)
+SWEEP_MIN_CONCURRENCY = 4
+SWEEP_SHARE = 0.1
+
+
+def sweepable(outcome: Outcome) -> bool:
+    """Whether a failed line is worth one more pass: its attempts ran out on transient causes."""
+    return outcome.error_code == ErrorCode.RETRIES_EXHAUSTED
+
+
+def sweep_concurrency(concurrency: int) -> int:
+    return min(concurrency, max(SWEEP_MIN_CONCURRENCY, int(concurrency * SWEEP_SHARE)))
+
+
+def merged(first: Outcome, last: Outcome) -> Outcome:
+    """The sweep's outcome of a line, carrying the attempts and 429s of its first pass too."""
+    last.attempts += first.attempts
+    last.throttled += first.throttled
+    last.swept = True
+    if not last.ok and last.error_message:
+        last.error_message = f"{last.error_message} (last sweep, after {first.attempts} earlier attempts)"
+    return last
+
+
+async def send_with_sweep(
+    ctx: ShardContext,
+    spec: ShardSpec,
+    requests: Iterable[Request],
+    sink: Callable[[Outcome], None],
+    stopper: Stopper | None = None,
+) -> EngineStats:
+    """`send_requests`, then one more pass over the lines that failed transiently.
+
+    The stats are the main pass's; `stopped_early` is also true when the sweep ran out of
+    time before taking every held line (the rest are pending for the next run).
+    """
+    stopper = stopper or Stopper(ctx, spec.job_id)
+    # the requests the engine holds now (at most its worker pool), so a failed one is kept
+    # as the Request it was, not re-read and not copied
+    in_flight: dict[int, Request] = {}
+    held: dict[int, tuple[Request, Outcome]] = {}
+
+    def tracked() -> Iterator[Request]:
+        for request in requests:
+            in_flight[request.line] = request
+            yield request
+
+    def hold_or_pass(outcome: Outcome) -> None:
+        request = in_flight.pop(outcome.line, None)
+        if request is not None and sweepable(outcome):
+            held[outcome.line] = (request, outcome)
+            return
+        sink(outcome)
+
+    stats = await send_requests(ctx, spec, tracked(), hold_or_pass, stopper)
+    in_flight.clear()
+    if not held:
+        return stats
+    if stopper.cancelled:
+        # the job is being cancelled: what these lines last got is their outcome
+        for _, outcome in held.values():
+            sink(outcome)
+        return stats
+    if stats.stopped_early:
+        return stats
+
+    def swept(outcome: Outcome) -> None:
+        sink(merged(held.pop(outcome.line)[1], outcome))
+
+    again = [request for request, _ in held.values()]
+    await send_requests(ctx, replace(spec, concurrency=sweep_concurrency(spec.concurrency)), again, swept, stopper)
+    if stopper.cancelled:
+        for _, outcome in held.values():
+            sink(outcome)
+        held.clear()
+    stats.stopped_early = bool(held)
+    stats.remaining = len(held)
+    return stats

@@ -1,0 +1,151 @@
+"""The last sweep in direct mode: a scripted provider, moto for the shard's parts and rows."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from typing import Any
+
+import orjson
+import pytest
+from moto import mock_aws
+from sluice.direct import run_direct
+from sluice.engine import make_session
+from sluice.merge import load_manifest
+from sluice.model import ErrorCode, Outcome
+from sluice.parts import part_keys, parts_stats, read_part
+from sluice.shard import ShardContext, ShardSpec
+from sluice.sweep import merged, sweep_concurrency, sweepable
+
+from tests.conftest import request_line
+from tests.unit.test_cancel import BUCKET, Aws
+from tests.unit.test_engine import Action, Scripted, serve
+
+SERVER_ERROR: Action = ("status", 500, {}, {"error": {"message": "upstream failed", "type": "server_error"}})
+THROTTLED: Action = ("status", 429, {"retry-after-ms": "1"}, {"error": {"message": "slow down"}})
+BAD_REQUEST: Action = ("status", 400, {}, {"error": {"message": "no such model", "code": "model_not_found"}})
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[Aws]:
+    for name in ("AWS_ENDPOINT_URL", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    with mock_aws():
+        yield Aws("http://127.0.0.1:9")
+
+
+def shard(aws: Aws, ids: list[str]) -> ShardSpec:
+    aws.settings = replace(aws.settings, shard_lines=len(ids), concurrency=8)
+    state = aws.plan("inbox/sweep.jsonl", [request_line(cid) for cid in ids])
+    (spec,) = load_manifest(aws.s3, BUCKET, state["manifest_key"])
+    return spec
+
+
+def run(
+    aws: Aws, provider: Scripted, spec: ShardSpec, remaining_s: Callable[[], float] = lambda: 900.0
+) -> dict[str, Any]:
+    async def go() -> dict[str, Any]:
+        async with serve(provider):
+            settings = replace(aws.settings, provider_base_url=provider.base_url, retry_base_delay_s=0.001)
+            ctx = ShardContext(aws.s3, aws.store, settings, "sk-test", remaining_s, make_session)
+            return await run_direct(ctx, spec)
+
+    return asyncio.run(go())
+
+
+def sends(provider: Scripted) -> dict[str, int]:
+    return dict(provider.attempts)
+
+
+def shard_file(aws: Aws, key: str) -> dict[str, dict[str, Any]]:
+    rows = aws.s3.get_object(Bucket=BUCKET, Key=key)["Body"].read().splitlines()
+    return {row["custom_id"]: row for row in map(orjson.loads, rows)}
+
+
+def test_a_line_that_exhausted_its_attempts_on_500s_ends_as_a_result_and_a_400_is_not_resent(aws: Aws) -> None:
+    spec = shard(aws, ["ok-1", "flaky", "bad", "ok-2"])
+    provider = Scripted(script={"flaky": [SERVER_ERROR] * 6, "bad": [BAD_REQUEST]})
+
+    answer = run(aws, provider, spec)
+
+    assert answer["done"]
+    assert sends(provider) == {"ok-1": 1, "flaky": 7, "bad": 1, "ok-2": 1}
+    # the swept line went last: every other line was answered before its seventh attempt
+    assert [e["cid"] for e in provider.log][-1] == "flaky"
+    results = shard_file(aws, spec.results_key)
+    errors = shard_file(aws, spec.errors_key)
+    assert set(results) == {"ok-1", "flaky", "ok-2"}
+    assert set(errors) == {"bad"} and errors["bad"]["error"]["code"] == ErrorCode.PROVIDER_ERROR
+    stats = orjson.loads(aws.s3.get_object(Bucket=BUCKET, Key=spec.stats_key)["Body"].read())["stats"]
+    assert stats["swept"] == 1 and stats["recovered_by_sweep"] == 1
+    assert stats["attempts"] == 10 and stats["errors"] == {ErrorCode.PROVIDER_ERROR: 1}
+
+
+def test_a_line_the_sweep_cannot_save_goes_to_errors_once_with_every_attempt_counted(aws: Aws) -> None:
+    spec = shard(aws, ["ok-1", "down"])
+    provider = Scripted(script={"down": [THROTTLED, SERVER_ERROR] * 10})
+
+    run(aws, provider, spec)
+
+    assert sends(provider) == {"ok-1": 1, "down": 12}
+    errors = shard_file(aws, spec.errors_key)
+    assert set(errors) == {"down"}
+    error = errors["down"]["error"]
+    assert error["code"] == ErrorCode.RETRIES_EXHAUSTED
+    assert "gave up after 6 attempts" in error["message"] and "last sweep, after 6 earlier attempts" in error["message"]
+    stats = parts_stats(aws.s3, spec)
+    assert (stats.swept, stats.recovered_by_sweep) == (1, 0)
+    assert stats.attempts == 13 and stats.throttled == 6
+
+
+def test_a_run_out_of_time_before_the_sweep_leaves_the_line_pending_and_the_next_run_ends_it(aws: Aws) -> None:
+    spec = shard(aws, ["ok-1", "flaky", "ok-2"])
+    late = [False]
+    provider = Scripted(script={"flaky": [SERVER_ERROR] * 6})
+    provider.default = lambda _cid, _n: ("ok",)
+
+    def remaining_s() -> float:
+        # the Lambda's time runs out the moment the flaky line's first pass has ended
+        late[0] = provider.attempts.get("flaky", 0) >= 6
+        return 0.0 if late[0] else 900.0
+
+    first = run(aws, provider, spec, remaining_s)
+
+    assert not first["done"] and late[0]
+    checkpointed = [line for key in part_keys(aws.s3, spec) for line, _, _ in read_part(aws.s3, BUCKET, key)]
+    assert sorted(checkpointed) == [spec.first_line, spec.first_line + 2], "the held line must not be in a part"
+
+    second = run(aws, provider, spec)
+
+    assert second["done"]
+    assert sends(provider) == {"ok-1": 1, "flaky": 7, "ok-2": 1}
+    rows = [line for key in part_keys(aws.s3, spec) for line, _, _ in read_part(aws.s3, BUCKET, key)]
+    assert sorted(rows) == [spec.first_line, spec.first_line + 1, spec.first_line + 2], "each line in one part"
+    assert set(shard_file(aws, spec.results_key)) == {"ok-1", "flaky", "ok-2"}
+    assert shard_file(aws, spec.errors_key) == {}
+
+
+def outcome(code: str | None, attempts: int = 1, throttled: int = 0) -> Outcome:
+    return Outcome(1, "c", 500, None, None, error_code=code, error_message="m", attempts=attempts, throttled=throttled)
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [(ErrorCode.RETRIES_EXHAUSTED, True), (ErrorCode.PROVIDER_ERROR, False), (ErrorCode.INVALID_JSON, False)],
+)
+def test_only_lines_whose_retries_ran_out_are_swept(code: str, expected: bool) -> None:
+    assert sweepable(outcome(code)) is expected
+    assert not sweepable(outcome(None))
+
+
+def test_merged_outcome_keeps_the_first_pass_figures() -> None:
+    last = merged(outcome(ErrorCode.RETRIES_EXHAUSTED, 6, 2), outcome(None, 2, 1))
+    assert (last.attempts, last.throttled, last.swept, last.ok) == (8, 3, True, True)
+
+
+@pytest.mark.parametrize(("concurrency", "expected"), [(1, 1), (4, 4), (50, 5), (1000, 100)])
+def test_the_sweep_runs_at_a_tenth_of_the_shard_concurrency(concurrency: int, expected: int) -> None:
+    assert sweep_concurrency(concurrency) == expected
