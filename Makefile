@@ -24,9 +24,12 @@ test: $(STAMP)
 scale: $(STAMP)
 	$(BIN)/pytest -q -s -m scale
 
+# the core and infra are held to --strict; local, tests and bench to the defaults in pyproject.toml
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy functions local infra tests bench
+	$(BIN)/mypy --strict functions infra
 
 synth: $(STAMP)
 	npx --yes aws-cdk@2 synth -c env=dev

@@ -34,11 +34,10 @@ os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
 from sluice import costs  # noqa: E402
 from sluice.background import BACKGROUND_MAX_WAIT_S  # noqa: E402
-from sluice.contract import STEPS  # noqa: E402
+from sluice.contract import STEPS, Settings  # noqa: E402
 from sluice.merge import MIN_PART, plan_parts  # noqa: E402
 from sluice.parts import PART_MAX_AGE_S, PartWriter  # noqa: E402
 from sluice.plan import plan_job, plan_lines  # noqa: E402
-from sluice.settings import Settings  # noqa: E402
 from sluice.shard import poll_wait_seconds  # noqa: E402
 
 from infra.config import Environment, cdk_json_context  # noqa: E402

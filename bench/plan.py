@@ -61,8 +61,8 @@ def child(variant: str, endpoint: str, shard_lines: int) -> None:
     started = time.perf_counter()
     cpu0 = time.process_time()
     if variant == "sluice":
+        from sluice.contract import Settings
         from sluice.plan import plan_job
-        from sluice.settings import Settings
         from sluice.store import JobStore
 
         settings = Settings(

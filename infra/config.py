@@ -199,4 +199,7 @@ def stack_instance_id(scope: IConstruct) -> str:
 
 def cdk_json_context(path: Path = CDK_JSON) -> dict[str, Any]:
     """The context in cdk.json, for apps run without the CDK CLI (which would pass it itself)."""
-    return json.loads(path.read_text()).get("context", {})
+    context = json.loads(path.read_text()).get("context", {})
+    if not isinstance(context, dict):
+        raise ValueError(f"{path}: context is not an object")
+    return context

@@ -14,12 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from sluice.lines import BOM, LineError, parse_line, split_lines
+from sluice.lines import BOM, READ_CHUNK, LineError, parse_line, split_lines
 from sluice.model import ErrorCode, Request
 
 from local.console import EXIT_INPUT, CliError, need_file, progress
 
-READ_CHUNK = 1 << 20
 SHOW_ERRORS = 10
 
 

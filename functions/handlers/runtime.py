@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import boto3
+from sluice.contract import Settings
 from sluice.engine import make_session
-from sluice.settings import Settings
 from sluice.shard import ShardContext
 from sluice.store import JobStore
 

@@ -27,10 +27,10 @@ from typing import IO, Any, Literal, cast
 import openai
 import orjson
 
+from .contract import Settings
 from .model import ErrorCode, Outcome, Request
 from .parts import PartWriter, assemble, load_checkpoint, parts_stats
 from .retry import RetryPolicy, backoff_s
-from .settings import Settings
 from .shard import ShardContext, ShardSpec, pending, poll_wait_seconds
 
 COMPLETION_WINDOW: Literal["24h"] = "24h"

@@ -201,10 +201,12 @@ async def fan_out(
         raise ValueError("concurrency must be >= 1")
     run = _Run(session, base_url, api_key, settings, sink, should_stop, sleep, rand, shared)
     it = iter(requests)
+    # an iterator is its own iter(): its len(), if it has one, no longer counts what is left
+    own_iterator = it is requests
     await run.run(it)
     stats = run.stats
     if run.stopping and not run.exhausted:
-        if isinstance(requests, Sized) and requests is not it:
+        if isinstance(requests, Sized) and not own_iterator:
             stats.remaining = max(0, len(requests) - run.taken)
         elif count_remaining:
             stats.remaining = sum(1 for _ in it)

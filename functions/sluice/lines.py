@@ -133,6 +133,10 @@ def oversized_custom_id(raw: bytes) -> str | None:
     return _json_string(tail.group(1)) if tail else None
 
 
+# how much of a file or S3 body is read at a time while splitting it into lines
+READ_CHUNK = 1 << 20
+
+
 def split_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
     """Re-cut a stream of byte chunks into lines, each with its newline if it had one."""
     rest = b""

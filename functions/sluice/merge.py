@@ -14,8 +14,8 @@ from typing import Any
 import orjson
 from botocore.exceptions import ClientError
 
+from .contract import JobStatus
 from .costs import aws_cost_usd, provider_cost_usd
-from .model import JobStatus
 from .parts import assemble
 from .shard import ShardSpec
 from .stats import Stats

@@ -5,10 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .contract import TERMINAL_STATUSES, JobStatus
-
-__all__ = ["BACKGROUND_URLS", "SUPPORTED_URLS", "TERMINAL_STATUSES", "ErrorCode", "JobStatus", "Outcome", "Request"]
-
 SUPPORTED_URLS = frozenset({"/v1/chat/completions", "/v1/responses", "/v1/embeddings", "/v1/completions"})
 # Only the Responses API can run a request in the background; background mode sends the others directly
 BACKGROUND_URLS = frozenset({"/v1/responses"})

@@ -15,11 +15,10 @@ import orjson
 
 from .contract import BATCH_INCOMPLETE_POLICIES, MODES, Settings, manifest_key, parse_error_rate
 from .limits import MAX_SHARD_CONNECTIONS
-from .lines import LineError, parse_line, split_lines
+from .lines import READ_CHUNK, LineError, parse_line, split_lines
 from .model import ErrorCode
 from .store import JobStore
 
-READ_CHUNK = 1 << 20
 MAX_SHARD_BYTES = 256 << 20
 METADATA_PREFIX = "sluice-"
 # the Batch API's completion window: a job that must finish sooner cannot wait on a batch

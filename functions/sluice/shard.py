@@ -15,16 +15,14 @@ from typing import Any
 import aiohttp
 import orjson
 
+from .contract import Settings
 from .engine import EngineSettings, EngineStats, fan_out
-from .lines import LineError, parse_line, split_lines
+from .lines import READ_CHUNK, LineError, parse_line, split_lines
 from .model import ErrorCode, Outcome, Request
 from .progress import ProgressSink
 from .retry import RetryPolicy
-from .settings import Settings
 from .shared_limit import BucketTable, SharedLimit
 from .store import JobStore
-
-READ_CHUNK = 1 << 20
 
 
 def poll_wait_seconds(settings: Settings, elapsed_s: float) -> int:

@@ -11,7 +11,7 @@ import os
 import textwrap
 from importlib.metadata import PackageNotFoundError, version
 
-from sluice.settings import MODES, parse_error_rate
+from sluice.contract import MODES, parse_error_rate
 
 from local import checks
 from local.console import EXIT_CODES_HELP

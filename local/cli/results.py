@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from sluice.model import TERMINAL_STATUSES
+from sluice.contract import TERMINAL_STATUSES
 from sluice.plan import output_prefix
 
 from local.checks import out_dir

@@ -6,7 +6,7 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from sluice.model import TERMINAL_STATUSES
+from sluice.contract import TERMINAL_STATUSES
 from sluice.plan import output_prefix
 
 from local.console import EXIT_NOT_FOUND, EXIT_NOT_READY, EXIT_OK, CliError, need_file, say

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from sluice.contract import TERMINAL_STATUSES
 from sluice.lines import LineError
-from sluice.model import TERMINAL_STATUSES
 
 from local.console import EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, CliError, need_file, say
 from local.deployed import Deployment, aws_errors, environment, jobs

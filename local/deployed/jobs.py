@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 from botocore.exceptions import ClientError
-from sluice.model import TERMINAL_STATUSES
+from sluice.contract import TERMINAL_STATUSES
 from sluice.plan import job_id_for
 
 from local.console import EXIT_NOT_FOUND, CliError, human_seconds, job_exit_code, progress, say

@@ -8,7 +8,8 @@ from typing import Any
 
 import orjson
 from botocore.exceptions import ClientError
-from sluice.lines import LineError, parse_line, split_lines
+from sluice.contract import manifest_key
+from sluice.lines import READ_CHUNK, LineError, parse_line, split_lines
 from sluice.merge import load_manifest
 
 # the checkpoint format belongs to the shard code; its own readers keep the two in step
@@ -17,8 +18,6 @@ from sluice.parts import part_keys, read_part
 from local.console import EXIT_NOT_FOUND, CliError
 from local.deployed.jobs import output_size
 from local.deployed.stack import Deployment, error_code
-
-READ_CHUNK = 1 << 20
 
 
 def local_chunks(path: Path) -> Iterator[bytes]:
@@ -66,7 +65,7 @@ def line_outcome(dep: Deployment, job: dict[str, Any], line: int) -> tuple[int, 
     Direct mode keeps no item row for a success, so this is where a finished line is found.
     """
     try:
-        specs = load_manifest(dep.s3, str(job["bucket"]), f"jobs/{job['job_id']}/manifest.json")
+        specs = load_manifest(dep.s3, str(job["bucket"]), manifest_key(str(job["job_id"])))
     except ClientError as exc:
         if error_code(exc) in ("NoSuchKey", "404"):
             return None  # still planning

@@ -10,10 +10,9 @@ from typing import Any
 
 import orjson
 from botocore.exceptions import ClientError
-from sluice.lines import parse_line, split_lines
+from sluice.lines import READ_CHUNK, parse_line, split_lines
 
 from local.console import EXIT_INPUT, CliError
-from local.deployed.lines import READ_CHUNK
 from local.deployed.stack import Deployment
 
 # Retrying these reproduces them: the line itself is wrong, not the provider's answer.

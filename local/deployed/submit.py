@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from sluice.contract import Settings
 from sluice.plan import METADATA_PREFIX, JobOptions, PlanError, job_id_for
-from sluice.settings import Settings
 
 from local.console import EXIT_USAGE, CliError, progress, say
 from local.deployed.stack import Deployment

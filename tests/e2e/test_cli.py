@@ -216,7 +216,7 @@ class Deployed:
         return JobStore(self.table, ttl_days=7)
 
     def settings(self, **changes: Any) -> Any:
-        from sluice.settings import Settings
+        from sluice.contract import Settings
 
         options = {
             "shard_lines": 10,

@@ -28,12 +28,12 @@ from sluice.batch import (
     split_parts,
     submit_batch,
 )
+from sluice.contract import Settings
 from sluice.engine import make_session
 from sluice.merge import provider_costs
 from sluice.model import ErrorCode, Outcome, Request
 from sluice.parts import load_checkpoint
 from sluice.plan import JobOptions, PlanError
-from sluice.settings import Settings
 from sluice.shard import ShardContext, ShardSpec
 from sluice.store import JobStore
 

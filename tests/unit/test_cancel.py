@@ -16,11 +16,11 @@ import pytest
 from aiohttp import web
 from moto import mock_aws
 from sluice.cancel import JobNotFound, cancel_job
+from sluice.contract import Settings
 from sluice.direct import run_direct
 from sluice.engine import make_session
 from sluice.merge import load_manifest
 from sluice.plan import plan_job
-from sluice.settings import Settings
 from sluice.shard import ShardContext
 from sluice.store import ItemState, JobStore
 

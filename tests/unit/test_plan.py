@@ -5,6 +5,7 @@ from botocore.exceptions import ClientError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from moto import mock_aws
+from sluice.contract import Settings, SettingsError
 from sluice.lines import split_lines
 from sluice.merge import outcome_status
 from sluice.plan import (
@@ -16,7 +17,6 @@ from sluice.plan import (
     output_prefix,
     plan_lines,
 )
-from sluice.settings import Settings, SettingsError
 
 SETTINGS = Settings(bucket="b", table="t", provider_base_url="http://x", api_key_secret_arn="arn")
 

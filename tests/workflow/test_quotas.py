@@ -119,7 +119,7 @@ def test_a_background_shard_stays_under_the_history_cap_for_24_hours(make_cloud,
     """Defect 5: measure the events one AwaitWebhooks -> Collect loop records, then count the
     loops the poll schedule makes in 24 hours (after which a response is reported expired)."""
     from sluice.background import BACKGROUND_MAX_WAIT_S
-    from sluice.settings import Settings
+    from sluice.contract import Settings
     from sluice.shard import poll_wait_seconds
 
     simulator.configure(latency_s=2.5, webhook_drop_rate=1.0)
