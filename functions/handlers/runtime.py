@@ -8,19 +8,31 @@ its own role's session through `use_sessions` instead.
 
 from __future__ import annotations
 
-import functools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import boto3
+from aws_lambda_powertools.utilities.parameters import SecretsProvider
 from sluice.contract import Settings
 from sluice.engine import make_session
 from sluice.shard import ShardContext
 from sluice.store import JobStore
 
 SessionFor = Callable[[str], boto3.Session]
+
+# Secrets are set (and rotated) with put-secret-value after the stack exists; a warm container
+# picks up a new value within this long instead of using the old one until it is recycled.
+SECRET_MAX_AGE_S = 300
+
+
+def read_secret(secrets: SecretsProvider, arn: str, *, max_age: int = SECRET_MAX_AGE_S) -> str:
+    """A secret's value through Powertools' cache (one GetSecretValue per `max_age`); never
+    logged or passed on. The provider is built on the function's own client, so the call is
+    made with the function's role."""
+    value = secrets.get(arn, max_age=max_age)
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _default_session(function_name: str) -> boto3.Session:
@@ -51,7 +63,7 @@ class Runtime:
     s3: Any
     events: Any
     store: JobStore
-    secrets: Any
+    secrets: SecretsProvider
     sfn: Any
 
     @classmethod
@@ -62,21 +74,19 @@ class Runtime:
             s3=session.client("s3"),
             events=session.client("events"),
             store=JobStore(session.resource("dynamodb").Table(settings.table), ttl_days=settings.ttl_days),
-            secrets=session.client("secretsmanager"),
+            secrets=SecretsProvider(boto3_client=session.client("secretsmanager")),
             sfn=session.client("stepfunctions"),
         )
 
-    @functools.cached_property
+    @property
     def api_key(self) -> str:
-        # read at first use and kept for the container's life; never logged or passed on
-        value = self.secrets.get_secret_value(SecretId=self.settings.api_key_secret_arn)
-        secret = value.get("SecretString") or ""
+        secret = read_secret(self.secrets, self.settings.api_key_secret_arn)
         # the stack creates the secret with a placeholder: better one clear failure than a 401 per line
         if not secret or secret.startswith("PLACEHOLDER"):
             raise RuntimeError(
                 "the provider API key secret is not set; set it with `aws secretsmanager put-secret-value`"
             )
-        return str(secret)
+        return secret
 
     def shard_context(self, context: Any) -> ShardContext:
         return ShardContext(
