@@ -26,7 +26,7 @@ def test_the_webhook_handler_calls_only_what_the_stack_grants(deployed_webhook: 
 
     store._table.meta.client.meta.events.register("before-parameter-build.dynamodb", record("dynamodb"))
     sfn.meta.events.register("before-parameter-build.sfn", record("states"))
-    secrets.meta.events.register("before-parameter-build.secrets-manager", record("secretsmanager"))
+    secrets.client.meta.events.register("before-parameter-build.secrets-manager", record("secretsmanager"))
     assert store.arm_shard("job", 0, "token-0") is False
 
     response = provider_event("response.completed", "resp_a")
