@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import aws_cdk as cdk
 import aws_cdk.aws_logs as logs
 from constructs import IConstruct
-from sluice.contract import DEFAULT_PROVIDER_BASE_URL, MODES, SETTING_DEFAULTS
+from sluice.contract import DEFAULT_PROVIDER_BASE_URL, MODES, SETTING_DEFAULTS, TIER1_BATCH_QUEUE_TOKENS
 
 CDK_JSON = Path(__file__).resolve().parent.parent / "cdk.json"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -57,6 +57,10 @@ class Environment:
     shard_lines: int = SETTING_DEFAULTS["shard_lines"]
     poll_seconds: int = SETTING_DEFAULTS["poll_seconds"]
     safety_margin_s: float = SETTING_DEFAULTS["safety_margin_s"]
+    # the provider's Batch queue limit per model, in input tokens enqueued at once (0 = none),
+    # and the limit of a model not named; the defaults are OpenAI's at usage tier 1
+    batch_queue_tokens: Mapping[str, int] = field(default_factory=lambda: dict(TIER1_BATCH_QUEUE_TOKENS))
+    batch_queue_default_tokens: int = SETTING_DEFAULTS["batch_queue_default_tokens"]
     log_level: str = "INFO"
     log_retention_days: int = 30
     versioning: bool = False
@@ -126,6 +130,18 @@ class Environment:
         ):
             if key in values and (type(values[key]) is not int or values[key] <= 0):
                 raise fail(key, "must be a positive integer")
+        if "batch_queue_tokens" in values:
+            limits = values["batch_queue_tokens"]
+            if not isinstance(limits, Mapping) or not all(
+                isinstance(model, str) and model and "," not in model and type(tokens) is int and tokens >= 0
+                for model, tokens in limits.items()
+            ):
+                raise fail("batch_queue_tokens", "must map model names to whole numbers of tokens (0 = no limit)")
+            values["batch_queue_tokens"] = dict(limits)
+        if "batch_queue_default_tokens" in values and (
+            type(values["batch_queue_default_tokens"]) is not int or values["batch_queue_default_tokens"] < 0
+        ):
+            raise fail("batch_queue_default_tokens", "must be a whole number of tokens (0 = no limit)")
         for key in ("request_timeout_s", "safety_margin_s"):
             if key in values:
                 if type(values[key]) not in (int, float) or values[key] <= 0:

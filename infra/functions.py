@@ -22,6 +22,7 @@ from sluice.contract import (
     Settings,
     Step,
     WebhookSettings,
+    queue_tokens_text,
 )
 
 from infra.bundling import LocalBundling
@@ -73,6 +74,8 @@ def lambda_environment(
         poll_seconds=config.poll_seconds,
         safety_margin_s=config.safety_margin_s,
         max_error_rate=config.max_error_rate,
+        batch_queue_tokens=queue_tokens_text(config.batch_queue_tokens),
+        batch_queue_default_tokens=config.batch_queue_default_tokens,
     )
     return {**settings.to_env(), **powertools_environment(config)}
 

@@ -112,6 +112,8 @@ class LocalSettings:
     default_mode: str = SETTING_DEFAULTS["default_mode"]
     default_model: str | None = SETTING_DEFAULTS["default_model"]
     shared_limit: str = SETTING_DEFAULTS["shared_limit"]
+    batch_queue_tokens: str = SETTING_DEFAULTS["batch_queue_tokens"]
+    batch_queue_default_tokens: int = SETTING_DEFAULTS["batch_queue_default_tokens"]
 
 
 @dataclass

@@ -46,6 +46,12 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     limits.add_argument(
         "--quota-tpm", type=checks.whole_number, default=0, help="tokens per minute per API key (0: none)"
     )
+    limits.add_argument(
+        "--batch-queue-tokens",
+        type=checks.whole_number,
+        default=0,
+        help="input tokens a model's running batches may hold, as OpenAI's Batch queue limit (0: none)",
+    )
     hooks = parser.add_argument_group("webhooks")
     hooks.add_argument("--webhook-url", default=None, help="where to send response.* and batch.* events")
     hooks.add_argument("--webhook-secret", default=None, help="whsec_... used to sign them (default: unsigned)")
@@ -68,6 +74,7 @@ def config_from(args: argparse.Namespace) -> SimConfig:
         tpm_limit=args.tpm,
         quota_rpm=args.quota_rpm,
         quota_tpm=args.quota_tpm,
+        batch_queue_limit=args.batch_queue_tokens,
         seed=args.seed,
         api_key=args.api_key,
         webhook_url=args.webhook_url,

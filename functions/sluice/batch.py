@@ -1,37 +1,45 @@
 """Batch mode: a shard's rows go through the provider's Files and Batch APIs.
 
-SubmitBatch uploads the rows that have no terminal outcome yet as JSONL files — one endpoint
-and one model per file, within the provider's request and byte limits — and creates one batch
-per file. CollectBatch streams back the output and error files of the batches that ended and
-writes their outcomes as shard parts, exactly like a direct run, so checkpoints, assembly and
-merge work unchanged. Rows a batch did not finish get no outcome when the job's policy is
-`direct` (RunShard then sends them, as it sends every line missing from the parts), or an
-error line when it is `error`.
+SubmitBatch cuts the rows that have no terminal outcome yet into JSONL files — one endpoint
+and one model per file, within the provider's request and byte limits and its model's Batch
+queue limit — and creates a batch per file for as many files as the queue has room for
+(`batch_queue`: tokens are reserved in the table first, since every shard of every job on the
+key shares the queue). CollectBatch streams back the output and error files of the batches
+that ended and writes their outcomes as shard parts, exactly like a direct run, so checkpoints,
+assembly and merge work unchanged; then it creates the files still waiting, as the ended
+batches made room. A batch the provider failed with `token_limit_exceeded` answered nothing:
+its file goes back to waiting and is created again after a backoff, under a new attempt number.
+Rows a batch did not finish get no outcome when the job's policy is `direct` (RunShard then
+sends them, as it sends every line missing from the parts), or an error line when it is `error`.
 
 Which input line a batch row answers is kept in S3 per batch file (`batch-<part>.json`), written
-before the batch exists: providers return rows in any order, and validation errors name rows
-by their line in the uploaded file.
+for every file before any batch exists: providers return rows in any order, validation errors
+name rows by their line in the uploaded file, and a file created later is rebuilt from it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import random
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import IO, Any, Literal, cast
 
 import openai
 import orjson
 
+from . import batch_queue
+from .batch_queue import QueueTable, estimate_tokens, hold_ref, limit_exceeded, queue_key
 from .contract import Settings
 from .model import ErrorCode, Outcome, Request
 from .parts import PartWriter, assemble, load_checkpoint, parts_stats
 from .retry import RetryPolicy, backoff_s
-from .shard import ShardContext, ShardSpec, pending, poll_wait_seconds
+from .shard import ShardContext, ShardSpec, pending, poll_wait_seconds, read_shard
+from .store import QUEUED_PREFIX
 
 COMPLETION_WINDOW: Literal["24h"] = "24h"
 TERMINAL = frozenset({"completed", "failed", "expired", "cancelled"})
@@ -72,6 +80,8 @@ class BatchPart:
     lines: list[int] = field(default_factory=list)
     custom_ids: list[str] = field(default_factory=list)
     size: int = 0
+    # input tokens the provider's queue will count (`batch_queue.estimate_tokens`)
+    tokens: int = 0
     file: IO[bytes] | None = None
 
     def add(self, request: Request, row: bytes) -> None:
@@ -82,6 +92,7 @@ class BatchPart:
         self.lines.append(request.line)
         self.custom_ids.append(request.custom_id)
         self.size += len(row)
+        self.tokens += estimate_tokens(request)
 
     def close(self) -> None:
         if self.file is not None:
@@ -103,6 +114,7 @@ class BatchPart:
                 "model": self.model,
                 "lines": self.lines,
                 "custom_ids": self.custom_ids,
+                "tokens": self.tokens,
             }
         )
 
@@ -115,6 +127,7 @@ class BatchPart:
             model=data["model"],
             lines=data["lines"],
             custom_ids=data["custom_ids"],
+            tokens=int(data.get("tokens", 0)),
         )
 
 
@@ -138,20 +151,36 @@ def request_model(request: Request) -> str | None:
     return model if isinstance(model, str) else None
 
 
-def split_parts(requests: Iterable[Request], *, max_requests: int, max_bytes: int) -> list[BatchPart]:
-    """Cut the requests into batch files: one per (endpoint, model), a new one at either limit.
+def split_parts(
+    requests: Iterable[Request],
+    *,
+    max_requests: int,
+    max_bytes: int,
+    max_tokens: Callable[[str | None], int] | None = None,
+) -> list[BatchPart]:
+    """Cut the requests into batch files: one per (endpoint, model), a new one at any limit:
+    requests, bytes, or the model's queue limit in tokens (`max_tokens`, 0 = none), since a
+    file over the queue limit could never be enqueued.
 
     Deterministic for the same requests, so a retried submit numbers its parts the same way
     and recognises the batches it created before.
     """
     parts: list[BatchPart] = []
     current: dict[tuple[str, str | None], BatchPart] = {}
+    limits: dict[str | None, int] = {}
     for request in requests:
         row = batch_row(request)
         group = (request.path, request_model(request))
+        if group[1] not in limits:
+            limits[group[1]] = max_tokens(group[1]) if max_tokens is not None else 0
+        limit = limits[group[1]]
         part = current.get(group)
         full = part is not None and (
-            len(part.lines) >= max_requests or (part.lines and part.size + len(row) > max_bytes)
+            len(part.lines) >= max_requests
+            or (
+                part.lines
+                and (part.size + len(row) > max_bytes or (limit > 0 and part.tokens + estimate_tokens(request) > limit))
+            )
         )
         if part is None or full:
             part = BatchPart(index=len(parts), endpoint=group[0], model=group[1])
@@ -180,12 +209,17 @@ async def _provider(ctx: ShardContext, client: openai.AsyncOpenAI | None) -> Asy
         yield api
 
 
-async def _created_batches(api: openai.AsyncOpenAI, spec: ShardSpec, since: float) -> dict[int, str]:
-    """Batches an earlier attempt of this submit created, by part, from their metadata.
+def _attempt(metadata: dict[str, Any]) -> int:
+    raw = str(metadata.get("try", "1"))
+    return int(raw) if raw.isdigit() else 0
+
+
+async def _created_batches(api: openai.AsyncOpenAI, spec: ShardSpec, since: float) -> dict[tuple[int, int], str]:
+    """Batches an earlier attempt of this shard created, by (part, attempt), from their metadata.
 
     Listed newest first, so the scan stops at the first batch older than that attempt.
     """
-    found: dict[int, str] = {}
+    found: dict[tuple[int, int], str] = {}
     async for batch in api.batches.list(limit=100):
         if batch.created_at < since:
             break
@@ -193,13 +227,33 @@ async def _created_batches(api: openai.AsyncOpenAI, spec: ShardSpec, since: floa
         part = metadata.get("part", "")
         if metadata.get("job") == spec.job_id and metadata.get("shard") == str(spec.shard) and part.isdigit():
             # a second copy should not exist; if one does, the older one is the one recorded
-            found[int(part)] = batch.id
+            found[(int(part), _attempt(metadata))] = batch.id
     return found
 
 
-async def _create(api: openai.AsyncOpenAI, ctx: ShardContext, spec: ShardSpec, part: BatchPart) -> str:
-    # the row map goes first: a batch must never exist without a way to read its answers
-    ctx.s3.put_object(Bucket=spec.bucket, Key=part_key(spec, part.index), Body=part.manifest())
+async def _active_holds(api: openai.AsyncOpenAI, since: float) -> set[str]:
+    """The queue holds of the key's batches the provider still runs (created since `since`)."""
+    listed = []
+    async for batch in api.batches.list(limit=100):
+        if batch.created_at < since:
+            break
+        listed.append(batch)
+    return batch_queue.active_refs(listed)
+
+
+def _metadata(spec: ShardSpec, index: int, attempt: int) -> dict[str, str]:
+    metadata = {"job": spec.job_id, "shard": str(spec.shard), "part": str(index)}
+    if attempt > 1:
+        # a file created again after `token_limit_exceeded`: the failed batch stays listed
+        metadata["try"] = str(attempt)
+    return metadata
+
+
+class QueueFull(Exception):
+    """The provider refused to create a batch because its queue is full: try again later."""
+
+
+async def _create(api: openai.AsyncOpenAI, ctx: ShardContext, spec: ShardSpec, part: BatchPart, attempt: int) -> str:
     assert part.file is not None
     part.file.seek(0)
     name = f"sluice-{spec.job_id}-{spec.shard:05d}-{part.index:03d}.jsonl"
@@ -208,32 +262,190 @@ async def _create(api: openai.AsyncOpenAI, ctx: ShardContext, spec: ShardSpec, p
     )
     started = time.time()
     once = api.with_options(max_retries=0)
-    attempt = 0
+    tries = 0
     while True:
-        attempt += 1
+        tries += 1
         try:
             batch = await once.batches.create(
                 input_file_id=uploaded.id,
                 endpoint=cast(Any, part.endpoint),
                 completion_window=COMPLETION_WINDOW,
-                metadata={"job": spec.job_id, "shard": str(spec.shard), "part": str(part.index)},
+                metadata=_metadata(spec, part.index, attempt),
             )
             return batch.id
-        except _AMBIGUOUS:
-            found = await _created_batches(api, spec, since=started - CLOCK_SLACK_S)
-            if part.index in found:
-                return found[part.index]
-            if attempt >= CREATE_POLICY.max_attempts:
+        except openai.APIError as exc:
+            if getattr(exc, "code", None) == batch_queue.TOKEN_LIMIT_EXCEEDED:
+                # refused outright rather than failed at validation: the same "wait and resubmit"
+                with contextlib.suppress(openai.APIError):
+                    await api.files.delete(uploaded.id)
+                raise QueueFull(str(exc)) from exc
+            if not isinstance(exc, _AMBIGUOUS):
                 raise
-            await asyncio.sleep(backoff_s(attempt, CREATE_POLICY, random.random, floor=CREATE_JITTER_FLOOR))
+            failure = exc
+        found = await _created_batches(api, spec, since=started - CLOCK_SLACK_S)
+        if (part.index, attempt) in found:
+            return found[(part.index, attempt)]
+        if tries >= CREATE_POLICY.max_attempts:
+            raise failure
+        await asyncio.sleep(backoff_s(tries, CREATE_POLICY, random.random, floor=CREATE_JITTER_FLOOR))
+
+
+@dataclass
+class ShardBatches:
+    """A batch shard's files as its row records them: a batch id per file ("" while it waits
+    for room in the queue), each file's model and tokens, and attempt numbers."""
+
+    batch_ids: list[str]
+    models: list[str]
+    tokens: list[int]
+    tries: dict[str, int]
+    retry_at: float = 0.0
+    requeued: int = 0
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> ShardBatches:
+        plan = list(row.get("batch_parts") or [])
+        batch_ids = list(row.get("batch_ids") or [])
+        batch_ids += [""] * (len(plan) - len(batch_ids))
+        return cls(
+            batch_ids=batch_ids,
+            models=[str(p.get("model") or "") for p in plan],
+            tokens=[int(p.get("tokens", 0)) for p in plan],
+            tries={str(k): int(v) for k, v in dict(row.get("batch_tries") or {}).items()},
+            retry_at=float(row.get("batch_retry_at") or 0.0),
+            requeued=int(row.get("batch_requeued") or 0),
+        )
+
+    def attempt(self, index: int) -> int:
+        return self.tries.get(str(index), 1)
+
+    def waiting_for_room(self) -> list[int]:
+        return [index for index, batch_id in enumerate(self.batch_ids) if not batch_id]
+
+
+def _rebuild(ctx: ShardContext, spec: ShardSpec, indexes: list[int]) -> list[BatchPart]:
+    """The files of parts created after SubmitBatch, from their row maps and the shard's input."""
+    maps = {
+        index: BatchPart.from_manifest(ctx.s3.get_object(Bucket=spec.bucket, Key=part_key(spec, index))["Body"].read())
+        for index in indexes
+    }
+    owner = {line: index for index, part in maps.items() for line in part.lines}
+    rebuilt = {index: BatchPart(index=index, endpoint=part.endpoint, model=part.model) for index, part in maps.items()}
+    for item in read_shard(ctx.s3, spec):
+        index = owner.get(item.line)
+        if index is not None and isinstance(item, Request):
+            rebuilt[index].add(item, batch_row(item))
+    for index, part in rebuilt.items():
+        if part.lines != maps[index].lines:
+            raise RuntimeError(f"part {index} of shard {spec.shard} no longer matches its row map")
+    return [rebuilt[index] for index in indexes]
+
+
+def _requeue_delay_s(settings: Settings, attempt: int) -> float:
+    """How long a file the queue refused waits before its next attempt: doubling, up to the poll cap."""
+    policy = RetryPolicy(base_delay_s=float(settings.poll_seconds), max_delay_s=float(settings.batch_poll_max_s))
+    return backoff_s(attempt, policy, random.random, floor=CREATE_JITTER_FLOOR)
+
+
+def _requeue(ctx: ShardContext, spec: ShardSpec, state: ShardBatches, index: int) -> None:
+    state.batch_ids[index] = ""
+    attempt = state.attempt(index)
+    state.tries[str(index)] = attempt + 1
+    state.retry_at = max(state.retry_at, time.time() + _requeue_delay_s(ctx.settings, attempt))
+    state.requeued += 1
+    ctx.store.requeue_batch(spec.job_id, spec.shard, state.batch_ids, state.tries, state.retry_at)
+
+
+async def _advance(
+    api: openai.AsyncOpenAI,
+    ctx: ShardContext,
+    spec: ShardSpec,
+    state: ShardBatches,
+    files: dict[int, BatchPart] | None,
+    queue: QueueTable,
+) -> int:
+    """Create the waiting files that fit under their model's queue limit, in part order; how many.
+
+    A file goes only once its tokens are reserved. A reservation this shard already held means
+    an earlier run may have created the batch and died before recording it: it is looked up first.
+    """
+    waiting = state.waiting_for_room()
+    if not waiting or time.time() < state.retry_at:
+        return 0
+    if (ctx.store.job(spec.job_id) or {}).get("status") == "CANCELLED":
+        return 0
+    settings = ctx.settings
+    full: set[str] = set()
+    reconciled: set[str] = set()
+    granted: list[int] = []
+    for index in waiting:
+        model = state.models[index]
+        if model in full:
+            continue
+        pk = queue_key(settings.provider_base_url, ctx.api_key, model)
+        ref = hold_ref(spec.job_id, spec.shard, index, state.attempt(index))
+        limit = settings.batch_queue_limit(model or None)
+        got = batch_queue.reserve(queue, pk, ref, state.tokens[index], limit, time.time())
+        if not got.granted and model not in reconciled:
+            # holds of shards that died are released here, from the provider's own list
+            reconciled.add(model)
+            oldest = min((h.since for h in queue.load(pk).holds.values()), default=time.time())
+            active = await _active_holds(api, since=oldest - CLOCK_SLACK_S)
+            if batch_queue.forget(queue, pk, active, time.time()):
+                got = batch_queue.reserve(queue, pk, ref, state.tokens[index], limit, time.time())
+        if not got.granted:
+            full.add(model)
+            continue
+        if got.held_since is not None:
+            found = await _created_batches(api, spec, since=got.held_since - CLOCK_SLACK_S)
+            batch_id = found.get((index, state.attempt(index)))
+            if batch_id is not None:
+                state.batch_ids[index] = batch_id
+                ctx.store.set_shard_batches(spec.job_id, spec.shard, state.batch_ids)
+                continue
+        granted.append(index)
+    if not granted:
+        return 0
+    parts = _rebuild(ctx, spec, granted) if files is None else [files[index] for index in granted]
+    created = 0
+    try:
+        for part in parts:
+            attempt = state.attempt(part.index)
+            try:
+                batch_id = await _create(api, ctx, spec, part, attempt)
+            except QueueFull:
+                queue.release(
+                    queue_key(settings.provider_base_url, ctx.api_key, state.models[part.index]),
+                    hold_ref(spec.job_id, spec.shard, part.index, attempt),
+                )
+                _requeue(ctx, spec, state, part.index)
+                break
+            created += 1
+            state.batch_ids[part.index] = batch_id
+            if ctx.progress is not None:
+                ctx.progress.waiting(len(part.lines))
+            # recorded one by one, so a crash loses at most the batch being created
+            ctx.store.set_shard_batches(spec.job_id, spec.shard, state.batch_ids)
+    finally:
+        if files is None:
+            for part in parts:
+                part.close()
+    return created
+
+
+def queued_marker(spec: ShardSpec) -> str:
+    """What the webhook index holds while no batch of the shard runs: no webhook names it, so
+    the wait lasts its whole timeout (the backoff) instead of waking at once."""
+    return f"{QUEUED_PREFIX}{spec.job_id}#{spec.shard}"
 
 
 async def submit_batch(
     ctx: ShardContext, spec: ShardSpec, *, client: openai.AsyncOpenAI | None = None
 ) -> dict[str, Any]:
-    """Create the shard's batches, or find the ones an earlier attempt already created."""
-    earlier = ctx.store.begin_batch_submit(spec.job_id, spec.shard, time.time())
-    recorded: list[str] = list((ctx.store.shard(spec.job_id, spec.shard) or {}).get("batch_ids") or [])
+    """Cut the shard into files and create the batches the queue has room for, or find the ones
+    an earlier attempt already created."""
+    ctx.store.begin_batch_submit(spec.job_id, spec.shard, time.time())
+    row = ctx.store.shard(spec.job_id, spec.shard) or {}
     checkpoint = load_checkpoint(ctx.s3, spec)
     writer = PartWriter(s3=ctx.s3, store=ctx.store, spec=spec, run=checkpoint.runs + 1, progress=ctx.progress)
     settings = ctx.settings
@@ -241,32 +453,31 @@ async def submit_batch(
         pending(ctx.s3, spec, checkpoint.done, writer.add_invalid),
         max_requests=settings.batch_max_requests,
         max_bytes=settings.batch_max_bytes,
+        max_tokens=settings.batch_queue_limit,
     )
-    batch_ids: list[str] = []
     created = 0
     try:
-        async with _provider(ctx, client) as api:
-            found: dict[int, str] = {}
-            if earlier is not None and len(recorded) < len(parts):
-                # the earlier attempt may have died between creating a batch and recording it
-                found = await _created_batches(api, spec, since=earlier - CLOCK_SLACK_S)
+        if "batch_parts" not in row:
+            # the row maps go first: a batch must never exist without a way to read its answers
             for part in parts:
-                batch_id = recorded[part.index] if part.index < len(recorded) else found.get(part.index)
-                if batch_id is None:
-                    batch_id = await _create(api, ctx, spec, part)
-                    created += 1
-                batch_ids.append(batch_id)
-                if ctx.progress is not None:
-                    ctx.progress.waiting(len(part.lines))
-                if batch_ids != recorded[: len(batch_ids)]:
-                    # recorded one by one, so a crash loses at most the batch being created
-                    ctx.store.set_shard_batches(spec.job_id, spec.shard, batch_ids)
+                ctx.s3.put_object(Bucket=spec.bucket, Key=part_key(spec, part.index), Body=part.manifest())
+            plan = [{"model": part.model or "", "tokens": part.tokens, "lines": len(part.lines)} for part in parts]
+            ctx.store.plan_batch_parts(spec.job_id, spec.shard, plan)
+            row = ctx.store.shard(spec.job_id, spec.shard) or {}
+        state = ShardBatches.from_row(row)
+        if parts:
+            async with _provider(ctx, client) as api:
+                created = await _advance(
+                    api, ctx, spec, state, {part.index: part for part in parts}, QueueTable(ctx.store.table)
+                )
+            if not any(state.batch_ids):
+                ctx.store.await_batch(spec.job_id, spec.shard, queued_marker(spec))
     finally:
         for part in parts:
             part.close()
     writer.flush(finished=False)
     return {
-        "batch_ids": batch_ids,
+        "batch_ids": [batch_id for batch_id in state.batch_ids if batch_id],
         "batches_created": created,
         "requests": sum(len(p.lines) for p in parts),
         "wait_seconds": batch_wait_seconds(settings, 0.0),
@@ -441,58 +652,85 @@ async def _delete_files(api: openai.AsyncOpenAI, batches: Iterable[Any]) -> None
 async def collect_batch(
     ctx: ShardContext, spec: ShardSpec, *, client: openai.AsyncOpenAI | None = None
 ) -> dict[str, Any]:
-    """Collect every batch that ended; finish, fall back to direct for leftovers, or wait on."""
+    """Collect every batch that ended and create the files still waiting for room in the queue;
+    finish, fall back to direct for leftovers, or wait on."""
     row = ctx.store.shard(spec.job_id, spec.shard) or {}
-    batch_ids: list[str] = list(row.get("batch_ids") or [])
+    state = ShardBatches.from_row(row)
     states: dict[str, dict[str, Any]] = dict(row.get("batch_states") or {})
     checkpoint = load_checkpoint(ctx.s3, spec)
     writer = PartWriter(
         s3=ctx.s3, store=ctx.store, spec=spec, run=checkpoint.runs + 1, path="batch", progress=ctx.progress
     )
+    queue = QueueTable(ctx.store.table)
+    settings = ctx.settings
     collected: dict[str, dict[str, Any]] = {}
     ended: list[Any] = []
+    refused: list[Any] = []
     waiting: list[str] = []
     async with _provider(ctx, client) as api:
-        for index, batch_id in enumerate(batch_ids):
-            if batch_id in states:
+        for index, batch_id in enumerate(list(state.batch_ids)):
+            if not batch_id or batch_id in states:
                 continue
             batch = await api.batches.retrieve(batch_id)
             if batch.status not in TERMINAL:
                 waiting.append(batch_id)
                 continue
+            if index < len(state.models):
+                # the provider's queue let go of these tokens: so does ours
+                queue.release(
+                    queue_key(settings.provider_base_url, ctx.api_key, state.models[index]),
+                    hold_ref(spec.job_id, spec.shard, index, state.attempt(index)),
+                )
+            if limit_exceeded(batch):
+                # the queue was full: nothing ran, so the file waits and goes again later
+                _requeue(ctx, spec, state, index)
+                refused.append(batch)
+                continue
             raw = ctx.s3.get_object(Bucket=spec.bucket, Key=part_key(spec, index))["Body"].read()
             part = BatchPart.from_manifest(raw)
             collected[batch_id] = await _collect_one(api, spec, batch, part, checkpoint.done, writer)
             ended.append(batch)
+        await _advance(api, ctx, spec, state, None, queue)
+        waiting += [b for b in state.batch_ids if b and b not in states and b not in collected and b not in waiting]
     states.update(collected)
     if ctx.progress is not None:
-        ctx.progress.waiting(-sum(int(state.get("left", 0)) for state in collected.values()))
-    left = sum(int(state.get("left", 0)) for state in states.values())
-    fallback = not waiting and left > 0
-    done = not waiting and not fallback
+        ctx.progress.waiting(-sum(int(one.get("left", 0)) for one in collected.values()))
+    queued = state.waiting_for_room()
+    left = sum(int(one.get("left", 0)) for one in states.values())
+    fallback = not waiting and not queued and left > 0
+    done = not waiting and not queued and not fallback
     # outcomes first: a batch marked collected must have its rows in the parts
     writer.flush(finished=done)
-    for batch_id, state in collected.items():
-        ctx.store.mark_batch_collected(spec.job_id, spec.shard, batch_id, state)
-    if ended:
+    for batch_id, collected_state in collected.items():
+        ctx.store.mark_batch_collected(spec.job_id, spec.shard, batch_id, collected_state)
+    if ended or refused:
         async with _provider(ctx, client) as api:
-            await _delete_files(api, ended)
+            await _delete_files(api, [*ended, *refused])
     elapsed = time.time() - float(row.get("batch_submit_at") or time.time())
+    wait_seconds = batch_wait_seconds(settings, elapsed)
     outcome = {
         "done": done,
         "fallback": fallback,
         "waiting": len(waiting),
         "collected": len(collected),
-        "wait_seconds": batch_wait_seconds(ctx.settings, elapsed),
+        "wait_seconds": wait_seconds,
     }
     if waiting:
         if row.get("provider_id") != waiting[0] or "batch_settled" in row:
             ctx.store.await_batch(spec.job_id, spec.shard, waiting[0])
         return outcome
+    if queued:
+        # nothing runs to wake the shard: it sleeps until the queue may have room
+        outcome["wait_seconds"] = max(wait_seconds, math.ceil(state.retry_at - time.time()))
+        if row.get("provider_id") != queued_marker(spec) or "batch_settled" in row:
+            ctx.store.await_batch(spec.job_id, spec.shard, queued_marker(spec))
+        return outcome
     report = {
-        "batches": [{"id": batch_id, **states.get(batch_id, {})} for batch_id in batch_ids],
+        "batches": [{"id": batch_id, **states.get(batch_id, {})} for batch_id in state.batch_ids],
         "on_batch_incomplete": spec.on_batch_incomplete,
         "fallback_lines": left,
+        # batches the provider failed with `token_limit_exceeded` and Sluice created again
+        "requeued": state.requeued,
         # tokens the batches answered (priced at the batch rate); later direct parts are not in here
         "batch_models": parts_stats(ctx.s3, spec).models,
     }

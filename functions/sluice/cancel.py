@@ -25,7 +25,7 @@ from .merge import merge_job
 from .model import ErrorCode, Outcome, Request
 from .plan import output_prefix
 from .retry import RetryPolicy
-from .store import ITEM_WIDTH, JobStore
+from .store import ITEM_WIDTH, QUEUED_PREFIX, JobStore
 
 # items the provider may still be working on (or holding an answer for) in background mode
 OPEN_ITEM_STATUSES = frozenset({"submitted", "settled"})
@@ -75,7 +75,12 @@ def open_provider_work(store: JobStore, job_id: str) -> ProviderWork:
         if shard.get("batch_settled") and shard.get("provider_id"):
             ended.add(shard["provider_id"])
         for batch_id in [*(shard.get("batch_ids") or []), shard.get("provider_id")]:
-            if batch_id and batch_id not in ended and batch_id not in batches:
+            if (
+                batch_id
+                and batch_id not in ended
+                and batch_id not in batches
+                and not batch_id.startswith(QUEUED_PREFIX)
+            ):
                 batches.append(str(batch_id))
     responses = [
         (item.line, item.custom_id, item.provider_id)

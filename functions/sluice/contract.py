@@ -178,6 +178,43 @@ def parse_error_rate(raw: str) -> float:
     return value
 
 
+# OpenAI's Batch queue limits at usage tier 1 (platform.openai.com/docs/guides/rate-limits,
+# "Usage tiers": the "Batch queue limit" column), the lowest paid tier: a higher tier only
+# waits less than it could. A model not named gets the smallest of them.
+TIER1_BATCH_QUEUE_TOKENS: dict[str, int] = {
+    "gpt-4o-mini": 2_000_000,
+    "gpt-4o": 90_000,
+    "gpt-4-turbo": 90_000,
+    "gpt-4": 100_000,
+    "gpt-3.5-turbo": 2_000_000,
+    "o1-mini": 2_000_000,
+    "o1-preview": 90_000,
+    "text-embedding-3-small": 3_000_000,
+    "text-embedding-3-large": 3_000_000,
+    "text-embedding-ada-002": 3_000_000,
+}
+DEFAULT_BATCH_QUEUE_DEFAULT_TOKENS = 90_000
+
+
+def queue_tokens_text(limits: Mapping[str, int]) -> str:
+    """Per-model queue limits as the one-line text `parse_queue_tokens` reads."""
+    return ",".join(f"{model}={tokens}" for model, tokens in limits.items())
+
+
+def parse_queue_tokens(text: str) -> dict[str, int]:
+    """`model=tokens,model=tokens` (0 = no limit); ValueError says what is wrong."""
+    limits: dict[str, int] = {}
+    for entry in filter(None, (part.strip() for part in text.split(","))):
+        model, sep, tokens = entry.rpartition("=")
+        if not sep or not model or not tokens.isdigit():
+            raise ValueError(f"expected model=tokens (a whole number, 0 for none), got {entry!r}")
+        limits[model] = int(tokens)
+    return limits
+
+
+DEFAULT_BATCH_QUEUE_TOKENS = queue_tokens_text(TIER1_BATCH_QUEUE_TOKENS)
+
+
 def _variable(name: str) -> str:
     return "SLUICE_" + name.upper()
 
@@ -222,6 +259,10 @@ class Settings:
     batch_max_bytes: int = 200 * 1024 * 1024
     # webhooks wake a batch shard when it ends; polling only reconciles, so it backs off to this
     batch_poll_max_s: int = 300
+    # the provider's Batch queue: input tokens enqueued at once per model and organization
+    # (`model=tokens,...`; 0 = no limit), and the limit of a model not named
+    batch_queue_tokens: str = field(default=DEFAULT_BATCH_QUEUE_TOKENS, metadata={_KIND: "queue_tokens"})
+    batch_queue_default_tokens: int = field(default=DEFAULT_BATCH_QUEUE_DEFAULT_TOKENS, metadata={_KIND: "budget"})
     # auto mode sends a shard through the Batch API from this many requests up
     auto_batch_min_requests: int = 1000
     on_batch_incomplete: str = field(default="direct", metadata={_KIND: "choice", _CHOICES: BATCH_INCOMPLETE_POLICIES})
@@ -231,6 +272,11 @@ class Settings:
     # "on": every shard of every job on the same provider key and model draws from one rate
     # limit in the table (`shared_limit`), learned from the provider's rate-limit headers
     shared_limit: str = field(default="on", metadata={_KIND: "choice", _CHOICES: SHARED_LIMIT_CHOICES})
+
+    def batch_queue_limit(self, model: str | None) -> int:
+        """The enqueued-token limit of `model`'s Batch queue; 0 = none."""
+        limits = parse_queue_tokens(self.batch_queue_tokens)
+        return limits.get(model or "", self.batch_queue_default_tokens)
 
     def to_env(self) -> dict[str, str]:
         """The variables `from_env` reads back into these settings; an unset optional is left out."""
@@ -264,6 +310,12 @@ def _parse(name: str, raw: str, kind: Any, metadata: Mapping[str, Any]) -> Any:
         if not raw.isdigit():
             raise SettingsError(f"{name}={raw!r} is not a whole number (0 means no budget)")
         return int(raw)
+    if how == "queue_tokens":
+        try:
+            parse_queue_tokens(raw)
+        except ValueError as exc:
+            raise SettingsError(f"{name}={raw!r}: {exc}") from exc
+        return raw
     if how == "rate":
         try:
             return parse_error_rate(raw)

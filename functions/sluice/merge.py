@@ -274,6 +274,8 @@ def merge_job(
                 ],
                 # rows no batch finished that RunShard then sent directly
                 "direct_fallback_lines": report.get("fallback_lines", 0),
+                # batches the provider refused for a full queue (`token_limit_exceeded`), created again
+                "requeued": report.get("requeued", 0),
             }
         entry["paths"] = dict(sorted(stats.paths.items()))
         entry["provider_cost_usd"] = provider_costs(stats.models, batch_models)

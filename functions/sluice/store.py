@@ -14,6 +14,9 @@ from botocore.exceptions import ClientError
 from .contract import PROVIDER_ID_ATTRIBUTE, PROVIDER_ID_INDEX
 
 ITEM_WIDTH = 9
+# a batch shard's webhook index while none of its batches runs (its files wait for room in the
+# provider's queue): no webhook names it, and it is no batch to cancel
+QUEUED_PREFIX = "QUEUED#"
 
 
 def job_pk(job_id: str) -> str:
@@ -417,16 +420,47 @@ class JobStore:
         return float(stamp) if stamp is not None else None
 
     def set_shard_batches(self, job_id: str, shard: int, batch_ids: list[str]) -> None:
-        """Record every batch the shard owns, in part order; `provider_id` (the webhook index)
-        names the first, which CollectBatch moves on to the next unfinished one."""
-        if not batch_ids:
+        """Record every batch the shard owns, in part order ("" for a file still waiting for room
+        in the provider's queue); `provider_id` (the webhook index) names the first, which
+        CollectBatch moves on to the next unfinished one."""
+        first = next((batch_id for batch_id in batch_ids if batch_id), None)
+        if first is None:
             return
         self._table.update_item(
             Key={"pk": job_pk(job_id), "sk": shard_sk(shard)},
             UpdateExpression=(
                 "SET batch_ids = :ids, provider_id = :first, batch_states = if_not_exists(batch_states, :none)"
             ),
-            ExpressionAttributeValues={":ids": list(batch_ids), ":first": batch_ids[0], ":none": {}},
+            ExpressionAttributeValues={":ids": list(batch_ids), ":first": first, ":none": {}},
+        )
+
+    def plan_batch_parts(self, job_id: str, shard: int, parts: list[dict[str, Any]]) -> None:
+        """Record the shard's batch files (model, tokens, lines each), none of them created yet."""
+        self._table.update_item(
+            Key={"pk": job_pk(job_id), "sk": shard_sk(shard)},
+            UpdateExpression=(
+                "SET batch_parts = :parts, batch_ids = :ids, batch_tries = :none,"
+                " batch_states = if_not_exists(batch_states, :none)"
+            ),
+            ExpressionAttributeValues={":parts": _dynamo(parts), ":ids": [""] * len(parts), ":none": {}},
+        )
+
+    def requeue_batch(
+        self, job_id: str, shard: int, batch_ids: list[str], tries: dict[str, int], retry_at: float
+    ) -> None:
+        """A batch the provider's full queue refused: its file waits again ("" in `batch_ids`) under
+        the next attempt number, and the shard creates nothing before `retry_at`."""
+        self._table.update_item(
+            Key={"pk": job_pk(job_id), "sk": shard_sk(shard)},
+            UpdateExpression=(
+                "SET batch_ids = :ids, batch_tries = :tries, batch_retry_at = :at ADD batch_requeued :one"
+            ),
+            ExpressionAttributeValues={
+                ":ids": list(batch_ids),
+                ":tries": dict(tries),
+                ":at": _dynamo(float(retry_at)),
+                ":one": 1,
+            },
         )
 
     def mark_batch_collected(self, job_id: str, shard: int, batch_id: str, state: dict[str, Any]) -> None:

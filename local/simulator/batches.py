@@ -4,6 +4,13 @@ Each phase lasts batch_phase_s. A batch `expired` (chance batch_expire_fraction,
 the seed and the input file) keeps batch_expire_done_fraction of its rows in the output
 file; the rest go to the error file with code `batch_expired` (`batch_cancelled` when
 cancelled). Output lines are shuffled, as real providers do.
+
+The queue limit (batch_queue_limit) is OpenAI's per-model Batch queue limit: the input tokens
+of a model's batches still validating, in progress, finalizing or cancelling may not pass it,
+and a batch that would take them over fails validation with `token_limit_exceeded` (no line
+number, nothing run); its tokens never count. A row's tokens are its body's compact JSON bytes
+divided by four, rounded up, a common rule of thumb for English: OpenAI counts the prompt
+with its tokenizer, which a simulator has no need to copy.
 """
 
 from __future__ import annotations
@@ -25,6 +32,13 @@ from local.simulator.plans import BATCH_ENDPOINTS, Plan, plan_for
 from local.simulator.requestlog import NOTES
 from local.simulator.wire import ApiError, json_response, not_found, read_json
 
+QUEUED_STATUSES = frozenset({"validating", "in_progress", "finalizing", "cancelling"})
+
+
+def row_tokens(body: dict[str, Any]) -> int:
+    """Input tokens a row holds in the Batch queue (see the module's docstring)."""
+    return max(1, -(-len(orjson.dumps(body)) // 4))
+
 
 @dataclass(slots=True)
 class Row:
@@ -34,6 +48,8 @@ class Row:
     plan: Plan | None = None
     error_status: int | None = None  # 400 for an unusable body, 500 for an injected row error
     error_body: dict[str, Any] | None = None
+    tokens: int = 0
+    model: str | None = None
 
 
 @dataclass(slots=True)
@@ -58,6 +74,8 @@ class Batch:
     counts: tuple[int, int] = (0, 0)
     usage: dict[str, int] = field(default_factory=dict)
     timer: asyncio.TimerHandle | None = None
+    model: str | None = None
+    tokens: int = 0  # what the batch holds in its model's queue while it runs
 
 
 class Batches:
@@ -68,12 +86,25 @@ class Batches:
         self._files = files
         self._emit = emit
         self.batches: dict[str, Batch] = {}
+        # the most input tokens a model's queue held at once, and the batches refused for a full queue
+        self.peak_enqueued: dict[str, int] = {}
+        self.limit_refusals = 0
 
     def reset(self) -> None:
         for batch in self.batches.values():
             if batch.timer:
                 batch.timer.cancel()
         self.batches.clear()
+        self.peak_enqueued.clear()
+        self.limit_refusals = 0
+
+    def enqueued(self, model: str | None, now: float) -> int:
+        """Input tokens the model's running batches hold in the queue at `now`."""
+        return sum(
+            b.tokens
+            for b in self.batches.values()
+            if b.model == model and b.plan != "failed" and self._status(b, now) in QUEUED_STATUSES
+        )
 
     async def create(self, request: web.Request) -> web.StreamResponse:
         _, data = await read_json(request)
@@ -106,13 +137,34 @@ class Batches:
                     "line": 1,
                 }
             )
+        now = self._core.now()
+        model = next((row.model for row in rows if row.model), None)
+        tokens = sum(row.tokens for row in rows)
+        if not errors:
+            held = self.enqueued(model, now)
+            limit = cfg.batch_queue_limit
+            if limit and held + tokens > limit:
+                self.limit_refusals += 1
+                errors.append(
+                    {
+                        "code": "token_limit_exceeded",
+                        "message": (
+                            f"Enqueued token limit reached for {model} in organization org-simulator. "
+                            f"Limit: {limit:,} enqueued tokens. "
+                            "Please try again once some in_progress batches have been completed."
+                        ),
+                        "param": None,
+                        "line": None,
+                    }
+                )
+            else:
+                self.peak_enqueued[model or ""] = max(self.peak_enqueued.get(model or "", 0), held + tokens)
         if errors:
             outcome = "failed"
         elif draws(cfg.seed, f"batch:{digest}", 0)[0] < cfg.batch_expire_fraction:
             outcome = "expired"
         else:
             outcome = "completed"
-        now = self._core.now()
         batch = Batch(
             id=self._core.new_id("batch_sim"),
             input_file_id=input_file_id,
@@ -127,6 +179,8 @@ class Batches:
             errors=errors,
             shuffle_seed=f"{cfg.seed}:{digest}",
             done_fraction=cfg.batch_expire_done_fraction if outcome == "expired" else 1.0,
+            model=model,
+            tokens=tokens,
         )
         end = now + (1 if outcome == "failed" else 3) * batch.phase_s
         batch.timer = asyncio.get_running_loop().call_at(end, self._refresh, batch)
@@ -172,7 +226,10 @@ class Batches:
                 row_key = f"batchrow:{custom_id}"
                 attempt = self._core.next_attempt(row_key)
                 u_done, u_error, _ = draws(cfg.seed, row_key, attempt)
-                row = Row(number, custom_id, u_done)
+                model = body.get("model")
+                row = Row(
+                    number, custom_id, u_done, tokens=row_tokens(body), model=model if isinstance(model, str) else None
+                )
                 try:
                     row.plan = plan_for(endpoint, body, self._core.new_id, cfg.embedding_dims)
                 except ApiError as err:
@@ -323,7 +380,7 @@ class Batches:
             "id": batch.id,
             "object": "batch",
             "endpoint": batch.endpoint,
-            "model": None,
+            "model": batch.model,
             "errors": {"object": "list", "data": batch.errors} if status == "failed" else None,
             "input_file_id": batch.input_file_id,
             "completion_window": batch.completion_window,

@@ -37,6 +37,9 @@ class SimConfig:
     batch_expire_done_fraction: float = 0.5  # share of an expired batch's rows that finished
     batch_validation_error: bool = False  # every batch fails validation
     batch_row_error_rate: float = 0.0  # rows answered 500 in the error file
+    # input tokens one model's batches may hold in the queue at once (validating, in progress,
+    # finalizing), as OpenAI's per-model Batch queue limit; 0 = none
+    batch_queue_limit: int = 0
     webhook_url: str | None = None
     webhook_secret: str | None = None  # whsec_...; None sends unsigned events
     webhook_drop_rate: float = 0.0

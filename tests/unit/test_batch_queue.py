@@ -1,0 +1,253 @@
+"""Batch mode within the provider's enqueued-token limit (issue 16): packing, the shared
+reservation in the table, the simulator's queue, and shards pacing their batches under it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import replace
+from typing import Any
+
+import boto3
+import openai
+import orjson
+import pytest
+from moto import mock_aws
+from sluice.batch import collect_batch, split_parts, submit_batch
+from sluice.batch_queue import (
+    HOLD_GRACE_S,
+    HOLD_MAX_S,
+    Hold,
+    Queue,
+    QueueTable,
+    active_refs,
+    admit,
+    estimate_tokens,
+    forget,
+    hold_ref,
+    reserve,
+)
+from sluice.contract import Settings, SettingsError, create_table_request
+from sluice.model import Request
+
+from local.simulator import SimConfig, SimulatorServer
+from tests.unit.test_batch import JOB, Env, lines, request
+from tests.unit.test_batch import env as batch_env  # noqa: F401  (test_batch's fixture, as `batch_env`)
+
+
+def test_a_token_estimate_is_a_quarter_of_the_body_rounded_up() -> None:
+    assert estimate_tokens(Request(1, "a", "POST", "/v1/chat/completions", b"x" * 9)) == 3
+    assert estimate_tokens(Request(1, "a", "POST", "/v1/chat/completions", b"x" * 8)) == 2
+    assert estimate_tokens(Request(1, "a", "POST", "/v1/chat/completions", None)) == 1
+
+
+def test_no_file_is_larger_than_its_models_queue_limit() -> None:
+    requests = [request(n, pad=396) for n in range(1, 11)] + [request(11, model="gpt-4o", pad=396)]
+    each = estimate_tokens(requests[0])
+    limits = {"gpt-4o-mini": each * 3, "gpt-4o": 0}
+    parts = split_parts(requests, max_requests=50, max_bytes=1 << 20, max_tokens=lambda m: limits[m or ""])
+    mini = [p for p in parts if p.model == "gpt-4o-mini"]
+    assert [len(p.lines) for p in mini] == [3, 3, 3, 1]
+    assert all(p.tokens <= limits["gpt-4o-mini"] for p in mini)
+    assert sum(p.tokens for p in mini) == 10 * each
+    # a model with no limit is cut only by the request and byte limits
+    assert [len(p.lines) for p in parts if p.model == "gpt-4o"] == [1]
+    for part in parts:
+        part.close()
+
+
+def test_queue_limits_travel_in_the_settings_and_a_bad_one_is_named() -> None:
+    required: dict[str, Any] = {"bucket": "b", "table": "t", "provider_base_url": "http://p", "api_key_secret_arn": "a"}
+    chosen = Settings(**required, batch_queue_tokens="gpt-4o-mini=500,gpt-4o=0", batch_queue_default_tokens=7)
+    back = Settings.from_env(chosen.to_env())
+    assert back == chosen
+    assert (back.batch_queue_limit("gpt-4o-mini"), back.batch_queue_limit("gpt-4o")) == (500, 0)
+    assert back.batch_queue_limit("mystery") == 7 and back.batch_queue_limit(None) == 7
+    # the defaults are OpenAI's tier-1 figures
+    default = Settings(**required)
+    assert default.batch_queue_limit("gpt-4o-mini") == 2_000_000 and default.batch_queue_limit("gpt-4o") == 90_000
+    with pytest.raises(SettingsError, match="SLUICE_BATCH_QUEUE_TOKENS='gpt-4o=lots'"):
+        Settings.from_env({**chosen.to_env(), "SLUICE_BATCH_QUEUE_TOKENS": "gpt-4o=lots"})
+
+
+def test_admission_fits_the_limit_lets_a_lone_giant_through_and_forgets_lapsed_holds() -> None:
+    now = 1000.0
+    queue = Queue({"a": Hold(60, now)}, version=3)
+    assert admit(queue, "b", 50, 100, now) is None
+    taken = admit(queue, "b", 40, 100, now)
+    assert taken is not None and taken.enqueued(now) == 100 and taken.version == 4
+    # no limit, or a file larger than the limit facing an empty queue: it goes
+    assert admit(queue, "b", 10**9, 0, now) is not None
+    assert admit(Queue(), "giant", 500, 100, now) is not None
+    # a hold outlives the 24-hour window only by its slack, then counts no more
+    assert admit(queue, "b", 50, 100, now + HOLD_MAX_S) is not None
+
+
+@pytest.fixture
+def table() -> Any:
+    with mock_aws():
+        ddb = boto3.client("dynamodb", region_name="us-east-1")
+        ddb.create_table(**create_table_request("jobs"))
+        yield boto3.resource("dynamodb", region_name="us-east-1").Table("jobs")
+
+
+def test_a_reservation_waits_for_room_that_a_release_makes(table: Any) -> None:
+    queue = QueueTable(table)
+    now = time.time()
+    assert reserve(queue, "pk", "j#0#0#1", 60, 100, now).granted
+    refused = reserve(queue, "pk", "j#1#0#1", 50, 100, now)
+    assert not refused.granted and refused.enqueued == 60
+    # asking again for a hold already taken says since when: the batch may exist already
+    again = reserve(queue, "pk", "j#0#0#1", 60, 100, now + 5)
+    assert again.granted and again.held_since == pytest.approx(now, abs=0.01)
+    queue.release("pk", "j#0#0#1")
+    queue.release("pk", "j#0#0#1")  # twice is harmless
+    assert reserve(queue, "pk", "j#1#0#1", 50, 100, now).granted
+    assert set(queue.load("pk").holds) == {"j#1#0#1"}
+    # two reservations and two releases (one of them a no-op) wrote; nothing per line
+    assert queue.writes == 4
+
+
+def test_a_dead_shards_hold_is_dropped_unless_the_provider_still_runs_its_batch(table: Any) -> None:
+    queue = QueueTable(table)
+    old = time.time() - HOLD_GRACE_S - 1
+    for ref in ("j#0#0#1", "j#0#1#2", "j#1#0#1"):
+        assert reserve(queue, "pk", ref, 10, 100, old).granted
+    assert reserve(queue, "pk", "j#2#0#1", 10, 100, time.time()).granted
+
+    class Listed:
+        def __init__(self, status: str, **metadata: str) -> None:
+            self.status, self.metadata = status, metadata
+
+    active = active_refs(
+        [
+            Listed("in_progress", job="j", shard="0", part="1", **{"try": "2"}),
+            Listed("completed", job="j", shard="1", part="0"),
+            Listed("validating", job="elsewhere", shard="x", part="0"),
+        ]
+    )
+    assert active == {hold_ref("j", 0, 1, 2)}
+    assert forget(queue, "pk", active, time.time()) == 2
+    # the running batch's hold stays, and so does the young one (its batch may be being created)
+    assert set(queue.load("pk").holds) == {"j#0#1#2", "j#2#0#1"}
+
+
+def _body(n: int) -> dict[str, Any]:
+    return {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": f"line {n} " + "x" * 380}]}
+
+
+def _upload(client: openai.OpenAI, rows: int, first: int = 0) -> str:
+    content = b"".join(
+        orjson.dumps({"custom_id": f"f-{n}", "method": "POST", "url": "/v1/chat/completions", "body": _body(n)}) + b"\n"
+        for n in range(first, first + rows)
+    )
+    return client.files.create(file=("in.jsonl", content, "application/jsonl"), purpose="batch").id
+
+
+def test_the_simulator_fails_a_batch_over_the_queue_limit_as_openai_does() -> None:
+    with SimulatorServer(SimConfig(latency_s=0.0, batch_phase_s=0.3, batch_queue_limit=250)) as sim:
+        client = openai.OpenAI(base_url=sim.base_url, api_key="sk-test")
+        first = client.batches.create(
+            input_file_id=_upload(client, 2), endpoint="/v1/chat/completions", completion_window="24h"
+        )
+        second = client.batches.create(
+            input_file_id=_upload(client, 1, 2), endpoint="/v1/chat/completions", completion_window="24h"
+        )
+        deadline = time.monotonic() + 5
+        while client.batches.retrieve(second.id).status == "validating":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        failed = client.batches.retrieve(second.id)
+        assert failed.status == "failed" and failed.failed_at and failed.output_file_id is None
+        assert failed.errors is not None and failed.errors.data
+        problem = failed.errors.data[0]
+        assert (problem.code, problem.param, problem.line) == ("token_limit_exceeded", None, None)
+        assert "Enqueued token limit reached for gpt-4o-mini" in (problem.message or "")
+        assert "Limit: 250 enqueued tokens" in (problem.message or "")
+        # the tokens go back when the running batch ends
+        while client.batches.retrieve(first.id).status != "completed":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        third = client.batches.create(
+            input_file_id=_upload(client, 1, 3), endpoint="/v1/chat/completions", completion_window="24h"
+        )
+        assert third.model == "gpt-4o-mini"
+        while client.batches.retrieve(third.id).status not in ("completed", "failed"):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert client.batches.retrieve(third.id).status == "completed"
+        first_tokens = sum(-(-len(orjson.dumps(_body(n))) // 4) for n in (0, 1))
+        assert sim.call(lambda s: (s.batch_api.limit_refusals, s.batch_api.peak_enqueued)) == (
+            1,
+            {"gpt-4o-mini": first_tokens},
+        )
+
+
+def _run_shards(env: Env, specs: list[Any]) -> list[dict[str, Any]]:
+    for spec in specs:
+        asyncio.run(submit_batch(env.ctx, spec))
+    finished: dict[int, dict[str, Any]] = {}
+    deadline = time.monotonic() + 60
+    while len(finished) < len(specs):
+        assert time.monotonic() < deadline, "the shards never finished"
+        for spec in specs:
+            if spec.shard not in finished:
+                outcome = asyncio.run(collect_batch(env.ctx, spec))
+                if outcome["done"] or outcome["fallback"]:
+                    finished[spec.shard] = outcome
+        time.sleep(0.05)
+    return [finished[spec.shard] for spec in specs]
+
+
+def test_two_shards_never_hold_more_than_the_limit_and_finish_every_line(batch_env: Env) -> None:
+    env = batch_env
+    # the simulator counts without refusing: what it saw enqueued is what the shards chose
+    env.sim.configure(batch_phase_s=0.1)
+    limit = 300
+    env.ctx = replace(env.ctx, settings=replace(env.ctx.settings, batch_queue_tokens=f"gpt-4o-mini={limit}"))
+    specs = [env.shard(lines(20), shard=s) for s in (0, 1)]
+    outcomes = _run_shards(env, specs)
+    assert all(o["done"] for o in outcomes)
+    for spec in specs:
+        results, errors = env.outputs(spec)
+        assert len(results) == 20 and errors == []
+    peak, refusals = env.sim.call(lambda s: (s.batch_api.peak_enqueued, s.batch_api.limit_refusals))
+    assert refusals == 0
+    assert 0 < peak["gpt-4o-mini"] <= limit
+    # 40 lines of about 30 tokens: several rounds of batches, more than fit at once
+    assert len(env.creates()) >= 4
+    # every hold went back
+    queue = QueueTable(env.store.table)
+    assert all(not queue.load(str(item["pk"])).holds for item in _queue_items(env))
+
+
+def _queue_items(env: Env) -> list[dict[str, Any]]:
+    return [i for i in env.store.table.scan()["Items"] if i["sk"] == "QUEUE"]
+
+
+def test_a_batch_refused_for_a_full_queue_is_created_again_and_leaves_no_file(batch_env: Env) -> None:
+    env = batch_env
+    env.sim.configure(batch_phase_s=0.2, batch_queue_limit=400)
+    env.ctx = replace(env.ctx, settings=replace(env.ctx.settings, batch_queue_tokens="gpt-4o-mini=400", poll_seconds=1))
+    client = openai.OpenAI(base_url=env.sim.base_url, api_key="sk-test")
+    # another program on the same key fills most of the queue, unknown to Sluice's accounting
+    client.batches.create(input_file_id=_upload(client, 3), endpoint="/v1/chat/completions", completion_window="24h")
+    spec = env.shard(lines(8))
+    submitted = asyncio.run(submit_batch(env.ctx, spec))
+    assert submitted["batches_created"] == 1
+    refused_id = submitted["batch_ids"][0]
+    refused = env.sim.call(lambda s: s.batches[refused_id])
+    outcome = _run_shards(env, [spec])[0]
+    assert outcome["done"] is True
+    results, errors = env.outputs(spec)
+    assert [r["custom_id"] for r in results] == [f"u-{n}" for n in range(8)] and errors == []
+    creates = env.sim.call(lambda s: list(s.batches.values()))
+    ours = [b for b in creates if (b.metadata or {}).get("job") == JOB]
+    assert [b.plan for b in ours] == ["failed", "completed"]
+    assert ours[1].metadata == {"job": JOB, "shard": "0", "part": "0", "try": "2"}
+    # the refused batch's uploaded file is gone from the provider
+    assert env.sim.call(lambda s: refused.input_file_id in s.files) is False
+    row = env.store.shard(JOB, 0) or {}
+    assert row["batch_ids"] == [ours[1].id] and row["batch_requeued"] == 1
+    report = orjson.loads(env.s3.get_object(Bucket=env.bucket, Key=spec.batch_report_key)["Body"].read())
+    assert report["requeued"] == 1 and [b["id"] for b in report["batches"]] == [ours[1].id]
