@@ -21,6 +21,7 @@ import argparse
 import math
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -55,12 +56,23 @@ def tokens(b: dict[str, Any]) -> int:
     return math.ceil(len(orjson.dumps(b)) / 4)
 
 
+def _kind(key: Any) -> str:
+    """The row a write went to, by its sort key: JOB, SHARD, ITEM, QUEUE, ..."""
+    sort_key = key.get("sk", {}) if isinstance(key, dict) else {}
+    value = sort_key.get("S", "") if isinstance(sort_key, dict) else str(sort_key)
+    return str(value).split("#", 1)[0] or "?"
+
+
 class WriteCounter:
-    """Every DynamoDB write of the run, counted at botocore (BatchWriteItem by its items)."""
+    """Every DynamoDB write of the run, counted at botocore (BatchWriteItem by its items), by row kind."""
 
     def __init__(self) -> None:
-        self.writes = 0
+        self.by_kind: Counter[str] = Counter()
         self._original = botocore.client.BaseClient._make_api_call
+
+    @property
+    def writes(self) -> int:
+        return sum(self.by_kind.values())
 
     def __enter__(self) -> WriteCounter:
         counter = self
@@ -69,11 +81,12 @@ class WriteCounter:
         def counted(client: Any, operation: str, params: dict[str, Any]) -> Any:
             if client.meta.service_model.service_name == "dynamodb":
                 if operation in WRITES:
-                    counter.writes += 1
+                    counter.by_kind[_kind(params.get("Key") or params.get("Item"))] += 1
                 elif operation == "BatchWriteItem":
-                    counter.writes += sum(len(v) for v in params.get("RequestItems", {}).values())
-                elif operation == "TransactWriteItems":
-                    counter.writes += len(params.get("TransactItems", []))
+                    for requests in params.get("RequestItems", {}).values():
+                        for request in requests:
+                            put, delete = request.get("PutRequest", {}), request.get("DeleteRequest", {})
+                            counter.by_kind[_kind(put.get("Item") or delete.get("Key"))] += 1
             return original(client, operation, params)
 
         self._patch = mock.patch.object(botocore.client.BaseClient, "_make_api_call", counted)
@@ -84,9 +97,7 @@ class WriteCounter:
         self._patch.stop()
 
 
-def foreign_batch(sim: SimulatorServer, share: float, limit: int) -> str | None:
-    if share <= 0:
-        return None
+def foreign_batch(sim: SimulatorServer, share: float, limit: int) -> str:
     client = openai.OpenAI(base_url=sim.base_url, api_key="sk-bench-queue")
     rows: list[bytes] = []
     held = 0
@@ -134,19 +145,32 @@ def main() -> int:
         job_tokens = lines * per_line
         cloud = LocalCloud(provider_base_url=sim.base_url, api_key="sk-bench-queue", settings=settings)
         with cloud.running():
-            sim.configure(batch_phase_s=args.foreign_s / 3, batch_queue_limit=args.limit)
-            foreign = foreign_batch(sim, args.foreign_share, args.limit)
-            sim.configure(batch_phase_s=args.phase, webhook_url=cloud.webhook_url, webhook_secret=cloud.webhook_secret)
+            sim.configure(
+                batch_phase_s=args.phase,
+                batch_queue_limit=args.limit,
+                webhook_url=cloud.webhook_url,
+                webhook_secret=cloud.webhook_secret,
+            )
+            foreign: list[str] = []
+            lock = threading.Lock()
+
+            def before(step: str, payload: dict[str, Any]) -> None:
+                # the other program starts its batch just as the job's first shard submits
+                with lock:
+                    if step == "submit_batch" and not foreign and args.foreign_share > 0:
+                        sim.configure(batch_phase_s=args.foreign_s / 3)
+                        foreign.append(foreign_batch(sim, args.foreign_share, args.limit))
+                        sim.configure(batch_phase_s=args.phase)
+
+            cloud.before_invoke = before
             with WriteCounter() as counter:
                 started = time.monotonic()
                 run = run_job(cloud, path, metadata={"sluice-mode": "batch"})
                 wall = time.monotonic() - started
             items = boto3.resource("dynamodb", region_name=REGION).Table(cloud.table_name).scan()["Items"]
-            queue_writes = sum(int(i.get("version", 0)) for i in items if i["sk"] == "QUEUE")
-        batches = sim.call(lambda s: [b for b in s.batches.values() if b.id != foreign])
-        refused_files_left = sim.call(
-            lambda s: sum(1 for b in s.batches.values() if b.id != foreign and b.errors and b.input_file_id in s.files)
-        )
+            holds_left = sum(len(i.get("holds") or {}) for i in items if i["sk"] == "QUEUE")
+        batches = sim.call(lambda s: [b for b in s.batches.values() if b.id not in foreign])
+        refused_files_left = sim.call(lambda s: sum(1 for b in batches if b.errors and b.input_file_id in s.files))
         peak = sim.call(lambda s: s.batch_api.peak_enqueued.get(MODEL, 0))
         report = run.verify(path)
     refused = [b for b in batches if b.errors and b.errors[0]["code"] == "token_limit_exceeded"]
@@ -168,9 +192,11 @@ def main() -> int:
         ),
         (
             "DynamoDB writes per line",
-            f"{counter.writes / lines:.3f} ({counter.writes:,} writes; the queue item's "
-            f"{queue_writes} = {queue_writes / lines:.4f}/line)",
+            f"{counter.writes / lines:.3f} ({counter.writes:,} writes: "
+            + ", ".join(f"{kind} {n:,}" for kind, n in counter.by_kind.most_common())
+            + f"); the queue's alone {counter.by_kind['QUEUE'] / lines:.4f}",
         ),
+        ("queue holds left", f"{holds_left}"),
         ("wall time", f"{wall:.1f} s"),
     ]
     width = max(len(k) for k, _ in rows)
@@ -179,7 +205,8 @@ def main() -> int:
     )
     for key, value in rows:
         print(f"{key:<{width}}  {value}")
-    ok = report.ok and not run.errors and len(run.results) == lines and peak <= args.limit and not refused_files_left
+    clean = not refused_files_left and not holds_left
+    ok = report.ok and not run.errors and len(run.results) == lines and peak <= args.limit and clean
     return 0 if ok else 1
 
 
