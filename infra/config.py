@@ -110,7 +110,7 @@ class Environment:
         if unknown:
             raise ConfigError(f"environment {name!r}: unknown key(s) {', '.join(unknown)}")
         for f in fields(cls):
-            if f.name != "name" and f.name not in raw and f.default is MISSING:
+            if f.name != "name" and f.name not in raw and f.default is MISSING and f.default_factory is MISSING:
                 raise ConfigError(f"environment {name!r}: missing required key {f.name!r}")
 
         def fail(key: str, why: str) -> ConfigError:

@@ -26,6 +26,17 @@ def test_cdk_json_environments_are_valid() -> None:
     assert Environment.from_context("prod", ENVIRONMENTS).map_concurrency == 40
 
 
+def test_batch_queue_limits_default_to_openais_tier_1_figures() -> None:
+    dev = Environment.from_context("dev", ENVIRONMENTS)
+    assert dev.batch_queue_tokens["gpt-4o-mini"] == 2_000_000 and dev.batch_queue_tokens["gpt-4o"] == 90_000
+    assert dev.batch_queue_default_tokens == 90_000
+    unset = copy.deepcopy(ENVIRONMENTS)
+    del unset["dev"]["batch_queue_tokens"], unset["dev"]["batch_queue_default_tokens"]
+    assert Environment.from_context("dev", unset).batch_queue_tokens == dev.batch_queue_tokens
+    mine = Environment.from_context("dev", with_value("dev", "batch_queue_tokens", {"my-model": 0}))
+    assert mine.batch_queue_tokens == {"my-model": 0}
+
+
 def test_unknown_environment_names_the_known_ones() -> None:
     with pytest.raises(ConfigError, match=r"unknown environment 'staging'.*dev, prod"):
         Environment.from_context("staging", ENVIRONMENTS)
@@ -56,6 +67,10 @@ def test_unknown_environment_names_the_known_ones() -> None:
         ("max_error_rate", 1.5, r"max_error_rate must be a number from 0 to 1"),
         ("max_error_rate", -0.1, r"max_error_rate must be a number from 0 to 1"),
         ("max_error_rate", "0.01", r"max_error_rate must be a number from 0 to 1"),
+        ("batch_queue_tokens", {"gpt-4o": -1}, r"batch_queue_tokens must map model names to whole numbers"),
+        ("batch_queue_tokens", {"a,b": 5}, r"batch_queue_tokens must map model names"),
+        ("batch_queue_tokens", [90000], r"batch_queue_tokens must map model names"),
+        ("batch_queue_default_tokens", 1.5, r"batch_queue_default_tokens must be a whole number"),
         ("concurency", 5, r"environment 'dev': unknown key\(s\) concurency"),
     ],
 )

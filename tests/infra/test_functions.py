@@ -25,6 +25,8 @@ CONFIGURED = {
     "SLUICE_MAX_ERROR_RATE",
     "SLUICE_POLL_SECONDS",
     "SLUICE_SAFETY_MARGIN_S",
+    "SLUICE_BATCH_QUEUE_TOKENS",
+    "SLUICE_BATCH_QUEUE_DEFAULT_TOKENS",
 }
 
 
@@ -95,6 +97,10 @@ def test_environment_is_the_settings_the_steps_read(synthesis: Synthesis, env: s
         )
         assert (settings.safety_margin_s, settings.max_error_rate) == (config.safety_margin_s, config.max_error_rate)
         assert settings.provider_base_url == config.provider_base_url
+        assert {model: settings.batch_queue_limit(model) for model in config.batch_queue_tokens} == dict(
+            config.batch_queue_tokens
+        )
+        assert settings.batch_queue_limit("a-model-not-named") == config.batch_queue_default_tokens
         assert variables["POWERTOOLS_SERVICE_NAME"] == "sluice"
         assert variables["POWERTOOLS_LOG_LEVEL"] == config.log_level
         assert variables["POWERTOOLS_METRICS_NAMESPACE"] == "Sluice"

@@ -199,7 +199,7 @@ def _run_shards(env: Env, specs: list[Any]) -> list[dict[str, Any]]:
     return [finished[spec.shard] for spec in specs]
 
 
-def test_two_shards_never_hold_more_than_the_limit_and_finish_every_line(batch_env: Env) -> None:
+def test_two_shards_never_hold_more_than_the_limit_and_finish_every_line(batch_env: Env) -> None:  # noqa: F811
     env = batch_env
     # the simulator counts without refusing: what it saw enqueued is what the shards chose
     env.sim.configure(batch_phase_s=0.1)
@@ -225,7 +225,7 @@ def _queue_items(env: Env) -> list[dict[str, Any]]:
     return [i for i in env.store.table.scan()["Items"] if i["sk"] == "QUEUE"]
 
 
-def test_a_batch_refused_for_a_full_queue_is_created_again_and_leaves_no_file(batch_env: Env) -> None:
+def test_a_batch_refused_for_a_full_queue_is_created_again_and_leaves_no_file(batch_env: Env) -> None:  # noqa: F811
     env = batch_env
     env.sim.configure(batch_phase_s=0.2, batch_queue_limit=400)
     env.ctx = replace(env.ctx, settings=replace(env.ctx.settings, batch_queue_tokens="gpt-4o-mini=400", poll_seconds=1))
