@@ -298,6 +298,7 @@ class ShardBatches:
     batch_ids: list[str]
     models: list[str]
     tokens: list[int]
+    lines: list[int]
     tries: dict[str, int]
     retry_at: float = 0.0
     requeued: int = 0
@@ -311,6 +312,7 @@ class ShardBatches:
             batch_ids=batch_ids,
             models=[str(p.get("model") or "") for p in plan],
             tokens=[int(p.get("tokens", 0)) for p in plan],
+            lines=[int(p.get("lines", 0)) for p in plan],
             tries={str(k): int(v) for k, v in dict(row.get("batch_tries") or {}).items()},
             retry_at=float(row.get("batch_retry_at") or 0.0),
             requeued=int(row.get("batch_requeued") or 0),
@@ -685,6 +687,8 @@ async def collect_batch(
                 # the queue was full: nothing ran, so the file waits and goes again later
                 _requeue(ctx, spec, state, index)
                 refused.append(batch)
+                if ctx.progress is not None:
+                    ctx.progress.waiting(-state.lines[index])
                 continue
             raw = ctx.s3.get_object(Bucket=spec.bucket, Key=part_key(spec, index))["Body"].read()
             part = BatchPart.from_manifest(raw)

@@ -25,6 +25,7 @@ from sluice.batch_queue import (
     estimate_tokens,
     forget,
     hold_ref,
+    queue_key,
     reserve,
 )
 from sluice.contract import Settings, SettingsError, create_table_request
@@ -251,3 +252,21 @@ def test_a_batch_refused_for_a_full_queue_is_created_again_and_leaves_no_file(ba
     assert row["batch_ids"] == [ours[1].id] and row["batch_requeued"] == 1
     report = orjson.loads(env.s3.get_object(Bucket=env.bucket, Key=spec.batch_report_key)["Body"].read())
     assert report["requeued"] == 1 and [b["id"] for b in report["batches"]] == [ours[1].id]
+
+
+def test_a_hold_left_by_a_shard_that_died_is_reconciled_away_and_the_queue_moves(batch_env: Env) -> None:  # noqa: F811
+    env = batch_env
+    env.sim.configure(batch_phase_s=0.05)
+    env.ctx = replace(env.ctx, settings=replace(env.ctx.settings, batch_queue_tokens="gpt-4o-mini=300"))
+    queue = QueueTable(env.store.table)
+    pk = queue_key(env.ctx.settings.provider_base_url, env.ctx.api_key, "gpt-4o-mini")
+    # a shard of another job reserved the whole queue, then died before creating its batch
+    dead = hold_ref("dead-job", 0, 0, 1)
+    assert reserve(queue, pk, dead, 300, 300, time.time() - HOLD_GRACE_S - 1).granted
+    spec = env.shard(lines(5))
+    submitted = asyncio.run(submit_batch(env.ctx, spec))
+    assert submitted["batches_created"] == 1
+    holds = queue.load(pk).holds
+    assert dead not in holds and set(holds) == {hold_ref(JOB, 0, 0, 1)}
+    assert _run_shards(env, [spec])[0]["done"] is True
+    assert not queue.load(pk).holds

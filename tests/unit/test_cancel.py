@@ -225,3 +225,18 @@ def test_only_batches_that_have_not_ended_are_cancelled(aws: Aws) -> None:
     aws.store.set_shard_batches(job_id, 1, ["batch_d"])
     aws.store.settle_batch("batch_d", "completed")
     assert open_provider_work(aws.store, job_id).batches == ["batch_b", "batch_c"]
+
+
+def test_files_still_waiting_for_room_in_the_batch_queue_are_no_batch_to_cancel(aws: Aws) -> None:
+    from sluice.cancel import open_provider_work
+
+    state = aws.plan("inbox/queued.jsonl", [request_line(f"x-{n}") for n in range(10)])
+    job_id = state["job_id"]
+    aws.store.plan_batch_parts(job_id, 0, [{"model": "gpt-4o-mini", "tokens": 10, "lines": 5}] * 3)
+    aws.store.set_shard_batches(job_id, 0, ["", "batch_b", ""])
+    aws.store.mark_batch_collected(job_id, 0, "batch_b", {"status": "completed"})
+    aws.store.plan_batch_parts(job_id, 1, [{"model": "gpt-4o-mini", "tokens": 10, "lines": 5}])
+    aws.store.await_batch(job_id, 1, f"QUEUED#{job_id}#1")
+    assert open_provider_work(aws.store, job_id).batches == []
+    aws.store.set_shard_batches(job_id, 1, ["batch_e"])
+    assert open_provider_work(aws.store, job_id).batches == ["batch_e"]
