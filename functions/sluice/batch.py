@@ -409,17 +409,23 @@ async def _advance(
     if not granted:
         return 0
     parts = _rebuild(ctx, spec, granted) if files is None else [files[index] for index in granted]
+
+    def release(index: int) -> None:
+        queue.release(
+            queue_key(settings.provider_base_url, ctx.api_key, state.models[index]),
+            hold_ref(spec.job_id, spec.shard, index, state.attempt(index)),
+        )
+
     created = 0
     try:
-        for part in parts:
+        for position, part in enumerate(parts):
             attempt = state.attempt(part.index)
             try:
                 batch_id = await _create(api, ctx, spec, part, attempt)
             except QueueFull:
-                queue.release(
-                    queue_key(settings.provider_base_url, ctx.api_key, state.models[part.index]),
-                    hold_ref(spec.job_id, spec.shard, part.index, attempt),
-                )
+                # the provider's queue is fuller than ours says: this file and the rest wait
+                for later in parts[position:]:
+                    release(later.index)
                 _requeue(ctx, spec, state, part.index)
                 break
             created += 1

@@ -9,10 +9,12 @@ from dataclasses import replace
 from typing import Any
 
 import boto3
+import httpx2
 import openai
 import orjson
 import pytest
 from moto import mock_aws
+from openai.resources.batches import AsyncBatches
 from sluice.batch import collect_batch, split_parts, submit_batch
 from sluice.batch_queue import (
     HOLD_GRACE_S,
@@ -269,4 +271,46 @@ def test_a_hold_left_by_a_shard_that_died_is_reconciled_away_and_the_queue_moves
     holds = queue.load(pk).holds
     assert dead not in holds and set(holds) == {hold_ref(JOB, 0, 0, 1)}
     assert _run_shards(env, [spec])[0]["done"] is True
+    assert not queue.load(pk).holds
+
+
+def test_a_create_refused_outright_for_a_full_queue_waits_and_goes_again(
+    batch_env: Env,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    env = batch_env
+    env.sim.configure(batch_phase_s=0.05)
+    env.ctx = replace(env.ctx, settings=replace(env.ctx.settings, batch_queue_tokens="gpt-4o-mini=300"))
+    original = AsyncBatches.create
+    refusals: list[dict[str, Any]] = []
+
+    async def refuse_once(self: AsyncBatches, **kwargs: Any) -> Any:
+        if not refusals:
+            refusals.append(kwargs)
+            request = httpx2.Request("POST", env.sim.base_url + "/batches")
+            raise openai.BadRequestError(
+                "Enqueued token limit reached for gpt-4o-mini",
+                response=httpx2.Response(400, request=request),
+                body={"code": "token_limit_exceeded", "message": "Enqueued token limit reached", "param": None},
+            )
+        return await original(self, **kwargs)
+
+    monkeypatch.setattr(AsyncBatches, "create", refuse_once)
+    spec = env.shard(lines(12))
+    submitted = asyncio.run(submit_batch(env.ctx, spec))
+    # the first file was refused: the rest of the shard's files wait with it, holding nothing
+    assert submitted["batches_created"] == 0 and submitted["batch_ids"] == []
+    assert env.sim.call(lambda s: list(s.files)) == []
+    queue = QueueTable(env.store.table)
+    pk = queue_key(env.ctx.settings.provider_base_url, env.ctx.api_key, "gpt-4o-mini")
+    assert not queue.load(pk).holds
+    row = env.store.shard(JOB, 0) or {}
+    assert row["batch_tries"] == {"0": 2} and row["batch_requeued"] == 1
+    assert row["provider_id"] == f"QUEUED#{JOB}#0"
+    assert env.store.arm_shard(JOB, 0, "token") is False  # the wait is the backoff, not a busy loop
+    assert _run_shards(env, [spec])[0]["done"] is True
+    results, errors = env.outputs(spec)
+    assert len(results) == 12 and errors == []
+    metadata = env.sim.call(lambda s: [b.metadata for b in s.batches.values()])
+    assert metadata[0] == {"job": JOB, "shard": "0", "part": "0", "try": "2"}
     assert not queue.load(pk).holds
