@@ -27,11 +27,12 @@ from typing import IO, Any, Literal, cast
 import openai
 import orjson
 
+from .budget import worst_case_nano
 from .contract import Settings
 from .model import ErrorCode, Outcome, Request
 from .parts import PartWriter, assemble, load_checkpoint, parts_stats
 from .retry import RetryPolicy, backoff_s
-from .shard import ShardContext, ShardSpec, pending, poll_wait_seconds
+from .shard import ShardContext, ShardSpec, pending, poll_wait_seconds, shard_budget, unsent
 
 COMPLETION_WINDOW: Literal["24h"] = "24h"
 TERMINAL = frozenset({"completed", "failed", "expired", "cancelled"})
@@ -237,12 +238,24 @@ async def submit_batch(
     checkpoint = load_checkpoint(ctx.s3, spec)
     writer = PartWriter(s3=ctx.s3, store=ctx.store, spec=spec, run=checkpoint.runs + 1, progress=ctx.progress)
     settings = ctx.settings
+    budget = shard_budget(ctx, spec, batch=True)
+    # each line's worst case at the batch price, so a part's batch is created only once it is reserved
+    costs: dict[int, int] = {}
+
+    def priced(requests: Iterable[Request]) -> Iterable[Request]:
+        for request in requests:
+            costs[request.line] = worst_case_nano(request, batch=True)
+            yield request
+
+    source = pending(ctx.s3, spec, checkpoint.done, writer.add_invalid)
     parts = split_parts(
-        pending(ctx.s3, spec, checkpoint.done, writer.add_invalid),
+        priced(source) if budget is not None else source,
         max_requests=settings.batch_max_requests,
         max_bytes=settings.batch_max_bytes,
     )
     batch_ids: list[str] = []
+    # parts the job's budget could not cover: their lines are errors, not batches
+    unsent_parts: list[BatchPart] = []
     created = 0
     try:
         async with _provider(ctx, client) as api:
@@ -252,6 +265,12 @@ async def submit_batch(
                 found = await _created_batches(api, spec, since=earlier - CLOCK_SLACK_S)
             for part in parts:
                 batch_id = recorded[part.index] if part.index < len(recorded) else found.get(part.index)
+                if batch_id is None and budget is not None:
+                    cost = sum(costs[line] for line in part.lines)
+                    if not await asyncio.to_thread(budget.take_local, cost):
+                        unsent_parts.append(part)
+                        continue
+                    budget.spend(cost)
                 if batch_id is None:
                     batch_id = await _create(api, ctx, spec, part)
                     created += 1
@@ -264,6 +283,11 @@ async def submit_batch(
     finally:
         for part in parts:
             part.close()
+        if budget is not None:
+            budget.close()
+    for part in unsent_parts:
+        for line, custom_id in zip(part.lines, part.custom_ids, strict=True):
+            writer.add_invalid(unsent(spec, line, custom_id))
     writer.flush(finished=False)
     return {
         "batch_ids": batch_ids,

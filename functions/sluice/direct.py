@@ -8,11 +8,13 @@ the shard's files.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
+from .model import ErrorCode
 from .parts import PartWriter, assemble, load_checkpoint
-from .shard import ShardContext, ShardSpec, Stopper, margin_s, pending
+from .shard import ShardContext, ShardSpec, Stopper, budget_message, margin_s, pending, shard_budget
 from .sweep import send_with_sweep
 
 
@@ -32,10 +34,18 @@ async def run_direct(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any]:
         progress=ctx.progress,
     )
     stopper = Stopper(ctx, spec.job_id)
-    stats = await send_with_sweep(
-        ctx, spec, pending(ctx.s3, spec, checkpoint.done, writer.add_invalid), writer.add_outcome, stopper
-    )
-    finished = not stats.stopped_early
+    budget = shard_budget(ctx, spec)
+    requests = pending(ctx.s3, spec, checkpoint.done, writer.add_invalid)
+    try:
+        stats = await send_with_sweep(ctx, spec, requests, writer.add_outcome, stopper, budget)
+    finally:
+        if budget is not None:
+            await asyncio.to_thread(budget.close)
+    out_of_budget = budget is not None and budget.exhausted and not stopper.cancelled
+    if out_of_budget:
+        # the rest of the shard is not sent; its invalid lines still get their own codes
+        await asyncio.to_thread(lambda: sum(1 for _ in requests))
+    finished = not stats.stopped_early or out_of_budget
     if stopper.cancelled:
         await writer.aflush(finished=False)
         return {"done": False, "cancelled": True, "run": checkpoint.runs + 1, "sent": writer.done + writer.failed}
@@ -45,7 +55,9 @@ async def run_direct(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any]:
             f"request timeout plus safety margin ({margin_s(ctx):.0f} s)"
         )
     await writer.aflush(finished=finished)
-    if finished:
+    if out_of_budget:
+        assemble(ctx.s3, spec, missing_code=ErrorCode.BUDGET_EXCEEDED, missing_message=budget_message(spec))
+    elif finished:
         assemble(ctx.s3, spec)
     return {
         "done": finished,

@@ -121,8 +121,10 @@ class JobStore:
         shards: list[tuple[int, int, int]],
         mode: str,
         shard_modes: Mapping[int, str] | None = None,
+        budget_cap: int = 0,
     ) -> None:
-        """`shard_modes` overrides `mode` per shard (auto mode picks a mode for each)."""
+        """`shard_modes` overrides `mode` per shard (auto mode picks a mode for each); a
+        `budget_cap` (nano-USD) starts the job's spend figures (`sluice.budget`)."""
         modes = shard_modes or {}
         with self._table.batch_writer(overwrite_by_pkeys=["pk", "sk"]) as batch:
             for index, lines, requests in shards:
@@ -141,13 +143,45 @@ class JobStore:
                         "expires_at": self._expires(),
                     }
                 )
+        budget = ", budget_cap = :cap, budget_committed = :z, budget_spent = :z" if budget_cap else ""
+        values = {":s": "RUNNING", ":p": plan, ":n": len(shards), ":r": plan["requests"], ":z": 0}
         self._table.update_item(
             Key={"pk": job_pk(job_id), "sk": "META"},
-            UpdateExpression="SET #s = :s, #p = :p, shards = :n, requests = :r, done = :z, failed = :z",
+            UpdateExpression="SET #s = :s, #p = :p, shards = :n, requests = :r, done = :z, failed = :z" + budget,
             ExpressionAttributeNames={"#s": "status", "#p": "plan"},
-            ExpressionAttributeValues=_dynamo(
-                {":s": "RUNNING", ":p": plan, ":n": len(shards), ":r": plan["requests"], ":z": 0}
-            ),
+            ExpressionAttributeValues=_dynamo({**values, ":cap": budget_cap} if budget_cap else values),
+        )
+
+    def reserve_budget(self, job_id: str, amount: int, cap: int, spent: int) -> bool:
+        """Add `amount` (nano-USD) to the job's committed spend if that keeps it within `cap`,
+        with `spent` (what answers cost since the last write) added to its spend; False if not."""
+        if amount > cap:
+            return False
+        try:
+            self._table.update_item(
+                Key={"pk": job_pk(job_id), "sk": "META"},
+                UpdateExpression="ADD budget_committed :a, budget_spent :s",
+                ConditionExpression=Attr("budget_committed").lte(cap - amount),
+                ExpressionAttributeValues={":a": amount, ":s": spent},
+            )
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
+    def budget_committed(self, job_id: str) -> int:
+        row = self._table.get_item(
+            Key={"pk": job_pk(job_id), "sk": "META"}, ProjectionExpression="budget_committed", ConsistentRead=True
+        ).get("Item", {})
+        return int(row.get("budget_committed", 0))
+
+    def release_budget(self, job_id: str, amount: int, spent: int) -> None:
+        """Give back (negative `amount`) or add to the committed spend, and record `spent`; unconditional."""
+        self._table.update_item(
+            Key={"pk": job_pk(job_id), "sk": "META"},
+            UpdateExpression="ADD budget_committed :a, budget_spent :s",
+            ExpressionAttributeValues={":a": amount, ":s": spent},
         )
 
     def record_progress(

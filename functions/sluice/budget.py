@@ -1,0 +1,257 @@
+"""The job's spending cap (`sluice-budget-usd`), held across every shard that runs at once.
+
+The job row keeps two figures in nano-USD (integers, so no float drifts in DynamoDB):
+`budget_cap` and `budget_committed`, what the job's shards have spent plus what they hold
+reserved. A shard reserves a chunk with one conditional `ADD` (`committed <= cap - chunk`),
+spends it locally on the worst-case cost of each request it sends, and on each answer gives
+the difference between that worst case and the answer's real usage back to its own pool. When
+the pool and the table cannot cover the next request, the shard waits for its own requests in
+flight (their refunds may be enough), then hands its pool back and asks the table once more for
+exactly that request's cost; refused, it stops sending. The shard that stops last therefore sees
+every other shard's refunds, so the job ends with less than one request's worst case unspent,
+and never more than the cap as long as the worst-case estimates hold.
+
+A request's worst case: the prompt at one token per 4 bytes of its body (JSON keys included,
+which more than covers English text) plus its output cap (`max_tokens`,
+`max_completion_tokens` or `max_output_tokens`, times `n`), or DEFAULT_OUTPUT_TOKENS when the
+body sets none; at the Batch API's half price in batch mode. An answer without usage (a
+background response still running) keeps its worst case as spent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import orjson
+
+from .costs import price_per_million
+from .model import Outcome, Request
+
+NANO = 1_000_000_000
+# the output a request may produce when its body sets no cap; set max_tokens for a hard bound
+DEFAULT_OUTPUT_TOKENS = 1024
+# a chunk covers this many requests of the last size seen, so a shard writes the job row about
+# once per CHUNK_REQUESTS lines, plus once at the end of each run
+CHUNK_REQUESTS = 50
+_OUTPUT_CAPS = ("max_completion_tokens", "max_tokens", "max_output_tokens")
+_EMBEDDINGS = "/v1/embeddings"
+
+
+def usd_to_nano(usd: float) -> int:
+    return round(usd * NANO)
+
+
+def nano_to_usd(nano: int) -> float:
+    return round(nano / NANO, 9)
+
+
+def _model_of(body: Mapping[str, Any]) -> str:
+    model = body.get("model")
+    return model if isinstance(model, str) else ""
+
+
+def output_cap(body: Mapping[str, Any], path: str) -> int:
+    """The most output tokens the request may be billed for."""
+    if path == _EMBEDDINGS:
+        return 0
+    for name in _OUTPUT_CAPS:
+        value = body.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            cap = value
+            break
+    else:
+        cap = DEFAULT_OUTPUT_TOKENS
+    n = body.get("n")
+    return cap * (n if isinstance(n, int) and not isinstance(n, bool) and n > 1 else 1)
+
+
+def unpriced_model(model: str | None) -> bool:
+    return price_per_million(model or "") is None
+
+
+def worst_case_nano(request: Request, *, batch: bool = False) -> int:
+    """The most this request may cost, in nano-USD; raises KeyError for a model with no price."""
+    raw = request.body or b"{}"
+    body = orjson.loads(raw)
+    model = _model_of(body)
+    price = price_per_million(model)
+    if price is None:
+        raise KeyError(model)
+    tokens_in = math.ceil(len(raw) / 4)
+    nano = math.ceil(tokens_in * price[0] * 1000 + output_cap(body, request.path) * price[1] * 1000)
+    return math.ceil(nano / 2) if batch else nano
+
+
+def usage_tokens(body: Any) -> tuple[int, int] | None:
+    """(input, output) tokens an answer reports, across the endpoints' two spellings; None if none."""
+    usage = body.get("usage") if isinstance(body, dict) else None
+    if not isinstance(usage, dict):
+        return None
+    tokens_in = usage.get("prompt_tokens", usage.get("input_tokens"))
+    tokens_out = usage.get("completion_tokens", usage.get("output_tokens", 0))
+    if not isinstance(tokens_in, int):
+        return None
+    return tokens_in, tokens_out if isinstance(tokens_out, int) else 0
+
+
+def actual_nano(outcome: Outcome, request_model: str, reserved: int, *, batch: bool = False) -> int:
+    """What an answer cost: its usage at its model's price; a failed request costs nothing, an
+    answer without usage (a background response still running) its reservation."""
+    if not outcome.ok:
+        return 0
+    tokens = usage_tokens(outcome.body)
+    if tokens is None:
+        return reserved
+    answered = outcome.body.get("model") if isinstance(outcome.body, dict) else None
+    price = price_per_million(answered) if isinstance(answered, str) else None
+    price = price or price_per_million(request_model)
+    if price is None:
+        return reserved
+    nano = math.ceil(tokens[0] * price[0] * 1000 + tokens[1] * price[1] * 1000)
+    return math.ceil(nano / 2) if batch else nano
+
+
+class BudgetTable(Protocol):
+    """The job row's two figures (`JobStore` implements it)."""
+
+    def reserve_budget(self, job_id: str, amount: int, cap: int, spent: int) -> bool: ...
+
+    def budget_committed(self, job_id: str) -> int: ...
+
+    def release_budget(self, job_id: str, amount: int, spent: int) -> None: ...
+
+
+@dataclass
+class BudgetFigures:
+    reserved_writes: int = 0
+    refused: int = 0
+    releases: int = 0
+
+
+@dataclass
+class Budget:
+    """One shard run's share of the job's cap: a local pool refilled from the job row in chunks.
+
+    `reserve` before a request is sent (False: the job's budget is spent, stop sending) and
+    `settle` with its outcome; `close` hands what is left back to the job row. `spent` is what
+    this run's answers cost, in nano-USD.
+    """
+
+    table: BudgetTable
+    job_id: str
+    cap: int
+    batch: bool = False
+    chunk_requests: int = CHUNK_REQUESTS
+    held: int = 0
+    spent: int = 0
+    exhausted: bool = False
+    figures: BudgetFigures = field(default_factory=BudgetFigures)
+    # spent since the last write: each write to the job row carries it
+    _unrecorded: int = 0
+    _reserved: dict[int, tuple[int, str]] = field(default_factory=dict)
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _settled: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def cost(self, request: Request) -> tuple[int, str]:
+        body = orjson.loads(request.body or b"{}")
+        return worst_case_nano(request, batch=self.batch), _model_of(body)
+
+    async def reserve(self, request: Request) -> bool:
+        need, model = self.cost(request)
+        async with self._lock:
+            if not await self._cover(need):
+                return False
+            self.held -= need
+            self._reserved[request.line] = (need, model)
+            return True
+
+    def take_local(self, need: int) -> bool:
+        """The synchronous path (batch parts): reserve `need` from the pool or the table, no waiting."""
+        if self.exhausted:
+            return False
+        if self.held < need and not self._ask(need, chunked=False):
+            self.exhausted = True
+            return False
+        self.held -= need
+        return True
+
+    async def _cover(self, need: int) -> bool:
+        while not self.exhausted:
+            if self.held >= need:
+                return True
+            if await asyncio.to_thread(self._ask, need):
+                continue
+            if self._reserved:
+                # requests of ours are in flight: what they do not use comes back to the pool
+                self._settled.clear()
+                await self._settled.wait()
+                continue
+            # give the pool back and ask for exactly this request: the table then holds every
+            # refund of the shards that stopped before us
+            await asyncio.to_thread(self._release)
+            if not await asyncio.to_thread(self._ask, need, False):
+                self.exhausted = True
+        return False
+
+    def _ask(self, need: int, chunked: bool = True) -> bool:
+        """Move what the pool lacks for `need` (a chunk, or as much of one as is left) from the table."""
+        lacking = need - self.held
+        want = max(lacking, need * self.chunk_requests) if chunked else lacking
+        if self._write_reserve(want):
+            return True
+        if not chunked:
+            return False
+        left = self.cap - self.table.budget_committed(self.job_id)
+        return lacking <= left < want and self._write_reserve(left)
+
+    def _write_reserve(self, amount: int) -> bool:
+        self.figures.reserved_writes += 1
+        if self.table.reserve_budget(self.job_id, amount, self.cap, self._unrecorded):
+            self.held += amount
+            self._unrecorded = 0
+            return True
+        self.figures.refused += 1
+        return False
+
+    def settle(self, request: Request, outcome: Outcome) -> None:
+        reserved, model = self._reserved.pop(request.line, (0, ""))
+        cost = actual_nano(outcome, model, reserved, batch=self.batch)
+        self.held += reserved - cost
+        self.spent += cost
+        self._unrecorded += cost
+        self._settled.set()
+
+    def forget(self, request: Request) -> None:
+        """A request reserved but never sent: its whole reservation goes back to the pool."""
+        reserved, _ = self._reserved.pop(request.line, (0, ""))
+        self.held += reserved
+        self._settled.set()
+
+    def spend(self, nano: int) -> None:
+        """Count `nano` taken from the pool as spent (a batch's rows once it has answered)."""
+        self.spent += nano
+        self._unrecorded += nano
+
+    def _release(self) -> None:
+        if self.held or self._unrecorded:
+            self.figures.releases += 1
+            self.table.release_budget(self.job_id, -self.held, self._unrecorded)
+        self.held = 0
+        self._unrecorded = 0
+
+    def close(self) -> None:
+        """Hand the pool back to the job row, with the spend not yet written. Requests still
+        reserved (none, once the engine has drained) keep their worst case as spent."""
+        for reserved, _ in self._reserved.values():
+            self.spend(reserved)
+        self._reserved.clear()
+        self._release()
+
+
+def budget_models(models: Iterable[str | None]) -> list[str]:
+    """The models among `models` that have no known price (a budget cannot be held for them)."""
+    return sorted({m or "" for m in models if unpriced_model(m)})
