@@ -267,10 +267,9 @@ async def submit_batch(
                 batch_id = recorded[part.index] if part.index < len(recorded) else found.get(part.index)
                 if batch_id is None and budget is not None:
                     cost = sum(costs[line] for line in part.lines)
-                    if not await asyncio.to_thread(budget.take_local, cost):
+                    if not await budget.take(cost):
                         unsent_parts.append(part)
                         continue
-                    budget.spend(cost)
                 if batch_id is None:
                     batch_id = await _create(api, ctx, spec, part)
                     created += 1

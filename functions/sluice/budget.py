@@ -37,6 +37,10 @@ DEFAULT_OUTPUT_TOKENS = 1024
 # a chunk covers this many requests of the last size seen, so a shard writes the job row about
 # once per CHUNK_REQUESTS lines, plus once at the end of each run
 CHUNK_REQUESTS = 50
+# a shard the table refuses waits for the shards that still hold a pool to hand it back, looking
+# this often, and for at most this long (a shard that died holding a pool never hands it back)
+HOLDERS_POLL_S = 0.25
+HOLDERS_WAIT_S = 30.0
 _OUTPUT_CAPS = ("max_completion_tokens", "max_tokens", "max_output_tokens")
 _EMBEDDINGS = "/v1/embeddings"
 
@@ -116,13 +120,13 @@ def actual_nano(outcome: Outcome, request_model: str, reserved: int, *, batch: b
 
 
 class BudgetTable(Protocol):
-    """The job row's two figures (`JobStore` implements it)."""
+    """The job row's figures (`JobStore` implements it): committed, spent, and how many shards hold a pool."""
 
-    def reserve_budget(self, job_id: str, amount: int, cap: int, spent: int) -> bool: ...
+    def reserve_budget(self, job_id: str, amount: int, cap: int, spent: int, *, join: bool) -> bool: ...
 
-    def budget_committed(self, job_id: str) -> int: ...
+    def budget_state(self, job_id: str) -> tuple[int, int]: ...
 
-    def release_budget(self, job_id: str, amount: int, spent: int) -> None: ...
+    def release_budget(self, job_id: str, amount: int, spent: int, *, leave: bool) -> None: ...
 
 
 @dataclass
@@ -150,6 +154,8 @@ class Budget:
     spent: int = 0
     exhausted: bool = False
     figures: BudgetFigures = field(default_factory=BudgetFigures)
+    # counted among the job row's `budget_holders` (from the first reservation to the release)
+    holding: bool = False
     # spent since the last write: each write to the job row carries it
     _unrecorded: int = 0
     _reserved: dict[int, tuple[int, str]] = field(default_factory=dict)
@@ -169,87 +175,105 @@ class Budget:
             self._reserved[request.line] = (need, model)
             return True
 
-    def take_local(self, need: int) -> bool:
-        """The synchronous path (batch parts): reserve `need` from the pool or the table, no waiting."""
-        if self.exhausted:
-            return False
-        if self.held < need and not self._ask(need, chunked=False):
-            self.exhausted = True
-            return False
-        self.held -= need
-        return True
+    async def take(self, need: int) -> bool:
+        """Reserve exactly `need` (a batch part's worst case), counted as spent; False if the cap refuses."""
+        async with self._lock:
+            if self.exhausted:
+                return False
+            if self.held < need and not await self._ask(need, chunked=False):
+                self.exhausted = True
+                return False
+            self.held -= need
+            self.spend(need)
+            return True
 
     async def _cover(self, need: int) -> bool:
         while not self.exhausted:
             if self.held >= need:
                 return True
-            if await asyncio.to_thread(self._ask, need):
+            if await self._ask(need):
                 continue
             if self._reserved:
                 # requests of ours are in flight: what they do not use comes back to the pool
                 self._settled.clear()
                 await self._settled.wait()
                 continue
-            # give the pool back and ask for exactly this request: the table then holds every
-            # refund of the shards that stopped before us
-            await asyncio.to_thread(self._release)
-            if not await asyncio.to_thread(self._ask, need, False):
+            # give the pool back, then ask for exactly this request until no other shard holds
+            # a pool: only then has every refund reached the table, and a refusal is final
+            await self._release()
+            if not await self._last_ask(need):
                 self.exhausted = True
         return False
 
-    def _ask(self, need: int, chunked: bool = True) -> bool:
+    async def _last_ask(self, need: int) -> bool:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + HOLDERS_WAIT_S
+        while True:
+            committed, holders = await asyncio.to_thread(self.table.budget_state, self.job_id)
+            if self.cap - committed >= need and await self._ask(need, chunked=False):
+                return True
+            if holders <= 0 or loop.time() >= deadline:
+                return False
+            await asyncio.sleep(HOLDERS_POLL_S)
+
+    async def _ask(self, need: int, chunked: bool = True) -> bool:
         """Move what the pool lacks for `need` (a chunk, or as much of one as is left) from the table."""
         lacking = need - self.held
         want = max(lacking, need * self.chunk_requests) if chunked else lacking
-        if self._write_reserve(want):
+        if await self._write_reserve(want):
             return True
         if not chunked:
             return False
-        left = self.cap - self.table.budget_committed(self.job_id)
-        return lacking <= left < want and self._write_reserve(left)
+        committed, _ = await asyncio.to_thread(self.table.budget_state, self.job_id)
+        left = self.cap - committed
+        return need - self.held <= left < want and await self._write_reserve(left)
 
-    def _write_reserve(self, amount: int) -> bool:
+    async def _write_reserve(self, amount: int) -> bool:
+        # the write runs on a thread while answers settle on the loop: the figures it carries
+        # are taken before it and changed only here, on the loop, after it
         self.figures.reserved_writes += 1
-        if self.table.reserve_budget(self.job_id, amount, self.cap, self._unrecorded):
-            self.held += amount
-            self._unrecorded = 0
-            return True
-        self.figures.refused += 1
-        return False
+        join, recorded = not self.holding, self._unrecorded
+        granted = await asyncio.to_thread(self.table.reserve_budget, self.job_id, amount, self.cap, recorded, join=join)
+        if not granted:
+            self.figures.refused += 1
+            return False
+        self.held += amount
+        self._unrecorded -= recorded
+        self.holding = True
+        return True
 
     def settle(self, request: Request, outcome: Outcome) -> None:
         reserved, model = self._reserved.pop(request.line, (0, ""))
         cost = actual_nano(outcome, model, reserved, batch=self.batch)
         self.held += reserved - cost
-        self.spent += cost
-        self._unrecorded += cost
-        self._settled.set()
-
-    def forget(self, request: Request) -> None:
-        """A request reserved but never sent: its whole reservation goes back to the pool."""
-        reserved, _ = self._reserved.pop(request.line, (0, ""))
-        self.held += reserved
+        self.spend(cost)
         self._settled.set()
 
     def spend(self, nano: int) -> None:
-        """Count `nano` taken from the pool as spent (a batch's rows once it has answered)."""
         self.spent += nano
         self._unrecorded += nano
 
-    def _release(self) -> None:
-        if self.held or self._unrecorded:
+    async def _release(self) -> None:
+        held, recorded, holding = self.held, self._unrecorded, self.holding
+        if held or recorded or holding:
             self.figures.releases += 1
-            self.table.release_budget(self.job_id, -self.held, self._unrecorded)
-        self.held = 0
-        self._unrecorded = 0
+            await asyncio.to_thread(self.table.release_budget, self.job_id, -held, recorded, leave=holding)
+        self.held -= held
+        self._unrecorded -= recorded
+        self.holding = False
 
     def close(self) -> None:
-        """Hand the pool back to the job row, with the spend not yet written. Requests still
-        reserved (none, once the engine has drained) keep their worst case as spent."""
+        """Hand the pool back to the job row, with the spend not yet written, once nothing is in
+        flight. Requests still reserved (none, once the engine has drained) count at their worst case."""
         for reserved, _ in self._reserved.values():
             self.spend(reserved)
         self._reserved.clear()
-        self._release()
+        if self.held or self._unrecorded or self.holding:
+            self.figures.releases += 1
+            self.table.release_budget(self.job_id, -self.held, self._unrecorded, leave=self.holding)
+        self.held = 0
+        self._unrecorded = 0
+        self.holding = False
 
 
 def budget_models(models: Iterable[str | None]) -> list[str]:

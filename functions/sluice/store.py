@@ -152,17 +152,18 @@ class JobStore:
             ExpressionAttributeValues=_dynamo({**values, ":cap": budget_cap} if budget_cap else values),
         )
 
-    def reserve_budget(self, job_id: str, amount: int, cap: int, spent: int) -> bool:
+    def reserve_budget(self, job_id: str, amount: int, cap: int, spent: int, *, join: bool) -> bool:
         """Add `amount` (nano-USD) to the job's committed spend if that keeps it within `cap`,
-        with `spent` (what answers cost since the last write) added to its spend; False if not."""
+        with `spent` (what answers cost since the last write) added to its spend, and count the
+        shard among the holders of a pool when it `join`s; False if the cap refuses."""
         if amount > cap:
             return False
         try:
             self._table.update_item(
                 Key={"pk": job_pk(job_id), "sk": "META"},
-                UpdateExpression="ADD budget_committed :a, budget_spent :s",
+                UpdateExpression="ADD budget_committed :a, budget_spent :s, budget_holders :h",
                 ConditionExpression=Attr("budget_committed").lte(cap - amount),
-                ExpressionAttributeValues={":a": amount, ":s": spent},
+                ExpressionAttributeValues={":a": amount, ":s": spent, ":h": 1 if join else 0},
             )
         except ClientError as exc:
             if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
@@ -170,18 +171,22 @@ class JobStore:
             raise
         return True
 
-    def budget_committed(self, job_id: str) -> int:
+    def budget_state(self, job_id: str) -> tuple[int, int]:
+        """The job's committed spend (nano-USD) and how many shards hold a pool of it."""
         row = self._table.get_item(
-            Key={"pk": job_pk(job_id), "sk": "META"}, ProjectionExpression="budget_committed", ConsistentRead=True
+            Key={"pk": job_pk(job_id), "sk": "META"},
+            ProjectionExpression="budget_committed, budget_holders",
+            ConsistentRead=True,
         ).get("Item", {})
-        return int(row.get("budget_committed", 0))
+        return int(row.get("budget_committed", 0)), int(row.get("budget_holders", 0))
 
-    def release_budget(self, job_id: str, amount: int, spent: int) -> None:
-        """Give back (negative `amount`) or add to the committed spend, and record `spent`; unconditional."""
+    def release_budget(self, job_id: str, amount: int, spent: int, *, leave: bool) -> None:
+        """Give back (negative `amount`) or add to the committed spend, record `spent`, and stop
+        counting the shard among the holders when it `leave`s; unconditional."""
         self._table.update_item(
             Key={"pk": job_pk(job_id), "sk": "META"},
-            UpdateExpression="ADD budget_committed :a, budget_spent :s",
-            ExpressionAttributeValues={":a": amount, ":s": spent},
+            UpdateExpression="ADD budget_committed :a, budget_spent :s, budget_holders :h",
+            ExpressionAttributeValues={":a": amount, ":s": spent, ":h": -1 if leave else 0},
         )
 
     def record_progress(
