@@ -73,6 +73,7 @@ def lambda_environment(
         poll_seconds=config.poll_seconds,
         safety_margin_s=config.safety_margin_s,
         max_error_rate=config.max_error_rate,
+        budget_usd=config.budget_usd or 0.0,
     )
     return {**settings.to_env(), **powertools_environment(config)}
 
