@@ -84,7 +84,10 @@ def _watch_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--watch",
         action="store_true",
-        help="follow the job until it ends; exit 0 if it SUCCEEDED, 9 if COMPLETED_WITH_ERRORS, 1 if not",
+        help=(
+            "follow the job until it ends; exit 0 if it SUCCEEDED, 9 if COMPLETED_WITH_ERRORS, "
+            "10 if BUDGET_EXCEEDED, 1 if not"
+        ),
     )
     p.add_argument(
         "--interval", type=checks.positive_seconds, default=5.0, help="seconds between polls with --watch (default: 5)"

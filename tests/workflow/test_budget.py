@@ -13,7 +13,7 @@ from sluice.lines import parse_line
 
 from local.cloud import run_job
 from local.deployed.retry import INPUT_ERROR_CODES, write_lines
-from tests.conftest import write_jsonl
+from tests.conftest import request_line, write_jsonl
 
 LINES = 240
 
@@ -86,3 +86,48 @@ def test_a_budget_for_a_model_with_no_price_is_refused_before_anything_is_sent(
     assert run.summary["status"] == "FAILED"
     assert "'my-finetune' has none" in run.summary["error"]
     assert not [e for e in simulator.log if e["method"] == "POST"]
+
+
+def test_a_batch_shard_creates_a_batch_only_once_its_worst_case_is_reserved(
+    make_cloud: Any, simulator: Any, tmp_path: Path
+) -> None:
+    rows = [request_line(f"q-{n}") for n in range(120)]
+    path = write_jsonl(tmp_path / "batched.jsonl", rows)
+    # three shards, one batch each, at the Batch API's half price: the cap covers two of them
+    part = sum(worst_case_nano(parse_line(r, n + 1), batch=True) for n, r in enumerate(rows[:40]))  # type: ignore[arg-type]
+    cap = 2.5 * part / 1e9
+    cloud = make_cloud(shard_lines=40, map_concurrency=3)
+    simulator.configure(batch_phase_s=0.05)
+    simulator.clear_log()
+
+    run = run_job(cloud, path, metadata={"sluice-mode": "batch", "sluice-budget-usd": str(cap)})
+
+    assert run.summary["status"] == "BUDGET_EXCEEDED"
+    assert run.verify(path).ok
+    assert len(run.results) == 80
+    assert len(run.errors) == 40 and {e["error"]["code"] for e in run.errors} == {"budget_exceeded"}
+    creates = [e for e in simulator.log if e["method"] == "POST" and e["path"] == "/v1/batches"]
+    assert len(creates) == 2
+    # a batch's rows count at their worst case (their usage is not settled back)
+    assert run.summary["budget"]["spent_usd"] == round(2 * part / 1e9, 9) <= cap
+
+
+def test_a_background_job_stops_at_its_cap_and_accounts_for_every_line(
+    make_cloud: Any, simulator: Any, tmp_path: Path
+) -> None:
+    rows = [request_line(f"r-{n}", url="/v1/responses") for n in range(60)]
+    path = write_jsonl(tmp_path / "background.jsonl", rows)
+    one = max(worst_case_nano(parse_line(r, n + 1)) for n, r in enumerate(rows))  # type: ignore[arg-type]
+    cap = 20.5 * one / 1e9
+    cloud = make_cloud(shard_lines=20, map_concurrency=3, concurrency=6)
+    simulator.clear_log()
+
+    run = run_job(cloud, path, metadata={"sluice-mode": "background", "sluice-budget-usd": str(cap)})
+
+    assert run.summary["status"] == "BUDGET_EXCEEDED"
+    assert run.verify(path).ok
+    assert {e["error"]["code"] for e in run.errors} == {"budget_exceeded"}
+    assert len(run.results) >= 20
+    assert run.summary["budget"]["spent_usd"] <= cap
+    sent = [e for e in simulator.log if e["method"] == "POST" and e["path"] == "/v1/responses"]
+    assert len(sent) == len(run.results)
