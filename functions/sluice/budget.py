@@ -4,12 +4,13 @@ The job row keeps two figures in nano-USD (integers, so no float drifts in Dynam
 `budget_cap` and `budget_committed`, what the job's shards have spent plus what they hold
 reserved. A shard reserves a chunk with one conditional `ADD` (`committed <= cap - chunk`),
 spends it locally on the worst-case cost of each request it sends, and on each answer gives
-the difference between that worst case and the answer's real usage back to its own pool. When
-the pool and the table cannot cover the next request, the shard waits for its own requests in
-flight (their refunds may be enough), then hands its pool back and asks the table once more for
-exactly that request's cost; refused, it stops sending. The shard that stops last therefore sees
-every other shard's refunds, so the job ends with less than one request's worst case unspent,
-and never more than the cap as long as the worst-case estimates hold.
+the difference between that worst case and the answer's real usage back to its own pool. Once
+the table refuses a chunk, the shard lives on its refunds: it waits for its own requests in
+flight rather than write again, and with none left hands its pool back and takes what the table
+still has, once that covers the next request. It stops sending only when the table cannot and no
+other shard holds a pool (`budget_holders`), so the last shard to stop has seen every refund:
+the job ends with less than one request's worst case unspent, and never spends more than the cap
+as long as the worst-case estimates hold.
 
 A request's worst case: the prompt at one token per 4 bytes of its body (JSON keys included,
 which more than covers English text) plus its output cap (`max_tokens`,
@@ -38,9 +39,10 @@ DEFAULT_OUTPUT_TOKENS = 1024
 # once per CHUNK_REQUESTS lines, plus once at the end of each run
 CHUNK_REQUESTS = 50
 # a shard the table refuses waits for the shards that still hold a pool to hand it back, looking
-# this often, and for at most this long (a shard that died holding a pool never hands it back)
+# this often, and for at most this long (a shard that died holding a pool never hands it back;
+# a shard's run keeps it within its safety margin, so a request still has its timeout to run)
 HOLDERS_POLL_S = 0.25
-HOLDERS_WAIT_S = 30.0
+HOLDERS_WAIT_S = 20.0
 _OUTPUT_CAPS = ("max_completion_tokens", "max_tokens", "max_output_tokens")
 _EMBEDDINGS = "/v1/embeddings"
 
@@ -156,6 +158,10 @@ class Budget:
     figures: BudgetFigures = field(default_factory=BudgetFigures)
     # counted among the job row's `budget_holders` (from the first reservation to the release)
     holding: bool = False
+    # how long a refused shard waits for the others' pools (see HOLDERS_WAIT_S)
+    wait_s: float = HOLDERS_WAIT_S
+    # the table refused a chunk: from now on the shard lives on its refunds, asking only when empty
+    scarce: bool = False
     # spent since the last write: each write to the job row carries it
     _unrecorded: int = 0
     _reserved: dict[int, tuple[int, str]] = field(default_factory=dict)
@@ -180,7 +186,7 @@ class Budget:
         async with self._lock:
             if self.exhausted:
                 return False
-            if self.held < need and not await self._ask(need, chunked=False):
+            if self.held < need and not await self._write_reserve(need - self.held):
                 self.exhausted = True
                 return False
             self.held -= need
@@ -191,8 +197,11 @@ class Budget:
         while not self.exhausted:
             if self.held >= need:
                 return True
-            if await self._ask(need):
-                continue
+            if not self.scarce:
+                if await self._write_reserve(max(need - self.held, need * self.chunk_requests)):
+                    continue
+                # near the cap a refused conditional write costs as much as a granted one: stop asking
+                self.scarce = True
             if self._reserved:
                 # requests of ours are in flight: what they do not use comes back to the pool
                 self._settled.clear()
@@ -206,27 +215,18 @@ class Budget:
         return False
 
     async def _last_ask(self, need: int) -> bool:
+        """With an empty pool: take what is left (up to a chunk) once it covers `need`; False once
+        it does not and no other shard holds a pool, or after `wait_s`."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + HOLDERS_WAIT_S
+        deadline = loop.time() + self.wait_s
         while True:
             committed, holders = await asyncio.to_thread(self.table.budget_state, self.job_id)
-            if self.cap - committed >= need and await self._ask(need, chunked=False):
+            left = self.cap - committed
+            if left >= need and await self._write_reserve(min(left, need * self.chunk_requests)):
                 return True
             if holders <= 0 or loop.time() >= deadline:
                 return False
             await asyncio.sleep(HOLDERS_POLL_S)
-
-    async def _ask(self, need: int, chunked: bool = True) -> bool:
-        """Move what the pool lacks for `need` (a chunk, or as much of one as is left) from the table."""
-        lacking = need - self.held
-        want = max(lacking, need * self.chunk_requests) if chunked else lacking
-        if await self._write_reserve(want):
-            return True
-        if not chunked:
-            return False
-        committed, _ = await asyncio.to_thread(self.table.budget_state, self.job_id)
-        left = self.cap - committed
-        return need - self.held <= left < want and await self._write_reserve(left)
 
     async def _write_reserve(self, amount: int) -> bool:
         # the write runs on a thread while answers settle on the loop: the figures it carries

@@ -15,7 +15,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from .budget import Budget, usd_to_nano
+from .budget import HOLDERS_WAIT_S, Budget, usd_to_nano
 from .contract import Settings
 from .engine import EngineSettings, EngineStats, fan_out
 from .lines import READ_CHUNK, LineError, parse_line, split_lines
@@ -225,7 +225,8 @@ def shard_budget(ctx: ShardContext, spec: ShardSpec, *, batch: bool = False) -> 
     """The run's share of the job's spending cap, or None when the job has none."""
     if not spec.budget_usd:
         return None
-    return Budget(ctx.store, spec.job_id, usd_to_nano(spec.budget_usd), batch=batch)
+    wait_s = min(HOLDERS_WAIT_S, ctx.settings.safety_margin_s)
+    return Budget(ctx.store, spec.job_id, usd_to_nano(spec.budget_usd), batch=batch, wait_s=wait_s)
 
 
 def pending(s3: Any, spec: ShardSpec, skip: set[int], on_invalid: Callable[[LineError], None]) -> Iterator[Request]:

@@ -10,12 +10,19 @@ from typing import Any
 import orjson
 from sluice.budget import worst_case_nano
 from sluice.lines import parse_line
+from sluice.model import Request
 
 from local.cloud import run_job
 from local.deployed.retry import INPUT_ERROR_CODES, write_lines
 from tests.conftest import request_line, write_jsonl
 
 LINES = 240
+
+
+def worst_case(raw: bytes, number: int, *, batch: bool = False) -> int:
+    request = parse_line(raw, number)
+    assert isinstance(request, Request)
+    return worst_case_nano(request, batch=batch)
 
 
 def line(i: int) -> bytes:
@@ -32,7 +39,7 @@ def test_the_budget_stops_the_job_within_one_request_of_its_cap_and_a_retry_fini
 ) -> None:
     rows = [line(i) for i in range(LINES)]
     path = write_jsonl(tmp_path / "capped.jsonl", rows)
-    one_request = max(worst_case_nano(parse_line(r, n + 1)) for n, r in enumerate(rows)) / 1e9  # type: ignore[arg-type]
+    one_request = max(worst_case(r, n + 1) for n, r in enumerate(rows)) / 1e9
     cloud = make_cloud(shard_lines=60, concurrency=20, map_concurrency=4)
 
     full = run_job(cloud, path, key="inbox/uncapped.jsonl")
@@ -94,7 +101,7 @@ def test_a_batch_shard_creates_a_batch_only_once_its_worst_case_is_reserved(
     rows = [request_line(f"q-{n}") for n in range(120)]
     path = write_jsonl(tmp_path / "batched.jsonl", rows)
     # three shards, one batch each, at the Batch API's half price: the cap covers two of them
-    part = sum(worst_case_nano(parse_line(r, n + 1), batch=True) for n, r in enumerate(rows[:40]))  # type: ignore[arg-type]
+    part = sum(worst_case(r, n + 1, batch=True) for n, r in enumerate(rows[:40]))
     cap = 2.5 * part / 1e9
     cloud = make_cloud(shard_lines=40, map_concurrency=3)
     simulator.configure(batch_phase_s=0.05)
@@ -117,7 +124,7 @@ def test_a_background_job_stops_at_its_cap_and_accounts_for_every_line(
 ) -> None:
     rows = [request_line(f"r-{n}", url="/v1/responses") for n in range(60)]
     path = write_jsonl(tmp_path / "background.jsonl", rows)
-    one = max(worst_case_nano(parse_line(r, n + 1)) for n, r in enumerate(rows))  # type: ignore[arg-type]
+    one = max(worst_case(r, n + 1) for n, r in enumerate(rows))
     cap = 20.5 * one / 1e9
     cloud = make_cloud(shard_lines=20, map_concurrency=3, concurrency=6)
     simulator.clear_log()
