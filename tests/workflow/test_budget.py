@@ -15,6 +15,7 @@ from sluice.model import Request
 from local.cloud import run_job
 from local.deployed.retry import INPUT_ERROR_CODES, write_lines
 from tests.conftest import request_line, write_jsonl
+from tests.workflow.test_outcomes import received, watch_events
 
 LINES = 240
 
@@ -46,11 +47,14 @@ def test_the_budget_stops_the_job_within_one_request_of_its_cap_and_a_retry_fini
     cost = full.summary["cost_estimate_usd"]["provider"]
     cap = round(cost / 2, 9)
     simulator.clear_log()
+    queue = watch_events(cloud)
 
     run = run_job(cloud, path, metadata={"sluice-budget-usd": str(cap)})
 
     assert run.summary["status"] == "BUDGET_EXCEEDED"
     assert run.verify(path).ok
+    [event] = received(queue)
+    assert event["detail-type"] == "Sluice Job Budget Exceeded" and event["detail"]["status"] == "BUDGET_EXCEEDED"
     budget = run.summary["budget"]
     assert budget["cap_usd"] == cap
     assert cap - one_request <= budget["spent_usd"] <= cap
