@@ -21,10 +21,9 @@ from .shard import (
     ShardSpec,
     pending,
     poll_wait_seconds,
-    read_shard,
     send_requests,
     shard_budget,
-    unsent,
+    write_unsent,
 )
 from .store import ItemState
 from .sweep import send_with_sweep
@@ -199,12 +198,7 @@ async def submit_background(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any
             await asyncio.to_thread(budget.close)
     out_of_budget = budget is not None and budget.exhausted
     if out_of_budget:
-        # the invalid lines not read yet get their own codes; every request not sent, this one
-        for _ in source:
-            pass
-        for item in read_shard(ctx.s3, spec):
-            if isinstance(item, Request) and item.line not in skip and item.line not in seen:
-                writer.add_invalid(unsent(spec, item.line, item.custom_id))
+        await asyncio.to_thread(write_unsent, ctx.s3, spec, source, skip | seen, writer.add_invalid)
     await writer.aflush(finished=False)
     return {
         "submitted": out_of_budget or not stats.stopped_early,

@@ -12,9 +12,9 @@ import asyncio
 import time
 from typing import Any
 
-from .model import ErrorCode
+from .model import Outcome
 from .parts import PartWriter, assemble, load_checkpoint
-from .shard import ShardContext, ShardSpec, Stopper, budget_message, margin_s, pending, shard_budget
+from .shard import ShardContext, ShardSpec, Stopper, margin_s, pending, shard_budget, write_unsent
 from .sweep import send_with_sweep
 
 
@@ -36,15 +36,21 @@ async def run_direct(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any]:
     stopper = Stopper(ctx, spec.job_id)
     budget = shard_budget(ctx, spec)
     requests = pending(ctx.s3, spec, checkpoint.done, writer.add_invalid)
+    # the lines this run ended, to know which the budget kept back (with a budget only)
+    ended: set[int] = set()
+
+    def sink(outcome: Outcome) -> None:
+        ended.add(outcome.line)
+        writer.add_outcome(outcome)
+
     try:
-        stats = await send_with_sweep(ctx, spec, requests, writer.add_outcome, stopper, budget)
+        stats = await send_with_sweep(ctx, spec, requests, sink if budget else writer.add_outcome, stopper, budget)
     finally:
         if budget is not None:
             await asyncio.to_thread(budget.close)
     out_of_budget = budget is not None and budget.exhausted and not stopper.cancelled
     if out_of_budget:
-        # the rest of the shard is not sent; its invalid lines still get their own codes
-        await asyncio.to_thread(lambda: sum(1 for _ in requests))
+        await asyncio.to_thread(write_unsent, ctx.s3, spec, requests, checkpoint.done | ended, writer.add_invalid)
     finished = not stats.stopped_early or out_of_budget
     if stopper.cancelled:
         await writer.aflush(finished=False)
@@ -55,9 +61,7 @@ async def run_direct(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any]:
             f"request timeout plus safety margin ({margin_s(ctx):.0f} s)"
         )
     await writer.aflush(finished=finished)
-    if out_of_budget:
-        assemble(ctx.s3, spec, missing_code=ErrorCode.BUDGET_EXCEEDED, missing_message=budget_message(spec))
-    elif finished:
+    if finished:
         assemble(ctx.s3, spec)
     return {
         "done": finished,

@@ -221,6 +221,21 @@ def unsent(spec: ShardSpec, line: int, custom_id: str) -> LineError:
     return LineError(line, ErrorCode.BUDGET_EXCEEDED, f"line {line}: {budget_message(spec)}", custom_id)
 
 
+def write_unsent(
+    s3: Any, spec: ShardSpec, source: Iterator[Request], ended: set[int], add: Callable[[LineError], None]
+) -> None:
+    """Once the budget stopped a run: each request line not in `ended` to `add` as `budget_exceeded`.
+
+    `source` (the run's `pending`) is read to its end first, so that the invalid lines it had not
+    reached yet go to its own sink with their own codes.
+    """
+    for _ in source:
+        pass
+    for item in read_shard(s3, spec):
+        if isinstance(item, Request) and item.line not in ended:
+            add(unsent(spec, item.line, item.custom_id))
+
+
 def shard_budget(ctx: ShardContext, spec: ShardSpec, *, batch: bool = False) -> Budget | None:
     """The run's share of the job's spending cap, or None when the job has none."""
     if not spec.budget_usd:
