@@ -83,9 +83,8 @@ async def send_with_sweep(
     in_flight.clear()
     if not held:
         return stats
-    spent = budget is not None and budget.exhausted
-    if stopper.cancelled or spent:
-        # the job is being cancelled: what these lines last got is their outcome
+    if stopper.cancelled or (budget is not None and budget.exhausted):
+        # the job is being cancelled, or its budget is spent: what these lines last got is their outcome
         for _, outcome in held.values():
             sink(outcome)
         return stats
