@@ -54,6 +54,8 @@ class Environment:
     request_timeout_s: float = SETTING_DEFAULTS["request_timeout_s"]
     # a job whose failed lines pass this share of its requests ends COMPLETED_WITH_ERRORS
     max_error_rate: float = SETTING_DEFAULTS["max_error_rate"]
+    # a job's spending cap in US dollars when its object sets no `sluice-budget-usd`; 0 or null: none
+    budget_usd: float | None = None
     shard_lines: int = SETTING_DEFAULTS["shard_lines"]
     poll_seconds: int = SETTING_DEFAULTS["poll_seconds"]
     safety_margin_s: float = SETTING_DEFAULTS["safety_margin_s"]
@@ -152,6 +154,11 @@ class Environment:
             if type(rate) not in (int, float) or not 0 <= rate <= 1:
                 raise fail("max_error_rate", "must be a number from 0 to 1 (0.01 = 1%)")
             values["max_error_rate"] = float(rate)
+        if values.get("budget_usd") is not None:
+            budget = values["budget_usd"]
+            if type(budget) not in (int, float) or not 0 <= budget < float("inf"):
+                raise fail("budget_usd", "must be an amount of US dollars, 0 or null for no cap")
+            values["budget_usd"] = float(budget)
         for key in ("versioning", "point_in_time_recovery"):
             if key in values and type(values[key]) is not bool:
                 raise fail(key, "must be true or false")

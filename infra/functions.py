@@ -76,6 +76,7 @@ def lambda_environment(
         max_error_rate=config.max_error_rate,
         batch_queue_tokens=queue_tokens_text(config.batch_queue_tokens),
         batch_queue_default_tokens=config.batch_queue_default_tokens,
+        budget_usd=config.budget_usd or 0.0,
     )
     return {**settings.to_env(), **powertools_environment(config)}
 

@@ -17,6 +17,7 @@ EXIT_NOT_FOUND = 6
 EXIT_NOT_READY = 7
 EXIT_PROVIDER = 8
 EXIT_COMPLETED_WITH_ERRORS = 9
+EXIT_BUDGET_EXCEEDED = 10
 EXIT_INTERRUPTED = 130
 EXIT_INTERNAL = 70
 
@@ -34,15 +35,19 @@ exit codes:
        `cancel`: the job is cancelled, but the provider refused some cancels (listed)
   9    the job ended COMPLETED_WITH_ERRORS: every line is in the outputs, but more failed
        than --max-error-rate allows (default 0: any failed line)
+  10   the job ended BUDGET_EXCEEDED: its --budget was spent; the lines it did not send are
+       errors `budget_exceeded` (`sluice retry JOB --budget USD` sends them)
   70   internal error: a bug in sluice (SLUICE_DEBUG=1 shows the traceback; please report it)
   130  interrupted (Ctrl-C); `run` still writes what finished, the rest is in errors as `cancelled`
 """
 
 
 def job_exit_code(status: str) -> int:
-    """The exit code for how a job ended: SUCCEEDED 0, COMPLETED_WITH_ERRORS 9, else 1."""
+    """The exit code for how a job ended: SUCCEEDED 0, COMPLETED_WITH_ERRORS 9, BUDGET_EXCEEDED 10, else 1."""
     if status == "SUCCEEDED":
         return EXIT_OK
+    if status == "BUDGET_EXCEEDED":
+        return EXIT_BUDGET_EXCEEDED
     return EXIT_COMPLETED_WITH_ERRORS if status == "COMPLETED_WITH_ERRORS" else EXIT_JOB_FAILED
 
 

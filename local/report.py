@@ -36,6 +36,9 @@ def error_share(counts: Mapping[str, Any]) -> float | None:
 def badge(status: str, counts: Mapping[str, Any]) -> str:
     """The badge's colour: green only for a job that completed with no line in errors, amber when
     some lines failed, red when the job failed, was cancelled, or at least half its lines failed."""
+    if status == "BUDGET_EXCEEDED":
+        # the job did what its owner asked: stop at the cap; the rest waits for a retry
+        return "warn"
     if status not in COMPLETED:
         return "bad" if status in ("FAILED", "CANCELLED", "ABORTED", "TIMED_OUT") else "neutral"
     share = error_share(counts) or 0.0

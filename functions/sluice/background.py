@@ -7,6 +7,7 @@ rows, CollectShard polls them until every one has settled (or webhooks settle th
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, replace
 from typing import Any
@@ -15,7 +16,15 @@ import orjson
 
 from .model import BACKGROUND_URLS, ErrorCode, Outcome, Request
 from .parts import PartWriter, assemble, load_checkpoint
-from .shard import ShardContext, ShardSpec, pending, poll_wait_seconds, send_requests
+from .shard import (
+    ShardContext,
+    ShardSpec,
+    pending,
+    poll_wait_seconds,
+    send_requests,
+    shard_budget,
+    write_unsent,
+)
 from .store import ItemState
 from .sweep import send_with_sweep
 
@@ -153,6 +162,8 @@ async def submit_background(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any
     )
     # lines in flight that were sent directly; a set of the in-flight ones only
     direct: set[int] = set()
+    # every line this run ended or handed to the provider, to know which the budget kept back
+    seen: set[int] = set()
 
     def prepare(request: Request) -> Request:
         if request.path in BACKGROUND_URLS:
@@ -161,6 +172,7 @@ async def submit_background(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any
         return request
 
     def sink(outcome: Outcome) -> None:
+        seen.add(outcome.line)
         if outcome.line in direct:
             direct.discard(outcome.line)
             writer.add_outcome(outcome, path="direct")
@@ -176,11 +188,20 @@ async def submit_background(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any
             ItemState(outcome.line, outcome.custom_id, "submitted", str(outcome.body.get("id")), outcome.attempts)
         )
 
-    requests = (prepare(r) for r in pending(ctx.s3, spec, skip, writer.add_invalid))
-    stats = await send_with_sweep(ctx, spec, requests, sink)
+    source = pending(ctx.s3, spec, skip, writer.add_invalid)
+    requests = (prepare(r) for r in source)
+    budget = shard_budget(ctx, spec)
+    try:
+        stats = await send_with_sweep(ctx, spec, requests, sink, budget=budget)
+    finally:
+        if budget is not None:
+            await asyncio.to_thread(budget.close)
+    out_of_budget = budget is not None and budget.exhausted
+    if out_of_budget:
+        await asyncio.to_thread(write_unsent, ctx.s3, spec, source, skip | seen, writer.add_invalid)
     await writer.aflush(finished=False)
     return {
-        "submitted": not stats.stopped_early,
+        "submitted": out_of_budget or not stats.stopped_early,
         "run": checkpoint.runs + 1,
         "wait_seconds": ctx.settings.poll_seconds,
         "waiting_since": spec.waiting_since or time.time(),

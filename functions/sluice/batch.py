@@ -34,11 +34,12 @@ import orjson
 
 from . import batch_queue
 from .batch_queue import QueueTable, estimate_tokens, hold_ref, limit_exceeded, queue_key
+from .budget import Budget, worst_case_nano
 from .contract import Settings
 from .model import ErrorCode, Outcome, Request
 from .parts import PartWriter, assemble, load_checkpoint, parts_stats
 from .retry import RetryPolicy, backoff_s
-from .shard import ShardContext, ShardSpec, pending, poll_wait_seconds, read_shard
+from .shard import ShardContext, ShardSpec, pending, poll_wait_seconds, read_shard, shard_budget, unsent
 from .store import QUEUED_PREFIX
 
 COMPLETION_WINDOW: Literal["24h"] = "24h"
@@ -447,6 +448,38 @@ def queued_marker(spec: ShardSpec) -> str:
     return f"{QUEUED_PREFIX}{spec.job_id}#{spec.shard}"
 
 
+async def _within_budget(
+    parts: list[BatchPart], costs: dict[int, int], budget: Budget, spec: ShardSpec, writer: PartWriter
+) -> list[BatchPart]:
+    """The files whose worst case the job's budget covers, numbered again in order; the lines
+    of the others go to the errors as unsent. Reserved before anything is planned, so a file in
+    the plan is always paid for, whenever the queue lets it be created."""
+    kept: list[BatchPart] = []
+    for part in parts:
+        if await budget.take(sum(costs[line] for line in part.lines)):
+            part.index = len(kept)
+            kept.append(part)
+            continue
+        for line, custom_id in zip(part.lines, part.custom_ids, strict=True):
+            writer.add_invalid(unsent(spec, line, custom_id))
+        part.close()
+    return kept
+
+
+def _unsent_since(
+    ctx: ShardContext, spec: ShardSpec, row: dict[str, Any], parts: list[BatchPart], writer: PartWriter
+) -> None:
+    """Lines an earlier attempt's budget left out of the plan but that died before writing them."""
+    planned: set[int] = set()
+    for index in range(len(row.get("batch_parts") or [])):
+        raw = ctx.s3.get_object(Bucket=spec.bucket, Key=part_key(spec, index))["Body"].read()
+        planned.update(BatchPart.from_manifest(raw).lines)
+    for part in parts:
+        for line, custom_id in zip(part.lines, part.custom_ids, strict=True):
+            if line not in planned:
+                writer.add_invalid(unsent(spec, line, custom_id))
+
+
 async def submit_batch(
     ctx: ShardContext, spec: ShardSpec, *, client: openai.AsyncOpenAI | None = None
 ) -> dict[str, Any]:
@@ -457,32 +490,51 @@ async def submit_batch(
     checkpoint = load_checkpoint(ctx.s3, spec)
     writer = PartWriter(s3=ctx.s3, store=ctx.store, spec=spec, run=checkpoint.runs + 1, progress=ctx.progress)
     settings = ctx.settings
+    budget = shard_budget(ctx, spec, batch=True)
+    # each line's worst case at the batch price, so a part's batch is created only once it is reserved
+    costs: dict[int, int] = {}
+
+    def priced(requests: Iterable[Request]) -> Iterable[Request]:
+        for request in requests:
+            costs[request.line] = worst_case_nano(request, batch=True)
+            yield request
+
+    source = pending(ctx.s3, spec, checkpoint.done, writer.add_invalid)
     parts = split_parts(
-        pending(ctx.s3, spec, checkpoint.done, writer.add_invalid),
+        priced(source) if budget is not None else source,
         max_requests=settings.batch_max_requests,
         max_bytes=settings.batch_max_bytes,
         max_tokens=settings.batch_queue_limit,
     )
     created = 0
     try:
+        files: dict[int, BatchPart] | None
         if "batch_parts" not in row:
+            if budget is not None:
+                parts = await _within_budget(parts, costs, budget, spec, writer)
             # the row maps go first: a batch must never exist without a way to read its answers
             for part in parts:
                 ctx.s3.put_object(Bucket=spec.bucket, Key=part_key(spec, part.index), Body=part.manifest())
             plan = [{"model": part.model or "", "tokens": part.tokens, "lines": len(part.lines)} for part in parts]
             ctx.store.plan_batch_parts(spec.job_id, spec.shard, plan)
             row = ctx.store.shard(spec.job_id, spec.shard) or {}
+            files = {part.index: part for part in parts}
+        else:
+            # an earlier attempt planned the files: its row maps say which lines each holds
+            files = None
+            if budget is not None:
+                _unsent_since(ctx, spec, row, parts, writer)
         state = ShardBatches.from_row(row)
-        if parts:
+        if state.batch_ids:
             async with _provider(ctx, client) as api:
-                created = await _advance(
-                    api, ctx, spec, state, {part.index: part for part in parts}, QueueTable(ctx.store.table)
-                )
+                created = await _advance(api, ctx, spec, state, files, QueueTable(ctx.store.table))
             if not any(state.batch_ids):
                 ctx.store.await_batch(spec.job_id, spec.shard, queued_marker(spec))
     finally:
         for part in parts:
             part.close()
+        if budget is not None:
+            budget.close()
     writer.flush(finished=False)
     return {
         "batch_ids": [batch_id for batch_id in state.batch_ids if batch_id],

@@ -91,10 +91,18 @@ class JobStatus:
     COMPLETED_WITH_ERRORS = "COMPLETED_WITH_ERRORS"
     FAILED = "FAILED"
     CANCELLED = "CANCELLED"
+    # the job's spending cap stopped it: the lines it did not send are errors `budget_exceeded`
+    BUDGET_EXCEEDED = "BUDGET_EXCEEDED"
 
 
 TERMINAL_STATUSES = frozenset(
-    {JobStatus.SUCCEEDED, JobStatus.COMPLETED_WITH_ERRORS, JobStatus.FAILED, JobStatus.CANCELLED}
+    {
+        JobStatus.SUCCEEDED,
+        JobStatus.COMPLETED_WITH_ERRORS,
+        JobStatus.FAILED,
+        JobStatus.CANCELLED,
+        JobStatus.BUDGET_EXCEEDED,
+    }
 )
 
 # --- the table ------------------------------------------------------------------------------
@@ -215,6 +223,17 @@ def parse_queue_tokens(text: str) -> dict[str, int]:
 DEFAULT_BATCH_QUEUE_TOKENS = queue_tokens_text(TIER1_BATCH_QUEUE_TOKENS)
 
 
+def parse_budget(raw: str) -> float:
+    """A spending cap in US dollars: a finite number above 0; ValueError says what is wrong."""
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise ValueError(f"{raw!r} is not an amount of US dollars above 0, such as 12.50")
+    return value
+
+
 def _variable(name: str) -> str:
     return "SLUICE_" + name.upper()
 
@@ -272,6 +291,8 @@ class Settings:
     # "on": every shard of every job on the same provider key and model draws from one rate
     # limit in the table (`shared_limit`), learned from the provider's rate-limit headers
     shared_limit: str = field(default="on", metadata={_KIND: "choice", _CHOICES: SHARED_LIMIT_CHOICES})
+    # a job's spending cap in US dollars when it sets no `sluice-budget-usd` (0 = none)
+    budget_usd: float = field(default=0.0, metadata={_KIND: "usd"})
 
     def batch_queue_limit(self, model: str | None) -> int:
         """The enqueued-token limit of `model`'s Batch queue; 0 = none."""
@@ -316,6 +337,14 @@ def _parse(name: str, raw: str, kind: Any, metadata: Mapping[str, Any]) -> Any:
         except ValueError as exc:
             raise SettingsError(f"{name}={raw!r}: {exc}") from exc
         return raw
+    if how == "usd":
+        try:
+            value = float(raw)
+        except ValueError:
+            value = -1.0
+        if not 0 <= value < float("inf"):
+            raise SettingsError(f"{name}={raw!r} is not an amount of US dollars (0 means no budget)")
+        return value
     if how == "rate":
         try:
             return parse_error_rate(raw)

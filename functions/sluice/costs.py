@@ -22,7 +22,8 @@ SHARD_MEMORY_GB = 1.7275
 CHECKPOINT_EVERY = 1000
 
 
-def _price(model: str) -> tuple[float, float] | None:
+def price_per_million(model: str) -> tuple[float, float] | None:
+    """USD per million tokens (input, output) at list price; None for a model with no known price."""
     if model in PROVIDER_PRICES:
         return PROVIDER_PRICES[model]
     # answers name dated snapshots ("gpt-4o-mini-2024-07-18"); the longest known prefix prices them
@@ -35,7 +36,7 @@ def provider_cost_usd(tokens_by_model: dict[str, list[int]], *, batch: bool = Fa
     cost = 0.0
     priced = False
     for model, (tokens_in, tokens_out) in tokens_by_model.items():
-        price = _price(model)
+        price = price_per_million(model)
         if price is None:
             continue
         priced = True

@@ -8,11 +8,13 @@ the shard's files.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
+from .model import Outcome
 from .parts import PartWriter, assemble, load_checkpoint
-from .shard import ShardContext, ShardSpec, Stopper, margin_s, pending
+from .shard import ShardContext, ShardSpec, Stopper, margin_s, pending, shard_budget, write_unsent
 from .sweep import send_with_sweep
 
 
@@ -32,10 +34,24 @@ async def run_direct(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any]:
         progress=ctx.progress,
     )
     stopper = Stopper(ctx, spec.job_id)
-    stats = await send_with_sweep(
-        ctx, spec, pending(ctx.s3, spec, checkpoint.done, writer.add_invalid), writer.add_outcome, stopper
-    )
-    finished = not stats.stopped_early
+    budget = shard_budget(ctx, spec)
+    requests = pending(ctx.s3, spec, checkpoint.done, writer.add_invalid)
+    # the lines this run ended, to know which the budget kept back (with a budget only)
+    ended: set[int] = set()
+
+    def sink(outcome: Outcome) -> None:
+        ended.add(outcome.line)
+        writer.add_outcome(outcome)
+
+    try:
+        stats = await send_with_sweep(ctx, spec, requests, sink if budget else writer.add_outcome, stopper, budget)
+    finally:
+        if budget is not None:
+            await asyncio.to_thread(budget.close)
+    out_of_budget = budget is not None and budget.exhausted and not stopper.cancelled
+    if out_of_budget:
+        await asyncio.to_thread(write_unsent, ctx.s3, spec, requests, checkpoint.done | ended, writer.add_invalid)
+    finished = not stats.stopped_early or out_of_budget
     if stopper.cancelled:
         await writer.aflush(finished=False)
         return {"done": False, "cancelled": True, "run": checkpoint.runs + 1, "sent": writer.done + writer.failed}

@@ -27,6 +27,7 @@ import aiohttp
 import orjson
 from yarl import URL
 
+from .budget import Budget
 from .classify import FAIL, OK, Verdict, classify, describe_lost
 from .limits import AdaptiveLimit, Gate, RateBudget
 from .model import Outcome, Request
@@ -189,8 +190,12 @@ async def fan_out(
     sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
     rand: Callable[[], float] = random.random,
     shared: SharedLimit | None = None,
+    budget: Budget | None = None,
 ) -> EngineStats:
     """Send every request, retrying per `settings.policy`, and hand each Outcome to `sink`.
+
+    With a `budget`, each request is reserved before it is sent and settled with its answer;
+    once the budget refuses one, no more are taken (that one is not sent, and not in the sink).
 
     Once `should_stop()` turns true no new request is taken; those in flight (including
     their retries) still finish and reach the sink. `stats.remaining` counts the rest (by
@@ -199,7 +204,7 @@ async def fan_out(
     """
     if settings.concurrency < 1:
         raise ValueError("concurrency must be >= 1")
-    run = _Run(session, base_url, api_key, settings, sink, should_stop, sleep, rand, shared)
+    run = _Run(session, base_url, api_key, settings, sink, should_stop, sleep, rand, shared, budget)
     it = iter(requests)
     # an iterator is its own iter(): its len(), if it has one, no longer counts what is left
     own_iterator = it is requests
@@ -232,9 +237,11 @@ class _Run:
         sleep: Callable[[float], Awaitable[Any]],
         rand: Callable[[], float],
         shared: SharedLimit | None = None,
+        budget: Budget | None = None,
     ) -> None:
         self.settings = settings
         self.shared = shared
+        self.spending = budget
         self.policy = settings.policy
         self.stats = EngineStats()
         self.limiter = AdaptiveLimit(
@@ -396,7 +403,16 @@ class _Run:
                 self.exhausted = True
                 break
             self.taken += 1
-            self.sink(await self.send(req, held))
+            spending = self.spending
+            if spending is None:
+                self.sink(await self.send(req, held))
+                continue
+            if not await spending.reserve(req):
+                self.stopping = True
+                break
+            outcome = await self.send(req, held)
+            spending.settle(req, outcome)
+            self.sink(outcome)
         # pass the permit on so a standby worker wakes, sees the end, and exits in turn
         gate.leave()
 

@@ -14,8 +14,10 @@ from typing import Any
 import orjson
 from botocore.exceptions import ClientError
 
+from .budget import nano_to_usd
 from .contract import JobStatus
 from .costs import aws_cost_usd, provider_cost_usd
+from .model import ErrorCode
 from .parts import assemble
 from .shard import ShardSpec
 from .stats import Stats
@@ -296,8 +298,9 @@ def merge_job(
     wall = round(clock() - started, 3)
     requests = lines - blank
     max_error_rate = float(plan.get("max_error_rate", 0.0))
+    unsent = totals.errors.get(ErrorCode.BUDGET_EXCEEDED, 0)
     if status is None:
-        status = outcome_status(error_lines, requests, max_error_rate)
+        status = JobStatus.BUDGET_EXCEEDED if unsent else outcome_status(error_lines, requests, max_error_rate)
     summary = {
         "job_id": job_id,
         "status": status,
@@ -339,6 +342,13 @@ def merge_job(
             "aws": aws_cost_usd(requests=lines - blank, shards=len(specs), wall_seconds=wall, failed=error_lines),
         },
     }
+    if job.get("budget_cap"):
+        summary["budget"] = {
+            "cap_usd": nano_to_usd(int(job["budget_cap"])),
+            # what the answers cost at list prices, as the shards counted it against the cap
+            "spent_usd": nano_to_usd(int(job.get("budget_spent", 0))),
+            "unsent_lines": unsent,
+        }
     if error:
         summary["error"] = error
     s3.put_object(
@@ -347,5 +357,9 @@ def merge_job(
         Body=orjson.dumps(summary, option=orjson.OPT_INDENT_2),
         ContentType="application/json",
     )
-    store.finish_job(job_id, status=status, summary={k: summary[k] for k in ("counts", "outputs", "wall_seconds")})
+    store.finish_job(
+        job_id,
+        status=status,
+        summary={k: summary[k] for k in ("counts", "outputs", "wall_seconds", "budget") if k in summary},
+    )
     return summary

@@ -29,6 +29,8 @@ class ErrorCode:
     # a background response settled as failed, or incomplete with no output
     RESPONSE_FAILED = "response_failed"
     CANCELLED = "cancelled"
+    # not sent: the job's spending cap (`sluice-budget-usd`) was reached; `sluice retry --budget` sends it
+    BUDGET_EXCEEDED = "budget_exceeded"
     EXPIRED = "expired"
     BATCH_EXPIRED = "batch_expired"
     BATCH_CANCELLED = "batch_cancelled"

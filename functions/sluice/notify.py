@@ -15,6 +15,8 @@ DETAIL_TYPES = {
     JobStatus.SUCCEEDED: "Sluice Job Completed",
     JobStatus.COMPLETED_WITH_ERRORS: "Sluice Job Completed With Errors",
     JobStatus.FAILED: "Sluice Job Failed",
+    # stopped at its spending cap on purpose: neither done nor broken, and resumable
+    JobStatus.BUDGET_EXCEEDED: "Sluice Job Budget Exceeded",
 }
 
 

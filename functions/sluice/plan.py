@@ -13,7 +13,9 @@ from typing import Any
 
 import orjson
 
-from .contract import BATCH_INCOMPLETE_POLICIES, MODES, Settings, manifest_key, parse_error_rate
+from .budget import budget_models, usd_to_nano
+from .contract import BATCH_INCOMPLETE_POLICIES, MODES, Settings, manifest_key, parse_budget, parse_error_rate
+from .costs import PROVIDER_PRICES
 from .limits import MAX_SHARD_CONNECTIONS
 from .lines import READ_CHUNK, LineError, parse_line, split_lines
 from .model import ErrorCode
@@ -43,6 +45,8 @@ class JobOptions:
     tpm: int = 0
     # more failed lines than this share of the requests ends the job COMPLETED_WITH_ERRORS
     max_error_rate: float = 0.0
+    # the job's spending cap in US dollars; 0 = none
+    budget_usd: float = 0.0
 
     @classmethod
     def from_metadata(cls, metadata: Mapping[str, str], settings: Settings) -> JobOptions:
@@ -64,6 +68,7 @@ class JobOptions:
             "rpm",
             "tpm",
             "max-error-rate",
+            "budget-usd",
         }
         unknown = sorted(set(meta) - known)
         if unknown:
@@ -97,6 +102,13 @@ class JobOptions:
             except ValueError as exc:
                 raise PlanError(f"{METADATA_PREFIX}max-error-rate={meta['max-error-rate']!r}; {exc}") from exc
 
+        budget_usd = settings.budget_usd
+        if "budget-usd" in meta:
+            try:
+                budget_usd = parse_budget(meta["budget-usd"])
+            except ValueError as exc:
+                raise PlanError(f"{METADATA_PREFIX}budget-usd: {exc}") from exc
+
         def positive(name: str, default: int, *, zero: bool = False) -> int:
             raw = meta.get(name)
             if raw is None:
@@ -116,6 +128,7 @@ class JobOptions:
             rpm=positive("rpm", settings.rpm, zero=True),
             tpm=positive("tpm", settings.tpm, zero=True),
             max_error_rate=max_error_rate,
+            budget_usd=budget_usd,
         )
 
     def shard_mode(self, requests: int, settings: Settings) -> str:
@@ -163,8 +176,16 @@ def output_prefix(key: str) -> str:
     return "outbox/" + relative.removesuffix(".jsonl")
 
 
-def plan_lines(lines: Iterable[bytes], *, shard_lines: int, shard_bytes: int = MAX_SHARD_BYTES) -> PlanResult:
+def plan_lines(
+    lines: Iterable[bytes],
+    *,
+    shard_lines: int,
+    shard_bytes: int = MAX_SHARD_BYTES,
+    models: set[str | None] | None = None,
+) -> PlanResult:
     """Cut shards at line starts; each holds at most `shard_lines` lines and `shard_bytes` bytes.
+
+    With `models`, the model each valid request names (None: none) is added to it.
 
     Validation happens here too, so that duplicates (which need the whole file) are known
     before any shard runs; shards re-validate their own lines with the same function.
@@ -202,10 +223,27 @@ def plan_lines(lines: Iterable[bytes], *, shard_lines: int, shard_bytes: int = M
             continue
         current.requests += 1
         requests += 1
+        if models is not None:
+            model = orjson.loads(raw)["body"].get("model")
+            models.add(model if isinstance(model, str) and model else None)
     if current is not None:
         current.end = offset
         shards.append(current)
     return PlanResult(shards=shards, lines=number, requests=requests, invalid=invalid, blank=blank, size=offset)
+
+
+def check_budget_models(options: JobOptions, settings: Settings, models: set[str | None]) -> None:
+    """Refuse a budget the job could not hold: a request whose model has no known price could
+    spend without limit, so the job stops at Plan, before anything is sent."""
+    sent = {options.model} if options.model else {m or settings.default_model for m in models}
+    unpriced = budget_models(sent)
+    if unpriced:
+        names = ", ".join(repr(m) if m else "(no model)" for m in unpriced)
+        raise PlanError(
+            f"{METADATA_PREFIX}budget-usd needs a price for every model, and {names} has none; "
+            f"priced models: {', '.join(sorted(PROVIDER_PRICES))} (and their dated snapshots). "
+            f"Drop the budget, or send to a priced model with {METADATA_PREFIX}model"
+        )
 
 
 def event_key_candidates(key: str) -> list[str]:
@@ -268,7 +306,11 @@ def plan_job(
         return {**state, "duplicate": True}
 
     body = s3.get_object(Bucket=bucket, Key=key, IfMatch=quoted)["Body"]
-    result = plan_lines(split_lines(body.iter_chunks(READ_CHUNK)), shard_lines=settings.shard_lines)
+    # a budget needs a price for every model the job sends to; the job's model replaces the lines'
+    models: set[str | None] | None = set() if options.budget_usd and not options.model else None
+    result = plan_lines(split_lines(body.iter_chunks(READ_CHUNK)), shard_lines=settings.shard_lines, models=models)
+    if options.budget_usd:
+        check_budget_models(options, settings, models or set())
 
     running = max(1, min(len(result.shards), options.map_concurrency))
     # every running shard gets an equal share of the job's budgets; one Lambda holds at most
@@ -298,6 +340,7 @@ def plan_job(
             "default_model": settings.default_model,
             "duplicates_key": None,
             "blank": shard.blank,
+            "budget_usd": options.budget_usd,
         }
         if shard.duplicates:
             item["duplicates_key"] = f"jobs/{job_id}/shards/{shard.index:05d}/duplicates.json"
@@ -327,5 +370,6 @@ def plan_job(
         shards=[(s.index, s.lines, s.requests) for s in result.shards],
         mode=options.mode,
         shard_modes={item["shard"]: item["mode"] for item in manifest},
+        budget_cap=usd_to_nano(options.budget_usd),
     )
     return {**state, "shards": len(result.shards), "lines": result.lines}

@@ -15,6 +15,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from .budget import HOLDERS_WAIT_S, Budget, usd_to_nano
 from .contract import Settings
 from .engine import EngineSettings, EngineStats, fan_out
 from .lines import READ_CHUNK, LineError, parse_line, split_lines
@@ -58,6 +59,8 @@ class ShardSpec:
     on_batch_incomplete: str = "direct"
     # background mode: when the shard first waited for its responses (epoch seconds)
     waiting_since: float | None = None
+    # the job's spending cap in US dollars (0 = none), held across its shards (`sluice.budget`)
+    budget_usd: float = 0.0
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ShardSpec:
@@ -179,9 +182,10 @@ async def send_requests(
     requests: Iterable[Request],
     sink: Callable[[Outcome], None],
     stopper: Stopper | None = None,
+    budget: Budget | None = None,
 ) -> EngineStats:
     """Send `requests` with the shard's engine settings, each outcome to `sink`, until the
-    Lambda's time is nearly up or the job is cancelled."""
+    Lambda's time is nearly up, the job is cancelled or its `budget` is spent."""
     shared = None
     if ctx.settings.shared_limit == "on":
         shared = SharedLimit(
@@ -201,7 +205,43 @@ async def send_requests(
             should_stop=stopper or Stopper(ctx, spec.job_id),
             count_remaining=False,
             shared=shared,
+            budget=budget,
         )
+
+
+def budget_message(spec: ShardSpec) -> str:
+    return (
+        f"not sent: the job's budget of ${spec.budget_usd:g} is spent; "
+        "`sluice retry <job> --budget USD` sends the lines it did not"
+    )
+
+
+def unsent(spec: ShardSpec, line: int, custom_id: str) -> LineError:
+    """The error of a line the job's budget did not let the shard send."""
+    return LineError(line, ErrorCode.BUDGET_EXCEEDED, f"line {line}: {budget_message(spec)}", custom_id)
+
+
+def write_unsent(
+    s3: Any, spec: ShardSpec, source: Iterator[Request], ended: set[int], add: Callable[[LineError], None]
+) -> None:
+    """Once the budget stopped a run: each request line not in `ended` to `add` as `budget_exceeded`.
+
+    `source` (the run's `pending`) is read to its end first, so that the invalid lines it had not
+    reached yet go to its own sink with their own codes.
+    """
+    for _ in source:
+        pass
+    for item in read_shard(s3, spec):
+        if isinstance(item, Request) and item.line not in ended:
+            add(unsent(spec, item.line, item.custom_id))
+
+
+def shard_budget(ctx: ShardContext, spec: ShardSpec, *, batch: bool = False) -> Budget | None:
+    """The run's share of the job's spending cap, or None when the job has none."""
+    if not spec.budget_usd:
+        return None
+    wait_s = min(HOLDERS_WAIT_S, ctx.settings.safety_margin_s)
+    return Budget(ctx.store, spec.job_id, usd_to_nano(spec.budget_usd), batch=batch, wait_s=wait_s)
 
 
 def pending(s3: Any, spec: ShardSpec, skip: set[int], on_invalid: Callable[[LineError], None]) -> Iterator[Request]:

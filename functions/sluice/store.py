@@ -124,8 +124,10 @@ class JobStore:
         shards: list[tuple[int, int, int]],
         mode: str,
         shard_modes: Mapping[int, str] | None = None,
+        budget_cap: int = 0,
     ) -> None:
-        """`shard_modes` overrides `mode` per shard (auto mode picks a mode for each)."""
+        """`shard_modes` overrides `mode` per shard (auto mode picks a mode for each); a
+        `budget_cap` (nano-USD) starts the job's spend figures (`sluice.budget`)."""
         modes = shard_modes or {}
         with self._table.batch_writer(overwrite_by_pkeys=["pk", "sk"]) as batch:
             for index, lines, requests in shards:
@@ -144,13 +146,50 @@ class JobStore:
                         "expires_at": self._expires(),
                     }
                 )
+        budget = ", budget_cap = :cap, budget_committed = :z, budget_spent = :z" if budget_cap else ""
+        values = {":s": "RUNNING", ":p": plan, ":n": len(shards), ":r": plan["requests"], ":z": 0}
         self._table.update_item(
             Key={"pk": job_pk(job_id), "sk": "META"},
-            UpdateExpression="SET #s = :s, #p = :p, shards = :n, requests = :r, done = :z, failed = :z",
+            UpdateExpression="SET #s = :s, #p = :p, shards = :n, requests = :r, done = :z, failed = :z" + budget,
             ExpressionAttributeNames={"#s": "status", "#p": "plan"},
-            ExpressionAttributeValues=_dynamo(
-                {":s": "RUNNING", ":p": plan, ":n": len(shards), ":r": plan["requests"], ":z": 0}
-            ),
+            ExpressionAttributeValues=_dynamo({**values, ":cap": budget_cap} if budget_cap else values),
+        )
+
+    def reserve_budget(self, job_id: str, amount: int, cap: int, spent: int, *, join: bool) -> bool:
+        """Add `amount` (nano-USD) to the job's committed spend if that keeps it within `cap`,
+        with `spent` (what answers cost since the last write) added to its spend, and count the
+        shard among the holders of a pool when it `join`s; False if the cap refuses."""
+        if amount > cap:
+            return False
+        try:
+            self._table.update_item(
+                Key={"pk": job_pk(job_id), "sk": "META"},
+                UpdateExpression="ADD budget_committed :a, budget_spent :s, budget_holders :h",
+                ConditionExpression=Attr("budget_committed").lte(cap - amount),
+                ExpressionAttributeValues={":a": amount, ":s": spent, ":h": 1 if join else 0},
+            )
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
+    def budget_state(self, job_id: str) -> tuple[int, int]:
+        """The job's committed spend (nano-USD) and how many shards hold a pool of it."""
+        row = self._table.get_item(
+            Key={"pk": job_pk(job_id), "sk": "META"},
+            ProjectionExpression="budget_committed, budget_holders",
+            ConsistentRead=True,
+        ).get("Item", {})
+        return int(row.get("budget_committed", 0)), int(row.get("budget_holders", 0))
+
+    def release_budget(self, job_id: str, amount: int, spent: int, *, leave: bool) -> None:
+        """Give back (negative `amount`) or add to the committed spend, record `spent`, and stop
+        counting the shard among the holders when it `leave`s; unconditional."""
+        self._table.update_item(
+            Key={"pk": job_pk(job_id), "sk": "META"},
+            UpdateExpression="ADD budget_committed :a, budget_spent :s, budget_holders :h",
+            ExpressionAttributeValues={":a": amount, ":s": spent, ":h": -1 if leave else 0},
         )
 
     def record_progress(

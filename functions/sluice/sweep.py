@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 
+from .budget import Budget
 from .engine import EngineStats
 from .model import ErrorCode, Outcome, Request
 from .shard import ShardContext, ShardSpec, Stopper, send_requests
@@ -51,8 +52,11 @@ async def send_with_sweep(
     requests: Iterable[Request],
     sink: Callable[[Outcome], None],
     stopper: Stopper | None = None,
+    budget: Budget | None = None,
 ) -> EngineStats:
     """`send_requests`, then one more pass over the lines that failed transiently.
+
+    Once the job's `budget` is spent, a held line keeps the outcome it had: it is not sent again.
 
     The stats are the main pass's; `stopped_early` is also true when the sweep ran out of
     time before taking every held line (the rest are pending for the next run).
@@ -75,12 +79,12 @@ async def send_with_sweep(
             return
         sink(outcome)
 
-    stats = await send_requests(ctx, spec, tracked(), hold_or_pass, stopper)
+    stats = await send_requests(ctx, spec, tracked(), hold_or_pass, stopper, budget)
     in_flight.clear()
     if not held:
         return stats
-    if stopper.cancelled:
-        # the job is being cancelled: what these lines last got is their outcome
+    if stopper.cancelled or (budget is not None and budget.exhausted):
+        # the job is being cancelled, or its budget is spent: what these lines last got is their outcome
         for _, outcome in held.values():
             sink(outcome)
         return stats
@@ -91,8 +95,10 @@ async def send_with_sweep(
         sink(merged(held.pop(outcome.line)[1], outcome))
 
     again = [request for request, _ in held.values()]
-    await send_requests(ctx, replace(spec, concurrency=sweep_concurrency(spec.concurrency)), again, swept, stopper)
-    if stopper.cancelled:
+    await send_requests(
+        ctx, replace(spec, concurrency=sweep_concurrency(spec.concurrency)), again, swept, stopper, budget
+    )
+    if stopper.cancelled or (budget is not None and budget.exhausted):
         for _, outcome in held.values():
             sink(outcome)
         held.clear()

@@ -11,7 +11,7 @@ import os
 import textwrap
 from importlib.metadata import PackageNotFoundError, version
 
-from sluice.contract import MODES, parse_error_rate
+from sluice.contract import MODES, parse_budget, parse_error_rate
 
 from local import checks
 from local.console import EXIT_CODES_HELP
@@ -40,6 +40,18 @@ def _error_rate(raw: str) -> float:
         raise argparse.ArgumentTypeError(f"{raw!r}: {exc}") from None
 
 
+def _budget(raw: str) -> float:
+    try:
+        return parse_budget(raw)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+BUDGET_HELP = (
+    "spending cap in US dollars at list prices (12.50): the job stops sending once its estimated "
+    "spend would pass it and ends BUDGET_EXCEEDED (exit 10); needs a priced model"
+)
+
 MAX_ERROR_RATE_HELP = (
     "share of the requests that may fail before the job ends COMPLETED_WITH_ERRORS (exit 9), "
     "0 to 1; 0.001 allows 1 in 1,000 (default: 0, any failed line)"
@@ -65,13 +77,17 @@ def _job_options(p: argparse.ArgumentParser) -> None:
         help="the job must end within this many hours (auto avoids batch)",
     )
     p.add_argument("--max-error-rate", type=_error_rate, metavar="RATE", help=MAX_ERROR_RATE_HELP)
+    p.add_argument("--budget", dest="budget_usd", type=_budget, metavar="USD", help=BUDGET_HELP)
 
 
 def _watch_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--watch",
         action="store_true",
-        help="follow the job until it ends; exit 0 if it SUCCEEDED, 9 if COMPLETED_WITH_ERRORS, 1 if not",
+        help=(
+            "follow the job until it ends; exit 0 if it SUCCEEDED, 9 if COMPLETED_WITH_ERRORS, "
+            "10 if BUDGET_EXCEEDED, 1 if not"
+        ),
     )
     p.add_argument(
         "--interval", type=checks.positive_seconds, default=5.0, help="seconds between polls with --watch (default: 5)"
@@ -153,6 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--latency", type=checks.seconds, default=0.05, help="simulator latency in seconds (default: 0.05)")
     p.add_argument("--max-error-rate", type=_error_rate, metavar="RATE", help=MAX_ERROR_RATE_HELP)
+    p.add_argument("--budget", dest="budget_usd", type=_budget, metavar="USD", help=BUDGET_HELP)
     p.add_argument(
         "--allow-invalid", action="store_true", help="run even if some lines are invalid (they go to errors)"
     )
@@ -343,6 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
 
         example:
           sluice retry reviews-0123456789ab --env dev --code retries_exhausted --watch
+          sluice retry reviews-0123456789ab --env dev --budget 20 --watch   # after BUDGET_EXCEEDED
 
         {DEPLOYED_NOTE.replace(chr(10), chr(10) + "        ")}
         """,

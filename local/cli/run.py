@@ -75,6 +75,8 @@ def _run(args: argparse.Namespace, ctrl_c: CtrlC) -> int:
     metadata = {"sluice-mode": args.mode} if args.mode else {}
     if args.max_error_rate is not None:
         metadata["sluice-max-error-rate"] = str(args.max_error_rate)
+    if args.budget_usd is not None:
+        metadata["sluice-budget-usd"] = str(args.budget_usd)
     started = time.monotonic()
     interrupted = False
     with provider(args.latency) as (base_url, api_key, label):
@@ -125,6 +127,12 @@ def _run(args: argparse.Namespace, ctrl_c: CtrlC) -> int:
         f"job {job_id}: {status} in {human_seconds(wall)} — "
         f"{counts.get('results', 0)} results, {counts.get('errors', 0)} errors{_usage(summary)}"
     )
+    if summary.get("budget"):
+        budget = summary["budget"]
+        say(
+            f"budget {human_usd(budget['cap_usd'])}: spent {human_usd(budget['spent_usd'])} (est.); "
+            f"{budget['unsent_lines']:,} lines not sent (errors `budget_exceeded`)"
+        )
     if summary.get("error"):
         say(f"error: {summary['error']}")
     for kind, target in written.items():

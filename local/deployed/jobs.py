@@ -11,7 +11,7 @@ from botocore.exceptions import ClientError
 from sluice.contract import TERMINAL_STATUSES
 from sluice.plan import job_id_for
 
-from local.console import EXIT_NOT_FOUND, CliError, human_seconds, job_exit_code, progress, say
+from local.console import EXIT_NOT_FOUND, CliError, human_seconds, human_usd, job_exit_code, progress, say
 from local.deployed.local_jobs import LOCAL_JOB_HINT
 from local.deployed.stack import Deployment, error_code
 
@@ -68,6 +68,10 @@ def describe_job(dep: Deployment, job: dict[str, Any], *, now: float | None = No
         + (f", ran {human_seconds(elapsed)}" if finished_at else f", {human_seconds(elapsed)} ago")
         + (f"; mode {plan['mode']}" if plan.get("mode") else "")
     )
+    if job.get("budget_cap"):
+        # figures in nano-USD (`sluice.budget`): spent is what answers cost, committed adds reservations
+        cap, spent = int(job["budget_cap"]) / 1e9, int(job.get("budget_spent", 0)) / 1e9
+        lines.append(f"  budget {human_usd(cap)}: spent {human_usd(spent)} ({spent / cap:.0%})")
     if total is not None:
         pending = max(total - done - failed, 0)
         share = f"{(done + failed) / total:.0%}" if total else "100%"

@@ -14,6 +14,7 @@ from local.deployed.stack import Deployment
 
 OPTION_NAMES = (
     "mode",
+    "budget_usd",
     "model",
     "concurrency",
     "map_concurrency",

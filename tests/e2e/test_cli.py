@@ -487,6 +487,37 @@ def test_retry_uploads_only_the_failed_lines_with_the_parent_job(deployed: Deplo
     assert deployed.s3.get_object(Bucket=BUCKET, Key="inbox/flaky.retry-2.jsonl")["Body"].read() == lines[3]
 
 
+def test_a_job_stopped_by_its_budget_shows_it_and_retries_with_a_higher_budget(
+    deployed: Deployed, tmp_path: Path
+) -> None:
+    lines = [request_line(f"c-{n}") for n in range(20)]
+    path = write_jsonl(tmp_path / "capped.jsonl", lines)
+    # one line's worst case is about $0.00062 (no max_tokens), an answer about $0.0000025
+    submitted = deployed.cli("submit", str(path), "--budget", "0.00065", "--quiet")
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.strip()
+    state = deployed.start("inbox/capped.jsonl")
+    for spec in deployed.specs(state):
+        deployed.run_shard(spec)
+    summary = deployed.merge(state)
+    assert summary["status"] == "BUDGET_EXCEEDED"
+    unsent = summary["errors_by_code"]["budget_exceeded"]
+    assert 0 < unsent < 20
+
+    status = deployed.cli("status", job_id)
+    assert status.returncode == 0, status.stderr
+    assert "BUDGET_EXCEEDED" in status.stdout and "budget $0.0006: spent $0.0000" in status.stdout, status.stdout
+    # every line is accounted for in the job's counters: the unsent ones are failed, none pending
+    assert f"failed {unsent} · pending 0" in status.stdout
+
+    retried = deployed.cli("retry", job_id, "--budget", "1", "--quiet")
+    assert retried.returncode == 0, retried.stderr
+    failed = [e["line"] for e in errors_of(deployed, "outbox/capped.errors.jsonl")]
+    obj = deployed.s3.get_object(Bucket=BUCKET, Key="inbox/capped.retry-1.jsonl")
+    assert obj["Body"].read() == b"".join(lines[n - 1] for n in failed)
+    assert obj["Metadata"] == {"sluice-budget-usd": "1.0", "sluice-parent-job": job_id}
+
+
 def test_cancel_stops_the_execution_cancels_provider_work_and_keeps_what_finished(
     deployed: Deployed, tmp_path: Path
 ) -> None:

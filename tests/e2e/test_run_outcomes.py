@@ -86,3 +86,30 @@ def test_a_max_error_rate_outside_0_to_1_is_refused_naming_the_flag(value: str, 
     assert "--max-error-rate" in done.stderr and "from 0 to 1" in done.stderr
     assert "Traceback" not in done.stderr and "SLUICE_" not in done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_run_that_reaches_its_budget_exits_10_with_the_unsent_lines_in_errors(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "capped.jsonl", [request_line(f"c-{n}") for n in range(40)])
+    # each line's worst case is about $0.00062 (no max_tokens: 1,024 output tokens are assumed) and
+    # an answer costs about $0.0000025: the cap leaves room for a dozen answers
+    done = sluice(
+        "run", str(path), "--out", str(tmp_path / "out"), "--latency", "0.01", "--budget", "0.00065",
+        env=clean_env(),
+        timeout=LOCAL_RUN_TIMEOUT_S,
+    )  # fmt: skip
+    assert done.returncode == 10, done.stderr[-2000:]
+    assert "BUDGET_EXCEEDED" in done.stderr and "lines not sent" in done.stderr
+    summary = orjson.loads((tmp_path / "out" / "capped.summary.json").read_bytes())
+    assert summary["status"] == "BUDGET_EXCEEDED" and summary["budget"]["spent_usd"] <= 0.00065
+    assert summary["errors_by_code"] == {"budget_exceeded": summary["counts"]["errors"]}
+    assert summary["counts"]["results"] + summary["counts"]["errors"] == 40 and summary["counts"]["results"] > 0
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "ten", "nan"])
+def test_a_bad_budget_is_refused_naming_the_flag(value: str, tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "one.jsonl", [request_line("a")])
+    done = sluice("run", str(path), "--out", str(tmp_path / "out"), f"--budget={value}", env=clean_env())
+    assert done.returncode == 2
+    assert "--budget" in done.stderr and "US dollars" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "out").exists()

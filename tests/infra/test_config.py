@@ -71,6 +71,8 @@ def test_unknown_environment_names_the_known_ones() -> None:
         ("batch_queue_tokens", {"a,b": 5}, r"batch_queue_tokens must map model names"),
         ("batch_queue_tokens", [90000], r"batch_queue_tokens must map model names"),
         ("batch_queue_default_tokens", 1.5, r"batch_queue_default_tokens must be a whole number"),
+        ("budget_usd", -1, r"budget_usd must be an amount of US dollars, 0 or null for no cap"),
+        ("budget_usd", "5", r"budget_usd must be an amount of US dollars, 0 or null for no cap"),
         ("concurency", 5, r"environment 'dev': unknown key\(s\) concurency"),
     ],
 )
@@ -110,3 +112,9 @@ def test_the_secrets_key_must_be_a_key_arn_for_imported_secrets() -> None:
         Environment.from_context("prod", environments)
     with pytest.raises(ConfigError, match=r"secrets_kms_key_arn applies only to imported secrets"):
         Environment.from_context("prod", with_value("prod", "secrets_kms_key_arn", key))
+
+
+def test_an_environment_budget_is_read_in_dollars_and_null_is_none() -> None:
+    config = Environment.from_context("dev", with_value("dev", "budget_usd", 25))
+    assert config.budget_usd == 25.0
+    assert Environment.from_context("dev", with_value("dev", "budget_usd", None)).budget_usd is None

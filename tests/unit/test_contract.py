@@ -32,6 +32,7 @@ def test_settings_survive_the_environment_both_ways() -> None:
         rpm=600,
         on_batch_incomplete="error",
         max_error_rate=0.01,
+        budget_usd=12.5,
     )
     assert Settings.from_env(chosen.to_env()) == chosen
     assert Settings.from_env(Settings(**REQUIRED).to_env()) == Settings(**REQUIRED)
@@ -50,6 +51,8 @@ def test_settings_survive_the_environment_both_ways() -> None:
         ("SLUICE_RPM", "-1", "SLUICE_RPM='-1' is not a whole number"),
         ("SLUICE_MAX_ERROR_RATE", "2", "SLUICE_MAX_ERROR_RATE='2'"),
         ("SLUICE_ON_BATCH_INCOMPLETE", "drop", "expected one of direct, error"),
+        ("SLUICE_BUDGET_USD", "-5", "SLUICE_BUDGET_USD='-5' is not an amount of US dollars (0 means no budget)"),
+        ("SLUICE_BUDGET_USD", "nan", "SLUICE_BUDGET_USD='nan' is not an amount of US dollars"),
     ],
 )
 def test_a_bad_variable_is_named(variable: str, value: str, message: str) -> None:

@@ -1,3 +1,5 @@
+from dataclasses import replace
+
 import boto3
 import orjson
 import pytest
@@ -11,6 +13,7 @@ from sluice.merge import outcome_status
 from sluice.plan import (
     JobOptions,
     PlanError,
+    check_budget_models,
     event_key_candidates,
     find_object,
     job_id_for,
@@ -175,3 +178,28 @@ def test_find_object_picks_the_candidate_whose_etag_matches() -> None:
     with pytest.raises(ClientError) as missing:
         find_object(s3, "inputs", "inbox/other.jsonl", space)
     assert missing.value.response["ResponseMetadata"]["HTTPStatusCode"] == 404
+
+
+def test_a_budget_is_dollars_from_the_object_or_the_environment() -> None:
+    assert JobOptions.from_metadata({"sluice-budget-usd": "12.5"}, SETTINGS).budget_usd == 12.5
+    assert JobOptions.from_metadata({}, SETTINGS).budget_usd == 0.0
+    assert JobOptions.from_metadata({}, replace(SETTINGS, budget_usd=3.0)).budget_usd == 3.0
+
+
+@pytest.mark.parametrize("raw", ["0", "-2", "five", "nan", "inf", ""])
+def test_a_bad_budget_names_the_option(raw: str) -> None:
+    with pytest.raises(PlanError, match=r"sluice-budget-usd: .* is not an amount of US dollars above 0"):
+        JobOptions.from_metadata({"sluice-budget-usd": raw}, SETTINGS)
+
+
+def test_a_budget_needs_a_price_for_every_model_the_job_sends_to() -> None:
+    options = JobOptions.from_metadata({"sluice-budget-usd": "5"}, SETTINGS)
+    check_budget_models(options, SETTINGS, {"gpt-4o-mini", "gpt-4o-2024-08-06"})
+    with pytest.raises(PlanError, match=r"'my-finetune' has none; priced models: gpt-4.1-mini"):
+        check_budget_models(options, SETTINGS, {"gpt-4o-mini", "my-finetune"})
+    # a line with no model takes the environment's, and the job's model replaces every line's
+    check_budget_models(options, replace(SETTINGS, default_model="gpt-4o"), {None})
+    with pytest.raises(PlanError, match=r"\(no model\) has none"):
+        check_budget_models(options, SETTINGS, {None})
+    forced = JobOptions.from_metadata({"sluice-budget-usd": "5", "sluice-model": "gpt-4o"}, SETTINGS)
+    check_budget_models(forced, SETTINGS, set())

@@ -60,8 +60,9 @@ def test_a_job_of_three_times_the_queue_limit_finishes_every_line_through_refusa
     def before(step: str, payload: dict[str, Any]) -> None:
         with lock:
             if step == "submit_batch" and not foreign:
-                # just as the first shard submits, another program takes part of the queue for 3 s
-                simulator.configure(batch_phase_s=1.0)
+                # just as the first shard submits, another program takes part of the queue for 9 s:
+                # long enough to be there when the shard creates its batch however loaded the machine
+                simulator.configure(batch_phase_s=3.0)
                 foreign.append(_foreign_batch(simulator, 4))
                 simulator.configure(batch_phase_s=0.1)
 

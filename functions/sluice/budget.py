@@ -1,0 +1,281 @@
+"""The job's spending cap (`sluice-budget-usd`), held across every shard that runs at once.
+
+The job row keeps two figures in nano-USD (integers, so no float drifts in DynamoDB):
+`budget_cap` and `budget_committed`, what the job's shards have spent plus what they hold
+reserved. A shard reserves a chunk with one conditional `ADD` (`committed <= cap - chunk`),
+spends it locally on the worst-case cost of each request it sends, and on each answer gives
+the difference between that worst case and the answer's real usage back to its own pool. Once
+the table refuses a chunk, the shard lives on its refunds: it waits for its own requests in
+flight rather than write again, and with none left hands its pool back and takes what the table
+still has, once that covers the next request. It stops sending only when the table cannot and no
+other shard holds a pool (`budget_holders`), so the last shard to stop has seen every refund:
+the job ends with less than one request's worst case unspent, and never spends more than the cap
+as long as the worst-case estimates hold.
+
+A request's worst case: the prompt at one token per 4 bytes of its body (JSON keys included,
+which more than covers English text) plus its output cap (`max_tokens`,
+`max_completion_tokens` or `max_output_tokens`, times `n`), or DEFAULT_OUTPUT_TOKENS when the
+body sets none; at the Batch API's half price in batch mode. An answer without usage (a
+background response still running) keeps its worst case as spent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import orjson
+
+from .costs import price_per_million
+from .model import Outcome, Request
+
+NANO = 1_000_000_000
+# the output a request may produce when its body sets no cap; set max_tokens for a hard bound
+DEFAULT_OUTPUT_TOKENS = 1024
+# a chunk covers this many requests of the last size seen, so a shard writes the job row about
+# once per CHUNK_REQUESTS lines, plus once at the end of each run
+CHUNK_REQUESTS = 50
+# a shard the table refuses waits for the shards that still hold a pool to hand it back, looking
+# this often, and for at most this long (a shard that died holding a pool never hands it back;
+# a shard's run keeps it within its safety margin, so a request still has its timeout to run)
+HOLDERS_POLL_S = 0.25
+HOLDERS_WAIT_S = 20.0
+_OUTPUT_CAPS = ("max_completion_tokens", "max_tokens", "max_output_tokens")
+_EMBEDDINGS = "/v1/embeddings"
+
+
+def usd_to_nano(usd: float) -> int:
+    return round(usd * NANO)
+
+
+def nano_to_usd(nano: int) -> float:
+    return round(nano / NANO, 9)
+
+
+def _model_of(body: Mapping[str, Any]) -> str:
+    model = body.get("model")
+    return model if isinstance(model, str) else ""
+
+
+def output_cap(body: Mapping[str, Any], path: str) -> int:
+    """The most output tokens the request may be billed for."""
+    if path == _EMBEDDINGS:
+        return 0
+    for name in _OUTPUT_CAPS:
+        value = body.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            cap = value
+            break
+    else:
+        cap = DEFAULT_OUTPUT_TOKENS
+    n = body.get("n")
+    return cap * (n if isinstance(n, int) and not isinstance(n, bool) and n > 1 else 1)
+
+
+def unpriced_model(model: str | None) -> bool:
+    return price_per_million(model or "") is None
+
+
+def worst_case_nano(request: Request, *, batch: bool = False) -> int:
+    """The most this request may cost, in nano-USD; raises KeyError for a model with no price."""
+    raw = request.body or b"{}"
+    body = orjson.loads(raw)
+    model = _model_of(body)
+    price = price_per_million(model)
+    if price is None:
+        raise KeyError(model)
+    tokens_in = math.ceil(len(raw) / 4)
+    nano = math.ceil(tokens_in * price[0] * 1000 + output_cap(body, request.path) * price[1] * 1000)
+    return math.ceil(nano / 2) if batch else nano
+
+
+def usage_tokens(body: Any) -> tuple[int, int] | None:
+    """(input, output) tokens an answer reports, across the endpoints' two spellings; None if none."""
+    usage = body.get("usage") if isinstance(body, dict) else None
+    if not isinstance(usage, dict):
+        return None
+    tokens_in = usage.get("prompt_tokens", usage.get("input_tokens"))
+    tokens_out = usage.get("completion_tokens", usage.get("output_tokens", 0))
+    if not isinstance(tokens_in, int):
+        return None
+    return tokens_in, tokens_out if isinstance(tokens_out, int) else 0
+
+
+def actual_nano(outcome: Outcome, request_model: str, reserved: int, *, batch: bool = False) -> int:
+    """What an answer cost: its usage at its model's price; a failed request costs nothing, an
+    answer without usage (a background response still running) its reservation."""
+    if not outcome.ok:
+        return 0
+    tokens = usage_tokens(outcome.body)
+    if tokens is None:
+        return reserved
+    answered = outcome.body.get("model") if isinstance(outcome.body, dict) else None
+    price = price_per_million(answered) if isinstance(answered, str) else None
+    price = price or price_per_million(request_model)
+    if price is None:
+        return reserved
+    nano = math.ceil(tokens[0] * price[0] * 1000 + tokens[1] * price[1] * 1000)
+    return math.ceil(nano / 2) if batch else nano
+
+
+class BudgetTable(Protocol):
+    """The job row's figures (`JobStore` implements it): committed, spent, and how many shards hold a pool."""
+
+    def reserve_budget(self, job_id: str, amount: int, cap: int, spent: int, *, join: bool) -> bool: ...
+
+    def budget_state(self, job_id: str) -> tuple[int, int]: ...
+
+    def release_budget(self, job_id: str, amount: int, spent: int, *, leave: bool) -> None: ...
+
+
+@dataclass
+class BudgetFigures:
+    reserved_writes: int = 0
+    refused: int = 0
+    releases: int = 0
+
+
+@dataclass
+class Budget:
+    """One shard run's share of the job's cap: a local pool refilled from the job row in chunks.
+
+    `reserve` before a request is sent (False: the job's budget is spent, stop sending) and
+    `settle` with its outcome; `close` hands what is left back to the job row. `spent` is what
+    this run's answers cost, in nano-USD.
+    """
+
+    table: BudgetTable
+    job_id: str
+    cap: int
+    batch: bool = False
+    chunk_requests: int = CHUNK_REQUESTS
+    held: int = 0
+    spent: int = 0
+    exhausted: bool = False
+    figures: BudgetFigures = field(default_factory=BudgetFigures)
+    # counted among the job row's `budget_holders` (from the first reservation to the release)
+    holding: bool = False
+    # how long a refused shard waits for the others' pools (see HOLDERS_WAIT_S)
+    wait_s: float = HOLDERS_WAIT_S
+    # the table refused a chunk: from now on the shard lives on its refunds, asking only when empty
+    scarce: bool = False
+    # spent since the last write: each write to the job row carries it
+    _unrecorded: int = 0
+    _reserved: dict[int, tuple[int, str]] = field(default_factory=dict)
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _settled: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def cost(self, request: Request) -> tuple[int, str]:
+        body = orjson.loads(request.body or b"{}")
+        return worst_case_nano(request, batch=self.batch), _model_of(body)
+
+    async def reserve(self, request: Request) -> bool:
+        need, model = self.cost(request)
+        async with self._lock:
+            if not await self._cover(need):
+                return False
+            self.held -= need
+            self._reserved[request.line] = (need, model)
+            return True
+
+    async def take(self, need: int) -> bool:
+        """Reserve exactly `need` (a batch part's worst case), counted as spent; False if the cap refuses."""
+        async with self._lock:
+            if self.exhausted:
+                return False
+            if self.held < need and not await self._write_reserve(need - self.held):
+                self.exhausted = True
+                return False
+            self.held -= need
+            self.spend(need)
+            return True
+
+    async def _cover(self, need: int) -> bool:
+        while not self.exhausted:
+            if self.held >= need:
+                return True
+            if not self.scarce:
+                if await self._write_reserve(max(need - self.held, need * self.chunk_requests)):
+                    continue
+                # near the cap a refused conditional write costs as much as a granted one: stop asking
+                self.scarce = True
+            if self._reserved:
+                # requests of ours are in flight: what they do not use comes back to the pool
+                self._settled.clear()
+                await self._settled.wait()
+                continue
+            # give the pool back, then ask for exactly this request until no other shard holds
+            # a pool: only then has every refund reached the table, and a refusal is final
+            await self._release()
+            if not await self._last_ask(need):
+                self.exhausted = True
+        return False
+
+    async def _last_ask(self, need: int) -> bool:
+        """With an empty pool: take what is left (up to a chunk) once it covers `need`; False once
+        it does not and no other shard holds a pool, or after `wait_s`."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.wait_s
+        while True:
+            committed, holders = await asyncio.to_thread(self.table.budget_state, self.job_id)
+            left = self.cap - committed
+            if left >= need and await self._write_reserve(min(left, need * self.chunk_requests)):
+                return True
+            if holders <= 0 or loop.time() >= deadline:
+                return False
+            await asyncio.sleep(HOLDERS_POLL_S)
+
+    async def _write_reserve(self, amount: int) -> bool:
+        # the write runs on a thread while answers settle on the loop: the figures it carries
+        # are taken before it and changed only here, on the loop, after it
+        self.figures.reserved_writes += 1
+        join, recorded = not self.holding, self._unrecorded
+        granted = await asyncio.to_thread(self.table.reserve_budget, self.job_id, amount, self.cap, recorded, join=join)
+        if not granted:
+            self.figures.refused += 1
+            return False
+        self.held += amount
+        self._unrecorded -= recorded
+        self.holding = True
+        return True
+
+    def settle(self, request: Request, outcome: Outcome) -> None:
+        reserved, model = self._reserved.pop(request.line, (0, ""))
+        cost = actual_nano(outcome, model, reserved, batch=self.batch)
+        self.held += reserved - cost
+        self.spend(cost)
+        self._settled.set()
+
+    def spend(self, nano: int) -> None:
+        self.spent += nano
+        self._unrecorded += nano
+
+    async def _release(self) -> None:
+        held, recorded, holding = self.held, self._unrecorded, self.holding
+        if held or recorded or holding:
+            self.figures.releases += 1
+            await asyncio.to_thread(self.table.release_budget, self.job_id, -held, recorded, leave=holding)
+        self.held -= held
+        self._unrecorded -= recorded
+        self.holding = False
+
+    def close(self) -> None:
+        """Hand the pool back to the job row, with the spend not yet written, once nothing is in
+        flight. Requests still reserved (none, once the engine has drained) count at their worst case."""
+        for reserved, _ in self._reserved.values():
+            self.spend(reserved)
+        self._reserved.clear()
+        if self.held or self._unrecorded or self.holding:
+            self.figures.releases += 1
+            self.table.release_budget(self.job_id, -self.held, self._unrecorded, leave=self.holding)
+        self.held = 0
+        self._unrecorded = 0
+        self.holding = False
+
+
+def budget_models(models: Iterable[str | None]) -> list[str]:
+    """The models among `models` that have no known price (a budget cannot be held for them)."""
+    return sorted({m or "" for m in models if unpriced_model(m)})

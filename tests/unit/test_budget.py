@@ -1,0 +1,228 @@
+"""The spending cap's arithmetic: worst cases, chunked reservations, settling, and the stop."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import orjson
+import pytest
+from moto import mock_aws
+from sluice.budget import (
+    CHUNK_REQUESTS,
+    DEFAULT_OUTPUT_TOKENS,
+    Budget,
+    actual_nano,
+    usd_to_nano,
+    worst_case_nano,
+)
+from sluice.contract import parse_budget
+from sluice.model import Outcome, Request
+from sluice.store import JobStore
+
+from local.cloud import create_table
+
+MINI = (0.15, 0.60)  # gpt-4o-mini, USD per million tokens
+
+
+def chat(line: int, **body: Any) -> Request:
+    payload = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "x" * 400}], **body}
+    return Request(line, f"c{line}", "POST", "/v1/chat/completions", orjson.dumps(payload))
+
+
+def answer(request: Request, tokens_in: int, tokens_out: int, model: str = "gpt-4o-mini-2024-07-18") -> Outcome:
+    body = {"model": model, "usage": {"prompt_tokens": tokens_in, "completion_tokens": tokens_out}}
+    return Outcome(request.line, request.custom_id, 200, body, None)
+
+
+def nano(tokens_in: int, tokens_out: int) -> int:
+    return round(tokens_in * MINI[0] * 1000 + tokens_out * MINI[1] * 1000)
+
+
+class Ledger:
+    """The job row's two figures, with DynamoDB's conditional ADD, counting writes."""
+
+    def __init__(self) -> None:
+        self.committed = 0
+        self.spent = 0
+        self.holders = 0
+        self.writes = 0
+
+    def reserve_budget(self, job_id: str, amount: int, cap: int, spent: int, *, join: bool) -> bool:
+        self.writes += 1
+        if self.committed > cap - amount:
+            return False
+        self.committed += amount
+        self.spent += spent
+        self.holders += join
+        return True
+
+    def budget_state(self, job_id: str) -> tuple[int, int]:
+        return self.committed, self.holders
+
+    def release_budget(self, job_id: str, amount: int, spent: int, *, leave: bool) -> None:
+        self.writes += 1
+        self.committed += amount
+        self.spent += spent
+        self.holders -= leave
+
+
+def test_worst_case_is_the_body_at_four_bytes_a_token_plus_the_output_cap() -> None:
+    request = chat(1, max_tokens=100)
+    tokens_in = -(-len(request.body or b"") // 4)
+    assert worst_case_nano(request) == nano(tokens_in, 100)
+    assert worst_case_nano(request, batch=True) == -(-nano(tokens_in, 100) // 2)
+    # max_completion_tokens wins over the legacy max_tokens; n answers cost n times
+    assert worst_case_nano(chat(1, max_completion_tokens=10, max_tokens=500)) == nano(
+        -(-len(chat(1, max_completion_tokens=10, max_tokens=500).body or b"") // 4), 10
+    )
+    two = chat(1, max_tokens=100, n=2)
+    assert worst_case_nano(two) == nano(-(-len(two.body or b"") // 4), 200)
+    bare = chat(1)
+    assert worst_case_nano(bare) == nano(-(-len(bare.body or b"") // 4), DEFAULT_OUTPUT_TOKENS)
+
+
+def test_a_model_with_no_price_cannot_be_estimated() -> None:
+    with pytest.raises(KeyError):
+        worst_case_nano(chat(1, model="my-finetune"))
+
+
+def test_an_answer_costs_its_usage_a_failure_nothing_and_an_answer_without_usage_its_reservation() -> None:
+    request = chat(1, max_tokens=100)
+    assert actual_nano(answer(request, 120, 7), "gpt-4o-mini", 999) == nano(120, 7)
+    failed = Outcome(1, "c1", 500, None, None, error_code="retries_exhausted")
+    assert actual_nano(failed, "gpt-4o-mini", 999) == 0
+    queued = Outcome(1, "c1", 200, {"id": "resp_1", "status": "queued", "usage": None}, None)
+    assert actual_nano(queued, "gpt-4o-mini", 999) == 999
+    responses = Outcome(1, "c1", 200, {"model": "gpt-4o", "usage": {"input_tokens": 10, "output_tokens": 2}}, None)
+    assert actual_nano(responses, "gpt-4o-mini", 999) == round(10 * 2.5 * 1000 + 2 * 10.0 * 1000)
+
+
+def test_budgets_are_dollars_above_zero() -> None:
+    assert parse_budget("12.5") == 12.5
+    for bad in ("0", "-1", "nan", "inf", "ten"):
+        with pytest.raises(ValueError, match="US dollars"):
+            parse_budget(bad)
+
+
+def test_a_shard_reserves_in_chunks_and_gives_back_what_answers_did_not_use() -> None:
+    ledger = Ledger()
+    budget = Budget(ledger, "job", usd_to_nano(1.0))
+    request = chat(1, max_tokens=100)
+    need = worst_case_nano(request)
+
+    async def one(line: int) -> None:
+        req = chat(line, max_tokens=100)
+        assert await budget.reserve(req)
+        budget.settle(req, answer(req, 50, 10))
+
+    async def many() -> None:
+        for line in range(1, 101):
+            await one(line)
+
+    asyncio.run(many())
+    # the first chunk covers CHUNK_REQUESTS worst cases; refunds keep the pool topped up
+    assert ledger.writes == 1
+    assert ledger.committed == need * CHUNK_REQUESTS
+    assert budget.spent == 100 * nano(50, 10)
+    budget.close()
+    # back at the row: exactly what the answers cost
+    assert ledger.committed == ledger.spent == 100 * nano(50, 10)
+    assert ledger.writes == 2
+
+
+def test_the_stop_comes_within_one_request_of_the_cap_across_shards() -> None:
+    ledger = Ledger()
+    request = chat(1, max_tokens=100)
+    need = worst_case_nano(request)
+    cost = nano(90, 100)  # each answer uses most of its worst case
+    cap = 37 * need + need // 3
+    shards = [Budget(ledger, "job", cap) for _ in range(3)]
+    sent = [0, 0, 0]
+
+    async def shard(index: int) -> None:
+        budget = shards[index]
+        for line in range(index * 1000, index * 1000 + 1000):
+            req = chat(line, max_tokens=100)
+            if not await budget.reserve(req):
+                break
+            await asyncio.sleep(0)
+            budget.settle(req, answer(req, 90, 100))
+            sent[index] += 1
+        await asyncio.to_thread(budget.close)
+
+    async def run() -> None:
+        await asyncio.gather(*(shard(i) for i in range(3)))
+
+    asyncio.run(run())
+    spent = sum(sent) * cost
+    assert all(b.exhausted for b in shards)
+    assert ledger.spent == spent == ledger.committed
+    assert cap - need < spent <= cap
+    # a write per chunk and per stop, far fewer than one per request
+    assert ledger.writes < sum(sent) / 4
+
+
+def test_a_request_bigger_than_what_is_left_is_not_sent() -> None:
+    ledger = Ledger()
+    small, big = chat(1, max_tokens=10), chat(2, max_tokens=5000)
+    budget = Budget(ledger, "job", worst_case_nano(small) * 2)
+
+    async def run() -> tuple[bool, bool]:
+        return await budget.reserve(big), budget.exhausted
+
+    assert asyncio.run(run()) == (False, True)
+    budget.close()
+    assert ledger.committed == 0
+
+
+@pytest.fixture
+def store() -> Iterator[JobStore]:
+    with mock_aws():
+        create_table(boto3.client("dynamodb", region_name="us-east-1"), "jobs")
+        store = JobStore(boto3.resource("dynamodb", region_name="us-east-1").Table("jobs"), ttl_days=1)
+        store.claim_job("job", execution="e", bucket="b", key="k", etag="t", started_at=0.0)
+        store.record_plan("job", plan={"requests": 1}, shards=[(0, 1, 1)], mode="direct", budget_cap=1000)
+        yield store
+
+
+def test_the_job_row_refuses_a_reservation_past_its_cap(store: JobStore) -> None:
+    assert store.reserve_budget("job", 600, 1000, 0, join=True)
+    assert not store.reserve_budget("job", 401, 1000, 5, join=True)
+    assert store.reserve_budget("job", 400, 1000, 7, join=False)
+    assert store.budget_state("job") == (1000, 1)
+    store.release_budget("job", -300, 2, leave=True)
+    job = store.job("job") or {}
+    assert (job["budget_cap"], job["budget_committed"], job["budget_spent"], job["budget_holders"]) == (1000, 700, 9, 0)
+
+
+def test_a_refused_shard_waits_for_the_pool_a_finishing_shard_hands_back() -> None:
+    ledger = Ledger()
+    need = worst_case_nano(chat(1, max_tokens=100))
+    cap = 60 * need
+    small, large = Budget(ledger, "job", cap), Budget(ledger, "job", cap)
+    sent = {"small": 0, "large": 0}
+
+    async def shard(budget: Budget, name: str, lines: int, pause: float, latency: float) -> None:
+        await asyncio.sleep(pause)
+        for line in range(lines):
+            req = chat(line, max_tokens=100)
+            if not await budget.reserve(req):
+                break
+            await asyncio.sleep(latency)
+            # answers use a tenth of their worst case: the small shard's chunk is mostly refunds
+            budget.settle(req, answer(req, 9, 10))
+            sent[name] += 1
+        await asyncio.to_thread(budget.close)
+
+    async def run() -> None:
+        # the small shard holds its chunk for a while: the large one runs dry before it is back
+        await asyncio.gather(shard(small, "small", 5, 0.0, 0.1), shard(large, "large", 10_000, 0.01, 0.001))
+
+    asyncio.run(run())
+    cost = nano(9, 10)
+    assert sent["small"] == 5 and large.exhausted
+    assert ledger.committed == ledger.spent == (sent["small"] + sent["large"]) * cost
+    assert cap - need < ledger.spent <= cap
