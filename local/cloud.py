@@ -112,6 +112,8 @@ class LocalSettings:
     default_mode: str = SETTING_DEFAULTS["default_mode"]
     default_model: str | None = SETTING_DEFAULTS["default_model"]
     shared_limit: str = SETTING_DEFAULTS["shared_limit"]
+    # the provider's limits per model, as cdk.json's `rate_limits` (`sluice.contract.parse_rate_limits`)
+    rate_limits: str | None = SETTING_DEFAULTS["rate_limits"]
 
 
 @dataclass
