@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import cast
 
@@ -73,6 +74,7 @@ def lambda_environment(
         poll_seconds=config.poll_seconds,
         safety_margin_s=config.safety_margin_s,
         max_error_rate=config.max_error_rate,
+        rate_limits=json.dumps(config.rate_limits, sort_keys=True) if config.rate_limits else None,
     )
     return {**settings.to_env(), **powertools_environment(config)}
 

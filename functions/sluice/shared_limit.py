@@ -63,6 +63,8 @@ _INPUT_FIELDS = ("messages", "input", "prompt", "instructions")
 _OUTPUT_LIMITS = ("max_completion_tokens", "max_tokens", "max_output_tokens")
 # a limit header within this share of the known rate is the same limit (no write)
 _SAME_RATE = 0.01
+# the weight of the newest request in a key's moving average of token costs
+_COST_WEIGHT = 0.05
 # conditional writes that lose to another shard are tried again this many times
 _WRITE_TRIES = 5
 
@@ -131,10 +133,19 @@ def refill_tokens(bucket: Bucket, now: float, policy: LeasePolicy) -> float:
 
 
 def lease(
-    bucket: Bucket, lessee: str, now: float, policy: LeasePolicy, *, held: int = 0, held_tokens: float = 0.0
+    bucket: Bucket,
+    lessee: str,
+    now: float,
+    policy: LeasePolicy,
+    *,
+    held: int = 0,
+    held_tokens: float = 0.0,
+    tokens_per_request: float = 0.0,
 ) -> Grant:
     """What `lessee`, holding `held` requests and `held_tokens` unspent, may take at `now`: its
-    balance topped up to one period of its fair share, or a wait."""
+    balance topped up to one period of its fair share, or a wait. The period is long enough for
+    `min_requests` of either share: of requests, and of tokens at `tokens_per_request` each
+    (what the lessee's requests have cost so far), so a token-bound shard writes no more often."""
     if bucket.paused_until > now:
         return Grant(0, bucket.paused_until - now)
     active = {name: until for name, until in bucket.lessees.items() if until + policy.idle_s > now}
@@ -144,6 +155,8 @@ def lease(
     count = len(active) + (0 if lessee in active else 1)
     share = bucket.rate / count
     period = max(policy.min_period_s, policy.min_requests / share)
+    if bucket.token_rate > 0 and tokens_per_request > 0:
+        period = max(period, policy.min_requests * tokens_per_request * count / bucket.token_rate)
     want = max(1, min(math.floor(share * period), math.floor(bucket.capacity(policy))))
     take = max(0, want - held)
     level = refill(bucket, now, policy)
@@ -387,6 +400,8 @@ class _Local:
         self.rate: float | None = None
         self.token_rate = 0.0
         self.paused_until = 0.0
+        # what a request of this key has cost lately, in estimated tokens (a moving average)
+        self.cost = 0.0
         self.off = False
         self.probing = False
         self.learned = asyncio.Event()
@@ -442,6 +457,7 @@ class SharedLimit:
         model = str(body["model"]) if body is not None and isinstance(body.get("model"), str) else ""
         cost = estimate_tokens(body, req.path) if body is not None else 0
         local = self._local(model)
+        local.cost = cost if local.cost == 0 else local.cost + (cost - local.cost) * _COST_WEIGHT
         while True:
             if local.off:
                 return Ticket(model)
@@ -508,7 +524,13 @@ class SharedLimit:
                 return
             local.rate, local.token_rate = bucket.rate, bucket.token_rate
             grant = lease(
-                bucket, self.lessee, self._clock(), self.policy, held=local.requests, held_tokens=local.tokens
+                bucket,
+                self.lessee,
+                self._clock(),
+                self.policy,
+                held=local.requests,
+                held_tokens=local.tokens,
+                tokens_per_request=local.cost,
             )
             if grant.bucket is None:
                 self.waited_s += grant.wait_s
