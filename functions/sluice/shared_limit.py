@@ -156,7 +156,10 @@ def lease(
     share = bucket.rate / count
     period = max(policy.min_period_s, policy.min_requests / share)
     if bucket.token_rate > 0 and tokens_per_request > 0:
-        period = max(period, policy.min_requests * tokens_per_request * count / bucket.token_rate)
+        # no longer than the token bucket holds of the share, or the lease would be cut to
+        # capacity and the period would starve the lessee
+        token_period = policy.min_requests * tokens_per_request * count / bucket.token_rate
+        period = max(period, min(token_period, policy.burst_s * count))
     want = max(1, min(math.floor(share * period), math.floor(bucket.capacity(policy))))
     take = max(0, want - held)
     level = refill(bucket, now, policy)
