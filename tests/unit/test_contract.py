@@ -50,6 +50,8 @@ def test_settings_survive_the_environment_both_ways() -> None:
         ("SLUICE_RPM", "-1", "SLUICE_RPM='-1' is not a whole number"),
         ("SLUICE_MAX_ERROR_RATE", "2", "SLUICE_MAX_ERROR_RATE='2'"),
         ("SLUICE_ON_BATCH_INCOMPLETE", "drop", "expected one of direct, error"),
+        ("SLUICE_RATE_LIMITS", '{"gpt-4o-mini": 500}', 'SLUICE_RATE_LIMITS: gpt-4o-mini: expected {"rpm"'),
+        ("SLUICE_RATE_LIMITS", "rpm=500", "SLUICE_RATE_LIMITS: expected a JSON object of models"),
     ],
 )
 def test_a_bad_variable_is_named(variable: str, value: str, message: str) -> None:
