@@ -194,7 +194,8 @@ def main() -> None:
     args = parser.parse_args()
     print(
         f"quota {args.rpm:,} RPM per key, latency {args.latency} s; {args.lines:,} lines in shards of "
-        f"{args.shard_lines}, {args.map_concurrency} shards at a time per job; no rate configured",
+        f"{args.shard_lines}, {args.map_concurrency} shards at a time per job; no rate configured"
+        + (" (but in the seeded figure)" if args.seeded or args.only == "seeded" else ""),
         flush=True,
     )
     chosen = (

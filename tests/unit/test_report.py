@@ -282,7 +282,7 @@ def test_the_batch_saving_is_shown_and_a_direct_job_learns_what_batch_would_cost
 
 
 def test_the_last_sweep_shows_what_it_sent_again_and_recovered_per_job_and_shard() -> None:
-    summary = {
+    summary: dict[str, Any] = {
         "job_id": "swept-0123",
         "status": "COMPLETED_WITH_ERRORS",
         "counts": {"requests": 20, "results": 18, "errors": 2},
