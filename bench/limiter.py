@@ -8,16 +8,24 @@ learn it from the headers:
   one job    --lines lines in shards of --shard-lines, shared limit on; reference: off.
   two jobs   two jobs of --lines / 2 lines at once on the same key, shared limit on;
              reference: off.
+  tpm        (with --tpm N) one job against a key whose tokens-per-minute quota binds first
+             (N tokens a minute; the request quota is ten times --rpm): tokens a minute
+             against N. Reference: off.
+  seeded     (with --seeded) one job with the quota given in the environment's rate_limits,
+             so the bucket is full and sized before the first answer. Reference: not seeded.
 
-Each figure: 429s among all attempts, accepted requests a minute against the quota (for
-the whole run and per job), and the shared limit's DynamoDB writes per line.
+Each figure: 429s among all attempts, accepted requests (and with --tpm, tokens) a minute
+against the quota (for the whole run and per job), and the shared limit's DynamoDB writes per line.
 
     .venv/bin/python bench/limiter.py --rpm 1200 --lines 2400 --shard-lines 300
+    .venv/bin/python bench/limiter.py --only tpm --tpm 20000 --lines 1200 --shard-lines 150
+    .venv/bin/python bench/limiter.py --only seeded --seeded
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import threading
 import time
@@ -36,6 +44,7 @@ from local.cloud import REGION, JobRun, LocalCloud, LocalSettings, run_job  # no
 from local.simulator import SimConfig, SimulatorServer  # noqa: E402
 
 WORK = ROOT / ".work"
+FIGURES = ("one", "two", "tpm", "seeded")
 
 
 def make_input(path: Path, lines: int, prefix: str) -> None:
@@ -57,16 +66,20 @@ class Job:
     wall_s: float = 0.0
 
 
-def run_jobs(args: argparse.Namespace, shared: str, jobs: int) -> None:
+def run_jobs(args: argparse.Namespace, shared: str, jobs: int, *, tpm: int = 0, seeded: bool = False) -> None:
     lines = args.lines // jobs
+    # with a token quota, the request quota is set well above what the tokens allow, so tokens bind
+    rpm = args.rpm * 10 if tpm else args.rpm
+    seed = {"gpt-4o-mini": {"rpm": rpm, **({"tpm": tpm} if tpm else {})}}
     settings = LocalSettings(
         concurrency=args.concurrency,
         map_concurrency=args.map_concurrency,
         shard_lines=args.shard_lines,
         request_timeout_s=30.0,
         shared_limit=shared,
+        rate_limits=json.dumps(seed) if seeded else None,
     )
-    config = SimConfig(latency_s=args.latency, quota_rpm=args.rpm)
+    config = SimConfig(latency_s=args.latency, quota_rpm=rpm, quota_tpm=tpm)
     WORK.mkdir(parents=True, exist_ok=True)
     started_jobs = [Job(chr(ord("a") + i)) for i in range(jobs)]
     paths = []
@@ -96,7 +109,8 @@ def run_jobs(args: argparse.Namespace, shared: str, jobs: int) -> None:
         log = sim.log
     for path in paths:
         path.unlink()
-    report(args, shared, started_jobs, log, wall, lines, writes)
+    label = f"shared limit {shared}" + (", seeded" if seeded else "")
+    report(args, label, started_jobs, log, wall, lines, writes, tpm=tpm)
 
 
 def limit_writes(cloud: LocalCloud) -> int | None:
@@ -121,6 +135,8 @@ def report(
     wall: float,
     lines: int,
     writes: int | None,
+    *,
+    tpm: int = 0,
 ) -> None:
     calls = [e for e in log if e["path"].endswith("/chat/completions")]
     statuses = Counter(e["status"] for e in calls)
@@ -128,10 +144,20 @@ def report(
     limited = statuses[429]
     accepted = statuses[200]
     rate = accepted / wall * 60
-    label = f"{len(jobs)} job{'s' if len(jobs) > 1 else ''}, shared limit {shared}"
+    label = f"{len(jobs)} job{'s' if len(jobs) > 1 else ''}, {shared}"
+    if tpm:
+        used = 0
+        for job in jobs:
+            assert job.run is not None
+            tokens = job.run.summary.get("tokens") or {}
+            used += int(tokens.get("input", 0)) + int(tokens.get("output", 0))
+        token_rate = used / wall * 60
+        against = f"{token_rate:7,.0f} tokens/min = {token_rate / tpm:4.0%} of the TPM quota ({rate:,.0f} requests/min)"
+    else:
+        against = f"{rate:6,.0f}/min = {rate / args.rpm:4.0%} of the quota"
     print(
-        f"{label:26} {attempts:6,} attempts, {limited:5,} 429 ({limited / attempts:5.1%}), {accepted:6,} accepted "
-        f"in {wall:6.1f} s = {rate:6,.0f}/min = {rate / args.rpm:4.0%} of the quota"
+        f"{label:34} {attempts:6,} attempts, {limited:5,} 429 ({limited / attempts:5.1%}), {accepted:6,} accepted "
+        f"in {wall:6.1f} s = {against}"
         + (f"; limit writes {writes} = {writes / (lines * len(jobs)):.3f}/line" if writes is not None else ""),
         flush=True,
     )
@@ -161,20 +187,39 @@ def main() -> None:
     parser.add_argument("--map-concurrency", type=int, default=8, help="shards at a time, per job")
     parser.add_argument("--concurrency", type=int, default=1000, help="requests in flight per job")
     parser.add_argument("--latency", type=float, default=0.05, help="seconds per answer")
-    parser.add_argument("--only", choices=("one", "two"), help="run one of the figures")
+    parser.add_argument("--only", choices=FIGURES, help="run one of the figures")
+    parser.add_argument("--tpm", type=int, default=0, help="also run the TPM-bound figure at this TPM quota")
+    parser.add_argument("--seeded", action="store_true", help="also run the figure seeded from rate_limits")
     parser.add_argument("--no-reference", action="store_true", help="skip the runs with the shared limit off")
     args = parser.parse_args()
     print(
         f"quota {args.rpm:,} RPM per key, latency {args.latency} s; {args.lines:,} lines in shards of "
-        f"{args.shard_lines}, {args.map_concurrency} shards at a time per job; no rate configured",
+        f"{args.shard_lines}, {args.map_concurrency} shards at a time per job; no rate configured"
+        + (" (but in the seeded figure)" if args.seeded or args.only == "seeded" else ""),
         flush=True,
     )
-    for jobs in (1, 2):
-        if args.only and args.only != ("one", "two")[jobs - 1]:
-            continue
-        run_jobs(args, "on", jobs)
-        if not args.no_reference:
-            run_jobs(args, "off", jobs)
+    chosen = (
+        [args.only]
+        if args.only
+        else ["one", "two", *(["tpm"] if args.tpm else []), *(["seeded"] if args.seeded else [])]
+    )
+    for figure in chosen:
+        if figure == "tpm":
+            if not args.tpm:
+                parser.error("--only tpm needs --tpm N")
+            print(f"TPM quota {args.tpm:,} tokens a minute, request quota {args.rpm * 10:,} RPM", flush=True)
+            run_jobs(args, "on", 1, tpm=args.tpm)
+            if not args.no_reference:
+                run_jobs(args, "off", 1, tpm=args.tpm)
+        elif figure == "seeded":
+            run_jobs(args, "on", 1, seeded=True)
+            if not args.no_reference:
+                run_jobs(args, "on", 1)
+        else:
+            jobs = 1 if figure == "one" else 2
+            run_jobs(args, "on", jobs)
+            if not args.no_reference:
+                run_jobs(args, "off", jobs)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,13 @@ from typing import Any
 import aws_cdk as cdk
 import aws_cdk.aws_logs as logs
 from constructs import IConstruct
-from sluice.contract import DEFAULT_PROVIDER_BASE_URL, MODES, SETTING_DEFAULTS, TIER1_BATCH_QUEUE_TOKENS
+from sluice.contract import (
+    DEFAULT_PROVIDER_BASE_URL,
+    MODES,
+    SETTING_DEFAULTS,
+    TIER1_BATCH_QUEUE_TOKENS,
+    parse_rate_limits,
+)
 
 CDK_JSON = Path(__file__).resolve().parent.parent / "cdk.json"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -76,6 +82,9 @@ class Environment:
     # API Gateway throttling of the webhook endpoint: steady requests per second, and burst
     webhook_rate_limit: int = 100
     webhook_burst_limit: int = 200
+    # the provider's limits per model, {"gpt-4o-mini": {"rpm": 30000, "tpm": 150000000}}: they seed
+    # the shared limit until the provider's x-ratelimit-* headers say otherwise
+    rate_limits: Mapping[str, Mapping[str, float]] | None = None
     account: str | None = None
     region: str | None = None
 
@@ -201,6 +210,11 @@ class Environment:
                     "applies only to imported secrets (api_key_secret_arn, webhook_secret_arn); the secrets the stack"
                     " creates use aws/secretsmanager",
                 )
+        if values.get("rate_limits") is not None:
+            try:
+                parse_rate_limits(json.dumps(values["rate_limits"]))
+            except (ValueError, TypeError) as exc:
+                raise fail("rate_limits", f"must be an object of models ({exc})") from None
         if values.get("account") and not re.match(r"^\d{12}$", values["account"]):
             raise fail("account", "must be a 12-digit AWS account id")
         if "log_retention_days" in values and values["log_retention_days"] not in LOG_RETENTION:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import cast
 
@@ -77,6 +78,7 @@ def lambda_environment(
         batch_queue_tokens=queue_tokens_text(config.batch_queue_tokens),
         batch_queue_default_tokens=config.batch_queue_default_tokens,
         budget_usd=config.budget_usd or 0.0,
+        rate_limits=json.dumps(config.rate_limits, sort_keys=True) if config.rate_limits else None,
     )
     return {**settings.to_env(), **powertools_environment(config)}
 

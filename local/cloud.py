@@ -114,6 +114,8 @@ class LocalSettings:
     shared_limit: str = SETTING_DEFAULTS["shared_limit"]
     batch_queue_tokens: str = SETTING_DEFAULTS["batch_queue_tokens"]
     batch_queue_default_tokens: int = SETTING_DEFAULTS["batch_queue_default_tokens"]
+    # the provider's limits per model, as cdk.json's `rate_limits` (`sluice.contract.parse_rate_limits`)
+    rate_limits: str | None = SETTING_DEFAULTS["rate_limits"]
 
 
 @dataclass

@@ -364,6 +364,21 @@ def cost_section(costs: Mapping[str, Any]) -> str:
     return "<h2>Cost (estimate, list prices)</h2>" + _table(["", "USD"], rows) + note
 
 
+def sweep_tiles(sweep: Mapping[str, Any] | None) -> list[str]:
+    """The last sweep's figures: lines whose attempts ran out on transient failures and were sent
+    once more at their shard's end, and how many of those ended as results."""
+    if sweep is None:
+        return []
+    swept = int(sweep.get("swept") or 0)
+    if not swept:
+        return [_tile("lines swept (last pass)", "0")]
+    recovered = int(sweep.get("recovered") or 0)
+    return [
+        _tile("lines swept (last pass)", _n(swept)),
+        _tile("recovered by the sweep", _n(recovered), "ok" if recovered == swept else ""),
+    ]
+
+
 def _table(headers: list[str], rows: Iterable[list[str]], css: str = "") -> str:
     head = "".join(f"<th>{_e(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
@@ -431,6 +446,7 @@ def render_report(summary: Mapping[str, Any], *, files: Mapping[str, str] | None
             _tile("tokens out", _n(tokens.get("output"))),
             _tile("retries", _n(summary.get("retries"))),
             _tile("throttled (429)", _n(summary.get("throttled"))),
+            *sweep_tiles(summary.get("sweep")),
             _tile("provider cost (est.)", _e(_usd(costs.get("provider")))),
             _tile("AWS cost (est.)", _e(_usd(costs.get("aws")))),
         ]
@@ -465,6 +481,7 @@ def render_report(summary: Mapping[str, Any], *, files: Mapping[str, str] | None
     shards = list(summary.get("shards") or [])
     if shards:
         sections.append(f"<h2>Shards ({len(shards):,})</h2>")
+        swept = any(s.get("swept") for s in shards)
         rows = (
             [
                 _n(s.get("shard")),
@@ -473,10 +490,12 @@ def render_report(summary: Mapping[str, Any], *, files: Mapping[str, str] | None
                 _n(s.get("lines")),
                 _n(s.get("results")),
                 _n(s.get("errors")),
+                *([_n(s.get("swept", 0)), _n(s.get("recovered", 0))] if swept else []),
             ]
             for s in shards[:MAX_SHARD_ROWS]
         )
-        sections.append(_table(["shard", "mode", "first line", "lines", "results", "errors"], rows))
+        headers = ["shard", "mode", "first line", "lines", "results", "errors"]
+        sections.append(_table(headers + (["swept", "recovered"] if swept else []), rows))
         if len(shards) > MAX_SHARD_ROWS:
             sections.append(
                 f'<p class="muted">… and {len(shards) - MAX_SHARD_ROWS:,} more shards (see the summary JSON)</p>'

@@ -185,7 +185,14 @@ async def submit_background(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any
             writer.add_outcome(_settled_outcome(outcome, settled))
             return
         writer.add_pending(
-            ItemState(outcome.line, outcome.custom_id, "submitted", str(outcome.body.get("id")), outcome.attempts)
+            ItemState(
+                outcome.line,
+                outcome.custom_id,
+                "submitted",
+                str(outcome.body.get("id")),
+                outcome.attempts,
+                swept=outcome.swept,
+            )
         )
 
     source = pending(ctx.s3, spec, skip, writer.add_invalid)
@@ -255,6 +262,8 @@ async def collect_background(ctx: ShardContext, spec: ShardSpec) -> dict[str, An
             outcome = _settled_outcome(outcome, settled)
         item = waiting[outcome.line]
         outcome.attempts += item.attempts
+        # a line the last sweep submitted counts as swept when its response is collected
+        outcome.swept = item.swept
         unsettled_done += item.status == "submitted"
         writer.add_outcome(outcome, provider_id=item.provider_id)
 

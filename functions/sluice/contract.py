@@ -10,6 +10,8 @@ reads the environment at import.
 
 from __future__ import annotations
 
+import json
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
@@ -234,6 +236,37 @@ def parse_budget(raw: str) -> float:
     return value
 
 
+@dataclass(frozen=True)
+class RateSeed:
+    """A provider's limits for one model, per minute, as configured: they seed the shared limit
+    until the provider's headers say otherwise (0 = not configured)."""
+
+    rpm: float = 0
+    tpm: float = 0
+
+
+def parse_rate_limits(text: str | None) -> dict[str, RateSeed]:
+    """`{"<model>": {"rpm": 30000, "tpm": 150000000}, ...}` (JSON); ValueError says what is wrong.
+    A model's `rpm` is required, its `tpm` optional."""
+    if not text:
+        return {}
+    try:
+        raw = json.loads(text)
+    except ValueError:
+        raise ValueError('expected a JSON object of models, such as {"gpt-4o-mini": {"rpm": 30000}}') from None
+    if not isinstance(raw, dict):
+        raise ValueError('expected an object of models, such as {"gpt-4o-mini": {"rpm": 30000}}')
+    seeds: dict[str, RateSeed] = {}
+    for model, limits in raw.items():
+        if not isinstance(limits, dict) or set(limits) - {"rpm", "tpm"} or "rpm" not in limits:
+            raise ValueError(f'{model}: expected {{"rpm": <requests a minute>, "tpm": <tokens a minute>}}')
+        values = [limits.get("rpm"), limits.get("tpm", 0)]
+        if any(type(v) not in (int, float) or not math.isfinite(v) or v < 0 for v in values) or not values[0]:
+            raise ValueError(f"{model}: rpm must be a positive number and tpm a number >= 0")
+        seeds[str(model)] = RateSeed(float(values[0]), float(values[1]))
+    return seeds
+
+
 def _variable(name: str) -> str:
     return "SLUICE_" + name.upper()
 
@@ -299,6 +332,10 @@ class Settings:
         limits = parse_queue_tokens(self.batch_queue_tokens)
         return limits.get(model or "", self.batch_queue_default_tokens)
 
+    # the provider's limits per model (`parse_rate_limits`'s JSON), seeding the shared limit
+    # before its headers are seen
+    rate_limits: str | None = field(default=None, metadata={_KIND: "rate_limits"})
+
     def to_env(self) -> dict[str, str]:
         """The variables `from_env` reads back into these settings; an unset optional is left out."""
         return {
@@ -345,6 +382,12 @@ def _parse(name: str, raw: str, kind: Any, metadata: Mapping[str, Any]) -> Any:
         if not 0 <= value < float("inf"):
             raise SettingsError(f"{name}={raw!r} is not an amount of US dollars (0 means no budget)")
         return value
+    if how == "rate_limits":
+        try:
+            parse_rate_limits(raw)
+        except ValueError as exc:
+            raise SettingsError(f"{name}: {exc}") from exc
+        return raw
     if how == "rate":
         try:
             return parse_error_rate(raw)

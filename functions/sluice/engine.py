@@ -32,7 +32,7 @@ from .classify import FAIL, OK, Verdict, classify, describe_lost
 from .limits import AdaptiveLimit, Gate, RateBudget
 from .model import Outcome, Request
 from .retry import DEFAULT_POLICY, RetryPolicy
-from .shared_limit import SharedLimit
+from .shared_limit import SharedLimit, Ticket
 
 # per-path URLs are parsed once; polls (/v1/responses/<id>) are unique, so don't cache forever
 _URL_CACHE_MAX = 64
@@ -281,7 +281,7 @@ class _Run:
         limiter = self.limiter
         budget = self.budget
         shared = self.shared
-        model = ""
+        ticket: Ticket | None = None
         policy = self.policy
         url = self.url_for(req.path)
         headers = {**self.base_headers, "x-sluice-custom-id": req.custom_id}
@@ -299,7 +299,7 @@ class _Run:
                 if budget.active:
                     await budget.take(req.estimated_tokens)
                 if shared is not None:
-                    model = await shared.take(req)
+                    ticket = await shared.take(req)
                 if attempt == 1:
                     started = time.monotonic()
                 stats.attempts += 1
@@ -316,14 +316,16 @@ class _Run:
                 limiter.release()
             if answer is not None:
                 budget.observe_headers(answer)
-            if shared is not None:
-                shared.observe(model, status, answer)
+            if shared is not None and ticket is not None:
+                shared.observe(ticket, status, answer)
 
             verdict = classify(
                 status, answer, raw, lost, attempt=attempt, policy=policy, now=time.time(), rand=self.rand
             )
             if verdict.kind == OK:
                 limiter.on_success(token)
+                if shared is not None and ticket is not None:
+                    shared.settle(ticket, verdict.body)
                 stats.succeeded += 1
                 request_id = answer.get("x-request-id") if answer is not None else None
                 body = verdict.body

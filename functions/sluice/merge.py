@@ -264,6 +264,9 @@ def merge_job(
             "lines": spec.lines,
             "results": shard_stats["result_lines"],
             "errors": shard_stats["error_lines"],
+            # lines the last sweep sent once more, and how many of those it turned into results
+            "swept": stats.swept,
+            "recovered": stats.recovered_by_sweep,
         }
         report = batch_report(s3, spec)
         batch_models: dict[str, list[int]] = report.get("batch_models", {}) if report else {}

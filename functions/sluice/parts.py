@@ -151,6 +151,7 @@ class PartWriter:
                 provider_id=provider_id,
                 attempts=outcome.attempts,
                 error=None if outcome.ok else f"{outcome.error_code}: {outcome.error_message}",
+                swept=outcome.swept,
             )
         )
         self._maybe_cut()

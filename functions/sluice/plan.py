@@ -335,6 +335,8 @@ def plan_job(
             "concurrency": per_shard,
             "rpm": rpm_share,
             "tpm": tpm_share,
+            "job_rpm": options.rpm,
+            "job_tpm": options.tpm,
             "max_attempts": options.max_attempts,
             "model": options.model,
             "default_model": settings.default_model,

@@ -16,7 +16,7 @@ import aiohttp
 import orjson
 
 from .budget import HOLDERS_WAIT_S, Budget, usd_to_nano
-from .contract import Settings
+from .contract import RateSeed, Settings, parse_rate_limits
 from .engine import EngineSettings, EngineStats, fan_out
 from .lines import READ_CHUNK, LineError, parse_line, split_lines
 from .model import ErrorCode, Outcome, Request
@@ -51,8 +51,12 @@ class ShardSpec:
     model: str | None = None
     # the environment's model for a line that names none (`Settings.default_model`)
     default_model: str | None = None
+    # this shard's part of the job's budgets (`sluice-rpm`, `-tpm`), which it never exceeds ...
     rpm: float = 0
     tpm: float = 0
+    # ... and the job's whole budgets, which seed the shared limit when nothing else has
+    job_rpm: float = 0
+    job_tpm: float = 0
     duplicates_key: str | None = None
     blank: int = 0
     # batch mode: rows a batch did not finish are re-run directly ("direct") or reported ("error")
@@ -185,7 +189,12 @@ async def send_requests(
     budget: Budget | None = None,
 ) -> EngineStats:
     """Send `requests` with the shard's engine settings, each outcome to `sink`, until the
-    Lambda's time is nearly up, the job is cancelled or its `budget` is spent."""
+    Lambda's time is nearly up, the job is cancelled or its `budget` is spent.
+
+    With the shared limit on, every attempt draws from the key-wide bucket and also keeps to
+    the shard's part of the job's own budgets: a job never exceeds its `sluice-rpm`, and never
+    takes more than its fair share of the key. What the run leased and did not spend goes back
+    when it ends, however it ends."""
     shared = None
     if ctx.settings.shared_limit == "on":
         shared = SharedLimit(
@@ -193,20 +202,26 @@ async def send_requests(
             base_url=ctx.settings.provider_base_url,
             api_key=ctx.api_key,
             lessee=f"{spec.job_id}#{spec.shard}",
+            seeds=parse_rate_limits(ctx.settings.rate_limits),
+            default_seed=RateSeed(spec.job_rpm, spec.job_tpm) if spec.job_rpm else None,
         )
-    async with ctx.session_factory(spec.concurrency) as session:
-        return await fan_out(
-            requests,
-            session=session,
-            base_url=ctx.settings.provider_base_url,
-            api_key=ctx.api_key,
-            settings=_engine_settings(spec, ctx.settings),
-            sink=sink,
-            should_stop=stopper or Stopper(ctx, spec.job_id),
-            count_remaining=False,
-            shared=shared,
-            budget=budget,
-        )
+    try:
+        async with ctx.session_factory(spec.concurrency) as session:
+            return await fan_out(
+                requests,
+                session=session,
+                base_url=ctx.settings.provider_base_url,
+                api_key=ctx.api_key,
+                settings=_engine_settings(spec, ctx.settings),
+                sink=sink,
+                should_stop=stopper or Stopper(ctx, spec.job_id),
+                count_remaining=False,
+                shared=shared,
+                budget=budget,
+            )
+    finally:
+        if shared is not None:
+            await shared.close()
 
 
 def budget_message(spec: ShardSpec) -> str:

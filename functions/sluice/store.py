@@ -69,6 +69,8 @@ class ItemState:
     provider_id: str | None = None
     attempts: int = 0
     error: str | None = None
+    # sent again by the last sweep (`sluice.sweep`): a background line keeps the mark until collected
+    swept: bool = False
 
 
 class JobStore:
@@ -220,6 +222,7 @@ class JobStore:
                             "attempts": item.attempts,
                             "provider_id": item.provider_id,
                             "error": item.error,
+                            "swept": True if item.swept else None,
                             "expires_at": expires,
                         }
                     )
@@ -273,6 +276,7 @@ class JobStore:
                     provider_id=row.get("provider_id"),
                     attempts=int(row.get("attempts", 0)),
                     error=row.get("error"),
+                    swept=bool(row.get("swept", False)),
                 )
             if "LastEvaluatedKey" not in page:
                 return

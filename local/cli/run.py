@@ -125,7 +125,7 @@ def _run(args: argparse.Namespace, ctrl_c: CtrlC) -> int:
     status = str(summary.get("status") or {"ABORTED": "CANCELLED"}.get(final["status"], final["status"]))
     say(
         f"job {job_id}: {status} in {human_seconds(wall)} — "
-        f"{counts.get('results', 0)} results, {counts.get('errors', 0)} errors{_usage(summary)}"
+        f"{counts.get('results', 0)} results, {counts.get('errors', 0)} errors{_swept(summary)}{_usage(summary)}"
     )
     if summary.get("budget"):
         budget = summary["budget"]
@@ -154,6 +154,15 @@ def _local_summary(written: dict[str, Path], input_path: Path) -> dict[str, Any]
         summary["outputs"] = {kind: str(written[kind]) for kind in summary["outputs"] if kind in written}
     written["summary"].write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2))
     return summary
+
+
+def _swept(summary: dict[str, Any]) -> str:
+    """`, 5 lines swept (3 recovered)`: lines the last sweep sent once more, when there were any."""
+    sweep = summary.get("sweep") or {}
+    swept = int(sweep.get("swept") or 0)
+    if not swept:
+        return ""
+    return f", {swept:,} line{'s' if swept != 1 else ''} swept ({int(sweep.get('recovered') or 0):,} recovered)"
 
 
 def _usage(summary: dict[str, Any]) -> str:

@@ -74,6 +74,9 @@ def test_unknown_environment_names_the_known_ones() -> None:
         ("budget_usd", -1, r"budget_usd must be an amount of US dollars, 0 or null for no cap"),
         ("budget_usd", "5", r"budget_usd must be an amount of US dollars, 0 or null for no cap"),
         ("concurency", 5, r"environment 'dev': unknown key\(s\) concurency"),
+        ("rate_limits", {"gpt-4o-mini": {"tpm": 5}}, r"rate_limits must be an object of models"),
+        ("rate_limits", {"gpt-4o-mini": {"rpm": -1}}, r"rate_limits must be an object of models"),
+        ("rate_limits", ["gpt-4o-mini"], r"rate_limits must be an object of models"),
     ],
 )
 def test_bad_values_name_the_environment_and_key(key: str, value: object, message: str) -> None:
@@ -118,3 +121,33 @@ def test_an_environment_budget_is_read_in_dollars_and_null_is_none() -> None:
     config = Environment.from_context("dev", with_value("dev", "budget_usd", 25))
     assert config.budget_usd == 25.0
     assert Environment.from_context("dev", with_value("dev", "budget_usd", None)).budget_usd is None
+
+
+def test_rate_limits_reach_the_steps_as_the_shared_limits_seeds() -> None:
+    import aws_cdk.aws_dynamodb as dynamodb
+    import aws_cdk.aws_s3 as s3
+    import aws_cdk.aws_secretsmanager as secretsmanager
+    from sluice.contract import RateSeed, Settings, parse_rate_limits
+
+    from infra.functions import lambda_environment
+
+    limits = {"gpt-4o-mini": {"rpm": 30000, "tpm": 150000000}, "gpt-4o": {"rpm": 500}}
+    config = Environment.from_context("dev", with_value("dev", "rate_limits", limits))
+    stack = cdk.Stack(cdk.App(), "T")
+    table = dynamodb.Table(stack, "Tb", partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING))
+    env = lambda_environment(
+        config, bucket=s3.Bucket(stack, "B"), table=table, api_key=secretsmanager.Secret(stack, "S")
+    )
+    assert parse_rate_limits(env["SLUICE_RATE_LIMITS"]) == {
+        "gpt-4o-mini": RateSeed(30000, 150000000),
+        "gpt-4o": RateSeed(500, 0),
+    }
+    assert parse_rate_limits(Settings.from_env(env).rate_limits) == parse_rate_limits(env["SLUICE_RATE_LIMITS"])
+    # none configured: no variable, the limits are learned from the provider's headers
+    plain = lambda_environment(
+        Environment.from_context("dev", ENVIRONMENTS),
+        bucket=s3.Bucket(stack, "B2"),
+        table=table,
+        api_key=secretsmanager.Secret(stack, "S2"),
+    )
+    assert "SLUICE_RATE_LIMITS" not in plain

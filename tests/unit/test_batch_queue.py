@@ -261,6 +261,7 @@ def test_a_batch_refused_for_a_full_queue_is_created_again_and_leaves_no_file(ba
     report = orjson.loads(env.s3.get_object(Bucket=env.bucket, Key=spec.batch_report_key)["Body"].read())
     assert report["requeued"] == len(refusals) and [b["id"] for b in report["batches"]] == [last.id]
 
+
 def test_a_hold_left_by_a_shard_that_died_is_reconciled_away_and_the_queue_moves(batch_env: Env) -> None:  # noqa: F811
     env = batch_env
     env.sim.configure(batch_phase_s=0.05)

@@ -53,6 +53,8 @@ def test_settings_survive_the_environment_both_ways() -> None:
         ("SLUICE_ON_BATCH_INCOMPLETE", "drop", "expected one of direct, error"),
         ("SLUICE_BUDGET_USD", "-5", "SLUICE_BUDGET_USD='-5' is not an amount of US dollars (0 means no budget)"),
         ("SLUICE_BUDGET_USD", "nan", "SLUICE_BUDGET_USD='nan' is not an amount of US dollars"),
+        ("SLUICE_RATE_LIMITS", '{"gpt-4o-mini": 500}', 'SLUICE_RATE_LIMITS: gpt-4o-mini: expected {"rpm"'),
+        ("SLUICE_RATE_LIMITS", "rpm=500", "SLUICE_RATE_LIMITS: expected a JSON object of models"),
     ],
 )
 def test_a_bad_variable_is_named(variable: str, value: str, message: str) -> None:

@@ -279,3 +279,48 @@ def test_the_batch_saving_is_shown_and_a_direct_job_learns_what_batch_would_cost
     text = " ".join(parse(render_report(summary_of(stats, cost_estimate_usd=direct))).text)
     assert "saved by the Batch API" not in text
     assert "would have cost $0.0050 at the provider instead of $0.0100" in text
+
+
+def test_the_last_sweep_shows_what_it_sent_again_and_recovered_per_job_and_shard() -> None:
+    summary: dict[str, Any] = {
+        "job_id": "swept-0123",
+        "status": "COMPLETED_WITH_ERRORS",
+        "counts": {"requests": 20, "results": 18, "errors": 2},
+        "sweep": {"swept": 5, "recovered": 3},
+        "shards": [
+            {
+                "shard": 0,
+                "mode": "direct",
+                "first_line": 1,
+                "lines": 10,
+                "results": 10,
+                "errors": 0,
+                "swept": 3,
+                "recovered": 3,
+            },
+            {
+                "shard": 1,
+                "mode": "direct",
+                "first_line": 11,
+                "lines": 10,
+                "results": 8,
+                "errors": 2,
+                "swept": 2,
+                "recovered": 0,
+            },
+        ],
+    }
+    text = " ".join(parse(render_report(summary)).text)
+    assert "lines swept (last pass)" in text and "recovered by the sweep" in text
+    tiles = re.findall(r'<div class="v">([^<]*)</div><div class="k">([^<]*)</div>', render_report(summary))
+    assert ("5", "lines swept (last pass)") in tiles and ("3", "recovered by the sweep") in tiles
+    rows = re.findall(r"<tr>(.*?)</tr>", render_report(summary))
+    assert any("<th>swept</th><th>recovered</th>" in row for row in rows)
+    assert "<td>2</td><td>0</td>" in rows[-1]
+    # a job the sweep never touched says so, and its shard table has no sweep columns
+    quiet = {**summary, "sweep": {"swept": 0, "recovered": 0}, "shards": [{**s, "swept": 0} for s in summary["shards"]]}
+    page = render_report(quiet)
+    assert ("0", "lines swept (last pass)") in re.findall(
+        r'<div class="v">([^<]*)</div><div class="k">([^<]*)</div>', page
+    )
+    assert "<th>swept</th>" not in page and "recovered by the sweep" not in page

@@ -6,22 +6,33 @@ import asyncio
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import boto3
+import orjson
 import pytest
 from moto import mock_aws
+from sluice.contract import RateSeed
 from sluice.model import Request
 from sluice.shared_limit import (
+    DEFAULT_OUTPUT_TOKENS,
     Bucket,
     BucketTable,
     LeasePolicy,
     SharedLimit,
+    Ticket,
+    drained,
+    estimate_tokens,
+    give_back,
     learned_rate,
+    learned_token_rate,
     lease,
     limit_key,
     refill,
     request_model,
+    retuned,
+    used_tokens,
 )
 
 from local.cloud import create_table
@@ -165,3 +176,272 @@ def test_two_shards_drawing_at_once_never_exceed_the_bucket(table: Any) -> None:
         assert len(times) >= len(stamps) / 4
     # writes per line are measured by bench/limiter.py (0.04): here the two threads contend on
     # purpose, and each lost conditional write is one more, so their count depends on scheduling
+
+
+# --- tokens a minute, seeds, changed limits, a spent quota, leases given back (issue 16) -------------
+
+
+def _chat(n: int, content: str = "x" * 40, **extra: Any) -> Request:
+    body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": content}], **extra}
+    return Request(n, f"r{n}", "POST", "/v1/chat/completions", orjson.dumps(body))
+
+
+def test_a_requests_token_cost_is_its_input_estimate_plus_its_most_output() -> None:
+    messages = [{"role": "user", "content": "x" * 40}]
+    # "user" and the content: 44 characters, 11 tokens; 16 out
+    assert estimate_tokens({"model": "m", "messages": messages, "max_tokens": 16}) == 11 + 16
+    # max_completion_tokens is read first; n answers each may take it
+    assert estimate_tokens({"messages": messages, "max_completion_tokens": 10, "max_tokens": 99, "n": 3}) == 11 + 30
+    assert estimate_tokens({"input": "y" * 80, "max_output_tokens": 5}, "/v1/responses") == 20 + 5
+    # no limit on the output: the default until the answer settles it
+    assert estimate_tokens({"messages": messages}) == 11 + DEFAULT_OUTPUT_TOKENS
+    # an embedding produces no output
+    assert estimate_tokens({"input": ["a" * 8, "b" * 8]}, "/v1/embeddings") == 4
+
+
+def test_usage_says_what_an_answer_took() -> None:
+    assert used_tokens({"usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}) == 15
+    assert used_tokens({"usage": {"input_tokens": 7, "output_tokens": 3}}) == 10
+    assert used_tokens({"id": "x"}) is None
+    assert used_tokens(None) is None
+
+
+def test_the_token_rate_is_read_from_its_header() -> None:
+    assert learned_token_rate({"x-ratelimit-limit-tokens": "150000"}) == pytest.approx(2500.0)
+    assert learned_token_rate({"x-ratelimit-limit-requests": "500"}) is None
+
+
+def test_a_lease_takes_a_period_of_the_token_share_too() -> None:
+    bucket = Bucket(rate=20.0, level=200.0, stamp=0.0, token_rate=1000.0, token_level=10_000.0)
+    grant = lease(bucket, "a", 0.0, POLICY)
+    assert grant.requests == 40 and grant.tokens == pytest.approx(2000.0)
+    assert grant.bucket is not None and grant.bucket.token_level == pytest.approx(8000.0)
+    # not enough tokens: wait until the token bucket holds the lease
+    short = lease(replace(bucket, token_level=500.0), "a", 0.0, POLICY)
+    assert short.bucket is None and short.wait_s == pytest.approx(1.5)
+
+
+def test_a_lease_tops_the_balance_up_and_a_debt_is_repaid() -> None:
+    bucket = Bucket(rate=20.0, level=200.0, stamp=0.0, token_rate=1000.0, token_level=10_000.0)
+    grant = lease(bucket, "a", 0.0, POLICY, held=30, held_tokens=-500.0)
+    # requests the token share left unspent do not pile up: 40 is the share, 30 are held
+    assert grant.requests == 10
+    # a debt of 500 tokens is paid from this lease
+    assert grant.tokens == pytest.approx(2500.0)
+
+
+def test_a_token_bound_lessee_leases_min_requests_worth_of_tokens() -> None:
+    bucket = Bucket(rate=200.0, level=2000.0, stamp=0.0, token_rate=100.0, token_level=1000.0)
+    # 26 tokens a request at 100 tokens a second: 25 requests take 6.5 s of the token rate
+    grant = lease(bucket, "a", 0.0, POLICY, tokens_per_request=26.0)
+    assert grant.bucket is not None and grant.bucket.lessees["a"] == pytest.approx(6.5)
+    assert grant.tokens == pytest.approx(650.0)
+
+
+def test_a_paused_bucket_leases_nothing_until_the_reset() -> None:
+    bucket = Bucket(rate=20.0, level=200.0, stamp=0.0, paused_until=7.0)
+    grant = lease(bucket, "a", 5.0, POLICY)
+    assert grant.bucket is None and grant.wait_s == pytest.approx(2.0)
+    assert lease(bucket, "a", 7.0, POLICY).requests == 40
+
+
+def test_drained_empties_both_buckets_and_refills_from_the_429() -> None:
+    bucket = drained(Bucket(rate=20.0, level=150.0, stamp=0.0, token_rate=100.0, token_level=900.0), 10.0, 13.0)
+    assert (bucket.level, bucket.token_level, bucket.paused_until) == (0.0, 0.0, 13.0)
+    assert refill(bucket, 13.0, POLICY) == pytest.approx(60.0)
+
+
+def test_given_back_leases_return_to_the_bucket_and_the_lessee_leaves() -> None:
+    bucket = Bucket(
+        rate=20.0, level=100.0, stamp=0.0, version=4, lessees={"a": 9.0, "b": 9.0}, token_rate=100.0, token_level=10.0
+    )
+    back = give_back(bucket, "a", 1.0, POLICY, 35, 300.0)
+    assert back.level == pytest.approx(100.0 + 20.0 + 35)
+    assert back.token_level == pytest.approx(10.0 + 100.0 + 300.0)
+    assert back.lessees == {"b": 9.0} and back.version == 5
+    # never past capacity
+    assert give_back(bucket, "a", 1.0, POLICY, 500, 0.0).level == pytest.approx(200.0)
+
+
+def test_retuned_follows_the_new_limits_within_their_capacity() -> None:
+    bucket = Bucket(rate=20.0, level=200.0, stamp=0.0, token_rate=100.0, token_level=1000.0)
+    lower = retuned(bucket, 0.0, POLICY, 10.0, 50.0)
+    assert (lower.rate, lower.token_rate) == (10.0, 50.0)
+    assert (lower.level, lower.token_level) == (100.0, 500.0)
+    assert retuned(bucket, 0.0, POLICY, 40.0, None).level == 200.0
+    # a token limit heard of for the first time starts full, as the provider's does
+    fresh = retuned(Bucket(rate=20.0, level=5.0, stamp=0.0), 0.0, POLICY, None, 100.0)
+    assert fresh.token_level == pytest.approx(1000.0)
+
+
+class FakeTime:
+    def __init__(self, start: float = 1_000.0) -> None:
+        self.now = start
+        self.slept: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def _limit(table: Any, lessee: str, at: FakeTime, **kwargs: Any) -> SharedLimit:
+    return SharedLimit(
+        BucketTable(table, clock=at.clock),
+        base_url="http://p/v1",
+        api_key="sk-x",
+        lessee=lessee,
+        policy=POLICY,
+        clock=at.clock,
+        sleep=at.sleep,
+        **kwargs,
+    )
+
+
+def _item(table: Any) -> Bucket:
+    bucket = BucketTable(table).load(limit_key("http://p/v1", "sk-x", "gpt-4o-mini"))
+    assert bucket is not None
+    return bucket
+
+
+SEEDS = {"gpt-4o-mini": RateSeed(rpm=1200, tpm=60_000)}
+
+
+def test_a_configured_limit_seeds_the_bucket_before_any_answer(table: Any) -> None:
+    at = FakeTime()
+
+    async def run() -> list[Ticket]:
+        limit = _limit(table, "job#0", at, seeds=SEEDS, default_seed=RateSeed(rpm=60))
+        return [await limit.take(_chat(n, max_tokens=16)) for n in range(3)]
+
+    tickets = asyncio.run(run())
+    # no probe: every request was leased from a bucket sized by the environment's figure
+    bucket = _item(table)
+    assert (bucket.rate, bucket.token_rate) == (pytest.approx(20.0), pytest.approx(1000.0))
+    assert bucket.lessees.keys() == {"job#0"}
+    assert bucket.level == pytest.approx(200.0 - 40)
+    assert [t.tokens for t in tickets] == [11 + 16] * 3
+
+
+def test_the_jobs_own_rpm_seeds_when_the_environment_has_none(table: Any) -> None:
+    at = FakeTime()
+
+    async def run() -> None:
+        await _limit(table, "job#0", at, seeds={"other-model": RateSeed(rpm=5)}, default_seed=RateSeed(rpm=600)).take(
+            _chat(1)
+        )
+
+    asyncio.run(run())
+    bucket = _item(table)
+    assert bucket.rate == pytest.approx(10.0) and bucket.token_rate == 0.0
+
+
+def test_headers_win_over_the_seed_and_a_changed_limit_is_followed(table: Any) -> None:
+    at = FakeTime()
+    headers = {"x-ratelimit-limit-requests": "600", "x-ratelimit-limit-tokens": "30000"}
+
+    async def run() -> None:
+        limit = _limit(table, "job#0", at, seeds=SEEDS)
+        ticket = await limit.take(_chat(1))
+        limit.observe(ticket, 200, {**headers, "x-ratelimit-remaining-requests": "599"})
+        await limit.close()
+
+    asyncio.run(run())
+    bucket = _item(table)
+    assert (bucket.rate, bucket.token_rate) == (pytest.approx(10.0), pytest.approx(500.0))
+    # within the new capacities
+    assert bucket.level <= 100.0 and bucket.token_level <= 5000.0
+
+    async def same() -> None:
+        limit = _limit(table, "job#1", at)
+        limit.observe(await limit.take(_chat(2)), 200, headers)
+        await limit.close()
+
+    version = bucket.version
+    asyncio.run(same())
+    # the same limit again: the lease and its return are the only writes
+    assert _item(table).version == version + 2
+
+
+def test_a_429_that_says_the_quota_is_spent_pauses_every_shard_until_the_reset(table: Any) -> None:
+    at = FakeTime()
+    spent = {
+        "x-ratelimit-limit-requests": "1200",
+        "x-ratelimit-remaining-requests": "0",
+        "retry-after-ms": "3000",
+        "retry-after": "3",
+    }
+
+    async def run() -> tuple[float, float]:
+        first = _limit(table, "job-a#0", at, seeds=SEEDS)
+        other = _limit(table, "job-b#0", at, seeds=SEEDS)
+        ticket = await first.take(_chat(1, max_tokens=16))
+        await other.take(_chat(2, max_tokens=16))
+        first.observe(ticket, 429, spent)
+        await first.close()
+        paused_at = at.now
+        # the other shard still holds its lease; once spent, its next lease waits for the reset
+        while other._local("gpt-4o-mini").requests > 0:
+            await other.take(_chat(3, max_tokens=16))
+        await other.take(_chat(4, max_tokens=16))
+        return paused_at, at.now
+
+    paused_at, resumed_at = asyncio.run(run())
+    assert resumed_at >= paused_at + 3.0
+    bucket = _item(table)
+    assert bucket.paused_until == pytest.approx(paused_at + 3.0)
+
+
+def test_a_429_with_quota_left_is_the_requests_alone(table: Any) -> None:
+    at = FakeTime()
+    overloaded = {"x-ratelimit-limit-requests": "1200", "x-ratelimit-remaining-requests": "900", "retry-after": "2"}
+
+    async def run() -> int:
+        limit = _limit(table, "job#0", at, seeds=SEEDS)
+        ticket = await limit.take(_chat(1))
+        limit.observe(ticket, 429, overloaded)
+        await limit.close()
+        return limit.table.writes
+
+    writes = asyncio.run(run())
+    assert _item(table).paused_until == 0.0
+    # the seed, the lease, and the lease given back
+    assert writes == 3
+
+
+def test_a_run_gives_back_what_it_did_not_spend(table: Any) -> None:
+    at = FakeTime()
+
+    async def run() -> None:
+        limit = _limit(table, "job#0", at, seeds=SEEDS)
+        for n in range(5):
+            limit.settle(await limit.take(_chat(n, max_tokens=16)), {"usage": {"total_tokens": 20}})
+        await limit.close()
+
+    asyncio.run(run())
+    bucket = _item(table)
+    # the 40 leased, 5 spent: 35 back, with the tokens the 5 did not use
+    assert bucket.level == pytest.approx(200.0 - 5)
+    assert bucket.token_level == pytest.approx(10_000.0 - 5 * 20)
+    assert bucket.lessees == {}
+
+
+def test_a_token_bound_shard_waits_for_tokens_not_requests(table: Any) -> None:
+    at = FakeTime()
+    # 1,000 tokens a minute; each request is estimated at 11 + 100 tokens
+    seeds = {"gpt-4o-mini": RateSeed(rpm=6000, tpm=1000)}
+
+    async def run() -> int:
+        limit = _limit(table, "job#0", at, seeds=seeds)
+        sent = 0
+        while at.now < 1_000.0 + 60.0:
+            ticket = await limit.take(_chat(sent, max_tokens=100))
+            limit.settle(ticket, {"usage": {"total_tokens": 111}})
+            sent += 1
+        return sent
+
+    sent = asyncio.run(run())
+    # a minute of 1,000 tokens plus the 10 s burst: about 12,000 / 111 requests, not 6,000
+    assert 8 <= sent <= (1000 + 1000 * 10 / 60) / 111 + 2

@@ -62,3 +62,13 @@ def test_the_lookup_follows_the_pages_of_a_large_job(table: Any) -> None:
     assert row is not None and row["line"] == 3
     # the job's item rows one page each, up to the one that matched; the other job's rows are never read
     assert pages.queries == 3
+
+
+def test_a_line_the_sweep_submitted_keeps_its_mark_until_collected(table: Any) -> None:
+    store = JobStore(table, ttl_days=1)
+    items = [ItemState(7, "s", "submitted", "resp_s", 8, swept=True), ItemState(8, "t", "submitted", "resp_t", 1)]
+    store.record_progress("swept", 0, items, done=0, failed=0, finished=False, run=1, waiting=2)
+    marks = {item.line: item.swept for item in store.items("swept", 1, 10)}
+    assert marks == {7: True, 8: False}
+    # an unswept row carries no attribute for it
+    assert "swept" not in (store.item("swept", 8) or {})
