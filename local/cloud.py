@@ -112,6 +112,9 @@ class LocalSettings:
     default_mode: str = SETTING_DEFAULTS["default_mode"]
     default_model: str | None = SETTING_DEFAULTS["default_model"]
     shared_limit: str = SETTING_DEFAULTS["shared_limit"]
+    cache: str = SETTING_DEFAULTS["cache"]
+    # None: the response cache lives in the (moto) bucket, as deployed; `sluice run` gives a directory
+    cache_dir: str | None = None
 
 
 @dataclass

@@ -27,6 +27,7 @@ from typing import IO, Any, Literal, cast
 import openai
 import orjson
 
+from .cache import fill_for
 from .contract import Settings
 from .model import ErrorCode, Outcome, Request
 from .parts import PartWriter, assemble, load_checkpoint, parts_stats
@@ -447,7 +448,13 @@ async def collect_batch(
     states: dict[str, dict[str, Any]] = dict(row.get("batch_states") or {})
     checkpoint = load_checkpoint(ctx.s3, spec)
     writer = PartWriter(
-        s3=ctx.s3, store=ctx.store, spec=spec, run=checkpoint.runs + 1, path="batch", progress=ctx.progress
+        s3=ctx.s3,
+        store=ctx.store,
+        spec=spec,
+        run=checkpoint.runs + 1,
+        path="batch",
+        progress=ctx.progress,
+        cache=fill_for(ctx, spec, run=checkpoint.runs + 1, path="batch"),
     )
     collected: dict[str, dict[str, Any]] = {}
     ended: list[Any] = []

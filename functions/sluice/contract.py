@@ -81,6 +81,8 @@ MODES = ("direct", "background", "batch", "auto")
 # what happens to rows a batch did not finish: `direct` re-runs them, `error` reports them
 BATCH_INCOMPLETE_POLICIES = ("direct", "error")
 SHARED_LIMIT_CHOICES = ("on", "off")
+# the response cache per job: `on` reads and fills it, `read` only reads, `write` only fills
+CACHE_MODES = ("on", "read", "write", "off")
 
 
 class JobStatus:
@@ -139,6 +141,8 @@ INBOX_PREFIX = "inbox/"
 JOBS_PREFIX = "jobs/"
 # ... and the merged outputs appear here
 OUTBOX_PREFIX = "outbox/"
+# the response cache's segments and indexes (`sluice.cache`), expired after `cache_ttl_days`
+CACHE_PREFIX = "cache/"
 
 
 def job_prefix(job_id: str) -> str:
@@ -231,6 +235,10 @@ class Settings:
     # "on": every shard of every job on the same provider key and model draws from one rate
     # limit in the table (`shared_limit`), learned from the provider's rate-limit headers
     shared_limit: str = field(default="on", metadata={_KIND: "choice", _CHOICES: SHARED_LIMIT_CHOICES})
+    # the response cache for a job that does not choose (`sluice-cache`)
+    cache: str = field(default="on", metadata={_KIND: "choice", _CHOICES: CACHE_MODES})
+    # local runs only: the directory that holds the cache instead of the bucket's `cache/`
+    cache_dir: str | None = None
 
     def to_env(self) -> dict[str, str]:
         """The variables `from_env` reads back into these settings; an unset optional is left out."""

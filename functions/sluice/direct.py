@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from .cache import fill_for
 from .parts import PartWriter, assemble, load_checkpoint
 from .shard import ShardContext, ShardSpec, Stopper, margin_s, pending
 from .sweep import send_with_sweep
@@ -23,6 +24,7 @@ class ShardStalled(RuntimeError):
 async def run_direct(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any]:
     started = time.monotonic()
     checkpoint = load_checkpoint(ctx.s3, spec)
+    fill = fill_for(ctx, spec, run=checkpoint.runs + 1, path="direct")
     writer = PartWriter(
         s3=ctx.s3,
         store=ctx.store,
@@ -30,11 +32,13 @@ async def run_direct(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any]:
         run=checkpoint.runs + 1,
         item_rows_for_results=False,
         progress=ctx.progress,
+        cache=fill,
     )
     stopper = Stopper(ctx, spec.job_id)
-    stats = await send_with_sweep(
-        ctx, spec, pending(ctx.s3, spec, checkpoint.done, writer.add_invalid), writer.add_outcome, stopper
-    )
+    requests = pending(ctx.s3, spec, checkpoint.done, writer.add_invalid)
+    if fill is not None:
+        requests = fill.track(requests)
+    stats = await send_with_sweep(ctx, spec, requests, writer.add_outcome, stopper)
     finished = not stats.stopped_early
     if stopper.cancelled:
         await writer.aflush(finished=False)

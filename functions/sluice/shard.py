@@ -58,6 +58,9 @@ class ShardSpec:
     on_batch_incomplete: str = "direct"
     # background mode: when the shard first waited for its responses (epoch seconds)
     waiting_since: float | None = None
+    # the response cache (`sluice.cache`): Plan already answered the hits; `on`/`write` files answers
+    cache: str = "off"
+    cache_incomplete: bool = False
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ShardSpec:

@@ -121,9 +121,12 @@ class JobStore:
         shards: list[tuple[int, int, int]],
         mode: str,
         shard_modes: Mapping[int, str] | None = None,
+        cached: Mapping[int, int] | None = None,
     ) -> None:
-        """`shard_modes` overrides `mode` per shard (auto mode picks a mode for each)."""
+        """`shard_modes` overrides `mode` per shard (auto mode picks a mode for each); `cached`
+        counts the lines per shard that Plan answered from the response cache, done already."""
         modes = shard_modes or {}
+        done = cached or {}
         with self._table.batch_writer(overwrite_by_pkeys=["pk", "sk"]) as batch:
             for index, lines, requests in shards:
                 batch.put_item(
@@ -135,7 +138,7 @@ class JobStore:
                         "requests": requests,
                         "mode": modes.get(index, mode),
                         "status": "PENDING",
-                        "done": 0,
+                        "done": done.get(index, 0),
                         "failed": 0,
                         "runs": 0,
                         "expires_at": self._expires(),
@@ -143,10 +146,17 @@ class JobStore:
                 )
         self._table.update_item(
             Key={"pk": job_pk(job_id), "sk": "META"},
-            UpdateExpression="SET #s = :s, #p = :p, shards = :n, requests = :r, done = :z, failed = :z",
+            UpdateExpression="SET #s = :s, #p = :p, shards = :n, requests = :r, done = :d, failed = :z",
             ExpressionAttributeNames={"#s": "status", "#p": "plan"},
             ExpressionAttributeValues=_dynamo(
-                {":s": "RUNNING", ":p": plan, ":n": len(shards), ":r": plan["requests"], ":z": 0}
+                {
+                    ":s": "RUNNING",
+                    ":p": plan,
+                    ":n": len(shards),
+                    ":r": plan["requests"],
+                    ":d": sum(done.values()),
+                    ":z": 0,
+                }
             ),
         )
 

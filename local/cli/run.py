@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from sluice.cache import default_cache_dir
 from sluice.plan import job_id_for
 
 from local.checks import NO_API_KEY, check_provider, out_dir
@@ -71,6 +72,8 @@ def _run(args: argparse.Namespace, ctrl_c: CtrlC) -> int:
         shard_lines=args.shard_lines,
         max_attempts=args.max_attempts,
         request_timeout_s=args.request_timeout,
+        cache="off" if args.no_cache else "on",
+        cache_dir=str(Path(args.cache_dir) if args.cache_dir else default_cache_dir()),
     )
     metadata = {"sluice-mode": args.mode} if args.mode else {}
     if args.max_error_rate is not None:
