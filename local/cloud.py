@@ -115,6 +115,7 @@ class LocalSettings:
     cache: str = SETTING_DEFAULTS["cache"]
     # None: the response cache lives in the (moto) bucket, as deployed; `sluice run` gives a directory
     cache_dir: str | None = None
+    cache_provider: str | None = None
 
 
 @dataclass

@@ -40,13 +40,16 @@ INDEXES = "index/"
 SEGMENT_SUFFIX = ".seg"
 INDEX_SUFFIX = ".idx"
 INDEX_MAGIC = b"SLUICE-CACHE-INDEX 1\n"
-_ENTRY = struct.Struct("<16sIII")
+_ENTRY = struct.Struct("<16s8sIII")
 _COUNT = struct.Struct("<I")
 _NAME_LEN = struct.Struct("<H")
 # Plan folds the indexes into one once there are this many: a job's few dozen parts each add one
 COMPACT_AT = 64
 # reading a segment's hits in one ranged GET unless the gaps between them would cost more
 KEY_BYTES = 32
+TAG_BYTES = 8
+# a row: `<key hex>\t<tag hex>\t<response>\n`
+_ANSWER_AT = KEY_BYTES * 2 + 1 + TAG_BYTES * 2 + 1
 
 
 def canonical_body(body: bytes) -> bytes:
@@ -89,6 +92,16 @@ def cacheable(outcome: Outcome, *, keep_incomplete: bool) -> bool:
 def answer_bytes(outcome: Outcome) -> bytes:
     """The `response` object of the result line, byte for byte as `records.result_record` writes it."""
     return orjson.dumps({"status_code": outcome.status_code, "request_id": outcome.request_id, "body": outcome.body})
+
+
+def line_tag(custom_id: str) -> bytes:
+    """Which line an answer was for. Lines asking the same thing share answers, but a re-run
+    gets back its own line's answer (its ids too), so it is byte for byte the first run."""
+    return hashlib.blake2b(custom_id.encode(), digest_size=TAG_BYTES).digest()
+
+
+def cache_row(key: bytes, tag: bytes, answer: bytes) -> bytes:
+    return key.hex().encode() + b"\t" + tag.hex().encode() + b"\t" + answer + b"\n"
 
 
 def cached_record(record_id: str, custom_id: str, answer: bytes) -> bytes:
@@ -257,6 +270,7 @@ class Ref:
     segment: str
     offset: int
     length: int
+    tag: bytes = bytes(TAG_BYTES)
 
 
 def encode_index(entries: Iterable[tuple[bytes, Ref]]) -> bytes:
@@ -264,7 +278,7 @@ def encode_index(entries: Iterable[tuple[bytes, Ref]]) -> bytes:
     rows: list[bytes] = []
     for key, ref in entries:
         number = segments.setdefault(ref.segment, len(segments))
-        rows.append(_ENTRY.pack(key[:16], number, ref.offset, ref.length))
+        rows.append(_ENTRY.pack(key[:16], ref.tag, number, ref.offset, ref.length))
     names = b"".join(_NAME_LEN.pack(len(n.encode())) + n.encode() for n in segments)
     return INDEX_MAGIC + _COUNT.pack(len(segments)) + names + _COUNT.pack(len(rows)) + b"".join(rows)
 
@@ -284,21 +298,22 @@ def decode_index(data: bytes) -> Iterator[tuple[bytes, Ref]]:
     (rows,) = _COUNT.unpack_from(data, at)
     at += _COUNT.size
     body = data[at : at + rows * _ENTRY.size]
-    for key, number, offset, length in _ENTRY.iter_unpack(body):
-        yield key, Ref(names[number], offset, length)
+    for key, tag, number, offset, length in _ENTRY.iter_unpack(body):
+        yield key, Ref(names[number], offset, length, tag)
 
 
-def segment_rows(data: bytes) -> Iterator[tuple[bytes, int, int]]:
-    """(key, offset, length) of each whole row; a row a kill cut short has no newline and is skipped."""
+def segment_rows(data: bytes, segment: str) -> Iterator[tuple[bytes, Ref]]:
+    """(key, ref) of each whole row; a row a kill cut short has no newline and is skipped."""
     at = 0
     while True:
         end = data.find(b"\n", at)
         if end < 0:
             return
-        tab = data.find(b"\t", at, end)
-        if tab - at == KEY_BYTES * 2:
+        if end - at > _ANSWER_AT and data[at + _ANSWER_AT - 1] == 9:
             with contextlib.suppress(ValueError):
-                yield bytes.fromhex(data[at:tab].decode()), at, end + 1 - at
+                key = bytes.fromhex(data[at : at + KEY_BYTES * 2].decode())
+                tag = bytes.fromhex(data[at + KEY_BYTES * 2 + 1 : at + _ANSWER_AT - 1].decode())
+                yield key, Ref(segment, at, end + 1 - at, tag)
         at = end + 1
 
 
@@ -312,6 +327,8 @@ class CacheIndex:
 
     store: CacheStore
     refs: dict[bytes, Ref] = field(default_factory=dict)
+    # the other lines' answers to a request several lines asked, by key and line tag
+    alternates: dict[bytes, Ref] = field(default_factory=dict)
     indexes: list[str] = field(default_factory=list)
     reads: int = 0
 
@@ -326,7 +343,7 @@ class CacheIndex:
             if data is None:
                 continue
             for key, ref in decode_index(data):
-                index.refs[key] = ref
+                index.add(key, ref)
                 indexed.add(ref.segment)
         if store.streaming:
             # a local run killed mid-way left segments with no index: read them, and index them
@@ -334,8 +351,9 @@ class CacheIndex:
                 if segment in indexed or not segment.endswith(SEGMENT_SUFFIX):
                     continue
                 data = store.read(segment) or b""
-                entries = [(key, Ref(segment, off, length)) for key, off, length in segment_rows(data)]
-                index.refs.update((key[:16], ref) for key, ref in entries)
+                entries = list(segment_rows(data, segment))
+                for key, ref in entries:
+                    index.add(key, ref)
                 name = INDEXES + segment.removeprefix(SEGMENTS).removesuffix(SEGMENT_SUFFIX) + INDEX_SUFFIX
                 store.write(name, encode_index(entries))
                 index.indexes.append(name)
@@ -346,12 +364,27 @@ class CacheIndex:
     def compact(self) -> None:
         """Fold every index read into one, so the next Plan reads one object instead of many."""
         name = f"{INDEXES}compact-{time.time_ns():020d}-{secrets.token_hex(4)}{INDEX_SUFFIX}"
-        self.store.write(name, encode_index(self.refs.items()))
+        self.store.write(name, encode_index([*self.refs.items(), *self.alternates.items()]))
         self.store.delete([n for n in self.indexes if n != name])
         self.indexes = [name]
 
-    def find(self, key: bytes) -> Ref | None:
-        return self.refs.get(key[:16])
+    def add(self, key: bytes, ref: Ref) -> None:
+        short = key[:16]
+        held = self.refs.get(short)
+        if held is None or held.tag == ref.tag:
+            self.refs[short] = ref
+        else:
+            self.alternates[short + ref.tag] = ref
+
+    def find(self, key: bytes, tag: bytes) -> Ref | None:
+        """This line's own answer if the cache has it, else any line's answer to the same request."""
+        ref = self.refs.get(key[:16])
+        if ref is None or ref.tag == tag:
+            return ref
+        return self.alternates.get(key[:16] + tag, ref)
+
+    def __len__(self) -> int:
+        return len(self.refs) + len(self.alternates)
 
     def fetch(self, wanted: Iterable[tuple[int, bytes, Ref]]) -> Iterator[tuple[int, bytes]]:
         """(line, response) for each wanted (line, key, ref) whose row is still there and is its key.
@@ -372,7 +405,7 @@ class CacheIndex:
                 row = data[ref.offset - start : ref.offset - start + ref.length]
                 if len(row) != ref.length or not row.endswith(b"\n") or row[: KEY_BYTES * 2] != key.hex().encode():
                     continue
-                yield line, row[KEY_BYTES * 2 + 1 : -1]
+                yield line, row[_ANSWER_AT:-1]
 
 
 # --- filling --------------------------------------------------------------------------------
@@ -430,12 +463,13 @@ class CacheFill:
         key = self._key_of(outcome.line)
         if key is None:
             return
-        row = key.hex().encode() + b"\t" + answer_bytes(outcome) + b"\n"
+        tag = line_tag(outcome.custom_id)
+        row = cache_row(key, tag, answer_bytes(outcome))
         self.filled += 1
         if self._store.streaming:
             if self._appender is None:
                 self._appender = self._store.append(self._segment)
-            self._entries.append((key, Ref(self._segment, self._appender.add(row), len(row))))
+            self._entries.append((key, Ref(self._segment, self._appender.add(row), len(row), tag)))
         else:
             self._rows.append((key, row))
 
@@ -454,7 +488,8 @@ class CacheFill:
         entries: list[tuple[bytes, Ref]] = []
         offset = 0
         for key, row in rows:
-            entries.append((key, Ref(segment, offset, len(row))))
+            tag = bytes.fromhex(row[KEY_BYTES * 2 + 1 : _ANSWER_AT - 1].decode())
+            entries.append((key, Ref(segment, offset, len(row), tag)))
             offset += len(row)
         self._store.write(segment, b"".join(row for _, row in rows))
         self._store.write(f"{INDEXES}{name}{INDEX_SUFFIX}", encode_index(entries))
@@ -480,7 +515,7 @@ def clear(store: CacheStore) -> int:
 def stats(store: CacheStore) -> dict[str, int]:
     index = CacheIndex.load(store, compact_at=1 << 30)
     objects, size = store.size()
-    return {"answers": len(index.refs), "objects": objects, "bytes": size}
+    return {"answers": len(index), "requests": len(index.refs), "objects": objects, "bytes": size}
 
 
 def fill_for(ctx: ShardContext, spec: ShardSpec, *, run: int, path: str) -> CacheFill | None:
@@ -493,7 +528,7 @@ def fill_for(ctx: ShardContext, spec: ShardSpec, *, run: int, path: str) -> Cach
 
     return CacheFill(
         cache_store(ctx.s3, ctx.settings),
-        base_url=ctx.settings.provider_base_url,
+        base_url=ctx.settings.cache_provider_name,
         name=segment_name(spec.job_id, spec.shard, run, path),
         keep_incomplete=spec.cache_incomplete,
         keys_for=keys_for,

@@ -239,6 +239,13 @@ class Settings:
     cache: str = field(default="on", metadata={_KIND: "choice", _CHOICES: CACHE_MODES})
     # local runs only: the directory that holds the cache instead of the bucket's `cache/`
     cache_dir: str | None = None
+    # what the cache's keys name the provider by, when not its base URL: `sluice run`'s built-in
+    # simulator gets a new port each run, yet answers the same
+    cache_provider: str | None = None
+
+    @property
+    def cache_provider_name(self) -> str:
+        return self.cache_provider or self.provider_base_url
 
     def to_env(self) -> dict[str, str]:
         """The variables `from_env` reads back into these settings; an unset optional is left out."""

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from .cache import CacheIndex, cache_key, cache_store, cached_record
+from .cache import CacheIndex, cache_key, cache_store, cached_record, line_tag
 from .contract import BATCH_INCOMPLETE_POLICIES, CACHE_MODES, MODES, Settings, manifest_key, parse_error_rate
 from .limits import MAX_SHARD_CONNECTIONS
 from .lines import READ_CHUNK, LineError, parse_line, split_lines
@@ -283,7 +283,7 @@ class CacheHits:
             return
         self.looked_up += 1
         key = cache_key(self._base_url, request.path, request.body, canonical=True)
-        ref = self.index.find(key)
+        ref = self.index.find(key, line_tag(request.custom_id))
         if ref is not None:
             self._wanted.append((request.line, key, ref))
             self._custom_ids[request.line] = request.custom_id
@@ -366,7 +366,7 @@ def plan_job(
     hits: CacheHits | None = None
     if options.cache in ("on", "read"):
         index = CacheIndex.load(cache_store(s3, settings))
-        hits = CacheHits(index, s3=s3, bucket=bucket, job_id=job_id, base_url=settings.provider_base_url)
+        hits = CacheHits(index, s3=s3, bucket=bucket, job_id=job_id, base_url=settings.cache_provider_name)
     body = s3.get_object(Bucket=bucket, Key=key, IfMatch=quoted)["Body"]
     result = plan_lines(
         split_lines(body.iter_chunks(READ_CHUNK)),

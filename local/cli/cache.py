@@ -22,5 +22,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(orjson.dumps({"dir": str(where), **figures}).decode())
         return 0
-    print(f"cache {where}: {figures['answers']:,} answers in {figures['objects']:,} files, {figures['bytes']:,} bytes")
+    print(
+        f"cache {where}: {figures['answers']:,} answers to {figures['requests']:,} distinct requests, "
+        f"in {figures['objects']:,} files, {figures['bytes']:,} bytes"
+    )
     return 0
