@@ -263,7 +263,8 @@ class SluiceStack(cdk.Stack):
             ["plan"],
             ["s3:ListBucket"],
             [self.storage.bucket.bucket_arn],
-            conditions={"StringLike": {"s3:prefix": [cache_index, f"{cache_index}*"]}},
+            # all of cache/, so that a segment the lifecycle rule expired reads as 404 (a miss), not 403
+            conditions={"StringLike": {"s3:prefix": [CACHE_PREFIX, f"{CACHE_PREFIX}*"]}},
         )
         allow(
             PROVIDER_STEPS,

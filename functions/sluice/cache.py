@@ -45,8 +45,10 @@ _COUNT = struct.Struct("<I")
 _NAME_LEN = struct.Struct("<H")
 # Plan folds the indexes into one once there are this many: a job's few dozen parts each add one
 COMPACT_AT = 64
-# reading a segment's hits in one ranged GET unless the gaps between them would cost more
 KEY_BYTES = 32
+# answers per segment a shard writes to S3: one per 5,000-line shard run, so a re-run of the
+# job fetches its hits with about one ranged GET per shard
+SEGMENT_ROWS = 5000
 TAG_BYTES = 8
 # a row: `<key hex>\t<tag hex>\t<response>\n`
 _ANSWER_AT = KEY_BYTES * 2 + 1 + TAG_BYTES * 2 + 1
@@ -102,6 +104,16 @@ def line_tag(custom_id: str) -> bytes:
 
 def cache_row(key: bytes, tag: bytes, answer: bytes) -> bytes:
     return key.hex().encode() + b"\t" + tag.hex().encode() + b"\t" + answer + b"\n"
+
+
+_RESPONSE = b',"response":'
+_RECORD_END = b',"error":null}'
+
+
+def answer_of(record: bytes) -> bytes:
+    """The `response` object inside a result line `records.result_record` wrote. Its first
+    `,"response":` is the key: inside the custom_id before it a quote would be escaped."""
+    return record[record.index(_RESPONSE) + len(_RESPONSE) : -len(_RECORD_END)]
 
 
 def cached_record(record_id: str, custom_id: str, answer: bytes) -> bytes:
@@ -456,7 +468,8 @@ class CacheFill:
                 self._keys.setdefault(request.line, self.key(request))
         return self._keys.pop(line, None)
 
-    def add(self, outcome: Outcome) -> None:
+    def add(self, outcome: Outcome, record: bytes | None = None) -> None:
+        """File `outcome`'s answer; `record`, its result line, saves encoding the body again."""
         if not cacheable(outcome, keep_incomplete=self._keep_incomplete):
             self._keys.pop(outcome.line, None)
             return
@@ -464,7 +477,7 @@ class CacheFill:
         if key is None:
             return
         tag = line_tag(outcome.custom_id)
-        row = cache_row(key, tag, answer_bytes(outcome))
+        row = cache_row(key, tag, answer_of(record) if record is not None else answer_bytes(outcome))
         self.filled += 1
         if self._store.streaming:
             if self._appender is None:
@@ -473,8 +486,14 @@ class CacheFill:
         else:
             self._rows.append((key, row))
 
-    def cut(self) -> list[tuple[bytes, bytes]]:
-        """The rows since the last cut, for the part being written (stores written whole)."""
+    def cut(self, *, last: bool = False) -> list[tuple[bytes, bytes]]:
+        """Rows for one segment, written with the part being cut (stores written whole): every
+        `SEGMENT_ROWS` answers, and what is left at the end of the run. Parts are cut every few
+        seconds; a segment per part would make a re-run's Plan fetch from hundreds of them.
+        A run that dies loses the answers not yet in a segment: their lines are sent again by a
+        later job, never lost."""
+        if not last and len(self._rows) < SEGMENT_ROWS:
+            return []
         rows, self._rows = self._rows, []
         return rows
 

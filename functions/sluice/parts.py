@@ -147,10 +147,11 @@ class PartWriter:
 
     def add_outcome(self, outcome: Outcome, provider_id: str | None = None, path: str | None = None) -> None:
         chunk = self._chunk
-        if self._cache is not None:
-            self._cache.add(outcome)
         kind = b"r" if outcome.ok else b"e"
-        chunk.rows.append(b"%d\t%s\t%s\n" % (outcome.line, kind, outcome_record(self._spec.job_id, outcome)))
+        record = outcome_record(self._spec.job_id, outcome)
+        if self._cache is not None:
+            self._cache.add(outcome, record if outcome.ok else None)
+        chunk.rows.append(b"%d\t%s\t%s\n" % (outcome.line, kind, record))
         path = path or self._path
         batch = path == "batch"
         chunk.stats.add_outcome(outcome, path=path, timed=not batch)
@@ -241,7 +242,7 @@ class PartWriter:
                 write.result()
             self._chunk.waiting += waiting
             if self._cache is not None:
-                self._chunk.cached = self._cache.cut()
+                self._chunk.cached = self._cache.cut(last=True)
             self._seq += 1
             self._write(self._chunk, self._seq, finished)
         finally:

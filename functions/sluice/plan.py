@@ -279,7 +279,7 @@ class CacheHits:
         self.looked_up = 0
 
     def request(self, request: Request) -> None:
-        if not request.cache or not self.index.refs:
+        if not request.cache:
             return
         self.looked_up += 1
         key = cache_key(self._base_url, request.path, request.body, canonical=True)
@@ -366,7 +366,9 @@ def plan_job(
     hits: CacheHits | None = None
     if options.cache in ("on", "read"):
         index = CacheIndex.load(cache_store(s3, settings))
-        hits = CacheHits(index, s3=s3, bucket=bucket, job_id=job_id, base_url=settings.cache_provider_name)
+        # an empty cache costs Plan one LIST: no line is encoded or hashed for it
+        if len(index):
+            hits = CacheHits(index, s3=s3, bucket=bucket, job_id=job_id, base_url=settings.cache_provider_name)
     body = s3.get_object(Bucket=bucket, Key=key, IfMatch=quoted)["Body"]
     result = plan_lines(
         split_lines(body.iter_chunks(READ_CHUNK)),

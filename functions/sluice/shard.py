@@ -208,7 +208,13 @@ async def send_requests(
 
 
 def pending(s3: Any, spec: ShardSpec, skip: set[int], on_invalid: Callable[[LineError], None]) -> Iterator[Request]:
-    """Requests still to send; invalid lines go to `on_invalid` as they stream past."""
+    """Requests still to send; invalid lines go to `on_invalid` as they stream past.
+
+    A shard whose every line already has its outcome (Plan answered them all from the response
+    cache, or an earlier run finished them) is not read at all.
+    """
+    if len(skip) >= spec.lines - spec.blank:
+        return
     for item in read_shard(s3, spec):
         if item.line in skip:
             continue

@@ -115,7 +115,7 @@ def test_each_step_gets_exactly_its_s3_access(synthesis: Synthesis, env: str) ->
                     suffix = arn.split(".Arn>", 1)[1].lstrip("/")
                     granted.add((action, suffix))
                     if action == "s3:ListBucket":
-                        listed = ["cache/index/", "cache/index/*"] if step == "plan" else ["jobs/", "jobs/*"]
+                        listed = ["cache/", "cache/*"] if step == "plan" else ["jobs/", "jobs/*"]
                         assert statement["Condition"] == {"StringLike": {"s3:prefix": listed}}
         assert granted == EXPECTED_S3[step], step
 

@@ -150,6 +150,16 @@ def test_many_small_indexes_are_folded_into_one(tmp_path: Path) -> None:
     assert len(again) == len(index) == 10 and again.refs == index.refs
 
 
+def test_the_answer_kept_is_the_result_lines_response_byte_for_byte() -> None:
+    from sluice.cache import answer_bytes, answer_of
+    from sluice.records import result_record
+
+    tricky = answer(3, 'say ,"response": and ,"error":null}', custom_id='id ,"response":{"x":1},"error":null}')
+    record = result_record("job", tricky)
+    assert answer_of(record) == answer_bytes(tricky)
+    assert orjson.loads(record)["response"] == orjson.loads(answer_of(record))
+
+
 def test_index_round_trip_and_stats_and_clear(tmp_path: Path) -> None:
     from sluice.cache import Ref
 

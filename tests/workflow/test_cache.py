@@ -122,3 +122,21 @@ def test_a_bad_cache_option_fails_the_job_with_a_clear_reason(make_cloud: Any, s
     assert run.status != "SUCCEEDED"
     assert "sluice-cache='sometimes'; expected one of on, read, write, off" in str(run.execution) + str(run.summary)
     assert sent(simulator) == []
+
+
+def test_answers_the_lifecycle_rule_expired_are_sent_again(make_cloud: Any, simulator: Any, tmp_path: Path) -> None:
+    cloud = make_cloud(shard_lines=20)
+    path = write_jsonl(tmp_path / "expiring.jsonl", lines(40))
+    run_job(cloud, path)
+    s3 = boto3.client("s3", region_name=REGION)
+    segments = sorted(k for k in cache_objects(cloud) if k.startswith(f"{CACHE_PREFIX}segments/"))
+    # as S3's expiration would: the segment goes, its index stays
+    gone = segments[0]
+    expired = {orjson.loads(row.split(b"\t", 2)[2])["request_id"] for row in cache_objects(cloud)[gone].splitlines()}
+    s3.delete_object(Bucket=cloud.bucket, Key=gone)
+
+    simulator.clear_log()
+    again = run_job(cloud, path, key="inbox/later/expiring.jsonl")
+    assert again.status == "SUCCEEDED" and again.verify(path).ok
+    assert len(sent(simulator)) == len(expired) > 0
+    assert again.summary["cache"]["hits"] == 40 - len(expired)
