@@ -137,3 +137,27 @@ def test_a_run_killed_with_sigkill_resumes_sending_each_line_once(tmp_path: Path
     assert sum(1 for n in total.values() if n > 1) <= concurrency
     results = [orjson.loads(r) for r in (tmp_path / "resumed" / "long.results.jsonl").read_bytes().splitlines()]
     assert [r["custom_id"] for r in results] == [f"k-{n}" for n in range(lines)]
+
+
+def test_cache_stats_and_clear(tmp_path: Path, capsys: Any) -> None:
+    from sluice.cache import CacheFill, DirStore
+    from sluice.model import Outcome, Request
+
+    from local.cli.app import main
+
+    cache = tmp_path / "cache"
+    fill = CacheFill(DirStore(cache), base_url="http://p/v1", name="seg")
+    requests = [Request(n, f"c-{n}", "POST", "/v1/chat/completions", b'{"q":%d}' % (n % 3)) for n in range(1, 7)]
+    for _ in fill.track(requests):
+        pass
+    for n in range(1, 7):
+        fill.add(Outcome(n, f"c-{n}", 200, {"choices": [{"finish_reason": "stop"}]}, f"r-{n}"))
+    fill.close()
+
+    assert main(["cache", "stats", "--cache-dir", str(cache), "--json"]) == 0
+    stats = orjson.loads(capsys.readouterr().out)
+    assert (stats["answers"], stats["requests"], stats["objects"]) == (6, 3, 2)
+    assert main(["cache", "clear", "--cache-dir", str(cache)]) == 0
+    assert "removed 2 files" in capsys.readouterr().err
+    assert main(["cache", "stats", "--cache-dir", str(cache)]) == 0
+    assert "0 answers" in capsys.readouterr().out
