@@ -51,6 +51,8 @@ class Environment:
     map_concurrency: int
     ttl_days: int
     removal_policy: str
+    # the response cache's answers (the bucket's cache/) expire this many days after they were written
+    cache_ttl_days: int = 30
     # the steps' settings (`sluice.contract.Settings`) default as the steps do
     provider_base_url: str = DEFAULT_PROVIDER_BASE_URL
     default_model: str | None = SETTING_DEFAULTS["default_model"]
@@ -134,6 +136,7 @@ class Environment:
             "max_attempts",
             "shard_lines",
             "ttl_days",
+            "cache_ttl_days",
             "poll_seconds",
             "log_retention_days",
             "webhook_rate_limit",

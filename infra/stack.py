@@ -9,7 +9,7 @@ from typing import Any
 import aws_cdk as cdk
 import aws_cdk.aws_iam as iam
 from constructs import Construct, IConstruct
-from sluice.contract import INBOX_PREFIX, JOBS_PREFIX, OUTBOX_PREFIX, PROVIDER_ID_INDEX, PROVIDER_STEPS
+from sluice.contract import CACHE_PREFIX, INBOX_PREFIX, JOBS_PREFIX, OUTBOX_PREFIX, PROVIDER_ID_INDEX, PROVIDER_STEPS
 
 from infra.config import ConfigError, Environment
 from infra.functions import EVENT_BUS, Functions
@@ -40,6 +40,7 @@ class SluiceStack(cdk.Stack):
             self,
             "Storage",
             ttl_days=config.ttl_days,
+            cache_ttl_days=config.cache_ttl_days,
             versioned=config.versioning,
             point_in_time_recovery=config.point_in_time_recovery,
             removal_policy=removal,
@@ -249,6 +250,27 @@ class SluiceStack(cdk.Stack):
             ["s3:ListBucket"],
             [self.storage.bucket.bucket_arn],
             conditions={"StringLike": {"s3:prefix": ["jobs/", "jobs/*"]}},
+        )
+
+        # The response cache (`sluice.cache`): Plan reads the indexes and the hits' segments and
+        # folds many indexes into one; the steps that get answers add a segment and its index.
+        # Nothing else reads or writes cache/, and no step deletes a segment (the lifecycle rule does).
+        cache = "Response cache objects are named by the job, shard and run that wrote them, under cache/."
+        cache_index = f"{CACHE_PREFIX}index/"
+        allow(["plan"], ["s3:GetObject"], self._objects(CACHE_PREFIX), wildcard_reason=cache)
+        allow(["plan"], ["s3:PutObject", "s3:DeleteObject"], self._objects(cache_index), wildcard_reason=cache)
+        allow(
+            ["plan"],
+            ["s3:ListBucket"],
+            [self.storage.bucket.bucket_arn],
+            # all of cache/, so that a segment the lifecycle rule expired reads as 404 (a miss), not 403
+            conditions={"StringLike": {"s3:prefix": [CACHE_PREFIX, f"{CACHE_PREFIX}*"]}},
+        )
+        allow(
+            PROVIDER_STEPS,
+            ["s3:PutObject"],
+            self._objects(f"{CACHE_PREFIX}segments/", cache_index),
+            wildcard_reason=cache,
         )
 
         machine = self.workflow.state_machine_arn

@@ -7,6 +7,7 @@ import aws_cdk.aws_dynamodb as dynamodb
 import aws_cdk.aws_s3 as s3
 from constructs import Construct
 from sluice.contract import (
+    CACHE_PREFIX,
     JOBS_PREFIX,
     PARTITION_KEY,
     PROVIDER_ID_ATTRIBUTE,
@@ -29,6 +30,7 @@ class Storage(Construct):
         versioned: bool,
         point_in_time_recovery: bool,
         removal_policy: cdk.RemovalPolicy,
+        cache_ttl_days: int = 30,
     ) -> None:
         super().__init__(scope, id)
         destroy = removal_policy == cdk.RemovalPolicy.DESTROY
@@ -52,6 +54,14 @@ class Storage(Construct):
             expiration=cdk.Duration.days(ttl_days),
             noncurrent_version_expiration=cdk.Duration.days(1) if versioned else None,
         )
+        # The response cache outlives jobs (a re-run weeks later is the point) but not forever:
+        # an answer is kept this long after it was written, then paid for again if asked again.
+        cache_rule = s3.LifecycleRule(
+            id="expire-cache",
+            prefix=CACHE_PREFIX,
+            expiration=cdk.Duration.days(cache_ttl_days),
+            noncurrent_version_expiration=cdk.Duration.days(1) if versioned else None,
+        )
         # Merge writes outbox/ objects with multipart uploads; a failed one would bill forever.
         abort_uploads = s3.LifecycleRule(
             id="abort-incomplete-uploads",
@@ -68,7 +78,7 @@ class Storage(Construct):
             versioned=versioned,
             server_access_logs_bucket=self.access_logs,
             server_access_logs_prefix="bucket/",
-            lifecycle_rules=[jobs_rule, abort_uploads],
+            lifecycle_rules=[jobs_rule, cache_rule, abort_uploads],
             removal_policy=removal_policy,
             auto_delete_objects=destroy,
         )

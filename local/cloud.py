@@ -116,6 +116,10 @@ class LocalSettings:
     batch_queue_default_tokens: int = SETTING_DEFAULTS["batch_queue_default_tokens"]
     # the provider's limits per model, as cdk.json's `rate_limits` (`sluice.contract.parse_rate_limits`)
     rate_limits: str | None = SETTING_DEFAULTS["rate_limits"]
+    cache: str = SETTING_DEFAULTS["cache"]
+    # None: the response cache lives in the (moto) bucket, as deployed; `sluice run` gives a directory
+    cache_dir: str | None = None
+    cache_provider: str | None = None
 
 
 @dataclass

@@ -48,6 +48,8 @@ class Snapshot:
     cost_usd: float | None
     throttled: int
     elapsed_s: float
+    # results answered from the response cache (in `results` too)
+    cached: int = 0
 
     @property
     def done(self) -> int:
@@ -72,6 +74,7 @@ class LiveCounts:
         self._errors = 0
         self._waiting = 0
         self._throttled = 0
+        self._cached = 0
         # (model, answered by the Batch API) -> [tokens in, tokens out], priced as the summary prices them
         self._tokens: dict[tuple[str, bool], list[int]] = {}
 
@@ -98,10 +101,16 @@ class LiveCounts:
         with self._lock:
             self._waiting += count
 
+    def cached(self, count: int) -> None:
+        with self._lock:
+            self._results += count
+            self._cached += count
+
     def snapshot(self) -> Snapshot:
         with self._lock:
             tokens = {key: list(value) for key, value in self._tokens.items()}
             results, errors, waiting, throttled = self._results, self._errors, self._waiting, self._throttled
+            cached = self._cached
         direct = provider_cost_usd({m: t for (m, b), t in tokens.items() if not b})
         batched = provider_cost_usd({m: t for (m, b), t in tokens.items() if b}, batch=True)
         return Snapshot(
@@ -114,6 +123,7 @@ class LiveCounts:
             cost_usd=None if direct is None and batched is None else (direct or 0.0) + (batched or 0.0),
             throttled=throttled,
             elapsed_s=self._clock() - self._started,
+            cached=cached,
         )
 
 
@@ -175,6 +185,7 @@ def format_line(
         f"{rate:,.0f} req/s" if rate is not None else "— req/s",
         f"ETA {clock(eta_s)}" if s.done < s.total else "all done, writing the outputs",
         f"{s.errors:,} errors" if s.errors else "",
+        f"{s.cached:,} cached" if s.cached else "",
         f"{s.waiting:,} at the provider" if s.waiting else "",
         f"{compact(s.tokens)} tokens",
         f"{human_usd(s.cost_usd)} (est.)" if s.cost_usd is not None else "",

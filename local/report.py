@@ -452,6 +452,11 @@ def render_report(summary: Mapping[str, Any], *, files: Mapping[str, str] | None
         ]
         if costs.get("batch_savings"):
             tiles.append(_tile("saved by the Batch API (est.)", _e(_usd(costs.get("batch_savings"))), "ok"))
+        cache = summary.get("cache") or {}
+        if cache.get("hits"):
+            tiles.append(_tile("answered from the cache", _n(cache.get("hits")), "ok"))
+            tiles.append(_tile("sent (cache misses)", _n(cache.get("misses"))))
+            tiles.append(_tile("saved by the cache (est.)", _e(_usd(cache.get("saved_usd"))), "ok"))
         sections.append('<div class="tiles">' + "".join(tiles) + "</div>")
 
     sections.append("<h2>Latency</h2>")

@@ -12,6 +12,12 @@ from local.cloud import LocalCloud, LocalSettings
 from local.simulator import SimConfig, SimulatorServer
 
 
+@pytest.fixture(autouse=True)
+def _own_cache_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test's `sluice run` (and its subprocesses) gets a response cache of its own, never the user's."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+
+
 @pytest.fixture
 def simulator() -> Iterator[SimulatorServer]:
     with SimulatorServer(SimConfig(latency_s=0.01, seed=1)) as sim:

@@ -21,6 +21,8 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         key=detail["object"]["key"],
         etag=detail["object"]["etag"],
         execution=event["execution"],
+        # only the local cloud's context carries one: `sluice run` shows the cache's hits at once
+        progress=getattr(context, "progress", None),
     )
     planned = Planned.from_dict(state)
     logger.thread_safe_append_keys(job_id=planned.job_id)

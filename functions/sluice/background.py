@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from .cache import fill_for
 from .model import BACKGROUND_URLS, ErrorCode, Outcome, Request
 from .parts import PartWriter, assemble, load_checkpoint
 from .shard import (
@@ -157,8 +158,15 @@ async def submit_background(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any
     checkpoint = load_checkpoint(ctx.s3, spec)
     skip = set(checkpoint.done)
     skip.update(i.line for i in ctx.store.items(spec.job_id, spec.first_line, spec.last_line) if i.provider_id)
+    fill = fill_for(ctx, spec, run=checkpoint.runs + 1, path="background")
     writer = PartWriter(
-        s3=ctx.s3, store=ctx.store, spec=spec, run=checkpoint.runs + 1, path="background", progress=ctx.progress
+        s3=ctx.s3,
+        store=ctx.store,
+        spec=spec,
+        run=checkpoint.runs + 1,
+        path="background",
+        progress=ctx.progress,
+        cache=fill,
     )
     # lines in flight that were sent directly; a set of the in-flight ones only
     direct: set[int] = set()
@@ -196,7 +204,8 @@ async def submit_background(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any
         )
 
     source = pending(ctx.s3, spec, skip, writer.add_invalid)
-    requests = (prepare(r) for r in source)
+    # keyed as the line asks, before `background: true` is added: a direct run of it shares the answer
+    requests = (prepare(r) for r in (fill.track(source) if fill is not None else source))
     budget = shard_budget(ctx, spec)
     try:
         stats = await send_with_sweep(ctx, spec, requests, sink, budget=budget)
@@ -240,7 +249,13 @@ async def collect_background(ctx: ShardContext, spec: ShardSpec) -> dict[str, An
         if i.status in ("submitted", "settled") and i.provider_id and i.line not in checkpoint.done
     }
     writer = PartWriter(
-        s3=ctx.s3, store=ctx.store, spec=spec, run=checkpoint.runs + 1, path="background", progress=ctx.progress
+        s3=ctx.s3,
+        store=ctx.store,
+        spec=spec,
+        run=checkpoint.runs + 1,
+        path="background",
+        progress=ctx.progress,
+        cache=fill_for(ctx, spec, run=checkpoint.runs + 1, path="background"),
     )
     still: list[int] = []
     # items a webhook settled were already counted off the shard's wait; the rest are counted here

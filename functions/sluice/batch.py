@@ -35,6 +35,7 @@ import orjson
 from . import batch_queue
 from .batch_queue import QueueTable, estimate_tokens, hold_ref, limit_exceeded, queue_key
 from .budget import Budget, worst_case_nano
+from .cache import fill_for
 from .contract import Settings
 from .model import ErrorCode, Outcome, Request
 from .parts import PartWriter, assemble, load_checkpoint, parts_stats
@@ -719,7 +720,13 @@ async def collect_batch(
     states: dict[str, dict[str, Any]] = dict(row.get("batch_states") or {})
     checkpoint = load_checkpoint(ctx.s3, spec)
     writer = PartWriter(
-        s3=ctx.s3, store=ctx.store, spec=spec, run=checkpoint.runs + 1, path="batch", progress=ctx.progress
+        s3=ctx.s3,
+        store=ctx.store,
+        spec=spec,
+        run=checkpoint.runs + 1,
+        path="batch",
+        progress=ctx.progress,
+        cache=fill_for(ctx, spec, run=checkpoint.runs + 1, path="batch"),
     )
     queue = QueueTable(ctx.store.table)
     settings = ctx.settings

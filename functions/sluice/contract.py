@@ -83,6 +83,8 @@ MODES = ("direct", "background", "batch", "auto")
 # what happens to rows a batch did not finish: `direct` re-runs them, `error` reports them
 BATCH_INCOMPLETE_POLICIES = ("direct", "error")
 SHARED_LIMIT_CHOICES = ("on", "off")
+# the response cache per job: `on` reads and fills it, `read` only reads, `write` only fills
+CACHE_MODES = ("on", "read", "write", "off")
 
 
 class JobStatus:
@@ -149,6 +151,8 @@ INBOX_PREFIX = "inbox/"
 JOBS_PREFIX = "jobs/"
 # ... and the merged outputs appear here
 OUTBOX_PREFIX = "outbox/"
+# the response cache's segments and indexes (`sluice.cache`), expired after `cache_ttl_days`
+CACHE_PREFIX = "cache/"
 
 
 def job_prefix(job_id: str) -> str:
@@ -335,6 +339,18 @@ class Settings:
     # the provider's limits per model (`parse_rate_limits`'s JSON), seeding the shared limit
     # before its headers are seen
     rate_limits: str | None = field(default=None, metadata={_KIND: "rate_limits"})
+
+    # the response cache for a job that does not choose (`sluice-cache`)
+    cache: str = field(default="on", metadata={_KIND: "choice", _CHOICES: CACHE_MODES})
+    # local runs only: the directory that holds the cache instead of the bucket's `cache/`
+    cache_dir: str | None = None
+    # what the cache's keys name the provider by, when not its base URL: `sluice run`'s built-in
+    # simulator gets a new port each run, yet answers the same
+    cache_provider: str | None = None
+
+    @property
+    def cache_provider_name(self) -> str:
+        return self.cache_provider or self.provider_base_url
 
     def to_env(self) -> dict[str, str]:
         """The variables `from_env` reads back into these settings; an unset optional is left out."""

@@ -12,6 +12,7 @@ import asyncio
 import time
 from typing import Any
 
+from .cache import fill_for
 from .model import Outcome
 from .parts import PartWriter, assemble, load_checkpoint
 from .shard import ShardContext, ShardSpec, Stopper, margin_s, pending, shard_budget, write_unsent
@@ -25,6 +26,7 @@ class ShardStalled(RuntimeError):
 async def run_direct(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any]:
     started = time.monotonic()
     checkpoint = load_checkpoint(ctx.s3, spec)
+    fill = fill_for(ctx, spec, run=checkpoint.runs + 1, path="direct")
     writer = PartWriter(
         s3=ctx.s3,
         store=ctx.store,
@@ -32,10 +34,12 @@ async def run_direct(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any]:
         run=checkpoint.runs + 1,
         item_rows_for_results=False,
         progress=ctx.progress,
+        cache=fill,
     )
     stopper = Stopper(ctx, spec.job_id)
     budget = shard_budget(ctx, spec)
-    requests = pending(ctx.s3, spec, checkpoint.done, writer.add_invalid)
+    source = pending(ctx.s3, spec, checkpoint.done, writer.add_invalid)
+    requests = fill.track(source) if fill is not None else source
     # the lines this run ended, to know which the budget kept back (with a budget only)
     ended: set[int] = set()
 
@@ -50,7 +54,7 @@ async def run_direct(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any]:
             await asyncio.to_thread(budget.close)
     out_of_budget = budget is not None and budget.exhausted and not stopper.cancelled
     if out_of_budget:
-        await asyncio.to_thread(write_unsent, ctx.s3, spec, requests, checkpoint.done | ended, writer.add_invalid)
+        await asyncio.to_thread(write_unsent, ctx.s3, spec, source, checkpoint.done | ended, writer.add_invalid)
     finished = not stats.stopped_early or out_of_budget
     if stopper.cancelled:
         await writer.aflush(finished=False)

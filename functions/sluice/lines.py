@@ -39,12 +39,14 @@ def parse_line(
     keep_body: bool = True,
     model: str | None = None,
     default_model: str | None = None,
+    sort_keys: bool = False,
 ) -> Request | LineError | None:
     """Validate one input line; None for a blank line, which is not a request.
 
     `model`, when given, replaces the body's model (a per-job override), and `default_model`
     fills it in where the body names none (the environment's default), in the one encode the
-    body needs anyway.
+    body needs anyway. `sort_keys` encodes it canonically (the response cache's key), for Plan,
+    which sends nothing.
     """
     if line == 1 and raw.startswith(BOM):
         raw = raw[len(BOM) :]
@@ -89,8 +91,16 @@ def parse_line(
         body["model"] = model
     elif default_model is not None and not body.get("model"):
         body["model"] = default_model
+    encoded = None
+    if keep_body:
+        encoded = orjson.dumps(body, option=orjson.OPT_SORT_KEYS) if sort_keys else orjson.dumps(body)
     return Request(
-        line=line, custom_id=custom_id, method="POST", path=url, body=orjson.dumps(body) if keep_body else None
+        line=line,
+        custom_id=custom_id,
+        method="POST",
+        path=url,
+        body=encoded,
+        cache=doc.get("sluice_cache") is not False,
     )
 
 

@@ -330,6 +330,13 @@ def merge_job(
         "throttled": totals.throttled,
         # lines whose attempts ran out on transient failures, sent once more at the shard's end
         "sweep": {"swept": totals.swept, "recovered": totals.recovered_by_sweep},
+        # lines the response cache answered (not sent, not paid), lines sent, and what the hits would have cost
+        "cache": {
+            "mode": (plan.get("cache") or {}).get("mode", "off"),
+            "hits": totals.cached,
+            "misses": sum(totals.paths.values()) - totals.cached,
+            "saved_usd": provider_cost_usd(totals.cached_models) if totals.cached else 0.0,
+        },
         "latency_s": {q: totals.percentile_s(v) for q, v in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))},
         # what the report draws: the latency histogram and completions over time
         "latency_histogram": totals.latency_histogram(),

@@ -47,6 +47,8 @@ class Request:
     method: str
     path: str
     body: bytes | None = None
+    # False for a line that says `"sluice_cache": false` next to its custom_id: always sent, never kept
+    cache: bool = True
 
     @property
     def estimated_tokens(self) -> int:

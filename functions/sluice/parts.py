@@ -21,6 +21,7 @@ from typing import Any
 
 import orjson
 
+from .cache import CacheFill
 from .lines import LineError
 from .model import Outcome
 from .progress import ProgressSink
@@ -74,6 +75,17 @@ def load_checkpoint(s3: Any, spec: ShardSpec) -> Checkpoint:
     return checkpoint
 
 
+# the run number of the part Plan writes with a shard's cache hits: the shard's own runs come after
+CACHED_RUN = 0
+
+
+def write_cached_part(s3: Any, bucket: str, prefix: str, rows: list[bytes], stats: Stats) -> None:
+    """A shard's cache hits as a finished part, before the shard runs: it sends only the rest."""
+    base = f"{prefix}part-{CACHED_RUN:05d}-0001"
+    s3.put_object(Bucket=bucket, Key=base + ".stats.json", Body=orjson.dumps(stats.to_dict()))
+    s3.put_object(Bucket=bucket, Key=base + ".tsv", Body=b"".join(rows))
+
+
 PENDING_FLUSH_S = 1.0
 PART_MAX_AGE_S = 3.0
 
@@ -87,6 +99,8 @@ class _Chunk:
     done: int = 0
     failed: int = 0
     waiting: int = 0
+    # answers for the response cache, written with the part (stores written whole)
+    cached: list[tuple[bytes, bytes]] = field(default_factory=list)
 
 
 class PartWriter:
@@ -108,8 +122,10 @@ class PartWriter:
         item_rows_for_results: bool = True,
         path: str = "direct",
         progress: ProgressSink | None = None,
+        cache: CacheFill | None = None,
     ) -> None:
         self._s3 = s3
+        self._cache = cache
         # how the outcomes this writer gets were sent, unless add_outcome says otherwise; the
         # Batch API's are priced at the batch rate and have no latency of their own
         self._path = path
@@ -132,7 +148,10 @@ class PartWriter:
     def add_outcome(self, outcome: Outcome, provider_id: str | None = None, path: str | None = None) -> None:
         chunk = self._chunk
         kind = b"r" if outcome.ok else b"e"
-        chunk.rows.append(b"%d\t%s\t%s\n" % (outcome.line, kind, outcome_record(self._spec.job_id, outcome)))
+        record = outcome_record(self._spec.job_id, outcome)
+        if self._cache is not None:
+            self._cache.add(outcome, record if outcome.ok else None)
+        chunk.rows.append(b"%d\t%s\t%s\n" % (outcome.line, kind, record))
         path = path or self._path
         batch = path == "batch"
         chunk.stats.add_outcome(outcome, path=path, timed=not batch)
@@ -190,11 +209,15 @@ class PartWriter:
         stale = age > PENDING_FLUSH_S if self._chunk.waiting > 0 else age > PART_MAX_AGE_S and bool(self._chunk.rows)
         if full or stale:
             chunk, self._chunk = self._chunk, _Chunk()
+            if self._cache is not None:
+                chunk.cached = self._cache.cut()
             self._seq += 1
             self._writes.append(self._pool.submit(self._write, chunk, self._seq, False))
 
     def _write(self, chunk: _Chunk, seq: int, finished: bool) -> None:
         spec = self._spec
+        if self._cache is not None:
+            self._cache.write(chunk.cached)
         if chunk.rows:
             # stats first: a part without its stats would be counted in results but not in the summary
             base = f"{spec.prefix}part-{self._run:05d}-{seq:04d}"
@@ -219,9 +242,13 @@ class PartWriter:
             for write in self._writes:
                 write.result()
             self._chunk.waiting += waiting
+            if self._cache is not None:
+                self._chunk.cached = self._cache.cut(last=True)
             self._seq += 1
             self._write(self._chunk, self._seq, finished)
         finally:
+            if self._cache is not None:
+                self._cache.close()
             self._chunk = _Chunk()
             self._writes.clear()
             self._pool.shutdown(wait=True)

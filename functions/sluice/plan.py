@@ -9,16 +9,29 @@ import time
 import urllib.parse
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
 from .budget import budget_models, usd_to_nano
-from .contract import BATCH_INCOMPLETE_POLICIES, MODES, Settings, manifest_key, parse_budget, parse_error_rate
+from .cache import CacheIndex, cache_key, cache_store, cached_record, line_tag
+from .contract import (
+    BATCH_INCOMPLETE_POLICIES,
+    CACHE_MODES,
+    MODES,
+    Settings,
+    manifest_key,
+    parse_budget,
+    parse_error_rate,
+)
 from .costs import PROVIDER_PRICES
 from .limits import MAX_SHARD_CONNECTIONS
 from .lines import READ_CHUNK, LineError, parse_line, split_lines
-from .model import ErrorCode
+from .model import ErrorCode, Request
+from .parts import write_cached_part
+from .progress import ProgressSink
+from .records import record_id
+from .stats import Stats
 from .store import JobStore
 
 MAX_SHARD_BYTES = 256 << 20
@@ -47,6 +60,10 @@ class JobOptions:
     max_error_rate: float = 0.0
     # the job's spending cap in US dollars; 0 = none
     budget_usd: float = 0.0
+    # the response cache: `on` answers from it and fills it, `read`/`write` one of the two
+    cache: str = "on"
+    # keep answers cut short (an `incomplete` response, `finish_reason: length`) too
+    cache_incomplete: bool = False
 
     @classmethod
     def from_metadata(cls, metadata: Mapping[str, str], settings: Settings) -> JobOptions:
@@ -69,6 +86,8 @@ class JobOptions:
             "tpm",
             "max-error-rate",
             "budget-usd",
+            "cache",
+            "cache-incomplete",
         }
         unknown = sorted(set(meta) - known)
         if unknown:
@@ -108,6 +127,15 @@ class JobOptions:
                 budget_usd = parse_budget(meta["budget-usd"])
             except ValueError as exc:
                 raise PlanError(f"{METADATA_PREFIX}budget-usd: {exc}") from exc
+        cache = meta.get("cache", settings.cache)
+        if cache not in CACHE_MODES:
+            raise PlanError(
+                f"{METADATA_PREFIX}cache={cache!r}; expected one of {', '.join(CACHE_MODES)} "
+                "(on: answer from the cache and fill it; read, write: one of the two; off: neither)"
+            )
+        cache_incomplete = meta.get("cache-incomplete", "no").lower()
+        if cache_incomplete not in ("yes", "no"):
+            raise PlanError(f"{METADATA_PREFIX}cache-incomplete={cache_incomplete!r}; expected yes or no")
 
         def positive(name: str, default: int, *, zero: bool = False) -> int:
             raw = meta.get(name)
@@ -129,6 +157,8 @@ class JobOptions:
             tpm=positive("tpm", settings.tpm, zero=True),
             max_error_rate=max_error_rate,
             budget_usd=budget_usd,
+            cache=cache,
+            cache_incomplete=cache_incomplete == "yes",
         )
 
     def shard_mode(self, requests: int, settings: Settings) -> str:
@@ -176,12 +206,22 @@ def output_prefix(key: str) -> str:
     return "outbox/" + relative.removesuffix(".jsonl")
 
 
+class Resolver(Protocol):
+    """Sees each request line as Plan reads it (its body canonical), and each shard as it closes."""
+
+    def request(self, request: Request) -> None: ...
+    def shard_done(self, shard: ShardRange) -> None: ...
+
+
 def plan_lines(
     lines: Iterable[bytes],
     *,
     shard_lines: int,
     shard_bytes: int = MAX_SHARD_BYTES,
     models: set[str | None] | None = None,
+    resolver: Resolver | None = None,
+    model: str | None = None,
+    default_model: str | None = None,
 ) -> PlanResult:
     """Cut shards at line starts; each holds at most `shard_lines` lines and `shard_bytes` bytes.
 
@@ -190,6 +230,7 @@ def plan_lines(
     Validation happens here too, so that duplicates (which need the whole file) are known
     before any shard runs; shards re-validate their own lines with the same function.
     """
+    keep_body = resolver is not None
     shards: list[ShardRange] = []
     first_seen: dict[str, int] = {}
     invalid: dict[str, int] = {}
@@ -205,10 +246,14 @@ def plan_lines(
             if current is not None:
                 current.end = offset
                 shards.append(current)
+                if resolver is not None:
+                    resolver.shard_done(current)
             current = ShardRange(index=len(shards), start=offset, end=offset, first_line=number)
         current.lines += 1
         offset += len(raw)
-        parsed = parse_line(raw, number, keep_body=False)
+        parsed = parse_line(
+            raw, number, keep_body=keep_body, model=model, default_model=default_model, sort_keys=keep_body
+        )
         if parsed is None:
             blank += 1
             current.blank += 1
@@ -226,9 +271,13 @@ def plan_lines(
         if models is not None:
             model = orjson.loads(raw)["body"].get("model")
             models.add(model if isinstance(model, str) and model else None)
+        if resolver is not None:
+            resolver.request(parsed)
     if current is not None:
         current.end = offset
         shards.append(current)
+        if resolver is not None:
+            resolver.shard_done(current)
     return PlanResult(shards=shards, lines=number, requests=requests, invalid=invalid, blank=blank, size=offset)
 
 
@@ -244,6 +293,54 @@ def check_budget_models(options: JobOptions, settings: Settings, models: set[str
             f"priced models: {', '.join(sorted(PROVIDER_PRICES))} (and their dated snapshots). "
             f"Drop the budget, or send to a priced model with {METADATA_PREFIX}model"
         )
+
+
+def shard_prefix(job_id: str, shard: int) -> str:
+    return f"jobs/{job_id}/shards/{shard:05d}/"
+
+
+class CacheHits:
+    """Plan's half of the response cache: each line's key against the index, and the hits
+    written into their shard as a finished part, so the shard sends only the misses.
+
+    Hits are fetched and written shard by shard as Plan passes them: memory holds one
+    shard's hits, never the job's.
+    """
+
+    def __init__(self, index: CacheIndex, *, s3: Any, bucket: str, job_id: str, base_url: str) -> None:
+        self.index = index
+        self._s3 = s3
+        self._bucket = bucket
+        self._job_id = job_id
+        self._base_url = base_url
+        self._wanted: list[tuple[int, bytes, Any]] = []
+        self._custom_ids: dict[int, str] = {}
+        self.hits: dict[int, int] = {}
+        self.looked_up = 0
+
+    def request(self, request: Request) -> None:
+        if not request.cache:
+            return
+        self.looked_up += 1
+        key = cache_key(self._base_url, request.path, request.body, canonical=True)
+        ref = self.index.find(key, line_tag(request.custom_id))
+        if ref is not None:
+            self._wanted.append((request.line, key, ref))
+            self._custom_ids[request.line] = request.custom_id
+
+    def shard_done(self, shard: ShardRange) -> None:
+        if not self._wanted:
+            return
+        rows: list[bytes] = []
+        stats = Stats()
+        for line, answer in self.index.fetch(self._wanted):
+            record = cached_record(record_id(self._job_id, line), self._custom_ids[line], answer)
+            rows.append(b"%d\tr\t%s\n" % (line, record))
+            stats.add_cached(orjson.loads(answer).get("body"))
+        self._wanted, self._custom_ids = [], {}
+        if rows:
+            write_cached_part(self._s3, self._bucket, shard_prefix(self._job_id, shard.index), rows, stats)
+            self.hits[shard.index] = len(rows)
 
 
 def event_key_candidates(key: str) -> list[str]:
@@ -285,6 +382,7 @@ def plan_job(
     key: str,
     etag: str,
     execution: str,
+    progress: ProgressSink | None = None,
 ) -> dict[str, Any]:
     """Plan one input object. Returns the state the workflow carries to the Map and Merge."""
     key, head = find_object(s3, bucket, key, etag)
@@ -305,12 +403,28 @@ def plan_job(
     if not store.claim_job(job_id, execution=execution, bucket=bucket, key=key, etag=quoted, started_at=started):
         return {**state, "duplicate": True}
 
+    hits: CacheHits | None = None
+    if options.cache in ("on", "read"):
+        index = CacheIndex.load(cache_store(s3, settings))
+        # an empty cache costs Plan one LIST: no line is encoded or hashed for it
+        if len(index):
+            hits = CacheHits(index, s3=s3, bucket=bucket, job_id=job_id, base_url=settings.cache_provider_name)
     body = s3.get_object(Bucket=bucket, Key=key, IfMatch=quoted)["Body"]
     # a budget needs a price for every model the job sends to; the job's model replaces the lines'
     models: set[str | None] | None = set() if options.budget_usd and not options.model else None
-    result = plan_lines(split_lines(body.iter_chunks(READ_CHUNK)), shard_lines=settings.shard_lines, models=models)
+    result = plan_lines(
+        split_lines(body.iter_chunks(READ_CHUNK)),
+        shard_lines=settings.shard_lines,
+        models=models,
+        resolver=hits,
+        model=options.model,
+        default_model=settings.default_model,
+    )
     if options.budget_usd:
         check_budget_models(options, settings, models or set())
+    cached = hits.hits if hits is not None else {}
+    if progress is not None and cached:
+        progress.cached(sum(cached.values()))
 
     running = max(1, min(len(result.shards), options.map_concurrency))
     # every running shard gets an equal share of the job's budgets; one Lambda holds at most
@@ -343,6 +457,8 @@ def plan_job(
             "duplicates_key": None,
             "blank": shard.blank,
             "budget_usd": options.budget_usd,
+            "cache": options.cache,
+            "cache_incomplete": options.cache_incomplete,
         }
         if shard.duplicates:
             item["duplicates_key"] = f"jobs/{job_id}/shards/{shard.index:05d}/duplicates.json"
@@ -364,6 +480,7 @@ def plan_job(
         "mode": options.mode,
         "concurrency": options.concurrency,
         "max_error_rate": options.max_error_rate,
+        "cache": {"mode": options.cache, "hits": sum(cached.values())},
         "plan_seconds": round(time.time() - started, 3),
     }
     store.record_plan(
@@ -373,5 +490,6 @@ def plan_job(
         mode=options.mode,
         shard_modes={item["shard"]: item["mode"] for item in manifest},
         budget_cap=usd_to_nano(options.budget_usd),
+        cached=cached,
     )
     return {**state, "shards": len(result.shards), "lines": result.lines}

@@ -27,3 +27,6 @@ class ProgressSink(Protocol):
     def waiting(self, count: int) -> None:
         """Lines handed to the provider to answer later (background responses, batch rows), or
         with a negative count, taken back unanswered (batch rows the shard will send directly)."""
+
+    def cached(self, count: int) -> None:
+        """Lines Plan answered from the response cache: results already, never sent."""

@@ -65,6 +65,9 @@ class ShardSpec:
     waiting_since: float | None = None
     # the job's spending cap in US dollars (0 = none), held across its shards (`sluice.budget`)
     budget_usd: float = 0.0
+    # the response cache (`sluice.cache`): Plan already answered the hits; `on`/`write` files answers
+    cache: str = "off"
+    cache_incomplete: bool = False
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ShardSpec:
@@ -260,7 +263,13 @@ def shard_budget(ctx: ShardContext, spec: ShardSpec, *, batch: bool = False) -> 
 
 
 def pending(s3: Any, spec: ShardSpec, skip: set[int], on_invalid: Callable[[LineError], None]) -> Iterator[Request]:
-    """Requests still to send; invalid lines go to `on_invalid` as they stream past."""
+    """Requests still to send; invalid lines go to `on_invalid` as they stream past.
+
+    A shard whose every line already has its outcome (Plan answered them all from the response
+    cache, or an earlier run finished them) is not read at all.
+    """
+    if len(skip) >= spec.lines - spec.blank:
+        return
     for item in read_shard(s3, spec):
         if item.line in skip:
             continue

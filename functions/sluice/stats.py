@@ -81,6 +81,22 @@ class Stats:
     # lines the last sweep sent again, and those of them it turned into results
     swept: int = 0
     recovered_by_sweep: int = 0
+    # results answered from the response cache, and their tokens by model: not paid again, so
+    # not in `tokens_*`/`models` (what the job cost) but what it saved
+    cached: int = 0
+    cached_models: dict[str, list[int]] = field(default_factory=dict)
+
+    def add_cached(self, body: Any) -> None:
+        """A result the cache answered: counted, its tokens what the job did not pay for."""
+        self.results += 1
+        self.cached += 1
+        self.paths["cache"] = self.paths.get("cache", 0) + 1
+        model = body.get("model") if isinstance(body, dict) else None
+        if isinstance(model, str):
+            per_model = self.cached_models.setdefault(model, [0, 0])
+            tokens_in, tokens_out = usage_tokens(body)
+            per_model[0] += tokens_in
+            per_model[1] += tokens_out
 
     def add_outcome(
         self, outcome: Outcome, at: float | None = None, path: str | None = None, *, timed: bool = True
@@ -161,6 +177,11 @@ class Stats:
             per_model[1] += tokens_out
         for path, n in other.paths.items():
             self.paths[path] = self.paths.get(path, 0) + n
+        self.cached += other.cached
+        for model, (tokens_in, tokens_out) in other.cached_models.items():
+            per_model = self.cached_models.setdefault(model, [0, 0])
+            per_model[0] += tokens_in
+            per_model[1] += tokens_out
         if other.timeline:
             self._coarsen(other.timeline_step_ms)
             step = self.timeline_step_ms
@@ -201,6 +222,8 @@ class Stats:
             "timeline_step_ms": self.timeline_step_ms,
             "timeline": {str(k): v for k, v in sorted(self.timeline.items())},
             "paths": dict(sorted(self.paths.items())),
+            "cached": self.cached,
+            "cached_models": self.cached_models,
         }
 
     def latency_histogram(self) -> list[dict[str, float | int]]:
@@ -236,4 +259,6 @@ class Stats:
             timeline={int(k): list(v) for k, v in data.get("timeline", {}).items()},
             timeline_step_ms=int(data.get("timeline_step_ms", TIMELINE_STEPS_MS[0])),
             paths=dict(data.get("paths", {})),
+            cached=data.get("cached", 0),
+            cached_models={k: list(v) for k, v in data.get("cached_models", {}).items()},
         )

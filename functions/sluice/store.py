@@ -127,10 +127,13 @@ class JobStore:
         mode: str,
         shard_modes: Mapping[int, str] | None = None,
         budget_cap: int = 0,
+        cached: Mapping[int, int] | None = None,
     ) -> None:
         """`shard_modes` overrides `mode` per shard (auto mode picks a mode for each); a
-        `budget_cap` (nano-USD) starts the job's spend figures (`sluice.budget`)."""
+        `budget_cap` (nano-USD) starts the job's spend figures (`sluice.budget`); `cached`
+        counts the lines per shard that Plan answered from the response cache, done already."""
         modes = shard_modes or {}
+        done = cached or {}
         with self._table.batch_writer(overwrite_by_pkeys=["pk", "sk"]) as batch:
             for index, lines, requests in shards:
                 batch.put_item(
@@ -142,17 +145,24 @@ class JobStore:
                         "requests": requests,
                         "mode": modes.get(index, mode),
                         "status": "PENDING",
-                        "done": 0,
+                        "done": done.get(index, 0),
                         "failed": 0,
                         "runs": 0,
                         "expires_at": self._expires(),
                     }
                 )
         budget = ", budget_cap = :cap, budget_committed = :z, budget_spent = :z" if budget_cap else ""
-        values = {":s": "RUNNING", ":p": plan, ":n": len(shards), ":r": plan["requests"], ":z": 0}
+        values = {
+            ":s": "RUNNING",
+            ":p": plan,
+            ":n": len(shards),
+            ":r": plan["requests"],
+            ":d": sum(done.values()),
+            ":z": 0,
+        }
         self._table.update_item(
             Key={"pk": job_pk(job_id), "sk": "META"},
-            UpdateExpression="SET #s = :s, #p = :p, shards = :n, requests = :r, done = :z, failed = :z" + budget,
+            UpdateExpression="SET #s = :s, #p = :p, shards = :n, requests = :r, done = :d, failed = :z" + budget,
             ExpressionAttributeNames={"#s": "status", "#p": "plan"},
             ExpressionAttributeValues=_dynamo({**values, ":cap": budget_cap} if budget_cap else values),
         )

@@ -174,6 +174,34 @@ def build_parser() -> argparse.ArgumentParser:
         "--allow-invalid", action="store_true", help="run even if some lines are invalid (they go to errors)"
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        help="the response cache's directory (default: $XDG_CACHE_HOME/sluice, else ~/.cache/sluice)",
+    )
+    p.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="send every line and keep no answer (as metadata sluice-cache: off); for sampling requests",
+    )
+
+    ch = _parser(
+        sub,
+        "cache",
+        "show or clear the local response cache",
+        """\
+        `sluice run` answers a line from the response cache when the same request (provider,
+        endpoint, body after --model) was answered before, and keeps every new answer there.
+        `stats` counts what it holds; `clear` deletes it.
+
+        examples:
+          sluice cache stats
+          sluice cache clear --cache-dir /tmp/sluice-cache
+        """,
+    )
+    ch.add_argument("action", choices=("stats", "clear"), help="stats: count the answers kept; clear: delete them")
+    ch.add_argument("--cache-dir", metavar="DIR", help="the cache's directory (default: as `sluice run`)")
+    ch.add_argument("--json", action="store_true", help="print JSON instead of text")
 
     s = _parser(
         sub,

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from sluice.cache import default_cache_dir
 from sluice.plan import job_id_for
 
 from local.checks import NO_API_KEY, check_provider, out_dir
@@ -23,6 +24,8 @@ from local.interrupt import CtrlC, cancel_run
 from local.progress import Display, LiveCounts
 from local.report import write_report
 from local.simulator import SimConfig, SimulatorServer
+
+SIMULATOR_PROVIDER = "sluice-simulator"
 
 
 @contextmanager
@@ -71,6 +74,10 @@ def _run(args: argparse.Namespace, ctrl_c: CtrlC) -> int:
         shard_lines=args.shard_lines,
         max_attempts=args.max_attempts,
         request_timeout_s=args.request_timeout,
+        cache="off" if args.no_cache else "on",
+        cache_dir=str(Path(args.cache_dir) if args.cache_dir else default_cache_dir()),
+        # the built-in simulator listens on a new port each run: its answers are keyed by its name
+        cache_provider=None if os.environ.get("OPENAI_BASE_URL", "").strip() else SIMULATOR_PROVIDER,
     )
     metadata = {"sluice-mode": args.mode} if args.mode else {}
     if args.max_error_rate is not None:
@@ -173,4 +180,10 @@ def _usage(summary: dict[str, Any]) -> str:
     tokens_in, tokens_out = int(tokens.get("input", 0)), int(tokens.get("output", 0))
     text = f", {tokens_in + tokens_out:,} tokens ({tokens_in:,} in, {tokens_out:,} out)"
     cost = (summary.get("cost_estimate_usd") or {}).get("provider")
-    return text + (f", {human_usd(cost)} at list prices (est.)" if cost is not None else "")
+    text += f", {human_usd(cost)} at list prices (est.)" if cost is not None else ""
+    cache = summary.get("cache") or {}
+    if cache.get("hits"):
+        saved = cache.get("saved_usd")
+        text += f"; {int(cache['hits']):,} answered from the cache, {int(cache.get('misses', 0)):,} sent"
+        text += f", {human_usd(saved)} saved (est.)" if saved else ""
+    return text

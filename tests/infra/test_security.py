@@ -17,6 +17,9 @@ PROVIDER_S3 = {
     ("s3:GetObject", "jobs/*"),
     ("s3:PutObject", "jobs/*"),
     ("s3:ListBucket", ""),
+    # the answers they get, into the response cache: a segment and its index, nothing else of cache/
+    ("s3:PutObject", "cache/segments/*"),
+    ("s3:PutObject", "cache/index/*"),
 }
 OUTPUT_S3 = {
     ("s3:GetObject", "inbox/*"),
@@ -26,7 +29,15 @@ OUTPUT_S3 = {
     ("s3:ListBucket", ""),
 }
 EXPECTED_S3 = {
-    "plan": {("s3:GetObject", "inbox/*"), ("s3:PutObject", "jobs/*")},
+    "plan": {
+        ("s3:GetObject", "inbox/*"),
+        ("s3:PutObject", "jobs/*"),
+        # the response cache: it lists and reads the indexes, reads the hits, and folds indexes together
+        ("s3:GetObject", "cache/*"),
+        ("s3:ListBucket", ""),
+        ("s3:PutObject", "cache/index/*"),
+        ("s3:DeleteObject", "cache/index/*"),
+    },
     "run_shard": PROVIDER_S3,
     "submit": PROVIDER_S3,
     "collect": PROVIDER_S3,
@@ -104,7 +115,8 @@ def test_each_step_gets_exactly_its_s3_access(synthesis: Synthesis, env: str) ->
                     suffix = arn.split(".Arn>", 1)[1].lstrip("/")
                     granted.add((action, suffix))
                     if action == "s3:ListBucket":
-                        assert statement["Condition"] == {"StringLike": {"s3:prefix": ["jobs/", "jobs/*"]}}
+                        listed = ["cache/", "cache/*"] if step == "plan" else ["jobs/", "jobs/*"]
+                        assert statement["Condition"] == {"StringLike": {"s3:prefix": listed}}
         assert granted == EXPECTED_S3[step], step
 
 

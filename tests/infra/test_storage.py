@@ -56,6 +56,15 @@ def test_jobs_prefix_expires_after_ttl_days(synthesis: Synthesis, env: str) -> N
     assert any(r.get("AbortIncompleteMultipartUpload") for r in rules)
 
 
+def test_the_response_cache_expires_after_its_own_ttl_per_environment(synthesis: Synthesis, env: str) -> None:
+    rules = _job_bucket(synthesis, env)["LifecycleConfiguration"]["Rules"]
+    cache = [r for r in rules if r.get("Prefix") == "cache/"]
+    days = synthesis.stacks[env].config.cache_ttl_days
+    assert [(r["Id"], r["Status"], r["ExpirationInDays"]) for r in cache] == [("expire-cache", "Enabled", days)]
+    # cdk.json sets it per environment, and a re-run months later should still find prod's answers
+    assert {"dev": 7, "prod": 90}[env] == days
+
+
 def test_table_keys_billing_ttl_and_sparse_provider_index(synthesis: Synthesis, env: str) -> None:
     synthesis.templates[env].has_resource_properties(
         "AWS::DynamoDB::Table",

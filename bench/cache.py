@@ -1,0 +1,134 @@
+"""The response cache on the deployed path (moto S3 `cache/`, the real state machine and handlers):
+a re-run that is all hits against Plan alone, and a cold run with the cache on against it off.
+
+    .venv/bin/python bench/cache.py --lines 50000 --repeat 2
+
+Each cold pair runs cache-off then cache-on on an emptied cache, `--repeat` times, and the best
+of each is compared (noise on a shared machine only adds time). The all-hits re-run uploads the
+same content under a new key (a new job), after a cold run filled the cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+WORK = ROOT / "out" / "bench"
+sys.path[:0] = [str(ROOT / "functions"), str(ROOT)]
+
+from bench.e2e import free_port, make_input  # noqa: E402
+
+
+def plan_seconds(cloud: Any, since: int) -> float:
+    """The Plan Lambda's own time in the job that started after invocation `since`."""
+    return sum(i.seconds for i in cloud.invocations[since:] if i.step == "plan")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--lines", type=int, default=50_000)
+    parser.add_argument("--latency", type=float, default=0.05)
+    parser.add_argument("--concurrency", type=int, default=1000)
+    parser.add_argument("--shard-lines", type=int, default=5000)
+    parser.add_argument("--repeat", type=int, default=2)
+    args = parser.parse_args()
+
+    import boto3
+    from sluice.cache import S3Store, clear
+
+    from local.cloud import REGION, LocalCloud, LocalSettings, run_job
+
+    port = free_port()
+    sim = subprocess.Popen(
+        [sys.executable, "-m", "local.simulator", "--port", str(port), "--latency", str(args.latency), "--seed", "7"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": f"{ROOT / 'functions'}:{ROOT}"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        WORK.mkdir(parents=True, exist_ok=True)
+        path = WORK / f"cache-{args.lines}.jsonl"
+        make_input(path, args.lines)
+        settings = LocalSettings(
+            concurrency=args.concurrency, shard_lines=args.shard_lines, map_concurrency=10, request_timeout_s=30.0
+        )
+        cloud = LocalCloud(provider_base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-bench", settings=settings)
+        walls: dict[str, list[float]] = {"off": [], "on": []}
+        plans: list[float] = []
+        with cloud.running():
+            store = S3Store(boto3.client("s3", region_name=REGION), cloud.bucket)
+
+            def job(name: str, cache: str) -> tuple[float, float, Any]:
+                since = len(cloud.invocations)
+                started = time.monotonic()
+                run = run_job(cloud, path, key=f"inbox/{name}.jsonl", metadata={"sluice-cache": cache})
+                assert run.status == "SUCCEEDED", run.summary.get("error")
+                wall = time.monotonic() - started
+                print(f"  {name}: {wall:.2f} s (Plan {plan_seconds(cloud, since):.2f} s)", flush=True)
+                return wall, plan_seconds(cloud, since), run
+
+            # the first job of a cloud pays for importing every handler: not part of either figure
+            warm = WORK / "cache-warm.jsonl"
+            make_input(warm, 200)
+            run_job(cloud, warm, key="inbox/warm.jsonl", metadata={"sluice-cache": "off"})
+            warm.unlink()
+            for n in range(args.repeat):
+                # alternate which goes first, so neither always runs on a warmer process
+                for cache in ("off", "on") if n % 2 == 0 else ("on", "off"):
+                    clear(store)
+                    wall, plan, run = job(f"cold-{cache}-{n}", cache)
+                    walls[cache].append(wall)
+                    assert run.summary["cache"]["hits"] == 0
+                    if cache == "off":
+                        plans.append(plan)
+            clear(store)
+            job("fill", "write")
+            hit_walls: list[float] = []
+            hit_plans: list[float] = []
+            for n in range(args.repeat):
+                wall, plan, run = job(f"hits-{n}", "on")
+                assert run.summary["cache"]["hits"] == args.lines and run.summary["cache"]["misses"] == 0
+                hit_walls.append(wall)
+                hit_plans.append(plan)
+            objects, size = store.size()
+        path.unlink()
+        print(
+            f"{args.lines:,} lines, simulator latency {args.latency} s, {args.concurrency} in flight, "
+            f"shards of {args.shard_lines}; moto in-process, IAM enforced; 2 cores"
+        )
+        print(f"cache: {objects} objects, {size / 1e6:.1f} MB in cache/ (segments and indexes)")
+        plan_alone = min(plans)
+        rerun = min(hit_walls)
+        print(
+            f"all-hits re-run: whole job {', '.join(f'{w:.2f}' for w in hit_walls)} s "
+            f"(its Plan {', '.join(f'{p:.2f}' for p in hit_plans)} s); "
+            f"Plan alone (cache off) {', '.join(f'{p:.2f}' for p in plans)} s"
+        )
+        print(f"re-run / Plan alone: {rerun / plan_alone:.2f}x   (target <= 1.5x)")
+        off, on = min(walls["off"]), min(walls["on"])
+        print(
+            f"cold run: cache off {', '.join(f'{w:.2f}' for w in walls['off'])} s, "
+            f"cache on {', '.join(f'{w:.2f}' for w in walls['on'])} s"
+        )
+        print(f"cold on / off: {on / off:.3f}x   (target <= 1.05x)")
+    finally:
+        sim.terminate()
+        sim.wait()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,554 @@
+"""The response cache: a provider's successful answer, kept by what was asked, so it is paid once.
+
+A line's key is the SHA-256 of the provider's base URL, the endpoint and the request body as
+sent (after the job's model overrides), in canonical JSON (sorted keys): two lines that ask the
+same thing of the same provider share an answer, whatever the job, the mode or the key order.
+The value is the answer's `response` object exactly as a result line carries it (status code,
+request id, body): never a header, never an API key.
+
+Storage is segments plus indexes, in one `CacheStore` with two backends: the job bucket under
+`cache/` (deployed) or a directory (local runs). Every checkpoint part that holds answers
+writes one segment (`segments/<name>.seg`: `<key hex>\t<response>` rows) and one index
+(`index/<name>.idx`: 16 bytes of key, segment, offset and length per row). Plan reads the
+indexes only, a few GETs whatever the job's size, resolves each line's key against them, and
+fetches the hits with one ranged GET per segment; no request per line on any path. A local
+segment is appended to as each answer arrives (one `os.write`), so a run killed with SIGKILL
+loses no answer; its index is rebuilt from the segment by the next reader.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import secrets
+import struct
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import orjson
+
+from .contract import CACHE_PREFIX, Settings
+from .model import Outcome, Request
+from .shard import ShardContext, ShardSpec, read_shard
+
+SEGMENTS = "segments/"
+INDEXES = "index/"
+SEGMENT_SUFFIX = ".seg"
+INDEX_SUFFIX = ".idx"
+INDEX_MAGIC = b"SLUICE-CACHE-INDEX 1\n"
+_ENTRY = struct.Struct("<16s8sIII")
+_COUNT = struct.Struct("<I")
+_NAME_LEN = struct.Struct("<H")
+# Plan folds the indexes into one once there are this many: a job's few dozen parts each add one
+COMPACT_AT = 64
+KEY_BYTES = 32
+# answers per segment a shard writes to S3: one per 5,000-line shard run, so a re-run of the
+# job fetches its hits with about one ranged GET per shard
+SEGMENT_ROWS = 5000
+TAG_BYTES = 8
+# a row: `<key hex>\t<tag hex>\t<response>\n`
+_ANSWER_AT = KEY_BYTES * 2 + 1 + TAG_BYTES * 2 + 1
+
+
+def canonical_body(body: bytes) -> bytes:
+    return orjson.dumps(orjson.loads(body), option=orjson.OPT_SORT_KEYS)
+
+
+def cache_key(base_url: str, path: str, body: bytes | None, *, canonical: bool = False) -> bytes:
+    """What a line asks, and of whom: base URL, endpoint, canonical body (`canonical`: it already is)."""
+    digest = hashlib.sha256()
+    digest.update(base_url.rstrip("/").encode())
+    digest.update(b"\n")
+    digest.update(path.encode())
+    digest.update(b"\n")
+    digest.update((body if canonical else canonical_body(body)) if body else b"")
+    return digest.digest()
+
+
+def incomplete(body: Any) -> bool:
+    """An answer cut short: a response `incomplete`, or a completion stopped by its token limit."""
+    if not isinstance(body, dict):
+        return False
+    if body.get("status") == "incomplete":
+        return True
+    choices = body.get("choices")
+    return isinstance(choices, list) and any(
+        isinstance(c, dict) and c.get("finish_reason") == "length" for c in choices
+    )
+
+
+def cacheable(outcome: Outcome, *, keep_incomplete: bool) -> bool:
+    """Only a provider's 200 answer, finished (or incomplete, when the job asks for those too)."""
+    if not outcome.ok or outcome.status_code != 200 or not isinstance(outcome.body, dict):
+        return False
+    status = outcome.body.get("status")
+    if status not in (None, "completed", "incomplete"):
+        return False
+    return keep_incomplete or not incomplete(outcome.body)
+
+
+def answer_bytes(outcome: Outcome) -> bytes:
+    """The `response` object of the result line, byte for byte as `records.result_record` writes it."""
+    return orjson.dumps({"status_code": outcome.status_code, "request_id": outcome.request_id, "body": outcome.body})
+
+
+def line_tag(custom_id: str) -> bytes:
+    """Which line an answer was for. Lines asking the same thing share answers, but a re-run
+    gets back its own line's answer (its ids too), so it is byte for byte the first run."""
+    return hashlib.blake2b(custom_id.encode(), digest_size=TAG_BYTES).digest()
+
+
+def cache_row(key: bytes, tag: bytes, answer: bytes) -> bytes:
+    return key.hex().encode() + b"\t" + tag.hex().encode() + b"\t" + answer + b"\n"
+
+
+_RESPONSE = b',"response":'
+_RECORD_END = b',"error":null}'
+
+
+def answer_of(record: bytes) -> bytes:
+    """The `response` object inside a result line `records.result_record` wrote. Its first
+    `,"response":` is the key: inside the custom_id before it a quote would be escaped."""
+    return record[record.index(_RESPONSE) + len(_RESPONSE) : -len(_RECORD_END)]
+
+
+def cached_record(record_id: str, custom_id: str, answer: bytes) -> bytes:
+    """A result line answered from the cache: the line a sent request would have had, plus `cached`."""
+    return b'{"id":%s,"custom_id":%s,"response":%s,"error":null,"cached":true}' % (
+        orjson.dumps(record_id),
+        orjson.dumps(custom_id),
+        answer,
+    )
+
+
+# --- storage --------------------------------------------------------------------------------
+
+
+class CacheStore(Protocol):
+    """Named blobs under one root; `streaming` stores take answers one `append` at a time."""
+
+    streaming: bool
+
+    def names(self, folder: str) -> list[str]: ...
+    def read(self, name: str, start: int | None = None, end: int | None = None) -> bytes | None: ...
+    def write(self, name: str, data: bytes) -> None: ...
+    def delete(self, names: list[str]) -> None: ...
+    def append(self, name: str) -> Appender: ...
+    def size(self) -> tuple[int, int]: ...
+
+
+class Appender(Protocol):
+    def add(self, row: bytes) -> int: ...
+    def close(self) -> None: ...
+
+
+@dataclass
+class S3Store:
+    """The job bucket under `cache/`: encrypted like the rest of it, expired by its own lifecycle rule."""
+
+    s3: Any
+    bucket: str
+    prefix: str = CACHE_PREFIX
+    streaming: bool = False
+
+    def names(self, folder: str) -> list[str]:
+        out: list[str] = []
+        paginator = self.s3.get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=self.prefix + folder):
+            out.extend(obj["Key"].removeprefix(self.prefix) for obj in page.get("Contents", []))
+        return sorted(out)
+
+    def read(self, name: str, start: int | None = None, end: int | None = None) -> bytes | None:
+        extra = {"Range": f"bytes={start}-{end - 1}"} if start is not None and end is not None else {}
+        try:
+            return bytes(self.s3.get_object(Bucket=self.bucket, Key=self.prefix + name, **extra)["Body"].read())
+        except Exception as exc:
+            # expired by the lifecycle rule, or removed by a compaction or `cache clear`: a miss
+            if getattr(exc, "response", {}).get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                return None
+            raise
+
+    def write(self, name: str, data: bytes) -> None:
+        self.s3.put_object(Bucket=self.bucket, Key=self.prefix + name, Body=data)
+
+    def delete(self, names: list[str]) -> None:
+        for start in range(0, len(names), 1000):
+            chunk = [{"Key": self.prefix + n} for n in names[start : start + 1000]]
+            self.s3.delete_objects(Bucket=self.bucket, Delete={"Objects": chunk, "Quiet": True})
+
+    def append(self, name: str) -> Appender:
+        raise NotImplementedError("S3 objects are written whole")
+
+    def size(self) -> tuple[int, int]:
+        count = total = 0
+        paginator = self.s3.get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=self.prefix):
+            for obj in page.get("Contents", []):
+                count += 1
+                total += int(obj["Size"])
+        return count, total
+
+
+class _FileAppender:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self._offset = os.fstat(self._fd).st_size
+
+    def add(self, row: bytes) -> int:
+        # one write per answer: the kernel has it the moment it returns, so a SIGKILL loses none
+        offset = self._offset
+        os.write(self._fd, row)
+        self._offset += len(row)
+        return offset
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+@dataclass
+class DirStore:
+    """A directory on this machine (`sluice run`); files readable by the user only."""
+
+    root: Path
+    streaming: bool = True
+
+    def names(self, folder: str) -> list[str]:
+        where = self.root / folder
+        if not where.is_dir():
+            return []
+        return sorted(folder + p.name for p in where.iterdir() if p.is_file() and not p.name.startswith("."))
+
+    def read(self, name: str, start: int | None = None, end: int | None = None) -> bytes | None:
+        try:
+            with (self.root / name).open("rb") as fh:
+                if start is None or end is None:
+                    return fh.read()
+                fh.seek(start)
+                return fh.read(end - start)
+        except FileNotFoundError:
+            return None
+
+    def write(self, name: str, data: bytes) -> None:
+        target = self.root / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        # whole or not at all: a reader never sees half an index
+        temp = target.with_name(f".{target.name}.{secrets.token_hex(4)}")
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+        os.replace(temp, target)
+
+    def delete(self, names: list[str]) -> None:
+        for name in names:
+            (self.root / name).unlink(missing_ok=True)
+
+    def append(self, name: str) -> Appender:
+        return _FileAppender(self.root / name)
+
+    def size(self) -> tuple[int, int]:
+        count = total = 0
+        for folder in (SEGMENTS, INDEXES):
+            for name in self.names(folder):
+                count += 1
+                total += (self.root / name).stat().st_size
+        return count, total
+
+
+def default_cache_dir() -> Path:
+    """Where `sluice run` keeps answers: `$XDG_CACHE_HOME/sluice`, else `~/.cache/sluice`."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "sluice"
+
+
+def cache_store(s3: Any, settings: Settings) -> CacheStore:
+    """The local directory when the settings name one, else the job bucket."""
+    if settings.cache_dir:
+        return DirStore(Path(settings.cache_dir))
+    return S3Store(s3, settings.bucket)
+
+
+# --- the index ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Ref:
+    segment: str
+    offset: int
+    length: int
+    tag: bytes = bytes(TAG_BYTES)
+
+
+def encode_index(entries: Iterable[tuple[bytes, Ref]]) -> bytes:
+    segments: dict[str, int] = {}
+    rows: list[bytes] = []
+    for key, ref in entries:
+        number = segments.setdefault(ref.segment, len(segments))
+        rows.append(_ENTRY.pack(key[:16], ref.tag, number, ref.offset, ref.length))
+    names = b"".join(_NAME_LEN.pack(len(n.encode())) + n.encode() for n in segments)
+    return INDEX_MAGIC + _COUNT.pack(len(segments)) + names + _COUNT.pack(len(rows)) + b"".join(rows)
+
+
+def decode_index(data: bytes) -> Iterator[tuple[bytes, Ref]]:
+    if not data.startswith(INDEX_MAGIC):
+        return
+    at = len(INDEX_MAGIC)
+    (count,) = _COUNT.unpack_from(data, at)
+    at += _COUNT.size
+    names: list[str] = []
+    for _ in range(count):
+        (length,) = _NAME_LEN.unpack_from(data, at)
+        at += _NAME_LEN.size
+        names.append(data[at : at + length].decode())
+        at += length
+    (rows,) = _COUNT.unpack_from(data, at)
+    at += _COUNT.size
+    body = data[at : at + rows * _ENTRY.size]
+    for key, tag, number, offset, length in _ENTRY.iter_unpack(body):
+        yield key, Ref(names[number], offset, length, tag)
+
+
+def segment_rows(data: bytes, segment: str) -> Iterator[tuple[bytes, Ref]]:
+    """(key, ref) of each whole row; a row a kill cut short has no newline and is skipped."""
+    at = 0
+    while True:
+        end = data.find(b"\n", at)
+        if end < 0:
+            return
+        if end - at > _ANSWER_AT and data[at + _ANSWER_AT - 1] == 9:
+            with contextlib.suppress(ValueError):
+                key = bytes.fromhex(data[at : at + KEY_BYTES * 2].decode())
+                tag = bytes.fromhex(data[at + KEY_BYTES * 2 + 1 : at + _ANSWER_AT - 1].decode())
+                yield key, Ref(segment, at, end + 1 - at, tag)
+        at = end + 1
+
+
+def _segment_of(index_name: str) -> str:
+    return SEGMENTS + index_name.removeprefix(INDEXES).removesuffix(INDEX_SUFFIX) + SEGMENT_SUFFIX
+
+
+@dataclass
+class CacheIndex:
+    """Every answer the store holds, by the first 16 bytes of its key (the row holds all 32)."""
+
+    store: CacheStore
+    refs: dict[bytes, Ref] = field(default_factory=dict)
+    # the other lines' answers to a request several lines asked, by key and line tag
+    alternates: dict[bytes, Ref] = field(default_factory=dict)
+    indexes: list[str] = field(default_factory=list)
+    reads: int = 0
+
+    @classmethod
+    def load(cls, store: CacheStore, *, compact_at: int = COMPACT_AT) -> CacheIndex:
+        index = cls(store)
+        index.indexes = store.names(INDEXES)
+        indexed: set[str] = set()
+        for name in index.indexes:
+            data = store.read(name)
+            index.reads += 1
+            if data is None:
+                continue
+            for key, ref in decode_index(data):
+                index.add(key, ref)
+                indexed.add(ref.segment)
+        if store.streaming:
+            # a local run killed mid-way left segments with no index: read them, and index them
+            for segment in store.names(SEGMENTS):
+                if segment in indexed or not segment.endswith(SEGMENT_SUFFIX):
+                    continue
+                data = store.read(segment) or b""
+                entries = list(segment_rows(data, segment))
+                for key, ref in entries:
+                    index.add(key, ref)
+                name = INDEXES + segment.removeprefix(SEGMENTS).removesuffix(SEGMENT_SUFFIX) + INDEX_SUFFIX
+                store.write(name, encode_index(entries))
+                index.indexes.append(name)
+        if len(index.indexes) >= compact_at:
+            index.compact()
+        return index
+
+    def compact(self) -> None:
+        """Fold every index read into one, so the next Plan reads one object instead of many."""
+        name = f"{INDEXES}compact-{time.time_ns():020d}-{secrets.token_hex(4)}{INDEX_SUFFIX}"
+        self.store.write(name, encode_index([*self.refs.items(), *self.alternates.items()]))
+        self.store.delete([n for n in self.indexes if n != name])
+        self.indexes = [name]
+
+    def add(self, key: bytes, ref: Ref) -> None:
+        short = key[:16]
+        held = self.refs.get(short)
+        if held is None or held.tag == ref.tag:
+            self.refs[short] = ref
+        else:
+            self.alternates[short + ref.tag] = ref
+
+    def find(self, key: bytes, tag: bytes) -> Ref | None:
+        """This line's own answer if the cache has it, else any line's answer to the same request."""
+        ref = self.refs.get(key[:16])
+        if ref is None or ref.tag == tag:
+            return ref
+        return self.alternates.get(key[:16] + tag, ref)
+
+    def __len__(self) -> int:
+        return len(self.refs) + len(self.alternates)
+
+    def fetch(self, wanted: Iterable[tuple[int, bytes, Ref]]) -> Iterator[tuple[int, bytes]]:
+        """(line, response) for each wanted (line, key, ref) whose row is still there and is its key.
+
+        One read per segment, from its first wanted row to the end of its last.
+        """
+        by_segment: dict[str, list[tuple[int, bytes, Ref]]] = {}
+        for entry in wanted:
+            by_segment.setdefault(entry[2].segment, []).append(entry)
+        for segment, entries in by_segment.items():
+            start = min(ref.offset for _, _, ref in entries)
+            end = max(ref.offset + ref.length for _, _, ref in entries)
+            data = self.store.read(segment, start, end)
+            self.reads += 1
+            if data is None:
+                continue
+            for line, key, ref in entries:
+                row = data[ref.offset - start : ref.offset - start + ref.length]
+                if len(row) != ref.length or not row.endswith(b"\n") or row[: KEY_BYTES * 2] != key.hex().encode():
+                    continue
+                yield line, row[_ANSWER_AT:-1]
+
+
+# --- filling --------------------------------------------------------------------------------
+
+
+class CacheFill:
+    """What a shard's writer does with each answer: file it under its line's key.
+
+    Keys come from `track` as requests go out; lines answered in a later step (a batch, a
+    background response) get theirs from one re-read of the shard, when the first one arrives.
+    """
+
+    def __init__(
+        self,
+        store: CacheStore,
+        *,
+        base_url: str,
+        name: str,
+        keep_incomplete: bool = False,
+        keys_for: Any = None,
+    ) -> None:
+        self._store = store
+        self._base_url = base_url
+        self._name = name
+        self._keep_incomplete = keep_incomplete
+        self._keys: dict[int, bytes | None] = {}
+        self._keys_for = keys_for
+        self._read_shard = False
+        self._rows: list[tuple[bytes, bytes]] = []
+        self._appender: Appender | None = None
+        self._entries: list[tuple[bytes, Ref]] = []
+        self._segment = f"{SEGMENTS}{name}{SEGMENT_SUFFIX}"
+        self._parts = 0
+        self.filled = 0
+
+    def track(self, requests: Iterable[Request]) -> Iterator[Request]:
+        for request in requests:
+            self._keys[request.line] = self.key(request)
+            yield request
+
+    def key(self, request: Request) -> bytes | None:
+        return cache_key(self._base_url, request.path, request.body) if request.cache else None
+
+    def _key_of(self, line: int) -> bytes | None:
+        if line not in self._keys and not self._read_shard and self._keys_for is not None:
+            self._read_shard = True
+            for request in self._keys_for():
+                self._keys.setdefault(request.line, self.key(request))
+        return self._keys.pop(line, None)
+
+    def add(self, outcome: Outcome, record: bytes | None = None) -> None:
+        """File `outcome`'s answer; `record`, its result line, saves encoding the body again."""
+        if not cacheable(outcome, keep_incomplete=self._keep_incomplete):
+            self._keys.pop(outcome.line, None)
+            return
+        key = self._key_of(outcome.line)
+        if key is None:
+            return
+        tag = line_tag(outcome.custom_id)
+        row = cache_row(key, tag, answer_of(record) if record is not None else answer_bytes(outcome))
+        self.filled += 1
+        if self._store.streaming:
+            if self._appender is None:
+                self._appender = self._store.append(self._segment)
+            self._entries.append((key, Ref(self._segment, self._appender.add(row), len(row), tag)))
+        else:
+            self._rows.append((key, row))
+
+    def cut(self, *, last: bool = False) -> list[tuple[bytes, bytes]]:
+        """Rows for one segment, written with the part being cut (stores written whole): every
+        `SEGMENT_ROWS` answers, and what is left at the end of the run. Parts are cut every few
+        seconds; a segment per part would make a re-run's Plan fetch from hundreds of them.
+        A run that dies loses the answers not yet in a segment: their lines are sent again by a
+        later job, never lost."""
+        if not last and len(self._rows) < SEGMENT_ROWS:
+            return []
+        rows, self._rows = self._rows, []
+        return rows
+
+    def write(self, rows: list[tuple[bytes, bytes]]) -> None:
+        """One segment and its index, segment first: an index never names what is not there."""
+        if not rows:
+            return
+        self._parts += 1
+        name = f"{self._name}-{self._parts:04d}"
+        segment = f"{SEGMENTS}{name}{SEGMENT_SUFFIX}"
+        entries: list[tuple[bytes, Ref]] = []
+        offset = 0
+        for key, row in rows:
+            tag = bytes.fromhex(row[KEY_BYTES * 2 + 1 : _ANSWER_AT - 1].decode())
+            entries.append((key, Ref(segment, offset, len(row), tag)))
+            offset += len(row)
+        self._store.write(segment, b"".join(row for _, row in rows))
+        self._store.write(f"{INDEXES}{name}{INDEX_SUFFIX}", encode_index(entries))
+
+    def close(self) -> None:
+        if self._appender is not None:
+            self._appender.close()
+            self._appender = None
+            name = self._segment.removeprefix(SEGMENTS).removesuffix(SEGMENT_SUFFIX)
+            self._store.write(f"{INDEXES}{name}{INDEX_SUFFIX}", encode_index(self._entries))
+
+
+def segment_name(job_id: str, shard: int, run: int, path: str) -> str:
+    return f"{job_id}.{shard:05d}.{run:05d}.{path}.{secrets.token_hex(4)}"
+
+
+def clear(store: CacheStore) -> int:
+    names = store.names(INDEXES) + store.names(SEGMENTS)
+    store.delete(names)
+    return len(names)
+
+
+def stats(store: CacheStore) -> dict[str, int]:
+    index = CacheIndex.load(store, compact_at=1 << 30)
+    objects, size = store.size()
+    return {"answers": len(index), "requests": len(index.refs), "objects": objects, "bytes": size}
+
+
+def fill_for(ctx: ShardContext, spec: ShardSpec, *, run: int, path: str) -> CacheFill | None:
+    """The cache a shard's writer fills, when its job writes to the cache."""
+    if spec.cache not in ("on", "write"):
+        return None
+
+    def keys_for() -> Iterator[Request]:
+        return (item for item in read_shard(ctx.s3, spec) if isinstance(item, Request))
+
+    return CacheFill(
+        cache_store(ctx.s3, ctx.settings),
+        base_url=ctx.settings.cache_provider_name,
+        name=segment_name(spec.job_id, spec.shard, run, path),
+        keep_incomplete=spec.cache_incomplete,
+        keys_for=keys_for,
+    )

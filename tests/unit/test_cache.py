@@ -1,0 +1,183 @@
+"""The response cache alone: keys, what is kept, the segment and index formats, the local store."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import orjson
+import pytest
+from sluice.cache import (
+    INDEXES,
+    SEGMENTS,
+    CacheFill,
+    CacheIndex,
+    DirStore,
+    cache_key,
+    cacheable,
+    clear,
+    decode_index,
+    encode_index,
+    line_tag,
+    stats,
+)
+from sluice.contract import Settings
+from sluice.lines import parse_line
+from sluice.model import Outcome, Request
+from sluice.plan import JobOptions, PlanError
+
+BASE = "https://api.example.com/v1"
+
+
+def request(line: int, body: Mapping[str, object], custom_id: str | None = None) -> Request:
+    return Request(line, custom_id or f"c-{line}", "POST", "/v1/chat/completions", orjson.dumps(body))
+
+
+def answer(line: int, text: str, custom_id: str | None = None, **body: object) -> Outcome:
+    payload = {"id": f"chatcmpl-{line}", "choices": [{"finish_reason": "stop", "message": {"content": text}}], **body}
+    return Outcome(line, custom_id or f"c-{line}", 200, payload, f"req-{line}")
+
+
+def test_the_key_is_the_request_not_its_spelling() -> None:
+    a = cache_key(BASE, "/v1/chat/completions", b'{"model":"m","messages":[{"role":"user","content":"hi"}]}')
+    b = cache_key(BASE + "/", "/v1/chat/completions", b'{"messages":[{"content":"hi","role":"user"}],"model":"m"}')
+    assert a == b
+    assert cache_key("https://other.example/v1", "/v1/chat/completions", b'{"model":"m"}') != cache_key(
+        BASE, "/v1/chat/completions", b'{"model":"m"}'
+    )
+    assert cache_key(BASE, "/v1/completions", b'{"model":"m"}') != cache_key(
+        BASE, "/v1/chat/completions", b'{"model":"m"}'
+    )
+
+
+def test_the_key_follows_the_jobs_model_override_as_plan_and_shards_see_it() -> None:
+    raw = b'{"custom_id":"x","method":"POST","url":"/v1/chat/completions","body":{"messages":[],"model":"a"}}'
+    as_sent = parse_line(raw, 1, model="b")
+    in_plan = parse_line(raw, 1, model="b", sort_keys=True)
+    plain = parse_line(raw, 1)
+    assert isinstance(as_sent, Request) and isinstance(in_plan, Request) and isinstance(plain, Request)
+    # Plan encodes canonically once; a shard canonicalises what it sends: the same key
+    assert cache_key(BASE, as_sent.path, as_sent.body) == cache_key(BASE, in_plan.path, in_plan.body, canonical=True)
+    assert cache_key(BASE, plain.path, plain.body) != cache_key(BASE, as_sent.path, as_sent.body)
+
+
+def test_a_line_can_opt_out_beside_its_custom_id_without_changing_the_body() -> None:
+    line = {"custom_id": "x", "method": "POST", "url": "/v1/chat/completions", "body": {"model": "m"}}
+    kept = parse_line(orjson.dumps(line), 1)
+    opted = parse_line(orjson.dumps({**line, "sluice_cache": False}), 1)
+    assert isinstance(kept, Request) and isinstance(opted, Request)
+    assert kept.cache and not opted.cache
+    assert opted.body == kept.body == b'{"model":"m"}'
+
+
+def test_only_finished_successful_answers_are_kept() -> None:
+    assert cacheable(answer(1, "ok"), keep_incomplete=False)
+    failed = Outcome(1, "c", 500, {"error": "x"}, "r", error_code="retries_exhausted")
+    assert not cacheable(failed, keep_incomplete=True)
+    assert not cacheable(Outcome(1, "c", 201, {"id": "x"}, "r"), keep_incomplete=True)
+    cut = answer(1, "par", choices=[{"finish_reason": "length"}])
+    assert not cacheable(cut, keep_incomplete=False) and cacheable(cut, keep_incomplete=True)
+    incomplete = Outcome(1, "c", 200, {"status": "incomplete", "output": [{}]}, "r")
+    assert not cacheable(incomplete, keep_incomplete=False) and cacheable(incomplete, keep_incomplete=True)
+    assert not cacheable(Outcome(1, "c", 200, {"status": "failed"}, "r"), keep_incomplete=True)
+
+
+def fill(store: DirStore, name: str, outcomes: list[tuple[Request, Outcome]]) -> CacheFill:
+    cache = CacheFill(store, base_url=BASE, name=name)
+    for _ in cache.track(r for r, _ in outcomes):
+        pass
+    for _, outcome in outcomes:
+        cache.add(outcome)
+    return cache
+
+
+def test_a_local_segment_has_every_answer_before_close_and_a_reader_indexes_it(tmp_path: Path) -> None:
+    store = DirStore(tmp_path)
+    pairs = [(request(n, {"q": n}), answer(n, f"a{n}")) for n in range(1, 6)]
+    cache = fill(store, "killed", pairs)
+    # never closed, as after a SIGKILL: no index yet, and the last row cut in half
+    assert store.names(INDEXES) == []
+    (segment,) = store.names(SEGMENTS)
+    (tmp_path / segment).write_bytes((tmp_path / segment).read_bytes() + b"0" * 64 + b"\tdead")
+    index = CacheIndex.load(store)
+    assert len(index) == 5 and store.names(INDEXES) == ["index/killed.idx"]
+    wanted = [(n, cache_key(BASE, "/v1/chat/completions", orjson.dumps({"q": n}))) for n in (2, 4)]
+    found = dict(index.fetch((n, key, index.find(key, line_tag(f"c-{n}"))) for n, key in wanted))  # type: ignore[misc]
+    assert set(found) == {2, 4}
+    assert orjson.loads(found[2]) == {"status_code": 200, "request_id": "req-2", "body": answer(2, "a2").body}
+    cache.close()
+
+
+def test_each_line_gets_its_own_answer_back_and_others_share_one(tmp_path: Path) -> None:
+    store = DirStore(tmp_path)
+    same = {"q": "same"}
+    fill(store, "dups", [(request(1, same), answer(1, "first")), (request(2, same), answer(2, "second"))]).close()
+    index = CacheIndex.load(store)
+    key = cache_key(BASE, "/v1/chat/completions", orjson.dumps(same))
+
+    def text(custom_id: str) -> str:
+        ref = index.find(key, line_tag(custom_id))
+        assert ref is not None
+        ((_, raw),) = list(index.fetch([(1, key, ref)]))
+        return str(orjson.loads(raw)["body"]["choices"][0]["message"]["content"])
+
+    assert text("c-1") == "first" and text("c-2") == "second"
+    assert text("someone-else") in ("first", "second")
+
+
+def test_a_row_is_only_served_for_its_own_key(tmp_path: Path) -> None:
+    store = DirStore(tmp_path)
+    fill(store, "one", [(request(1, {"q": 1}), answer(1, "a"))]).close()
+    index = CacheIndex.load(store)
+    key = cache_key(BASE, "/v1/chat/completions", orjson.dumps({"q": 1}))
+    ref = index.find(key, line_tag("c-1"))
+    assert ref is not None
+    # a key that shares the first 16 bytes (what the index holds) is not served another's answer
+    impostor = key[:16] + bytes(16)
+    assert list(index.fetch([(1, impostor, ref)])) == []
+    assert len(list(index.fetch([(1, key, ref)]))) == 1
+
+
+def test_many_small_indexes_are_folded_into_one(tmp_path: Path) -> None:
+    store = DirStore(tmp_path)
+    for n in range(10):
+        fill(store, f"part-{n}", [(request(n, {"q": n}), answer(n, str(n)))]).close()
+    assert len(store.names(INDEXES)) == 10
+    index = CacheIndex.load(store, compact_at=8)
+    (only,) = store.names(INDEXES)
+    assert only.startswith("index/compact-")
+    again = CacheIndex.load(store, compact_at=8)
+    assert len(again) == len(index) == 10 and again.refs == index.refs
+
+
+def test_the_answer_kept_is_the_result_lines_response_byte_for_byte() -> None:
+    from sluice.cache import answer_bytes, answer_of
+    from sluice.records import result_record
+
+    tricky = answer(3, 'say ,"response": and ,"error":null}', custom_id='id ,"response":{"x":1},"error":null}')
+    record = result_record("job", tricky)
+    assert answer_of(record) == answer_bytes(tricky)
+    assert orjson.loads(record)["response"] == orjson.loads(answer_of(record))
+
+
+def test_index_round_trip_and_stats_and_clear(tmp_path: Path) -> None:
+    from sluice.cache import Ref
+
+    entries = [(bytes([n]) * 32, Ref(f"segments/s{n % 2}.seg", n * 10, 10, bytes([n]) * 8)) for n in range(4)]
+    assert list(decode_index(encode_index(entries))) == [(k[:16], r) for k, r in entries]
+    store = DirStore(tmp_path)
+    fill(store, "s", [(request(n, {"q": n}), answer(n, str(n))) for n in range(3)]).close()
+    assert stats(store)["answers"] == 3
+    assert clear(store) == 2
+    assert stats(store)["answers"] == 0
+
+
+@pytest.mark.parametrize("value", ["sometimes", "ON", ""])
+def test_a_bad_cache_option_is_refused_with_what_is_expected(value: str) -> None:
+    settings = Settings(bucket="b", table="t", provider_base_url=BASE, api_key_secret_arn="arn")
+    with pytest.raises(PlanError, match="expected one of on, read, write, off"):
+        JobOptions.from_metadata({"sluice-cache": value}, settings)
+    assert JobOptions.from_metadata({"sluice-cache": "read"}, settings).cache == "read"
+    assert JobOptions.from_metadata({}, settings).cache == "on"
+    with pytest.raises(PlanError, match="cache-incomplete"):
+        JobOptions.from_metadata({"sluice-cache-incomplete": "maybe"}, settings)

@@ -1,0 +1,142 @@
+"""The response cache on the deployed path: the job bucket's cache/, read by Plan, filled by every mode."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import boto3
+import orjson
+import pytest
+from sluice.contract import CACHE_PREFIX
+
+from local.cloud import REGION, LocalCloud, run_job
+from tests.conftest import request_line, write_jsonl
+
+SENT = ("/v1/chat/completions", "/v1/responses")
+
+
+def sent(simulator: Any) -> list[str]:
+    """custom_ids of the requests the provider got, directly or in a batch's input file."""
+    direct = [str(e["custom_id"]) for e in simulator.log if e["method"] == "POST" and e["path"] in SENT]
+    return direct + [
+        f"batch:{e['path']}" for e in simulator.log if e["method"] == "POST" and e["path"] == "/v1/batches"
+    ]
+
+
+def cache_objects(cloud: LocalCloud) -> dict[str, bytes]:
+    s3 = boto3.client("s3", region_name=REGION)
+    objects: dict[str, bytes] = {}
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=cloud.bucket, Prefix=CACHE_PREFIX):
+        for obj in page.get("Contents", []):
+            objects[obj["Key"]] = s3.get_object(Bucket=cloud.bucket, Key=obj["Key"])["Body"].read()
+    return objects
+
+
+def lines(n: int, url: str = "/v1/chat/completions") -> list[bytes]:
+    return [request_line(f"c-{i}", f"review number {i}", url=url) for i in range(n)]
+
+
+def test_a_reupload_sends_nothing_and_the_cache_holds_no_secret(
+    make_cloud: Any, simulator: Any, tmp_path: Path
+) -> None:
+    cloud = make_cloud(shard_lines=20)
+    path = write_jsonl(tmp_path / "first.jsonl", lines(50))
+    first = run_job(cloud, path)
+    assert len(sent(simulator)) == 50 and first.summary["cache"]["hits"] == 0
+    stored = cache_objects(cloud)
+    # one segment and one index per part that held answers (three shards): no object per line
+    assert 2 <= len([k for k in stored if k.startswith(f"{CACHE_PREFIX}segments/")]) <= 6
+    assert {k.split("/")[1] for k in stored} == {"segments", "index"}
+
+    simulator.clear_log()
+    second = run_job(cloud, path, key="inbox/again/first.jsonl")
+    assert sent(simulator) == []
+    assert second.status == "SUCCEEDED" and second.verify(path).ok
+    assert second.summary["cache"] == {
+        "mode": "on",
+        "hits": 50,
+        "misses": 0,
+        "saved_usd": first.summary["cost_estimate_usd"]["provider"],
+    }
+    assert second.summary["lines_by_path"] == {"cache": 50}
+    assert all(r["cached"] is True for r in second.results)
+    assert [r["response"] for r in second.results] == [r["response"] for r in first.results]
+    # cached tokens are not paid again: the job's own tokens and provider cost are nothing
+    assert second.summary["tokens"] == {"input": 0, "output": 0}
+
+    # the answers only: never the API key, nor any header
+    everything = b"".join(cache_objects(cloud).values())
+    assert b"sk-test" not in everything
+    assert b"authorization" not in everything.lower() and b"bearer" not in everything.lower()
+
+
+@pytest.mark.parametrize("first_mode", ["batch", "background"])
+def test_an_answer_from_one_mode_serves_a_direct_job(
+    make_cloud: Any, simulator: Any, tmp_path: Path, first_mode: str
+) -> None:
+    cloud = make_cloud(shard_lines=20, poll_seconds=1)
+    simulator.configure(batch_phase_s=0.1, webhook_url=cloud.webhook_url, webhook_secret=cloud.webhook_secret)
+    url = "/v1/responses" if first_mode == "background" else "/v1/chat/completions"
+    path = write_jsonl(tmp_path / "modes.jsonl", lines(30, url=url))
+    first = run_job(cloud, path, metadata={"sluice-mode": first_mode})
+    assert first.status == "SUCCEEDED"
+    assert first_mode in first.summary["lines_by_path"]
+
+    simulator.clear_log()
+    second = run_job(cloud, path, key="inbox/direct/modes.jsonl", metadata={"sluice-mode": "direct"})
+    assert sent(simulator) == []
+    assert second.summary["cache"]["hits"] == 30
+    assert [r["custom_id"] for r in second.results] == [f"c-{i}" for i in range(30)]
+
+
+def test_cache_modes_per_job_and_the_per_line_opt_out(make_cloud: Any, simulator: Any, tmp_path: Path) -> None:
+    cloud = make_cloud(shard_lines=20)
+    path = write_jsonl(tmp_path / "modes.jsonl", lines(10))
+
+    run_job(cloud, path, metadata={"sluice-cache": "read"})
+    assert len(sent(simulator)) == 10 and cache_objects(cloud) == {}
+    run_job(cloud, path, key="inbox/b/modes.jsonl", metadata={"sluice-cache": "off"})
+    assert len(sent(simulator)) == 20 and cache_objects(cloud) == {}
+    run_job(cloud, path, key="inbox/c/modes.jsonl", metadata={"sluice-cache": "write"})
+    assert len(sent(simulator)) == 30 and cache_objects(cloud) != {}
+    # `write` fills but does not read: the same lines go again
+    run_job(cloud, path, key="inbox/d/modes.jsonl", metadata={"sluice-cache": "write"})
+    assert len(sent(simulator)) == 40
+
+    # a line that samples opts out next to its custom_id: the provider gets the same body, every time
+    sampling = orjson.loads(request_line("sampled", "write me a poem"))
+    sampling["body"]["temperature"] = 1.0
+    sampling["sluice_cache"] = False
+    mixed = write_jsonl(tmp_path / "mixed.jsonl", [*lines(3), orjson.dumps(sampling) + b"\n"])
+    simulator.clear_log()
+    for attempt in range(2):
+        run = run_job(cloud, mixed, key=f"inbox/mixed-{attempt}.jsonl")
+        assert run.status == "SUCCEEDED"
+    assert sent(simulator) == ["sampled", "sampled"]
+
+
+def test_a_bad_cache_option_fails_the_job_with_a_clear_reason(make_cloud: Any, simulator: Any, tmp_path: Path) -> None:
+    cloud = make_cloud()
+    run = run_job(cloud, write_jsonl(tmp_path / "bad.jsonl", lines(3)), metadata={"sluice-cache": "sometimes"})
+    assert run.status != "SUCCEEDED"
+    assert "sluice-cache='sometimes'; expected one of on, read, write, off" in str(run.execution) + str(run.summary)
+    assert sent(simulator) == []
+
+
+def test_answers_the_lifecycle_rule_expired_are_sent_again(make_cloud: Any, simulator: Any, tmp_path: Path) -> None:
+    cloud = make_cloud(shard_lines=20)
+    path = write_jsonl(tmp_path / "expiring.jsonl", lines(40))
+    run_job(cloud, path)
+    s3 = boto3.client("s3", region_name=REGION)
+    segments = sorted(k for k in cache_objects(cloud) if k.startswith(f"{CACHE_PREFIX}segments/"))
+    # as S3's expiration would: the segment goes, its index stays
+    gone = segments[0]
+    expired = {orjson.loads(row.split(b"\t", 2)[2])["request_id"] for row in cache_objects(cloud)[gone].splitlines()}
+    s3.delete_object(Bucket=cloud.bucket, Key=gone)
+
+    simulator.clear_log()
+    again = run_job(cloud, path, key="inbox/later/expiring.jsonl")
+    assert again.status == "SUCCEEDED" and again.verify(path).ok
+    assert len(sent(simulator)) == len(expired) > 0
+    assert again.summary["cache"]["hits"] == 40 - len(expired)
