@@ -127,6 +127,8 @@ def main() -> int:
     per_line = tokens(body(0))
     lines = math.ceil(args.times * args.limit / per_line)
     settings = LocalSettings(
+        # every run asks the provider: a cache filled by an earlier run would answer it instead
+        cache="off",
         map_concurrency=args.map_concurrency,
         shard_lines=args.shard_lines,
         request_timeout_s=30.0,

@@ -131,6 +131,8 @@ def main() -> None:
     make_input(path, args.lines, args.max_tokens)
     one = one_request_usd(path)
     settings = LocalSettings(
+        # every run asks the provider: a cache filled by an earlier run would answer it instead
+        cache="off",
         concurrency=args.concurrency,
         map_concurrency=args.map_concurrency,
         shard_lines=args.shard_lines,

@@ -90,6 +90,8 @@ def main() -> None:
         path = WORK / f"e2e-{args.lines}.jsonl"
         make_input(path, args.lines)
         settings = LocalSettings(
+            # every run asks the provider: a cache filled by an earlier run would answer it instead
+            cache="off",
             concurrency=args.concurrency,
             map_concurrency=args.map_concurrency,
             shard_lines=args.shard_lines,

@@ -72,6 +72,8 @@ def run_jobs(args: argparse.Namespace, shared: str, jobs: int, *, tpm: int = 0, 
     rpm = args.rpm * 10 if tpm else args.rpm
     seed = {"gpt-4o-mini": {"rpm": rpm, **({"tpm": tpm} if tpm else {})}}
     settings = LocalSettings(
+        # every run asks the provider: a cache filled by an earlier run would answer it instead
+        cache="off",
         concurrency=args.concurrency,
         map_concurrency=args.map_concurrency,
         shard_lines=args.shard_lines,

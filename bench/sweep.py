@@ -41,7 +41,10 @@ def main() -> int:
     config = SimConfig(
         latency_s=args.latency, seed=16, rate_429=args.rate_429, rate_500=args.rate_500, retry_after_s=args.retry_after
     )
-    settings = LocalSettings(concurrency=args.concurrency, max_attempts=args.max_attempts, request_timeout_s=30.0)
+    # every run asks the provider: a cache filled by an earlier run would answer it instead
+    settings = LocalSettings(
+        cache="off", concurrency=args.concurrency, max_attempts=args.max_attempts, request_timeout_s=30.0
+    )
     print(
         f"{args.runs} runs of {args.lines:,} lines, direct mode, {args.concurrency} in flight, "
         f"{args.max_attempts} attempts a line; faults 429={args.rate_429} 500={args.rate_500}"

@@ -47,7 +47,12 @@ def main() -> None:
     for label, drop in (("webhooks", 0.0), ("all webhooks lost", 1.0)):
         with SimulatorServer(SimConfig(latency_s=args.latency, seed=3)) as sim:
             settings = LocalSettings(
-                concurrency=500, map_concurrency=4, shard_lines=500, poll_seconds=args.poll_seconds
+                # every run asks the provider: a cache filled by an earlier run would answer it instead
+                cache="off",
+                concurrency=500,
+                map_concurrency=4,
+                shard_lines=500,
+                poll_seconds=args.poll_seconds,
             )
             cloud = LocalCloud(provider_base_url=sim.base_url, api_key="sk-bench", settings=settings)
             with cloud.running():

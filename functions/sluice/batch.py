@@ -724,6 +724,9 @@ async def collect_batch(
         store=ctx.store,
         spec=spec,
         run=checkpoint.runs + 1,
+        # a batch's answers are found through its row map and the results file, never by item
+        # row: a row per answered line was most of a batch job's DynamoDB writes
+        item_rows_for_results=False,
         path="batch",
         progress=ctx.progress,
         cache=fill_for(ctx, spec, run=checkpoint.runs + 1, path="batch"),
