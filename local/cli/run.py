@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,7 +19,7 @@ from sluice.plan import job_id_for
 
 from local.checks import NO_API_KEY, check_provider, out_dir
 from local.cloud import LocalCloud, LocalSettings
-from local.console import EXIT_INTERRUPTED, file_link, human_seconds, human_usd, job_exit_code, need_file, say
+from local.console import EXIT_INTERRUPTED, CliError, file_link, human_seconds, human_usd, job_exit_code, need_file, say
 from local.inputs import check_file, require_valid
 from local.interrupt import CtrlC, cancel_run
 from local.progress import Display, LiveCounts
@@ -63,11 +64,26 @@ def run(args: argparse.Namespace) -> int:
         ctrl_c.restore()
 
 
+def usable_cache_dir(path: Path, *, given: bool) -> None:
+    """Refuse a cache directory the run could not write before anything is sent: found out by
+    a shard, it would fail the whole job after the fact."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".probe-"):
+            pass
+    except OSError as exc:
+        where = "--cache-dir" if given else "the response cache (set --cache-dir, or --no-cache)"
+        raise CliError(f"{where}: cannot write {path}: {exc.strerror or exc}") from exc
+
+
 def _run(args: argparse.Namespace, ctrl_c: CtrlC) -> int:
     path = need_file(Path(args.file))
     out = out_dir(Path(args.out))
     # the same check as `submit`: a file that is not a job fails here, not as a job of errors
     require_valid(check_file(path, quiet=args.quiet), allow_invalid=args.allow_invalid)
+    cache_dir = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
+    if not args.no_cache:
+        usable_cache_dir(cache_dir, given=bool(args.cache_dir))
     settings = LocalSettings(
         concurrency=args.concurrency,
         map_concurrency=args.map_concurrency,
@@ -75,7 +91,7 @@ def _run(args: argparse.Namespace, ctrl_c: CtrlC) -> int:
         max_attempts=args.max_attempts,
         request_timeout_s=args.request_timeout,
         cache="off" if args.no_cache else "on",
-        cache_dir=str(Path(args.cache_dir) if args.cache_dir else default_cache_dir()),
+        cache_dir=str(cache_dir),
         # the built-in simulator listens on a new port each run: its answers are keyed by its name
         cache_provider=None if os.environ.get("OPENAI_BASE_URL", "").strip() else SIMULATOR_PROVIDER,
     )

@@ -113,3 +113,15 @@ def test_a_bad_budget_is_refused_naming_the_flag(value: str, tmp_path: Path) -> 
     assert "--budget" in done.stderr and "US dollars" in done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_cache_directory_that_cannot_be_written_is_refused_before_the_job(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "one.jsonl", [request_line("a")])
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    done = sluice(
+        "run", str(path), "--out", str(tmp_path / "out"), "--cache-dir", str(blocker / "cache"), env=clean_env()
+    )
+    assert done.returncode == 2, done.stderr
+    assert "--cache-dir" in done.stderr and str(blocker / "cache") in done.stderr
+    assert "Traceback" not in done.stderr and "started" not in done.stdout
