@@ -129,15 +129,13 @@ def cached_record(record_id: str, custom_id: str, answer: bytes) -> bytes:
 
 
 class CacheStore(Protocol):
-    """Named blobs under one root; `streaming` stores take answers one `append` at a time."""
-
-    streaming: bool
+    """Named blobs under one root. A `DirStore` also takes answers one `append` at a time, so a
+    killed local run keeps each answer it got; S3 objects are written whole."""
 
     def names(self, folder: str) -> list[str]: ...
     def read(self, name: str, start: int | None = None, end: int | None = None) -> bytes | None: ...
     def write(self, name: str, data: bytes) -> None: ...
     def delete(self, names: list[str]) -> None: ...
-    def append(self, name: str) -> Appender: ...
     def size(self) -> tuple[int, int]: ...
 
 
@@ -153,7 +151,6 @@ class S3Store:
     s3: Any
     bucket: str
     prefix: str = CACHE_PREFIX
-    streaming: bool = False
 
     def names(self, folder: str) -> list[str]:
         out: list[str] = []
@@ -179,9 +176,6 @@ class S3Store:
         for start in range(0, len(names), 1000):
             chunk = [{"Key": self.prefix + n} for n in names[start : start + 1000]]
             self.s3.delete_objects(Bucket=self.bucket, Delete={"Objects": chunk, "Quiet": True})
-
-    def append(self, name: str) -> Appender:
-        raise NotImplementedError("S3 objects are written whole")
 
     def size(self) -> tuple[int, int]:
         count = total = 0
@@ -215,7 +209,6 @@ class DirStore:
     """A directory on this machine (`sluice run`); files readable by the user only."""
 
     root: Path
-    streaming: bool = True
 
     def names(self, folder: str) -> list[str]:
         where = self.root / folder
@@ -357,7 +350,7 @@ class CacheIndex:
             for key, ref in decode_index(data):
                 index.add(key, ref)
                 indexed.add(ref.segment)
-        if store.streaming:
+        if isinstance(store, DirStore):
             # a local run killed mid-way left segments with no index: read them, and index them
             for segment in store.names(SEGMENTS):
                 if segment in indexed or not segment.endswith(SEGMENT_SUFFIX):
@@ -479,7 +472,7 @@ class CacheFill:
         tag = line_tag(outcome.custom_id)
         row = cache_row(key, tag, answer_of(record) if record is not None else answer_bytes(outcome))
         self.filled += 1
-        if self._store.streaming:
+        if isinstance(self._store, DirStore):
             if self._appender is None:
                 self._appender = self._store.append(self._segment)
             self._entries.append((key, Ref(self._segment, self._appender.add(row), len(row), tag)))

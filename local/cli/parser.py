@@ -196,7 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
 
         examples:
           sluice cache stats
-          sluice cache clear --cache-dir /tmp/sluice-cache
+          sluice cache clear --cache-dir .sluice-cache
         """,
     )
     ch.add_argument("action", choices=("stats", "clear"), help="stats: count the answers kept; clear: delete them")
