@@ -274,9 +274,10 @@ def wakeups(settings: Settings, seconds: float) -> int:
 
 
 def child_fixed_events() -> int:
-    """A child's events outside its loop: start and end, the mode Choice, the final state."""
+    """A child's events outside its loop: start and end, the cache and mode Choices, the final state."""
     states = shard_states()
-    return EXECUTION_EVENTS + _events(states["Which mode?"]) + _events(states["Shard finished"])
+    choices = _events(states["Answered from the cache?"]) + _events(states["Which mode?"])
+    return EXECUTION_EVENTS + choices + _events(states["Shard finished"])
 
 
 # --- the tables -------------------------------------------------------------------------------

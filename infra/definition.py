@@ -125,8 +125,14 @@ def _shard_states() -> dict[str, Any]:
     """
     p = FUNCTION_PLACEHOLDERS
     return {
-        "StartAt": "Which mode?",
+        "StartAt": "Answered from the cache?",
         "States": {
+            # Plan wrote the outputs of a shard the response cache answered whole: nothing to run
+            "Answered from the cache?": {
+                "Type": "Choice",
+                "Choices": [_is_true(f"{SHARD}.answered", "Shard finished")],
+                "Default": "Which mode?",
+            },
             "Which mode?": {
                 "Type": "Choice",
                 "Choices": [

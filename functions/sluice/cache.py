@@ -19,6 +19,7 @@ loses no answer; its index is rebuilt from the segment by the next reader.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import secrets
@@ -27,20 +28,26 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import orjson
 
 from .contract import CACHE_PREFIX, Settings
 from .model import Outcome, Request
 from .shard import ShardContext, ShardSpec, read_shard
+from .stats import usage_tokens
 
 SEGMENTS = "segments/"
 INDEXES = "index/"
 SEGMENT_SUFFIX = ".seg"
 INDEX_SUFFIX = ".idx"
-INDEX_MAGIC = b"SLUICE-CACHE-INDEX 1\n"
-_ENTRY = struct.Struct("<16s8sIII")
+INDEX_MAGIC = b"SLUICE-CACHE-INDEX 2\n"
+# the first release's indexes, without the answers' usage: still read, the usage then parsed
+INDEX_MAGIC_V1 = b"SLUICE-CACHE-INDEX 1\n"
+# key (16 bytes), line tag, segment, offset, length; from version 2 the answer's model and tokens
+_ENTRY_V1 = struct.Struct("<16s8sIII")
+_ENTRY = struct.Struct("<16s8sIIIHII")
+_UNKNOWN_MODEL = 0xFFFF
 _COUNT = struct.Struct("<I")
 _NAME_LEN = struct.Struct("<H")
 # Plan folds the indexes into one once there are this many: a job's few dozen parts each add one
@@ -58,15 +65,20 @@ def canonical_body(body: bytes) -> bytes:
     return orjson.dumps(orjson.loads(body), option=orjson.OPT_SORT_KEYS)
 
 
+@functools.lru_cache(maxsize=64)
+def _asked_of(base_url: str, path: str) -> Any:
+    """The hash of whom a line asks, which every line of a job shares: each line hashes on from a copy."""
+    digest = hashlib.sha256()
+    digest.update(base_url.rstrip("/").encode() + b"\n" + path.encode() + b"\n")
+    return digest
+
+
 def cache_key(base_url: str, path: str, body: bytes | None, *, canonical: bool = False) -> bytes:
     """What a line asks, and of whom: base URL, endpoint, canonical body (`canonical`: it already is)."""
-    digest = hashlib.sha256()
-    digest.update(base_url.rstrip("/").encode())
-    digest.update(b"\n")
-    digest.update(path.encode())
-    digest.update(b"\n")
-    digest.update((body if canonical else canonical_body(body)) if body else b"")
-    return digest.digest()
+    digest = _asked_of(base_url, path).copy()
+    if body:
+        digest.update(body if canonical else canonical_body(body))
+    return bytes(digest.digest())
 
 
 def incomplete(body: Any) -> bool:
@@ -270,28 +282,27 @@ def cache_store(s3: Any, settings: Settings) -> CacheStore:
 # --- the index ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Ref:
+class Ref(NamedTuple):
+    """Where an answer is; a tuple, as Plan makes one for every line that hits."""
+
     segment: str
     offset: int
     length: int
     tag: bytes = bytes(TAG_BYTES)
+    # what the answer used, so a hit's saving is counted without parsing it; None: not known
+    # (an index of the first release), "" for an answer that names no model
+    model: str | None = None
+    tokens_in: int = 0
+    tokens_out: int = 0
 
 
-def encode_index(entries: Iterable[tuple[bytes, Ref]]) -> bytes:
-    segments: dict[str, int] = {}
-    rows: list[bytes] = []
-    for key, ref in entries:
-        number = segments.setdefault(ref.segment, len(segments))
-        rows.append(_ENTRY.pack(key[:16], ref.tag, number, ref.offset, ref.length))
-    names = b"".join(_NAME_LEN.pack(len(n.encode())) + n.encode() for n in segments)
-    return INDEX_MAGIC + _COUNT.pack(len(segments)) + names + _COUNT.pack(len(rows)) + b"".join(rows)
+def answer_usage(body: Any) -> tuple[str, int, int]:
+    """(model, input tokens, output tokens) of an answer's body, as the index keeps them."""
+    model = body.get("model") if isinstance(body, dict) else None
+    return (model, *usage_tokens(body)) if isinstance(model, str) else ("", 0, 0)
 
 
-def decode_index(data: bytes) -> Iterator[tuple[bytes, Ref]]:
-    if not data.startswith(INDEX_MAGIC):
-        return
-    at = len(INDEX_MAGIC)
+def _names(data: bytes, at: int) -> tuple[list[str], int]:
     (count,) = _COUNT.unpack_from(data, at)
     at += _COUNT.size
     names: list[str] = []
@@ -300,15 +311,77 @@ def decode_index(data: bytes) -> Iterator[tuple[bytes, Ref]]:
         at += _NAME_LEN.size
         names.append(data[at : at + length].decode())
         at += length
-    (rows,) = _COUNT.unpack_from(data, at)
-    at += _COUNT.size
-    body = data[at : at + rows * _ENTRY.size]
-    for key, tag, number, offset, length in _ENTRY.iter_unpack(body):
-        yield key, Ref(names[number], offset, length, tag)
+    return names, at
+
+
+def _encode_names(names: Iterable[str]) -> bytes:
+    encoded = [n.encode() for n in names]
+    return _COUNT.pack(len(encoded)) + b"".join(_NAME_LEN.pack(len(n)) + n for n in encoded)
+
+
+def encode_index(entries: Iterable[tuple[bytes, Ref]]) -> bytes:
+    segments: dict[str, int] = {}
+    models: dict[str, int] = {}
+    rows: list[bytes] = []
+    for key, ref in entries:
+        number = segments.setdefault(ref.segment, len(segments))
+        model = _UNKNOWN_MODEL if ref.model is None else models.setdefault(ref.model, len(models))
+        rows.append(
+            _ENTRY.pack(key[:16], ref.tag, number, ref.offset, ref.length, model, ref.tokens_in, ref.tokens_out)
+        )
+    return INDEX_MAGIC + _encode_names(segments) + _encode_names(models) + _COUNT.pack(len(rows)) + b"".join(rows)
+
+
+@dataclass(frozen=True, slots=True)
+class _Table:
+    """One index as read: its rows stay packed, and are decoded only for the lines that hit."""
+
+    segments: list[str]
+    models: list[str]
+    body: memoryview
+    rows: int
+    entry: struct.Struct
+
+    @classmethod
+    def parse(cls, data: bytes) -> _Table | None:
+        if data.startswith(INDEX_MAGIC):
+            entry = _ENTRY
+        elif data.startswith(INDEX_MAGIC_V1):
+            entry = _ENTRY_V1
+        else:
+            return None
+        segments, at = _names(data, len(INDEX_MAGIC))
+        models: list[str] = []
+        if entry is _ENTRY:
+            models, at = _names(data, at)
+        (rows,) = _COUNT.unpack_from(data, at)
+        at += _COUNT.size
+        return cls(segments, models, memoryview(data)[at : at + rows * entry.size], rows, entry)
+
+    def ref(self, row: int) -> Ref:
+        fields = self.entry.unpack_from(self.body, row * self.entry.size)
+        segment, offset, length = self.segments[fields[2]], fields[3], fields[4]
+        if len(fields) == 5 or fields[5] == _UNKNOWN_MODEL:
+            return Ref(segment, offset, length, fields[1])
+        return Ref(segment, offset, length, fields[1], self.models[fields[5]], fields[6], fields[7])
+
+    def keys(self, width: int) -> list[bytes]:
+        """Each row's first `width` bytes: its key (16), or its key and line tag (24)."""
+        body, size = self.body, self.entry.size
+        return [bytes(body[at : at + width]) for at in range(0, self.rows * size, size)]
+
+
+def decode_index(data: bytes) -> Iterator[tuple[bytes, Ref]]:
+    table = _Table.parse(data)
+    if table is None:
+        return
+    for row, key in enumerate(table.keys(16)):
+        yield key, table.ref(row)
 
 
 def segment_rows(data: bytes, segment: str) -> Iterator[tuple[bytes, Ref]]:
-    """(key, ref) of each whole row; a row a kill cut short has no newline and is skipped."""
+    """(key, ref) of each whole row; a row a kill cut short has no newline and is skipped.
+    Only a segment a killed run left without an index is read this way: its answers are parsed."""
     at = 0
     while True:
         end = data.find(b"\n", at)
@@ -318,7 +391,8 @@ def segment_rows(data: bytes, segment: str) -> Iterator[tuple[bytes, Ref]]:
             with contextlib.suppress(ValueError):
                 key = bytes.fromhex(data[at : at + KEY_BYTES * 2].decode())
                 tag = bytes.fromhex(data[at + KEY_BYTES * 2 + 1 : at + _ANSWER_AT - 1].decode())
-                yield key, Ref(segment, at, end + 1 - at, tag)
+                model, tokens_in, tokens_out = answer_usage(orjson.loads(data[at + _ANSWER_AT : end]).get("body"))
+                yield key, Ref(segment, at, end + 1 - at, tag, model, tokens_in, tokens_out)
         at = end + 1
 
 
@@ -328,14 +402,19 @@ def _segment_of(index_name: str) -> str:
 
 @dataclass
 class CacheIndex:
-    """Every answer the store holds, by the first 16 bytes of its key (the row holds all 32)."""
+    """Every answer the store holds, by the first 16 bytes of its key (the row holds all 32).
+
+    Loading builds two dicts straight from the packed rows, one by key and line tag (this
+    line's own answer) and one by key (any line's answer to the same request), so Plan's
+    cost is a dict lookup a line however many answers the cache holds.
+    """
 
     store: CacheStore
-    refs: dict[bytes, Ref] = field(default_factory=dict)
-    # the other lines' answers to a request several lines asked, by key and line tag
-    alternates: dict[bytes, Ref] = field(default_factory=dict)
     indexes: list[str] = field(default_factory=list)
     reads: int = 0
+    _tables: list[_Table] = field(default_factory=list)
+    _by_tag: dict[bytes, int] = field(default_factory=dict)
+    _by_key: dict[bytes, int] = field(default_factory=dict)
 
     @classmethod
     def load(cls, store: CacheStore, *, compact_at: int = COMPACT_AT) -> CacheIndex:
@@ -345,51 +424,65 @@ class CacheIndex:
         for name in index.indexes:
             data = store.read(name)
             index.reads += 1
-            if data is None:
-                continue
-            for key, ref in decode_index(data):
-                index.add(key, ref)
-                indexed.add(ref.segment)
+            if data is not None:
+                indexed.update(index._add_table(data))
         if isinstance(store, DirStore):
             # a local run killed mid-way left segments with no index: read them, and index them
             for segment in store.names(SEGMENTS):
                 if segment in indexed or not segment.endswith(SEGMENT_SUFFIX):
                     continue
                 data = store.read(segment) or b""
-                entries = list(segment_rows(data, segment))
-                for key, ref in entries:
-                    index.add(key, ref)
+                encoded = encode_index(segment_rows(data, segment))
                 name = INDEXES + segment.removeprefix(SEGMENTS).removesuffix(SEGMENT_SUFFIX) + INDEX_SUFFIX
-                store.write(name, encode_index(entries))
+                store.write(name, encoded)
+                index._add_table(encoded)
                 index.indexes.append(name)
         if len(index.indexes) >= compact_at:
             index.compact()
         return index
 
+    def _add_table(self, data: bytes) -> list[str]:
+        table = _Table.parse(data)
+        if table is None:
+            return []
+        base = len(self._tables) << 32
+        self._tables.append(table)
+        ids = range(base, base + table.rows)
+        self._by_tag.update(zip(table.keys(16 + TAG_BYTES), ids, strict=True))
+        self._by_key.update(zip(table.keys(16), ids, strict=True))
+        return table.segments
+
+    def _ref(self, entry: int) -> Ref:
+        return self._tables[entry >> 32].ref(entry & 0xFFFFFFFF)
+
+    def entries(self) -> Iterator[tuple[bytes, Ref]]:
+        """(key, ref) of each answer: one a line tag per request."""
+        for key, entry in self._by_tag.items():
+            yield key[:16], self._ref(entry)
+
     def compact(self) -> None:
         """Fold every index read into one, so the next Plan reads one object instead of many."""
         name = f"{INDEXES}compact-{time.time_ns():020d}-{secrets.token_hex(4)}{INDEX_SUFFIX}"
-        self.store.write(name, encode_index([*self.refs.items(), *self.alternates.items()]))
+        self.store.write(name, encode_index(self.entries()))
         self.store.delete([n for n in self.indexes if n != name])
         self.indexes = [name]
 
-    def add(self, key: bytes, ref: Ref) -> None:
-        short = key[:16]
-        held = self.refs.get(short)
-        if held is None or held.tag == ref.tag:
-            self.refs[short] = ref
-        else:
-            self.alternates[short + ref.tag] = ref
-
     def find(self, key: bytes, tag: bytes) -> Ref | None:
         """This line's own answer if the cache has it, else any line's answer to the same request."""
-        ref = self.refs.get(key[:16])
-        if ref is None or ref.tag == tag:
-            return ref
-        return self.alternates.get(key[:16] + tag, ref)
+        entry = self._by_tag.get(key[:16] + tag)
+        if entry is None:
+            entry = self._by_key.get(key[:16])
+            if entry is None:
+                return None
+        return self._ref(entry)
+
+    @property
+    def requests(self) -> int:
+        """Distinct requests answered (lines asking the same thing count once)."""
+        return len(self._by_key)
 
     def __len__(self) -> int:
-        return len(self.refs) + len(self.alternates)
+        return len(self._by_tag)
 
     def fetch(self, wanted: Iterable[tuple[int, bytes, Ref]]) -> Iterator[tuple[int, bytes]]:
         """(line, response) for each wanted (line, key, ref) whose row is still there and is its key.
@@ -415,6 +508,9 @@ class CacheIndex:
 
 # --- filling --------------------------------------------------------------------------------
 
+# an answer on its way to a segment: its key, its row, and its (model, input, output tokens)
+FilledRow = tuple[bytes, bytes, tuple[str, int, int]]
+
 
 class CacheFill:
     """What a shard's writer does with each answer: file it under its line's key.
@@ -439,7 +535,7 @@ class CacheFill:
         self._keys: dict[int, bytes | None] = {}
         self._keys_for = keys_for
         self._read_shard = False
-        self._rows: list[tuple[bytes, bytes]] = []
+        self._rows: list[FilledRow] = []
         self._appender: Appender | None = None
         self._entries: list[tuple[bytes, Ref]] = []
         self._segment = f"{SEGMENTS}{name}{SEGMENT_SUFFIX}"
@@ -471,15 +567,16 @@ class CacheFill:
             return
         tag = line_tag(outcome.custom_id)
         row = cache_row(key, tag, answer_of(record) if record is not None else answer_bytes(outcome))
+        usage = answer_usage(outcome.body)
         self.filled += 1
         if isinstance(self._store, DirStore):
             if self._appender is None:
                 self._appender = self._store.append(self._segment)
-            self._entries.append((key, Ref(self._segment, self._appender.add(row), len(row), tag)))
+            self._entries.append((key, Ref(self._segment, self._appender.add(row), len(row), tag, *usage)))
         else:
-            self._rows.append((key, row))
+            self._rows.append((key, row, usage))
 
-    def cut(self, *, last: bool = False) -> list[tuple[bytes, bytes]]:
+    def cut(self, *, last: bool = False) -> list[FilledRow]:
         """Rows for one segment, written with the part being cut (stores written whole): every
         `SEGMENT_ROWS` answers, and what is left at the end of the run. Parts are cut every few
         seconds; a segment per part would make a re-run's Plan fetch from hundreds of them.
@@ -490,7 +587,7 @@ class CacheFill:
         rows, self._rows = self._rows, []
         return rows
 
-    def write(self, rows: list[tuple[bytes, bytes]]) -> None:
+    def write(self, rows: list[FilledRow]) -> None:
         """One segment and its index, segment first: an index never names what is not there."""
         if not rows:
             return
@@ -499,11 +596,11 @@ class CacheFill:
         segment = f"{SEGMENTS}{name}{SEGMENT_SUFFIX}"
         entries: list[tuple[bytes, Ref]] = []
         offset = 0
-        for key, row in rows:
+        for key, row, usage in rows:
             tag = bytes.fromhex(row[KEY_BYTES * 2 + 1 : _ANSWER_AT - 1].decode())
-            entries.append((key, Ref(segment, offset, len(row), tag)))
+            entries.append((key, Ref(segment, offset, len(row), tag, *usage)))
             offset += len(row)
-        self._store.write(segment, b"".join(row for _, row in rows))
+        self._store.write(segment, b"".join(row for _, row, _ in rows))
         self._store.write(f"{INDEXES}{name}{INDEX_SUFFIX}", encode_index(entries))
 
     def close(self) -> None:
@@ -527,7 +624,7 @@ def clear(store: CacheStore) -> int:
 def stats(store: CacheStore) -> dict[str, int]:
     index = CacheIndex.load(store, compact_at=1 << 30)
     objects, size = store.size()
-    return {"answers": len(index), "requests": len(index.refs), "objects": objects, "bytes": size}
+    return {"answers": len(index), "requests": index.requests, "objects": objects, "bytes": size}
 
 
 def fill_for(ctx: ShardContext, spec: ShardSpec, *, run: int, path: str) -> CacheFill | None:

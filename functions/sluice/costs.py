@@ -51,7 +51,7 @@ def aws_cost_usd(*, requests: int, shards: int, wall_seconds: float, failed: int
     DynamoDB writes per checkpoint (direct mode keeps item rows for failed lines only)."""
     running = min(shards, 40) or 1
     lambda_cost = running * wall_seconds * SHARD_MEMORY_GB * LAMBDA_GB_SECOND
-    transitions = (10 + 8 * shards) * SFN_TRANSITION
+    transitions = (10 + 9 * shards) * SFN_TRANSITION
     parts = requests // CHECKPOINT_EVERY + shards
     writes = (failed + 3 * parts + 3 * shards) * DDB_WRITE_UNIT
     puts = (2 * parts + 6 * shards + 10) * S3_PUT

@@ -104,11 +104,20 @@ def _read_range(s3: Any, bucket: str, key: str, piece: Piece) -> bytes:
     return bytes(s3.get_object(Bucket=bucket, Key=key, Range=f"bytes={piece.start}-{piece.end - 1}")["Body"].read())
 
 
-def concatenate(s3: Any, bucket: str, sources: list[str], target: str, *, content_type: str) -> dict[str, int]:
-    """Write the sources, in order, as one object. Returns the request and byte counts."""
-    sizes = [s3.head_object(Bucket=bucket, Key=key)["ContentLength"] for key in sources]
-    parts = plan_parts(sizes)
-    moved = {"requests": len(sources), "bytes_through": 0, "bytes_copied": 0, "parts": len(parts)}
+def concatenate(
+    s3: Any, bucket: str, sources: list[str], target: str, *, content_type: str, sizes: list[int | None] | None = None
+) -> dict[str, int]:
+    """Write the sources, in order, as one object. Returns the request and byte counts.
+
+    `sizes`, where known, spare a HEAD of each source."""
+    known = sizes or [None] * len(sources)
+    lengths = [
+        int(s3.head_object(Bucket=bucket, Key=key)["ContentLength"]) if size is None else size
+        for key, size in zip(sources, known, strict=True)
+    ]
+    parts = plan_parts(lengths)
+    heads = sum(1 for size in known if size is None)
+    moved = {"requests": heads, "bytes_through": 0, "bytes_copied": 0, "parts": len(parts)}
     if len(parts) <= 1:
         body = b"".join(_read_range(s3, bucket, sources[p.source], p) for part in parts for p in part.pieces)
         s3.put_object(Bucket=bucket, Key=target, Body=body, ContentType=content_type)
@@ -161,7 +170,7 @@ def _shard_outputs(
     s3: Any, specs: list[ShardSpec], *, missing_code: str | None, missing_message: str
 ) -> Iterator[tuple[ShardSpec, dict[str, Any]]]:
     for spec in specs:
-        if missing_code is not None:
+        if missing_code is not None and not spec.answered:
             # a failed job may have shards that never finished: account for their lines now
             assemble(s3, spec, missing_code=missing_code, missing_message=missing_message)
         try:
@@ -248,6 +257,9 @@ def merge_job(
     batch_totals = Stats()
     shards = []
     result_lines = error_lines = 0
+    # what each shard wrote, by the size its stats give (none before they carried one)
+    result_sizes: list[int | None] = []
+    error_sizes: list[int | None] = []
     for spec, shard_stats in _shard_outputs(s3, specs, missing_code=missing_code, missing_message=missing_message):
         stats = Stats.from_dict(shard_stats["stats"])
         totals.merge(stats)
@@ -257,6 +269,8 @@ def merge_job(
             raise InvariantError(f"shard {spec.shard} accounts for {got} lines of {expected}")
         result_lines += shard_stats["result_lines"]
         error_lines += shard_stats["error_lines"]
+        result_sizes.append(shard_stats.get("results_bytes"))
+        error_sizes.append(shard_stats.get("errors_bytes"))
         entry: dict[str, Any] = {
             "shard": spec.shard,
             "mode": spec.mode,
@@ -291,8 +305,17 @@ def merge_job(
         "errors": f"{prefix}.errors.jsonl",
         "summary": f"{prefix}.summary.json",
     }
-    moved = concatenate(s3, bucket, [s.results_key for s in specs], keys["results"], content_type="application/jsonl")
-    concatenate(s3, bucket, [s.errors_key for s in specs], keys["errors"], content_type="application/jsonl")
+    moved = concatenate(
+        s3,
+        bucket,
+        [s.results_key for s in specs],
+        keys["results"],
+        content_type="application/jsonl",
+        sizes=result_sizes,
+    )
+    concatenate(
+        s3, bucket, [s.errors_key for s in specs], keys["errors"], content_type="application/jsonl", sizes=error_sizes
+    )
     lines = plan.get("lines", sum(s.lines for s in specs))
     blank = plan.get("blank", sum(s.blank for s in specs))
     if result_lines + error_lines != lines - blank:

@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from .cache import CacheFill
+from .cache import CacheFill, FilledRow
 from .lines import LineError
 from .model import Outcome
 from .progress import ProgressSink
@@ -79,11 +79,28 @@ def load_checkpoint(s3: Any, spec: ShardSpec) -> Checkpoint:
 CACHED_RUN = 0
 
 
-def write_cached_part(s3: Any, bucket: str, prefix: str, rows: list[bytes], stats: Stats) -> None:
-    """A shard's cache hits as a finished part, before the shard runs: it sends only the rest."""
+def write_cached_part(s3: Any, bucket: str, prefix: str, rows: list[tuple[int, bytes]], stats: Stats) -> None:
+    """A shard's cache hits, (line, result record), as a finished part before the shard runs:
+    it sends only the rest."""
     base = f"{prefix}part-{CACHED_RUN:05d}-0001"
     s3.put_object(Bucket=bucket, Key=base + ".stats.json", Body=orjson.dumps(stats.to_dict()))
-    s3.put_object(Bucket=bucket, Key=base + ".tsv", Body=b"".join(rows))
+    s3.put_object(Bucket=bucket, Key=base + ".tsv", Body=b"".join(b"%d\tr\t%s\n" % row for row in rows))
+
+
+def write_answered_shard(s3: Any, bucket: str, prefix: str, rows: list[tuple[int, bytes]], stats: Stats) -> None:
+    """The outputs of a shard whose every line the cache answered, (line, result record) in input
+    order, as `assemble` writes them: the shard never runs, so it needs no part."""
+    results = b"".join(r + b"\n" for _, r in rows)
+    s3.put_object(Bucket=bucket, Key=prefix + "results.jsonl", Body=results)
+    s3.put_object(Bucket=bucket, Key=prefix + "errors.jsonl", Body=b"")
+    shard_stats = {
+        "result_lines": len(rows),
+        "error_lines": 0,
+        "results_bytes": len(results),
+        "errors_bytes": 0,
+        "stats": stats.to_dict(),
+    }
+    s3.put_object(Bucket=bucket, Key=prefix + "stats.json", Body=orjson.dumps(shard_stats))
 
 
 PENDING_FLUSH_S = 1.0
@@ -100,7 +117,7 @@ class _Chunk:
     failed: int = 0
     waiting: int = 0
     # answers for the response cache, written with the part (stores written whole)
-    cached: list[tuple[bytes, bytes]] = field(default_factory=list)
+    cached: list[FilledRow] = field(default_factory=list)
 
 
 class PartWriter:
@@ -282,9 +299,17 @@ def assemble(s3: Any, spec: ShardSpec, *, missing_code: str | None = None, missi
                 stats.add_error(missing_code, f"line {item.line}: {missing_message}")
     results = [rows[n][1] + b"\n" for n in sorted(rows) if rows[n][0] == b"r"]
     errors = [rows[n][1] + b"\n" for n in sorted(rows) if rows[n][0] == b"e"]
-    s3.put_object(Bucket=spec.bucket, Key=spec.results_key, Body=b"".join(results))
-    s3.put_object(Bucket=spec.bucket, Key=spec.errors_key, Body=b"".join(errors))
-    # the line counts are what Merge checks against the plan: every line accounted for
-    shard_stats = {"result_lines": len(results), "error_lines": len(errors), "stats": stats.to_dict()}
+    results_body, errors_body = b"".join(results), b"".join(errors)
+    s3.put_object(Bucket=spec.bucket, Key=spec.results_key, Body=results_body)
+    s3.put_object(Bucket=spec.bucket, Key=spec.errors_key, Body=errors_body)
+    # the line counts are what Merge checks against the plan: every line accounted for; the
+    # sizes spare Merge a HEAD of each file
+    shard_stats = {
+        "result_lines": len(results),
+        "error_lines": len(errors),
+        "results_bytes": len(results_body),
+        "errors_bytes": len(errors_body),
+        "stats": stats.to_dict(),
+    }
     s3.put_object(Bucket=spec.bucket, Key=spec.stats_key, Body=orjson.dumps(shard_stats))
     return stats

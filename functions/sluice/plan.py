@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import orjson
 
 from .budget import budget_models, usd_to_nano
-from .cache import CacheIndex, cache_key, cache_store, cached_record, line_tag
+from .cache import CacheIndex, Ref, answer_usage, cache_key, cache_store, cached_record, line_tag
 from .contract import (
     BATCH_INCOMPLETE_POLICIES,
     CACHE_MODES,
@@ -28,7 +28,7 @@ from .costs import PROVIDER_PRICES
 from .limits import MAX_SHARD_CONNECTIONS
 from .lines import READ_CHUNK, LineError, parse_line, split_lines
 from .model import ErrorCode, Request
-from .parts import write_cached_part
+from .parts import write_answered_shard, write_cached_part
 from .progress import ProgressSink
 from .records import record_id
 from .stats import Stats
@@ -313,9 +313,10 @@ class CacheHits:
         self._bucket = bucket
         self._job_id = job_id
         self._base_url = base_url
-        self._wanted: list[tuple[int, bytes, Any]] = []
+        self._wanted: list[tuple[int, bytes, Ref]] = []
         self._custom_ids: dict[int, str] = {}
         self.hits: dict[int, int] = {}
+        self.answered: set[int] = set()
         self.looked_up = 0
 
     def request(self, request: Request) -> None:
@@ -331,15 +332,26 @@ class CacheHits:
     def shard_done(self, shard: ShardRange) -> None:
         if not self._wanted:
             return
-        rows: list[bytes] = []
+        rows: list[tuple[int, bytes]] = []
         stats = Stats()
+        refs = {line: ref for line, _, ref in self._wanted}
         for line, answer in self.index.fetch(self._wanted):
-            record = cached_record(record_id(self._job_id, line), self._custom_ids[line], answer)
-            rows.append(b"%d\tr\t%s\n" % (line, record))
-            stats.add_cached(orjson.loads(answer).get("body"))
+            rows.append((line, cached_record(record_id(self._job_id, line), self._custom_ids[line], answer)))
+            ref = refs[line]
+            if ref.model is None:
+                stats.add_cached(*answer_usage(orjson.loads(answer).get("body")))
+            else:
+                stats.add_cached(ref.model, ref.tokens_in, ref.tokens_out)
         self._wanted, self._custom_ids = [], {}
         if rows:
-            write_cached_part(self._s3, self._bucket, shard_prefix(self._job_id, shard.index), rows, stats)
+            rows.sort()
+            prefix = shard_prefix(self._job_id, shard.index)
+            # every line a request, and each answered: Plan writes the shard's outputs, and it never runs
+            if len(rows) == shard.requests == shard.lines - shard.blank:
+                write_answered_shard(self._s3, self._bucket, prefix, rows, stats)
+                self.answered.add(shard.index)
+            else:
+                write_cached_part(self._s3, self._bucket, prefix, rows, stats)
             self.hits[shard.index] = len(rows)
 
 
@@ -423,6 +435,7 @@ def plan_job(
     if options.budget_usd:
         check_budget_models(options, settings, models or set())
     cached = hits.hits if hits is not None else {}
+    answered = hits.answered if hits is not None else set()
     if progress is not None and cached:
         progress.cached(sum(cached.values()))
 
@@ -459,6 +472,7 @@ def plan_job(
             "budget_usd": options.budget_usd,
             "cache": options.cache,
             "cache_incomplete": options.cache_incomplete,
+            "answered": shard.index in answered,
         }
         if shard.duplicates:
             item["duplicates_key"] = f"jobs/{job_id}/shards/{shard.index:05d}/duplicates.json"
@@ -491,5 +505,6 @@ def plan_job(
         shard_modes={item["shard"]: item["mode"] for item in manifest},
         budget_cap=usd_to_nano(options.budget_usd),
         cached=cached,
+        answered=answered,
     )
     return {**state, "shards": len(result.shards), "lines": result.lines}

@@ -68,6 +68,8 @@ class ShardSpec:
     # the response cache (`sluice.cache`): Plan already answered the hits; `on`/`write` files answers
     cache: str = "off"
     cache_incomplete: bool = False
+    # Plan answered every line from the cache and wrote the shard's outputs: the shard runs nothing
+    answered: bool = False
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ShardSpec:

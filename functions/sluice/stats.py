@@ -86,15 +86,13 @@ class Stats:
     cached: int = 0
     cached_models: dict[str, list[int]] = field(default_factory=dict)
 
-    def add_cached(self, body: Any) -> None:
+    def add_cached(self, model: str | None, tokens_in: int, tokens_out: int) -> None:
         """A result the cache answered: counted, its tokens what the job did not pay for."""
         self.results += 1
         self.cached += 1
         self.paths["cache"] = self.paths.get("cache", 0) + 1
-        model = body.get("model") if isinstance(body, dict) else None
-        if isinstance(model, str):
+        if model:
             per_model = self.cached_models.setdefault(model, [0, 0])
-            tokens_in, tokens_out = usage_tokens(body)
             per_model[0] += tokens_in
             per_model[1] += tokens_out
 

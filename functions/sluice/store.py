@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -128,10 +128,12 @@ class JobStore:
         shard_modes: Mapping[int, str] | None = None,
         budget_cap: int = 0,
         cached: Mapping[int, int] | None = None,
+        answered: Collection[int] = (),
     ) -> None:
         """`shard_modes` overrides `mode` per shard (auto mode picks a mode for each); a
         `budget_cap` (nano-USD) starts the job's spend figures (`sluice.budget`); `cached`
-        counts the lines per shard that Plan answered from the response cache, done already."""
+        counts the lines per shard that Plan answered from the response cache, done already, and
+        `answered` the shards it answered whole, which never run."""
         modes = shard_modes or {}
         done = cached or {}
         with self._table.batch_writer(overwrite_by_pkeys=["pk", "sk"]) as batch:
@@ -144,7 +146,7 @@ class JobStore:
                         "lines": lines,
                         "requests": requests,
                         "mode": modes.get(index, mode),
-                        "status": "PENDING",
+                        "status": "DONE" if index in answered else "PENDING",
                         "done": done.get(index, 0),
                         "failed": 0,
                         "runs": 0,

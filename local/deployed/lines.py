@@ -14,6 +14,7 @@ from sluice.merge import load_manifest
 
 # the checkpoint format belongs to the shard code; its own readers keep the two in step
 from sluice.parts import part_keys, read_part
+from sluice.shard import ShardSpec, read_shard
 
 from local.console import EXIT_NOT_FOUND, CliError
 from local.deployed.jobs import output_size
@@ -59,6 +60,19 @@ def find_in_lines(chunks: Iterator[bytes], custom_id: str) -> tuple[int, Any] | 
     return broken
 
 
+def answered_outcome(dep: Deployment, spec: ShardSpec, line: int) -> tuple[int, dict[str, Any]] | None:
+    """A line of a shard Plan answered from the cache: it has no parts, only its results, by custom_id."""
+    custom_id = next((r.custom_id for r in read_shard(dep.s3, spec) if r.line == line), None)
+    if custom_id is None:
+        return None
+    body = dep.s3.get_object(Bucket=spec.bucket, Key=spec.results_key)["Body"]
+    for raw in split_lines(body.iter_chunks(READ_CHUNK)):
+        record = orjson.loads(raw)
+        if record.get("custom_id") == custom_id:
+            return spec.shard, dict(record)
+    return None
+
+
 def line_outcome(dep: Deployment, job: dict[str, Any], line: int) -> tuple[int, dict[str, Any]] | None:
     """(shard, output record) of a line that has a terminal outcome, from its shard's checkpoints.
 
@@ -73,6 +87,8 @@ def line_outcome(dep: Deployment, job: dict[str, Any], line: int) -> tuple[int, 
     spec = next((s for s in specs if s.first_line <= line <= s.last_line), None)
     if spec is None:
         return None
+    if spec.answered:
+        return answered_outcome(dep, spec, line)
     for key in part_keys(dep.s3, spec):
         for number, _kind, record in read_part(dep.s3, spec.bucket, key):
             if number == line:

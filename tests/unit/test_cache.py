@@ -147,7 +147,7 @@ def test_many_small_indexes_are_folded_into_one(tmp_path: Path) -> None:
     (only,) = store.names(INDEXES)
     assert only.startswith("index/compact-")
     again = CacheIndex.load(store, compact_at=8)
-    assert len(again) == len(index) == 10 and again.refs == index.refs
+    assert len(again) == len(index) == 10 and sorted(again.entries()) == sorted(index.entries())
 
 
 def test_the_answer_kept_is_the_result_lines_response_byte_for_byte() -> None:
@@ -163,7 +163,10 @@ def test_the_answer_kept_is_the_result_lines_response_byte_for_byte() -> None:
 def test_index_round_trip_and_stats_and_clear(tmp_path: Path) -> None:
     from sluice.cache import Ref
 
-    entries = [(bytes([n]) * 32, Ref(f"segments/s{n % 2}.seg", n * 10, 10, bytes([n]) * 8)) for n in range(4)]
+    entries = [
+        (bytes([n]) * 32, Ref(f"segments/s{n % 2}.seg", n * 10, 10, bytes([n]) * 8, "gpt-4o-mini", n, 2 * n))
+        for n in range(4)
+    ]
     assert list(decode_index(encode_index(entries))) == [(k[:16], r) for k, r in entries]
     store = DirStore(tmp_path)
     fill(store, "s", [(request(n, {"q": n}), answer(n, str(n))) for n in range(3)]).close()
@@ -181,3 +184,29 @@ def test_a_bad_cache_option_is_refused_with_what_is_expected(value: str) -> None
     assert JobOptions.from_metadata({}, settings).cache == "on"
     with pytest.raises(PlanError, match="cache-incomplete"):
         JobOptions.from_metadata({"sluice-cache-incomplete": "maybe"}, settings)
+
+
+def test_the_index_keeps_each_answers_usage_and_reads_the_first_releases_indexes(tmp_path: Path) -> None:
+    import struct
+
+    store = DirStore(tmp_path)
+    priced = answer(1, "a", model="gpt-4o-mini", usage={"prompt_tokens": 12, "completion_tokens": 3})
+    fill(store, "v2", [(request(1, {"q": 1}), priced), (request(2, {"q": 2}), answer(2, "b"))]).close()
+    index = CacheIndex.load(store)
+    key = cache_key(BASE, "/v1/chat/completions", orjson.dumps({"q": 1}))
+    ref = index.find(key, line_tag("c-1"))
+    assert ref is not None and (ref.model, ref.tokens_in, ref.tokens_out) == ("gpt-4o-mini", 12, 3)
+    bare = index.find(cache_key(BASE, "/v1/chat/completions", orjson.dumps({"q": 2})), line_tag("c-2"))
+    assert bare is not None and bare.model == ""
+
+    # an index the first release wrote: no usage in its rows, but every answer is still found
+    (segment,) = store.names(SEGMENTS)
+    names = struct.pack("<I", 1) + struct.pack("<H", len(segment)) + segment.encode()
+    row = struct.pack("<16s8sIII", key[:16], ref.tag, 0, ref.offset, ref.length)
+    store.delete(store.names(INDEXES))
+    store.write("index/v1.idx", b"SLUICE-CACHE-INDEX 1\n" + names + struct.pack("<I", 1) + row)
+    old = CacheIndex.load(store)
+    found = old.find(key, line_tag("c-1"))
+    assert found is not None and found.model is None and (found.offset, found.length) == (ref.offset, ref.length)
+    ((_, raw),) = list(old.fetch([(1, key, found)]))
+    assert orjson.loads(raw)["body"]["usage"]["prompt_tokens"] == 12

@@ -71,6 +71,69 @@ def test_a_reupload_sends_nothing_and_the_cache_holds_no_secret(
     assert b"authorization" not in everything.lower() and b"bearer" not in everything.lower()
 
 
+def test_shards_the_cache_answers_whole_never_run_and_the_rest_send_only_their_misses(
+    make_cloud: Any, simulator: Any, tmp_path: Path
+) -> None:
+    cloud = make_cloud(shard_lines=20)
+    first_lines = lines(60)
+    run_job(cloud, write_jsonl(tmp_path / "first.jsonl", first_lines))
+    # the same 60 lines with one edited in the last shard (lines 41-60) and a blank line in the first
+    edited = [*first_lines[:5], b"\n", *first_lines[5:50], request_line("c-50", "an edited review"), *first_lines[51:]]
+    path = write_jsonl(tmp_path / "edited.jsonl", edited)
+    simulator.clear_log()
+    since = len(cloud.invocations)
+    run = run_job(cloud, path, key="inbox/edited.jsonl")
+
+    assert sent(simulator) == ["c-50"]
+    assert run.status == "SUCCEEDED" and run.verify(path).ok
+    assert run.summary["cache"]["hits"] == 59 and run.summary["cache"]["misses"] == 1
+    # shards 0 (with the blank line), 1 and 3 were answered whole by Plan: no Lambda ran for them;
+    # shard 2 (lines 41-60) sent its one miss
+    ran = [i.payload["shard"]["shard"] for i in cloud.invocations[since:] if i.step == "run_shard"]
+    assert ran == [2]
+    assert [s["results"] for s in run.summary["shards"]] == [19, 20, 20, 1]
+    assert [r["custom_id"] for r in run.results] == [f"c-{i}" for i in range(60)]
+    assert [r["custom_id"] for r in run.results if not r.get("cached")] == ["c-50"]
+    job = cloud.job(run.job_id)
+    assert job is not None and job["done"] == 60
+
+    # `sluice status --item` finds a line of a shard that never ran in its results
+    from types import SimpleNamespace
+
+    from sluice.contract import manifest_key
+    from sluice.merge import load_manifest
+
+    from local.deployed.lines import line_outcome
+
+    s3 = boto3.client("s3", region_name=REGION)
+    assert [s.answered for s in load_manifest(s3, cloud.bucket, manifest_key(run.job_id))] == [True, True, False, True]
+    deployment: Any = SimpleNamespace(s3=s3)
+    shard, record = line_outcome(deployment, {"bucket": cloud.bucket, "job_id": run.job_id}, 7) or (None, {})
+    assert shard == 0 and record["custom_id"] == "c-5" and record["cached"] is True
+
+
+def test_a_failed_job_keeps_the_answers_of_the_shards_the_cache_answered(
+    make_cloud: Any, simulator: Any, tmp_path: Path
+) -> None:
+    cloud = make_cloud(shard_lines=20)
+    first_lines = lines(40)
+    run_job(cloud, write_jsonl(tmp_path / "first.jsonl", first_lines))
+    path = write_jsonl(tmp_path / "edited.jsonl", [*first_lines[:39], request_line("c-39", "changed")])
+
+    def break_shard_one(step: str, payload: dict[str, Any]) -> None:
+        if step == "run_shard" and payload["shard"]["shard"] == 1:
+            raise RuntimeError("disk on fire")
+
+    cloud.before_invoke = break_shard_one
+    run = run_job(cloud, path, key="inbox/edited.jsonl")
+
+    assert run.status == "FAILED"
+    # shard 0 was answered whole and kept; shard 1's lines are accounted for: its 19 hits as
+    # results, its one miss as job_failed
+    assert [r["custom_id"] for r in run.results] == [f"c-{i}" for i in range(39)]
+    assert [(e["custom_id"], e["error"]["code"]) for e in run.errors] == [("c-39", "job_failed")]
+
+
 @pytest.mark.parametrize("first_mode", ["batch", "background"])
 def test_an_answer_from_one_mode_serves_a_direct_job(
     make_cloud: Any, simulator: Any, tmp_path: Path, first_mode: str
