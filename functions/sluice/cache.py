@@ -508,8 +508,8 @@ class CacheIndex:
 
 # --- filling --------------------------------------------------------------------------------
 
-# an answer on its way to a segment: its key, its row, and its (model, input, output tokens)
-FilledRow = tuple[bytes, bytes, tuple[str, int, int]]
+# an answer on its way to a segment: its key, line tag, row, and (model, input, output tokens)
+FilledRow = tuple[bytes, bytes, bytes, tuple[str, int, int]]
 
 
 class CacheFill:
@@ -574,7 +574,7 @@ class CacheFill:
                 self._appender = self._store.append(self._segment)
             self._entries.append((key, Ref(self._segment, self._appender.add(row), len(row), tag, *usage)))
         else:
-            self._rows.append((key, row, usage))
+            self._rows.append((key, tag, row, usage))
 
     def cut(self, *, last: bool = False) -> list[FilledRow]:
         """Rows for one segment, written with the part being cut (stores written whole): every
@@ -596,11 +596,10 @@ class CacheFill:
         segment = f"{SEGMENTS}{name}{SEGMENT_SUFFIX}"
         entries: list[tuple[bytes, Ref]] = []
         offset = 0
-        for key, row, usage in rows:
-            tag = bytes.fromhex(row[KEY_BYTES * 2 + 1 : _ANSWER_AT - 1].decode())
-            entries.append((key, Ref(segment, offset, len(row), tag, *usage)))
+        for key, tag, row, (model, tokens_in, tokens_out) in rows:
+            entries.append((key, Ref(segment, offset, len(row), tag, model, tokens_in, tokens_out)))
             offset += len(row)
-        self._store.write(segment, b"".join(row for _, row, _ in rows))
+        self._store.write(segment, b"".join(row for _, _, row, _ in rows))
         self._store.write(f"{INDEXES}{name}{INDEX_SUFFIX}", encode_index(entries))
 
     def close(self) -> None:
