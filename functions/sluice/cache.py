@@ -7,9 +7,10 @@ The value is the answer's `response` object exactly as a result line carries it 
 request id, body): never a header, never an API key.
 
 Storage is segments plus indexes, in one `CacheStore` with two backends: the job bucket under
-`cache/` (deployed) or a directory (local runs). Every checkpoint part that holds answers
-writes one segment (`segments/<name>.seg`: `<key hex>\t<response>` rows) and one index
-(`index/<name>.idx`: 16 bytes of key, segment, offset and length per row). Plan reads the
+`cache/` (deployed) or a directory (local runs). A shard run writes one segment per 5,000
+answers (`segments/<name>.seg`: `<key hex>\t<line tag hex>\t<response>` rows) and one index
+(`index/<name>.idx`: 16 bytes of key, line tag, segment, offset, length, and the answer's model
+and tokens per row, so a hit's saving is counted without parsing it). Plan reads the
 indexes only, a few GETs whatever the job's size, resolves each line's key against them, and
 fetches the hits with one ranged GET per segment; no request per line on any path. A local
 segment is appended to as each answer arrives (one `os.write`), so a run killed with SIGKILL
