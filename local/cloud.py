@@ -146,6 +146,7 @@ class LocalCloud:
     # the provider steps running now, and whether a Ctrl-C is draining them (`drain`)
     _provider_runs: set[LambdaContext] = field(default_factory=set)
     _draining: bool = False
+    _stopped: threading.Event = field(default_factory=threading.Event)
     # what the provider signs webhooks with; local only, generated per run
     webhook_secret: str = field(default_factory=lambda: "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode())
     # filled in when the resources exist (`running`)
@@ -255,9 +256,13 @@ class LocalCloud:
             context = LambdaContext(function_name(step), timeout, self.progress)
             if step in PROVIDER_STEPS:
                 with self._lock:
-                    if self._draining:
-                        raise RunInterrupted(f"{step} not started: the run was interrupted")
-                    self._provider_runs.add(context)
+                    draining = self._draining
+                    if not draining:
+                        self._provider_runs.add(context)
+                if draining:
+                    # held until the execution is stopped, so the error reaches no state that would handle it
+                    self._stopped.wait(timeout=60)
+                    raise RunInterrupted(f"{step} not started: the run was interrupted")
             begun = time.monotonic()
             try:
                 with quotas.memory(self.quotas, step) as memory, quotas.invocation(self.quotas, step) as (fds, tmp):
@@ -296,15 +301,20 @@ class LocalCloud:
             self.invocations.append(Invocation(step, time.monotonic() - started, None, payload=payload))
         return {"StatusCode": 200, "Payload": answer}
 
-    def drain(self, grace_s: float) -> int:
-        """After a Ctrl-C: the provider steps running take no new line and none starts again; wait
-        up to `grace_s` for the requests in flight to be answered and checkpointed (and filed in
-        the response cache), so that what the provider answered is in the outputs and is not sent
-        again by the next run. Returns how many runs were still going when the grace ran out."""
+    def drain(self, grace_s: float, stop: Callable[[], None]) -> int:
+        """After a Ctrl-C: the provider steps running take no new line and none starts again;
+        `stop` stops the execution; then wait up to `grace_s` for the requests in flight to be
+        answered and checkpointed (and filed in the response cache), so that what the provider
+        answered is in the outputs and is not sent again by the next run. Returns how many runs
+        were still going when the grace ran out."""
         with self._lock:
             self._draining = True
             for context in self._provider_runs:
                 context.end_now()
+        try:
+            stop()
+        finally:
+            self._stopped.set()
         deadline = time.monotonic() + grace_s
         while True:
             with self._lock:

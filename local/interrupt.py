@@ -48,9 +48,8 @@ def cancel_run(cloud: Any, job_id: str, execution: str, base_url: str, api_key: 
     """Cancel after the first Ctrl-C; returns the execution as it ended."""
     try:
         say("\ncancelling: stopping the job and cancelling open work at the provider… (Ctrl-C again skips that)")
-        _stop(execution)
         grace = min(DRAIN_GRACE_S, float(cloud.settings.request_timeout_s))
-        left = cloud.drain(grace)
+        left = cloud.drain(grace, stop=lambda: _stop(execution))
         if left:
             say(
                 f"{left} shard run(s) still waiting for the provider after {grace:g} s: "
@@ -75,7 +74,7 @@ def _admin_runtime() -> Any:
 
 
 def _stop(execution: str) -> None:
-    """No step starts any more, so no shard run begins while the ones running drain."""
+    """No step starts any more, so no shard run begins again while the ones running drain."""
     sfn = _admin_runtime().sfn
     if sfn.describe_execution(executionArn=execution)["status"] == "RUNNING":
         sfn.stop_execution(executionArn=execution, error="Sluice.Cancelled", cause="interrupted")
