@@ -81,6 +81,14 @@ class LambdaContext:
     def get_remaining_time_in_millis(self) -> int:
         return max(0, int((self._deadline - time.monotonic()) * 1000))
 
+    def end_now(self) -> None:
+        """As if the timeout were here: a shard takes no new line, lets those in flight finish and checkpoints."""
+        self._deadline = time.monotonic()
+
+
+class RunInterrupted(Exception):
+    """A provider step asked to start after `sluice run` was interrupted: it sends nothing."""
+
 
 @dataclass
 class Invocation:
@@ -135,6 +143,10 @@ class LocalCloud:
     # a test hook: called before every in-process Lambda call with the step and its payload
     before_invoke: Callable[[str, dict[str, Any]], None] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    # the provider steps running now, and whether a Ctrl-C is draining them (`drain`)
+    _provider_runs: set[LambdaContext] = field(default_factory=set)
+    _draining: bool = False
+    _stopped: threading.Event = field(default_factory=threading.Event)
     # what the provider signs webhooks with; local only, generated per run
     webhook_secret: str = field(default_factory=lambda: "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode())
     # filled in when the resources exist (`running`)
@@ -241,9 +253,23 @@ class LocalCloud:
                 raise quotas.QuotaExceeded(self._breach("Lambda request payload", step, "was sent", request))
             if self.before_invoke is not None:
                 self.before_invoke(step, payload)
+            context = LambdaContext(function_name(step), timeout, self.progress)
+            if step in PROVIDER_STEPS:
+                with self._lock:
+                    draining = self._draining
+                    if not draining:
+                        self._provider_runs.add(context)
+                if draining:
+                    # held until the execution is stopped, so the error reaches no state that would handle it
+                    self._stopped.wait(timeout=60)
+                    raise RunInterrupted(f"{step} not started: the run was interrupted")
             begun = time.monotonic()
-            with quotas.memory(self.quotas, step) as memory, quotas.invocation(self.quotas, step) as (fds, tmp):
-                result = module.handler(payload, LambdaContext(function_name(step), timeout, self.progress))
+            try:
+                with quotas.memory(self.quotas, step) as memory, quotas.invocation(self.quotas, step) as (fds, tmp):
+                    result = module.handler(payload, context)
+            finally:
+                with self._lock:
+                    self._provider_runs.discard(context)
             elapsed = time.monotonic() - begun
             if memory.message:
                 raise LambdaOutOfMemory(memory.message)
@@ -274,6 +300,28 @@ class LocalCloud:
         with self._lock:
             self.invocations.append(Invocation(step, time.monotonic() - started, None, payload=payload))
         return {"StatusCode": 200, "Payload": answer}
+
+    def drain(self, grace_s: float, stop: Callable[[], None]) -> int:
+        """After a Ctrl-C: the provider steps running take no new line and none starts again;
+        `stop` stops the execution; then wait up to `grace_s` for the requests in flight to be
+        answered and checkpointed (and filed in the response cache), so that what the provider
+        answered is in the outputs and is not sent again by the next run. Returns how many runs
+        were still going when the grace ran out."""
+        with self._lock:
+            self._draining = True
+            for context in self._provider_runs:
+                context.end_now()
+        try:
+            stop()
+        finally:
+            self._stopped.set()
+        deadline = time.monotonic() + grace_s
+        while True:
+            with self._lock:
+                left = len(self._provider_runs)
+            if not left or time.monotonic() >= deadline:
+                return left
+            time.sleep(0.05)
 
     def _breach(self, what: str, step: str, verb: str, size: int) -> str:
         limit = quotas.LAMBDA_PAYLOAD_BYTES

@@ -1,8 +1,11 @@
 """Ctrl-C during `sluice run`: cancel the job the way `sluice cancel` does a deployed one.
 
 What finished is kept, open provider work is cancelled, the rest goes to the errors as
-`cancelled`. A second Ctrl-C skips what is left of cancelling at the provider but the outputs
-are still written; only a third quits without them.
+`cancelled`. Before the outputs are written the shards stop taking lines and the requests
+in flight are given a short grace to be answered: the provider is paying for them, so their
+answers go to the results and the response cache, and a run again does not send them twice.
+A second Ctrl-C skips that wait and what is left of cancelling at the provider, but the
+outputs are still written; only a third quits without them.
 """
 
 from __future__ import annotations
@@ -11,6 +14,9 @@ import signal
 from typing import Any
 
 from local.console import say
+
+# how long a Ctrl-C waits for the requests in flight, at most (and never past their timeout)
+DRAIN_GRACE_S = 10.0
 
 
 class CtrlC:
@@ -42,6 +48,13 @@ def cancel_run(cloud: Any, job_id: str, execution: str, base_url: str, api_key: 
     """Cancel after the first Ctrl-C; returns the execution as it ended."""
     try:
         say("\ncancelling: stopping the job and cancelling open work at the provider… (Ctrl-C again skips that)")
+        grace = min(DRAIN_GRACE_S, float(cloud.settings.request_timeout_s))
+        left = cloud.drain(grace, stop=lambda: _stop(execution))
+        if left:
+            say(
+                f"{left} shard run(s) still waiting for the provider after {grace:g} s: "
+                "what they get now goes to the response cache only"
+            )
         _cancel(job_id, execution, base_url, api_key, at_provider=True)
         ctrl_c.cancelling_at_provider = False
         return dict(cloud.wait(execution, timeout_s=30))
@@ -58,6 +71,13 @@ def _admin_runtime() -> Any:
 
     # the user cancels, with the local cloud's admin credentials, as `sluice cancel` would with theirs
     return Runtime.from_session(boto3.Session())
+
+
+def _stop(execution: str) -> None:
+    """No step starts any more, so no shard run begins again while the ones running drain."""
+    sfn = _admin_runtime().sfn
+    if sfn.describe_execution(executionArn=execution)["status"] == "RUNNING":
+        sfn.stop_execution(executionArn=execution, error="Sluice.Cancelled", cause="interrupted")
 
 
 def _cancel(job_id: str, execution: str, base_url: str, api_key: str, *, at_provider: bool) -> None:
