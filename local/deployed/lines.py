@@ -65,11 +65,17 @@ def answered_outcome(dep: Deployment, spec: ShardSpec, line: int) -> tuple[int, 
     custom_id = next((r.custom_id for r in read_shard(dep.s3, spec) if r.line == line), None)
     if custom_id is None:
         return None
-    body = dep.s3.get_object(Bucket=spec.bucket, Key=spec.results_key)["Body"]
+    record = _first_record(dep, spec.bucket, spec.results_key, "custom_id", custom_id)
+    return None if record is None else (spec.shard, record)
+
+
+def _first_record(dep: Deployment, bucket: str, key: str, field: str, value: Any) -> dict[str, Any] | None:
+    """The first line of a JSONL object whose `field` is `value`."""
+    body = dep.s3.get_object(Bucket=bucket, Key=key)["Body"]
     for raw in split_lines(body.iter_chunks(READ_CHUNK)):
         record = orjson.loads(raw)
-        if record.get("custom_id") == custom_id:
-            return spec.shard, dict(record)
+        if record.get(field) == value:
+            return dict(record)
     return None
 
 
@@ -95,9 +101,7 @@ def line_outcome(dep: Deployment, job: dict[str, Any], line: int) -> tuple[int, 
                 return spec.shard, dict(orjson.loads(record))
     # lines a failed or cancelled job never finished are written when the shard is assembled
     if output_size(dep, spec.errors_key) is not None:
-        body = dep.s3.get_object(Bucket=spec.bucket, Key=spec.errors_key)["Body"]
-        for raw in split_lines(body.iter_chunks(READ_CHUNK)):
-            record = orjson.loads(raw)
-            if record.get("line") == line:
-                return spec.shard, dict(record)
+        failed = _first_record(dep, spec.bucket, spec.errors_key, "line", line)
+        if failed is not None:
+            return spec.shard, failed
     return None
