@@ -90,17 +90,7 @@ def write_cached_part(s3: Any, bucket: str, prefix: str, rows: list[tuple[int, b
 def write_answered_shard(s3: Any, bucket: str, prefix: str, rows: list[tuple[int, bytes]], stats: Stats) -> None:
     """The outputs of a shard whose every line the cache answered, (line, result record) in input
     order, as `assemble` writes them: the shard never runs, so it needs no part."""
-    results = b"".join(r + b"\n" for _, r in rows)
-    s3.put_object(Bucket=bucket, Key=prefix + "results.jsonl", Body=results)
-    s3.put_object(Bucket=bucket, Key=prefix + "errors.jsonl", Body=b"")
-    shard_stats = {
-        "result_lines": len(rows),
-        "error_lines": 0,
-        "results_bytes": len(results),
-        "errors_bytes": 0,
-        "stats": stats.to_dict(),
-    }
-    s3.put_object(Bucket=bucket, Key=prefix + "stats.json", Body=orjson.dumps(shard_stats))
+    write_outputs(s3, bucket, prefix, [r + b"\n" for _, r in rows], [], stats)
 
 
 PENDING_FLUSH_S = 1.0
@@ -275,6 +265,23 @@ class PartWriter:
         await asyncio.to_thread(self.flush, finished=finished, waiting=waiting)
 
 
+def write_outputs(s3: Any, bucket: str, prefix: str, results: list[bytes], errors: list[bytes], stats: Stats) -> None:
+    """A finished shard's results and errors (lines in input order), then its stats: the line
+    counts are what Merge checks against the plan (every line accounted for), and the sizes
+    spare Merge a HEAD of each file."""
+    results_body, errors_body = b"".join(results), b"".join(errors)
+    s3.put_object(Bucket=bucket, Key=prefix + "results.jsonl", Body=results_body)
+    s3.put_object(Bucket=bucket, Key=prefix + "errors.jsonl", Body=errors_body)
+    shard_stats = {
+        "result_lines": len(results),
+        "error_lines": len(errors),
+        "results_bytes": len(results_body),
+        "errors_bytes": len(errors_body),
+        "stats": stats.to_dict(),
+    }
+    s3.put_object(Bucket=bucket, Key=prefix + "stats.json", Body=orjson.dumps(shard_stats))
+
+
 def assemble(s3: Any, spec: ShardSpec, *, missing_code: str | None = None, missing_message: str = "") -> Stats:
     """Write the shard's results and errors in input order from its parts.
 
@@ -299,17 +306,5 @@ def assemble(s3: Any, spec: ShardSpec, *, missing_code: str | None = None, missi
                 stats.add_error(missing_code, f"line {item.line}: {missing_message}")
     results = [rows[n][1] + b"\n" for n in sorted(rows) if rows[n][0] == b"r"]
     errors = [rows[n][1] + b"\n" for n in sorted(rows) if rows[n][0] == b"e"]
-    results_body, errors_body = b"".join(results), b"".join(errors)
-    s3.put_object(Bucket=spec.bucket, Key=spec.results_key, Body=results_body)
-    s3.put_object(Bucket=spec.bucket, Key=spec.errors_key, Body=errors_body)
-    # the line counts are what Merge checks against the plan: every line accounted for; the
-    # sizes spare Merge a HEAD of each file
-    shard_stats = {
-        "result_lines": len(results),
-        "error_lines": len(errors),
-        "results_bytes": len(results_body),
-        "errors_bytes": len(errors_body),
-        "stats": stats.to_dict(),
-    }
-    s3.put_object(Bucket=spec.bucket, Key=spec.stats_key, Body=orjson.dumps(shard_stats))
+    write_outputs(s3, spec.bucket, spec.prefix, results, errors, stats)
     return stats
