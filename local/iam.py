@@ -284,6 +284,11 @@ def provision(policies: Policies, *, bucket: str) -> LocalIam:
         # Each session would parse the service models again (seconds on a busy machine); in
         # Lambda each container does it once, so the local functions share one loader.
         core.register_component("data_loader", loader)
+        # Flexible checksums guard bytes crossing a network; this S3 is in the same process, where
+        # encoding each body as aws-chunked with a CRC32 and moto decoding it again cost ~40% of
+        # every large PUT (the shards' parts, the cache's segments, Merge's parts) and guard nothing.
+        # Deployed functions keep botocore's default.
+        core.set_config_variable("request_checksum_calculation", "when_required")
         session = boto3.Session(
             aws_access_key_id=credentials["AccessKeyId"],
             aws_secret_access_key=credentials["SecretAccessKey"],

@@ -528,8 +528,11 @@ class CacheFill:
         name: str,
         keep_incomplete: bool = False,
         keys_for: Any = None,
+        canonical: bool = False,
     ) -> None:
         self._store = store
+        # the requests' bodies come with their keys sorted (`shard.read_shard` for a filling job)
+        self._canonical = canonical
         self._base_url = base_url
         self._name = name
         self._keep_incomplete = keep_incomplete
@@ -549,7 +552,9 @@ class CacheFill:
             yield request
 
     def key(self, request: Request) -> bytes | None:
-        return cache_key(self._base_url, request.path, request.body) if request.cache else None
+        return (
+            cache_key(self._base_url, request.path, request.body, canonical=self._canonical) if request.cache else None
+        )
 
     def _key_of(self, line: int) -> bytes | None:
         if line not in self._keys and not self._read_shard and self._keys_for is not None:
@@ -641,4 +646,5 @@ def fill_for(ctx: ShardContext, spec: ShardSpec, *, run: int, path: str) -> Cach
         name=segment_name(spec.job_id, spec.shard, run, path),
         keep_incomplete=spec.cache_incomplete,
         keys_for=keys_for,
+        canonical=True,
     )

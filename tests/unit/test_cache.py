@@ -59,6 +59,9 @@ def test_the_key_follows_the_jobs_model_override_as_plan_and_shards_see_it() -> 
     # Plan encodes canonically once; a shard canonicalises what it sends: the same key
     assert cache_key(BASE, as_sent.path, as_sent.body) == cache_key(BASE, in_plan.path, in_plan.body, canonical=True)
     assert cache_key(BASE, plain.path, plain.body) != cache_key(BASE, as_sent.path, as_sent.body)
+    # a filling shard reads its bodies sorted and hashes them as they are: still Plan's key
+    filling = CacheFill(DirStore(Path("/nonexistent")), base_url=BASE, name="n", canonical=True)
+    assert filling.key(in_plan) == CacheFill(DirStore(Path("/nonexistent")), base_url=BASE, name="n").key(as_sent)
 
 
 def test_a_line_can_opt_out_beside_its_custom_id_without_changing_the_body() -> None:
