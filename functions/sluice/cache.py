@@ -634,7 +634,7 @@ def stats(store: CacheStore) -> dict[str, int]:
 
 def fill_for(ctx: ShardContext, spec: ShardSpec, *, run: int, path: str) -> CacheFill | None:
     """The cache a shard's writer fills, when its job writes to the cache."""
-    if spec.cache not in ("on", "write"):
+    if not spec.fills_cache:
         return None
 
     def keys_for() -> Iterator[Request]:
@@ -646,5 +646,6 @@ def fill_for(ctx: ShardContext, spec: ShardSpec, *, run: int, path: str) -> Cach
         name=segment_name(spec.job_id, spec.shard, run, path),
         keep_incomplete=spec.cache_incomplete,
         keys_for=keys_for,
+        # `read_shard` sorted the bodies' keys, as it does for every job that fills the cache
         canonical=True,
     )

@@ -77,6 +77,11 @@ class ShardSpec:
         return cls(**{k: v for k, v in data.items() if k in names})
 
     @property
+    def fills_cache(self) -> bool:
+        """The job files its answers in the response cache (`on` or `write`)."""
+        return self.cache in ("on", "write")
+
+    @property
     def last_line(self) -> int:
         return self.first_line + self.lines - 1
 
@@ -115,9 +120,7 @@ def read_shard(s3: Any, spec: ShardSpec) -> Iterator[Request | LineError]:
         number = spec.first_line + offset
         # a job that fills the cache sends each body with its keys sorted: the one encode the body
         # needs anyway is then also its canonical form, which the cache key hashes as it is
-        parsed = parse_line(
-            raw, number, model=spec.model, default_model=spec.default_model, sort_keys=spec.cache in ("on", "write")
-        )
+        parsed = parse_line(raw, number, model=spec.model, default_model=spec.default_model, sort_keys=spec.fills_cache)
         if parsed is None:
             continue
         if isinstance(parsed, LineError):
