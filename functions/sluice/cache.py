@@ -67,19 +67,18 @@ def canonical_body(body: bytes) -> bytes:
 
 
 @functools.lru_cache(maxsize=64)
-def _asked_of(base_url: str, path: str) -> Any:
-    """The hash of whom a line asks, which every line of a job shares: each line hashes on from a copy."""
-    digest = hashlib.sha256()
-    digest.update(base_url.rstrip("/").encode() + b"\n" + path.encode() + b"\n")
-    return digest
+def _asked_of(base_url: str, path: str) -> bytes:
+    """Whom a line asks, which every line of a job shares."""
+    return base_url.rstrip("/").encode() + b"\n" + path.encode() + b"\n"
 
 
 def cache_key(base_url: str, path: str, body: bytes | None, *, canonical: bool = False) -> bytes:
     """What a line asks, and of whom: base URL, endpoint, canonical body (`canonical`: it already is)."""
-    digest = _asked_of(base_url, path).copy()
+    asked = _asked_of(base_url, path)
     if body:
-        digest.update(body if canonical else canonical_body(body))
-    return bytes(digest.digest())
+        asked += body if canonical else canonical_body(body)
+    # one call per line: a filling shard hashes every request it sends
+    return hashlib.sha256(asked).digest()
 
 
 def incomplete(body: Any) -> bool:
@@ -509,8 +508,32 @@ class CacheIndex:
 
 # --- filling --------------------------------------------------------------------------------
 
-# an answer on its way to a segment: its key, line tag, row, and (model, input, output tokens)
-FilledRow = tuple[bytes, bytes, bytes, tuple[str, int, int]]
+
+@dataclass
+class FilledSegment:
+    """Answers on their way to one segment: its bytes, and its index rows already packed
+    (segment number 0), so nothing is kept per answer but bytes."""
+
+    rows: bytearray = field(default_factory=bytearray)
+    entries: bytearray = field(default_factory=bytearray)
+    models: dict[str, int] = field(default_factory=dict)
+    count: int = 0
+
+    def add(self, key: bytes, tag: bytes, offset: int, length: int, usage: tuple[str, int, int]) -> None:
+        model, tokens_in, tokens_out = usage
+        number = self.models.setdefault(model, len(self.models))
+        self.entries += _ENTRY.pack(key[:16], tag, 0, offset, length, number, tokens_in, tokens_out)
+        self.count += 1
+
+    def index(self, segment: str) -> bytes:
+        """The index of this segment, as `encode_index` would write it from the same rows."""
+        return (
+            INDEX_MAGIC
+            + _encode_names([segment])
+            + _encode_names(self.models)
+            + _COUNT.pack(self.count)
+            + bytes(self.entries)
+        )
 
 
 class CacheFill:
@@ -518,6 +541,8 @@ class CacheFill:
 
     Keys come from `track` as requests go out; lines answered in a later step (a batch, a
     background response) get theirs from one re-read of the shard, when the first one arrives.
+    Each answer becomes a row of bytes and a packed index row as it comes: the shard's live
+    objects stay the engine's own, so the collector has no more to scan with the cache on.
     """
 
     def __init__(
@@ -539,9 +564,8 @@ class CacheFill:
         self._keys: dict[int, bytes | None] = {}
         self._keys_for = keys_for
         self._read_shard = False
-        self._rows: list[FilledRow] = []
+        self._filling = FilledSegment()
         self._appender: Appender | None = None
-        self._entries: list[tuple[bytes, Ref]] = []
         self._segment = f"{SEGMENTS}{name}{SEGMENT_SUFFIX}"
         self._parts = 0
         self.filled = 0
@@ -573,47 +597,46 @@ class CacheFill:
             return
         tag = line_tag(outcome.custom_id)
         row = cache_row(key, tag, answer_of(record) if record is not None else answer_bytes(outcome))
-        usage = answer_usage(outcome.body)
+        filling = self._filling
         self.filled += 1
         if isinstance(self._store, DirStore):
             if self._appender is None:
                 self._appender = self._store.append(self._segment)
-            self._entries.append((key, Ref(self._segment, self._appender.add(row), len(row), tag, *usage)))
+            offset = self._appender.add(row)
         else:
-            self._rows.append((key, tag, row, usage))
+            offset = len(filling.rows)
+            filling.rows += row
+        filling.add(key, tag, offset, len(row), answer_usage(outcome.body))
 
-    def cut(self, *, last: bool = False) -> list[FilledRow]:
-        """Rows for one segment, written with the part being cut (stores written whole): every
+    def cut(self, *, last: bool = False) -> FilledSegment | None:
+        """One segment's answers, written with the part being cut (stores written whole): every
         `SEGMENT_ROWS` answers, and what is left at the end of the run. Parts are cut every few
         seconds; a segment per part would make a re-run's Plan fetch from hundreds of them.
         A run that dies loses the answers not yet in a segment: their lines are sent again by a
         later job, never lost."""
-        if not last and len(self._rows) < SEGMENT_ROWS:
-            return []
-        rows, self._rows = self._rows, []
-        return rows
+        if self._appender is not None or self._filling.count == 0:
+            return None
+        if not last and self._filling.count < SEGMENT_ROWS:
+            return None
+        filled, self._filling = self._filling, FilledSegment()
+        return filled
 
-    def write(self, rows: list[FilledRow]) -> None:
+    def write(self, filled: FilledSegment | None) -> None:
         """One segment and its index, segment first: an index never names what is not there."""
-        if not rows:
+        if filled is None:
             return
         self._parts += 1
         name = f"{self._name}-{self._parts:04d}"
         segment = f"{SEGMENTS}{name}{SEGMENT_SUFFIX}"
-        entries: list[tuple[bytes, Ref]] = []
-        offset = 0
-        for key, tag, row, (model, tokens_in, tokens_out) in rows:
-            entries.append((key, Ref(segment, offset, len(row), tag, model, tokens_in, tokens_out)))
-            offset += len(row)
-        self._store.write(segment, b"".join(row for _, _, row, _ in rows))
-        self._store.write(f"{INDEXES}{name}{INDEX_SUFFIX}", encode_index(entries))
+        self._store.write(segment, bytes(filled.rows))
+        self._store.write(f"{INDEXES}{name}{INDEX_SUFFIX}", filled.index(segment))
 
     def close(self) -> None:
         if self._appender is not None:
             self._appender.close()
             self._appender = None
             name = self._segment.removeprefix(SEGMENTS).removesuffix(SEGMENT_SUFFIX)
-            self._store.write(f"{INDEXES}{name}{INDEX_SUFFIX}", encode_index(self._entries))
+            self._store.write(f"{INDEXES}{name}{INDEX_SUFFIX}", self._filling.index(self._segment))
 
 
 def segment_name(job_id: str, shard: int, run: int, path: str) -> str:

@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from .cache import CacheFill, FilledRow
+from .cache import CacheFill, FilledSegment
 from .lines import LineError
 from .model import Outcome
 from .progress import ProgressSink
@@ -107,7 +107,7 @@ class _Chunk:
     failed: int = 0
     waiting: int = 0
     # answers for the response cache, written with the part (stores written whole)
-    cached: list[FilledRow] = field(default_factory=list)
+    cached: FilledSegment | None = None
 
 
 class PartWriter:

@@ -42,6 +42,10 @@ def test_the_key_is_the_request_not_its_spelling() -> None:
     a = cache_key(BASE, "/v1/chat/completions", b'{"model":"m","messages":[{"role":"user","content":"hi"}]}')
     b = cache_key(BASE + "/", "/v1/chat/completions", b'{"messages":[{"content":"hi","role":"user"}],"model":"m"}')
     assert a == b
+    # the key is stable across releases, so a cache filled by an earlier one keeps its hits
+    assert cache_key("https://a/v1/", "/v1/chat/completions", b'{"b":1,"a":2}').hex() == (
+        "34cc3096adcc18546c787bc3ea6de47357d077a8e2b8621bbacf0242fe9eea26"
+    )
     assert cache_key("https://other.example/v1", "/v1/chat/completions", b'{"model":"m"}') != cache_key(
         BASE, "/v1/chat/completions", b'{"model":"m"}'
     )
@@ -213,3 +217,61 @@ def test_the_index_keeps_each_answers_usage_and_reads_the_first_releases_indexes
     assert found is not None and found.model is None and (found.offset, found.length) == (ref.offset, ref.length)
     ((_, raw),) = list(old.fetch([(1, key, found)]))
     assert orjson.loads(raw)["body"]["usage"]["prompt_tokens"] == 12
+
+
+class WholeObjects(dict[str, bytes]):
+    """A store written whole, as the job bucket's `cache/` is (`S3Store`)."""
+
+    def names(self, folder: str) -> list[str]:
+        return sorted(n for n in self if n.startswith(folder))
+
+    def read(self, name: str, start: int | None = None, end: int | None = None) -> bytes | None:
+        data = self.get(name)
+        return data if data is None or start is None else data[start:end]
+
+    def write(self, name: str, data: bytes) -> None:
+        self[name] = data
+
+    def delete(self, names: list[str]) -> None:
+        for name in names:
+            self.pop(name, None)
+
+    def size(self) -> tuple[int, int]:
+        return len(self), sum(map(len, self.values()))
+
+
+def test_a_segment_written_whole_is_cut_at_its_size_and_indexed_like_any_other(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sluice.cache
+    from sluice.cache import segment_rows
+
+    monkeypatch.setattr(sluice.cache, "SEGMENT_ROWS", 3)
+    store = WholeObjects()
+    cache = CacheFill(store, base_url=BASE, name="shard")
+    pairs = [(request(n, {"q": n}), answer(n, f"a{n}", model="m", usage={"input_tokens": n})) for n in range(1, 6)]
+    for _ in cache.track(r for r, _ in pairs):
+        pass
+    cuts = []
+    for _, outcome in pairs:
+        cache.add(outcome)
+        cuts.append(cache.cut())
+    # a segment every 3 answers while the run goes on, the rest when it ends, none when nothing is left
+    assert [c is not None for c in cuts] == [False, False, True, False, False]
+    last = cache.cut(last=True)
+    assert last is not None and last.count == 2 and cache.cut(last=True) is None
+    cache.write(cuts[2])
+    cache.write(last)
+    assert store.names(SEGMENTS) == ["segments/shard-0001.seg", "segments/shard-0002.seg"]
+    for segment in store.names(SEGMENTS):
+        index = store[INDEXES + segment.removeprefix(SEGMENTS).replace(".seg", ".idx")]
+        # the index packed answer by answer is the one encode_index writes from the segment
+        assert index == encode_index(segment_rows(store[segment], segment))
+    loaded = CacheIndex.load(store)
+    wanted = [(n, cache_key(BASE, "/v1/chat/completions", orjson.dumps({"q": n}))) for n in range(1, 6)]
+    refs = [(n, key, loaded.find(key, line_tag(f"c-{n}"))) for n, key in wanted]
+    found = dict(loaded.fetch(refs))  # type: ignore[arg-type]
+    assert {n: orjson.loads(raw)["body"]["choices"][0]["message"]["content"] for n, raw in found.items()} == {
+        n: f"a{n}" for n in range(1, 6)
+    }
+    assert [(r.model, r.tokens_in) for _, _, r in refs] == [("m", n) for n in range(1, 6)]  # type: ignore[union-attr]
