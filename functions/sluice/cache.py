@@ -329,7 +329,12 @@ def encode_index(entries: Iterable[tuple[bytes, Ref]]) -> bytes:
         rows.append(
             _ENTRY.pack(key[:16], ref.tag, number, ref.offset, ref.length, model, ref.tokens_in, ref.tokens_out)
         )
-    return INDEX_MAGIC + _encode_names(segments) + _encode_names(models) + _COUNT.pack(len(rows)) + b"".join(rows)
+    return _index_bytes(segments, models, len(rows), b"".join(rows))
+
+
+def _index_bytes(segments: Iterable[str], models: Iterable[str], count: int, rows: bytes) -> bytes:
+    """An index: its header (segment and model names, row count), then `count` packed rows."""
+    return INDEX_MAGIC + _encode_names(segments) + _encode_names(models) + _COUNT.pack(count) + rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -527,13 +532,7 @@ class FilledSegment:
 
     def index(self, segment: str) -> bytes:
         """The index of this segment, as `encode_index` would write it from the same rows."""
-        return (
-            INDEX_MAGIC
-            + _encode_names([segment])
-            + _encode_names(self.models)
-            + _COUNT.pack(self.count)
-            + bytes(self.entries)
-        )
+        return _index_bytes([segment], self.models, self.count, bytes(self.entries))
 
 
 class CacheFill:
