@@ -4,17 +4,22 @@ A line's key is the SHA-256 of the provider's base URL, the endpoint and the req
 sent (after the job's model overrides), in canonical JSON (sorted keys): two lines that ask the
 same thing of the same provider share an answer, whatever the job, the mode or the key order.
 The value is the answer's `response` object exactly as a result line carries it (status code,
-request id, body): never a header, never an API key.
+request id, body), kept inside that result line in S3: never a header, never an API key.
 
 Storage is segments plus indexes, in one `CacheStore` with two backends: the job bucket under
 `cache/` (deployed) or a directory (local runs). A shard run writes one segment per 5,000
-answers (`segments/<name>.seg`: `<key hex>\t<line tag hex>\t<response>` rows) and one index
-(`index/<name>.idx`: 16 bytes of key, line tag, segment, offset, length, and the answer's model
-and tokens per row, so a hit's saving is counted without parsing it). Plan reads the
-indexes only, a few GETs whatever the job's size, resolves each line's key against them, and
-fetches the hits with one ranged GET per segment; no request per line on any path. A local
-segment is appended to as each answer arrives (one `os.write`), so a run killed with SIGKILL
-loses no answer; its index is rebuilt from the segment by the next reader.
+answers and one index (`index/<name>.idx`: 16 bytes of key, line tag, segment, offset, length,
+and the answer's model and tokens per row, so a hit's saving is counted without parsing it).
+Plan reads the indexes only, a few GETs whatever the job's size, resolves each line's key
+against them, and fetches the hits with one ranged GET per segment; no request per line on any
+path.
+
+A segment in S3 (`segments/<name>.jsonl`) is the answers' result lines, the bytes the shard
+writes to its own part anyway: filing an answer copies it once and packs its index row, which
+keeps a cold run's cost close to a run without the cache. A local segment
+(`segments/<name>.seg`: `<key hex>\t<line tag hex>\t<response>` rows) is appended to as each
+answer arrives (one `os.write`), so a run killed with SIGKILL loses no answer; its index is
+rebuilt from its rows, which carry their keys, by the next reader.
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ from .stats import usage_tokens
 SEGMENTS = "segments/"
 INDEXES = "index/"
 SEGMENT_SUFFIX = ".seg"
+# a segment written whole: result lines, its keys in its index only
+RECORDS_SUFFIX = ".jsonl"
 INDEX_SUFFIX = ".idx"
 INDEX_MAGIC = b"SLUICE-CACHE-INDEX 2\n"
 # the first release's indexes, without the answers' usage: still read, the usage then parsed
@@ -81,31 +88,28 @@ def cache_key(base_url: str, path: str, body: bytes | None, *, canonical: bool =
     return hashlib.sha256(asked).digest()
 
 
-def incomplete(body: Any) -> bool:
-    """An answer cut short: a response `incomplete`, or a completion stopped by its token limit."""
-    if not isinstance(body, dict):
-        return False
-    if body.get("status") == "incomplete":
-        return True
-    choices = body.get("choices")
-    return isinstance(choices, list) and any(
-        isinstance(c, dict) and c.get("finish_reason") == "length" for c in choices
-    )
+def filed_usage(outcome: Outcome, *, keep_incomplete: bool) -> tuple[str, int, int] | None:
+    """What the index keeps of an answer the cache may keep, (model, tokens in, tokens out); None
+    for any other. The cache keeps a provider's 200 answer, finished, or cut short (a response
+    `incomplete`, a completion stopped by its token limit) when the job asks for those too.
+    One look at the body for both, as every answer of a filling shard passes here."""
+    body = outcome.body
+    if not outcome.ok or outcome.status_code != 200 or not isinstance(body, dict):
+        return None
+    get = body.get
+    status = get("status")
+    if status is not None and status != "completed" and (status != "incomplete" or not keep_incomplete):
+        return None
+    choices = get("choices")
+    if not keep_incomplete and isinstance(choices, list):
+        for choice in choices:
+            if isinstance(choice, dict) and choice.get("finish_reason") == "length":
+                return None
+    return answer_usage(body)
 
 
 def cacheable(outcome: Outcome, *, keep_incomplete: bool) -> bool:
-    """Only a provider's 200 answer, finished (or incomplete, when the job asks for those too)."""
-    if not outcome.ok or outcome.status_code != 200 or not isinstance(outcome.body, dict):
-        return False
-    status = outcome.body.get("status")
-    if status not in (None, "completed", "incomplete"):
-        return False
-    return keep_incomplete or not incomplete(outcome.body)
-
-
-def answer_bytes(outcome: Outcome) -> bytes:
-    """The `response` object of the result line, byte for byte as `records.result_record` writes it."""
-    return orjson.dumps({"status_code": outcome.status_code, "request_id": outcome.request_id, "body": outcome.body})
+    return filed_usage(outcome, keep_incomplete=keep_incomplete) is not None
 
 
 def line_tag(custom_id: str) -> bytes:
@@ -504,11 +508,16 @@ class CacheIndex:
             self.reads += 1
             if data is None:
                 continue
+            records = segment.endswith(RECORDS_SUFFIX)
             for line, key, ref in entries:
                 row = data[ref.offset - start : ref.offset - start + ref.length]
-                if len(row) != ref.length or not row.endswith(b"\n") or row[: KEY_BYTES * 2] != key.hex().encode():
+                if len(row) != ref.length or not row.endswith(b"\n"):
                     continue
-                yield line, row[_ANSWER_AT:-1]
+                if not records:
+                    if row[: KEY_BYTES * 2] == key.hex().encode():
+                        yield line, row[_ANSWER_AT:-1]
+                elif row.startswith(b"{") and row.endswith(_RECORD_END + b"\n") and _RESPONSE in row:
+                    yield line, answer_of(row[:-1])
 
 
 # --- filling --------------------------------------------------------------------------------
@@ -527,7 +536,8 @@ class FilledSegment:
     def add(self, key: bytes, tag: bytes, offset: int, length: int, usage: tuple[str, int, int]) -> None:
         model, tokens_in, tokens_out = usage
         number = self.models.setdefault(model, len(self.models))
-        self.entries += _ENTRY.pack(key[:16], tag, 0, offset, length, number, tokens_in, tokens_out)
+        # the struct keeps the key's first 16 bytes
+        self.entries += _ENTRY.pack(key, tag, 0, offset, length, number, tokens_in, tokens_out)
         self.count += 1
 
     def index(self, segment: str) -> bytes:
@@ -555,6 +565,8 @@ class CacheFill:
         canonical: bool = False,
     ) -> None:
         self._store = store
+        # a local store's segment is appended to answer by answer
+        self._dir = store if isinstance(store, DirStore) else None
         # the requests' bodies come with their keys sorted (`shard.read_shard` for a filling job)
         self._canonical = canonical
         self._base_url = base_url
@@ -570,8 +582,11 @@ class CacheFill:
         self.filled = 0
 
     def track(self, requests: Iterable[Request]) -> Iterator[Request]:
+        keys, base_url, canonical = self._keys, self._base_url, self._canonical
         for request in requests:
-            self._keys[request.line] = self.key(request)
+            keys[request.line] = (
+                cache_key(base_url, request.path, request.body, canonical=canonical) if request.cache else None
+            )
             yield request
 
     def key(self, request: Request) -> bytes | None:
@@ -586,26 +601,28 @@ class CacheFill:
                 self._keys.setdefault(request.line, self.key(request))
         return self._keys.pop(line, None)
 
-    def add(self, outcome: Outcome, record: bytes | None = None) -> None:
-        """File `outcome`'s answer; `record`, its result line, saves encoding the body again."""
-        if not cacheable(outcome, keep_incomplete=self._keep_incomplete):
+    def add(self, outcome: Outcome, record: bytes) -> None:
+        """File `outcome`'s answer; `record` is its result line, as the shard writes it."""
+        usage = filed_usage(outcome, keep_incomplete=self._keep_incomplete)
+        if usage is None:
             self._keys.pop(outcome.line, None)
             return
         key = self._key_of(outcome.line)
         if key is None:
             return
         tag = line_tag(outcome.custom_id)
-        row = cache_row(key, tag, answer_of(record) if record is not None else answer_bytes(outcome))
         filling = self._filling
         self.filled += 1
-        if isinstance(self._store, DirStore):
-            if self._appender is None:
-                self._appender = self._store.append(self._segment)
-            offset = self._appender.add(row)
-        else:
+        if self._dir is None:
             offset = len(filling.rows)
-            filling.rows += row
-        filling.add(key, tag, offset, len(row), answer_usage(outcome.body))
+            filling.rows += record
+            filling.rows += b"\n"
+            filling.add(key, tag, offset, len(record) + 1, usage)
+            return
+        if self._appender is None:
+            self._appender = self._dir.append(self._segment)
+        row = cache_row(key, tag, answer_of(record))
+        filling.add(key, tag, self._appender.add(row), len(row), usage)
 
     def cut(self, *, last: bool = False) -> FilledSegment | None:
         """One segment's answers, written with the part being cut (stores written whole): every
@@ -626,7 +643,7 @@ class CacheFill:
             return
         self._parts += 1
         name = f"{self._name}-{self._parts:04d}"
-        segment = f"{SEGMENTS}{name}{SEGMENT_SUFFIX}"
+        segment = f"{SEGMENTS}{name}{RECORDS_SUFFIX}"
         self._store.write(segment, bytes(filled.rows))
         self._store.write(f"{INDEXES}{name}{INDEX_SUFFIX}", filled.index(segment))
 

@@ -157,7 +157,7 @@ class PartWriter:
         kind = b"r" if outcome.ok else b"e"
         record = outcome_record(self._spec.job_id, outcome)
         if self._cache is not None:
-            self._cache.add(outcome, record if outcome.ok else None)
+            self._cache.add(outcome, record)
         chunk.rows.append(b"%d\t%s\t%s\n" % (outcome.line, kind, record))
         path = path or self._path
         batch = path == "batch"

@@ -142,6 +142,7 @@ def test_a_run_killed_with_sigkill_resumes_sending_each_line_once(tmp_path: Path
 def test_cache_stats_and_clear(tmp_path: Path, capsys: Any) -> None:
     from sluice.cache import CacheFill, DirStore
     from sluice.model import Outcome, Request
+    from sluice.records import result_record
 
     from local.cli.app import main
 
@@ -151,7 +152,8 @@ def test_cache_stats_and_clear(tmp_path: Path, capsys: Any) -> None:
     for _ in fill.track(requests):
         pass
     for n in range(1, 7):
-        fill.add(Outcome(n, f"c-{n}", 200, {"choices": [{"finish_reason": "stop"}]}, f"r-{n}"))
+        outcome = Outcome(n, f"c-{n}", 200, {"choices": [{"finish_reason": "stop"}]}, f"r-{n}")
+        fill.add(outcome, result_record("job", outcome))
     fill.close()
 
     assert main(["cache", "stats", "--cache-dir", str(cache), "--json"]) == 0

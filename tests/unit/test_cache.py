@@ -25,6 +25,7 @@ from sluice.contract import Settings
 from sluice.lines import parse_line
 from sluice.model import Outcome, Request
 from sluice.plan import JobOptions, PlanError
+from sluice.records import result_record
 
 BASE = "https://api.example.com/v1"
 
@@ -94,7 +95,7 @@ def fill(store: DirStore, name: str, outcomes: list[tuple[Request, Outcome]]) ->
     for _ in cache.track(r for r, _ in outcomes):
         pass
     for _, outcome in outcomes:
-        cache.add(outcome)
+        cache.add(outcome, result_record("job", outcome))
     return cache
 
 
@@ -158,12 +159,11 @@ def test_many_small_indexes_are_folded_into_one(tmp_path: Path) -> None:
 
 
 def test_the_answer_kept_is_the_result_lines_response_byte_for_byte() -> None:
-    from sluice.cache import answer_bytes, answer_of
-    from sluice.records import result_record
+    from sluice.cache import answer_of
 
     tricky = answer(3, 'say ,"response": and ,"error":null}', custom_id='id ,"response":{"x":1},"error":null}')
     record = result_record("job", tricky)
-    assert answer_of(record) == answer_bytes(tricky)
+    assert answer_of(record) == orjson.dumps({"status_code": 200, "request_id": "req-3", "body": tricky.body})
     assert orjson.loads(record)["response"] == orjson.loads(answer_of(record))
 
 
@@ -240,11 +240,10 @@ class WholeObjects(dict[str, bytes]):
         return len(self), sum(map(len, self.values()))
 
 
-def test_a_segment_written_whole_is_cut_at_its_size_and_indexed_like_any_other(
+def test_a_segment_written_whole_is_cut_at_its_size_and_is_the_answers_result_lines(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import sluice.cache
-    from sluice.cache import segment_rows
 
     monkeypatch.setattr(sluice.cache, "SEGMENT_ROWS", 3)
     store = WholeObjects()
@@ -252,9 +251,10 @@ def test_a_segment_written_whole_is_cut_at_its_size_and_indexed_like_any_other(
     pairs = [(request(n, {"q": n}), answer(n, f"a{n}", model="m", usage={"input_tokens": n})) for n in range(1, 6)]
     for _ in cache.track(r for r, _ in pairs):
         pass
+    records = {n: result_record("job", outcome) for n, (_, outcome) in enumerate(pairs, 1)}
     cuts = []
-    for _, outcome in pairs:
-        cache.add(outcome)
+    for n, (_, outcome) in enumerate(pairs, 1):
+        cache.add(outcome, records[n])
         cuts.append(cache.cut())
     # a segment every 3 answers while the run goes on, the rest when it ends, none when nothing is left
     assert [c is not None for c in cuts] == [False, False, True, False, False]
@@ -262,16 +262,37 @@ def test_a_segment_written_whole_is_cut_at_its_size_and_indexed_like_any_other(
     assert last is not None and last.count == 2 and cache.cut(last=True) is None
     cache.write(cuts[2])
     cache.write(last)
-    assert store.names(SEGMENTS) == ["segments/shard-0001.seg", "segments/shard-0002.seg"]
-    for segment in store.names(SEGMENTS):
-        index = store[INDEXES + segment.removeprefix(SEGMENTS).replace(".seg", ".idx")]
-        # the index packed answer by answer is the one encode_index writes from the segment
-        assert index == encode_index(segment_rows(store[segment], segment))
+    assert store.names(SEGMENTS) == ["segments/shard-0001.jsonl", "segments/shard-0002.jsonl"]
+    # each segment is its answers' result lines, and its index points at each of them
+    for segment, lines in zip(store.names(SEGMENTS), ([1, 2, 3], [4, 5]), strict=True):
+        assert store[segment] == b"".join(records[n] + b"\n" for n in lines)
+        index = store[INDEXES + segment.removeprefix(SEGMENTS).replace(".jsonl", ".idx")]
+        assert [store[segment][ref.offset : ref.offset + ref.length] for _, ref in decode_index(index)] == [
+            records[n] + b"\n" for n in lines
+        ]
     loaded = CacheIndex.load(store)
     wanted = [(n, cache_key(BASE, "/v1/chat/completions", orjson.dumps({"q": n}))) for n in range(1, 6)]
     refs = [(n, key, loaded.find(key, line_tag(f"c-{n}"))) for n, key in wanted]
     found = dict(loaded.fetch(refs))  # type: ignore[arg-type]
-    assert {n: orjson.loads(raw)["body"]["choices"][0]["message"]["content"] for n, raw in found.items()} == {
-        n: f"a{n}" for n in range(1, 6)
-    }
+    assert found == {n: orjson.dumps(orjson.loads(records[n])["response"]) for n in range(1, 6)}
     assert [(r.model, r.tokens_in) for _, _, r in refs] == [("m", n) for n in range(1, 6)]  # type: ignore[union-attr]
+
+    # a row that is not the result line its index says (a segment overwritten) serves nothing
+    segment = store.names(SEGMENTS)[0]
+    store[segment] = store[segment].replace(b',"error":null}\n', b',"error":1234}\n', 1)
+    assert sorted(dict(CacheIndex.load(store).fetch(refs))) == [2, 3, 4, 5]  # type: ignore[arg-type]
+
+
+def test_segments_an_earlier_release_wrote_to_s3_keep_their_hits(tmp_path: Path) -> None:
+    """Before segments were result lines, S3 had keyed rows (`.seg`), as local stores still do."""
+    pairs = [(request(n, {"q": n}), answer(n, f"a{n}")) for n in range(1, 4)]
+    fill(DirStore(tmp_path), "old", pairs).close()
+    store = WholeObjects({name: (tmp_path / name).read_bytes() for name in ("segments/old.seg", "index/old.idx")})
+    index = CacheIndex.load(store)
+    keys = [(n, cache_key(BASE, "/v1/chat/completions", orjson.dumps({"q": n}))) for n in range(1, 4)]
+    found = dict(index.fetch((n, key, index.find(key, line_tag(f"c-{n}"))) for n, key in keys))  # type: ignore[misc]
+    assert {n: orjson.loads(raw)["body"]["choices"][0]["message"]["content"] for n, raw in found.items()} == {
+        1: "a1",
+        2: "a2",
+        3: "a3",
+    }

@@ -195,7 +195,7 @@ def test_answers_the_lifecycle_rule_expired_are_sent_again(make_cloud: Any, simu
     segments = sorted(k for k in cache_objects(cloud) if k.startswith(f"{CACHE_PREFIX}segments/"))
     # as S3's expiration would: the segment goes, its index stays
     gone = segments[0]
-    expired = {orjson.loads(row.split(b"\t", 2)[2])["request_id"] for row in cache_objects(cloud)[gone].splitlines()}
+    expired = {orjson.loads(row)["response"]["request_id"] for row in cache_objects(cloud)[gone].splitlines()}
     s3.delete_object(Bucket=cloud.bucket, Key=gone)
 
     simulator.clear_log()
