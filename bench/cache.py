@@ -47,6 +47,19 @@ def cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def busy_work(microseconds: float) -> Any:
+    """A call that takes about `microseconds` of CPU (SHA-256 of a buffer sized to it, here and now)."""
+    import hashlib
+
+    probe = b"x" * 64_000
+    start = time.process_time()
+    for _ in range(2000):
+        hashlib.sha256(probe).digest()
+    per_byte = (time.process_time() - start) / 2000 / len(probe)
+    blob = b"x" * max(1, int(microseconds * 1e-6 / per_byte))
+    return lambda: hashlib.sha256(blob).digest()
+
+
 def execution_seconds(run: Any) -> float:
     return float((run.execution["stopDate"] - run.execution["startDate"]).total_seconds())
 
@@ -59,6 +72,14 @@ def main() -> None:
     parser.add_argument("--shard-lines", type=int, default=5000)
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--skip-cold", action="store_true", help="only the all-hits re-run")
+    parser.add_argument(
+        "--probe-busy",
+        type=float,
+        default=0.0,
+        metavar="US",
+        help="also time cache-off runs that do US microseconds more work an answer (hashing, timed "
+        "alone): what any per-answer work costs a run of this local cloud",
+    )
     args = parser.parse_args()
 
     import boto3
@@ -103,7 +124,7 @@ def main() -> None:
                 plan, merge = step_seconds(cloud, since, "plan"), step_seconds(cloud, since, "merge")
                 shards = sum(1 for i in cloud.invocations[since:] if i.step == "run_shard")
                 cpu = cpu_seconds() - cpu
-                if cache in cpus and name.startswith("cold"):
+                if cache in cpus and name.startswith(("cold-on", "cold-off")):
                     cpus[cache].append(cpu)
                 print(
                     f"  {name}: {wall:.2f} s (Plan {plan:.2f} s, {shards} shard runs, Merge {merge:.2f} s; "
@@ -117,13 +138,34 @@ def main() -> None:
             make_input(warm, 200)
             run_job(cloud, warm, key="inbox/warm.jsonl", metadata={"sluice-cache": "off"})
             warm.unlink()
+            from sluice.parts import PartWriter
+
+            add_outcome = PartWriter.add_outcome
+            work = busy_work(args.probe_busy) if args.probe_busy else None
+
+            def busy_add_outcome(self: Any, *a: Any, **k: Any) -> None:
+                assert work is not None
+                work()
+                add_outcome(self, *a, **k)
+
+            busy_walls: list[float] = []
+            kinds = ["off", "on"] + (["busy"] if work is not None else [])
             for n in range(0 if args.skip_cold else args.repeat):
-                # alternate which goes first, so neither always runs on a warmer process
-                for cache in ("off", "on") if n % 2 == 0 else ("on", "off"):
+                # rotate which goes first, so none always runs on a warmer process
+                for kind in kinds[n % len(kinds) :] + kinds[: n % len(kinds)]:
                     clear(store)
-                    wall, plan, run = job(f"cold-{cache}-{n}", cache)
-                    walls[cache].append(wall)
+                    cache = "on" if kind == "on" else "off"
+                    if kind == "busy":
+                        PartWriter.add_outcome = busy_add_outcome  # type: ignore[method-assign]
+                    try:
+                        wall, plan, run = job(f"cold-{kind}-{n}", cache)
+                    finally:
+                        PartWriter.add_outcome = add_outcome  # type: ignore[method-assign]
                     assert run.summary["cache"]["hits"] == 0
+                    if kind == "busy":
+                        busy_walls.append(wall)
+                        continue
+                    walls[cache].append(wall)
                     if cache == "off":
                         plans.append(plan)
             clear(store)
@@ -150,6 +192,8 @@ def main() -> None:
             f"Plan of a cache-off run {', '.join(f'{p:.2f}' for p in plans)} s"
         )
         print(f"re-run / its Plan step alone: {rerun / its_plan:.2f}x   (target <= 1.5x)")
+        each = [w / p for w, p in zip(hit_walls, hit_plans, strict=True)]
+        print(f"  run by run: {', '.join(f'{r:.2f}' for r in each)}x; median {statistics.median(each):.2f}x")
         if plans:
             print(f"re-run / Plan of a cache-off run: {rerun / min(plans):.2f}x")
         if args.skip_cold:
@@ -170,6 +214,18 @@ def main() -> None:
         # the CPU the cache adds is the steadier measure of its cost
         cpu_off, cpu_on = sum(cpus["off"]) / len(cpus["off"]), sum(cpus["on"]) / len(cpus["on"])
         print(f"cold CPU (mean, this process): cache off {cpu_off:.1f} s, on {cpu_on:.1f} s: {cpu_on / cpu_off:.3f}x")
+        if busy_walls:
+            alone = args.probe_busy * args.lines / 1e6
+            print(
+                f"cache off, {args.probe_busy:g} us more work an answer: "
+                f"{', '.join(f'{w:.2f}' for w in busy_walls)} s; best / best cache off {min(busy_walls) / off:.3f}x "
+                f"(that work alone: {alone:.2f} s, {alone / off:.1%} of the run)"
+            )
+            rounds = sorted(b / a for a, b in zip(walls["off"], busy_walls, strict=True))
+            print(
+                f"  round by round against cache off: {', '.join(f'{r:.3f}' for r in rounds)}x; "
+                f"median {statistics.median(rounds):.3f}x"
+            )
     finally:
         sim.terminate()
         sim.wait()
