@@ -108,10 +108,6 @@ def filed_usage(outcome: Outcome, *, keep_incomplete: bool) -> tuple[str, int, i
     return answer_usage(body)
 
 
-def cacheable(outcome: Outcome, *, keep_incomplete: bool) -> bool:
-    return filed_usage(outcome, keep_incomplete=keep_incomplete) is not None
-
-
 def line_tag(custom_id: str) -> bytes:
     """Which line an answer was for. Lines asking the same thing share answers, but a re-run
     gets back its own line's answer (its ids too), so it is byte for byte the first run."""
@@ -579,14 +575,11 @@ class CacheFill:
         self._appender: Appender | None = None
         self._segment = f"{SEGMENTS}{name}{SEGMENT_SUFFIX}"
         self._parts = 0
-        self.filled = 0
 
     def track(self, requests: Iterable[Request]) -> Iterator[Request]:
-        keys, base_url, canonical = self._keys, self._base_url, self._canonical
+        keys, key = self._keys, self.key
         for request in requests:
-            keys[request.line] = (
-                cache_key(base_url, request.path, request.body, canonical=canonical) if request.cache else None
-            )
+            keys[request.line] = key(request)
             yield request
 
     def key(self, request: Request) -> bytes | None:
@@ -612,7 +605,6 @@ class CacheFill:
             return
         tag = line_tag(outcome.custom_id)
         filling = self._filling
-        self.filled += 1
         if self._dir is None:
             offset = len(filling.rows)
             filling.rows += record

@@ -14,10 +14,10 @@ from sluice.cache import (
     CacheIndex,
     DirStore,
     cache_key,
-    cacheable,
     clear,
     decode_index,
     encode_index,
+    filed_usage,
     line_tag,
     stats,
 )
@@ -28,6 +28,10 @@ from sluice.plan import JobOptions, PlanError
 from sluice.records import result_record
 
 BASE = "https://api.example.com/v1"
+
+
+def cacheable(outcome: Outcome, *, keep_incomplete: bool) -> bool:
+    return filed_usage(outcome, keep_incomplete=keep_incomplete) is not None
 
 
 def request(line: int, body: Mapping[str, object], custom_id: str | None = None) -> Request:
