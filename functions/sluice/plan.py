@@ -35,6 +35,9 @@ from .stats import Stats
 from .store import JobStore
 
 MAX_SHARD_BYTES = 256 << 20
+# the answers a shard the cache answers whole may grow to: Plan holds them (and their result
+# lines) while it writes the shard's outputs
+MAX_ANSWERED_BYTES = 64 << 20
 METADATA_PREFIX = "sluice-"
 # the Batch API's completion window: a job that must finish sooner cannot wait on a batch
 BATCH_WINDOW_HOURS = 24.0
@@ -207,9 +210,15 @@ def output_prefix(key: str) -> str:
 
 
 class Resolver(Protocol):
-    """Sees each request line as Plan reads it (its body canonical), and each shard as it closes."""
+    """Sees each request line as Plan reads it (its body canonical), and each shard as it closes.
 
-    def request(self, request: Request) -> None: ...
+    `find` looks a request up before Plan places it, and `request` files it in its shard with
+    what was found; `answers` tells whether the shard so far needs nothing sent, and has room
+    for more."""
+
+    def find(self, request: Request) -> Any: ...
+    def request(self, request: Request, found: Any) -> None: ...
+    def answers(self, shard: ShardRange) -> bool: ...
     def shard_done(self, shard: ShardRange) -> None: ...
 
 
@@ -224,6 +233,10 @@ def plan_lines(
     default_model: str | None = None,
 ) -> PlanResult:
     """Cut shards at line starts; each holds at most `shard_lines` lines and `shard_bytes` bytes.
+
+    A shard the `resolver` answers whole never runs, so `shard_lines` does not bound it: it
+    grows while its lines keep hitting, and Merge then copies its outputs server-side instead
+    of passing shards smaller than a multipart part through itself.
 
     With `models`, the model each valid request names (None: none) is added to it.
 
@@ -241,8 +254,17 @@ def plan_lines(
     current: ShardRange | None = None
     for raw in lines:
         number += 1
+        parsed = parse_line(
+            raw, number, keep_body=keep_body, model=model, default_model=default_model, sort_keys=keep_body
+        )
+        found = resolver.find(parsed) if resolver is not None and isinstance(parsed, Request) else None
         too_big = current is not None and current.lines > 0 and offset - current.start + len(raw) > shard_bytes
-        if current is None or current.lines >= shard_lines or too_big:
+        full = (
+            current is not None
+            and current.lines >= shard_lines
+            and not (found is not None and resolver is not None and resolver.answers(current))
+        )
+        if current is None or full or too_big:
             if current is not None:
                 current.end = offset
                 shards.append(current)
@@ -251,9 +273,6 @@ def plan_lines(
             current = ShardRange(index=len(shards), start=offset, end=offset, first_line=number)
         current.lines += 1
         offset += len(raw)
-        parsed = parse_line(
-            raw, number, keep_body=keep_body, model=model, default_model=default_model, sort_keys=keep_body
-        )
         if parsed is None:
             blank += 1
             current.blank += 1
@@ -272,7 +291,7 @@ def plan_lines(
             model = orjson.loads(raw)["body"].get("model")
             models.add(model if isinstance(model, str) and model else None)
         if resolver is not None:
-            resolver.request(parsed)
+            resolver.request(parsed, found)
     if current is not None:
         current.end = offset
         shards.append(current)
@@ -315,19 +334,31 @@ class CacheHits:
         self._base_url = base_url
         self._wanted: list[tuple[int, bytes, Ref]] = []
         self._custom_ids: dict[int, str] = {}
+        self._answer_bytes = 0
         self.hits: dict[int, int] = {}
         self.answered: set[int] = set()
         self.looked_up = 0
 
-    def request(self, request: Request) -> None:
+    def find(self, request: Request) -> tuple[bytes, Ref] | None:
         if not request.cache:
-            return
+            return None
         self.looked_up += 1
         key = cache_key(self._base_url, request.path, request.body, canonical=True)
         ref = self.index.find(key, line_tag(request.custom_id))
-        if ref is not None:
+        return None if ref is None else (key, ref)
+
+    def request(self, request: Request, found: tuple[bytes, Ref] | None) -> None:
+        if found is not None:
+            key, ref = found
             self._wanted.append((request.line, key, ref))
             self._custom_ids[request.line] = request.custom_id
+            self._answer_bytes += ref.length
+
+    def answers(self, shard: ShardRange) -> bool:
+        """Every line of `shard` so far a hit, and its answers still few enough to hold."""
+        return len(self._wanted) == shard.requests == shard.lines - shard.blank and (
+            self._answer_bytes < MAX_ANSWERED_BYTES
+        )
 
     def shard_done(self, shard: ShardRange) -> None:
         if not self._wanted:
@@ -342,7 +373,7 @@ class CacheHits:
                 stats.add_cached(*answer_usage(orjson.loads(answer).get("body")))
             else:
                 stats.add_cached(ref.model, ref.tokens_in, ref.tokens_out)
-        self._wanted, self._custom_ids = [], {}
+        self._wanted, self._custom_ids, self._answer_bytes = [], {}, 0
         if rows:
             rows.sort()
             prefix = shard_prefix(self._job_id, shard.index)

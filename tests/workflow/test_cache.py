@@ -77,7 +77,7 @@ def test_shards_the_cache_answers_whole_never_run_and_the_rest_send_only_their_m
     cloud = make_cloud(shard_lines=20)
     first_lines = lines(60)
     run_job(cloud, write_jsonl(tmp_path / "first.jsonl", first_lines))
-    # the same 60 lines with one edited in the last shard (lines 41-60) and a blank line in the first
+    # the same 60 lines with a blank line near the start and one edited near the end
     edited = [*first_lines[:5], b"\n", *first_lines[5:50], request_line("c-50", "an edited review"), *first_lines[51:]]
     path = write_jsonl(tmp_path / "edited.jsonl", edited)
     simulator.clear_log()
@@ -87,11 +87,11 @@ def test_shards_the_cache_answers_whole_never_run_and_the_rest_send_only_their_m
     assert sent(simulator) == ["c-50"]
     assert run.status == "SUCCEEDED" and run.verify(path).ok
     assert run.summary["cache"]["hits"] == 59 and run.summary["cache"]["misses"] == 1
-    # shards 0 (with the blank line), 1 and 3 were answered whole by Plan: no Lambda ran for them;
-    # shard 2 (lines 41-60) sent its one miss
+    # shard 0 was answered whole by Plan, so it grew past 20 lines until the edited line, and no
+    # Lambda ran for it; shard 1 (the edited line and the 9 after it) sent its one miss
     ran = [i.payload["shard"]["shard"] for i in cloud.invocations[since:] if i.step == "run_shard"]
-    assert ran == [2]
-    assert [s["results"] for s in run.summary["shards"]] == [19, 20, 20, 1]
+    assert ran == [1]
+    assert [(s["lines"], s["results"]) for s in run.summary["shards"]] == [(51, 50), (10, 10)]
     assert [r["custom_id"] for r in run.results] == [f"c-{i}" for i in range(60)]
     assert [r["custom_id"] for r in run.results if not r.get("cached")] == ["c-50"]
     job = cloud.job(run.job_id)
@@ -106,10 +106,35 @@ def test_shards_the_cache_answers_whole_never_run_and_the_rest_send_only_their_m
     from local.deployed.lines import line_outcome
 
     s3 = boto3.client("s3", region_name=REGION)
-    assert [s.answered for s in load_manifest(s3, cloud.bucket, manifest_key(run.job_id))] == [True, True, False, True]
+    assert [s.answered for s in load_manifest(s3, cloud.bucket, manifest_key(run.job_id))] == [True, False]
     deployment: Any = SimpleNamespace(s3=s3)
     shard, record = line_outcome(deployment, {"bucket": cloud.bucket, "job_id": run.job_id}, 7) or (None, {})
     assert shard == 0 and record["custom_id"] == "c-5" and record["cached"] is True
+
+
+def test_a_rerun_all_hits_is_one_shard_and_merge_copies_its_results_server_side(
+    make_cloud: Any, simulator: Any, tmp_path: Path
+) -> None:
+    # embeddings of 2,000 numbers: 150 answers make more than S3's 5 MiB multipart minimum
+    simulator.configure(embedding_dims=2000)
+    cloud = make_cloud(shard_lines=50)
+    path = write_jsonl(tmp_path / "vectors.jsonl", lines(150, url="/v1/embeddings"))
+    first = run_job(cloud, path)
+    assert first.status == "SUCCEEDED" and len(first.summary["shards"]) == 3
+    simulator.clear_log()
+    again = run_job(cloud, path, key="inbox/again/vectors.jsonl")
+
+    assert again.status == "SUCCEEDED" and again.verify(path).ok
+    assert [e for e in simulator.log if e["method"] == "POST"] == []
+    # Plan answered the whole file as one shard, past the 50 lines a shard that sends may hold
+    assert [(s["lines"], s["results"]) for s in again.summary["shards"]] == [(150, 150)]
+    size = len(cloud.read("outbox/again/vectors.results.jsonl"))
+    assert size > 5 << 20
+    # and Merge copied it whole, server-side (under Merge's own IAM statements), not through itself
+    assert again.summary["merge"] == {"requests": 1, "bytes_through": 0, "bytes_copied": size, "parts": 1}
+    assert [{**r, "cached": None} for r in again.results] == [
+        {**r, "id": r2["id"], "cached": None} for r, r2 in zip(first.results, again.results, strict=True)
+    ]
 
 
 def test_a_failed_job_keeps_the_answers_of_the_shards_the_cache_answered(
@@ -128,8 +153,8 @@ def test_a_failed_job_keeps_the_answers_of_the_shards_the_cache_answered(
     run = run_job(cloud, path, key="inbox/edited.jsonl")
 
     assert run.status == "FAILED"
-    # shard 0 was answered whole and kept; shard 1's lines are accounted for: its 19 hits as
-    # results, its one miss as job_failed
+    # shard 0 (lines 1-39, every one a hit) was answered whole and kept; shard 1, the edited
+    # line, is accounted for as job_failed
     assert [r["custom_id"] for r in run.results] == [f"c-{i}" for i in range(39)]
     assert [(e["custom_id"], e["error"]["code"]) for e in run.errors] == [("c-39", "job_failed")]
 
