@@ -337,12 +337,10 @@ class CacheHits:
         self._answer_bytes = 0
         self.hits: dict[int, int] = {}
         self.answered: set[int] = set()
-        self.looked_up = 0
 
     def find(self, request: Request) -> tuple[bytes, Ref] | None:
         if not request.cache:
             return None
-        self.looked_up += 1
         key = cache_key(self._base_url, request.path, request.body, canonical=True)
         ref = self.index.find(key, line_tag(request.custom_id))
         return None if ref is None else (key, ref)
