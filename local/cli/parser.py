@@ -174,12 +174,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--allow-invalid", action="store_true", help="run even if some lines are invalid (they go to errors)"
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument(
+    # a directory for a cache the run does not use would be ignored without a word
+    cache = p.add_mutually_exclusive_group()
+    cache.add_argument(
         "--cache-dir",
         metavar="DIR",
         help="the response cache's directory (default: $XDG_CACHE_HOME/sluice, else ~/.cache/sluice)",
     )
-    p.add_argument(
+    cache.add_argument(
         "--no-cache",
         action="store_true",
         help="send every line and keep no answer (as metadata sluice-cache: off); for sampling requests",

@@ -101,6 +101,7 @@ BAD_ARGUMENTS = [
     case("run", "{good}", "--mode", "sideways", code=EXIT_USAGE, says="argument --mode: invalid choice"),
     case("run", "{good}", "--out", "{file}", code=EXIT_USAGE, says="is a file, not a directory"),
     case("run", code=EXIT_USAGE, says="the following arguments are required: file"),
+    case("run", "{good}", "--no-cache", "--cache-dir", "x", code=EXIT_USAGE, says="not allowed with argument"),
     case("estimate", "{good}", "--output-tokens", "-1", code=EXIT_USAGE, says="argument --output-tokens"),
     case("estimate", "{good}", "--concurrency", "0", code=EXIT_USAGE, says="argument --concurrency"),
     case("estimate", "{good}", "--latency", "0", code=EXIT_USAGE, says="argument --latency"),

@@ -30,11 +30,12 @@ def _env(provider: SimulatorServer) -> dict[str, str]:
     }
 
 
-def _command(path: Path, out: Path, cache: Path) -> list[str]:
-    return [sys.executable, "-m", "local.cli", "run", str(path), "--out", str(out), "--cache-dir", str(cache)]
+def _command(path: Path, out: Path, cache: Path | None) -> list[str]:
+    where = ["--cache-dir", str(cache)] if cache is not None else []
+    return [sys.executable, "-m", "local.cli", "run", str(path), "--out", str(out), *where]
 
 
-def _run(provider: SimulatorServer, path: Path, out: Path, cache: Path, *extra: str) -> dict[str, Any]:
+def _run(provider: SimulatorServer, path: Path, out: Path, cache: Path | None, *extra: str) -> dict[str, Any]:
     command = [*_command(path, out, cache), "--quiet", *extra]
     done = subprocess.run(command, cwd=ROOT, env=_env(provider), capture_output=True, timeout=300)
     assert done.returncode == 0, done.stderr.decode()[-3000:]
@@ -94,10 +95,11 @@ def test_rerun_sends_nothing_and_gives_the_same_results_and_an_edit_sends_only_t
 
 def test_no_cache_sends_everything_and_keeps_nothing(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "small.jsonl", [request_line(f"s-{n}", f"text {n}") for n in range(20)])
-    cache = tmp_path / "cache"
+    # the default cache directory (the test's own, under XDG_CACHE_HOME)
+    cache = Path(os.environ["XDG_CACHE_HOME"]) / "sluice"
     with SimulatorServer(SimConfig(latency_s=0.01, api_key="sk-cache-test-key")) as provider:
-        _run(provider, path, tmp_path / "a", cache, "--no-cache")
-        _run(provider, path, tmp_path / "b", cache, "--no-cache")
+        _run(provider, path, tmp_path / "a", None, "--no-cache")
+        _run(provider, path, tmp_path / "b", None, "--no-cache")
         sent = _sent(provider)
     assert len(sent) == 40
     assert not cache.exists() or not any(cache.rglob("*.seg"))
