@@ -118,17 +118,19 @@ def concatenate(
     parts = plan_parts(lengths)
     heads = sum(1 for size in known if size is None)
     moved = {"requests": heads, "bytes_through": 0, "bytes_copied": 0, "parts": len(parts)}
-    if len(parts) == 1 and parts[0].copy and parts[0].size == lengths[parts[0].pieces[0].source]:
-        # one whole source (a shard the response cache answered whole, say): copied server-side
+    if len(parts) == 1 and parts[0].copy:
+        # the parts cover every byte, so one copied part is the one non-empty source, whole (a
+        # shard the response cache answered whole, say): copied server-side
+        (piece,) = parts[0].pieces
         s3.copy_object(
             Bucket=bucket,
             Key=target,
-            CopySource={"Bucket": bucket, "Key": sources[parts[0].pieces[0].source]},
+            CopySource={"Bucket": bucket, "Key": sources[piece.source]},
             ContentType=content_type,
             MetadataDirective="REPLACE",
         )
         moved["requests"] += 1
-        moved["bytes_copied"] = parts[0].size
+        moved["bytes_copied"] = piece.size
         return moved
     if len(parts) <= 1:
         body = b"".join(_read_range(s3, bucket, sources[p.source], p) for part in parts for p in part.pieces)
