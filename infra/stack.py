@@ -253,9 +253,7 @@ class SluiceStack(cdk.Stack):
         )
 
         # The response cache (`sluice.cache`): Plan reads the indexes and the hits' segments and
-        # folds many indexes into one; the steps that get answers add segments (a part copied in
-        # by CopyObject: GetObject on the part, which they hold on jobs/, and PutObject here) and
-        # their index.
+        # folds many indexes into one; the steps that get answers add a segment and its index.
         # Nothing else reads or writes cache/, and no step deletes a segment (the lifecycle rule does).
         cache = "Response cache objects are named by the job, shard and run that wrote them, under cache/."
         cache_index = f"{CACHE_PREFIX}index/"

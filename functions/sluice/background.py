@@ -158,6 +158,7 @@ async def submit_background(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any
     checkpoint = load_checkpoint(ctx.s3, spec)
     skip = set(checkpoint.done)
     skip.update(i.line for i in ctx.store.items(spec.job_id, spec.first_line, spec.last_line) if i.provider_id)
+    fill = fill_for(ctx, spec, run=checkpoint.runs + 1, path="background")
     writer = PartWriter(
         s3=ctx.s3,
         store=ctx.store,
@@ -165,7 +166,7 @@ async def submit_background(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any
         run=checkpoint.runs + 1,
         path="background",
         progress=ctx.progress,
-        cache=fill_for(ctx, spec, run=checkpoint.runs + 1, path="background"),
+        cache=fill,
     )
     # lines in flight that were sent directly; a set of the in-flight ones only
     direct: set[int] = set()
@@ -203,7 +204,8 @@ async def submit_background(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any
         )
 
     source = pending(ctx.s3, spec, skip, writer.add_invalid)
-    requests = (prepare(r) for r in source)
+    # keyed as the line asks, before `background: true` is added: a direct run of it shares the answer
+    requests = (prepare(r) for r in (fill.track(source) if fill is not None else source))
     budget = shard_budget(ctx, spec)
     try:
         stats = await send_with_sweep(ctx, spec, requests, sink, budget=budget)

@@ -7,20 +7,16 @@ The value is the answer's `response` object exactly as a result line carries it 
 request id, body), kept inside that result line in S3: never a header, never an API key.
 
 Storage is segments plus indexes, in one `CacheStore` with two backends: the job bucket under
-`cache/` (deployed) or a directory (local runs). A shard run writes an index per 5,000 answers
-(`index/<name>.idx`: 16 bytes of key, line tag, segment, offset, length, and the answer's model
-and tokens per row, so a hit's saving is counted without parsing it). Plan reads the indexes
-only, a few GETs whatever the job's size, resolves each line's key against them, and fetches
-the hits with one ranged GET per segment; no request per line on any path.
+`cache/` (deployed) or a directory (local runs). A shard run writes one segment per 5,000
+answers and one index (`index/<name>.idx`: 16 bytes of key, line tag, segment, offset, length,
+and the answer's model and tokens per row, so a hit's saving is counted without parsing it).
+Plan reads the indexes only, a few GETs whatever the job's size, resolves each line's key
+against them, and fetches the hits with one ranged GET per segment; no request per line on any
+path.
 
-Plan hashes the keys of a job that fills the cache, in its one pass over the input, and writes
-them next to each shard (`keys.bin`): a shard files an answer by its line number, without
-hashing among thousands of requests in flight. In S3 a segment is a shard's part
-(`segments/<name>.tsv`, `sluice.parts`), copied by S3 once the part is written: its rows end in
-the answers' result lines, so no answer passes through the Lambda twice. The answers of a part
-too small to be worth a copy are gathered into a segment of result lines (`<name>.jsonl`),
-written with the index; the lines of a part that are not filed (errors, lines opted out) ride
-along in its copy, named by no index, and expire with it. A local segment
+A segment in S3 (`segments/<name>.jsonl`) is the answers' result lines, the bytes the shard
+writes to its own part anyway: filing an answer copies it once and packs its index row, which
+keeps a cold run's cost close to a run without the cache. A local segment
 (`segments/<name>.seg`: `<key hex>\t<line tag hex>\t<response>` rows) is appended to as each
 answer arrives (one `os.write`), so a run killed with SIGKILL loses no answer; its index is
 rebuilt from its rows, which carry their keys, by the next reader.
@@ -52,8 +48,6 @@ INDEXES = "index/"
 SEGMENT_SUFFIX = ".seg"
 # a segment written whole: result lines, its keys in its index only
 RECORDS_SUFFIX = ".jsonl"
-# a segment copied from a shard's part (`sluice.parts`): its rows end in result lines
-PART_SUFFIX = ".tsv"
 INDEX_SUFFIX = ".idx"
 INDEX_MAGIC = b"SLUICE-CACHE-INDEX 2\n"
 # the first release's indexes, without the answers' usage: still read, the usage then parsed
@@ -67,18 +61,10 @@ _NAME_LEN = struct.Struct("<H")
 # Plan folds the indexes into one once there are this many: a job's few dozen parts each add one
 COMPACT_AT = 64
 KEY_BYTES = 32
-# answers per index a shard writes to S3: one per 5,000-line shard run, so a re-run's Plan
-# reads about one index per shard
+# answers per segment a shard writes to S3: one per 5,000-line shard run, so a re-run of the
+# job fetches its hits with about one ranged GET per shard
 SEGMENT_ROWS = 5000
-# a part with this many answers to file is copied into the cache whole, server-side; a part
-# with fewer has them copied into a segment written with the index, so a slow run's many
-# small parts do not each become a segment for a re-run's Plan to read
-COPY_ANSWERS = 200
 TAG_BYTES = 8
-# each line's key and line tag, as Plan hashed them, next to the shard that sends the line
-SHARD_KEYS = "keys.bin"
-KEYS_ROW = KEY_BYTES + TAG_BYTES
-_NO_KEY = bytes(KEYS_ROW)
 # a row: `<key hex>\t<tag hex>\t<response>\n`
 _ANSWER_AT = KEY_BYTES * 2 + 1 + TAG_BYTES * 2 + 1
 
@@ -98,7 +84,7 @@ def cache_key(base_url: str, path: str, body: bytes | None, *, canonical: bool =
     asked = _asked_of(base_url, path)
     if body:
         asked += body if canonical else canonical_body(body)
-    # one call per line: Plan hashes every request of a job that fills the cache
+    # one call per line: a filling shard hashes every request it sends
     return hashlib.sha256(asked).digest()
 
 
@@ -120,16 +106,6 @@ def filed_usage(outcome: Outcome, *, keep_incomplete: bool) -> tuple[str, int, i
             if isinstance(choice, dict) and choice.get("finish_reason") == "length":
                 return None
     return answer_usage(body)
-
-
-def pack_keys(first_line: int, lines: int, keys: Iterable[tuple[int, bytes]]) -> bytes:
-    """A shard's `keys.bin`: a row of key and line tag for each of its lines, from `first_line`
-    on; zeros for a line the shard does not file (not a request, opted out, answered by Plan)."""
-    rows = bytearray(lines * KEYS_ROW)
-    for line, row in keys:
-        at = (line - first_line) * KEYS_ROW
-        rows[at : at + KEYS_ROW] = row
-    return bytes(rows)
 
 
 def line_tag(custom_id: str) -> bytes:
@@ -171,7 +147,6 @@ class CacheStore(Protocol):
     def names(self, folder: str) -> list[str]: ...
     def read(self, name: str, start: int | None = None, end: int | None = None) -> bytes | None: ...
     def write(self, name: str, data: bytes) -> None: ...
-    def copy(self, name: str, source: str) -> None: ...
     def delete(self, names: list[str]) -> None: ...
     def size(self) -> tuple[int, int]: ...
 
@@ -208,13 +183,6 @@ class S3Store:
 
     def write(self, name: str, data: bytes) -> None:
         self.s3.put_object(Bucket=self.bucket, Key=self.prefix + name, Body=data)
-
-    def copy(self, name: str, source: str) -> None:
-        """Object `source` of the bucket (a shard's part) as `name`, copied by S3: no byte of it
-        passes through the Lambda, and it takes the cache's expiry."""
-        self.s3.copy_object(
-            Bucket=self.bucket, Key=self.prefix + name, CopySource={"Bucket": self.bucket, "Key": source}
-        )
 
     def delete(self, names: list[str]) -> None:
         for start in range(0, len(names), 1000):
@@ -281,9 +249,6 @@ class DirStore:
         finally:
             os.close(fd)
         os.replace(temp, target)
-
-    def copy(self, name: str, source: str) -> None:
-        raise NotImplementedError("a local cache is appended to answer by answer, never copied into")
 
     def delete(self, names: list[str]) -> None:
         for name in names:
@@ -539,7 +504,7 @@ class CacheIndex:
             self.reads += 1
             if data is None:
                 continue
-            records = segment.endswith((RECORDS_SUFFIX, PART_SUFFIX))
+            records = segment.endswith(RECORDS_SUFFIX)
             for line, key, ref in entries:
                 row = data[ref.offset - start : ref.offset - start + ref.length]
                 if len(row) != ref.length or not row.endswith(b"\n"):
@@ -555,47 +520,34 @@ class CacheIndex:
 
 
 @dataclass
-class FilledIndex:
-    """Index rows on their way to one index, packed as they come, naming their segments by number."""
+class FilledSegment:
+    """Answers on their way to one segment: its bytes, and its index rows already packed
+    (segment number 0), so nothing is kept per answer but bytes."""
 
-    segments: list[str] = field(default_factory=list)
+    rows: bytearray = field(default_factory=bytearray)
     entries: bytearray = field(default_factory=bytearray)
     models: dict[str, int] = field(default_factory=dict)
     count: int = 0
 
-    def add(self, key: bytes, tag: bytes, segment: int, offset: int, length: int, usage: tuple[str, int, int]) -> None:
+    def add(self, key: bytes, tag: bytes, offset: int, length: int, usage: tuple[str, int, int]) -> None:
         model, tokens_in, tokens_out = usage
         number = self.models.setdefault(model, len(self.models))
         # the struct keeps the key's first 16 bytes
-        self.entries += _ENTRY.pack(key, tag, segment, offset, length, number, tokens_in, tokens_out)
+        self.entries += _ENTRY.pack(key, tag, 0, offset, length, number, tokens_in, tokens_out)
         self.count += 1
 
-    def index(self) -> bytes:
-        """This index, as `encode_index` would write it from the same rows."""
-        return _index_bytes(self.segments, self.models, self.count, bytes(self.entries))
-
-
-@dataclass
-class Filed:
-    """What a part's cut leaves the writer to store, after the part and in this order: the part
-    copied as a segment, then a segment of the answers of smaller parts, then the index."""
-
-    copy: str | None = None
-    segment: tuple[str, bytes] | None = None
-    index: tuple[str, bytes] | None = None
+    def index(self, segment: str) -> bytes:
+        """The index of this segment, as `encode_index` would write it from the same rows."""
+        return _index_bytes([segment], self.models, self.count, bytes(self.entries))
 
 
 class CacheFill:
     """What a shard's writer does with each answer: file it under its line's key.
 
-    Plan hashed each line's key and tag (`keys.bin`), so filing is a lookup by line number. A
-    shard planned without them (by a release before) hashes its lines from one re-read of the
-    shard, when the first answer arrives.
-
-    In S3 an answer is not copied at all as it comes: its part, which holds its result line,
-    is copied into the cache by S3 once written, and the index points into that copy. Only the
-    answers of small parts are gathered into a segment of their own. A local cache appends each
-    answer to its segment as it arrives (`DirStore`), so a SIGKILL loses none.
+    Keys come from `track` as requests go out; lines answered in a later step (a batch, a
+    background response) get theirs from one re-read of the shard, when the first one arrives.
+    Each answer becomes a row of bytes and a packed index row as it comes: the shard's live
+    objects stay the engine's own, so the collector has no more to scan with the cache on.
     """
 
     def __init__(
@@ -604,119 +556,95 @@ class CacheFill:
         *,
         base_url: str,
         name: str,
-        keys: bytes | None = None,
-        first_line: int = 1,
         keep_incomplete: bool = False,
-        requests: Any = None,
+        keys_for: Any = None,
+        canonical: bool = False,
     ) -> None:
         self._store = store
         # a local store's segment is appended to answer by answer
         self._dir = store if isinstance(store, DirStore) else None
+        # the requests' bodies come with their keys sorted (`shard.read_shard` for a filling job)
+        self._canonical = canonical
         self._base_url = base_url
         self._name = name
         self._keep_incomplete = keep_incomplete
-        self._table = keys
-        self._first_line = first_line
-        self._keys: dict[int, bytes] | None = None
-        self._requests = requests
+        self._keys: dict[int, bytes | None] = {}
+        self._keys_for = keys_for
+        self._read_shard = False
+        self._filling = FilledSegment()
         self._appender: Appender | None = None
         self._segment = f"{SEGMENTS}{name}{SEGMENT_SUFFIX}"
-        self._filling = FilledIndex([self._segment] if self._dir is not None else [])
-        # this part's answers, (key and tag, usage, offset of the result line in the part, result line)
-        self._part: list[tuple[bytes, tuple[str, int, int], int, bytes]] = []
-        # the answers of small parts, for a segment written with the index: its name and number there
-        self._rows = bytearray()
-        self._rows_segment: tuple[str, int] | None = None
-        self._written = 0
+        self._parts = 0
+
+    def track(self, requests: Iterable[Request]) -> Iterator[Request]:
+        keys, key = self._keys, self.key
+        for request in requests:
+            keys[request.line] = key(request)
+            yield request
+
+    def key(self, request: Request) -> bytes | None:
+        return (
+            cache_key(self._base_url, request.path, request.body, canonical=self._canonical) if request.cache else None
+        )
 
     def _key_of(self, line: int) -> bytes | None:
-        """The line's key and tag, or None when it is not filed."""
-        if self._table is not None:
-            at = (line - self._first_line) * KEYS_ROW
-            row = self._table[at : at + KEYS_ROW] if at >= 0 else b""
-            return row if len(row) == KEYS_ROW and row != _NO_KEY else None
-        if self._keys is None:
-            self._keys = {}
-            for request in self._requests() if self._requests is not None else ():
-                if request.cache:
-                    key = cache_key(self._base_url, request.path, request.body)
-                    self._keys[request.line] = key + line_tag(request.custom_id)
-        return self._keys.get(line)
+        if line not in self._keys and not self._read_shard and self._keys_for is not None:
+            self._read_shard = True
+            for request in self._keys_for():
+                self._keys.setdefault(request.line, self.key(request))
+        return self._keys.pop(line, None)
 
-    def add(self, outcome: Outcome, record: bytes, at: int = 0) -> None:
-        """File `outcome`'s answer; `record` is its result line, at byte `at` of the part being written."""
+    def add(self, outcome: Outcome, record: bytes) -> None:
+        """File `outcome`'s answer; `record` is its result line, as the shard writes it."""
         usage = filed_usage(outcome, keep_incomplete=self._keep_incomplete)
         if usage is None:
+            self._keys.pop(outcome.line, None)
             return
-        keyed = self._key_of(outcome.line)
-        if keyed is None:
+        key = self._key_of(outcome.line)
+        if key is None:
             return
+        tag = line_tag(outcome.custom_id)
+        filling = self._filling
         if self._dir is None:
-            self._part.append((keyed, usage, at, record))
+            offset = len(filling.rows)
+            filling.rows += record
+            filling.rows += b"\n"
+            filling.add(key, tag, offset, len(record) + 1, usage)
             return
         if self._appender is None:
             self._appender = self._dir.append(self._segment)
-        key, tag = keyed[:KEY_BYTES], keyed[KEY_BYTES:]
         row = cache_row(key, tag, answer_of(record))
-        self._filling.add(key, tag, 0, self._appender.add(row), len(row), usage)
+        filling.add(key, tag, self._appender.add(row), len(row), usage)
 
-    def _name_next(self, suffix: str) -> str:
-        self._written += 1
-        return f"{self._name}-{self._written:04d}{suffix}"
-
-    def cut(self, *, last: bool = False) -> Filed | None:
-        """What to store with the part being cut: the part itself as a segment when it has
-        `COPY_ANSWERS` answers, and an index every `SEGMENT_ROWS` answers and at the end of the
-        run. A run that dies loses the answers not yet indexed: their lines are sent again by a
+    def cut(self, *, last: bool = False) -> FilledSegment | None:
+        """One segment's answers, written with the part being cut (stores written whole): every
+        `SEGMENT_ROWS` answers, and what is left at the end of the run. Parts are cut every few
+        seconds; a segment per part would make a re-run's Plan fetch from hundreds of them.
+        A run that dies loses the answers not yet in a segment: their lines are sent again by a
         later job, never lost."""
-        if self._dir is not None:
+        if self._appender is not None or self._filling.count == 0:
             return None
-        filed = Filed()
-        part, self._part = self._part, []
-        filling = self._filling
-        if len(part) >= COPY_ANSWERS:
-            filed.copy = SEGMENTS + self._name_next(PART_SUFFIX)
-            number = len(filling.segments)
-            filling.segments.append(filed.copy)
-            for keyed, usage, at, record in part:
-                filling.add(keyed, keyed[KEY_BYTES:], number, at, len(record) + 1, usage)
-        elif part:
-            if self._rows_segment is None:
-                self._rows_segment = (SEGMENTS + self._name_next(RECORDS_SUFFIX), len(filling.segments))
-                filling.segments.append(self._rows_segment[0])
-            rows, number = self._rows, self._rows_segment[1]
-            for keyed, usage, _, record in part:
-                filling.add(keyed, keyed[KEY_BYTES:], number, len(rows), len(record) + 1, usage)
-                rows += record
-                rows += b"\n"
-        if filling.count == 0 or (not last and filling.count < SEGMENT_ROWS):
-            return filed if filed.copy is not None else None
-        if self._rows_segment is not None:
-            filed.segment = (self._rows_segment[0], bytes(self._rows))
-            self._rows, self._rows_segment = bytearray(), None
-        index_name = INDEXES + self._name_next(INDEX_SUFFIX)
-        filed.index = (index_name, filling.index())
-        self._filling = FilledIndex()
-        return filed
+        if not last and self._filling.count < SEGMENT_ROWS:
+            return None
+        filled, self._filling = self._filling, FilledSegment()
+        return filled
 
-    def write(self, filed: Filed | None, part: str | None) -> None:
-        """Store what a cut left, once `part` (the part's key in the bucket) is written: segments
-        before the index, so that an index never names what is not there."""
-        if filed is None:
+    def write(self, filled: FilledSegment | None) -> None:
+        """One segment and its index, segment first: an index never names what is not there."""
+        if filled is None:
             return
-        if filed.copy is not None and part is not None:
-            self._store.copy(filed.copy, part)
-        if filed.segment is not None:
-            self._store.write(*filed.segment)
-        if filed.index is not None:
-            self._store.write(*filed.index)
+        self._parts += 1
+        name = f"{self._name}-{self._parts:04d}"
+        segment = f"{SEGMENTS}{name}{RECORDS_SUFFIX}"
+        self._store.write(segment, bytes(filled.rows))
+        self._store.write(f"{INDEXES}{name}{INDEX_SUFFIX}", filled.index(segment))
 
     def close(self) -> None:
         if self._appender is not None:
             self._appender.close()
             self._appender = None
             name = self._segment.removeprefix(SEGMENTS).removesuffix(SEGMENT_SUFFIX)
-            self._store.write(f"{INDEXES}{name}{INDEX_SUFFIX}", self._filling.index())
+            self._store.write(f"{INDEXES}{name}{INDEX_SUFFIX}", self._filling.index(self._segment))
 
 
 def segment_name(job_id: str, shard: int, run: int, path: str) -> str:
@@ -735,30 +663,20 @@ def stats(store: CacheStore) -> dict[str, int]:
     return {"answers": len(index), "requests": index.requests, "objects": objects, "bytes": size}
 
 
-def shard_keys(s3: Any, spec: ShardSpec) -> bytes | None:
-    """The keys Plan hashed for the shard; None for a shard planned without them."""
-    try:
-        return bytes(s3.get_object(Bucket=spec.bucket, Key=spec.prefix + SHARD_KEYS)["Body"].read())
-    except Exception as exc:
-        if getattr(exc, "response", {}).get("Error", {}).get("Code") in ("NoSuchKey", "404"):
-            return None
-        raise
-
-
 def fill_for(ctx: ShardContext, spec: ShardSpec, *, run: int, path: str) -> CacheFill | None:
     """The cache a shard's writer fills, when its job writes to the cache."""
     if not spec.fills_cache:
         return None
 
-    def requests() -> Iterator[Request]:
+    def keys_for() -> Iterator[Request]:
         return (item for item in read_shard(ctx.s3, spec) if isinstance(item, Request))
 
     return CacheFill(
         cache_store(ctx.s3, ctx.settings),
         base_url=ctx.settings.cache_provider_name,
         name=segment_name(spec.job_id, spec.shard, run, path),
-        keys=shard_keys(ctx.s3, spec),
-        first_line=spec.first_line,
         keep_incomplete=spec.cache_incomplete,
-        requests=requests,
+        keys_for=keys_for,
+        # `read_shard` sorted the bodies' keys, as it does for every job that fills the cache
+        canonical=True,
     )

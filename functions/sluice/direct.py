@@ -26,6 +26,7 @@ class ShardStalled(RuntimeError):
 async def run_direct(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any]:
     started = time.monotonic()
     checkpoint = load_checkpoint(ctx.s3, spec)
+    fill = fill_for(ctx, spec, run=checkpoint.runs + 1, path="direct")
     writer = PartWriter(
         s3=ctx.s3,
         store=ctx.store,
@@ -33,11 +34,12 @@ async def run_direct(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any]:
         run=checkpoint.runs + 1,
         item_rows_for_results=False,
         progress=ctx.progress,
-        cache=fill_for(ctx, spec, run=checkpoint.runs + 1, path="direct"),
+        cache=fill,
     )
     stopper = Stopper(ctx, spec.job_id)
     budget = shard_budget(ctx, spec)
     source = pending(ctx.s3, spec, checkpoint.done, writer.add_invalid)
+    requests = fill.track(source) if fill is not None else source
     # the lines this run ended, to know which the budget kept back (with a budget only)
     ended: set[int] = set()
 
@@ -46,7 +48,7 @@ async def run_direct(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any]:
         writer.add_outcome(outcome)
 
     try:
-        stats = await send_with_sweep(ctx, spec, source, sink if budget else writer.add_outcome, stopper, budget)
+        stats = await send_with_sweep(ctx, spec, requests, sink if budget else writer.add_outcome, stopper, budget)
     finally:
         if budget is not None:
             await asyncio.to_thread(budget.close)

@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from .cache import CacheFill, Filed
+from .cache import CacheFill, FilledSegment
 from .lines import LineError
 from .model import Outcome
 from .progress import ProgressSink
@@ -106,9 +106,8 @@ class _Chunk:
     done: int = 0
     failed: int = 0
     waiting: int = 0
-    size: int = 0
-    # what the response cache stores with the part (stores written whole)
-    cached: Filed | None = None
+    # answers for the response cache, written with the part (stores written whole)
+    cached: FilledSegment | None = None
 
 
 class PartWriter:
@@ -157,11 +156,9 @@ class PartWriter:
         chunk = self._chunk
         kind = b"r" if outcome.ok else b"e"
         record = outcome_record(self._spec.job_id, outcome)
-        row = b"%d\t%s\t%s\n" % (outcome.line, kind, record)
         if self._cache is not None:
-            self._cache.add(outcome, record, chunk.size + len(row) - len(record) - 1)
-        chunk.rows.append(row)
-        chunk.size += len(row)
+            self._cache.add(outcome, record)
+        chunk.rows.append(b"%d\t%s\t%s\n" % (outcome.line, kind, record))
         path = path or self._path
         batch = path == "batch"
         chunk.stats.add_outcome(outcome, path=path, timed=not batch)
@@ -187,9 +184,7 @@ class PartWriter:
 
     def add_invalid(self, error: LineError) -> None:
         record = error_record(self._spec.job_id, error.line, error.custom_id, error.code, error.message)
-        row = b"%d\te\t%s\n" % (error.line, record)
-        self._chunk.rows.append(row)
-        self._chunk.size += len(row)
+        self._chunk.rows.append(b"%d\te\t%s\n" % (error.line, record))
         self._chunk.stats.add_error(error.code, error.message)
         self._count(False)
         if self._progress is not None:
@@ -228,15 +223,13 @@ class PartWriter:
 
     def _write(self, chunk: _Chunk, seq: int, finished: bool) -> None:
         spec = self._spec
-        part = None
+        if self._cache is not None:
+            self._cache.write(chunk.cached)
         if chunk.rows:
             # stats first: a part without its stats would be counted in results but not in the summary
             base = f"{spec.prefix}part-{self._run:05d}-{seq:04d}"
-            part = base + ".tsv"
             self._s3.put_object(Bucket=spec.bucket, Key=base + ".stats.json", Body=orjson.dumps(chunk.stats.to_dict()))
-            self._s3.put_object(Bucket=spec.bucket, Key=part, Body=b"".join(chunk.rows))
-        if self._cache is not None:
-            self._cache.write(chunk.cached, part)
+            self._s3.put_object(Bucket=spec.bucket, Key=base + ".tsv", Body=b"".join(chunk.rows))
         self._store.record_progress(
             spec.job_id,
             spec.shard,

@@ -14,17 +14,7 @@ from typing import Any, Protocol
 import orjson
 
 from .budget import budget_models, usd_to_nano
-from .cache import (
-    SHARD_KEYS,
-    CacheIndex,
-    Ref,
-    answer_usage,
-    cache_key,
-    cache_store,
-    cached_record,
-    line_tag,
-    pack_keys,
-)
+from .cache import CacheIndex, Ref, answer_usage, cache_key, cache_store, cached_record, line_tag
 from .contract import (
     BATCH_INCOMPLETE_POLICIES,
     CACHE_MODES,
@@ -333,25 +323,18 @@ class CacheHits:
     written into their shard as a finished part, so the shard sends only the misses.
 
     Hits are fetched and written shard by shard as Plan passes them: memory holds one
-    shard's hits, never the job's. For a job that fills the cache, each shard's misses get
-    their keys written next to it (`keys.bin`), so its run files answers without hashing.
+    shard's hits, never the job's.
     """
 
-    def __init__(
-        self, index: CacheIndex | None, *, s3: Any, bucket: str, job_id: str, base_url: str, fills: bool = False
-    ) -> None:
+    def __init__(self, index: CacheIndex, *, s3: Any, bucket: str, job_id: str, base_url: str) -> None:
         self.index = index
         self._s3 = s3
         self._bucket = bucket
         self._job_id = job_id
         self._base_url = base_url
-        self._fills = fills
         self._wanted: list[tuple[int, bytes, Ref]] = []
         self._custom_ids: dict[int, str] = {}
         self._answer_bytes = 0
-        # the last line looked up and missed, (line, key and tag), until `request` files it
-        self._miss: tuple[int, bytes] | None = None
-        self._keys: list[tuple[int, bytes]] = []
         self.hits: dict[int, int] = {}
         self.answered: set[int] = set()
 
@@ -359,23 +342,15 @@ class CacheHits:
         if not request.cache:
             return None
         key = cache_key(self._base_url, request.path, request.body, canonical=True)
-        tag = line_tag(request.custom_id)
-        ref = self.index.find(key, tag) if self.index is not None else None
-        if ref is None:
-            self._miss = (request.line, key + tag)
-            return None
-        return key, ref
+        ref = self.index.find(key, line_tag(request.custom_id))
+        return None if ref is None else (key, ref)
 
     def request(self, request: Request, found: tuple[bytes, Ref] | None) -> None:
-        miss, self._miss = self._miss, None
-        if found is None:
-            if self._fills and miss is not None and miss[0] == request.line:
-                self._keys.append(miss)
-            return
-        key, ref = found
-        self._wanted.append((request.line, key, ref))
-        self._custom_ids[request.line] = request.custom_id
-        self._answer_bytes += ref.length
+        if found is not None:
+            key, ref = found
+            self._wanted.append((request.line, key, ref))
+            self._custom_ids[request.line] = request.custom_id
+            self._answer_bytes += ref.length
 
     def answers(self, shard: ShardRange) -> bool:
         """Every line of `shard` so far a hit, and its answers still few enough to hold."""
@@ -384,14 +359,7 @@ class CacheHits:
         )
 
     def shard_done(self, shard: ShardRange) -> None:
-        if self._keys:
-            self._s3.put_object(
-                Bucket=self._bucket,
-                Key=shard_prefix(self._job_id, shard.index) + SHARD_KEYS,
-                Body=pack_keys(shard.first_line, shard.lines, self._keys),
-            )
-            self._keys = []
-        if self.index is None or not self._wanted:
+        if not self._wanted:
             return
         rows: list[tuple[int, bytes]] = []
         stats = Stats()
@@ -477,16 +445,11 @@ def plan_job(
         return {**state, "duplicate": True}
 
     hits: CacheHits | None = None
-    index: CacheIndex | None = None
     if options.cache in ("on", "read"):
         index = CacheIndex.load(cache_store(s3, settings))
-        # an empty cache costs Plan one LIST: no line is looked up in it
-        index = index if len(index) else None
-    fills = options.cache in ("on", "write")
-    if index is not None or fills:
-        # a job that fills the cache has its keys hashed here, where nothing else runs, rather than
-        # in the shards, among thousands of requests in flight
-        hits = CacheHits(index, s3=s3, bucket=bucket, job_id=job_id, base_url=settings.cache_provider_name, fills=fills)
+        # an empty cache costs Plan one LIST: no line is encoded or hashed for it
+        if len(index):
+            hits = CacheHits(index, s3=s3, bucket=bucket, job_id=job_id, base_url=settings.cache_provider_name)
     body = s3.get_object(Bucket=bucket, Key=key, IfMatch=quoted)["Body"]
     # a budget needs a price for every model the job sends to; the job's model replaces the lines'
     models: set[str | None] | None = set() if options.budget_usd and not options.model else None

@@ -118,7 +118,9 @@ def read_shard(s3: Any, spec: ShardSpec) -> Iterator[Request | LineError]:
     )["Body"]
     for offset, raw in enumerate(split_lines(body.iter_chunks(READ_CHUNK))):
         number = spec.first_line + offset
-        parsed = parse_line(raw, number, model=spec.model, default_model=spec.default_model)
+        # a job that fills the cache sends each body with its keys sorted: the one encode the body
+        # needs anyway is then also its canonical form, which the cache key hashes as it is
+        parsed = parse_line(raw, number, model=spec.model, default_model=spec.default_model, sort_keys=spec.fills_cache)
         if parsed is None:
             continue
         if isinstance(parsed, LineError):

@@ -149,9 +149,10 @@ def test_cache_stats_and_clear(tmp_path: Path, capsys: Any) -> None:
     from local.cli.app import main
 
     cache = tmp_path / "cache"
+    fill = CacheFill(DirStore(cache), base_url="http://p/v1", name="seg")
     requests = [Request(n, f"c-{n}", "POST", "/v1/chat/completions", b'{"q":%d}' % (n % 3)) for n in range(1, 7)]
-    # keyed from the shard's own lines, as a shard planned without `keys.bin` is
-    fill = CacheFill(DirStore(cache), base_url="http://p/v1", name="seg", requests=lambda: iter(requests))
+    for _ in fill.track(requests):
+        pass
     for n in range(1, 7):
         outcome = Outcome(n, f"c-{n}", 200, {"choices": [{"finish_reason": "stop"}]}, f"r-{n}")
         fill.add(outcome, result_record("job", outcome))

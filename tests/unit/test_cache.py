@@ -19,7 +19,6 @@ from sluice.cache import (
     encode_index,
     filed_usage,
     line_tag,
-    pack_keys,
     stats,
 )
 from sluice.contract import Settings
@@ -69,6 +68,9 @@ def test_the_key_follows_the_jobs_model_override_as_plan_and_shards_see_it() -> 
     # Plan encodes canonically once; a shard canonicalises what it sends: the same key
     assert cache_key(BASE, as_sent.path, as_sent.body) == cache_key(BASE, in_plan.path, in_plan.body, canonical=True)
     assert cache_key(BASE, plain.path, plain.body) != cache_key(BASE, as_sent.path, as_sent.body)
+    # a filling shard reads its bodies sorted and hashes them as they are: still Plan's key
+    filling = CacheFill(DirStore(Path("/nonexistent")), base_url=BASE, name="n", canonical=True)
+    assert filling.key(in_plan) == CacheFill(DirStore(Path("/nonexistent")), base_url=BASE, name="n").key(as_sent)
 
 
 def test_a_line_can_opt_out_beside_its_custom_id_without_changing_the_body() -> None:
@@ -92,14 +94,10 @@ def test_only_finished_successful_answers_are_kept() -> None:
     assert not cacheable(Outcome(1, "c", 200, {"status": "failed"}, "r"), keep_incomplete=True)
 
 
-def keys_of(requests: list[Request]) -> bytes:
-    """The `keys.bin` Plan writes for a shard of these requests, from line 1."""
-    rows = [(r.line, cache_key(BASE, r.path, r.body) + line_tag(r.custom_id)) for r in requests if r.cache]
-    return pack_keys(1, max(r.line for r in requests), rows)
-
-
 def fill(store: DirStore, name: str, outcomes: list[tuple[Request, Outcome]]) -> CacheFill:
-    cache = CacheFill(store, base_url=BASE, name=name, keys=keys_of([r for r, _ in outcomes]))
+    cache = CacheFill(store, base_url=BASE, name=name)
+    for _ in cache.track(r for r, _ in outcomes):
+        pass
     for _, outcome in outcomes:
         cache.add(outcome, result_record("job", outcome))
     return cache
@@ -155,7 +153,7 @@ def test_a_row_is_only_served_for_its_own_key(tmp_path: Path) -> None:
 def test_many_small_indexes_are_folded_into_one(tmp_path: Path) -> None:
     store = DirStore(tmp_path)
     for n in range(10):
-        fill(store, f"part-{n}", [(request(n + 1, {"q": n}), answer(n + 1, str(n)))]).close()
+        fill(store, f"part-{n}", [(request(n, {"q": n}), answer(n, str(n)))]).close()
     assert len(store.names(INDEXES)) == 10
     index = CacheIndex.load(store, compact_at=8)
     (only,) = store.names(INDEXES)
@@ -182,7 +180,7 @@ def test_index_round_trip_and_stats_and_clear(tmp_path: Path) -> None:
     ]
     assert list(decode_index(encode_index(entries))) == [(k[:16], r) for k, r in entries]
     store = DirStore(tmp_path)
-    fill(store, "s", [(request(n, {"q": n}), answer(n, str(n))) for n in range(1, 4)]).close()
+    fill(store, "s", [(request(n, {"q": n}), answer(n, str(n))) for n in range(3)]).close()
     assert stats(store)["answers"] == 3
     assert clear(store) == 2
     assert stats(store)["answers"] == 0
@@ -226,12 +224,7 @@ def test_the_index_keeps_each_answers_usage_and_reads_the_first_releases_indexes
 
 
 class WholeObjects(dict[str, bytes]):
-    """A store written whole, as the job bucket's `cache/` is (`S3Store`); `bucket` holds the
-    objects it copies from."""
-
-    def __init__(self, *args: Mapping[str, bytes], bucket: Mapping[str, bytes] | None = None) -> None:
-        super().__init__(*args)
-        self.bucket = bucket if bucket is not None else {}
+    """A store written whole, as the job bucket's `cache/` is (`S3Store`)."""
 
     def names(self, folder: str) -> list[str]:
         return sorted(n for n in self if n.startswith(folder))
@@ -243,10 +236,6 @@ class WholeObjects(dict[str, bytes]):
     def write(self, name: str, data: bytes) -> None:
         self[name] = data
 
-    # the store's copy, not the dict's
-    def copy(self, name: str, source: str) -> None:  # type: ignore[override]
-        self[name] = self.bucket[source]
-
     def delete(self, names: list[str]) -> None:
         for name in names:
             self.pop(name, None)
@@ -255,62 +244,47 @@ class WholeObjects(dict[str, bytes]):
         return len(self), sum(map(len, self.values()))
 
 
-def test_in_s3_a_part_is_copied_as_a_segment_and_small_parts_answers_are_gathered(
+def test_a_segment_written_whole_is_cut_at_its_size_and_is_the_answers_result_lines(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import sluice.cache
 
-    monkeypatch.setattr(sluice.cache, "COPY_ANSWERS", 2)
-    monkeypatch.setattr(sluice.cache, "SEGMENT_ROWS", 4)
-    parts: dict[str, bytes] = {}
-    store = WholeObjects(bucket=parts)
-    pairs = [(request(n, {"q": n}), answer(n, f"a{n}", model="m", usage={"input_tokens": n})) for n in range(1, 7)]
-    cache = CacheFill(store, base_url=BASE, name="shard", keys=keys_of([r for r, _ in pairs]))
+    monkeypatch.setattr(sluice.cache, "SEGMENT_ROWS", 3)
+    store = WholeObjects()
+    cache = CacheFill(store, base_url=BASE, name="shard")
+    pairs = [(request(n, {"q": n}), answer(n, f"a{n}", model="m", usage={"input_tokens": n})) for n in range(1, 6)]
+    for _ in cache.track(r for r, _ in pairs):
+        pass
     records = {n: result_record("job", outcome) for n, (_, outcome) in enumerate(pairs, 1)}
-    failed = Outcome(6, "c-6", 500, {"error": "x"}, "r", error_code="server_error")
     cuts = []
-    # parts as `PartWriter` writes them: lines 1-2, line 3, lines 4-6 (line 6 failed)
-    for number, lines in enumerate(([1, 2], [3], [4, 5, 6]), 1):
-        part = bytearray()
-        for n in lines:
-            outcome = failed if n == 6 else pairs[n - 1][1]
-            record = result_record("job", outcome)
-            row = b"%d\tr\t%s\n" % (n, record)
-            cache.add(outcome, record, len(part) + len(row) - len(record) - 1)
-            part += row
-        parts[f"part-{number}"] = bytes(part)
+    for n, (_, outcome) in enumerate(pairs, 1):
+        cache.add(outcome, records[n])
         cuts.append(cache.cut())
-        cache.write(cuts[-1], f"part-{number}")
-    # the parts of two answers are copied; the one of one answer is gathered, and written with
-    # the index once four answers are filed
-    assert [(c.copy, c.segment is not None, c.index is not None) if c else None for c in cuts] == [
-        ("segments/shard-0001.tsv", False, False),
-        None,
-        ("segments/shard-0003.tsv", True, True),
-    ]
-    assert cache.cut(last=True) is None
-    assert store.names(SEGMENTS) == ["segments/shard-0001.tsv", "segments/shard-0002.jsonl", "segments/shard-0003.tsv"]
-    assert store["segments/shard-0001.tsv"] == parts["part-1"]
-    assert store["segments/shard-0002.jsonl"] == records[3] + b"\n"
-    (index,) = store.names(INDEXES)
-    assert [ref.segment for _, ref in decode_index(store[index])] == [
-        "segments/shard-0001.tsv",
-        "segments/shard-0001.tsv",
-        "segments/shard-0002.jsonl",
-        "segments/shard-0003.tsv",
-        "segments/shard-0003.tsv",
-    ]
+    # a segment every 3 answers while the run goes on, the rest when it ends, none when nothing is left
+    assert [c is not None for c in cuts] == [False, False, True, False, False]
+    last = cache.cut(last=True)
+    assert last is not None and last.count == 2 and cache.cut(last=True) is None
+    cache.write(cuts[2])
+    cache.write(last)
+    assert store.names(SEGMENTS) == ["segments/shard-0001.jsonl", "segments/shard-0002.jsonl"]
+    # each segment is its answers' result lines, and its index points at each of them
+    for segment, lines in zip(store.names(SEGMENTS), ([1, 2, 3], [4, 5]), strict=True):
+        assert store[segment] == b"".join(records[n] + b"\n" for n in lines)
+        index = store[INDEXES + segment.removeprefix(SEGMENTS).replace(".jsonl", ".idx")]
+        assert [store[segment][ref.offset : ref.offset + ref.length] for _, ref in decode_index(index)] == [
+            records[n] + b"\n" for n in lines
+        ]
     loaded = CacheIndex.load(store)
-    wanted = [(n, cache_key(BASE, "/v1/chat/completions", orjson.dumps({"q": n}))) for n in range(1, 7)]
+    wanted = [(n, cache_key(BASE, "/v1/chat/completions", orjson.dumps({"q": n}))) for n in range(1, 6)]
     refs = [(n, key, loaded.find(key, line_tag(f"c-{n}"))) for n, key in wanted]
-    assert refs[5][2] is None
-    found = dict(loaded.fetch(refs[:5]))  # type: ignore[arg-type]
+    found = dict(loaded.fetch(refs))  # type: ignore[arg-type]
     assert found == {n: orjson.dumps(orjson.loads(records[n])["response"]) for n in range(1, 6)}
-    assert [(r.model, r.tokens_in) for _, _, r in refs[:5]] == [("m", n) for n in range(1, 6)]  # type: ignore[union-attr]
+    assert [(r.model, r.tokens_in) for _, _, r in refs] == [("m", n) for n in range(1, 6)]  # type: ignore[union-attr]
 
     # a row that is not the result line its index says (a segment overwritten) serves nothing
-    store["segments/shard-0001.tsv"] = parts["part-1"].replace(b',"error":null}\n', b',"error":1234}\n', 1)
-    assert sorted(dict(CacheIndex.load(store).fetch(refs[:5]))) == [2, 3, 4, 5]  # type: ignore[arg-type]
+    segment = store.names(SEGMENTS)[0]
+    store[segment] = store[segment].replace(b',"error":null}\n', b',"error":1234}\n', 1)
+    assert sorted(dict(CacheIndex.load(store).fetch(refs))) == [2, 3, 4, 5]  # type: ignore[arg-type]
 
 
 def test_segments_an_earlier_release_wrote_to_s3_keep_their_hits(tmp_path: Path) -> None:

@@ -8,11 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from moto import mock_aws
 from sluice.contract import Settings, SettingsError
-from sluice.lines import parse_line, split_lines
+from sluice.lines import split_lines
 from sluice.merge import outcome_status
-from sluice.model import Outcome, Request
+from sluice.model import Request
 from sluice.plan import (
-    CacheHits,
     JobOptions,
     PlanError,
     ShardRange,
@@ -22,7 +21,6 @@ from sluice.plan import (
     job_id_for,
     output_prefix,
     plan_lines,
-    shard_prefix,
 )
 
 SETTINGS = Settings(bucket="b", table="t", provider_base_url="http://x", api_key_secret_arn="arn")
@@ -241,41 +239,3 @@ def test_a_shard_the_cache_answers_whole_grows_until_a_miss_or_its_answers_fill_
     # without the cache, or with no hits, shards keep their size
     assert {s.lines for s in plan_lines(raw, shard_lines=4).shards} == {4}
     assert {s.lines for s in plan_lines(raw, shard_lines=4, resolver=Hits({f"c-{i}" for i in range(40)})).shards} == {4}
-
-
-class Objects:
-    """The put_object of an S3 client, kept in a dict."""
-
-    def __init__(self) -> None:
-        self.objects: dict[str, bytes] = {}
-
-    def put_object(self, *, Bucket: str, Key: str, Body: bytes, **_: object) -> None:
-        self.objects[Key] = Body
-
-
-def test_a_job_that_fills_the_cache_has_its_keys_hashed_by_plan_for_each_shard_to_file_under() -> None:
-    from sluice.cache import SHARD_KEYS, CacheFill, cache_key, decode_index, line_tag
-
-    s3 = Objects()
-    hits = CacheHits(None, s3=s3, bucket="b", job_id="job", base_url="http://p/v1", fills=True)
-    raw = [request(f"c-{i}") for i in range(5)]
-    raw[2] = orjson.dumps({**orjson.loads(raw[2]), "sluice_cache": False}) + b"\n"
-    raw.insert(3, b"\n")
-    result = plan_lines(raw, shard_lines=3, resolver=hits)
-    assert [(s.first_line, s.lines) for s in result.shards] == [(1, 3), (4, 3)]
-    first, second = (s3.objects[shard_prefix("job", n) + SHARD_KEYS] for n in (0, 1))
-    # a row of key and line tag a line, zeros for the opted-out line and the blank one
-    assert len(first) == len(second) == 3 * 40
-    assert first[80:] == second[:40] == bytes(40)
-    body = parse_line(raw[0], 1, sort_keys=True)
-    assert isinstance(body, Request)
-    assert first[:40] == cache_key("http://p/v1", body.path, body.body, canonical=True) + line_tag("c-0")
-
-    # the shard files an answer under Plan's key without hashing its request again
-    filling = CacheFill(Objects(), base_url="http://p/v1", name="s", keys=first, first_line=1)  # type: ignore[arg-type]
-    outcome = Outcome(1, "c-0", 200, {"choices": [{"finish_reason": "stop"}]}, "r-1")
-    filling.add(outcome, b"{}")
-    filling.add(Outcome(3, "c-2", 200, {"choices": []}, "r-3"), b"{}")
-    filed = filling.cut(last=True)
-    assert filed is not None and filed.index is not None
-    assert len(list(decode_index(filed.index[1]))) == 1
