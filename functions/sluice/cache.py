@@ -88,11 +88,13 @@ def cache_key(base_url: str, path: str, body: bytes | None, *, canonical: bool =
     return hashlib.sha256(asked).digest()
 
 
-def filed_usage(outcome: Outcome, *, keep_incomplete: bool) -> tuple[str, int, int] | None:
+def filed_usage(
+    outcome: Outcome, *, keep_incomplete: bool, usage: tuple[str, int, int] | None = None
+) -> tuple[str, int, int] | None:
     """What the index keeps of an answer the cache may keep, (model, tokens in, tokens out); None
     for any other. The cache keeps a provider's 200 answer, finished, or cut short (a response
     `incomplete`, a completion stopped by its token limit) when the job asks for those too.
-    One look at the body for both, as every answer of a filling shard passes here."""
+    `usage`: what the shard's figures already read of the body (`Stats.add_outcome`)."""
     body = outcome.body
     if not outcome.ok or outcome.status_code != 200 or not isinstance(body, dict):
         return None
@@ -105,7 +107,7 @@ def filed_usage(outcome: Outcome, *, keep_incomplete: bool) -> tuple[str, int, i
         for choice in choices:
             if isinstance(choice, dict) and choice.get("finish_reason") == "length":
                 return None
-    return answer_usage(body)
+    return usage or answer_usage(body)
 
 
 def line_tag(custom_id: str) -> bytes:
@@ -594,9 +596,10 @@ class CacheFill:
                 self._keys.setdefault(request.line, self.key(request))
         return self._keys.pop(line, None)
 
-    def add(self, outcome: Outcome, record: bytes) -> None:
-        """File `outcome`'s answer; `record` is its result line, as the shard writes it."""
-        usage = filed_usage(outcome, keep_incomplete=self._keep_incomplete)
+    def add(self, outcome: Outcome, record: bytes, usage: tuple[str, int, int] | None = None) -> None:
+        """File `outcome`'s answer; `record` is its result line, as the shard writes it; `usage`
+        its model and tokens, if already read."""
+        usage = filed_usage(outcome, keep_incomplete=self._keep_incomplete, usage=usage)
         if usage is None:
             self._keys.pop(outcome.line, None)
             return

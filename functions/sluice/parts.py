@@ -156,12 +156,12 @@ class PartWriter:
         chunk = self._chunk
         kind = b"r" if outcome.ok else b"e"
         record = outcome_record(self._spec.job_id, outcome)
-        if self._cache is not None:
-            self._cache.add(outcome, record)
         chunk.rows.append(b"%d\t%s\t%s\n" % (outcome.line, kind, record))
         path = path or self._path
         batch = path == "batch"
-        chunk.stats.add_outcome(outcome, path=path, timed=not batch)
+        usage = chunk.stats.add_outcome(outcome, path=path, timed=not batch)
+        if self._cache is not None:
+            self._cache.add(outcome, record, usage)
         self._count(outcome.ok)
         if self._progress is not None:
             self._progress.outcome(outcome, batch=batch, waited=batch or provider_id is not None)

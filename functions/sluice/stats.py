@@ -98,9 +98,11 @@ class Stats:
 
     def add_outcome(
         self, outcome: Outcome, at: float | None = None, path: str | None = None, *, timed: bool = True
-    ) -> None:
+    ) -> tuple[str, int, int] | None:
         """`timed=False` for answers without a latency of their own (a batch's rows are answered
-        together: their turnaround is the batch's, reported per batch instead)."""
+        together: their turnaround is the batch's, reported per batch instead). Returns an answer's
+        (model, tokens in, tokens out) as `cache.answer_usage` would, for the cache to keep it
+        without reading the body again; None for a failure."""
         if path is not None:
             self.paths[path] = self.paths.get(path, 0) + 1
         self.attempts += outcome.attempts
@@ -122,10 +124,12 @@ class Stats:
             if timed:
                 key = _bucket(outcome.latency_s)
                 self.latency[key] = self.latency.get(key, 0) + 1
-        else:
-            self.add_error(outcome.error_code or "unknown", outcome.error_message)
-        # the sink sees an outcome the moment it is final, so now is its completion time
-        self._mark(time.time() if at is None else at, outcome.ok)
+            # the sink sees an outcome the moment it is final, so now is its completion time
+            self._mark(time.time() if at is None else at, True)
+            return (model, tokens_in, tokens_out) if isinstance(model, str) else ("", 0, 0)
+        self.add_error(outcome.error_code or "unknown", outcome.error_message)
+        self._mark(time.time() if at is None else at, False)
+        return None
 
     def _mark(self, at: float, ok: bool) -> None:
         step = self.timeline_step_ms

@@ -94,6 +94,19 @@ def test_only_finished_successful_answers_are_kept() -> None:
     assert not cacheable(Outcome(1, "c", 200, {"status": "failed"}, "r"), keep_incomplete=True)
 
 
+def test_the_usage_a_shards_figures_read_is_the_usage_the_index_keeps() -> None:
+    from sluice.cache import answer_usage
+    from sluice.stats import Stats
+
+    stats = Stats()
+    for body in ({"model": "m", "usage": {"input_tokens": 3, "output_tokens": 4}}, {"usage": {"prompt_tokens": 5}}):
+        outcome = Outcome(1, "c", 200, body, "r")
+        usage = stats.add_outcome(outcome)
+        assert usage == answer_usage(body)
+        assert filed_usage(outcome, keep_incomplete=False, usage=usage) == usage
+    assert stats.add_outcome(Outcome(2, "d", 500, {"error": "x"}, "r", error_code="server_error")) is None
+
+
 def fill(store: DirStore, name: str, outcomes: list[tuple[Request, Outcome]]) -> CacheFill:
     cache = CacheFill(store, base_url=BASE, name=name)
     for _ in cache.track(r for r, _ in outcomes):
