@@ -16,8 +16,10 @@ import errno
 import json
 import os
 import socket
+import sys
 import tempfile
 import threading
+import types
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -246,12 +248,27 @@ class _TmpFile:
 
 
 _temporary_file = tempfile.TemporaryFile
+# rollover -> _check -> write -> moto's FakeKey.value, and a little room
+_SPILL_DEPTH = 8
+
+
+def _spilled_by_s3() -> bool:
+    """The file is moto's: it keeps an S3 object over 5 MiB in a spooled temporary file, which is
+    S3's own disk on AWS, however large, and never the calling Lambda's /tmp."""
+    frame: types.FrameType | None = sys._getframe(2)
+    for _ in range(_SPILL_DEPTH):
+        if frame is None:
+            return False
+        if str(frame.f_globals.get("__name__", "")).startswith("moto."):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _measured_temporary_file(*args: Any, **kwargs: Any) -> Any:
     handle = _temporary_file(*args, **kwargs)
     budget: TmpBudget | None = getattr(_current, "tmp", None)
-    return handle if budget is None else _TmpFile(handle, budget)
+    return handle if budget is None or _spilled_by_s3() else _TmpFile(handle, budget)
 
 
 @contextmanager

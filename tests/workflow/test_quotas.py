@@ -324,6 +324,22 @@ def test_twelve_thousand_lines_in_1200_shards(make_cloud, tmp_path: Path) -> Non
     print(f"12,000 lines in 1,200 shards: {seconds:.1f} s")
 
 
+def test_an_s3_object_moto_spills_to_disk_is_not_the_steps_tmp(make_cloud) -> None:
+    """moto keeps an object over 5 MiB in a temporary file: S3's disk on AWS, not the Lambda's."""
+    import tempfile
+
+    cloud = make_cloud()
+    s3 = boto3.client("s3", region_name=REGION)
+    with quotas.invocation(cloud.quotas, "merge") as (_, tmp):
+        s3.put_object(Bucket=cloud.bucket, Key="jobs/big", Body=b"x" * (6 << 20))
+        assert not list(tmp.files)
+        # the step's own temporary file still counts
+        with tempfile.TemporaryFile() as own:
+            own.write(b"y")
+            assert len(list(tmp.files)) == 1
+    assert s3.head_object(Bucket=cloud.bucket, Key="jobs/big")["ContentLength"] == 6 << 20
+
+
 def test_a_batch_file_spilled_past_tmp_fails_like_a_full_disk(make_cloud) -> None:
     """The smallest unit: a step's invocation on the local cloud, spilling its batch file."""
     import tempfile
