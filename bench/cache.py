@@ -31,7 +31,6 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -68,21 +67,13 @@ def busy_work(microseconds: float) -> Any:
     return lambda: hashlib.sha256(blob).digest()
 
 
-@dataclass
-class Run:
-    execution: dict[str, Any]
-    summary: dict[str, Any]
-
-    @property
-    def status(self) -> str:
-        return str(self.execution["status"])
-
-
 def forget(s3: Any, bucket: str) -> None:
     """Delete every object of the bucket but the response cache's."""
+    from sluice.contract import CACHE_PREFIX
+
     paginator = s3.get_paginator("list_objects_v2")
     for page in paginator.paginate(Bucket=bucket):
-        keys = [{"Key": o["Key"]} for o in page.get("Contents", []) if not o["Key"].startswith("cache/")]
+        keys = [{"Key": o["Key"]} for o in page.get("Contents", []) if not o["Key"].startswith(CACHE_PREFIX)]
         if keys:
             s3.delete_objects(Bucket=bucket, Delete={"Objects": keys, "Quiet": True})
 
@@ -115,9 +106,9 @@ def main() -> None:
 
     import boto3
     from sluice.cache import S3Store, clear
-    from sluice.plan import output_prefix
+    from sluice.plan import job_id_for, output_prefix
 
-    from local.cloud import REGION, LocalCloud, LocalSettings, run_job
+    from local.cloud import REGION, JobRun, LocalCloud, LocalSettings, run_job
 
     port = free_port()
     sim = subprocess.Popen(
@@ -155,7 +146,9 @@ def main() -> None:
                 event = cloud.object_created_event(key, etag)
                 execution = cloud.wait(cloud.start(event, name=f"{name}-{time.time_ns()}"))
                 cpu = cpu_seconds() - cpu
-                run = Run(execution, orjson.loads(cloud.read(output_prefix(key) + ".summary.json")))
+                summary = orjson.loads(cloud.read(output_prefix(key) + ".summary.json"))
+                # the results are not read back: the figures need the execution and the summary only
+                run = JobRun(job_id_for(cloud.bucket, key, etag), execution, [], [], summary)
                 assert run.status == "SUCCEEDED", run.summary.get("error")
                 # what moto keeps of this job is history to the next: its objects are deleted (all
                 # but the cache's) and the rest frozen out of the collector, so that each job starts

@@ -103,6 +103,7 @@ class Stats:
         together: their turnaround is the batch's, reported per batch instead). Returns an answer's
         (model, tokens in, tokens out) as `cache.answer_usage` would, for the cache to keep it
         without reading the body again; None for a failure."""
+        usage: tuple[str, int, int] | None = None
         if path is not None:
             self.paths[path] = self.paths.get(path, 0) + 1
         self.attempts += outcome.attempts
@@ -124,12 +125,12 @@ class Stats:
             if timed:
                 key = _bucket(outcome.latency_s)
                 self.latency[key] = self.latency.get(key, 0) + 1
-            # the sink sees an outcome the moment it is final, so now is its completion time
-            self._mark(time.time() if at is None else at, True)
-            return (model, tokens_in, tokens_out) if isinstance(model, str) else ("", 0, 0)
-        self.add_error(outcome.error_code or "unknown", outcome.error_message)
-        self._mark(time.time() if at is None else at, False)
-        return None
+            usage = (model, tokens_in, tokens_out) if isinstance(model, str) else ("", 0, 0)
+        else:
+            self.add_error(outcome.error_code or "unknown", outcome.error_message)
+        # the sink sees an outcome the moment it is final, so now is its completion time
+        self._mark(time.time() if at is None else at, outcome.ok)
+        return usage
 
     def _mark(self, at: float, ok: bool) -> None:
         step = self.timeline_step_ms
