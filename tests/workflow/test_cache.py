@@ -176,6 +176,14 @@ def test_an_answer_from_one_mode_serves_a_direct_job(
     assert sent(simulator) == []
     assert second.summary["cache"]["hits"] == 30
     assert [r["custom_id"] for r in second.results] == [f"c-{i}" for i in range(30)]
+    # what the hits saved is what this job would have paid: sent directly, the full price
+    assert second.summary["cache"]["saved_usd"] == first.summary["cost_estimate_usd"]["provider_all_direct"]
+    if first_mode == "batch":
+        third = run_job(cloud, path, key="inbox/batch/modes.jsonl", metadata={"sluice-mode": "batch"})
+        assert sent(simulator) == [] and third.summary["cache"]["hits"] == 30
+        # a batch job's re-run saves what the batch cost, half the direct price
+        assert third.summary["cache"]["saved_usd"] == first.summary["cost_estimate_usd"]["provider"]
+        assert third.summary["cache"]["saved_usd"] < second.summary["cache"]["saved_usd"]
 
 
 def test_cache_modes_per_job_and_the_per_line_opt_out(make_cloud: Any, simulator: Any, tmp_path: Path) -> None:
