@@ -7,7 +7,15 @@ Each cold pair runs cache-off and cache-on (alternating which goes first) on an 
 `--repeat` times; the best of each is compared (noise on a shared machine only adds time), and
 so is each pair, back to back, whose median is steadier against the machine's drift. The
 all-hits re-run uploads the same content under a new key (a new job), after a cold run filled
-the cache.
+the cache. Pairs run in ABBA order (off-on, on-off, ...), so over an even `--repeat` a steady
+drift of the process from job to job (each job here ran about 1% slower than the one before)
+falls equally on both, and the ratio of the means is free of it; best against best and the
+pair-by-pair median are not (whichever job ran earlier had less drift).
+
+`--map-concurrency` is how many shards run at once in this one interpreter (10, as the Map
+state runs them). With 1, each shard has the interpreter to itself while it runs, as each
+shard's Lambda has its own on AWS: the ten shards' loops then no longer wait on one another's
+work, which multiplies any work between answers here (`--probe-busy`).
 
 A job's time is its execution's, from start to stop as Step Functions reports them: what the
 user waits for once the file is in the bucket (uploading it and reading the results back are
@@ -88,6 +96,7 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.05)
     parser.add_argument("--concurrency", type=int, default=1000)
     parser.add_argument("--shard-lines", type=int, default=5000)
+    parser.add_argument("--map-concurrency", type=int, default=10, help="shards run at once (the Map state's)")
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--skip-cold", action="store_true", help="only the all-hits re-run")
     parser.add_argument(
@@ -129,7 +138,10 @@ def main() -> None:
         path = WORK / f"cache-{args.lines}.jsonl"
         make_input(path, args.lines)
         settings = LocalSettings(
-            concurrency=args.concurrency, shard_lines=args.shard_lines, map_concurrency=10, request_timeout_s=30.0
+            concurrency=args.concurrency,
+            shard_lines=args.shard_lines,
+            map_concurrency=args.map_concurrency,
+            request_timeout_s=30.0,
         )
         cloud = LocalCloud(provider_base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-bench", settings=settings)
         walls: dict[str, list[float]] = {"off": [], "on": []}
@@ -217,7 +229,7 @@ def main() -> None:
         path.unlink()
         print(
             f"{args.lines:,} lines, simulator latency {args.latency} s, {args.concurrency} in flight, "
-            f"shards of {args.shard_lines}; moto in-process, IAM enforced; 2 cores"
+            f"shards of {args.shard_lines}, {args.map_concurrency} at once; moto in-process, IAM enforced; 2 cores"
         )
         print(f"cache: {objects} objects, {size / 1e6:.1f} MB in cache/ (segments and indexes)")
         best = min(range(len(hit_walls)), key=hit_walls.__getitem__)
@@ -246,6 +258,9 @@ def main() -> None:
             f"cold on / off, pair by pair: {', '.join(f'{r:.3f}' for r in pairs)}x; "
             f"median {statistics.median(pairs):.3f}x"
         )
+        mean_off, mean_on = statistics.mean(walls["off"]), statistics.mean(walls["on"])
+        even = "" if args.repeat % 2 == 0 else " (an odd --repeat: the drift does not cancel)"
+        print(f"cold mean on / mean off, ABBA order: {mean_on / mean_off:.3f}x{even}")
         # the wall time of a cold run swings by more than 5% from run to run on a shared machine;
         # the CPU the cache adds is the steadier measure of its cost
         cpu_off, cpu_on = sum(cpus["off"]) / len(cpus["off"]), sum(cpus["on"]) / len(cpus["on"])
