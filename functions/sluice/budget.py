@@ -33,7 +33,9 @@ from .costs import price_per_million
 from .model import Outcome, Request
 
 NANO = 1_000_000_000
-# the output a request may produce when its body sets no cap; set max_tokens for a hard bound
+# the output a request may produce when its body sets no cap; set max_tokens for a hard bound.
+# Larger than the shared limiter's guess on purpose: this one is held against a cap that must
+# not be passed, and a direct answer's real usage gives the difference back
 DEFAULT_OUTPUT_TOKENS = 1024
 # a chunk covers this many requests of the last size seen, so a shard writes the job row about
 # once per CHUNK_REQUESTS lines, plus once at the end of each run

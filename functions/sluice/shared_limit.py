@@ -56,7 +56,9 @@ LIMIT_SORT_KEY = "LIMIT"
 LIMIT_TTL_S = 86_400
 # OpenAI estimates a request's input tokens from its characters, about 4 a token
 CHARS_PER_TOKEN = 4
-# the output a request that sets no limit on it is assumed to ask for, until its answer settles it
+# the output a request that sets no limit on it is assumed to ask for, until its answer settles it.
+# Smaller than the budget's reservation on purpose: this one only paces, and a guess too large
+# would hold every shard below the quota it could use
 DEFAULT_OUTPUT_TOKENS = 256
 # the request body's fields that hold its input text, by endpoint
 _INPUT_FIELDS = ("messages", "input", "prompt", "instructions")
