@@ -3,14 +3,13 @@ a re-run that is all hits against Plan alone, and a cold run with the cache on a
 
     .venv/bin/python bench/cache.py --lines 50000 --repeat 2
 
-Each cold pair runs cache-off and cache-on (alternating which goes first) on an emptied cache,
-`--repeat` times; the best of each is compared (noise on a shared machine only adds time), and
-so is each pair, back to back, whose median is steadier against the machine's drift. The
-all-hits re-run uploads the same content under a new key (a new job), after a cold run filled
-the cache. Pairs run in ABBA order (off-on, on-off, ...), so over an even `--repeat` a steady
-drift of the process from job to job (each job here ran about 1% slower than the one before)
-falls equally on both, and the ratio of the means is free of it; best against best and the
-pair-by-pair median are not (whichever job ran earlier had less drift).
+Each cold pair runs cache-off and cache-on on an emptied cache, `--repeat` times, in ABBA order
+(off-on, on-off, ...). The bench prints best against best (noise on a shared machine only adds
+time), each pair's ratio, and the ratio of the means. The process drifts from job to job (each
+job here ran about 1% slower than the one before): over an even `--repeat` the drift falls
+equally on both, so the ratio of the means is free of it; best against best and the pairs'
+median are not (whichever job ran earlier had less drift). The all-hits re-run uploads the same
+content under a new key (a new job), after a cold run filled the cache.
 
 `--map-concurrency` is how many shards run at once in this one interpreter (10, as the Map
 state runs them). With 1, each shard has the interpreter to itself while it runs, as each
@@ -252,7 +251,7 @@ def main() -> None:
             f"cache on {', '.join(f'{w:.2f}' for w in walls['on'])} s"
         )
         print(f"cold on / off: {on / off:.3f}x   (target <= 1.05x)")
-        # each pair ran back to back, so its ratio cancels the machine's drift between pairs
+        # each pair ran back to back, so its ratio cancels the drift between pairs (not within one)
         pairs = sorted(b / a for a, b in zip(walls["off"], walls["on"], strict=True))
         print(
             f"cold on / off, pair by pair: {', '.join(f'{r:.3f}' for r in pairs)}x; "
@@ -263,7 +262,7 @@ def main() -> None:
         print(f"cold mean on / mean off, ABBA order: {mean_on / mean_off:.3f}x{even}")
         # the wall time of a cold run swings by more than 5% from run to run on a shared machine;
         # the CPU the cache adds is the steadier measure of its cost
-        cpu_off, cpu_on = sum(cpus["off"]) / len(cpus["off"]), sum(cpus["on"]) / len(cpus["on"])
+        cpu_off, cpu_on = statistics.mean(cpus["off"]), statistics.mean(cpus["on"])
         print(f"cold CPU (mean, this process): cache off {cpu_off:.1f} s, on {cpu_on:.1f} s: {cpu_on / cpu_off:.3f}x")
         if busy_walls:
             alone = args.probe_busy * args.lines / 1e6

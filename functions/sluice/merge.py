@@ -240,10 +240,11 @@ def _provider_summary(costs: dict[str, float | None]) -> dict[str, float | None]
     }
 
 
-def _saved_usd(cached_at: dict[bool, dict[str, list[int]]]) -> float | None:
+def _saved_usd(direct_hits: Stats, batch_hits: Stats) -> float | None:
     """What the hits would have cost this job: at the Batch API's rate in a shard that batches
     (a batch job's re-run saves what the batch cost), at the direct rate in any other."""
-    direct, batch = provider_cost_usd(cached_at[False]), provider_cost_usd(cached_at[True], batch=True)
+    direct = provider_cost_usd(direct_hits.cached_models)
+    batch = provider_cost_usd(batch_hits.cached_models, batch=True)
     if direct is None and batch is None:
         return None
     return round((direct or 0.0) + (batch or 0.0), 6)
@@ -279,7 +280,7 @@ def merge_job(
     totals = Stats()
     batch_totals = Stats()
     # the tokens the cache answered, by the rate their shard would have paid to send them
-    cached_at: dict[bool, dict[str, list[int]]] = {False: {}, True: {}}
+    direct_hits, batch_hits = Stats(), Stats()
     shards = []
     result_lines = error_lines = 0
     # what each shard wrote, by the size its stats give (none before they carried one)
@@ -288,10 +289,7 @@ def merge_job(
     for spec, shard_stats in _shard_outputs(s3, specs, missing_code=missing_code, missing_message=missing_message):
         stats = Stats.from_dict(shard_stats["stats"])
         totals.merge(stats)
-        for model, (tokens_in, tokens_out) in stats.cached_models.items():
-            kept = cached_at[spec.mode == "batch"].setdefault(model, [0, 0])
-            kept[0] += tokens_in
-            kept[1] += tokens_out
+        (batch_hits if spec.mode == "batch" else direct_hits).merge(Stats(cached_models=stats.cached_models))
         expected = spec.lines - spec.blank
         got = shard_stats["result_lines"] + shard_stats["error_lines"]
         if got != expected:
@@ -387,7 +385,7 @@ def merge_job(
             "mode": (plan.get("cache") or {}).get("mode", "off"),
             "hits": totals.cached,
             "misses": sum(totals.paths.values()) - totals.cached,
-            "saved_usd": _saved_usd(cached_at) if totals.cached else 0.0,
+            "saved_usd": _saved_usd(direct_hits, batch_hits) if totals.cached else 0.0,
         },
         "latency_s": {q: totals.percentile_s(v) for q, v in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))},
         # what the report draws: the latency histogram and completions over time
