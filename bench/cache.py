@@ -14,7 +14,8 @@ content under a new key (a new job), after a cold run filled the cache.
 `--map-concurrency` is how many shards run at once in this one interpreter (10, as the Map
 state runs them). With 1, each shard has the interpreter to itself while it runs, as each
 shard's Lambda has its own on AWS: the ten shards' loops then no longer wait on one another's
-work, which multiplies any work between answers here (`--probe-busy`).
+work, which multiplies any work between answers here (`--probe-busy`). `--ablate` adds cache-on
+runs with the shards' fill cut back a step at a time, to show what each step costs.
 
 A job's time is its execution's, from start to stop as Step Functions reports them: what the
 user waits for once the file is in the bucket (uploading it and reading the results back are
@@ -30,6 +31,7 @@ moto keeps every object in memory here, none in temporary files on disk.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import os
 import resource
@@ -38,6 +40,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +77,32 @@ def busy_work(microseconds: float) -> Any:
     return lambda: hashlib.sha256(blob).digest()
 
 
+ABLATIONS = {
+    "no-write": "the cache on, no segment or index written",
+    "no-filing": "... and no answer filed",
+    "no-keys": "... and no key hashed",
+}
+
+
+@contextlib.contextmanager
+def ablate(cuts: list[str]) -> Iterator[None]:
+    """Shards fill the cache with the `cuts` (keys of ABLATIONS) of their work switched off."""
+    from sluice.cache import CacheFill
+
+    saved = {name: CacheFill.__dict__[name] for name in ("write", "add", "track")}
+    try:
+        if "no-write" in cuts:
+            CacheFill.write = lambda self, filled: None  # type: ignore[method-assign]
+        if "no-filing" in cuts:
+            CacheFill.add = lambda self, outcome, record, usage=None: None  # type: ignore[method-assign]
+        if "no-keys" in cuts:
+            CacheFill.track = lambda self, requests: iter(requests)  # type: ignore[method-assign]
+        yield
+    finally:
+        for name, method in saved.items():
+            setattr(CacheFill, name, method)
+
+
 def forget(s3: Any, bucket: str) -> None:
     """Delete every object of the bucket but the response cache's."""
     from sluice.contract import CACHE_PREFIX
@@ -105,6 +134,12 @@ def main() -> None:
         metavar="US",
         help="also time cache-off runs that do US microseconds more work an answer (hashing, timed "
         "alone): what any per-answer work costs a run of this local cloud",
+    )
+    parser.add_argument(
+        "--ablate",
+        action="store_true",
+        help="also time cache-on runs with the shards' fill cut back step by step (no segment or index "
+        "written; nothing filed either; no key hashed either): where the cache's cost goes",
     )
     args = parser.parse_args()
     # moto keeps an object over 5 MiB in a temporary file on this machine's disk, which wrote at
@@ -150,7 +185,7 @@ def main() -> None:
             s3 = boto3.client("s3", region_name=REGION)
             store = S3Store(s3, cloud.bucket)
 
-            def job(name: str, cache: str) -> tuple[float, float, Any]:
+            def job(name: str, cache: str) -> tuple[float, float, float, Any]:
                 since = len(cloud.invocations)
                 key, etag = cloud.upload(path, key=f"inbox/{name}.jsonl", metadata={"sluice-cache": cache})
                 cpu = cpu_seconds()
@@ -171,14 +206,12 @@ def main() -> None:
                 wall = execution_seconds(run)
                 plan, merge = step_seconds(cloud, since, "plan"), step_seconds(cloud, since, "merge")
                 shards = sum(1 for i in cloud.invocations[since:] if i.step == "run_shard")
-                if cache in cpus and name.startswith(("cold-on", "cold-off")):
-                    cpus[cache].append(cpu)
                 print(
                     f"  {name}: {wall:.2f} s (Plan {plan:.2f} s, {shards} shard runs, Merge {merge:.2f} s; "
                     f"CPU {cpu:.1f} s)",
                     flush=True,
                 )
-                return wall, plan, run
+                return wall, plan, cpu, run
 
             # the first job of a cloud pays for importing every handler: not part of either figure
             warm = WORK / "cache-warm.jsonl"
@@ -196,23 +229,30 @@ def main() -> None:
                 add_outcome(self, *a, **k)
 
             busy_walls: list[float] = []
-            kinds = ["off", "on"] + (["busy"] if work is not None else [])
+            ablations = ["no-write", "no-filing", "no-keys"] if args.ablate else []
+            kinds = ["off", "on"] + (["busy"] if work is not None else []) + ablations
+            ablated: dict[str, list[tuple[float, float]]] = {kind: [] for kind in ablations}
             for n in range(0 if args.skip_cold else args.repeat):
                 # rotate which goes first, so none always runs on a warmer process
                 for kind in kinds[n % len(kinds) :] + kinds[: n % len(kinds)]:
                     clear(store)
-                    cache = "on" if kind == "on" else "off"
+                    cache = "off" if kind in ("off", "busy") else "on"
                     if kind == "busy":
                         PartWriter.add_outcome = busy_add_outcome  # type: ignore[method-assign]
                     try:
-                        wall, plan, run = job(f"cold-{kind}-{n}", cache)
+                        with ablate(ablations[: ablations.index(kind) + 1] if kind in ablations else []):
+                            wall, plan, cpu, run = job(f"cold-{kind}-{n}", cache)
                     finally:
                         PartWriter.add_outcome = add_outcome  # type: ignore[method-assign]
                     assert run.summary["cache"]["hits"] == 0
                     if kind == "busy":
                         busy_walls.append(wall)
                         continue
+                    if kind in ablated:
+                        ablated[kind].append((wall, cpu))
+                        continue
                     walls[cache].append(wall)
+                    cpus[cache].append(cpu)
                     if cache == "off":
                         plans.append(plan)
             clear(store)
@@ -220,7 +260,7 @@ def main() -> None:
             hit_walls: list[float] = []
             hit_plans: list[float] = []
             for n in range(args.repeat):
-                wall, plan, run = job(f"hits-{n}", "on")
+                wall, plan, _, run = job(f"hits-{n}", "on")
                 assert run.summary["cache"]["hits"] == args.lines and run.summary["cache"]["misses"] == 0
                 hit_walls.append(wall)
                 hit_plans.append(plan)
@@ -258,8 +298,13 @@ def main() -> None:
             f"median {statistics.median(pairs):.3f}x"
         )
         mean_off, mean_on = statistics.mean(walls["off"]), statistics.mean(walls["on"])
-        even = "" if args.repeat % 2 == 0 else " (an odd --repeat: the drift does not cancel)"
-        print(f"cold mean on / mean off, ABBA order: {mean_on / mean_off:.3f}x{even}")
+        even = (
+            ""
+            if args.repeat % len(kinds) == 0
+            else f" (--repeat not a multiple of {len(kinds)}: the drift does not cancel)"
+        )
+        order = "ABBA order" if len(kinds) == 2 else "rotated order"
+        print(f"cold mean on / mean off, {order}: {mean_on / mean_off:.3f}x{even}")
         # the wall time of a cold run swings by more than 5% from run to run on a shared machine;
         # the CPU the cache adds is the steadier measure of its cost
         cpu_off, cpu_on = statistics.mean(cpus["off"]), statistics.mean(cpus["on"])
@@ -276,6 +321,15 @@ def main() -> None:
                 f"  round by round against cache off: {', '.join(f'{r:.3f}' for r in rounds)}x; "
                 f"median {statistics.median(rounds):.3f}x"
             )
+        if ablated:
+            print("where the cache's cold cost goes (means over the rounds, against cache off):")
+            for kind, runs in [("on", list(zip(walls["on"], cpus["on"], strict=True))), *ablated.items()]:
+                wall = statistics.mean(w for w, _ in runs)
+                cpu = statistics.mean(c for _, c in runs)
+                print(
+                    f"  {ABLATIONS.get(kind, 'the cache on'):44s} wall {wall:.2f} s, {wall / mean_off:.3f}x; "
+                    f"CPU {cpu:.2f} s, {cpu / cpu_off:.3f}x"
+                )
     finally:
         sim.terminate()
         sim.wait()
