@@ -85,10 +85,13 @@ ABLATIONS = {
 
 
 @contextlib.contextmanager
-def ablate(cuts: list[str]) -> Iterator[None]:
-    """Shards fill the cache with the `cuts` (keys of ABLATIONS) of their work switched off."""
+def ablate(kind: str) -> Iterator[None]:
+    """Shards fill the cache with their work cut back up to `kind` (a key of ABLATIONS, each of
+    which also cuts the ones before it); any other kind cuts nothing."""
     from sluice.cache import CacheFill
 
+    steps = list(ABLATIONS)
+    cuts = steps[: steps.index(kind) + 1] if kind in ABLATIONS else []
     saved = {name: CacheFill.__dict__[name] for name in ("write", "add", "track")}
     try:
         if "no-write" in cuts:
@@ -229,7 +232,7 @@ def main() -> None:
                 add_outcome(self, *a, **k)
 
             busy_walls: list[float] = []
-            ablations = ["no-write", "no-filing", "no-keys"] if args.ablate else []
+            ablations = list(ABLATIONS) if args.ablate else []
             kinds = ["off", "on"] + (["busy"] if work is not None else []) + ablations
             ablated: dict[str, list[tuple[float, float]]] = {kind: [] for kind in ablations}
             for n in range(0 if args.skip_cold else args.repeat):
@@ -240,7 +243,7 @@ def main() -> None:
                     if kind == "busy":
                         PartWriter.add_outcome = busy_add_outcome  # type: ignore[method-assign]
                     try:
-                        with ablate(ablations[: ablations.index(kind) + 1] if kind in ablations else []):
+                        with ablate(kind):
                             wall, plan, cpu, run = job(f"cold-{kind}-{n}", cache)
                     finally:
                         PartWriter.add_outcome = add_outcome  # type: ignore[method-assign]
