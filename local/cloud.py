@@ -379,7 +379,8 @@ class LocalCloud:
         return JobStore(boto3.resource("dynamodb", region_name=REGION).Table(self.table_name), ttl_days=1)
 
     def job(self, job_id: str) -> dict[str, Any] | None:
-        return self._store.job(job_id)
+        """The job row, with `done` and `failed` summed from its shard rows."""
+        return self._store.job_progress(job_id)
 
     def read(self, key: str) -> bytes:
         return bytes(boto3.client("s3", region_name=REGION).get_object(Bucket=self.bucket, Key=key)["Body"].read())

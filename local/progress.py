@@ -2,9 +2,9 @@
 
 The shards run in this process, so the local cloud hands them a `LiveCounts` (a
 `sluice.progress.ProgressSink`) and every line reports here the moment its fate is known:
-no AWS request, no wait for a checkpoint. The job row's counters, written with each
-checkpoint, are what `sluice status --watch` shows for a deployed job; here only the total
-comes from the job row, once Plan has written it.
+no AWS request, no wait for a checkpoint. The shard rows' counters, written with each
+checkpoint and summed on read, are what `sluice status --watch` shows for a deployed job; here
+only the total comes from the job row, once Plan has written it.
 """
 
 from __future__ import annotations

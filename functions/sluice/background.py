@@ -157,7 +157,7 @@ async def submit_background(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any
     """
     checkpoint = load_checkpoint(ctx.s3, spec)
     skip = set(checkpoint.done)
-    skip.update(i.line for i in ctx.store.items(spec.job_id, spec.first_line, spec.last_line) if i.provider_id)
+    skip.update(i.line for i in ctx.store.items(spec.job_id, spec.shard) if i.provider_id)
     fill = fill_for(ctx, spec, run=checkpoint.runs + 1, path="background")
     writer = PartWriter(
         s3=ctx.s3,
@@ -245,7 +245,7 @@ async def collect_background(ctx: ShardContext, spec: ShardSpec) -> dict[str, An
     checkpoint = load_checkpoint(ctx.s3, spec)
     waiting = {
         i.line: i
-        for i in ctx.store.items(spec.job_id, spec.first_line, spec.last_line)
+        for i in ctx.store.items(spec.job_id, spec.shard)
         if i.status in ("submitted", "settled") and i.provider_id and i.line not in checkpoint.done
     }
     writer = PartWriter(
