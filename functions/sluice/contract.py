@@ -526,7 +526,7 @@ class DirectRun(StepResult):
     run: int
     sent: int
     seconds: float = 0.0
-    # the job was cancelled: the shard stopped taking lines
+    # the job was cancelled or has failed: the shard stopped taking lines
     cancelled: bool = False
 
 

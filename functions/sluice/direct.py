@@ -36,7 +36,7 @@ async def run_direct(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any]:
         progress=ctx.progress,
         cache=fill,
     )
-    stopper = Stopper(ctx, spec.job_id)
+    stopper = Stopper(ctx, spec)
     budget = shard_budget(ctx, spec)
     source = pending(ctx.s3, spec, checkpoint.done, writer.add_invalid)
     requests = fill.track(source) if fill is not None else source
@@ -52,11 +52,11 @@ async def run_direct(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any]:
     finally:
         if budget is not None:
             await asyncio.to_thread(budget.close)
-    out_of_budget = budget is not None and budget.exhausted and not stopper.cancelled
+    out_of_budget = budget is not None and budget.exhausted and not stopper.stopped
     if out_of_budget:
         await asyncio.to_thread(write_unsent, ctx.s3, spec, source, checkpoint.done | ended, writer.add_invalid)
     finished = not stats.stopped_early or out_of_budget
-    if stopper.cancelled:
+    if stopper.stopped:
         await writer.aflush(finished=False)
         return {"done": False, "cancelled": True, "run": checkpoint.runs + 1, "sent": writer.done + writer.failed}
     if not finished and stats.sent == 0:

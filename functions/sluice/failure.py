@@ -9,6 +9,7 @@ from typing import Any
 import orjson
 from botocore.exceptions import ClientError
 
+from .contract import JobStatus
 from .merge import merge_job
 from .model import ErrorCode
 from .plan import find_object, job_id_for, output_prefix
@@ -26,6 +27,8 @@ def _reason(error: str, cause: str) -> str:
 
 
 def mark_failed(*, s3: Any, store: Any, state: dict[str, Any], error: str, cause: str) -> dict[str, Any]:
+    # first: the shards still running stop sending (and drawing on the budget) within one poll period
+    store.stop_shards(state.get("job_id"), JobStatus.FAILED, shards=state.get("shards"))
     reason = _reason(error, cause)
     if "job_id" not in state:
         # Plan itself failed: no manifest, so the job is the input object and the reason

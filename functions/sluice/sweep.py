@@ -61,7 +61,7 @@ async def send_with_sweep(
     The stats are the main pass's; `stopped_early` is also true when the sweep ran out of
     time before taking every held line (the rest are pending for the next run).
     """
-    stopper = stopper or Stopper(ctx, spec.job_id)
+    stopper = stopper or Stopper(ctx, spec)
     # the requests the engine holds now (at most its worker pool), so a failed one is kept
     # as the Request it was, not re-read and not copied
     in_flight: dict[int, Request] = {}
@@ -83,8 +83,8 @@ async def send_with_sweep(
     in_flight.clear()
     if not held:
         return stats
-    if stopper.cancelled or (budget is not None and budget.exhausted):
-        # the job is being cancelled, or its budget is spent: what these lines last got is their outcome
+    if stopper.stopped or (budget is not None and budget.exhausted):
+        # the job was cancelled or has failed, or its budget is spent: what these lines last got is their outcome
         for _, outcome in held.values():
             sink(outcome)
         return stats
@@ -98,7 +98,7 @@ async def send_with_sweep(
     await send_requests(
         ctx, replace(spec, concurrency=sweep_concurrency(spec.concurrency)), again, swept, stopper, budget
     )
-    if stopper.cancelled or (budget is not None and budget.exhausted):
+    if stopper.stopped or (budget is not None and budget.exhausted):
         for _, outcome in held.values():
             sink(outcome)
         held.clear()

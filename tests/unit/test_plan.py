@@ -136,26 +136,32 @@ def test_a_job_completes_with_errors_when_failed_lines_pass_its_max_error_rate(
     assert outcome_status(errors, requests, rate) == status
 
 
-def test_a_run_stops_taking_items_once_the_job_is_cancelled() -> None:
+def test_a_run_stops_taking_items_once_its_shard_is_marked() -> None:
     from types import SimpleNamespace
 
     from sluice.shard import CANCEL_CHECK_S, Stopper
 
-    status = {"status": "RUNNING"}
+    marks: dict[tuple[str, int], str] = {}
+    reads: list[tuple[str, int]] = []
+
+    def stop_mark(job_id: str, shard: int) -> str | None:
+        reads.append((job_id, shard))
+        return marks.get((job_id, shard))
+
     now = [0.0]
-    ctx = SimpleNamespace(
-        remaining_s=lambda: 900.0,
-        settings=SETTINGS,
-        store=SimpleNamespace(job=lambda job_id: dict(status)),
-    )
-    stop = Stopper(ctx, "job", clock=lambda: now[0])  # type: ignore[arg-type]
+    ctx = SimpleNamespace(remaining_s=lambda: 900.0, settings=SETTINGS, store=SimpleNamespace(stop_mark=stop_mark))
+    spec = SimpleNamespace(job_id="job", shard=3)
+    stop = Stopper(ctx, spec, clock=lambda: now[0])  # type: ignore[arg-type]
     assert stop() is False
-    status["status"] = "CANCELLED"
-    assert stop() is False  # looked at the job row only every few seconds
+    marks[("job", 3)] = "FAILED"
+    assert stop() is False  # looked at the shard's row when the run started, then every few seconds
     now[0] += CANCEL_CHECK_S
-    assert stop() is True and stop.cancelled
-    out_of_time = Stopper(SimpleNamespace(remaining_s=lambda: 1.0, settings=SETTINGS, store=None), "job")  # type: ignore[arg-type]
-    assert out_of_time() is True and not out_of_time.cancelled
+    assert stop() is True and stop.stopped == "FAILED"
+    assert stop() is True
+    # its own row, once a period
+    assert reads == [("job", 3), ("job", 3)]
+    out_of_time = Stopper(SimpleNamespace(remaining_s=lambda: 1.0, settings=SETTINGS, store=None), spec)  # type: ignore[arg-type]
+    assert out_of_time() is True and out_of_time.stopped is None
 
 
 def test_an_event_key_stands_for_itself_and_for_its_decoded_form() -> None:
