@@ -180,7 +180,8 @@ class JobStore(WebhookRows, BatchRows):
             Key=job_key(job_id),
             UpdateExpression="ADD budget_committed :a, budget_spent :s, budget_holders :h, budget_waiters :w",
             ExpressionAttributeValues={":a": amount, ":s": spent, ":h": -1 if leave else 0, ":w": waiting},
-            ReturnValues="UPDATED_NEW",
+            # ALL_NEW: UPDATED_NEW may leave out a figure the ADD did not change
+            ReturnValues="ALL_NEW",
         ).get("Attributes", {})
         return _budget_state(row)
 

@@ -292,3 +292,44 @@ def test_hundreds_of_refused_shards_read_the_job_row_no_faster_than_a_few_do() -
     # each stopped only once the holder was gone, and none is counted as waiting any more
     assert ledger.holders == 0 and ledger.waiters == 0
     assert ledger.committed == ledger.spent == need
+
+
+def test_a_shard_with_nothing_held_waits_on_the_table_for_the_pool_another_hands_back() -> None:
+    """Against the table itself: the write that counts a refused shard among the waiting ones
+    must tell it the job's real figures, or it stops at once with the cap still unspent."""
+    request = chat(1, max_tokens=100)
+    need = worst_case_nano(request)
+    cap = 3 * need
+    with mock_aws():
+        create_table(boto3.client("dynamodb", region_name="us-east-1"), "jobs")
+        store = JobStore(boto3.resource("dynamodb", region_name="us-east-1").Table("jobs"), ttl_days=1)
+        store.claim_job("job", execution="e", bucket="b", key="k", etag="t", started_at=0.0)
+        store.record_plan("job", plan={"requests": 1}, shards=[(0, 1, 1), (1, 1, 1)], mode="direct", budget_cap=cap)
+        holder, waiter = Budget(store, "job", cap), Budget(store, "job", cap)
+        sent = {"holder": 0, "waiter": 0}
+
+        async def shard(budget: Budget, name: str, held: asyncio.Event) -> None:
+            if name == "waiter":
+                await held.wait()
+            for line in range(100):
+                req = chat(line, max_tokens=100)
+                if not await budget.reserve(req):
+                    break
+                held.set()
+                # the holder's one answer takes a while: the waiter runs dry meanwhile
+                await asyncio.sleep(0.5 if name == "holder" else 0)
+                budget.settle(req, answer(req, 9, 10))
+                sent[name] += 1
+                if name == "holder":
+                    break
+            await asyncio.to_thread(budget.close)
+
+        async def run() -> None:
+            held = asyncio.Event()
+            await asyncio.gather(shard(holder, "holder", held), shard(waiter, "waiter", held))
+
+        asyncio.run(run())
+        job = store.job("job") or {}
+    assert sent["holder"] == 1 and sent["waiter"] > 0
+    assert cap - need < job["budget_spent"] == job["budget_committed"] <= cap
+    assert (job["budget_holders"], job["budget_waiters"]) == (0, 0)
