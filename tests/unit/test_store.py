@@ -232,3 +232,22 @@ def test_keys_left_unprocessed_are_asked_again_after_a_jittered_backoff(moto_tab
     store = JobStore(Throttled(moto_table, times=2), ttl_days=1, sleep=slept.append, rand=lambda: 1.0)
     assert store.counts("job", 3).done == 9
     assert slept == [table_retry_delay_s(1, lambda: 1.0), table_retry_delay_s(2, lambda: 1.0)]
+
+
+def test_a_batch_webhook_finds_its_shard_through_an_index_of_keys_only() -> None:
+    from sluice.contract import create_table_request
+
+    with mock_aws():
+        request = create_table_request("keys-only")
+        for index in request["GlobalSecondaryIndexes"]:
+            index["Projection"] = {"ProjectionType": "KEYS_ONLY"}
+        boto3.client("dynamodb", region_name="us-east-1").create_table(**request)
+        store = JobStore(boto3.resource("dynamodb", region_name="us-east-1").Table("keys-only"), ttl_days=1)
+        store.record_plan("job", plan={"requests": 20}, shards=[(0, 10, 10), (1, 10, 10)], mode="batch")
+        store.set_shard_batches("job", 1, ["batch_1"])
+        assert store.arm_shard("job", 1, "token-1") is False
+        assert store.settle_batch("batch_1", "completed") == "token-1"
+        assert (store.shard("job", 1) or {})["batch_settled"] == "completed"
+        # a repeat wakes again (the first wake may have failed); an unknown batch changes nothing
+        assert store.settle_batch("batch_1", "completed") == "token-1"
+        assert store.settle_batch("batch_other", "completed") is None
