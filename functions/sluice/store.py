@@ -289,7 +289,12 @@ class JobStore(WebhookRows, BatchRows):
         return plain(row) if row else None
 
     def _shard_count(self, job_id: str) -> int:
-        row = self._table.get_item(Key=job_key(job_id), ProjectionExpression="shards").get("Item") or {}
+        row = (
+            self._table.get_item(
+                Key=job_key(job_id), ProjectionExpression="#n", ExpressionAttributeNames={"#n": "shards"}
+            ).get("Item")
+            or {}
+        )
         return int(row.get("shards", 0))
 
     def shards(self, job_id: str, *, count: int | None = None, consistent: bool = False) -> list[dict[str, Any]]:
@@ -302,7 +307,8 @@ class JobStore(WebhookRows, BatchRows):
     def counts(self, job_id: str, shards: int) -> JobCounts:
         """The job's lines done and failed: its `shards` rows summed, eventually consistent (a
         progress figure a moment old, a second read away from the last checkpoints)."""
-        rows = self._batch_get([shard_key(job_id, shard) for shard in range(shards)], projection="done, failed")
+        keys = [shard_key(job_id, shard) for shard in range(shards)]
+        rows = self._batch_get(keys, projection="#d, #f", names={"#d": "done", "#f": "failed"})
         return JobCounts(sum(int(r.get("done", 0)) for r in rows), sum(int(r.get("failed", 0)) for r in rows))
 
     def job_progress(self, job_id: str) -> dict[str, Any] | None:
