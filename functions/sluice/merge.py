@@ -7,8 +7,11 @@ pass through the Lambda; only the seams between small shard files are downloaded
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import Executor
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 import orjson
@@ -18,7 +21,7 @@ from .budget import nano_to_usd
 from .contract import JobStatus
 from .costs import aws_cost_usd, provider_cost_usd
 from .model import ErrorCode
-from .parts import assemble
+from .parts import S3_IN_FLIGHT, assemble_outputs, s3_pool
 from .shard import ShardSpec
 from .stats import Stats
 from .store import JobStore
@@ -33,6 +36,21 @@ class InvariantError(RuntimeError):
 
 class ShardIncomplete(RuntimeError):
     """Merge reached a shard that never finished (its child execution failed)."""
+
+
+class OutOfTime(Exception):
+    """MarkFailed's time for assembling shards ran out: the shards left wait for its next call."""
+
+    def __init__(self, left: int) -> None:
+        super().__init__(f"{left} shard(s) left to assemble")
+        self.left = left
+
+
+# shards read (or assembled) at once: an assembly holds its shard's outputs (~5 MB at 5,000 lines
+# of 1 kB) a few times over while it sorts them
+SHARD_WORKERS = 4
+# shards read ahead of the one being summed: their figures are held until then
+READ_AHEAD = 4 * SHARD_WORKERS
 
 
 @dataclass(frozen=True)
@@ -140,38 +158,40 @@ def concatenate(
         return moved
     upload = s3.create_multipart_upload(Bucket=bucket, Key=target, ContentType=content_type)
     upload_id = upload["UploadId"]
+
+    def put(number: int, part: Part) -> tuple[str, dict[str, int]]:
+        if part.copy:
+            piece = part.pieces[0]
+            answer = s3.upload_part_copy(
+                Bucket=bucket,
+                Key=target,
+                UploadId=upload_id,
+                PartNumber=number,
+                CopySource={"Bucket": bucket, "Key": sources[piece.source]},
+                CopySourceRange=f"bytes={piece.start}-{piece.end - 1}",
+            )
+            return answer["CopyPartResult"]["ETag"], {"requests": 1, "bytes_copied": piece.size}
+        body = b"".join(_read_range(s3, bucket, sources[p.source], p) for p in part.pieces)
+        answer = s3.upload_part(Bucket=bucket, Key=target, UploadId=upload_id, PartNumber=number, Body=body)
+        return answer["ETag"], {"requests": 1 + len(part.pieces), "bytes_through": len(body)}
+
     try:
-        etags = []
-        for number, part in enumerate(parts, start=1):
-            if part.copy:
-                piece = part.pieces[0]
-                answer = s3.upload_part_copy(
-                    Bucket=bucket,
-                    Key=target,
-                    UploadId=upload_id,
-                    PartNumber=number,
-                    CopySource={"Bucket": bucket, "Key": sources[piece.source]},
-                    CopySourceRange=f"bytes={piece.start}-{piece.end - 1}",
-                )
-                etags.append(answer["CopyPartResult"]["ETag"])
-                moved["bytes_copied"] += piece.size
-                moved["requests"] += 1
-            else:
-                body = b"".join(_read_range(s3, bucket, sources[p.source], p) for p in part.pieces)
-                answer = s3.upload_part(Bucket=bucket, Key=target, UploadId=upload_id, PartNumber=number, Body=body)
-                etags.append(answer["ETag"])
-                moved["bytes_through"] += len(body)
-                moved["requests"] += 1 + len(part.pieces)
+        # the parts at once, S3_IN_FLIGHT at a time: one holds at most 2 * MIN_PART bytes while it is sent
+        with s3_pool() as pool:
+            answers = list(pool.map(put, range(1, len(parts) + 1), parts))
         s3.complete_multipart_upload(
             Bucket=bucket,
             Key=target,
             UploadId=upload_id,
-            MultipartUpload={"Parts": [{"ETag": e, "PartNumber": n} for n, e in enumerate(etags, start=1)]},
+            MultipartUpload={"Parts": [{"ETag": e, "PartNumber": n} for n, (e, _) in enumerate(answers, start=1)]},
         )
         moved["requests"] += 2
     except BaseException:
         s3.abort_multipart_upload(Bucket=bucket, Key=target, UploadId=upload_id)
         raise
+    for _, counts in answers:
+        for name, value in counts.items():
+            moved[name] += value
     return moved
 
 
@@ -180,36 +200,73 @@ def load_manifest(s3: Any, bucket: str, manifest_key: str) -> list[ShardSpec]:
     return [ShardSpec.from_dict(item) for item in orjson.loads(raw)]
 
 
-def _shard_outputs(
-    s3: Any, specs: list[ShardSpec], *, missing_code: str | None, missing_message: str
-) -> Iterator[tuple[ShardSpec, dict[str, Any]]]:
-    for spec in specs:
-        if missing_code is not None and not spec.answered:
-            # a failed job may have shards that never finished: account for their lines now
-            assemble(s3, spec, missing_code=missing_code, missing_message=missing_message)
-        try:
-            raw = s3.get_object(Bucket=spec.bucket, Key=spec.stats_key)["Body"].read()
-        except ClientError as exc:
-            if exc.response["Error"]["Code"] in ("NoSuchKey", "404"):
-                raise ShardIncomplete(
-                    f"shard {spec.shard} (lines {spec.first_line}-{spec.last_line}) did not finish"
-                ) from exc
-            raise
-        yield spec, orjson.loads(raw)
-
-
-def batch_report(s3: Any, spec: ShardSpec) -> dict[str, Any] | None:
-    """What a batch shard's batches did (CollectBatch writes it once they have all ended)."""
-    if spec.mode != "batch":
-        return None
+def _read_json(s3: Any, bucket: str, key: str) -> dict[str, Any] | None:
+    """The object as JSON; None if it does not exist."""
     try:
-        raw = s3.get_object(Bucket=spec.bucket, Key=spec.batch_report_key)["Body"].read()
+        raw = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
     except ClientError as exc:
         if exc.response["Error"]["Code"] in ("NoSuchKey", "404"):
             return None
         raise
-    report: dict[str, Any] = orjson.loads(raw)
-    return report
+    found: dict[str, Any] = orjson.loads(raw)
+    return found
+
+
+def batch_report(s3: Any, spec: ShardSpec) -> dict[str, Any] | None:
+    """What a batch shard's batches did (CollectBatch writes it once they have all ended)."""
+    return _read_json(s3, spec.bucket, spec.batch_report_key) if spec.mode == "batch" else None
+
+
+@dataclass(frozen=True)
+class ShardOutput:
+    spec: ShardSpec
+    # the shard's stats.json: its line counts, output sizes and figures
+    figures: dict[str, Any]
+    report: dict[str, Any] | None
+
+
+def shard_outputs(
+    s3: Any,
+    specs: list[ShardSpec],
+    *,
+    missing_code: str | None = None,
+    missing_message: str = "",
+    deadline: float | None = None,
+) -> Iterator[ShardOutput]:
+    """Each shard's figures and batch report in the manifest's order, SHARD_WORKERS shards at a time.
+
+    A shard without figures never finished. With `missing_code` it is assembled now from the
+    parts it left, every line it did not finish an error with that code; a shard whose turn
+    comes after `deadline` (`time.monotonic()`) is left for another call, and OutOfTime says how
+    many were once the rest are read. Without `missing_code` it is ShardIncomplete.
+    """
+
+    def read(spec: ShardSpec, fetch: Executor) -> ShardOutput | None:
+        figures = _read_json(s3, spec.bucket, spec.stats_key)
+        if figures is None:
+            if missing_code is None:
+                raise ShardIncomplete(f"shard {spec.shard} (lines {spec.first_line}-{spec.last_line}) did not finish")
+            if deadline is not None and time.monotonic() > deadline:
+                return None
+            figures = assemble_outputs(s3, spec, missing_code=missing_code, missing_message=missing_message, pool=fetch)
+        return ShardOutput(spec, figures, batch_report(s3, spec))
+
+    left = 0
+    # the shards' own requests and their assemblies' together keep S3_IN_FLIGHT in flight
+    with s3_pool(workers=S3_IN_FLIGHT - SHARD_WORKERS) as fetch, s3_pool(workers=SHARD_WORKERS) as shards:
+        todo = iter(specs)
+        pending = deque(shards.submit(read, spec, fetch) for spec in islice(todo, READ_AHEAD))
+        while pending:
+            output = pending.popleft().result()
+            following = next(todo, None)
+            if following is not None:
+                pending.append(shards.submit(read, following, fetch))
+            if output is None:
+                left += 1
+            else:
+                yield output
+    if left:
+        raise OutOfTime(left)
 
 
 def provider_costs(models: dict[str, list[int]], batch_models: dict[str, list[int]]) -> dict[str, float | None]:
@@ -271,8 +328,12 @@ def merge_job(
     missing_message: str = "",
     error: str | None = None,
     clock: Any = time.time,
+    deadline: float | None = None,
 ) -> dict[str, Any]:
-    """Write the job's outputs and summary; raise InvariantError if any line is unaccounted for."""
+    """Write the job's outputs and summary; raise InvariantError if any line is unaccounted for.
+
+    With `missing_code`, shards that never finished are assembled first (see `shard_outputs`,
+    and its `deadline`)."""
     bucket, job_id = state["bucket"], state["job_id"]
     specs = load_manifest(s3, bucket, state["manifest_key"])
     job = store.job(job_id) or {}
@@ -286,7 +347,8 @@ def merge_job(
     # what each shard wrote, by the size its stats give (none before they carried one)
     result_sizes: list[int | None] = []
     error_sizes: list[int | None] = []
-    for spec, shard_stats in _shard_outputs(s3, specs, missing_code=missing_code, missing_message=missing_message):
+    outputs = shard_outputs(s3, specs, missing_code=missing_code, missing_message=missing_message, deadline=deadline)
+    for spec, shard_stats, report in ((o.spec, o.figures, o.report) for o in outputs):
         stats = Stats.from_dict(shard_stats["stats"])
         totals.merge(stats)
         (batch_hits if spec.mode == "batch" else direct_hits).merge(Stats(cached_models=stats.cached_models))
@@ -309,7 +371,6 @@ def merge_job(
             "swept": stats.swept,
             "recovered": stats.recovered_by_sweep,
         }
-        report = batch_report(s3, spec)
         batch_models: dict[str, list[int]] = report.get("batch_models", {}) if report else {}
         batch_totals.merge(Stats(models={k: list(v) for k, v in batch_models.items()}))
         if report:
