@@ -1,4 +1,4 @@
-"""MarkFailed on moto: what it costs a failed job."""
+"""MarkFailed on moto: what it costs a failed job, and that it always ends the job."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import boto3
 import orjson
 import pytest
 from moto import mock_aws
-from sluice.failure import mark_failed
+from sluice.failure import mark_failed, record_failure
 from sluice.model import Outcome
 from sluice.parts import PartWriter, assemble
 from sluice.shard import ShardSpec
@@ -143,3 +143,54 @@ def test_mark_failed_reads_no_part_of_a_shard_that_finished(aws: tuple[Counted, 
     # for the two shards cut short a list, their input and 3 writes, a read of each non-empty
     # shard output and a write of each output, and the summary
     assert len(calls) - len(parts_read) == 1 + 5 + 2 * 5 + (4 + 1) + (2 + 1) + 1
+    assert detail["done"]
+
+
+def test_mark_failed_out_of_time_leaves_the_shards_left_for_its_next_call(aws: tuple[Counted, JobStore]) -> None:
+    counted, store = aws
+    s3 = counted.client
+    state = failed_job(s3, store, shards=3, done={0: LINES, 1: 3}, part_rows=2)
+
+    first = mark_failed(s3=s3, store=store, state=state, error="States.TaskFailed", cause="", remaining_s=0.0)
+
+    assert first == {"job_id": JOB, "status": "FAILED", "done": False, "shards_left": 2}
+    assert (store.job(JOB) or {})["status"] == "PLANNING"
+    assert "Contents" not in s3.list_objects_v2(Bucket=BUCKET, Prefix="outbox/")
+
+    second = mark_failed(s3=s3, store=store, state=state, error="States.TaskFailed", cause="", remaining_s=900.0)
+
+    assert second["done"] and second["counts"]["results"] == LINES + 3
+    assert len(outputs(s3, "results")) + len(outputs(s3, "errors")) == 3 * LINES
+    assert (store.job(JOB) or {})["status"] == "FAILED"
+
+
+def test_when_mark_failed_fails_its_last_resort_still_ends_the_job_with_a_summary(
+    aws: tuple[Counted, JobStore],
+) -> None:
+    counted, store = aws
+    s3 = counted.client
+    state = failed_job(s3, store, shards=2, done={0: LINES}, part_rows=4)
+    timed_out = {"Error": "Sandbox.Timedout", "Cause": '{"errorMessage": "Task timed out after 900.00 seconds"}'}
+    counted.calls.clear()
+
+    detail = record_failure(
+        s3=s3, store=store, state=state, error="States.TaskFailed", cause="shard 1 failed", failed_again=timed_out
+    )
+
+    reason = (
+        "States.TaskFailed: shard 1 failed; accounting for its lines failed too: "
+        "Sandbox.Timedout: Task timed out after 900.00 seconds"
+    )
+    assert detail == {
+        "job_id": JOB,
+        "status": "FAILED",
+        "error": reason,
+        "summary": f"s3://{BUCKET}/outbox/failed.summary.json",
+        "done": True,
+    }
+    summary = orjson.loads(s3.get_object(Bucket=BUCKET, Key="outbox/failed.summary.json")["Body"].read())
+    assert summary == {"job_id": JOB, "status": "FAILED", "error": reason, "input": f"s3://{BUCKET}/{state['key']}"}
+    job = store.job(JOB)
+    assert job is not None and job["status"] == "FAILED" and job["summary"]["error"] == reason
+    # no shard is read: a last resort costs the same whatever the job's size
+    assert not [k for _, k in counted.calls if k.startswith("jobs/")]
