@@ -1,5 +1,5 @@
-"""The state machine's failure path, on the local cloud: whatever breaks, a job ends with its
-summary and its event."""
+"""The state machine's failure path and its throttling, on the local cloud: whatever breaks, a job
+ends with its summary and its event; a shard Lambda refuses to start for a while, the job waits."""
 
 from __future__ import annotations
 
@@ -11,10 +11,12 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.exceptions import ClientError
 from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
+from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
 from sluice import merge
 
-from local.cloud import REGION, LambdaTimeout, run_job
+from local.cloud import REGION, LambdaTimeout, function_arn, run_job
 from tests.conftest import request_line, write_jsonl
 
 
@@ -75,3 +77,38 @@ def test_a_job_whose_mark_failed_times_out_still_ends_failed_with_its_summary_an
     assert event["detail-type"] == "Sluice Job Failed"
     assert event["detail"]["job_id"] == run.job_id and event["detail"]["status"] == "FAILED"
     assert event["detail"]["error"] == run.summary["error"]
+
+
+def throttled() -> ClientError:
+    """What Lambda answers an invocation when the function's concurrency is taken."""
+    response: Any = {
+        "Error": {"Code": "TooManyRequestsException", "Message": "Rate Exceeded."},
+        "ResponseMetadata": {"HTTPStatusCode": 429, "RequestId": "throttled"},
+    }
+    return ClientError(response, "Invoke")
+
+
+def test_a_shard_whose_lambda_is_throttled_for_twenty_minutes_waits_and_its_job_succeeds(
+    make_cloud, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, retry_waits: list[float]
+) -> None:
+    """Other jobs' shards hold every slot of the shard function's concurrency for 20 minutes."""
+    cloud = make_cloud(shard_lines=100)
+    invoke = lambda_eval_utils._invoke_lambda_function
+    refused: list[str] = []
+
+    def slots_taken_for_twenty_minutes(parameters: dict[str, Any], **kwargs: Any) -> Any:
+        if parameters["FunctionName"] == function_arn("run_shard") and sum(retry_waits) < 20 * 60:
+            refused.append(parameters["FunctionName"])
+            raise throttled()
+        return invoke(parameters=parameters, **kwargs)
+
+    monkeypatch.setattr(lambda_eval_utils, "_invoke_lambda_function", slots_taken_for_twenty_minutes)
+    path = write_jsonl(tmp_path / "patient.jsonl", [request_line(f"p-{n}") for n in range(20)])
+    run = run_job(cloud, path)
+
+    assert run.status == "SUCCEEDED", run.execution
+    assert run.verify(path).ok and len(run.results) == 20
+    assert sum(retry_waits) >= 20 * 60 and len(refused) == len(retry_waits)
+    # it looks again at least every 2 minutes, so it starts soon after a slot frees
+    assert max(retry_waits) <= 120
+    assert not any(i.step == "mark_failed" for i in cloud.invocations)
