@@ -9,14 +9,17 @@ from typing import Any
 import orjson
 from botocore.exceptions import ClientError
 
-from .merge import OutOfTime, merge_job
+from .merge import Deadlines, merge_job
 from .model import ErrorCode
+from .outputs import OutOfTime
 from .plan import find_object, job_id_for, output_prefix
 
-# The share of an invocation's time MarkFailed spends assembling the shards that never finished;
-# the rest is for the concatenation, which takes what Merge's does. Shards left over wait for the
-# next invocation (the definition loops), which finds the ones already assembled finished.
+# The share of an invocation's time MarkFailed spends assembling the shards that never finished.
+# Shards left over wait for the next invocation (the definition loops), which finds the ones
+# already assembled finished. An invocation that assembled for longer than MERGE_AFTER_SHARE
+# leaves the merge, which takes what Merge's does, to the next one too.
 ASSEMBLY_SHARE = 0.4
+MERGE_AFTER_SHARE = 0.1
 
 
 def _reason(error: str, cause: str) -> str:
@@ -39,7 +42,12 @@ def mark_failed(
     if "job_id" not in state:
         # Plan itself failed: no manifest, so the job is the input object and the reason
         return _summary_only(s3, store, state, reason)
-    deadline = None if remaining_s is None else time.monotonic() + ASSEMBLY_SHARE * remaining_s
+    now = time.monotonic()
+    deadlines = (
+        None
+        if remaining_s is None
+        else Deadlines(assemble=now + ASSEMBLY_SHARE * remaining_s, merge=now + MERGE_AFTER_SHARE * remaining_s)
+    )
     try:
         summary = merge_job(
             s3=s3,
@@ -49,7 +57,7 @@ def mark_failed(
             missing_code=ErrorCode.JOB_FAILED,
             missing_message=f"the job failed before this line finished ({reason})",
             error=reason,
-            deadline=deadline,
+            deadlines=deadlines,
         )
     except OutOfTime as exc:
         return {"job_id": state["job_id"], "status": "FAILED", "done": False, "shards_left": exc.left}

@@ -7,21 +7,17 @@ pass through the Lambda; only the seams between small shard files are downloaded
 from __future__ import annotations
 
 import time
-from collections import deque
-from collections.abc import Iterator
-from concurrent.futures import Executor
 from dataclasses import dataclass
-from itertools import islice
 from typing import Any
 
 import orjson
-from botocore.exceptions import ClientError
 
 from .budget import nano_to_usd
 from .contract import JobStatus
 from .costs import aws_cost_usd, provider_cost_usd
 from .model import ErrorCode
-from .parts import S3_IN_FLIGHT, assemble_outputs, s3_pool
+from .outputs import OutOfTime, shard_outputs
+from .parts import s3_pool
 from .shard import ShardSpec
 from .stats import Stats
 from .store import JobStore
@@ -34,23 +30,13 @@ class InvariantError(RuntimeError):
     """The outputs do not account for every input line exactly once; the job must not succeed."""
 
 
-class ShardIncomplete(RuntimeError):
-    """Merge reached a shard that never finished (its child execution failed)."""
+@dataclass(frozen=True)
+class Deadlines:
+    """When a MarkFailed call stops (`time.monotonic()`): it starts assembling no shard after
+    `assemble`, and once it has assembled any it merges only before `merge`."""
 
-
-class OutOfTime(Exception):
-    """MarkFailed's time for assembling shards ran out: the shards left wait for its next call."""
-
-    def __init__(self, left: int) -> None:
-        super().__init__(f"{left} shard(s) left to assemble")
-        self.left = left
-
-
-# shards read (or assembled) at once: an assembly holds its shard's outputs (~5 MB at 5,000 lines
-# of 1 kB) a few times over while it sorts them
-SHARD_WORKERS = 4
-# shards read ahead of the one being summed: their figures are held until then
-READ_AHEAD = 4 * SHARD_WORKERS
+    assemble: float
+    merge: float
 
 
 @dataclass(frozen=True)
@@ -200,75 +186,6 @@ def load_manifest(s3: Any, bucket: str, manifest_key: str) -> list[ShardSpec]:
     return [ShardSpec.from_dict(item) for item in orjson.loads(raw)]
 
 
-def _read_json(s3: Any, bucket: str, key: str) -> dict[str, Any] | None:
-    """The object as JSON; None if it does not exist."""
-    try:
-        raw = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
-    except ClientError as exc:
-        if exc.response["Error"]["Code"] in ("NoSuchKey", "404"):
-            return None
-        raise
-    found: dict[str, Any] = orjson.loads(raw)
-    return found
-
-
-def batch_report(s3: Any, spec: ShardSpec) -> dict[str, Any] | None:
-    """What a batch shard's batches did (CollectBatch writes it once they have all ended)."""
-    return _read_json(s3, spec.bucket, spec.batch_report_key) if spec.mode == "batch" else None
-
-
-@dataclass(frozen=True)
-class ShardOutput:
-    spec: ShardSpec
-    # the shard's stats.json: its line counts, output sizes and figures
-    figures: dict[str, Any]
-    report: dict[str, Any] | None
-
-
-def shard_outputs(
-    s3: Any,
-    specs: list[ShardSpec],
-    *,
-    missing_code: str | None = None,
-    missing_message: str = "",
-    deadline: float | None = None,
-) -> Iterator[ShardOutput]:
-    """Each shard's figures and batch report in the manifest's order, SHARD_WORKERS shards at a time.
-
-    A shard without figures never finished. With `missing_code` it is assembled now from the
-    parts it left, every line it did not finish an error with that code; a shard whose turn
-    comes after `deadline` (`time.monotonic()`) is left for another call, and OutOfTime says how
-    many were once the rest are read. Without `missing_code` it is ShardIncomplete.
-    """
-
-    def read(spec: ShardSpec, fetch: Executor) -> ShardOutput | None:
-        figures = _read_json(s3, spec.bucket, spec.stats_key)
-        if figures is None:
-            if missing_code is None:
-                raise ShardIncomplete(f"shard {spec.shard} (lines {spec.first_line}-{spec.last_line}) did not finish")
-            if deadline is not None and time.monotonic() > deadline:
-                return None
-            figures = assemble_outputs(s3, spec, missing_code=missing_code, missing_message=missing_message, pool=fetch)
-        return ShardOutput(spec, figures, batch_report(s3, spec))
-
-    left = 0
-    # the shards' own requests and their assemblies' together keep S3_IN_FLIGHT in flight
-    with s3_pool(workers=S3_IN_FLIGHT - SHARD_WORKERS) as fetch, s3_pool(workers=SHARD_WORKERS) as shards:
-        todo = iter(specs)
-        pending = deque(shards.submit(read, spec, fetch) for spec in islice(todo, READ_AHEAD))
-        while pending:
-            output = pending.popleft().result()
-            following = next(todo, None)
-            if following is not None:
-                pending.append(shards.submit(read, following, fetch))
-            if output is None:
-                left += 1
-            else:
-                yield output
-    if left:
-        raise OutOfTime(left)
-
-
 def provider_costs(models: dict[str, list[int]], batch_models: dict[str, list[int]]) -> dict[str, float | None]:
     """The provider estimate as run (rows a batch answered at the batch rate, the rest direct)
     next to what the same tokens cost all direct and all batch."""
@@ -328,12 +245,12 @@ def merge_job(
     missing_message: str = "",
     error: str | None = None,
     clock: Any = time.time,
-    deadline: float | None = None,
+    deadlines: Deadlines | None = None,
 ) -> dict[str, Any]:
     """Write the job's outputs and summary; raise InvariantError if any line is unaccounted for.
 
-    With `missing_code`, shards that never finished are assembled first (see `shard_outputs`,
-    and its `deadline`)."""
+    With `missing_code`, shards that never finished are assembled first (see `shard_outputs`),
+    within `deadlines`, else OutOfTime."""
     bucket, job_id = state["bucket"], state["job_id"]
     specs = load_manifest(s3, bucket, state["manifest_key"])
     job = store.job(job_id) or {}
@@ -347,8 +264,17 @@ def merge_job(
     # what each shard wrote, by the size its stats give (none before they carried one)
     result_sizes: list[int | None] = []
     error_sizes: list[int | None] = []
-    outputs = shard_outputs(s3, specs, missing_code=missing_code, missing_message=missing_message, deadline=deadline)
-    for spec, shard_stats, report in ((o.spec, o.figures, o.report) for o in outputs):
+    assembled = 0
+    outputs = shard_outputs(
+        s3,
+        specs,
+        missing_code=missing_code,
+        missing_message=missing_message,
+        deadline=None if deadlines is None else deadlines.assemble,
+    )
+    for output in outputs:
+        spec, shard_stats, report = output.spec, output.figures, output.report
+        assembled += output.assembled
         stats = Stats.from_dict(shard_stats["stats"])
         totals.merge(stats)
         (batch_hits if spec.mode == "batch" else direct_hits).merge(Stats(cached_models=stats.cached_models))
@@ -387,6 +313,10 @@ def merge_job(
         entry["paths"] = dict(sorted(stats.paths.items()))
         entry["provider_cost_usd"] = provider_costs(stats.models, batch_models)
         shards.append(entry)
+    if assembled and deadlines is not None and time.monotonic() > deadlines.merge:
+        # a call that assembled a great deal does not merge a large job too: the next one finds
+        # every shard finished and merges from a fresh clock
+        raise OutOfTime(0)
     prefix = state["output_prefix"]
     keys = {
         "results": f"{prefix}.results.jsonl",

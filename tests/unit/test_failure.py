@@ -11,6 +11,7 @@ import boto3
 import orjson
 import pytest
 from moto import mock_aws
+from sluice import failure
 from sluice.failure import mark_failed, record_failure
 from sluice.model import Outcome
 from sluice.parts import PartWriter, assemble
@@ -162,6 +163,28 @@ def test_mark_failed_out_of_time_leaves_the_shards_left_for_its_next_call(aws: t
     assert second["done"] and second["counts"]["results"] == LINES + 3
     assert len(outputs(s3, "results")) + len(outputs(s3, "errors")) == 3 * LINES
     assert (store.job(JOB) or {})["status"] == "FAILED"
+
+
+def test_a_mark_failed_call_that_assembled_for_long_leaves_the_merge_to_the_next(
+    aws: tuple[Counted, JobStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Assembling and merging a large job in one call would take two steps' time; the next call
+    finds every shard finished, assembles nothing, and merges."""
+    counted, store = aws
+    s3 = counted.client
+    state = failed_job(s3, store, shards=2, done={0: LINES, 1: 3}, part_rows=2)
+    monkeypatch.setattr(failure, "MERGE_AFTER_SHARE", 0.0)
+
+    first = mark_failed(s3=s3, store=store, state=state, error="States.TaskFailed", cause="", remaining_s=900.0)
+
+    assert first == {"job_id": JOB, "status": "FAILED", "done": False, "shards_left": 0}
+    assert "Contents" not in s3.list_objects_v2(Bucket=BUCKET, Prefix="outbox/")
+    counted.calls.clear()
+
+    second = mark_failed(s3=s3, store=store, state=state, error="States.TaskFailed", cause="", remaining_s=900.0)
+
+    assert second["done"] and second["counts"]["results"] == LINES + 3
+    assert not [k for _, k in counted.calls if "/part-" in k]
 
 
 def test_when_mark_failed_fails_its_last_resort_still_ends_the_job_with_a_summary(
