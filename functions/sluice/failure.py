@@ -37,7 +37,8 @@ def mark_failed(
     *, s3: Any, store: Any, state: dict[str, Any], error: str, cause: str, remaining_s: float | None = None
 ) -> dict[str, Any]:
     """Account for every line and write the outputs, status FAILED. `done` is False when the
-    shards left to assemble must wait for another call (`remaining_s`: the invocation's time)."""
+    shards left to assemble, or the merge, wait for another call (`remaining_s`: the time this
+    invocation has; None: no limit)."""
     reason = _reason(error, cause)
     if "job_id" not in state:
         # Plan itself failed: no manifest, so the job is the input object and the reason
