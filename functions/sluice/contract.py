@@ -590,6 +590,19 @@ class Merged(StepResult):
     outputs: dict[str, str]
 
 
+@dataclass(frozen=True)
+class MarkedFailed(StepResult):
+    """MarkFailed: `done` once every line is accounted for and the job ended FAILED; else the
+    `shards_left` to assemble wait for its next run."""
+
+    KEY: ClassVar[str] = "mark_failed"
+    done: bool
+    shards_left: int = 0
+
+
+# where the definition puts MarkFailed's own failure: MarkFailed then records only the job's end
+MARK_FAILED_ERROR_KEY = "mark_failed_error"
+
 # the key of a Map child's state that holds its shard (the definition's ItemSelector)
 SHARD_KEY = "shard"
 
