@@ -12,6 +12,7 @@ from sluice.contract import (
     PARTITION_KEY,
     PROVIDER_ID_ATTRIBUTE,
     PROVIDER_ID_INDEX,
+    PROVIDER_ID_PROJECTION,
     SORT_KEY,
     TTL_ATTRIBUTE,
 )
@@ -98,9 +99,11 @@ class Storage(Construct):
             removal_policy=removal_policy,
         )
         # Sparse: only items that were handed to a provider carry `provider_id`, so a webhook
-        # can find its item without the index holding every row.
+        # can find its item without the index holding every row. Keys only: its one reader
+        # (`JobStore._by_provider_id`) wants the row's key, then reads or updates the row itself,
+        # so each indexed write copies a few bytes instead of the whole row.
         self.table.add_global_secondary_index(
             index_name=PROVIDER_ID_INDEX,
             partition_key=dynamodb.Attribute(name=PROVIDER_ID_ATTRIBUTE, type=dynamodb.AttributeType.STRING),
-            projection_type=dynamodb.ProjectionType.ALL,
+            projection_type=dynamodb.ProjectionType[PROVIDER_ID_PROJECTION],
         )

@@ -118,6 +118,8 @@ TTL_ATTRIBUTE = "expires_at"
 # without the index holding every row.
 PROVIDER_ID_ATTRIBUTE = "provider_id"
 PROVIDER_ID_INDEX = "by_provider_id"
+# what the index copies of a row: its keys, all its one reader (`JobStore._by_provider_id`) uses
+PROVIDER_ID_PROJECTION = "KEYS_ONLY"
 
 
 def create_table_request(name: str) -> dict[str, Any]:
@@ -137,7 +139,7 @@ def create_table_request(name: str) -> dict[str, Any]:
             {
                 "IndexName": PROVIDER_ID_INDEX,
                 "KeySchema": [{"AttributeName": PROVIDER_ID_ATTRIBUTE, "KeyType": "HASH"}],
-                "Projection": {"ProjectionType": "ALL"},
+                "Projection": {"ProjectionType": PROVIDER_ID_PROJECTION},
             }
         ],
     }

@@ -78,7 +78,7 @@ def test_table_keys_billing_ttl_and_sparse_provider_index(synthesis: Synthesis, 
                 {
                     "IndexName": "by_provider_id",
                     "KeySchema": [{"AttributeName": "provider_id", "KeyType": "HASH"}],
-                    "Projection": {"ProjectionType": "ALL"},
+                    "Projection": {"ProjectionType": "KEYS_ONLY"},
                 }
             ],
         },
@@ -112,3 +112,25 @@ def test_the_local_cloud_creates_the_table_the_stack_declares(synthesis: Synthes
     assert sorted(declared["AttributeDefinitions"], key=str) == sorted(local["AttributeDefinitions"], key=str)
     assert declared["GlobalSecondaryIndexes"] == local["GlobalSecondaryIndexes"]
     assert declared["BillingMode"] == local["BillingMode"]
+
+
+def test_the_provider_index_copies_only_keys_and_still_wakes_a_batch_shard() -> None:
+    """Each write of an indexed row is copied to the index; KEYS_ONLY copies a few bytes, and its
+    one reader (`settle_batch`, behind the webhook) needs no more than the row's key."""
+    import boto3
+    from moto import mock_aws
+    from sluice.contract import PROVIDER_ID_INDEX, create_table_request
+    from sluice.store import JobStore, job_pk, shard_sk
+
+    with mock_aws():
+        boto3.client("dynamodb", region_name="us-east-1").create_table(**create_table_request("jobs"))
+        table = boto3.resource("dynamodb", region_name="us-east-1").Table("jobs")
+        row = {"pk": job_pk("job"), "sk": shard_sk(3), "provider_id": "batch_1", "token": "token-3", "lines": 5000}
+        table.put_item(Item=row)
+        indexed = table.query(
+            IndexName=PROVIDER_ID_INDEX,
+            KeyConditionExpression="provider_id = :p",
+            ExpressionAttributeValues={":p": "batch_1"},
+        )["Items"]
+        assert indexed == [{"pk": row["pk"], "sk": row["sk"], "provider_id": "batch_1"}]
+        assert JobStore(table, ttl_days=1).settle_batch("batch_1", "completed") == "token-3"
