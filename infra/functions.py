@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import cast
 
 import aws_cdk as cdk
 import aws_cdk.aws_dynamodb as dynamodb
@@ -26,7 +25,7 @@ from sluice.contract import (
     queue_tokens_text,
 )
 
-from infra.bundling import LocalBundling
+from infra.bundling import lambda_code
 from infra.config import Environment
 
 FUNCTIONS_DIR = Path(__file__).resolve().parent.parent / "functions"
@@ -110,15 +109,7 @@ class Functions(Construct):
     ) -> None:
         super().__init__(scope, id)
         environment = lambda_environment(config, bucket=bucket, table=table, api_key=api_key)
-        self.code = lambda_.Code.from_asset(
-            str(source),
-            exclude=["__pycache__", "*.pyc", ".pytest_cache", ".mypy_cache", "tests"],
-            bundling=cdk.BundlingOptions(
-                image=cdk.DockerImage.from_registry("unused"),
-                # jsii.implements makes it an ILocalBundling at runtime; mypy cannot tell.
-                local=cast(cdk.ILocalBundling, LocalBundling(source=source)),
-            ),
-        )
+        self.code = lambda_code(source)
         self.by_step: dict[str, lambda_.Function] = {}
         self.log_groups: dict[str, logs.LogGroup] = {}
         for step in STEPS.values():
