@@ -16,6 +16,7 @@ from constructs import Construct
 from sluice.contract import (
     ENVIRONMENT_VARIABLE,
     METRICS_NAMESPACE,
+    PROVIDER_STEPS,
     SERVICE,
     STEPS,
     WEBHOOK,
@@ -66,6 +67,7 @@ def lambda_environment(
         default_model=config.default_model,
         concurrency=config.concurrency,
         map_concurrency=config.map_concurrency,
+        max_shards_in_flight=config.max_shards_in_flight,
         max_attempts=config.max_attempts,
         request_timeout_s=config.request_timeout_s,
         shard_lines=config.shard_lines,
@@ -93,7 +95,13 @@ def webhook_environment(
 
 
 class Functions(Construct):
-    """Roles start empty: the stack grants each one exactly what its step needs."""
+    """Roles start empty: the stack grants each one exactly what its step needs.
+
+    Concurrency is reserved where many run at once: each step a shard runs gets
+    `max_shards_in_flight`, so jobs together never run more shards than that in any one mode (a
+    shard runs one of them at a time; a throttled one waits in the workflow), and the webhook
+    receiver gets what its endpoint's rate needs, so shards can never starve it.
+    """
 
     def __init__(
         self,
@@ -113,7 +121,10 @@ class Functions(Construct):
         self.by_step: dict[str, lambda_.Function] = {}
         self.log_groups: dict[str, logs.LogGroup] = {}
         for step in STEPS.values():
-            self.by_step[step.name] = self._function(config, step, environment, f"Sluice {step.name} step")
+            reserved = config.max_shards_in_flight if step.name in PROVIDER_STEPS else None
+            self.by_step[step.name] = self._function(
+                config, step, environment, f"Sluice {step.name} step", reserved=reserved
+            )
 
         # Kept out of `by_step`: the state machine's definition neither has nor invokes it.
         self.webhook = self._function(
@@ -121,10 +132,11 @@ class Functions(Construct):
             WEBHOOK,
             webhook_environment(config, table=table, webhook_secret=webhook_secret),
             "Sluice webhook receiver: verifies provider webhooks and settles items",
+            reserved=config.webhook_concurrency,
         )
 
     def _function(
-        self, config: Environment, step: Step, environment: dict[str, str], description: str
+        self, config: Environment, step: Step, environment: dict[str, str], description: str, *, reserved: int | None
     ) -> lambda_.Function:
         name = step.construct_id
         log_group = logs.LogGroup(
@@ -154,4 +166,5 @@ class Functions(Construct):
             environment=environment,
             description=description,
             tracing=lambda_.Tracing.ACTIVE,
+            reserved_concurrent_executions=reserved,
         )

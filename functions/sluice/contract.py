@@ -299,6 +299,9 @@ class Settings:
     default_model: str | None = None
     concurrency: int = 1000
     map_concurrency: int = 20
+    # shards working at once across the environment's jobs (the shard steps' reserved concurrency);
+    # a job's map concurrency above it only makes shards wait (0 = no cap, as in a local run)
+    max_shards_in_flight: int = field(default=0, metadata={_KIND: "budget"})
     max_attempts: int = 6
     request_timeout_s: float = 120.0
     shard_lines: int = 5000
