@@ -118,6 +118,8 @@ class SluiceStack(cdk.Stack):
             alarm_email=config.alarm_email,
             removal_policy=removal,
             webhook_api=self.webhooks.api,
+            table=self.storage.table,
+            table_indexes=[PROVIDER_ID_INDEX],
         )
 
         self._grant_functions()
