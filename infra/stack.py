@@ -11,6 +11,7 @@ import aws_cdk.aws_iam as iam
 from constructs import Construct, IConstruct
 from sluice.contract import CACHE_PREFIX, INBOX_PREFIX, JOBS_PREFIX, OUTBOX_PREFIX, PROVIDER_ID_INDEX, PROVIDER_STEPS
 
+from infra.cdk_logs import CdkLogs, cdk_functions
 from infra.checks import action_finding
 from infra.config import ConfigError, Environment
 from infra.functions import EVENT_BUS, Functions
@@ -127,6 +128,14 @@ class SluiceStack(cdk.Stack):
         self._grant_workflow()
         self._grant_monitoring()
         self._acknowledge_nag_findings()
+        # last, once every construct that brings one of CDK's own Lambdas exists
+        self.cdk_logs = CdkLogs(
+            self,
+            "CdkLogs",
+            functions=cdk_functions(self, [*self.functions.by_step.values(), self.functions.webhook]),
+            retention=config.log_retention,
+            removal_policy=removal,
+        )
 
         cdk.CfnOutput(self, "BucketName", value=self.storage.bucket.bucket_name)
         cdk.CfnOutput(self, "TableName", value=self.storage.table.table_name)

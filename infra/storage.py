@@ -8,7 +8,9 @@ import aws_cdk.aws_s3 as s3
 from constructs import Construct
 from sluice.contract import (
     CACHE_PREFIX,
+    INBOX_PREFIX,
     JOBS_PREFIX,
+    OUTBOX_PREFIX,
     PARTITION_KEY,
     PROVIDER_ID_ATTRIBUTE,
     PROVIDER_ID_INDEX,
@@ -63,6 +65,19 @@ class Storage(Construct):
             expiration=cdk.Duration.days(cache_ttl_days),
             noncurrent_version_expiration=cdk.Duration.days(1) if versioned else None,
         )
+        # Inputs and results are the users' to delete. With versioning on, a replaced or deleted one
+        # stays restorable as long as a job's files are kept, then goes, as does the delete marker
+        # left alone once its versions have.
+        kept_rules = [
+            s3.LifecycleRule(
+                id=f"expire-noncurrent-{prefix.strip('/')}",
+                prefix=prefix,
+                noncurrent_version_expiration=cdk.Duration.days(ttl_days),
+                expired_object_delete_marker=True,
+            )
+            for prefix in (INBOX_PREFIX, OUTBOX_PREFIX)
+            if versioned
+        ]
         # Merge writes outbox/ objects with multipart uploads; a failed one would bill forever.
         abort_uploads = s3.LifecycleRule(
             id="abort-incomplete-uploads",
@@ -79,7 +94,7 @@ class Storage(Construct):
             versioned=versioned,
             server_access_logs_bucket=self.access_logs,
             server_access_logs_prefix="bucket/",
-            lifecycle_rules=[jobs_rule, cache_rule, abort_uploads],
+            lifecycle_rules=[jobs_rule, cache_rule, *kept_rules, abort_uploads],
             removal_policy=removal_policy,
             auto_delete_objects=destroy,
         )

@@ -171,6 +171,20 @@ def test_every_function_is_traced_and_retries_aws_calls_in_standard_mode(synthes
         assert "POWERTOOLS_TRACE_DISABLED" not in variables, handler
 
 
+def test_every_lambda_in_the_stack_logs_to_a_group_that_expires(synthesis: Synthesis, env: str) -> None:
+    """CDK's own Lambdas too (bucket notifications, the auto-delete provider): else Lambda creates
+    /aws/lambda/<name> on their first run, kept forever."""
+    groups = synthesis.resources(env, "AWS::Logs::LogGroup")
+    expected = synthesis.stacks[env].config.log_retention_days
+    functions = synthesis.resources(env, "AWS::Lambda::Function")
+    theirs = [k for k, f in functions.items() if not f["Properties"].get("Handler", "").startswith("handlers.")]
+    assert theirs, "CDK adds at least the bucket notifications handler"
+    for logical_id, function in functions.items():
+        group = function["Properties"].get("LoggingConfig", {}).get("LogGroup", {}).get("Ref")
+        assert group in groups, logical_id
+        assert groups[group]["Properties"]["RetentionInDays"] == expected, logical_id
+
+
 def test_shard_steps_and_the_webhook_reserve_concurrency_within_the_account(synthesis: Synthesis, env: str) -> None:
     from infra.config import UNRESERVED_CONCURRENCY
 

@@ -65,6 +65,35 @@ def test_the_response_cache_expires_after_its_own_ttl_per_environment(synthesis:
     assert {"dev": 7, "prod": 90}[env] == days
 
 
+def test_every_prefix_expires_its_noncurrent_versions_where_versioning_keeps_them(
+    synthesis: Synthesis, env: str
+) -> None:
+    from sluice.contract import CACHE_PREFIX, INBOX_PREFIX, JOBS_PREFIX, OUTBOX_PREFIX
+
+    props = _job_bucket(synthesis, env)
+    config = synthesis.stacks[env].config
+    if not config.versioning:
+        assert "VersioningConfiguration" not in props
+        return
+    rules = props["LifecycleConfiguration"]["Rules"]
+    noncurrent = {
+        r.get("Prefix"): r["NoncurrentVersionExpiration"]["NoncurrentDays"]
+        for r in rules
+        if "NoncurrentVersionExpiration" in r
+    }
+    # a job's working files and the cache's expire as soon as they are replaced; an input or result
+    # replaced or deleted by its user stays restorable as long as jobs are kept
+    assert noncurrent == {
+        JOBS_PREFIX: 1,
+        CACHE_PREFIX: 1,
+        INBOX_PREFIX: config.ttl_days,
+        OUTBOX_PREFIX: config.ttl_days,
+    }
+    for rule in rules:
+        if rule.get("Prefix") in (INBOX_PREFIX, OUTBOX_PREFIX):
+            assert rule["ExpiredObjectDeleteMarker"] is True and "ExpirationInDays" not in rule
+
+
 def test_table_keys_billing_ttl_and_sparse_provider_index(synthesis: Synthesis, env: str) -> None:
     synthesis.templates[env].has_resource_properties(
         "AWS::DynamoDB::Table",
