@@ -24,6 +24,9 @@ from infra.workflow import Workflow
 
 # The step that parks a shard's task token and wakes the shard if its work already settled.
 TASK_TOKEN_STEPS = ("await_shard",)
+# `-c without_provider_index=true`: deploy once without the provider-id index, to change how it
+# is built (docs/deploy.md); webhooks for batches fail meanwhile, and polling finishes the shards.
+WITHOUT_PROVIDER_INDEX = "without_provider_index"
 # The steps that assemble outbox/ from the shards' files.
 OUTPUT_STEPS = ("merge", "mark_failed")
 # The steps that announce how a job ended (Merge's outcome goes out through Notify).
@@ -72,6 +75,7 @@ class SluiceStack(cdk.Stack):
             versioned=config.versioning,
             point_in_time_recovery=config.point_in_time_recovery,
             removal_policy=removal,
+            provider_index=not self.node.try_get_context(WITHOUT_PROVIDER_INDEX),
         )
         self.secrets = Secrets(
             self,
@@ -120,7 +124,7 @@ class SluiceStack(cdk.Stack):
             removal_policy=removal,
             webhook_api=self.webhooks.api,
             table=self.storage.table,
-            table_indexes=[PROVIDER_ID_INDEX],
+            table_indexes=self.storage.indexes,
         )
 
         self._grant_functions()

@@ -34,6 +34,7 @@ class Storage(Construct):
         point_in_time_recovery: bool,
         removal_policy: cdk.RemovalPolicy,
         cache_ttl_days: int = 30,
+        provider_index: bool = True,
     ) -> None:
         super().__init__(scope, id)
         destroy = removal_policy == cdk.RemovalPolicy.DESTROY
@@ -116,9 +117,13 @@ class Storage(Construct):
         # Sparse: only items that were handed to a provider carry `provider_id`, so a webhook
         # can find its item without the index holding every row. Keys only: its one reader
         # (`JobStore._by_provider_id`) wants the row's key, then reads or updates the row itself,
-        # so each indexed write copies a few bytes instead of the whole row.
-        self.table.add_global_secondary_index(
-            index_name=PROVIDER_ID_INDEX,
-            partition_key=dynamodb.Attribute(name=PROVIDER_ID_ATTRIBUTE, type=dynamodb.AttributeType.STRING),
-            projection_type=dynamodb.ProjectionType[PROVIDER_ID_PROJECTION],
-        )
+        # so each indexed write copies a few bytes instead of the whole row. CloudFormation cannot
+        # change an index's projection in place: a stack that has it with another projection drops
+        # it in one deploy (`provider_index=False`) and builds it again in the next.
+        self.indexes = [PROVIDER_ID_INDEX] if provider_index else []
+        for index in self.indexes:
+            self.table.add_global_secondary_index(
+                index_name=index,
+                partition_key=dynamodb.Attribute(name=PROVIDER_ID_ATTRIBUTE, type=dynamodb.AttributeType.STRING),
+                projection_type=dynamodb.ProjectionType[PROVIDER_ID_PROJECTION],
+            )

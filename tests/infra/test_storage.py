@@ -163,3 +163,21 @@ def test_the_provider_index_copies_only_keys_and_still_wakes_a_batch_shard() -> 
         )["Items"]
         assert indexed == [{"pk": row["pk"], "sk": row["sk"], "provider_id": "batch_1"}]
         assert JobStore(table, ttl_days=1).settle_batch("batch_1", "completed") == "token-3"
+
+
+def test_an_existing_stack_can_drop_the_index_for_one_deploy_to_rebuild_it() -> None:
+    """CloudFormation refuses to change an index's projection in place; a stack deployed before
+    KEYS_ONLY drops the index in one deploy and builds it again, keys only, in the next."""
+    import aws_cdk as cdk
+    from aws_cdk import assertions
+
+    from infra.stack import WITHOUT_PROVIDER_INDEX, build_app
+    from tests.infra.conftest import CONTEXT
+
+    app = cdk.App(context={**CONTEXT, WITHOUT_PROVIDER_INDEX: True, "aws:cdk:bundling-stacks": []})
+    template = assertions.Template.from_stack(build_app(app, ["prod"])["prod"])
+    (table,) = template.find_resources("AWS::DynamoDB::Table").values()
+    assert "GlobalSecondaryIndexes" not in table["Properties"]
+    # the throttling alarm watches what exists
+    (alarm,) = [a for a in template.find_resources("AWS::CloudWatch::Alarm").values() if "Metrics" in a["Properties"]]
+    assert "GlobalSecondaryIndexName" not in str(alarm)
