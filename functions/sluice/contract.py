@@ -118,6 +118,8 @@ TTL_ATTRIBUTE = "expires_at"
 # without the index holding every row.
 PROVIDER_ID_ATTRIBUTE = "provider_id"
 PROVIDER_ID_INDEX = "by_provider_id"
+# what the index copies of a row: its keys, all its one reader (`JobStore._by_provider_id`) uses
+PROVIDER_ID_PROJECTION = "KEYS_ONLY"
 
 
 def create_table_request(name: str) -> dict[str, Any]:
@@ -137,7 +139,7 @@ def create_table_request(name: str) -> dict[str, Any]:
             {
                 "IndexName": PROVIDER_ID_INDEX,
                 "KeySchema": [{"AttributeName": PROVIDER_ID_ATTRIBUTE, "KeyType": "HASH"}],
-                "Projection": {"ProjectionType": "ALL"},
+                "Projection": {"ProjectionType": PROVIDER_ID_PROJECTION},
             }
         ],
     }
@@ -297,6 +299,9 @@ class Settings:
     default_model: str | None = None
     concurrency: int = 1000
     map_concurrency: int = 20
+    # shards working at once across the environment's jobs (the shard steps' reserved concurrency);
+    # a job's map concurrency above it only makes shards wait (0 = no cap, as in a local run)
+    max_shards_in_flight: int = field(default=0, metadata={_KIND: "budget"})
     max_attempts: int = 6
     request_timeout_s: float = 120.0
     shard_lines: int = 5000
