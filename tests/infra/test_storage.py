@@ -149,12 +149,13 @@ def test_the_provider_index_copies_only_keys_and_still_wakes_a_batch_shard() -> 
     import boto3
     from moto import mock_aws
     from sluice.contract import PROVIDER_ID_INDEX, create_table_request
-    from sluice.store import JobStore, job_pk, shard_sk
+    from sluice.keys import shard_key
+    from sluice.store import JobStore
 
     with mock_aws():
         boto3.client("dynamodb", region_name="us-east-1").create_table(**create_table_request("jobs"))
         table = boto3.resource("dynamodb", region_name="us-east-1").Table("jobs")
-        row = {"pk": job_pk("job"), "sk": shard_sk(3), "provider_id": "batch_1", "token": "token-3", "lines": 5000}
+        row = {**shard_key("job", 3), "provider_id": "batch_1", "token": "token-3", "lines": 5000}
         table.put_item(Item=row)
         indexed = table.query(
             IndexName=PROVIDER_ID_INDEX,
