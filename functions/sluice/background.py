@@ -209,6 +209,11 @@ async def submit_background(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any
     budget = shard_budget(ctx, spec)
     try:
         stats = await send_with_sweep(ctx, spec, requests, sink, budget=budget)
+    except asyncio.CancelledError:
+        # given up mid-flight (an interrupted local run): the responses created so far are
+        # stored, so a cancel finds them, and every direct answer is in the outputs
+        await writer.aflush(finished=False)
+        raise
     finally:
         if budget is not None:
             await asyncio.to_thread(budget.close)
@@ -283,7 +288,11 @@ async def collect_background(ctx: ShardContext, spec: ShardSpec) -> dict[str, An
         writer.add_outcome(outcome, provider_id=item.provider_id)
 
     requests = [poll_request(i.line, i.custom_id, i.provider_id or "") for i in waiting.values()]
-    stats = await send_requests(ctx, spec, requests, sink)
+    try:
+        stats = await send_requests(ctx, spec, requests, sink)
+    except asyncio.CancelledError:
+        await writer.aflush(finished=False, waiting=-unsettled_done)
+        raise
     left = len(still) + stats.remaining
     finished = left == 0 and not stats.stopped_early
     await writer.aflush(finished=finished, waiting=-unsettled_done)

@@ -19,9 +19,9 @@ from sluice.plan import job_id_for
 
 from local.checks import NO_API_KEY, check_provider, out_dir
 from local.cloud import LocalCloud, LocalSettings
-from local.console import EXIT_INTERRUPTED, CliError, file_link, human_seconds, human_usd, job_exit_code, need_file, say
+from local.console import CliError, file_link, human_seconds, human_usd, job_exit_code, need_file, say
 from local.inputs import check_file, require_valid
-from local.interrupt import CtrlC, cancel_run
+from local.interrupt import Interrupted, Signals, stop_run, writing_note
 from local.progress import Display, LiveCounts
 from local.report import write_report
 from local.simulator import SimConfig, SimulatorServer
@@ -57,11 +57,16 @@ def provider(latency_s: float) -> Iterator[tuple[str, str, str]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    ctrl_c = CtrlC()
+    signals = Signals()
+    signals.install()
     try:
-        return _run(args, ctrl_c)
+        return _run(args, signals)
+    except Interrupted as exc:
+        # before the job started: nothing was sent, and there are no outputs to write
+        say(f"\nsluice: interrupted ({exc}) before the job started: nothing was sent")
+        return exc.exit_code
     finally:
-        ctrl_c.restore()
+        signals.restore()
 
 
 def usable_cache_dir(path: Path, *, given: bool) -> None:
@@ -76,7 +81,7 @@ def usable_cache_dir(path: Path, *, given: bool) -> None:
         raise CliError(f"{where}: cannot write {path}: {exc.strerror or exc}") from exc
 
 
-def _run(args: argparse.Namespace, ctrl_c: CtrlC) -> int:
+def _run(args: argparse.Namespace, signals: Signals) -> int:
     path = need_file(Path(args.file))
     out = out_dir(Path(args.out))
     # the same check as `submit`: a file that is not a job fails here, not as a job of errors
@@ -101,7 +106,7 @@ def _run(args: argparse.Namespace, ctrl_c: CtrlC) -> int:
     if args.budget_usd is not None:
         metadata["sluice-budget-usd"] = str(args.budget_usd)
     started = time.monotonic()
-    interrupted = False
+    interrupted: int | None = None
     with provider(args.latency) as (base_url, api_key, label):
         say(label)
         counts = LiveCounts()
@@ -111,22 +116,28 @@ def _run(args: argparse.Namespace, ctrl_c: CtrlC) -> int:
             key, etag = cloud.upload(path, metadata=metadata)
             job_id = job_id_for(cloud.bucket, key, etag)
             execution = cloud.start(cloud.object_created_event(key, etag), name=job_id)
+            signals.job_started()
             display.note(f"job {job_id} started (Ctrl-C cancels it and keeps what finished)")
             with display:
 
-                def tick() -> None:
+                def read_total() -> None:
                     # the display redraws on its own thread; the job row is read only until Plan has counted the lines
                     if counts.total is None:
                         requests = (cloud.job(job_id) or {}).get("requests")
                         counts.total = int(requests) if requests is not None else None
 
+                def tick() -> None:
+                    # a signal is only recorded while the job runs: here is where it stops the wait
+                    signals.check()
+                    read_total()
+
                 try:
                     final = cloud.wait(execution, on_tick=tick)
-                except KeyboardInterrupt:
-                    interrupted = True
-                    ctrl_c.first()
-                    final = cancel_run(cloud, job_id, execution, base_url, api_key, ctrl_c)
-                tick()
+                except Interrupted as exc:
+                    interrupted = exc.signum
+                    final = stop_run(cloud, job_id, execution, base_url, api_key, signals)
+                signals.doing(writing_note())
+                read_total()
             stem = key.removeprefix("inbox/").removesuffix(".jsonl")
             written: dict[str, Path] = {}
             for kind, suffix in (
@@ -163,8 +174,8 @@ def _run(args: argparse.Namespace, ctrl_c: CtrlC) -> int:
     if summary:
         report = write_report(summary, out / f"{stem}.report.html", files={k: p.name for k, p in written.items()})
         print(f"report: {file_link(report)}")
-    if interrupted:
-        return EXIT_INTERRUPTED
+    if interrupted is not None:
+        return 128 + interrupted
     return job_exit_code(status)
 
 
