@@ -52,6 +52,11 @@ BUDGET_HELP = (
     "spend would pass it and ends BUDGET_EXCEEDED (exit 10); needs a priced model"
 )
 
+MAX_ATTEMPTS_HELP = (
+    "sends of a request at most, in all, before it goes to errors; when the first half fail on 429s, "
+    "5xx or timeouts, the rest wait for the shard's last sweep, after its other lines"
+)
+
 MAX_ERROR_RATE_HELP = (
     "share of the requests that may fail before the job ends COMPLETED_WITH_ERRORS (exit 9), "
     "0 to 1; 0.001 allows 1 in 1,000 (default: 0, any failed line)"
@@ -65,7 +70,7 @@ def _job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="send every request to this model, whatever its body says")
     p.add_argument("--concurrency", type=checks.positive_int, help="requests in flight for the whole job")
     p.add_argument("--map-concurrency", type=checks.positive_int, help="shards running at once")
-    p.add_argument("--max-attempts", type=checks.positive_int, help="attempts per request before it goes to errors")
+    p.add_argument("--max-attempts", type=checks.positive_int, help=MAX_ATTEMPTS_HELP)
     p.add_argument(
         "--on-batch-incomplete",
         metavar="POLICY",
@@ -158,12 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--map-concurrency", type=checks.positive_int, default=10, help="shards running at once (default: 10)"
     )
     p.add_argument("--shard-lines", type=checks.positive_int, default=5000, help="lines per shard (default: 5000)")
-    p.add_argument(
-        "--max-attempts",
-        type=checks.positive_int,
-        default=6,
-        help="attempts per request before it goes to errors (default: 6)",
-    )
+    p.add_argument("--max-attempts", type=checks.positive_int, default=6, help=MAX_ATTEMPTS_HELP + " (default: 6)")
     p.add_argument(
         "--request-timeout", type=checks.positive_seconds, default=120.0, help="seconds per attempt (default: 120)"
     )
