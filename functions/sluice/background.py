@@ -281,7 +281,8 @@ async def collect_background(ctx: ShardContext, spec: ShardSpec) -> dict[str, An
                 settled = Settled(str(outcome.body.get("status")), outcome.body, ErrorCode.EXPIRED, message)
             outcome = _settled_outcome(outcome, settled)
         item = waiting[outcome.line]
-        outcome.attempts += item.attempts
+        # the line's sends are its submission's; a poll is not one, but a poll sent again is a retry
+        outcome.attempts = item.attempts + outcome.attempts - 1
         # a line the last sweep submitted counts as swept when its response is collected
         outcome.swept = item.swept
         unsettled_done += item.status == "submitted"
