@@ -82,7 +82,7 @@ def usable_cache_dir(path: Path, *, given: bool) -> None:
 
 
 def _run(args: argparse.Namespace, signals: Signals) -> int:
-    started = time.monotonic()
+    started = getattr(args, "started", None) or time.monotonic()
     path = need_file(Path(args.file))
     usable_out_dir(Path(args.out))
     # the models the lines name, for a budget that needs a price for each (none to read with --model)

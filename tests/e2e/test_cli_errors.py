@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import os
 import random
+import re
 import socket
 import subprocess
 import sys
@@ -377,3 +378,18 @@ def test_run_help_says_what_each_choice_does_and_how_a_signal_ends_a_run(capsys:
     assert "SIGTERM and SIGHUP do the same without the wait" in text and "130, 143 or 129" in text
     assert "143 for SIGTERM and 129 for SIGHUP" in text
     assert "--model" in text and "sends of a request at most, in all" in text
+
+
+def test_the_readme_and_the_help_list_the_same_exit_codes() -> None:
+    from local.console import EXIT_CODES_HELP
+
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    listed = readme[readme.index("Exit codes, for scripts:") : readme.index("`sluice --help` lists the same.")]
+    in_readme = {int(n) for n in re.findall(r"(?:^\s*|· )(\d+) ", listed.split(":", 1)[1])}
+    in_help = {int(n) for n in re.findall(r"^  (\d+) ", EXIT_CODES_HELP, flags=re.M)}
+    assert in_readme == in_help
+    # how a signal ends `sluice run`, in both and in the README's table of how a job ends
+    for text in (listed, " ".join(EXIT_CODES_HELP.split())):
+        assert "143" in text and "129" in text
+    cancelled = next(line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("| `CANCELLED`"))
+    assert "130 (Ctrl-C), 143 (SIGTERM), 129 (SIGHUP)" in cancelled
