@@ -57,7 +57,7 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 class Tags(HTMLParser):
-    """Every start tag with its attributes, to count bars and points the way a browser would see them."""
+    """Every start tag with its attributes, to count bars the way a browser would see them."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -94,7 +94,7 @@ def test_run_writes_the_outputs_and_a_report_linked_from_the_last_line(tmp_path:
     assert summary["counts"]["results"] == 29 and summary["counts"]["errors"] == 1
     tags = parse_html(report)
     assert tags.count("rect", "bar") == len(summary["latency_histogram"]) > 0
-    assert tags.count("circle", "point") >= 1
+    assert tags.count("rect", "rate") >= 1
     assert len((out / "local.results.jsonl").read_bytes().splitlines()) == 29
 
     outputs = [str(out / f"local.{kind}.jsonl") for kind in ("results", "errors")]
