@@ -49,6 +49,11 @@ async def run_direct(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any]:
 
     try:
         stats = await send_with_sweep(ctx, spec, requests, sink if budget else writer.add_outcome, stopper, budget)
+    except asyncio.CancelledError:
+        # the requests in flight were given up (an interrupted local run): what was answered is
+        # checkpointed as a run that stops early would, so the outputs have every answer there was
+        await writer.aflush(finished=False)
+        raise
     finally:
         if budget is not None:
             await asyncio.to_thread(budget.close)

@@ -189,7 +189,9 @@ class PartWriter:
         chunk.rows.append(b"%d\t%s\t%s\n" % (outcome.line, kind, record))
         path = path or self._path
         batch = path == "batch"
-        usage = chunk.stats.add_outcome(outcome, path=path, timed=not batch)
+        # only an answer that came back on its own request has a latency: a batch's rows, and a
+        # background response fetched by a poll, took what the provider's queue and the polling took
+        usage = chunk.stats.add_outcome(outcome, path=path, timed=path == "direct")
         if self._cache is not None:
             self._cache.add(outcome, record, usage)
         self._count(outcome.ok)

@@ -243,10 +243,8 @@ async def send_requests(
 
 
 def budget_message(spec: ShardSpec) -> str:
-    return (
-        f"not sent: the job's budget of ${spec.budget_usd:g} is spent; "
-        "`sluice retry <job> --budget USD` sends the lines it did not"
-    )
+    # how to send the rest depends on where the job ran: `sluice status` and `sluice run` say it
+    return f"not sent: the job's budget of ${spec.budget_usd:g} is spent"
 
 
 def unsent(spec: ShardSpec, line: int, custom_id: str) -> LineError:

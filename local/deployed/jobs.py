@@ -84,6 +84,8 @@ def describe_job(dep: Deployment, job: dict[str, Any], *, now: float | None = No
         # figures in nano-USD (`sluice.budget`): spent is what answers cost, committed adds reservations
         cap, spent = int(job["budget_cap"]) / 1e9, int(job.get("budget_spent", 0)) / 1e9
         lines.append(f"  budget {human_usd(cap)}: spent {human_usd(spent)} ({spent / cap:.0%})")
+        if status == "BUDGET_EXCEEDED":
+            lines.append(f"  `sluice retry {job['job_id']} --budget USD` sends the lines the budget kept back")
     if total is not None:
         pending = max(total - done - failed, 0)
         share = f"{(done + failed) / total:.0%}" if total else "100%"
