@@ -54,6 +54,9 @@ WINDOW_SIGMAS = 6
 WINDOW_EXTRA_ROWS = 16
 # two ranges of a partition closer than this many rows are read as one
 MERGE_GAP_ROWS = 2048
+# a dict of a run's keys costs about this many binary searches in it (rows, sliced: 0.2 us a row;
+# a search about 4 us)
+BISECT_COST = 20
 # job records a lookup takes at a time
 LOOKUP_CHUNK = 65_536
 # a job's record of a line's key: key (16 bytes), line tag, line
@@ -214,13 +217,13 @@ class CacheView:
         """Packed HIT rows for the job's `wanted` records (WANTED) of one partition: each line's
         own answer if the cache holds it, else any line's answer to the same request."""
         out = bytearray()
-        whole: list[tuple[bytes, dict[bytes, int]]] = []
+        whole: list[_Rows] = []
         step = LOOKUP_CHUNK * WANTED.size
         for at in range(0, len(wanted), step):
-            out += self._lookup(partition, wanted[at : at + step], whole)
+            out += self._lookup(partition, wanted[at : at + step], whole, len(wanted) // WANTED.size)
         return bytes(out)
 
-    def _lookup(self, partition: int, wanted: bytes | bytearray, whole: list[tuple[bytes, dict[bytes, int]]]) -> bytes:
+    def _lookup(self, partition: int, wanted: bytes | bytearray, whole: list[_Rows], expected: int) -> bytes:
         keys = list(WANTED.iter_unpack(wanted))
         found: list[bytes | None] = [None] * len(keys)
         own = bytearray(len(keys))
@@ -242,28 +245,26 @@ class CacheView:
             name = partition_name(self.manifest.generation, partition, self.digits)
             uncertain: list[int] = []
             for start, end, members in _ranges([keys[i][0] for i in pending], total, self.digits):
-                if start == 0 and end == total:
-                    uncertain += [pending[m] for m in members]
-                    continue
-                data = self._read(name, start * ROW.size, end * ROW.size)
                 chosen = [pending[m] for m in members]
-                uncertain += self._match(data, first_rows(data), start == 0, end == total, chosen, keys, found, own)
+                if start == 0 and end == total:
+                    uncertain += chosen
+                    continue
+                rows = _Rows(self._read(name, start * ROW.size, end * ROW.size), len(chosen))
+                uncertain += self._match(rows, start == 0, end == total, chosen, keys, found, own)
             if uncertain:
                 if not whole:
-                    data = self._read(name)
-                    whole.append((data, first_rows(data)))
-                self._match(*whole[0], True, True, uncertain, keys, found, own)
-        out = bytearray()
-        for (key, _, line), hit in zip(keys, found, strict=True):
-            if hit is not None:
-                _, _, slot, offset, length, model, tokens_in, tokens_out = ROW.unpack(hit)
-                out += HIT.pack(line, slot, offset, length, model, tokens_in, tokens_out, key)
-        return bytes(out)
+                    whole.append(_Rows(self._read(name), expected))
+                self._match(whole[0], True, True, uncertain, keys, found, own)
+        # a hit is the row's segment, place and usage, in the same layout, between line and key
+        return b"".join(
+            line.to_bytes(4, "little") + hit[KEY_TAG:] + key[:8]
+            for (key, _, line), hit in zip(keys, found, strict=True)
+            if hit is not None
+        )
 
     def _match(
         self,
-        data: bytes,
-        first: dict[bytes, int],
+        rows: _Rows,
         from_first: bool,
         to_last: bool,
         members: list[int],
@@ -271,9 +272,10 @@ class CacheView:
         found: list[bytes | None],
         own: bytearray,
     ) -> list[int]:
-        """Look `members` up in `data`, a run of a partition's rows (`first`: its first row of
-        each key); those the run may not hold whole (a key before its first row or after its
-        last, or rows of a key that reach its end) are returned."""
+        """Look `members` up in `rows`, a run of a partition's rows; those the run may not hold
+        whole (a key before its first row or after its last, or rows of a key that reach its
+        end) are returned."""
+        data = rows.data
         if len(data) < ROW.size:
             return [] if from_first and to_last else members
         uncertain: list[int] = []
@@ -281,7 +283,7 @@ class CacheView:
         size, live = ROW.size, self.live
         for i in members:
             key, tag, _ = keys[i]
-            at = first.get(key)
+            at = rows.first(key)
             if at is None:
                 if (key < low and not from_first) or (key > high and not to_last):
                     uncertain.append(i)
@@ -302,6 +304,30 @@ class CacheView:
             elif chosen is not None and (mine or found[i] is None):
                 found[i], own[i] = chosen, mine
         return uncertain
+
+
+class _Rows:
+    """A run of a partition's packed sorted rows, and the first row of a key in it: by a
+    binary search for a few keys, by a dict of every row's key for many (a dict costs about as
+    much to build as BISECT_COST binary searches)."""
+
+    def __init__(self, data: bytes, lookups: int) -> None:
+        self.data = data
+        self._count = len(data) // ROW.size
+        self._first = first_rows(data) if lookups * BISECT_COST > self._count else None
+
+    def first(self, key: bytes) -> int | None:
+        if self._first is not None:
+            return self._first.get(key)
+        data, size = self.data, ROW.size
+        low, high = 0, self._count
+        while low < high:
+            middle = (low + high) // 2
+            if data[middle * size : middle * size + KEY_PART] < key:
+                low = middle + 1
+            else:
+                high = middle
+        return low if low < self._count and data[low * size : low * size + KEY_PART] == key else None
 
 
 def _ranges(keys: list[bytes], total: int, digits: int) -> list[tuple[int, int, list[int]]]:

@@ -14,25 +14,26 @@ as the cut closes it (a finished part, or the outputs of a shard answered whole)
 
 from __future__ import annotations
 
+import bisect
+import hashlib
 import struct
 import threading
 from array import array
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
-from .cache import answer_of, cache_key, cached_record, line_tag
-from .cache_index import ANSWER_AT, KEY_BYTES, RECORDS_SUFFIX, UNKNOWN_MODEL, answer_usage, partition_of, partitions
+from .cache import cache_key, line_tag
+from .cache_index import ANSWER_AT, KEY_BYTES, RECORDS_SUFFIX, UNKNOWN_MODEL, answer_usage, partitions
 from .cache_lookup import HIT, LOOKUP_THREADS, WANTED, CacheView
-from .line_pass import KEYED, LineTable, ShardRange
+from .line_pass import LineTable, ShardRange
 from .lines import BOM
 from .model import Request
-from .parts import write_answered_shard, write_cached_part
-from .records import record_id
+from .parts import write_cached_part, write_outputs
 from .stats import Stats
 
 # a window of lines fetched at once: at most this many lines, input bytes or answer bytes
@@ -41,11 +42,13 @@ WINDOW_BYTES = 16 << 20
 FETCH_THREADS = 8
 # windows fetched ahead of the cut
 PREFETCH = 8
-WRITE_THREADS = 4
+WRITE_THREADS = 2
 # answers being written at once, at most (a shard's are always let through)
-WRITE_BYTES = 256 << 20
+WRITE_BYTES = 128 << 20
 _RESPONSE = b',"response":'
 _RECORD_END = b',"error":null}'
+# a line's first key, as most writers put it: its custom_id is then read without parsing the line
+_ID_FIRST = (b'{"custom_id":"', b'{"custom_id": "')
 
 
 def shard_prefix(job_id: str, shard: int) -> str:
@@ -58,26 +61,52 @@ class JobKeys:
     def __init__(self, base_url: str, digits: int) -> None:
         self._base_url = base_url
         self._digits = digits
+        self._shift = 32 - 4 * digits
         self.buckets = [bytearray() for _ in range(partitions(digits))]
 
     def add(self, request: Request) -> None:
         key = cache_key(self._base_url, request.path, request.body, canonical=True)
-        self.buckets[partition_of(key, self._digits)] += WANTED.pack(key, line_tag(request.custom_id), request.line)
+        # `cache_index.partition_of`, inline: this runs for every line
+        partition = int.from_bytes(key[:4], "big") >> self._shift if self._digits else 0
+        self.buckets[partition] += WANTED.pack(key, line_tag(request.custom_id), request.line)
 
 
 @dataclass
 class Hits:
-    """The job's hits, packed (`HIT`), and for each line its hit's number plus one (0: none)."""
+    """The job's hits, packed (`HIT`) as each partition's lookup returned them, and for each line
+    its hit's number plus one (0: none). Kept as the lookups' own objects, not copied into one:
+    each is about the size of the job's keys of its partition, freed just before."""
 
-    rows: bytearray = field(default_factory=bytearray)
-    at: array[int] = field(default_factory=lambda: array("I"))
+    at: array[int]
+    chunks: list[bytes] = field(default_factory=list)
+    starts: list[int] = field(default_factory=list)
+    count: int = 0
 
     def __len__(self) -> int:
-        return len(self.rows) // HIT.size
+        return self.count
+
+    def add(self, found: bytes) -> None:
+        first = self.count
+        self.chunks.append(found)
+        self.starts.append(first)
+        for number, (line,) in enumerate(struct.iter_unpack(f"<I{HIT.size - 4}x", found), first + 1):
+            self.at[line - 1] = number
+        self.count += len(found) // HIT.size
+
+    def _where(self, number: int) -> tuple[bytes, int]:
+        chunk = bisect.bisect_right(self.starts, number - 1) - 1
+        return self.chunks[chunk], (number - 1 - self.starts[chunk]) * HIT.size
+
+    def hit(self, number: int) -> tuple[Any, ...]:
+        return HIT.unpack_from(*self._where(number))
+
+    def length(self, number: int) -> int:
+        chunk, at = self._where(number)
+        return int.from_bytes(chunk[at + 12 : at + 16], "little")
 
     def of(self, line: int) -> tuple[Any, ...] | None:
         number = self.at[line - 1]
-        return None if not number else HIT.unpack_from(self.rows, (number - 1) * HIT.size)
+        return None if not number else self.hit(number)
 
 
 def find_hits(view: CacheView, keys: JobKeys, lines: int) -> Hits:
@@ -91,11 +120,7 @@ def find_hits(view: CacheView, keys: JobKeys, lines: int) -> Hits:
     with ThreadPoolExecutor(LOOKUP_THREADS) as pool:
         futures = [pool.submit(look, p) for p, wanted in enumerate(keys.buckets) if wanted]
         for future in as_completed(futures):
-            found = future.result()
-            first = len(hits)
-            hits.rows += found
-            for number, (line,) in enumerate(struct.iter_unpack("<I30x", found), first + 1):
-                hits.at[line - 1] = number
+            hits.add(future.result())
     return hits
 
 
@@ -120,7 +145,7 @@ def windows(table: LineTable, hits: Hits) -> Iterator[Window]:
         offset += lengths[index]
         if number:
             count += 1
-            answer_bytes += struct.unpack_from("<I", hits.rows, (number - 1) * HIT.size + 12)[0]
+            answer_bytes += hits.length(number)
         if count and (
             index + 2 - first >= WINDOW_LINES or offset - start >= WINDOW_BYTES or answer_bytes >= WINDOW_BYTES
         ):
@@ -130,12 +155,8 @@ def windows(table: LineTable, hits: Hits) -> Iterator[Window]:
         yield Window(first, table.lines, start, offset)
 
 
-@dataclass
-class Answer:
-    record: bytes
-    model: str | None
-    tokens_in: int
-    tokens_out: int
+# a hit's result line (with its newline), model, tokens in and out
+Answer = tuple[bytes, str | None, int, int]
 
 
 class CacheAnswers:
@@ -161,9 +182,15 @@ class CacheAnswers:
         self._windows = windows(table, hits)
         self._ahead: deque[tuple[Window, Future[dict[int, Answer]]]] = deque()
         self._current: tuple[Window, dict[int, Answer]] | None = None
-        self._rows: deque[tuple[int, Answer]] = deque()
+        # the answers of the shard being cut: result lines, their lines, their figures; and the
+        # last answer given, which may be the next shard's (the cut has not placed it yet)
+        self._records: list[bytes] = []
+        self._lines: array[int] = array("I")
+        self._stats = Stats()
+        self._last: tuple[int, Answer] | None = None
         self._writes: list[Future[None]] = []
         self._room = threading.BoundedSemaphore(WRITE_BYTES >> 20)
+        self._record_ids = record_ids(job_id)
         self.shard_hits: dict[int, int] = {}
         self.answered: set[int] = set()
         self._fill()
@@ -189,24 +216,33 @@ class CacheAnswers:
         found = self._current[1].get(line)
         if found is None:
             return None
-        self._rows.append((line, found))
-        return len(found.record)
+        if self._last is not None:
+            self._keep(*self._last)
+        self._last = (line, found)
+        return len(found[0])
+
+    def _keep(self, line: int, found: Answer) -> None:
+        self._records.append(found[0])
+        self._lines.append(line)
+        self._stats.add_cached(*found[1:])
 
     def closed(self, shard: ShardRange) -> None:
-        end = shard.first_line + shard.lines
-        rows: list[tuple[int, Answer]] = []
-        while self._rows and self._rows[0][0] < end:
-            rows.append(self._rows.popleft())
-        if not rows:
+        if self._last is not None and self._last[0] < shard.first_line + shard.lines:
+            self._keep(*self._last)
+            self._last = None
+        if not self._records:
             return
-        self.shard_hits[shard.index] = len(rows)
+        records, lines, stats = self._records, self._lines, self._stats
+        self._records, self._lines, self._stats = [], array("I"), Stats()
+        self.shard_hits[shard.index] = len(records)
         whole = shard.answered
         if whole:
             self.answered.add(shard.index)
         megabytes = min(WRITE_BYTES >> 20, max(1, shard.answer_bytes >> 20))
         for _ in range(megabytes):
             self._room.acquire()
-        self._writes.append(self._write.submit(self._write_shard, shard.index, rows, whole, megabytes))
+        task = self._write.submit(self._write_shard, shard.index, records, lines, stats, whole, megabytes)
+        self._writes.append(task)
 
     def finish(self) -> None:
         """Wait for every shard's answers to be written; the first failure is raised."""
@@ -217,45 +253,74 @@ class CacheAnswers:
             self._fetch.shutdown(cancel_futures=True)
             self._write.shutdown()
 
-    def _write_shard(self, index: int, rows: list[tuple[int, Answer]], whole: bool, megabytes: int) -> None:
+    def _write_shard(
+        self, index: int, records: list[bytes], lines: array[int], stats: Stats, whole: bool, megabytes: int
+    ) -> None:
         try:
-            stats = Stats()
-            for _, found in rows:
-                stats.add_cached(found.model, found.tokens_in, found.tokens_out)
-            records = [(line, found.record) for line, found in rows]
             prefix = shard_prefix(self._job_id, index)
             if whole:
-                write_answered_shard(self._s3, self._bucket, prefix, records, stats)
+                # the shard's outputs, as `parts.write_answered_shard` writes them from the same lines
+                write_outputs(self._s3, self._bucket, prefix, records, [], stats)
             else:
-                write_cached_part(self._s3, self._bucket, prefix, records, stats)
+                rows = [(line, record[:-1]) for line, record in zip(lines, records, strict=True)]
+                write_cached_part(self._s3, self._bucket, prefix, rows, stats)
         finally:
             for _ in range(megabytes):
                 self._room.release()
 
     def _fetch_window(self, window: Window) -> dict[int, Answer]:
         """The window's answers that are where their index says, each as its result line."""
-        view, hits, table = self._view, self._hits, self._table
+        hits = self._hits
         data = self._s3.get_object(
             Bucket=self._bucket, Key=self._key, IfMatch=self._etag, Range=f"bytes={window.start}-{window.end - 1}"
         )["Body"].read()
-        custom_ids: dict[int, str] = {}
+        custom_ids: dict[int, bytes] = {}
         by_segment: dict[int, list[tuple[int, tuple[Any, ...]]]] = {}
-        at = 0
-        for line in range(window.first, window.last + 1):
-            length = table.lengths[line - 1]
-            hit = hits.of(line) if table.kinds[line - 1] == KEYED else None
-            if hit is not None:
+        at, line = 0, window.first
+        lengths = self._table.lengths[window.first - 1 : window.last]
+        for length, number in zip(lengths, hits.at[window.first - 1 : window.last], strict=True):
+            if number:
+                hit = hits.hit(number)
                 raw = data[at : at + length]
-                custom_ids[line] = orjson.loads(raw[len(BOM) :] if line == 1 and raw.startswith(BOM) else raw)[
-                    "custom_id"
-                ]
+                custom_ids[line] = custom_id_json(raw[len(BOM) :] if line == 1 and raw.startswith(BOM) else raw)
                 by_segment.setdefault(hit[1], []).append((line, hit))
             at += length
+            line += 1
         found: dict[int, Answer] = {}
-        for line, (answer, model, tokens_in, tokens_out) in fetch_answers(view, by_segment).items():
-            record = cached_record(record_id(self._job_id, line), custom_ids[line], answer)
-            found[line] = Answer(record, model, tokens_in, tokens_out)
+        ids = self._record_ids
+        for line, (answer, model, tokens_in, tokens_out) in fetch_answers(self._view, by_segment).items():
+            found[line] = (cached_line(ids(line), custom_ids[line], answer), model, tokens_in, tokens_out)
         return found
+
+
+def custom_id_json(raw: bytes) -> bytes:
+    """A valid request line's custom_id as orjson writes it: taken from the line when it is the
+    first key, alone, and has no escape (then it is the same bytes), else parsed."""
+    for prefix in _ID_FIRST:
+        if raw.startswith(prefix):
+            end = raw.find(b'"', len(prefix))
+            token = raw[len(prefix) - 1 : end + 1]
+            if end > 0 and b"\\" not in token and raw.count(b'"custom_id"') == 1:
+                return token
+            break
+    return orjson.dumps(orjson.loads(raw)["custom_id"])
+
+
+def record_ids(job_id: str) -> Callable[[int], bytes]:
+    """`records.record_id` as JSON, for each line of one job: the job's part of the hash once."""
+    job = hashlib.blake2b(f"{job_id}:".encode(), digest_size=12)
+
+    def record_id(line: int) -> bytes:
+        hashed = job.copy()
+        hashed.update(b"%d" % line)
+        return b'"batch_req_' + hashed.hexdigest().encode() + b'"'
+
+    return record_id
+
+
+def cached_line(record_id: bytes, custom_id: bytes, answer: bytes) -> bytes:
+    """`cache.cached_record` from JSON already encoded, with its newline: a result line."""
+    return b'{"id":%s,"custom_id":%s,"response":%s,"error":null,"cached":true}\n' % (record_id, custom_id, answer)
 
 
 def fetch_answers(
@@ -289,9 +354,8 @@ def _answer_in(row: bytes, length: int, key: bytes, *, records: bool) -> bytes |
     if len(row) != length or not row.endswith(b"\n"):
         return None
     if records:
-        if row.startswith(b"{") and row.endswith(_RECORD_END + b"\n") and _RESPONSE in row:
-            return answer_of(row[:-1])
-        return None
+        at = row.find(_RESPONSE) if row.startswith(b"{") and row.endswith(_RECORD_END + b"\n") else -1
+        return None if at < 0 else row[at + len(_RESPONSE) : -len(_RECORD_END) - 1]
     if len(row) <= ANSWER_AT or row[ANSWER_AT - 1] != 9 or row[KEY_BYTES * 2] != 9:
         return None
     return row[ANSWER_AT:-1] if row[: 2 * len(key)] == key.hex().encode() else None

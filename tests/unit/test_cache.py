@@ -4,10 +4,13 @@ Compaction and expiry: tests/unit/test_cache_compact.py; lookups at scale: test_
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sluice.cache import (
     INDEXES,
     SEGMENTS,
@@ -27,7 +30,7 @@ from sluice.model import Outcome, Request
 from sluice.plan import JobOptions, PlanError
 from sluice.records import result_record
 
-from tests.unit.cache_fakes import BASE, WholeObjects, answer, ask, fill, request, text
+from tests.unit.cache_fakes import BASE, PATH, WholeObjects, answer, ask, fill, request, text
 
 
 def cacheable(outcome: Outcome, *, keep_incomplete: bool) -> bool:
@@ -253,3 +256,27 @@ def test_segments_an_earlier_release_wrote_to_s3_keep_their_hits(tmp_path: Path)
         store.write(name, (tmp_path / name).read_bytes())
     found = ask(store, [request(n, {"q": n}) for n in range(1, 4)])
     assert {n: text(f) for n, f in found.items()} == {1: "a1", 2: "a2", 3: "a3"}
+
+
+@settings(max_examples=200, deadline=None)
+@given(custom_id=st.text(min_size=1, max_size=40), spaced=st.booleans(), first=st.booleans())
+def test_plans_result_line_for_a_hit_is_the_one_the_cache_record_format_gives(
+    custom_id: str, spaced: bool, first: bool
+) -> None:
+    """Plan takes a hit's custom_id from the line without parsing it where it can: the same bytes."""
+    from sluice.cache import cached_record
+    from sluice.cache_plan import cached_line, custom_id_json, record_ids
+    from sluice.records import record_id
+
+    doc = {"custom_id": custom_id, "method": "POST", "url": PATH, "body": {"q": '"custom_id"'}}
+    if not first:
+        doc = {"method": "POST", **doc}
+    raw = json.dumps(doc, ensure_ascii=False, separators=(", ", ": ") if spaced else (",", ":")).encode()
+    assert custom_id_json(raw) == orjson.dumps(custom_id)
+    # a line that names its custom_id twice means the last one, as the shards' parser reads it
+    twice = b'{"custom_id":"first",' + raw[1:]
+    assert custom_id_json(twice) == orjson.dumps(custom_id)
+    answer = b'{"status_code":200,"request_id":"r","body":{}}'
+    for line in (1, 12345):
+        expected = cached_record(record_id("job-1", line), custom_id, answer) + b"\n"
+        assert cached_line(record_ids("job-1")(line), custom_id_json(raw), answer) == expected
