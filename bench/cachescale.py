@@ -72,14 +72,16 @@ def answer_record(n: int) -> bytes:
     return orjson.dumps({"id": f"batch_req_{n}", "custom_id": f"req-{n}", "response": response, "error": None})
 
 
-def build(where: Path, input_path: Path, *, answers: int, lines: int, share: float) -> None:
-    """The generation and the hits' segments, in `where` (a DirStore's root)."""
+def build(where: Path, input_path: Path, *, answers: int, lines: int, share: float, fresh: bool) -> None:
+    """The generation and the hits' segments, in `where` (a DirStore's root); with `fresh`, the
+    hits' rows in level-0 indexes beside their segments, as the shards that got them wrote them."""
     from sluice.cache import cache_key, line_tag
     from sluice.cache_index import (
         ROW,
         Manifest,
         SegmentTable,
         digits_for,
+        index_bytes,
         manifest_name,
         partition_name,
         partition_of,
@@ -99,7 +101,16 @@ def build(where: Path, input_path: Path, *, answers: int, lines: int, share: flo
     segments = ["segments/never-read.jsonl"]
     store.write(segments[0], b"")
     rows: list[bytes] = []
+    level0: list[bytes] = []
     offset = hits = 0
+
+    def write_segment() -> None:
+        segments.append(f"segments/bench-{len(segments):06d}.jsonl")
+        store.write(segments[-1], b"".join(rows))
+        if fresh:
+            name = segments[-1].removeprefix("segments/").removesuffix(".jsonl")
+            store.write(f"index/{name}.idx", index_bytes(segments[-1:], ["gpt-4o-mini"], len(level0), b"".join(level0)))
+
     with input_path.open("rb") as fh:
         for n, raw in enumerate(fh):
             if not hit(n, share):
@@ -109,23 +120,25 @@ def build(where: Path, input_path: Path, *, answers: int, lines: int, share: flo
             key = cache_key(BASE_URL, request.path, request.body, canonical=True)
             record = answer_record(n) + b"\n"
             rows.append(record)
-            packed = ROW.pack(key, line_tag(request.custom_id), len(segments), offset, len(record), 0, 70, 3)
+            if fresh:
+                level0.append(ROW.pack(key, line_tag(request.custom_id), 0, offset, len(record), 0, 70, 3))
+            else:
+                packed = ROW.pack(key, line_tag(request.custom_id), len(segments), offset, len(record), 0, 70, 3)
+                extra[partition_of(key, digits)].append(packed)
             offset += len(record)
-            extra[partition_of(key, digits)].append(packed)
             hits += 1
             if len(rows) == 5000:
-                segments.append(f"segments/bench-{len(segments):06d}.jsonl")
-                store.write(segments[-1], b"".join(rows))
-                rows, offset = [], 0
+                write_segment()
+                rows, level0, offset = [], [], 0
     if rows:
-        segments.append(f"segments/bench-{len(segments):06d}.jsonl")
-        store.write(segments[-1], b"".join(rows))
+        write_segment()
     generation = "00000000000000000001-bench"
-    per = (answers - hits) // count
+    kept = answers - (0 if fresh else hits)
+    per = kept // count
     sizes: list[int] = []
     started = time.perf_counter()
     for p in range(count):
-        packed = random_rows(p, digits, per + (1 if p < (answers - hits) % count else 0))
+        packed = random_rows(p, digits, per + (1 if p < kept % count else 0))
         mine = sorted(extra[p])
         data = merge(packed, mine, ROW.size) if mine else packed
         store.write(partition_name(generation, p, digits), data)
@@ -133,7 +146,10 @@ def build(where: Path, input_path: Path, *, answers: int, lines: int, share: flo
         if p % 256 == 255:
             print(f"  built {p + 1:,} of {count:,} partitions ({time.perf_counter() - started:.0f} s)", flush=True)
     # rows each segment has: what sizes the next generation a compaction makes
-    counts = [answers - hits] + [5000] * (len(segments) - 2) + [hits - 5000 * (len(segments) - 2)]
+    if fresh:
+        segments, counts = segments[:1], [kept]
+    else:
+        counts = [kept] + [5000] * (len(segments) - 2) + [hits - 5000 * (len(segments) - 2)]
     table = SegmentTable(segments, [int(time.time())] * len(segments), counts, ["gpt-4o-mini"])
     store.write(segments_name(generation), table.encode())
     store.write(manifest_name(generation), Manifest(generation, digits, sizes, [], time.time()).encode())
@@ -266,6 +282,8 @@ def child(args: argparse.Namespace) -> None:
     sluice.plan.find_hits = timed("lookups", sluice.plan.find_hits)  # type: ignore[assignment]
     sluice.plan.cut_shards = timed("cut, hits fetched and written", sluice.plan.cut_shards)  # type: ignore[assignment]
     sluice.plan.CacheView.load = timed("cache view", sluice.plan.CacheView.load)  # type: ignore[method-assign]
+    view = sluice.plan.CacheView
+    view.read_level0 = timed("level 0 read", view.read_level0)  # type: ignore[method-assign]
 
     class NoStore:
         def claim_job(self, *_: Any, **__: Any) -> bool:
@@ -367,6 +385,11 @@ def main() -> None:
     parser.add_argument("--lines", type=int, default=1_000_000)
     parser.add_argument("--hits", type=float, default=0.1, help="share of the job's lines the cache answers")
     parser.add_argument("--shard-lines", type=int, default=5000)
+    parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="the job's answers not compacted yet, in level-0 indexes: what a re-run right after its first run finds",
+    )
     parser.add_argument("--no-cache", action="store_true", help="also plan the job with the cache off, to compare")
     parser.add_argument(
         "--compact",
@@ -391,12 +414,12 @@ def main() -> None:
     input_path = WORK / f"cachescale-{args.lines}.jsonl"
     if not input_path.exists():
         make_input(input_path, args.lines)
-    tag = hashlib.sha256(f"{args.answers}:{args.lines}:{args.hits}".encode()).hexdigest()[:8]
+    tag = hashlib.sha256(f"{args.answers}:{args.lines}:{args.hits}{':fresh' * args.fresh}".encode()).hexdigest()[:8]
     cache = WORK / f"cachescale-{args.answers}-{tag}"
     if not (cache / "index").is_dir():
         print(f"building a {args.answers:,}-answer index in {cache} (kept for the next run) ...", flush=True)
         started = time.perf_counter()
-        build(cache, input_path, answers=args.answers, lines=args.lines, share=args.hits)
+        build(cache, input_path, answers=args.answers, lines=args.lines, share=args.hits, fresh=args.fresh)
         print(f"  built in {time.perf_counter() - started:.0f} s", flush=True)
     from sluice.cache_lookup import CacheView
     from sluice.cache_store import DirStore

@@ -17,11 +17,10 @@ shrinks as segments expire, and an index never names a segment that is gone for 
 
 from __future__ import annotations
 
-import bisect
 import secrets
 import struct
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -43,14 +42,24 @@ from .cache_index import (
     plan_name,
     segments_name,
 )
-from .cache_lookup import LOOKUP_THREADS, CacheView, IndexListing, read_manifest, read_table
+from .cache_lookup import (
+    GONE,
+    CacheView,
+    IndexListing,
+    bucket_rows,
+    index_rows,
+    read_indexes,
+    read_manifest,
+    read_table,
+)
 from .cache_store import INDEXES, SEGMENTS, CacheStore, Listed
 
 # level-0 indexes, or rows, that start a new generation: what a reader takes in whole each time
 COMPACT_AT = 64
 COMPACT_ROWS = 500_000
-# level-0 rows one generation takes in at most (oldest first): bounds a call's memory
-MAX_CONSUMED_ROWS = 1_000_000
+# level-0 rows one generation takes in at most (oldest first): bounds a call's memory (46 bytes a
+# row, by partition), while a job of the documented maximum is folded in three generations
+MAX_CONSUMED_ROWS = 4_000_000
 # with a TTL, a generation this old is redone even with nothing new, to drop what expired
 SWEEP_AFTER_S = 86_400
 # what a reader may still be using outlives its replacement by this long (Plan's timeout)
@@ -164,14 +173,14 @@ def _start(
     cutoff = expiry_cutoff(now, ttl_days)
     consumed = set(manifest.consumed) if manifest is not None else set()
     fresh = [e for e in listing.level0 if e.name not in consumed and e.modified >= cutoff]
-    rows = sum(e.size for e in fresh) // ROW.size
+    rows = sum(map(index_rows, fresh))
     stale = manifest is not None and ttl_days > 0 and manifest.published <= now - SWEEP_AFTER_S
     if len(fresh) < COMPACT_AT and rows < COMPACT_ROWS and not stale:
         return None
     taken: list[Listed] = []
     taken_rows = 0
     for entry in sorted(fresh, key=lambda e: e.modified):
-        taken_rows += entry.size // ROW.size
+        taken_rows += index_rows(entry)
         if taken and taken_rows > MAX_CONSUMED_ROWS:
             break
         taken.append(entry)
@@ -182,7 +191,7 @@ def _start(
             table.drop(slot)
     slots = {name: slot for slot, name in enumerate(table.names) if name}
     models = {name: number for number, name in enumerate(table.models)}
-    for _, parsed in _level0(store, taken):
+    for _, parsed in read_indexes(store, taken):
         for segment, rows in zip(parsed.segments, parsed.segment_rows(), strict=True):
             if segment in slots:
                 table.rows[slots[segment]] += rows
@@ -207,18 +216,6 @@ def _start(
     # the plan last: a folder with a plan has its segment table
     store.write(plan_name(generation), plan.encode())
     return plan
-
-
-def _level0(store: CacheStore, indexes: Iterable[Listed]) -> list[tuple[Listed, Level0]]:
-    chosen = list(indexes)
-    with ThreadPoolExecutor(LOOKUP_THREADS) as pool:
-        datas = list(pool.map(lambda e: store.read(e.name), chosen))
-    out: list[tuple[Listed, Level0]] = []
-    for entry, data in zip(chosen, datas, strict=True):
-        parsed = Level0.parse(data) if data is not None else None
-        if parsed is not None:
-            out.append((entry, parsed))
-    return out
 
 
 def _build(
@@ -281,32 +278,15 @@ def _build(
 
 
 def _level0_rows(store: CacheStore, plan: GenerationPlan, table: SegmentTable, keep: bytearray) -> list[bytes]:
-    """The plan's level-0 rows in the generation's numbering, sorted, one a key and line tag:
-    the newest (highest slot) of rows that share both."""
+    """The plan's level-0 rows in the generation's numbering, by partition, each sorted, one a
+    key and line tag (the newest); rows whose segment is gone or expired are dropped."""
     slots = {name: slot for slot, name in enumerate(table.names) if name}
     models = {name: number for number, name in enumerate(table.models)}
-    consumed = set(plan.consumed)
-    rows: list[bytes] = []
-    for _, parsed in _level0(store, [Listed(name) for name in sorted(consumed)]):
-        numbers = [slots.get(segment, _DEAD) for segment in parsed.segments]
-        rows.extend(
-            row
-            for row in parsed.renumbered(numbers, [models[m] for m in parsed.models])
-            if (slot := _slot(row)) != _DEAD and keep[slot]
-        )
-    rows.sort()
-    unique: list[bytes] = []
-    for row in rows:
-        if unique and unique[-1][:KEY_TAG] == row[:KEY_TAG]:
-            if _slot(row) > _slot(unique[-1]):
-                unique[-1] = row
-            continue
-        unique.append(row)
-    return unique
 
+    def renumber(_: Listed, parsed: Level0) -> tuple[list[int], list[int]]:
+        return [slots.get(s, GONE) for s in parsed.segments], [models[m] for m in parsed.models]
 
-def _slot(row: bytes) -> int:
-    return int.from_bytes(row[KEY_TAG : KEY_TAG + 4], "little")
+    return bucket_rows(read_indexes(store, [Listed(n) for n in plan.consumed]), plan.digits, renumber, keep)
 
 
 def _bisect(rows: bytes, prefix: bytes, low: int = 0) -> int:
@@ -353,10 +333,8 @@ def _write_unit(
         high = partition_start(p + 1, digits) if p + 1 < partitions(digits) else None
         start = _bisect(base_rows, low)
         end = len(base_rows) // ROW.size if high is None else _bisect(base_rows, high, start)
-        first = bisect.bisect_left(level0, low)
-        last = len(level0) if high is None else bisect.bisect_left(level0, high, first)
         own = base_rows[start * ROW.size : end * ROW.size]
-        store.write(partition_name(plan.generation, p, digits), _merged(own, level0[first:last]))
+        store.write(partition_name(plan.generation, p, digits), _merged(own, level0[p]))
     return len(unit)
 
 
@@ -369,7 +347,7 @@ def _kept(rows: bytes, keep: bytearray) -> bytes:
     return b"".join(rows[i * size : (i + 1) * size] for i, slot in enumerate(slots) if keep[slot])
 
 
-def _merged(rows: bytes, new: list[bytes]) -> bytes:
+def _merged(rows: bytes, new: bytes) -> bytes:
     """Sorted `rows` with the sorted `new` rows in their places; a new row replaces a row with
     the same key and line tag (it is the newer answer)."""
     if not new:
@@ -377,7 +355,7 @@ def _merged(rows: bytes, new: list[bytes]) -> bytes:
     pieces: list[bytes] = []
     size = ROW.size
     at = 0
-    for row in new:
+    for row in (new[i : i + size] for i in range(0, len(new), size)):
         place = _bisect(rows, row[:KEY_TAG], at)
         pieces.append(rows[at * size : place * size])
         pieces.append(row)
@@ -389,7 +367,8 @@ def _merged(rows: bytes, new: list[bytes]) -> bytes:
 def stats(store: CacheStore) -> dict[str, int]:
     """Answers held and the distinct requests they answer, and the objects and bytes they take."""
     view = CacheView.load(store, now=time.time(), ttl_days=0)
-    keys = {row[:16] for row in view.level0}
+    view.read_level0()
+    keys = {rows[at : at + 16] for rows in view.level0 for at in range(0, len(rows), ROW.size)}
     if view.manifest is not None:
         for p, rows in enumerate(view.manifest.rows):
             if rows:

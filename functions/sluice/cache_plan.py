@@ -3,9 +3,9 @@ into their shards, so that each shard sends only the rest.
 
 Pass 1 (`sluice.line_pass.read_lines`) hands each request to `JobKeys`, which packs its key,
 line tag and line (28 bytes) by the partition the key falls in. `find_hits` looks each
-partition's keys up (`sluice.cache_lookup`) on a bounded pool of threads, freeing each as it
-is done; a hit is packed too (34 bytes). Before the shards are cut, `CacheAnswers` fetches the
-hits in windows of lines ahead of the cut: the window's input range (for its custom_ids) and one
+partition's keys up (`sluice.cache_lookup`) on a bounded pool of threads; its hits (26 bytes
+each) take the place of its keys. Before the shards are cut, `CacheAnswers` fetches the hits
+in windows of lines ahead of the cut: the window's input range (for its custom_ids) and one
 ranged GET per segment it hits, each answer checked against its index row. So the cut counts
 only answers Plan holds: a hit whose segment expired or vanished is a line to send, and a shard
 never grows past `shard_lines` for an answer it cannot have. Each shard's answers are written
@@ -31,7 +31,7 @@ from .cache import cache_key, line_tag
 from .cache_index import ANSWER_AT, KEY_BYTES, RECORDS_SUFFIX, UNKNOWN_MODEL, answer_usage, partitions
 from .cache_lookup import HIT, LOOKUP_THREADS, WANTED, CacheView
 from .line_pass import LineTable, ShardRange
-from .lines import BOM
+from .lines import BOM, parse_line
 from .model import Request
 from .parts import write_cached_part, write_outputs
 from .stats import Stats
@@ -41,10 +41,10 @@ WINDOW_LINES = 5000
 WINDOW_BYTES = 16 << 20
 FETCH_THREADS = 8
 # windows fetched ahead of the cut
-PREFETCH = 8
-WRITE_THREADS = 2
+PREFETCH = 6
+WRITE_THREADS = 1
 # answers being written at once, at most (a shard's are always let through)
-WRITE_BYTES = 128 << 20
+WRITE_BYTES = 64 << 20
 _RESPONSE = b',"response":'
 _RECORD_END = b',"error":null}'
 # a line's first key, as most writers put it: its custom_id is then read without parsing the line
@@ -56,10 +56,14 @@ def shard_prefix(job_id: str, shard: int) -> str:
 
 
 class JobKeys:
-    """Each request line's key, line tag and line, packed by the partition its key falls in."""
+    """Each request line's key, line tag and line, packed by the partition its key falls in.
+    `model` and `default_model` are the job's, as Plan's pass reads the lines with them."""
 
-    def __init__(self, base_url: str, digits: int) -> None:
+    def __init__(
+        self, base_url: str, digits: int, *, model: str | None = None, default_model: str | None = None
+    ) -> None:
         self._base_url = base_url
+        self._model, self._default_model = model, default_model
         self._digits = digits
         self._shift = 32 - 4 * digits
         self.buckets = [bytearray() for _ in range(partitions(digits))]
@@ -70,6 +74,12 @@ class JobKeys:
         partition = int.from_bytes(key[:4], "big") >> self._shift if self._digits else 0
         self.buckets[partition] += WANTED.pack(key, line_tag(request.custom_id), request.line)
 
+    def key_of(self, raw: bytes, line: int) -> bytes:
+        """A request line's key again, from the line (Plan keeps only its first 16 bytes)."""
+        request = parse_line(raw, line, model=self._model, default_model=self._default_model, sort_keys=True)
+        assert isinstance(request, Request)
+        return cache_key(self._base_url, request.path, request.body, canonical=True)
+
 
 @dataclass
 class Hits:
@@ -78,14 +88,14 @@ class Hits:
     each is about the size of the job's keys of its partition, freed just before."""
 
     at: array[int]
-    chunks: list[bytes] = field(default_factory=list)
+    chunks: list[bytearray] = field(default_factory=list)
     starts: list[int] = field(default_factory=list)
     count: int = 0
 
     def __len__(self) -> int:
         return self.count
 
-    def add(self, found: bytes) -> None:
+    def add(self, found: bytearray) -> None:
         first = self.count
         self.chunks.append(found)
         self.starts.append(first)
@@ -93,7 +103,7 @@ class Hits:
             self.at[line - 1] = number
         self.count += len(found) // HIT.size
 
-    def _where(self, number: int) -> tuple[bytes, int]:
+    def _where(self, number: int) -> tuple[bytearray, int]:
         chunk = bisect.bisect_right(self.starts, number - 1) - 1
         return self.chunks[chunk], (number - 1 - self.starts[chunk]) * HIT.size
 
@@ -113,9 +123,11 @@ def find_hits(view: CacheView, keys: JobKeys, lines: int) -> Hits:
     """Every line's hit in `view`, a partition per task; each partition's keys are freed once looked up."""
     hits = Hits(at=array("I", bytes(4 * lines)))
 
-    def look(partition: int) -> bytes:
+    def look(partition: int) -> bytearray:
         wanted, keys.buckets[partition] = keys.buckets[partition], bytearray()
-        return view.lookup(partition, wanted)
+        # the hits take the place of the keys (26 bytes each in 28): no memory more for them
+        wanted[:] = view.lookup(partition, wanted)
+        return wanted
 
     with ThreadPoolExecutor(LOOKUP_THREADS) as pool:
         futures = [pool.submit(look, p) for p, wanted in enumerate(keys.buckets) if wanted]
@@ -168,6 +180,7 @@ class CacheAnswers:
         view: CacheView,
         hits: Hits,
         table: LineTable,
+        keys: JobKeys,
         *,
         s3: Any,
         bucket: str,
@@ -175,7 +188,7 @@ class CacheAnswers:
         etag: str,
         job_id: str,
     ) -> None:
-        self._view, self._hits, self._table = view, hits, table
+        self._view, self._hits, self._table, self._keys = view, hits, table, keys
         self._s3, self._bucket, self._key, self._etag, self._job_id = s3, bucket, key, etag, job_id
         self._fetch = ThreadPoolExecutor(FETCH_THREADS)
         self._write = ThreadPoolExecutor(WRITE_THREADS)
@@ -275,6 +288,7 @@ class CacheAnswers:
             Bucket=self._bucket, Key=self._key, IfMatch=self._etag, Range=f"bytes={window.start}-{window.end - 1}"
         )["Body"].read()
         custom_ids: dict[int, bytes] = {}
+        spans: dict[int, tuple[int, int]] = {}
         by_segment: dict[int, list[tuple[int, tuple[Any, ...]]]] = {}
         at, line = 0, window.first
         lengths = self._table.lengths[window.first - 1 : window.last]
@@ -283,12 +297,18 @@ class CacheAnswers:
                 hit = hits.hit(number)
                 raw = data[at : at + length]
                 custom_ids[line] = custom_id_json(raw[len(BOM) :] if line == 1 and raw.startswith(BOM) else raw)
+                spans[line] = (at, length)
                 by_segment.setdefault(hit[1], []).append((line, hit))
             at += length
             line += 1
+
+        def key_of(line: int) -> bytes:
+            start, length = spans[line]
+            return self._keys.key_of(data[start : start + length], line)
+
         found: dict[int, Answer] = {}
         ids = self._record_ids
-        for line, (answer, model, tokens_in, tokens_out) in fetch_answers(self._view, by_segment).items():
+        for line, (answer, model, tokens_in, tokens_out) in fetch_answers(self._view, by_segment, key_of).items():
             found[line] = (cached_line(ids(line), custom_ids[line], answer), model, tokens_in, tokens_out)
         return found
 
@@ -324,10 +344,11 @@ def cached_line(record_id: bytes, custom_id: bytes, answer: bytes) -> bytes:
 
 
 def fetch_answers(
-    view: CacheView, by_segment: dict[int, list[tuple[int, tuple[Any, ...]]]]
+    view: CacheView, by_segment: dict[int, list[tuple[int, tuple[Any, ...]]]], key_of: Callable[[int], bytes]
 ) -> dict[int, tuple[bytes, str | None, int, int]]:
     """(answer, model, tokens in, tokens out) by line, of each hit (`Hits.of`, by segment) whose
-    row is where its index says: one ranged GET per segment, from its first row to its last."""
+    row is where its index says: one ranged GET per segment, from its first row to its last.
+    `key_of(line)`: the line's key, which a local segment's row must have."""
     found: dict[int, tuple[bytes, str | None, int, int]] = {}
     for slot, wanted in by_segment.items():
         segment = view.segment(slot)
@@ -337,8 +358,9 @@ def fetch_answers(
         if rows is None:
             continue
         records = segment.endswith(RECORDS_SUFFIX)
-        for line, (_, _, offset, length, model, tokens_in, tokens_out, key) in wanted:
-            answer = _answer_in(rows[offset - start : offset - start + length], length, key, records=records)
+        for line, (_, _, offset, length, model, tokens_in, tokens_out) in wanted:
+            row = rows[offset - start : offset - start + length]
+            answer = _answer_in(row, length, None if records else key_of(line))
             if answer is None:
                 continue
             name = view.model(model) if model != UNKNOWN_MODEL else None
@@ -348,12 +370,12 @@ def fetch_answers(
     return found
 
 
-def _answer_in(row: bytes, length: int, key: bytes, *, records: bool) -> bytes | None:
+def _answer_in(row: bytes, length: int, key: bytes | None) -> bytes | None:
     """The answer a segment's row holds, if the row is whole and is the one its index means: a
-    result line (S3), or a local segment's row under the same key."""
+    result line (S3; `key` None), or a local segment's row under `key`."""
     if len(row) != length or not row.endswith(b"\n"):
         return None
-    if records:
+    if key is None:
         at = row.find(_RESPONSE) if row.startswith(b"{") and row.endswith(_RECORD_END + b"\n") else -1
         return None if at < 0 else row[at + len(_RESPONSE) : -len(_RECORD_END) - 1]
     if len(row) <= ANSWER_AT or row[ANSWER_AT - 1] != 9 or row[KEY_BYTES * 2] != 9:

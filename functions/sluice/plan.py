@@ -294,7 +294,11 @@ def plan_job(
     if options.cache in ("on", "read"):
         view = CacheView.load(cache_store(s3, settings), now=started, ttl_days=settings.cache_ttl_days)
     # an empty cache costs Plan one LIST: no line is encoded or hashed for it
-    keys = JobKeys(settings.cache_provider_name, view.digits) if view is not None and len(view) else None
+    keys = (
+        JobKeys(settings.cache_provider_name, view.digits, model=options.model, default_model=settings.default_model)
+        if view is not None and len(view)
+        else None
+    )
     body = s3.get_object(Bucket=bucket, Key=key, IfMatch=quoted)["Body"]
     # a budget needs a price for every model the job sends to; the job's model replaces the lines'
     models: set[str | None] | None = set() if options.budget_usd and not options.model else None
@@ -309,8 +313,9 @@ def plan_job(
         check_budget_models(options, settings, models or set())
     answers: CacheAnswers | None = None
     if view is not None and keys is not None:
+        view.read_level0()
         hits = find_hits(view, keys, table.lines)
-        answers = CacheAnswers(view, hits, table, s3=s3, bucket=bucket, key=key, etag=quoted, job_id=job_id)
+        answers = CacheAnswers(view, hits, table, keys, s3=s3, bucket=bucket, key=key, etag=quoted, job_id=job_id)
     try:
         shards = cut_shards(
             table,

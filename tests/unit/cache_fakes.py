@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from sluice.cache import CacheFill, CacheStore
+from sluice.cache import CacheFill, CacheStore, cache_key
 from sluice.cache_lookup import CacheView
 from sluice.cache_plan import JobKeys, fetch_answers, find_hits
 from sluice.cache_store import Listed
@@ -91,6 +91,7 @@ def ask(
 ) -> dict[int, tuple[bytes, str | None, int, int]]:
     """What Plan gets from the cache for `asked`: (answer, model, tokens in, tokens out) by line."""
     view = CacheView.load(store, now=now, ttl_days=ttl_days)
+    view.read_level0()
     asked = list(asked)
     keys = JobKeys(BASE, view.digits)
     for r in asked:
@@ -101,7 +102,8 @@ def ask(
         hit = hits.of(r.line)
         if hit is not None:
             by_segment.setdefault(hit[1], []).append((r.line, hit))
-    return fetch_answers(view, by_segment)
+    lines = {r.line: r for r in asked}
+    return fetch_answers(view, by_segment, lambda line: cache_key(BASE, PATH, lines[line].body, canonical=True))
 
 
 def text(found: tuple[bytes, str | None, int, int]) -> str:

@@ -164,7 +164,7 @@ def test_index_round_trip_and_stats_and_clear(tmp_path: Path) -> None:
     assert list(decode_index(encode_index(entries))) == [(k[:16], r) for k, r in entries]
     store = DirStore(tmp_path)
     fill(store, "s", [(request(n, {"q": n}), answer(n, str(n))) for n in range(3)])
-    fill(store, "t", [(request(n, {"q": n}, custom_id="other"), answer(n, str(n))) for n in range(1)])
+    fill(store, "t", [(request(n, {"q": n}, "other"), answer(n, str(n), "other")) for n in range(1)])
     assert (stats(store)["answers"], stats(store)["requests"]) == (4, 3)
     assert clear(store) == 4
     assert stats(store)["answers"] == 0

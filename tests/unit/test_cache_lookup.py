@@ -102,3 +102,27 @@ def test_own_answers_are_found_across_levels_and_another_lines_answer_is_shared(
     assert text(found[1]) == "mine" and text(found[3]) in ("mine", "theirs")
     key = cache_key(BASE, PATH, b'{"q":1}', canonical=True)
     assert key[:16] == rows[0][0] and line_tag("c-1") == rows[0][1].tag
+
+
+def test_a_big_level_zero_is_read_by_partition_over_a_small_generation() -> None:
+    import sluice.cache_index
+
+    store = WholeObjects()
+    fill(store, "earlier", [(r, answer(r.line, f"a{r.line}")) for r in job(range(1, 4))])
+    rows = list(decode_index(store["index/earlier-0001.idx"]))
+    store.delete(["index/earlier-0001.idx"])
+    generation(store, 0, 200, [(key, ref.tag, 1, ref.offset, ref.length) for key, ref in rows])
+    # the answers of a big job since: level 0 outgrows the generation's one partition
+    fill(store, "big", [(r, answer(r.line, f"b{r.line}")) for r in job(range(100, 400))])
+    saved = sluice.cache_index.PARTITION_ROWS
+    sluice.cache_index.PARTITION_ROWS = 16
+    try:
+        found = ask(store, job(range(1, 400)))
+    finally:
+        sluice.cache_index.PARTITION_ROWS = saved
+    assert {n: text(f) for n, f in found.items()} == {
+        **{n: f"a{n}" for n in range(1, 4)},
+        **{n: f"b{n}" for n in range(100, 400)},
+    }
+    # the one partition of the generation is read around the keys of each of the job's
+    assert sum(size for name, size in store.reads if name.endswith(".rows")) < 3 * len(store["index/gen-g1/p.rows"])
