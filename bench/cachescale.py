@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import json
 import os
 import resource
@@ -385,6 +386,7 @@ def main() -> None:
     parser.add_argument("--lines", type=int, default=1_000_000)
     parser.add_argument("--hits", type=float, default=0.1, help="share of the job's lines the cache answers")
     parser.add_argument("--shard-lines", type=int, default=5000)
+    parser.add_argument("--first", type=int, default=0, metavar="N", help="plan a job of the first N lines only")
     parser.add_argument(
         "--fresh",
         action="store_true",
@@ -434,7 +436,13 @@ def main() -> None:
     runs = [("cache off", True)] if args.no_cache else []
     runs.append(("cache on", False))
     for label, off in runs:
-        command = [sys.executable, __file__, "--child", "--cache", str(cache), "--input", str(input_path)]
+        job = input_path
+        if args.first:
+            # a smaller job of the same lines: the index built for --lines serves it
+            job = WORK / f"cachescale-{args.lines}-first-{args.first}.jsonl"
+            with input_path.open("rb") as whole, job.open("wb") as part:
+                part.writelines(itertools.islice(whole, args.first))
+        command = [sys.executable, __file__, "--child", "--cache", str(cache), "--input", str(job)]
         command += ["--shard-lines", str(args.shard_lines), *(["--no-cache"] if off else [])]
         out = subprocess.run(command, capture_output=True, text=True, check=True)
         r = json.loads(out.stdout.strip().splitlines()[-1])
@@ -467,7 +475,7 @@ def main() -> None:
         r = json.loads(out.stdout.strip().splitlines()[-1])
         walls = [wall for _, wall, _ in r["slices"]]
         print(
-            f"compaction of {args.answers:,} answers and {args.compact:,} new: {len(walls)} slices of at most "
+            f"compaction of {answers:,} answers and {args.compact:,} new: {len(walls)} slices of at most "
             f"{walls and max(walls):.0f} s, {sum(walls):.0f} s in all (CPU {sum(c for _, _, c in r['slices']):.0f} s); "
             f"partitions per slice {[p for p, _, _ in r['slices']]}; peak RSS {r['rss_mb']:.0f} MB; "
             f"{r['collected']:,} objects of the old generation and level 0 collected after the grace period"
