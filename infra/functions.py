@@ -80,6 +80,7 @@ def lambda_environment(
         batch_queue_default_tokens=config.batch_queue_default_tokens,
         budget_usd=config.budget_usd or 0.0,
         rate_limits=json.dumps(config.rate_limits, sort_keys=True) if config.rate_limits else None,
+        cache_ttl_days=config.cache_ttl_days,
     )
     return {**settings.to_env(), **powertools_environment(config)}
 

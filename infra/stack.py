@@ -298,15 +298,21 @@ class SluiceStack(cdk.Stack):
             conditions={"StringLike": {"s3:prefix": ["jobs/", "jobs/*"]}},
         )
 
-        # The response cache (`sluice.cache`): Plan reads the indexes and the hits' segments and
-        # folds many indexes into one; the steps that get answers add a segment and its index.
-        # Nothing else reads or writes cache/, and no step deletes a segment (the lifecycle rule does).
+        # The response cache (`sluice.cache`): Plan reads the indexes and the hits' segments; the
+        # steps that get answers add a segment and its index; Merge compacts the indexes
+        # (`sluice.cache_compact`: reads, writes and deletes under cache/index/, lists segments).
+        # Nothing deletes a segment (the lifecycle rule does).
         cache = "Response cache objects are named by the job, shard and run that wrote them, under cache/."
         cache_index = f"{CACHE_PREFIX}index/"
         allow(["plan"], ["s3:GetObject"], self._objects(CACHE_PREFIX), wildcard_reason=cache)
-        allow(["plan"], ["s3:PutObject", "s3:DeleteObject"], self._objects(cache_index), wildcard_reason=cache)
         allow(
-            ["plan"],
+            ["merge"],
+            ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"],
+            self._objects(cache_index),
+            wildcard_reason=cache,
+        )
+        allow(
+            ["plan", "merge"],
             ["s3:ListBucket"],
             [self.storage.bucket.bucket_arn],
             # all of cache/, so that a segment the lifecycle rule expired reads as 404 (a miss), not 403

@@ -167,6 +167,8 @@ class LocalSettings:
     # None: the response cache lives in the (moto) bucket, as deployed; `sluice run` gives a directory
     cache_dir: str | None = None
     cache_provider: str | None = None
+    # moto keeps every object: a test makes answers old to see them expire
+    cache_ttl_days: int = SETTING_DEFAULTS["cache_ttl_days"]
 
 
 @dataclass

@@ -352,6 +352,9 @@ class Settings:
     # what the cache's keys name the provider by, when not its base URL: `sluice run`'s built-in
     # simulator gets a new port each run, yet answers the same
     cache_provider: str | None = None
+    # how long the bucket keeps an answer (cdk.json `cache_ttl_days`): Plan counts on none older,
+    # and compaction drops them; 0: answers never expire (a local directory)
+    cache_ttl_days: int = field(default=0, metadata={_KIND: "days"})
 
     @property
     def cache_provider_name(self) -> str:
@@ -385,6 +388,10 @@ def _parse(name: str, raw: str, kind: Any, metadata: Mapping[str, Any]) -> Any:
         if raw not in metadata[_CHOICES]:
             raise SettingsError(f"{name}={raw!r}; expected one of {', '.join(metadata[_CHOICES])}")
         return raw
+    if how == "days":
+        if not raw.isdigit():
+            raise SettingsError(f"{name}={raw!r} is not a whole number of days (0 means never)")
+        return int(raw)
     if how == "budget":
         if not raw.isdigit():
             raise SettingsError(f"{name}={raw!r} is not a whole number (0 means no budget)")
