@@ -18,11 +18,12 @@ import orjson
 from .budget import HOLDERS_WAIT_S, Budget, usd_to_nano
 from .contract import RateSeed, Settings, parse_rate_limits
 from .engine import EngineSettings, EngineStats, fan_out
+from .limit_table import BucketTable
 from .lines import READ_CHUNK, LineError, parse_line, split_lines
 from .model import ErrorCode, Outcome, Request
 from .progress import ProgressSink
 from .retry import RetryPolicy
-from .shared_limit import BucketTable, SharedLimit
+from .shared_limit import SharedLimit
 from .store import JobStore
 
 

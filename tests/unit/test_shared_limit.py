@@ -14,30 +14,29 @@ import orjson
 import pytest
 from moto import mock_aws
 from sluice.contract import RateSeed
+from sluice.lease import SEATS, Bucket, LeasePolicy, drained, give_back, lease, refill, retuned, seat_of
+from sluice.limit_table import BucketTable
 from sluice.model import Request
-from sluice.shared_limit import (
-    DEFAULT_OUTPUT_TOKENS,
-    Bucket,
-    BucketTable,
-    LeasePolicy,
-    SharedLimit,
-    Ticket,
-    drained,
-    estimate_tokens,
-    give_back,
-    learned_rate,
-    learned_token_rate,
-    lease,
-    limit_key,
-    refill,
-    request_model,
-    retuned,
-    used_tokens,
-)
+from sluice.shared_limit import SharedLimit, Ticket, learned_rate, learned_token_rate, limit_key
+from sluice.tokens import DEFAULT_OUTPUT_TOKENS, estimate_tokens, request_model, used_tokens
 
 from local.cloud import create_table
 
 POLICY = LeasePolicy(min_requests=25, min_period_s=2.0, burst_s=10.0, idle_s=5.0)
+
+
+def seating(until: dict[str, float]) -> tuple[float, ...]:
+    """The seats of lessees that count until the given times (their period's end plus `idle_s`)."""
+    seats = [0.0] * SEATS
+    for name, when in until.items():
+        assert seats[seat_of(name)] == 0.0, "two of the test's lessees share a seat"
+        seats[seat_of(name)] = when
+    return tuple(seats)
+
+
+def seated(bucket: Bucket, now: float) -> dict[int, float]:
+    """The live seats of a bucket, by seat."""
+    return {index: until for index, until in enumerate(bucket.seats) if until > now}
 
 
 def test_refill_grows_with_time_up_to_capacity() -> None:
@@ -56,35 +55,43 @@ def test_lone_lessee_leases_a_period_of_the_whole_rate() -> None:
     assert grant.requests == 40
     assert grant.bucket is not None
     assert grant.bucket.level == pytest.approx(160.0)
-    assert grant.bucket.lessees == {"a": 2.0}
+    assert grant.until == 2.0 and grant.wait_s == 0.0
+    # the lessee counts until its period is over and `idle_s` more
+    assert seated(grant.bucket, 0.0) == {seat_of("a"): 7.0}
     assert grant.bucket.version == 1
 
 
 def test_lessees_share_the_rate_and_wait_out_their_period() -> None:
-    bucket = Bucket(rate=20.0, level=200.0, stamp=0.0, lessees={"a": 2.0, "b": 3.0, "c": 1.0})
+    bucket = Bucket(rate=20.0, level=200.0, stamp=0.0, seats=seating({"a": 7.0, "b": 8.0, "c": 6.0}))
     grant = lease(bucket, "d", 0.5, POLICY)
-    # four lessees: 5 a second each, 25 requests take 5 s
+    # four lessees (as the seats estimate them, within a percent): 5 a second each, 25 requests take 5 s
     assert grant.requests == 25
-    assert grant.bucket is not None and grant.bucket.lessees["d"] == pytest.approx(5.5)
-    again = lease(grant.bucket, "d", 1.0, POLICY)
+    assert grant.bucket is not None and grant.until == pytest.approx(5.5, rel=0.01)
+    # the lessee keeps to its period itself: asked again before its end, there is nothing to take
+    again = lease(grant.bucket, "d", 1.0, POLICY, own_until=grant.until)
     assert again.requests == 0 and again.bucket is None
-    assert again.wait_s == pytest.approx(4.5)
+    assert again.wait_s == pytest.approx(grant.until - 1.0)
 
 
 def test_idle_lessees_stop_counting() -> None:
-    bucket = Bucket(rate=20.0, level=200.0, stamp=0.0, lessees={"gone": 1.0, "b": 30.0})
+    bucket = Bucket(rate=20.0, level=200.0, stamp=0.0, seats=seating({"gone": 6.0, "b": 35.0}))
     grant = lease(bucket, "a", 10.0, POLICY)
     assert grant.bucket is not None
-    assert set(grant.bucket.lessees) == {"a", "b"}
+    assert set(seated(grant.bucket, 10.0)) == {seat_of("a"), seat_of("b")}
     assert grant.requests == 25
 
 
-def test_empty_bucket_says_how_long_until_the_lease_fits() -> None:
+def test_a_short_bucket_leases_into_debt_and_says_when_the_lease_is_ready() -> None:
     grant = lease(Bucket(rate=20.0, level=10.0, stamp=0.0), "a", 0.0, POLICY)
-    assert grant.requests == 0 and grant.bucket is None
+    assert grant.requests == 40 and grant.bucket is not None
+    # the lessee waits on its own for the refill, without asking the item again
     assert grant.wait_s == pytest.approx((40 - 10) / 20.0)
-    later = lease(Bucket(rate=20.0, level=10.0, stamp=0.0), "a", grant.wait_s, POLICY)
-    assert later.requests == 40
+    assert grant.bucket.level == pytest.approx(-30.0)
+    # its period starts when the lease is ready
+    assert grant.until == pytest.approx(1.5 + 2.0)
+    # the next lessee queues behind the debt: two lessees now, 25 requests each
+    second = lease(grant.bucket, "b", 0.0, POLICY)
+    assert second.requests == 25 and second.wait_s == pytest.approx((30 + 25) / 20.0)
 
 
 def test_a_slow_rate_still_leases_one_request() -> None:
@@ -216,9 +223,9 @@ def test_a_lease_takes_a_period_of_the_token_share_too() -> None:
     grant = lease(bucket, "a", 0.0, POLICY)
     assert grant.requests == 40 and grant.tokens == pytest.approx(2000.0)
     assert grant.bucket is not None and grant.bucket.token_level == pytest.approx(8000.0)
-    # not enough tokens: wait until the token bucket holds the lease
+    # not enough tokens: ready once the token bucket has refilled the lease
     short = lease(replace(bucket, token_level=500.0), "a", 0.0, POLICY)
-    assert short.bucket is None and short.wait_s == pytest.approx(1.5)
+    assert short.bucket is not None and short.wait_s == pytest.approx(1.5)
 
 
 def test_a_lease_tops_the_balance_up_and_a_debt_is_repaid() -> None:
@@ -234,31 +241,34 @@ def test_a_token_bound_lessee_leases_min_requests_worth_of_tokens() -> None:
     bucket = Bucket(rate=200.0, level=2000.0, stamp=0.0, token_rate=100.0, token_level=1000.0)
     # 26 tokens a request at 100 tokens a second: 25 requests take 6.5 s of the token rate
     grant = lease(bucket, "a", 0.0, POLICY, tokens_per_request=26.0)
-    assert grant.bucket is not None and grant.bucket.lessees["a"] == pytest.approx(6.5)
+    assert grant.bucket is not None and grant.until == pytest.approx(6.5)
     assert grant.tokens == pytest.approx(650.0)
 
 
-def test_a_paused_bucket_leases_nothing_until_the_reset() -> None:
-    bucket = Bucket(rate=20.0, level=200.0, stamp=0.0, paused_until=7.0)
+def test_a_paused_bucket_leases_nothing_ready_before_the_reset() -> None:
+    bucket = drained(Bucket(rate=20.0, level=200.0, stamp=0.0), 4.0, 7.0, POLICY)
     grant = lease(bucket, "a", 5.0, POLICY)
-    assert grant.bucket is None and grant.wait_s == pytest.approx(2.0)
-    assert lease(bucket, "a", 7.0, POLICY).requests == 40
+    # the bucket refills from the reset: 40 requests are ready 2 s after it
+    assert grant.requests == 40 and grant.wait_s == pytest.approx(2.0 + 2.0)
+    assert lease(bucket, "a", 9.0, POLICY).wait_s == 0.0
 
 
 def test_drained_empties_both_buckets_and_refills_from_the_429() -> None:
-    bucket = drained(Bucket(rate=20.0, level=150.0, stamp=0.0, token_rate=100.0, token_level=900.0), 10.0, 13.0)
+    bucket = drained(Bucket(rate=20.0, level=150.0, stamp=0.0, token_rate=100.0, token_level=900.0), 10.0, 13.0, POLICY)
     assert (bucket.level, bucket.token_level, bucket.paused_until) == (0.0, 0.0, 13.0)
-    assert refill(bucket, 13.0, POLICY) == pytest.approx(60.0)
+    assert refill(bucket, 13.0, POLICY) == 0.0
+    assert refill(bucket, 16.0, POLICY) == pytest.approx(60.0)
+    # a debt owed by leases not ready yet stays owed
+    assert drained(Bucket(rate=20.0, level=-40.0, stamp=10.0), 10.0, 13.0, POLICY).level == -40.0
 
 
 def test_given_back_leases_return_to_the_bucket_and_the_lessee_leaves() -> None:
-    bucket = Bucket(
-        rate=20.0, level=100.0, stamp=0.0, version=4, lessees={"a": 9.0, "b": 9.0}, token_rate=100.0, token_level=10.0
-    )
-    back = give_back(bucket, "a", 1.0, POLICY, 35, 300.0)
+    seats = seating({"a": 14.0, "b": 14.0})
+    bucket = Bucket(rate=20.0, level=100.0, stamp=0.0, version=4, seats=seats, token_rate=100.0, token_level=10.0)
+    back = give_back(bucket, "a", 1.0, POLICY, 35, 300.0, seat_until=14.0)
     assert back.level == pytest.approx(100.0 + 20.0 + 35)
     assert back.token_level == pytest.approx(10.0 + 100.0 + 300.0)
-    assert back.lessees == {"b": 9.0} and back.version == 5
+    assert seated(back, 1.0) == {seat_of("b"): 14.0} and back.version == 5
     # never past capacity
     assert give_back(bucket, "a", 1.0, POLICY, 500, 0.0).level == pytest.approx(200.0)
 
@@ -320,7 +330,7 @@ def test_a_configured_limit_seeds_the_bucket_before_any_answer(table: Any) -> No
     # no probe: every request was leased from a bucket sized by the environment's figure
     bucket = _item(table)
     assert (bucket.rate, bucket.token_rate) == (pytest.approx(20.0), pytest.approx(1000.0))
-    assert bucket.lessees.keys() == {"job#0"}
+    assert set(seated(bucket, at.now)) == {seat_of("job#0")}
     assert bucket.level == pytest.approx(200.0 - 40)
     assert [t.tokens for t in tickets] == [11 + 16] * 3
 
@@ -351,8 +361,9 @@ def test_headers_win_over_the_seed_and_a_changed_limit_is_followed(table: Any) -
     asyncio.run(run())
     bucket = _item(table)
     assert (bucket.rate, bucket.token_rate) == (pytest.approx(10.0), pytest.approx(500.0))
-    # within the new capacities
-    assert bucket.level <= 100.0 and bucket.token_level <= 5000.0
+    # the provider's bucket holds a minute: so does the shared one from the first headers on
+    assert bucket.window_s == 60.0
+    assert bucket.level <= 600.0 and bucket.token_level <= 30_000.0
 
     async def same() -> None:
         limit = _limit(table, "job#1", at)
@@ -407,8 +418,8 @@ def test_a_429_with_quota_left_is_the_requests_alone(table: Any) -> None:
 
     writes = asyncio.run(run())
     assert _item(table).paused_until == 0.0
-    # the seed, the lease, and the lease given back
-    assert writes == 3
+    # the seed, the lease, the window the first headers widen, and the lease given back
+    assert writes == 4
 
 
 def test_a_run_gives_back_what_it_did_not_spend(table: Any) -> None:
@@ -425,7 +436,7 @@ def test_a_run_gives_back_what_it_did_not_spend(table: Any) -> None:
     # the 40 leased, 5 spent: 35 back, with the tokens the 5 did not use
     assert bucket.level == pytest.approx(200.0 - 5)
     assert bucket.token_level == pytest.approx(10_000.0 - 5 * 20)
-    assert bucket.lessees == {}
+    assert seated(bucket, at.now) == {}
 
 
 def test_a_token_bound_shard_waits_for_tokens_not_requests(table: Any) -> None:

@@ -1,0 +1,306 @@
+"""What one lease takes from a provider key's shared bucket: pure arithmetic over the item's state.
+
+The item must stay small and cool whatever the number of shards drawing on it (issue 30): it
+holds no entry per lessee, only a fixed array of `SEATS` seats, each the time until which the
+lessees whose name hashes to it count toward the shares. The number of lessees is estimated from
+the seats still live by linear counting (Whang, Vander-Zanden and Taylor, "A linear-time
+probabilistic counting algorithm for database applications", 1990): within a few percent up to a
+thousand lessees, and never more than `SEATS * ln(SEATS)` (about 3,200). Each lessee keeps the end
+of its own period itself and does not come back before it.
+
+A lease never waits at the item: when the bucket is short, the lessee takes its share into debt
+(the level goes below zero) and the grant says when the debt is repaid; the lessee sleeps until
+then without reading the item again. Every lease is one read and one write, and a lease is at
+least `min_requests` requests (or the whole bucket when that is smaller), so the item's reads and
+writes a second stay under a small multiple of the key's rate / `min_requests`, however many
+lessees wait. A 429 that says the quota is spent moves the bucket's `stamp` into the future:
+nothing refills, and no lease is ready, before the provider's reset.
+
+The bucket holds `window_s` of the rate: `burst_s` when the limits came from a seed, a minute
+(`headroom_s`) when they came from the provider's headers, whose own bucket holds a minute's worth
+and whose `x-ratelimit-remaining-*` said how full it was. What lies above `burst_s` of the rate
+is surplus: a lessee whose workers are all waiting may take a bite of it (its part of the surplus,
+at most one request per waiting worker) besides its share, so a full provider bucket is spent at
+once rather than paced from zero.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+# the seats of a bucket: 2 bytes each in the item, so about 1 KB whatever the number of lessees
+SEATS = 512
+# a seat holds whole seconds past the item's `seats_at`, up to this (about 18 hours)
+SEAT_MAX_S = 65_535
+
+
+@dataclass(frozen=True)
+class LeasePolicy:
+    # a lease is at least this many requests, so writes per line stay at or under 1/min_requests
+    min_requests: int = 25
+    # ... and at least this long a period
+    min_period_s: float = 2.0
+    # a seeded bucket holds this many seconds of the rate, and bites leave this much in any bucket
+    burst_s: float = 10.0
+    # a bucket learned from the provider's headers holds this many: OpenAI's limits are a minute's
+    headroom_s: float = 60.0
+    # a lessee whose period ended this long ago no longer counts toward the shares
+    idle_s: float = 5.0
+    # a conditional write lost to another lessee is tried again after a jittered wait, up to this
+    # many times for a change that can wait (a lease keeps trying)
+    write_tries: int = 8
+    contention_base_s: float = 0.05
+    contention_max_s: float = 2.0
+    # a lessee that found no item sends unpaced, and looks again after this long, twice as long
+    # each time up to the maximum: another shard's first answer may have made it meanwhile
+    look_again_s: float = 0.25
+    look_again_max_s: float = 60.0
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """The item's state. `seats` are `SEATS` times (epoch seconds, 0 for none) until which the
+    lessees seated there count; a `token_rate` of 0 means no token limit is known; `stamp` later
+    than now means the bucket is paused until then (`paused_until`: when a 429 said the quota
+    refills); a level below zero is the debt of leases not ready yet; `window_s` 0 is `burst_s`."""
+
+    rate: float  # requests a second
+    level: float
+    stamp: float
+    version: int = 0
+    seats: tuple[float, ...] = ()
+    token_rate: float = 0.0  # tokens a second
+    token_level: float = 0.0
+    paused_until: float = 0.0
+    window_s: float = 0.0
+
+    def capacity(self, policy: LeasePolicy) -> float:
+        return max(1.0, self.rate * (self.window_s or policy.burst_s))
+
+    def token_capacity(self, policy: LeasePolicy) -> float:
+        return max(1.0, self.token_rate * (self.window_s or policy.burst_s))
+
+
+@dataclass(frozen=True)
+class Grant:
+    """With the bucket to write back: `requests` and `tokens` taken (either may be 0 when the
+    lessee already holds its share), ready to send in `wait_s`; `until` is the end of the
+    lessee's period, and `more` says the bucket still holds surplus worth a bite before then.
+    Without a bucket: nothing to take, ask again in `wait_s` (at the end of the lessee's period)."""
+
+    requests: int
+    wait_s: float
+    bucket: Bucket | None = None
+    tokens: float = 0.0
+    until: float = 0.0
+    more: bool = False
+
+
+def seat_of(lessee: str) -> int:
+    """The lessee's seat: the same in every process, so its next lease finds it again."""
+    return int.from_bytes(hashlib.blake2b(lessee.encode(), digest_size=4).digest(), "big") % SEATS
+
+
+def lessees(seats: Sequence[float], now: float) -> float:
+    """How many lessees the live seats stand for (linear counting); 0 when none is live."""
+    live = sum(1 for until in seats if until > now)
+    if live == 0:
+        return 0.0
+    empty = len(seats) - live
+    # every seat taken: the estimate's ceiling. Rounded to a hundredth, finer than the estimate
+    # is good for, so that one lessee alone is 1, not 1.001
+    return round(len(seats) * math.log(len(seats) / max(empty, 0.5)), 2)
+
+
+def _seats(bucket: Bucket) -> list[float]:
+    return list(bucket.seats) if len(bucket.seats) == SEATS else [0.0] * SEATS
+
+
+def refill(bucket: Bucket, now: float, policy: LeasePolicy) -> float:
+    """The level at `now`: what was left plus the rate times the time since, up to capacity."""
+    elapsed = max(0.0, now - bucket.stamp)
+    return min(bucket.capacity(policy), bucket.level + elapsed * bucket.rate)
+
+
+def refill_tokens(bucket: Bucket, now: float, policy: LeasePolicy) -> float:
+    elapsed = max(0.0, now - bucket.stamp)
+    return min(bucket.token_capacity(policy), bucket.token_level + elapsed * bucket.token_rate)
+
+
+def lease(
+    bucket: Bucket,
+    lessee: str,
+    now: float,
+    policy: LeasePolicy,
+    *,
+    held: int = 0,
+    held_tokens: float = 0.0,
+    tokens_per_request: float = 0.0,
+    own_until: float = 0.0,
+    demand: int = 0,
+) -> Grant:
+    """What `lessee`, holding `held` requests and `held_tokens` unspent, may take at `now`.
+
+    Once its period (`own_until`) is over: its balance topped up to one period of its fair share,
+    ready when the bucket has refilled that much. The period is long enough for `min_requests`
+    of either share: of requests, and of tokens at `tokens_per_request` each (what the lessee's
+    requests have cost so far), so a token-bound lessee writes no more often. At any time, with
+    `demand` workers waiting: a bite of the bucket's surplus, at most `demand` requests."""
+    seats = _seats(bucket)
+    seat = seat_of(lessee)
+    start = max(now, bucket.stamp)
+    steady = own_until <= now
+    counted = seats.copy()
+    counted[seat] = max(counted[seat], start + policy.idle_s)
+    count = max(1.0, lessees(counted, now))
+    share = bucket.rate / count
+    period = max(policy.min_period_s, policy.min_requests / share)
+    if bucket.token_rate > 0 and tokens_per_request > 0:
+        # no longer than the token bucket holds of the share, or the lease would be cut to
+        # capacity and the period would starve the lessee
+        token_period = policy.min_requests * tokens_per_request * count / bucket.token_rate
+        period = max(period, min(token_period, policy.burst_s * count))
+    want = max(1, min(math.floor(share * period), math.floor(bucket.capacity(policy))))
+    take = max(0, want - held) if steady else 0
+    level = refill(bucket, now, policy)
+    take_tokens = token_level = 0.0
+    if bucket.token_rate > 0:
+        capacity = bucket.token_capacity(policy)
+        want_tokens = min(capacity, bucket.token_rate / count * period)
+        # a debt (negative balance) is repaid from this lease, up to the bucket's capacity
+        take_tokens = max(0.0, min(capacity, want_tokens - held_tokens)) if steady else 0.0
+        token_level = refill_tokens(bucket, now, policy)
+    room = _room(bucket, policy, level - take, token_level - take_tokens, tokens_per_request)
+    # its part of the surplus, or at least a lease's worth while there is one: a leftover too
+    # small to split among every lessee is not stranded
+    bite = min(demand, math.floor(max(room / count, min(room, policy.min_requests))))
+    if bite < min(policy.min_requests, want):
+        # a bite too small to be worth a write
+        bite = 0
+    if not steady and bite == 0:
+        return Grant(0, own_until - now)
+    bite_tokens = bite * tokens_per_request if bucket.token_rate > 0 else 0.0
+    level -= take + bite
+    token_level -= take_tokens + bite_tokens
+    debt_s = max(0.0, -level / bucket.rate)
+    if bucket.token_rate > 0:
+        debt_s = max(debt_s, -token_level / bucket.token_rate)
+    ready = start + debt_s
+    until = ready + period if steady else own_until
+    seats[seat] = max(seats[seat], until + policy.idle_s)
+    taken = replace(
+        bucket,
+        level=level,
+        token_level=token_level,
+        stamp=start,
+        version=bucket.version + 1,
+        seats=tuple(s if s > now else 0.0 for s in seats),
+    )
+    more = _room(bucket, policy, level, token_level, tokens_per_request) >= policy.min_requests
+    return Grant(take + bite, ready - now, taken, take_tokens + bite_tokens, until, more)
+
+
+def _room(bucket: Bucket, policy: LeasePolicy, level: float, token_level: float, tokens_per_request: float) -> float:
+    """The bucket's surplus, in requests: what it holds above `burst_s` of its rates."""
+    room = level - bucket.rate * policy.burst_s
+    if bucket.token_rate > 0 and tokens_per_request > 0:
+        room = min(room, (token_level - bucket.token_rate * policy.burst_s) / tokens_per_request)
+    return max(0.0, room)
+
+
+def give_back(
+    bucket: Bucket,
+    lessee: str,
+    now: float,
+    policy: LeasePolicy,
+    requests: int,
+    tokens: float,
+    *,
+    seat_until: float = 0.0,
+) -> Bucket:
+    """The bucket with what `lessee` leased and did not spend returned, and its seat emptied
+    unless a later lessee seated there holds it (`seat_until`: what the lessee's last lease set)."""
+    seats = _seats(bucket)
+    seat = seat_of(lessee)
+    # a seat is stored in whole seconds, rounded up
+    if seats[seat] <= seat_until + 1.0:
+        seats[seat] = 0.0
+    token_level = refill_tokens(bucket, now, policy) if bucket.token_rate > 0 else 0.0
+    return replace(
+        bucket,
+        level=min(bucket.capacity(policy), refill(bucket, now, policy) + max(0, requests)),
+        token_level=min(bucket.token_capacity(policy), token_level + max(0.0, tokens)) if bucket.token_rate else 0.0,
+        stamp=max(now, bucket.stamp),
+        version=bucket.version + 1,
+        seats=tuple(s if s > now else 0.0 for s in seats),
+    )
+
+
+def drained(bucket: Bucket, now: float, until: float, policy: LeasePolicy) -> Bucket:
+    """The bucket after the provider said the quota is spent until `until`: empty (a debt stays
+    owed), and refilling from `until` only."""
+    token_level = min(0.0, refill_tokens(bucket, now, policy)) if bucket.token_rate > 0 else 0.0
+    return replace(
+        bucket,
+        level=min(0.0, refill(bucket, now, policy)),
+        token_level=token_level,
+        stamp=max(until, bucket.stamp),
+        version=bucket.version + 1,
+        paused_until=until,
+    )
+
+
+def capped(bucket: Bucket, now: float, policy: LeasePolicy, level: float, token_level: float) -> Bucket | None:
+    """The bucket holding no more than the provider said remains (`level`, `token_level`), or None
+    when it already does not."""
+    requests = refill(bucket, now, policy)
+    tokens = refill_tokens(bucket, now, policy) if bucket.token_rate > 0 else 0.0
+    if requests <= level and (bucket.token_rate <= 0 or tokens <= token_level):
+        return None
+    return replace(
+        bucket,
+        level=min(requests, level),
+        token_level=min(tokens, token_level) if bucket.token_rate > 0 else 0.0,
+        stamp=max(now, bucket.stamp),
+        version=bucket.version + 1,
+    )
+
+
+def retuned(
+    bucket: Bucket,
+    now: float,
+    policy: LeasePolicy,
+    rate: float | None,
+    token_rate: float | None,
+    *,
+    window_s: float | None = None,
+) -> Bucket:
+    """The bucket following limits the provider now reports; levels kept, within the new capacities."""
+    new = replace(
+        bucket,
+        rate=rate or bucket.rate,
+        token_rate=token_rate or bucket.token_rate,
+        window_s=window_s or bucket.window_s,
+        level=refill(bucket, now, policy),
+        token_level=refill_tokens(bucket, now, policy) if bucket.token_rate > 0 else 0.0,
+        stamp=max(now, bucket.stamp),
+        version=bucket.version + 1,
+    )
+    if bucket.token_rate <= 0 < new.token_rate:
+        # a token limit heard of for the first time: the provider's bucket starts full
+        new = replace(new, token_level=new.token_capacity(policy))
+    return replace(
+        new,
+        level=min(new.level, new.capacity(policy)),
+        token_level=min(new.token_level, new.token_capacity(policy)) if new.token_rate else 0.0,
+    )
+
+
+def contention_delay_s(tries: int, policy: LeasePolicy, rand: Callable[[], float]) -> float:
+    """How long to wait after losing `tries` conditional writes in a row: full jitter over an
+    exponential ceiling, so lessees that lost to the same writer do not come back together."""
+    exponent = min(max(tries - 1, 0), 30)
+    return min(policy.contention_max_s, policy.contention_base_s * float(2**exponent)) * rand()
