@@ -8,17 +8,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
 from botocore.exceptions import ClientError
 
 from .budget import nano_to_usd
-from .contract import JobStatus
+from .contract import PROVIDER_REFUSED, JobStatus, ProviderRefused
 from .costs import aws_cost_usd, provider_cost_usd
 from .model import ErrorCode
 from .parts import assemble
+from .refusal import read_refusal
 from .shard import ShardSpec
 from .stats import Stats
 from .store import JobStore
@@ -286,9 +287,13 @@ def merge_job(
     # what each shard wrote, by the size its stats give (none before they carried one)
     result_sizes: list[int | None] = []
     error_sizes: list[int | None] = []
+    # what the first shard a refusing provider stopped says of it (one note read, not one a shard)
+    refused: ProviderRefused | None = None
     for spec, shard_stats in _shard_outputs(s3, specs, missing_code=missing_code, missing_message=missing_message):
         stats = Stats.from_dict(shard_stats["stats"])
         totals.merge(stats)
+        if refused is None and stats.errors.get(ErrorCode.PROVIDER_REFUSED):
+            refused = read_refusal(s3, spec.bucket, spec.refusal_key)
         (batch_hits if spec.mode == "batch" else direct_hits).merge(Stats(cached_models=stats.cached_models))
         expected = spec.lines - spec.blank
         got = shard_stats["result_lines"] + shard_stats["error_lines"]
@@ -409,6 +414,8 @@ def merge_job(
             "spent_usd": nano_to_usd(int(job.get("budget_spent", 0))),
             "unsent_lines": unsent,
         }
+    refused_lines = totals.errors.get(ErrorCode.PROVIDER_REFUSED, 0)
+    summary[PROVIDER_REFUSED] = replace(refused, lines=refused_lines).to_dict() if refused and refused_lines else None
     if error:
         summary["error"] = error
     s3.put_object(
