@@ -260,16 +260,12 @@ class RateBudget:
     """Requests-per-minute and tokens-per-minute pacing; 0 means unlimited.
 
     Also honours the provider's own view: when an `x-ratelimit-remaining-*` header says 0,
-    every sender waits until the next request's part of it has refilled. OpenAI's
-    `x-ratelimit-reset-*` is the time until the bucket is full again (a minute's worth), so
-    with the limit known the wait is that time's share for one request (or the last request's
-    tokens), not all of it; without the limit, all of it.
+    every sender waits until the matching `x-ratelimit-reset-*` has passed.
     """
 
     __slots__ = (
         "_blocked_until",
         "_clock",
-        "_last_tokens",
         "_requests",
         "_sleep",
         "_tokens",
@@ -294,7 +290,6 @@ class RateBudget:
         self._requests = _Bucket(rpm, burst_s, now) if rpm > 0 else None
         self._tokens = _Bucket(tpm, burst_s, now) if tpm > 0 else None
         self._blocked_until = 0.0
-        self._last_tokens = 1
 
     @property
     def active(self) -> bool:
@@ -305,7 +300,6 @@ class RateBudget:
         """Wait until one request of `tokens` tokens may be sent; returns seconds waited."""
         now = self._clock()
         wait = 0.0
-        self._last_tokens = max(1, tokens)
         if self._blocked_until > now:
             wait = self._blocked_until - now
         elif self._blocked_until:
@@ -328,20 +322,8 @@ class RateBudget:
             if reset is None:
                 # exhausted with no reset hint: a short pause beats hammering into 429s
                 reset = 1.0
-            limit = _positive(headers.get("x-ratelimit-limit-" + kind))
-            if limit is not None:
-                need = 1 if kind == "requests" else self._last_tokens
-                reset *= min(1.0, need / limit)
             until = self._clock() + reset
             self._blocked_until = max(self._blocked_until, until)
-
-
-def _positive(text: str | None) -> float | None:
-    try:
-        value = float(text) if text is not None else math.nan
-    except ValueError:
-        return None
-    return value if math.isfinite(value) and value > 0 else None
 
 
 # Lambda gives a function 1,024 file descriptors

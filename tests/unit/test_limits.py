@@ -274,31 +274,3 @@ def test_remaining_zero_without_reset_pauses_briefly() -> None:
         assert await budget.take() == pytest.approx(1.0)
 
     asyncio.run(scenario())
-
-
-def test_remaining_zero_waits_for_the_next_requests_part_of_the_reset() -> None:
-    """OpenAI's reset is until the bucket is full again: a key spent to 0 of 1,200 a minute, full
-    again in 60 s, has the next request's worth back in 50 ms, not in a minute (issue 31)."""
-
-    async def scenario() -> None:
-        clock = FakeClock()
-        budget = RateBudget(clock=clock, sleep=clock.sleep)
-        budget.observe_headers(
-            {
-                "x-ratelimit-limit-requests": "1200",
-                "x-ratelimit-remaining-requests": "0",
-                "x-ratelimit-reset-requests": "60s",
-            }
-        )
-        assert await budget.take(100) == pytest.approx(0.05)
-        # tokens: the last request's tokens' part of the reset
-        budget.observe_headers(
-            {
-                "x-ratelimit-limit-tokens": "60000",
-                "x-ratelimit-remaining-tokens": "0",
-                "x-ratelimit-reset-tokens": "30s",
-            }
-        )
-        assert await budget.take(100) == pytest.approx(30 * 100 / 60000)
-
-    asyncio.run(scenario())
