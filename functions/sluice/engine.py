@@ -323,10 +323,15 @@ class _Run:
                 stats.connection_errors += 1
             finally:
                 limiter.release()
-            if answer is not None:
+            if shared is not None:
+                if ticket is not None:
+                    shared.observe(ticket, status, answer)
+            elif answer is not None:
+                # Without the shared limit, the provider's own word paces the shard: a spent quota
+                # pauses it until the reset. With it, the shared bucket paces, and such a pause
+                # (OpenAI's reset is until the bucket is full again, a minute) would idle a shard
+                # that holds a lease.
                 budget.observe_headers(answer)
-            if shared is not None and ticket is not None:
-                shared.observe(ticket, status, answer)
 
             verdict = classify(
                 status, answer, raw, lost, attempt=attempt, policy=policy, now=time.time(), rand=self.rand

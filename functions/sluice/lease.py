@@ -18,10 +18,10 @@ nothing refills, and no lease is ready, before the provider's reset.
 
 The bucket holds `window_s` of the rate: `burst_s` when the limits came from a seed, a minute
 (`headroom_s`) when they came from the provider's headers, whose own bucket holds a minute's worth
-and whose `x-ratelimit-remaining-*` said how full it was. What lies above `burst_s` of the rate
-is surplus: a lessee whose workers are all waiting may take a bite of it (its part of the surplus,
-at most one request per waiting worker) besides its share, so a full provider bucket is spent at
-once rather than paced from zero.
+and whose `x-ratelimit-remaining-*` said how full it was. Whatever the bucket holds beyond the
+leases is surplus: a lessee whose workers wait may take a bite of it besides its share (its part
+of the surplus, about one request per waiting worker), so a full provider bucket is spent at once
+rather than paced from zero, and a share a lessee leaves unused goes to those that can use it.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class LeasePolicy:
     min_requests: int = 25
     # ... and at least this long a period
     min_period_s: float = 2.0
-    # a seeded bucket holds this many seconds of the rate, and bites leave this much in any bucket
+    # a seeded bucket holds this many seconds of the rate
     burst_s: float = 10.0
     # a bucket learned from the provider's headers holds this many: OpenAI's limits are a minute's
     headroom_s: float = 60.0
@@ -54,8 +54,14 @@ class LeasePolicy:
     write_tries: int = 8
     contention_base_s: float = 0.05
     contention_max_s: float = 2.0
-    # a lessee that found no item sends unpaced, and looks again after this long, twice as long
-    # each time up to the maximum: another shard's first answer may have made it meanwhile
+    # While a shard learns the key's rate from its first answers, the others look at the item
+    # again after a jittered wait from `learn_poll_s`, doubling to `learn_poll_max_s`, and send
+    # unpaced once it has learned nothing for `learn_wait_max_s` (or its answers carried no rate)
+    learn_poll_s: float = 0.05
+    learn_poll_max_s: float = 1.0
+    learn_wait_max_s: float = 10.0
+    # a lessee that sends unpaced looks for the item again after this long, twice as long each
+    # time up to the maximum: a shard's answers may have made it meanwhile
     look_again_s: float = 0.25
     look_again_max_s: float = 60.0
 
@@ -76,6 +82,8 @@ class Bucket:
     token_level: float = 0.0
     paused_until: float = 0.0
     window_s: float = 0.0
+    # when the level was set from what an answer said remains (epoch seconds; 0: from a seed)
+    since: float = 0.0
 
     def capacity(self, policy: LeasePolicy) -> float:
         return max(1.0, self.rate * (self.window_s or policy.burst_s))
@@ -173,12 +181,13 @@ def lease(
         # a debt (negative balance) is repaid from this lease, up to the bucket's capacity
         take_tokens = max(0.0, min(capacity, want_tokens - held_tokens)) if steady else 0.0
         token_level = refill_tokens(bucket, now, policy)
-    room = _room(bucket, policy, level - take, token_level - take_tokens, tokens_per_request)
-    # its part of the surplus, or at least a lease's worth while there is one: a leftover too
-    # small to split among every lessee is not stranded
-    bite = min(demand, math.floor(max(room / count, min(room, policy.min_requests))))
-    if bite < min(policy.min_requests, want):
-        # a bite too small to be worth a write
+    room = _room(bucket, level - take, token_level - take_tokens, tokens_per_request)
+    # its part of the surplus, for the workers its balance leaves waiting, and a lease's worth at
+    # least (a bite is worth its write); what it does not take stays for the shares' leases
+    smallest = min(policy.min_requests, want)
+    waiting = demand - held - take
+    bite = math.floor(min(max(waiting, smallest), room / count)) if waiting > 0 else 0
+    if bite < smallest:
         bite = 0
     if not steady and bite == 0:
         return Grant(0, own_until - now)
@@ -199,15 +208,15 @@ def lease(
         version=bucket.version + 1,
         seats=tuple(s if s > now else 0.0 for s in seats),
     )
-    more = _room(bucket, policy, level, token_level, tokens_per_request) >= policy.min_requests
+    more = _room(bucket, level, token_level, tokens_per_request) >= policy.min_requests
     return Grant(take + bite, ready - now, taken, take_tokens + bite_tokens, until, more)
 
 
-def _room(bucket: Bucket, policy: LeasePolicy, level: float, token_level: float, tokens_per_request: float) -> float:
-    """The bucket's surplus, in requests: what it holds above `burst_s` of its rates."""
-    room = level - bucket.rate * policy.burst_s
+def _room(bucket: Bucket, level: float, token_level: float, tokens_per_request: float) -> float:
+    """The bucket's surplus, in requests: what it holds beyond the leases taken."""
+    room = level
     if bucket.token_rate > 0 and tokens_per_request > 0:
-        room = min(room, (token_level - bucket.token_rate * policy.burst_s) / tokens_per_request)
+        room = min(room, token_level / tokens_per_request)
     return max(0.0, room)
 
 
@@ -253,20 +262,28 @@ def drained(bucket: Bucket, now: float, until: float, policy: LeasePolicy) -> Bu
     )
 
 
-def capped(bucket: Bucket, now: float, policy: LeasePolicy, level: float, token_level: float) -> Bucket | None:
-    """The bucket holding no more than the provider said remains (`level`, `token_level`), or None
-    when it already does not."""
-    requests = refill(bucket, now, policy)
-    tokens = refill_tokens(bucket, now, policy) if bucket.token_rate > 0 else 0.0
-    if requests <= level and (bucket.token_rate <= 0 or tokens <= token_level):
+def joined(
+    bucket: Bucket,
+    now: float,
+    policy: LeasePolicy,
+    unpaced: tuple[int, float],
+    remaining: tuple[float, float] | None = None,
+) -> Bucket | None:
+    """The bucket once a lessee that sent requests before it knew of it joins: the `unpaced`
+    requests and tokens it sent since the level was set are not in it, and it holds no more than
+    what the lessee's first answer said `remaining` (requests, tokens), if it had one. Each bound
+    can only be above the truth (a request in transit as the level was set; a lease not sent yet
+    when the answer was), so the lower is the better. None when nothing changes."""
+    requests = refill(bucket, now, policy) - unpaced[0]
+    tokens = refill_tokens(bucket, now, policy) - unpaced[1] if bucket.token_rate > 0 else 0.0
+    if remaining is not None:
+        requests = min(requests, remaining[0])
+        tokens = min(tokens, remaining[1]) if bucket.token_rate > 0 else 0.0
+    if requests >= refill(bucket, now, policy) and (
+        bucket.token_rate <= 0 or tokens >= refill_tokens(bucket, now, policy)
+    ):
         return None
-    return replace(
-        bucket,
-        level=min(requests, level),
-        token_level=min(tokens, token_level) if bucket.token_rate > 0 else 0.0,
-        stamp=max(now, bucket.stamp),
-        version=bucket.version + 1,
-    )
+    return replace(bucket, level=requests, token_level=tokens, stamp=max(now, bucket.stamp), version=bucket.version + 1)
 
 
 def retuned(

@@ -3,6 +3,11 @@
 `sluice.shared_limit` names the item (`LIMIT#<hash>#<model>`, sort key `LIMIT`); this module reads
 and writes its state (`sluice.lease.Bucket`): numbers, plus the seats packed as 2-byte whole
 seconds past `seats_at`, so the item's size does not grow with the number of shards drawing on it.
+
+Before the rate is known the item is a placeholder (`Learning`): the shard that claimed it learns
+the rate from its answers while the others wait; it says `open` when the answers carry no rate
+(errors, timeouts: everyone sends, and learns from its own answers) and `off` when the provider
+answers without rate headers at all (nothing to share). The bucket replaces it.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import random
 import struct
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
@@ -22,6 +28,19 @@ from .lease import SEAT_MAX_S, SEATS, Bucket, LeasePolicy, contention_delay_s
 LIMIT_SORT_KEY = "LIMIT"
 # the item outlives a job by this much: long enough for the next job to find the learned rate
 LIMIT_TTL_S = 86_400
+
+# a placeholder's states: a shard is learning the rate; its answers carried none; the provider sends none
+LEARNING = "learning"
+OPEN = "open"
+OFF = "off"
+
+
+@dataclass(frozen=True)
+class Learning:
+    """The placeholder of a key whose rate nobody knows yet: since when, and in which state."""
+
+    since: float
+    state: str = LEARNING
 
 
 _PACKED = struct.Struct(f">{SEATS}H")
@@ -62,9 +81,18 @@ class BucketTable:
         self.writes = 0
 
     def load(self, pk: str) -> Bucket | None:
+        found = self.look(pk)
+        return found if isinstance(found, Bucket) else None
+
+    def look(self, pk: str) -> Bucket | Learning | None:
+        """The key's bucket, its placeholder, or None when there is neither."""
         self.reads += 1
         item = self._table.get_item(Key={"pk": pk, "sk": LIMIT_SORT_KEY}, ConsistentRead=True).get("Item")
-        if item is None or "rate" not in item:
+        if item is None:
+            return None
+        if "rate" not in item:
+            if "learning_at" in item:
+                return Learning(float(item["learning_at"]), str(item.get("learning", LEARNING)))
             return None
         raw = item.get("seats")
         seats = getattr(raw, "value", raw)
@@ -78,6 +106,7 @@ class BucketTable:
             token_level=float(item.get("token_level", 0)),
             paused_until=float(item.get("paused_until", 0)),
             window_s=float(item.get("window_s", 0)),
+            since=float(item.get("since", 0)),
         )
 
     def save(self, pk: str, bucket: Bucket) -> bool:
@@ -95,6 +124,7 @@ class BucketTable:
             ":token_level": _decimal(bucket.token_level),
             ":paused": _decimal(bucket.paused_until),
             ":window": _decimal(bucket.window_s),
+            ":since": _decimal(bucket.since),
             ":expires": now + LIMIT_TTL_S,
         }
         if bucket.version > 1:
@@ -109,10 +139,42 @@ class BucketTable:
                 UpdateExpression=(
                     "SET rate = :rate, #level = :level, stamp = :stamp, version = :version, seats = :seats, "
                     "seats_at = :seats_at, token_rate = :token_rate, token_level = :token_level, "
-                    "paused_until = :paused, window_s = :window, expires_at = :expires REMOVE lessees"
+                    "paused_until = :paused, window_s = :window, since = :since, expires_at = :expires "
+                    "REMOVE lessees, learning_at, learning"
                 ),
                 ConditionExpression=condition,
                 ExpressionAttributeNames={"#level": "level"},
+                ExpressionAttributeValues=values,
+            )
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
+    def claim(self, pk: str, now: float, stale: Learning | None = None) -> bool:
+        """Make (or take over a `stale`) placeholder: True if this caller is to learn the rate."""
+        self.writes += 1
+        values: dict[str, Any] = {":at": _decimal(now), ":state": LEARNING, ":expires": int(now) + LIMIT_TTL_S}
+        if stale is None:
+            condition = "attribute_not_exists(learning_at) AND attribute_not_exists(version)"
+        else:
+            condition = "learning_at = :since AND attribute_not_exists(version)"
+            values[":since"] = _decimal(stale.since)
+        return self._update(pk, "SET learning_at = :at, learning = :state, expires_at = :expires", condition, values)
+
+    def mark(self, pk: str, state: str) -> None:
+        """Say what the learning shard heard (`OPEN`, `OFF`), unless a bucket replaced the placeholder."""
+        self.writes += 1
+        values = {":state": state, ":expires": int(self._clock()) + LIMIT_TTL_S}
+        self._update(pk, "SET learning = :state, expires_at = :expires", "attribute_not_exists(version)", values)
+
+    def _update(self, pk: str, expression: str, condition: str, values: dict[str, Any]) -> bool:
+        try:
+            self._table.update_item(
+                Key={"pk": pk, "sk": LIMIT_SORT_KEY},
+                UpdateExpression=expression,
+                ConditionExpression=condition,
                 ExpressionAttributeValues=values,
             )
         except ClientError as exc:

@@ -33,17 +33,17 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
-import math
 import random
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from .contract import RateSeed
-from .lease import Bucket, LeasePolicy, capped, contention_delay_s, drained, give_back, lease, retuned
-from .limit_table import BucketTable
-from .limits import parse_reset_s
+from .lease import Bucket, LeasePolicy, contention_delay_s, drained, give_back, joined, lease, retuned
+from .limit_table import OFF, OPEN, BucketTable
+from .limits import learned_rate, learned_token_rate, parse_reset_s, remaining, spent
 from .model import Request
 from .retry import retry_after_s
 from .tokens import estimate_tokens, parsed_body, used_tokens
@@ -52,6 +52,9 @@ from .tokens import estimate_tokens, parsed_body, used_tokens
 _SAME_RATE = 0.01
 # the weight of the newest request in a key's moving average of token costs
 _COST_WEIGHT = 0.05
+# the requests a shard sent before it knew the rate, kept (when, tokens) to debit them from the
+# item it then finds: more than a shard's connections can hold at once
+_UNPACED_KEPT = 4096
 
 
 def limit_key(base_url: str, api_key: str, model: str) -> str:
@@ -59,27 +62,6 @@ def limit_key(base_url: str, api_key: str, model: str) -> str:
     can tell two keys apart but learns nothing that lets them call the provider."""
     digest = hashlib.sha256(f"{base_url.rstrip('/')}|{api_key}".encode()).hexdigest()[:16]
     return f"LIMIT#{digest}#{model}"
-
-
-def _per_second(headers: Mapping[str, str], name: str) -> float | None:
-    raw = headers.get(name)
-    if raw is None:
-        return None
-    try:
-        per_minute = float(raw)
-    except ValueError:
-        return None
-    return per_minute / 60.0 if math.isfinite(per_minute) and per_minute > 0 else None
-
-
-def learned_rate(headers: Mapping[str, str]) -> float | None:
-    """Requests a second from the provider's `x-ratelimit-limit-requests` (a per-minute figure)."""
-    return _per_second(headers, "x-ratelimit-limit-requests")
-
-
-def learned_token_rate(headers: Mapping[str, str]) -> float | None:
-    """Tokens a second from the provider's `x-ratelimit-limit-tokens` (a per-minute figure)."""
-    return _per_second(headers, "x-ratelimit-limit-tokens")
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,9 +100,19 @@ class _Local:
         self.look_every = 0.0
         # the first answer with rate headers is being written to the item: requests wait for it
         self.joining: asyncio.Task[None] | None = None
+        # this shard claimed the placeholder: its answers say what the others wait for
+        self.learner = False
+        self.opened = False
+        # what went unpaced: (when, estimated tokens) of each request sent before the rate was known
+        self.unpaced: deque[tuple[float, int]] = deque(maxlen=_UNPACED_KEPT)
         # workers waiting in `take`: how much of a surplus the shard could use at once
         self.waiting = 0
         self.lock = asyncio.Lock()
+
+    def unpaced_since(self, since: float) -> tuple[int, float]:
+        """The requests and tokens sent unpaced from `since` on: not in a level set then."""
+        sent = [tokens for when, tokens in self.unpaced if when >= since]
+        return len(sent), float(sum(sent))
 
 
 class SharedLimit:
@@ -189,8 +181,10 @@ class SharedLimit:
                 if local.joining is not None:
                     await asyncio.shield(local.joining)
                     continue
-                if self._clock() < local.look_at:
+                now = self._clock()
+                if now < local.look_at:
                     # nobody knows the rate yet: the shard's own concurrency until an answer tells it
+                    local.unpaced.append((now, cost))
                     return Ticket(model)
                 async with local.lock:
                     if local.rate is None and local.joining is None and self._clock() >= local.look_at:
@@ -212,14 +206,45 @@ class SharedLimit:
                     await self._lease(local)
 
     async def _look(self, local: _Local, model: str) -> None:
-        """Find the key's item, or create it from the configured limits."""
-        bucket = await asyncio.to_thread(self.table.load, local.pk)
-        if bucket is None:
-            bucket = await asyncio.to_thread(self._seeded, model, local.pk)
-        if bucket is not None:
-            self._know(local, bucket)
-            return
+        """Find the key's item, or create it from the configured limits. Without either, the first
+        shard to look learns the rate, sending at its own concurrency, while the others wait for
+        it: a wave of every shard's requests before anyone knows the rate would overshoot it."""
         policy = self.policy
+        poll = policy.learn_poll_s
+        while True:
+            now = self._clock()
+            found = await asyncio.to_thread(self.table.look, local.pk)
+            if found is None:
+                found = await asyncio.to_thread(self._seeded, model, local.pk)
+            if found is None:
+                if await asyncio.to_thread(self.table.claim, local.pk, now):
+                    local.learner = True
+                    break
+                continue
+            if isinstance(found, Bucket):
+                if local.unpaced:
+                    # another shard learned the rate while this one sent unpaced
+                    how = _Joining(local, self._clock, policy)
+                    await asyncio.to_thread(self.table.change, local.pk, how)
+                    local.unpaced.clear()
+                self._know(local, found)
+                return
+            if found.state == OFF:
+                local.off = True
+                return
+            if now - found.since >= policy.learn_wait_max_s:
+                # the learner is gone, or its answers take this long: learn anew
+                if await asyncio.to_thread(self.table.claim, local.pk, now, found):
+                    local.learner = True
+                    break
+                continue
+            if found.state == OPEN:
+                break
+            wait = poll * (0.5 + 0.5 * self._rand())
+            self.waited_s += wait
+            await self._sleep(wait)
+            poll = min(policy.learn_poll_max_s, 2 * poll)
+        # send unpaced, and look for the item again later
         local.look_every = min(policy.look_again_max_s, max(policy.look_again_s, 2 * local.look_every))
         local.look_at = self._clock() + local.look_every
 
@@ -313,7 +338,7 @@ class SharedLimit:
             local.window_s = window or local.window_s
             changes.append(lambda b: _follow(b, self._clock(), self.policy, rate, token_rate, window))
         if changes:
-            self._write_later(local.pk, _chained(changes))
+            self._write_later(functools.partial(self.table.change, local.pk, _chained(changes)))
 
     def _learn(self, local: _Local, status: int | None, headers: Mapping[str, str] | None) -> None:
         if local.joining is not None:
@@ -323,34 +348,40 @@ class SharedLimit:
             if status is not None and status < 400:
                 # answered without a rate header: this provider tells nothing to share
                 local.off = True
-            # an error or a timeout says nothing about the rate either way
+                self._write_later(functools.partial(self.table.mark, local.pk, OFF))
+            elif local.learner and not local.opened:
+                # an error or a timeout says nothing about the rate: the others need not wait for it
+                local.opened = True
+                self._write_later(functools.partial(self.table.mark, local.pk, OPEN))
             return
         token_rate = (learned_token_rate(headers) if headers is not None else None) or 0.0
+        now = self._clock()
         bucket = Bucket(
             rate=rate,
             level=0.0,
-            stamp=self._clock(),
+            stamp=now,
             version=1,
             token_rate=token_rate,
             window_s=self.policy.headroom_s,
+            since=now,
         )
         bucket = replace(
             bucket,
-            level=_remaining(headers, "requests", bucket.capacity(self.policy)),
-            token_level=_remaining(headers, "tokens", bucket.token_capacity(self.policy)) if token_rate else 0.0,
+            level=remaining(headers, "requests", bucket.capacity(self.policy)),
+            token_level=remaining(headers, "tokens", bucket.token_capacity(self.policy)) if token_rate else 0.0,
         )
         local.joining = asyncio.get_running_loop().create_task(self._join(local, bucket))
         self._writes.add(local.joining)
 
     async def _join(self, local: _Local, bucket: Bucket) -> None:
-        """Make the key's item from what the first answer with rate headers said, or, when another
-        shard made it first, hold its level to what this answer says remains: what this shard sent
-        before it knew the rate is not in the item's level, but the provider counted it."""
+        """Make the key's item from what the first answer with rate headers said; when another
+        shard made it first, debit what this one sent unpaced since, within what its answer says
+        remains."""
         try:
             if not await asyncio.to_thread(self.table.save, local.pk, bucket):
-                requests, tokens, policy = bucket.level, bucket.token_level, self.policy
-                how = functools.partial(_capped_now, self._clock, policy, requests, tokens)
+                how = _Joining(local, self._clock, self.policy, (bucket.level, bucket.token_level))
                 await asyncio.to_thread(self.table.change, local.pk, how)
+            local.unpaced.clear()
             self._know(local, bucket)
         finally:
             local.joining = None
@@ -358,8 +389,7 @@ class SharedLimit:
     def _on_throttled(self, local: _Local, ticket: Ticket, headers: Mapping[str, str]) -> float | None:
         """When the bucket must pause until, if the 429 says the quota is spent and this shard
         has not paused it that long already."""
-        spent = _spent(headers, "requests", 1) or (ticket.tokens > 0 and _spent(headers, "tokens", ticket.tokens))
-        if not spent:
+        if not (spent(headers, "requests", 1) or (ticket.tokens > 0 and spent(headers, "tokens", ticket.tokens))):
             # a 429 with quota left (an overloaded server, a random fault) is this request's alone
             return None
         now = self._clock()
@@ -384,8 +414,9 @@ class SharedLimit:
         if used is not None:
             self._local(ticket.model).tokens += ticket.tokens - used
 
-    def _write_later(self, pk: str, how: Callable[[Bucket], Bucket | None]) -> None:
-        task = asyncio.get_running_loop().create_task(asyncio.to_thread(self.table.change, pk, how))
+    def _write_later(self, write: Callable[[], object]) -> None:
+        """`write` (to the item) on a thread, without waiting for it; `close` waits."""
+        task = asyncio.get_running_loop().create_task(asyncio.to_thread(write))
         self._writes.add(task)
         task.add_done_callback(self._writes.discard)
 
@@ -408,10 +439,24 @@ class SharedLimit:
         return how
 
 
-def _capped_now(
-    clock: Callable[[], float], policy: LeasePolicy, level: float, token_level: float, bucket: Bucket
-) -> Bucket | None:
-    return capped(bucket, clock(), policy, level, token_level)
+class _Joining:
+    """The change a shard that sent unpaced makes to the item it finds (`lease.joined`)."""
+
+    def __init__(
+        self,
+        local: _Local,
+        clock: Callable[[], float],
+        policy: LeasePolicy,
+        remaining: tuple[float, float] | None = None,
+    ) -> None:
+        self._local = local
+        self._clock = clock
+        self._policy = policy
+        self._remaining = remaining
+
+    def __call__(self, bucket: Bucket) -> Bucket | None:
+        unpaced = self._local.unpaced_since(bucket.since)
+        return joined(bucket, self._clock(), self._policy, unpaced, self._remaining)
 
 
 def _chained(changes: list[Callable[[Bucket], Bucket | None]]) -> Callable[[Bucket], Bucket | None]:
@@ -442,22 +487,3 @@ def _follow(
     if not _differs(rate, bucket.rate) and not _differs(token_rate, bucket.token_rate) and not wider:
         return None
     return retuned(bucket, now, policy, rate, token_rate, window_s=window_s if wider else None)
-
-
-def _spent(headers: Mapping[str, str], kind: str, need: float) -> bool:
-    """Whether `x-ratelimit-remaining-<kind>` says less than `need` is left."""
-    raw = headers.get(f"x-ratelimit-remaining-{kind}")
-    if raw is None:
-        return False
-    try:
-        return float(raw) < need
-    except ValueError:
-        return False
-
-
-def _remaining(headers: Mapping[str, str] | None, kind: str, capacity: float) -> float:
-    raw = headers.get(f"x-ratelimit-remaining-{kind}") if headers is not None else None
-    try:
-        return min(capacity, max(0.0, float(raw))) if raw is not None else capacity
-    except ValueError:
-        return capacity

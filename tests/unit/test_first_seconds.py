@@ -29,14 +29,16 @@ NOT_FOUND = {"error": {"message": "Invalid URL (POST /wrong/v1/chat/completions)
 
 @dataclass
 class Provider:
-    """Answers every request after `delay_s` with `status` and `body`, and no rate headers; counts
-    the requests in flight, and how many were in flight before the first answer went back."""
+    """Answers every request after `delay_s` with `status`, `body` and `headers` (no rate headers
+    unless told); counts the requests in flight, and how many were in flight before the first
+    answer went back."""
 
     status: int = 200
     body: dict[str, Any] = field(default_factory=lambda: {"id": "x", "choices": [], "usage": {"total_tokens": 2}})
     delay_s: float = 0.05
     # a status to answer one custom id with instead, to break a run of refusals
     exceptions: dict[str, int] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
     in_flight: int = 0
     max_in_flight: int = 0
     before_first_answer: int = 0
@@ -57,7 +59,9 @@ class Provider:
             self.in_flight -= 1
         self.answered += 1
         status = self.exceptions.get(request.headers.get("x-sluice-custom-id", ""), self.status)
-        return web.Response(status=status, body=orjson.dumps(self.body), content_type="application/json")
+        return web.Response(
+            status=status, body=orjson.dumps(self.body), content_type="application/json", headers=self.headers
+        )
 
 
 @asynccontextmanager
@@ -201,3 +205,56 @@ def test_the_watch_trips_only_on_the_same_refusal_every_time() -> None:
 )
 def test_the_likely_cause_in_plain_words(status: int, code: str | None, message: str, cause: str) -> None:
     assert likely_cause(status, code, message).startswith(cause)
+
+
+def test_a_full_provider_bucket_is_spent_at_once() -> None:
+    """The first answer says 1,200 a minute and 1,199 remain: 100 workers of one shard send 1,000
+    requests waiting a period (2 s) at most, where a bucket of 10 s of the rate paced 800 of them
+    over 40 s. (10 s of the rate stays in the bucket for the lessees' shares.)"""
+    now = [1_000.0]
+
+    async def sleep(seconds: float) -> None:
+        now[0] += seconds
+        await asyncio.sleep(0)
+
+    limit = SharedLimit(
+        BucketTable(RecordingTable(lambda: now[0]), clock=lambda: now[0]),
+        base_url="http://p/v1",
+        api_key="sk-x",
+        lessee="job#0",
+        clock=lambda: now[0],
+        sleep=sleep,
+    )
+    headers = {"x-ratelimit-limit-requests": "1200", "x-ratelimit-remaining-requests": "1199"}
+    sent = 0
+
+    async def worker() -> None:
+        nonlocal sent
+        for _ in range(10):
+            ticket = await limit.take(chat(sent))
+            sent += 1
+            limit.observe(ticket, 200, headers)
+
+    async def go() -> None:
+        first = await limit.take(chat(0))
+        limit.observe(first, 200, headers)
+        await asyncio.gather(*(worker() for _ in range(100)))
+        await limit.close()
+
+    asyncio.run(asyncio.wait_for(go(), timeout=60))
+    assert sent == 1_000
+    assert limit.waited_s <= 2.0
+
+
+def test_a_spent_quota_in_the_headers_does_not_stop_a_shard_the_shared_limit_paces() -> None:
+    """Answers that say 0 of 1,200 remain, full again in 60 s: the shared bucket paces the shard
+    at the rate (a lease of 40 a second of it, here), instead of every sender pausing a minute."""
+    headers = {
+        "x-ratelimit-limit-requests": "1200",
+        "x-ratelimit-remaining-requests": "0",
+        "x-ratelimit-reset-requests": "60s",
+    }
+    provider = Provider(delay_s=0.01, headers=headers)
+    stats, _ = run(provider, 30, policy=RetryPolicy(request_timeout_s=5.0), shared=shared_limit)
+    assert stats.succeeded == 30
+    assert stats.elapsed_s < 10

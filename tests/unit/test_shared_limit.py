@@ -16,11 +16,13 @@ from moto import mock_aws
 from sluice.contract import RateSeed
 from sluice.lease import SEATS, Bucket, LeasePolicy, drained, give_back, lease, refill, retuned, seat_of
 from sluice.limit_table import BucketTable
+from sluice.limits import learned_rate, learned_token_rate
 from sluice.model import Request
-from sluice.shared_limit import SharedLimit, Ticket, learned_rate, learned_token_rate, limit_key
+from sluice.shared_limit import SharedLimit, Ticket, limit_key
 from sluice.tokens import DEFAULT_OUTPUT_TOKENS, estimate_tokens, request_model, used_tokens
 
 from local.cloud import create_table
+from local.moto_patches import consistent
 
 POLICY = LeasePolicy(min_requests=25, min_period_s=2.0, burst_s=10.0, idle_s=5.0)
 
@@ -127,7 +129,9 @@ def test_model_comes_from_the_body() -> None:
 
 @pytest.fixture
 def table() -> Iterator[Any]:
-    with mock_aws():
+    # DynamoDB's single-item atomicity, as the local cloud has it: moto's conditional updates
+    # from two threads may both pass
+    with mock_aws(), consistent():
         create_table(boto3.client("dynamodb", region_name="us-east-1"), "jobs")
         yield boto3.resource("dynamodb", region_name="us-east-1").Table("jobs")
 
@@ -169,7 +173,8 @@ def test_two_shards_drawing_at_once_never_exceed_the_bucket(table: Any) -> None:
 
     stamps = sorted(t for times in taken.values() for t in times)
     capacity = rate * policy.burst_s
-    # the probes (one per shard, before the rate is known) are the only requests outside the bucket
+    # before the rate is known, the first shard's first request goes outside the bucket (the
+    # other waits for its answer); one more for a clock tick's slack
     probes = len(taken)
     for i, first in enumerate(stamps):
         for j in range(i, len(stamps)):
@@ -456,3 +461,71 @@ def test_a_token_bound_shard_waits_for_tokens_not_requests(table: Any) -> None:
     sent = asyncio.run(run())
     # a minute of 1,000 tokens plus the 10 s burst: about 12,000 / 111 requests, not 6,000
     assert 8 <= sent <= (1000 + 1000 * 10 / 60) / 111 + 2
+
+
+# --- before anybody knows the rate (issue 31) ---------------------------------------------------
+
+
+def test_one_shard_learns_the_rate_while_the_others_wait_for_it(table: Any) -> None:
+    """No seed, no item: the first shard to look sends unpaced and learns from its answer; a
+    second shard waits for that answer instead of sending a wave of its own."""
+    at = FakeTime()
+    headers = {"x-ratelimit-limit-requests": "1200", "x-ratelimit-remaining-requests": "1199"}
+
+    async def run() -> tuple[Ticket, SharedLimit]:
+        first = _limit(table, "job-a#0", at)
+        other = _limit(table, "job-b#0", at)
+        ticket = await first.take(_chat(1))
+        waiting = asyncio.create_task(other.take(_chat(2)))
+        while other.table.reads < 1:
+            await asyncio.sleep(0)
+        for _ in range(50):
+            await asyncio.sleep(0)
+        # it found the item being learned, and waits rather than send a request of its own
+        assert not waiting.done()
+        first.observe(ticket, 200, headers)
+        got = await waiting
+        await first.close()
+        return got, other
+
+    _, other = asyncio.run(run())
+    local = other._local("gpt-4o-mini")
+    # it leased from the learned bucket: nothing went unpaced, and the item counts its lease
+    assert local.rate == pytest.approx(20.0) and not local.unpaced
+    assert set(seated(_item(table), at.now)) == {seat_of("job-b#0")}
+
+
+def test_answers_without_a_rate_let_every_shard_send(table: Any) -> None:
+    """The learning shard's answers are 404s without rate headers: the others stop waiting and
+    send at their own concurrency."""
+    at = FakeTime()
+
+    async def run() -> SharedLimit:
+        first = _limit(table, "job-a#0", at)
+        other = _limit(table, "job-b#0", at)
+        first.observe(await first.take(_chat(1)), 404, {"content-type": "application/json"})
+        await first.close()
+        for n in range(50):
+            await other.take(_chat(n))
+        return other
+
+    other = asyncio.run(run())
+    assert len(other._local("gpt-4o-mini").unpaced) == 50
+    assert at.now < 1_000.0 + 1.0
+
+
+def test_a_provider_without_rate_headers_is_remembered_for_the_next_jobs(table: Any) -> None:
+    at = FakeTime()
+
+    async def run() -> SharedLimit:
+        first = _limit(table, "job-a#0", at)
+        first.observe(await first.take(_chat(1)), 200, {"content-type": "application/json"})
+        await first.close()
+        later = _limit(table, "job-b#0", at)
+        await later.take(_chat(2))
+        return later
+
+    later = asyncio.run(run())
+    assert later._local("gpt-4o-mini").off
+    # one read, no claim of its own
+    assert (later.table.reads, later.table.writes) == (1, 0)
