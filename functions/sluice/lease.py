@@ -31,6 +31,8 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+# a limit header within this share of the known rate is the same limit (no write)
+SAME_RATE = 0.01
 # the seats of a bucket: 2 bytes each in the item, so about 1 KB whatever the number of lessees
 SEATS = 512
 # a seat holds whole seconds past the item's `seats_at`, up to this (about 18 hours)
@@ -294,8 +296,13 @@ def retuned(
     token_rate: float | None,
     *,
     window_s: float | None = None,
+    remaining: tuple[float | None, float | None] = (None, None),
 ) -> Bucket:
-    """The bucket following limits the provider now reports; levels kept, within the new capacities."""
+    """The bucket following limits the provider now reports; levels kept, within the new capacities.
+
+    A bucket a seed made holds `burst_s` of the rate; widened to the provider's window, it is
+    raised to what the answer says `remaining` (requests, tokens), less a lease a lessee may hold
+    unsent (the answer does not count those), so that the provider's headroom is spent."""
     new = replace(
         bucket,
         rate=rate or bucket.rate,
@@ -309,11 +316,42 @@ def retuned(
     if bucket.token_rate <= 0 < new.token_rate:
         # a token limit heard of for the first time: the provider's bucket starts full
         new = replace(new, token_level=new.token_capacity(policy))
+    if window_s is not None:
+        count = max(1.0, lessees(bucket.seats, now))
+        held = max(count * policy.min_requests, new.rate * policy.min_period_s)
+        if remaining[0] is not None:
+            new = replace(new, level=max(new.level, remaining[0] - held))
+        if remaining[1] is not None and new.token_rate > 0:
+            new = replace(new, token_level=max(new.token_level, remaining[1] - held * new.token_rate / new.rate))
     return replace(
         new,
         level=min(new.level, new.capacity(policy)),
         token_level=min(new.token_level, new.token_capacity(policy)) if new.token_rate else 0.0,
     )
+
+
+def differs(heard: float | None, known: float) -> bool:
+    """Whether a rate the provider reports is another than the one known."""
+    return heard is not None and abs(heard - known) > SAME_RATE * max(known, 1e-9)
+
+
+def followed(
+    bucket: Bucket,
+    now: float,
+    policy: LeasePolicy,
+    rate: float | None,
+    token_rate: float | None,
+    window_s: float | None,
+    left: tuple[float | None, float | None],
+) -> Bucket | None:
+    """The bucket following the limits an answer reports (and the provider's window, with what
+    it says is `left`), or None when they are the ones it has."""
+    wider = window_s is not None and bucket.window_s < window_s
+    if not differs(rate, bucket.rate) and not differs(token_rate, bucket.token_rate) and not wider:
+        return None
+    if not wider:
+        return retuned(bucket, now, policy, rate, token_rate)
+    return retuned(bucket, now, policy, rate, token_rate, window_s=window_s, remaining=left)
 
 
 def contention_delay_s(tries: int, policy: LeasePolicy, rand: Callable[[], float]) -> float:

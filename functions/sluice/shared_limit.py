@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
+import math
 import random
 import time
 from collections import deque
@@ -41,15 +42,23 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .contract import RateSeed
-from .lease import Bucket, LeasePolicy, contention_delay_s, drained, give_back, joined, lease, retuned
+from .lease import (
+    Bucket,
+    LeasePolicy,
+    contention_delay_s,
+    differs,
+    drained,
+    followed,
+    give_back,
+    joined,
+    lease,
+)
 from .limit_table import OFF, OPEN, BucketTable
 from .limits import learned_rate, learned_token_rate, parse_reset_s, remaining, spent
 from .model import Request
 from .retry import retry_after_s
 from .tokens import estimate_tokens, parsed_body, used_tokens
 
-# a limit header within this share of the known rate is the same limit (no write)
-_SAME_RATE = 0.01
 # the weight of the newest request in a key's moving average of token costs
 _COST_WEIGHT = 0.05
 # the requests a shard sent before it knew the rate, kept (when, tokens) to debit them from the
@@ -332,11 +341,12 @@ class SharedLimit:
             changes.append(lambda b: drained(b, self._clock(), until, policy) if b.paused_until < until else None)
         rate, token_rate = learned_rate(headers), learned_token_rate(headers)
         window = self.policy.headroom_s if rate is not None and local.window_s < self.policy.headroom_s else None
-        if _differs(rate, local.rate) or _differs(token_rate, local.token_rate) or window:
+        if differs(rate, local.rate) or differs(token_rate, local.token_rate) or window:
             local.rate = rate or local.rate
             local.token_rate = token_rate or local.token_rate
             local.window_s = window or local.window_s
-            changes.append(lambda b: _follow(b, self._clock(), self.policy, rate, token_rate, window))
+            left = (_said(headers, "requests"), _said(headers, "tokens")) if window else (None, None)
+            changes.append(lambda b: followed(b, self._clock(), self.policy, rate, token_rate, window, left))
         if changes:
             self._write_later(functools.partial(self.table.change, local.pk, _chained(changes)))
 
@@ -471,19 +481,7 @@ def _chained(changes: list[Callable[[Bucket], Bucket | None]]) -> Callable[[Buck
     return how
 
 
-def _differs(heard: float | None, known: float) -> bool:
-    return heard is not None and abs(heard - known) > _SAME_RATE * max(known, 1e-9)
-
-
-def _follow(
-    bucket: Bucket,
-    now: float,
-    policy: LeasePolicy,
-    rate: float | None,
-    token_rate: float | None,
-    window_s: float | None,
-) -> Bucket | None:
-    wider = window_s is not None and bucket.window_s < window_s
-    if not _differs(rate, bucket.rate) and not _differs(token_rate, bucket.token_rate) and not wider:
-        return None
-    return retuned(bucket, now, policy, rate, token_rate, window_s=window_s if wider else None)
+def _said(headers: Mapping[str, str], kind: str) -> float | None:
+    """What `x-ratelimit-remaining-<kind>` says is left, None when it says nothing readable."""
+    left = remaining(headers, kind, math.inf)
+    return left if math.isfinite(left) else None

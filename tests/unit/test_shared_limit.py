@@ -529,3 +529,21 @@ def test_a_provider_without_rate_headers_is_remembered_for_the_next_jobs(table: 
     assert later._local("gpt-4o-mini").off
     # one read, no claim of its own
     assert (later.table.reads, later.table.writes) == (1, 0)
+
+
+def test_the_first_headers_on_a_seeded_bucket_spend_what_the_provider_says_remains(table: Any) -> None:
+    """A seed makes a bucket of 10 s of the rate; the first answer says 1,150 of 1,200 remain: the
+    bucket then holds a minute, and what remains, less the lease a lessee may hold unsent."""
+    at = FakeTime()
+    headers = {"x-ratelimit-limit-requests": "1200", "x-ratelimit-remaining-requests": "1150"}
+
+    async def run() -> None:
+        limit = _limit(table, "job#0", at, seeds={"gpt-4o-mini": RateSeed(rpm=1200)})
+        limit.observe(await limit.take(_chat(1)), 200, headers)
+        await limit.close()
+
+    asyncio.run(run())
+    bucket = _item(table)
+    assert bucket.window_s == 60.0
+    # 1,150 less one lease (2 s of the rate) a lessee may hold, and the 39 this one gave back
+    assert bucket.level == pytest.approx(1150 - 40 + 39)
