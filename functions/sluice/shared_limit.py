@@ -17,10 +17,11 @@ write).
 The rates: a seed (the environment's `rate_limits` for the model, else the job's `sluice-rpm` /
 `sluice-tpm`) creates the item before any answer, so the first seconds do not overshoot. Without
 one, a shard sends at its own concurrency until an answer's `x-ratelimit-limit-requests` (and
-`-tokens`) sets them, with the level the answer's `x-ratelimit-remaining-*` reports: what the
-provider says remains is spent at once. Headers win over a seed, and when they later report a
-different limit the item follows. A provider that answers without such headers is not limited
-here, and neither are errors and timeouts: they say nothing about the key's rate (issue 31).
+`-tokens`) sets them, with the level the answer's `x-ratelimit-remaining-*` reports (less what
+the shard sent after that request): what the provider says remains is spent at once. Headers
+win over a seed, and when they later report a different limit the item follows. A provider that
+answers without such headers is not limited here, and neither are errors and timeouts: they say
+nothing about the key's rate (issue 31).
 
 A 429 that says the quota is spent (`x-ratelimit-remaining-*` used up) drains the item and pauses
 it until the provider's Retry-After: every shard stops leasing until then, rather than each
@@ -75,10 +76,12 @@ def limit_key(base_url: str, api_key: str, model: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Ticket:
-    """What `take` let through: the model (the limiter key) and the tokens it was charged."""
+    """What `take` let through: the model (the limiter key) and the tokens it was charged; for a
+    request sent before the rate was known, when it went."""
 
     model: str
     tokens: int = 0
+    unpaced_at: float = 0.0
 
 
 class _Local:
@@ -194,7 +197,7 @@ class SharedLimit:
                 if now < local.look_at:
                     # nobody knows the rate yet: the shard's own concurrency until an answer tells it
                     local.unpaced.append((now, cost))
-                    return Ticket(model)
+                    return Ticket(model, unpaced_at=now)
                 async with local.lock:
                     if local.rate is None and local.joining is None and self._clock() >= local.look_at:
                         await self._look(local, model)
@@ -329,7 +332,7 @@ class SharedLimit:
         if local.off:
             return
         if local.rate is None:
-            self._learn(local, status, headers)
+            self._learn(local, ticket, status, headers)
             return
         if headers is None:
             return
@@ -350,7 +353,7 @@ class SharedLimit:
         if changes:
             self._write_later(functools.partial(self.table.change, local.pk, _chained(changes)))
 
-    def _learn(self, local: _Local, status: int | None, headers: Mapping[str, str] | None) -> None:
+    def _learn(self, local: _Local, ticket: Ticket, status: int | None, headers: Mapping[str, str] | None) -> None:
         if local.joining is not None:
             return
         rate = learned_rate(headers) if headers is not None else None
@@ -375,10 +378,17 @@ class SharedLimit:
             window_s=self.policy.headroom_s,
             since=now,
         )
+        # what the answer says remains does not count the requests this shard sent after it
+        requests, tokens = local.unpaced_since(ticket.unpaced_at)
+        after = max(0, requests - 1)
         bucket = replace(
             bucket,
-            level=remaining(headers, "requests", bucket.capacity(self.policy)),
-            token_level=remaining(headers, "tokens", bucket.token_capacity(self.policy)) if token_rate else 0.0,
+            level=remaining(headers, "requests", bucket.capacity(self.policy)) - after,
+            token_level=(
+                remaining(headers, "tokens", bucket.token_capacity(self.policy)) - tokens * after / max(1, requests)
+                if token_rate
+                else 0.0
+            ),
         )
         local.joining = asyncio.get_running_loop().create_task(self._join(local, bucket))
         self._writes.add(local.joining)

@@ -495,6 +495,28 @@ def test_one_shard_learns_the_rate_while_the_others_wait_for_it(table: Any) -> N
     assert set(seated(_item(table), at.now)) == {seat_of("job-b#0")}
 
 
+def test_the_learned_level_leaves_out_what_was_sent_after_the_answered_request(table: Any) -> None:
+    """The learning shard sent 50 requests before its first answer came back saying 1,199 of
+    1,200 remain: that answer's request went first, so the 49 sent after it are not in what it
+    says remains, and the bucket holds at most 1,150 (a full provider bucket overshot by them
+    ended a run with 429s)."""
+    at = FakeTime()
+    headers = {"x-ratelimit-limit-requests": "1200", "x-ratelimit-remaining-requests": "1199"}
+
+    async def run() -> None:
+        limit = _limit(table, "job-a#0", at)
+        tickets = []
+        for n in range(50):
+            tickets.append(await limit.take(_chat(n)))
+            at.now += 0.001
+        limit.observe(tickets[0], 200, headers)
+        while limit._local("gpt-4o-mini").joining is not None:
+            await asyncio.sleep(0)
+
+    asyncio.run(run())
+    assert _item(table).level <= 1199 - 49
+
+
 def test_answers_without_a_rate_let_every_shard_send(table: Any) -> None:
     """The learning shard's answers are 404s without rate headers: the others stop waiting and
     send at their own concurrency."""
