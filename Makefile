@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test scale lint synth policies bench clean
+.PHONY: demo test scale lint synth policies lock bench clean
 
 $(STAMP): requirements.txt functions/requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -37,6 +37,13 @@ synth: $(STAMP)
 # the local cloud's IAM statements, from the synthesized dev stack
 policies: $(STAMP)
 	$(BIN)/python -m local.iam
+
+# the Lambda asset's dependencies, every one pinned with its hashes, resolved for the runtime
+# (Python 3.12 on x86_64 Linux, wheels only) rather than for this machine
+lock: $(STAMP)
+	$(BIN)/uv pip compile functions/requirements.txt --output-file functions/requirements.lock \
+		--generate-hashes --python-version 3.12 --python-platform x86_64-manylinux_2_28 \
+		--only-binary :all: --custom-compile-command "make lock" --quiet
 
 clean:
 	rm -rf $(VENV) cdk.out out .pytest_cache

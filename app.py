@@ -3,6 +3,7 @@
 
 import aws_cdk as cdk
 
+from infra.checks import SecurityChecks
 from infra.config import cdk_json_context
 from infra.stack import build_app
 
@@ -10,4 +11,6 @@ from infra.stack import build_app
 # CLI's own context (cdk.json, `-c` flags) still takes precedence.
 app = cdk.App(context=cdk_json_context())
 build_app(app)
+# cdk-nag's AwsSolutions pack: synth fails on a finding nobody acknowledged, and says which
+cdk.Validations.of(app).add_plugins(SecurityChecks(app))
 app.synth()

@@ -267,7 +267,8 @@ def main() -> None:
                 assert run.summary["cache"]["hits"] == args.lines and run.summary["cache"]["misses"] == 0
                 hit_walls.append(wall)
                 hit_plans.append(plan)
-            objects, size = store.size()
+            listed = store.listing("", recursive=True)
+            objects, size = len(listed), sum(e.size for e in listed)
         path.unlink()
         print(
             f"{args.lines:,} lines, simulator latency {args.latency} s, {args.concurrency} in flight, "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
@@ -15,6 +16,7 @@ from constructs import IConstruct
 from sluice.contract import (
     DEFAULT_PROVIDER_BASE_URL,
     MODES,
+    PROVIDER_STEPS,
     SETTING_DEFAULTS,
     TIER1_BATCH_QUEUE_TOKENS,
     parse_rate_limits,
@@ -39,6 +41,26 @@ _SECRET_ARN = re.compile(r"^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secr
 _KMS_KEY_ARN = re.compile(r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[A-Za-z0-9-]+$")
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 _ENV_NAME = re.compile(r"^[a-z][a-z0-9-]{0,19}$")
+# Keys cdk.json no longer takes, and what took their place.
+_RETIRED = {
+    "webhook_rate_limit": "the webhook endpoint's throttle is derived from provider_rpm",
+    "webhook_burst_limit": "the webhook endpoint's throttle is derived from provider_rpm",
+}
+
+# The steps a shard runs, one at a time (each mode its own): each reserves `max_shards_in_flight`.
+SHARD_STEPS = PROVIDER_STEPS
+# Lambda keeps this much of an account's concurrency unreserved, for every function that reserves
+# none (here Plan, AwaitShard, Merge, Notify, MarkFailed and CDK's own).
+UNRESERVED_CONCURRENCY = 100
+# A background response sends one webhook when it ends, so webhooks come at most as fast as the
+# provider takes requests, `provider_rpm` / 60 a second (30,000 RPM: 500). The endpoint allows
+# twice that, for deliveries that bunch up and the provider's retries of refused ones, with a
+# burst of twice its rate.
+WEBHOOK_HEADROOM = 2
+# About what one webhook takes in Lambda (verify, three or four DynamoDB calls, maybe a
+# SendTaskSuccess): the function reserves the endpoint's rate times this, and at least the floor.
+WEBHOOK_INVOCATION_S = 0.1
+WEBHOOK_MIN_CONCURRENCY = 10
 
 
 class ConfigError(ValueError):
@@ -81,9 +103,13 @@ class Environment:
     webhook_secret_arn: str | None = None
     # the customer managed KMS key that encrypts the imported secrets above, if not aws/secretsmanager
     secrets_kms_key_arn: str | None = None
-    # API Gateway throttling of the webhook endpoint: steady requests per second, and burst
-    webhook_rate_limit: int = 100
-    webhook_burst_limit: int = 200
+    # the most requests a minute the provider takes from this environment's key, all models
+    # together: the fastest background responses (and so their webhooks) can come
+    provider_rpm: int = 30_000
+    # shards working at once across all jobs: each shard step's reserved concurrency
+    max_shards_in_flight: int = 100
+    # the account's Lambda concurrency quota in the stack's region (1,000 until raised)
+    account_concurrency: int = 1000
     # the provider's limits per model, {"gpt-4o-mini": {"rpm": 30000, "tpm": 150000000}}: they seed
     # the shared limit until the provider's x-ratelimit-* headers say otherwise
     rate_limits: Mapping[str, Mapping[str, float]] | None = None
@@ -102,6 +128,25 @@ class Environment:
     def log_retention(self) -> logs.RetentionDays:
         return LOG_RETENTION[self.log_retention_days]
 
+    @property
+    def webhook_rate_limit(self) -> int:
+        """The webhook endpoint's steady requests a second (API Gateway throttling)."""
+        return math.ceil(self.provider_rpm / 60 * WEBHOOK_HEADROOM)
+
+    @property
+    def webhook_burst_limit(self) -> int:
+        return 2 * self.webhook_rate_limit
+
+    @property
+    def webhook_concurrency(self) -> int:
+        """The webhook function's reserved concurrency: what its endpoint's rate keeps busy."""
+        return max(WEBHOOK_MIN_CONCURRENCY, math.ceil(self.webhook_rate_limit * WEBHOOK_INVOCATION_S))
+
+    @property
+    def reserved_concurrency(self) -> int:
+        """What the environment reserves of the account's concurrency."""
+        return len(SHARD_STEPS) * self.max_shards_in_flight + self.webhook_concurrency
+
     @classmethod
     def from_context(cls, name: str, environments: Mapping[str, Any] | None) -> Environment:
         if not environments:
@@ -119,6 +164,9 @@ class Environment:
             )
 
         known_keys = {f.name for f in fields(cls)} - {"name"}
+        retired = sorted(set(raw) & set(_RETIRED))
+        if retired:
+            raise ConfigError(f"environment {name!r}: {retired[0]} is no longer a setting: {_RETIRED[retired[0]]}")
         unknown = sorted(set(raw) - known_keys)
         if unknown:
             raise ConfigError(f"environment {name!r}: unknown key(s) {', '.join(unknown)}")
@@ -139,8 +187,9 @@ class Environment:
             "cache_ttl_days",
             "poll_seconds",
             "log_retention_days",
-            "webhook_rate_limit",
-            "webhook_burst_limit",
+            "provider_rpm",
+            "max_shards_in_flight",
+            "account_concurrency",
         ):
             if key in values and (type(values[key]) is not int or values[key] <= 0):
                 raise fail(key, "must be a positive integer")
@@ -222,7 +271,23 @@ class Environment:
             raise fail("account", "must be a 12-digit AWS account id")
         if "log_retention_days" in values and values["log_retention_days"] not in LOG_RETENTION:
             raise fail("log_retention_days", f"must be one of {', '.join(map(str, LOG_RETENTION))}")
-        return cls(name=name, **values)
+        config = cls(name=name, **values)
+        if config.map_concurrency > config.max_shards_in_flight:
+            raise ConfigError(
+                f"environment {name!r}: map_concurrency ({config.map_concurrency}) is above max_shards_in_flight "
+                f"({config.max_shards_in_flight}); a job would start shards that can only wait for a place"
+            )
+        room = config.account_concurrency - UNRESERVED_CONCURRENCY
+        if config.reserved_concurrency > room:
+            raise ConfigError(
+                f"environment {name!r}: reserves {config.reserved_concurrency} concurrent Lambdas "
+                f"({len(SHARD_STEPS)} shard steps x max_shards_in_flight {config.max_shards_in_flight}, and "
+                f"{config.webhook_concurrency} for webhooks at provider_rpm {config.provider_rpm}), more than the "
+                f"{room} an account_concurrency of {config.account_concurrency} can reserve (Lambda keeps "
+                f"{UNRESERVED_CONCURRENCY} unreserved); lower max_shards_in_flight, or raise the account's quota "
+                "and account_concurrency"
+            )
+        return config
 
 
 def stack_instance_id(scope: IConstruct) -> str:

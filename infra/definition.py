@@ -12,12 +12,14 @@ import json
 from typing import Any
 
 from sluice.contract import (
+    MARK_FAILED_ERROR_KEY,
     SHARD_KEY,
     STEPS,
     BatchCollected,
     BatchSubmitted,
     Collected,
     DirectRun,
+    MarkedFailed,
     Merged,
     Planned,
     StepResult,
@@ -33,26 +35,49 @@ SHARD = f"$.{SHARD_KEY}"
 # service's side after the SDK's own retries (`sluice.aws_errors.Transient`, turned so at the
 # handler boundary by `handlers.observability.instrumented`).
 TRANSIENT_STEP_ERROR = "Transient"
+# A Lambda invocation timed out: a shard that outlives its Lambda resumes from its checkpoints
+# on the retry.
+LAMBDA_TIMEOUT = "Sandbox.Timedout"
 # Errors a Lambda invocation can raise that say nothing about our code: the call is worth
 # repeating as is; and the steps' own transient failures.
 TRANSIENT_LAMBDA_ERRORS = [
     "Lambda.ServiceException",
     "Lambda.AWSLambdaException",
     "Lambda.SdkClientException",
-    "Lambda.TooManyRequestsException",
     "Lambda.ClientExecutionTimeoutException",
     "Lambda.Unknown",
-    # a shard that outlives its Lambda resumes from its checkpoints on the retry
-    "Sandbox.Timedout",
+    LAMBDA_TIMEOUT,
     TRANSIENT_STEP_ERROR,
 ]
+TRANSIENT_RETRY = {"IntervalSeconds": 2, "MaxAttempts": 6, "BackoffRate": 2.0, "MaxDelaySeconds": 60}
+# Lambda refuses an invocation while the function's reserved concurrency (or the account's) is
+# taken: a shard waits for other jobs' shards to end rather than fail its job. The waits climb to
+# 2 minutes and stay there: 40 of them, up to 73 minutes in all, 36 on average with the full
+# jitter that spreads the waiting shards out. Each refused attempt is 3 history events
+# (TaskScheduled, TaskStarted, TaskFailed): at most 123 for a whole wait, of a child's 25,000.
+THROTTLED_LAMBDA_ERRORS = ["Lambda.TooManyRequestsException"]
+THROTTLE_RETRY = {"IntervalSeconds": 5, "MaxAttempts": 40, "BackoffRate": 2.0, "MaxDelaySeconds": 120}
+
+
+def _retry(transient: list[str]) -> list[dict[str, Any]]:
+    """A Lambda step's Retry: throttling first (its own, longer budget), then `transient`."""
+    return [
+        {"ErrorEquals": THROTTLED_LAMBDA_ERRORS, **THROTTLE_RETRY, "JitterStrategy": "FULL"},
+        {"ErrorEquals": transient, **TRANSIENT_RETRY, "JitterStrategy": "FULL"},
+    ]
 
 
 def _invoke(
-    placeholder: str, payload: str | dict[str, Any], result: type[StepResult] | None, next_state: str | None
+    placeholder: str,
+    payload: str | dict[str, Any],
+    result: type[StepResult] | None,
+    next_state: str | None,
+    *,
+    transient: list[str] = TRANSIENT_LAMBDA_ERRORS,
 ) -> dict[str, Any]:
     """A Lambda step: `payload` is a path into the state or a Parameters object; the step's typed
-    `result` goes to its own place in the state (`$.<KEY>`), or nowhere when None."""
+    `result` goes to its own place in the state (`$.<KEY>`), or nowhere when None. `transient`:
+    the errors it retries as they are."""
     params: dict[str, Any] = {"FunctionName": "${" + placeholder + "}"}
     if isinstance(payload, str):
         params["Payload.$"] = payload
@@ -62,16 +87,7 @@ def _invoke(
         "Type": "Task",
         "Resource": "arn:aws:states:::lambda:invoke",
         "Parameters": params,
-        "Retry": [
-            {
-                "ErrorEquals": TRANSIENT_LAMBDA_ERRORS,
-                "IntervalSeconds": 2,
-                "MaxAttempts": 6,
-                "BackoffRate": 2.0,
-                "MaxDelaySeconds": 60,
-                "JitterStrategy": "FULL",
-            }
-        ],
+        "Retry": _retry(transient),
     }
     if result is None:
         state["ResultPath"] = None
@@ -99,15 +115,7 @@ def _await(wait_seconds: str, next_state: str) -> dict[str, Any]:
         },
         "TimeoutSecondsPath": wait_seconds,
         "ResultPath": None,
-        "Retry": [
-            {
-                "ErrorEquals": TRANSIENT_LAMBDA_ERRORS,
-                "IntervalSeconds": 2,
-                "MaxAttempts": 6,
-                "BackoffRate": 2.0,
-                "JitterStrategy": "FULL",
-            }
-        ],
+        "Retry": _retry(TRANSIENT_LAMBDA_ERRORS),
         "Catch": [{"ErrorEquals": ["States.Timeout"], "ResultPath": None, "Next": next_state}],
         "Next": next_state,
     }
@@ -220,8 +228,20 @@ def definition() -> dict[str, Any]:
     notify = _invoke(p["notify"], f"$.{Merged.KEY}", None, None)
     notify["OutputPath"] = f"$.{Merged.KEY}"
 
-    # MarkFailed reads the plan if there is one, else the S3 event the execution started with
-    mark_failed = _invoke(p["mark_failed"], "$", None, "Job failed")
+    # MarkFailed reads the plan if there is one, else the S3 event the execution started with. It
+    # assembles the shards that never finished for part of its time and runs again for the rest;
+    # a timeout would come back on a retry, so it goes to the Catch. Whatever fails it, the job
+    # still ends FAILED, with a summary and its event, at the cost of a few requests.
+    mark_failed = _invoke(
+        p["mark_failed"],
+        "$",
+        MarkedFailed,
+        "Every line accounted for?",
+        transient=[e for e in TRANSIENT_LAMBDA_ERRORS if e != LAMBDA_TIMEOUT],
+    )
+    mark_failed["Catch"] = [
+        {"ErrorEquals": ["States.ALL"], "ResultPath": f"$.{MARK_FAILED_ERROR_KEY}", "Next": "MarkFailed (summary only)"}
+    ]
 
     return {
         "Comment": "Sluice: one execution per input object; Plan, run every shard, Merge, Notify.",
@@ -239,6 +259,12 @@ def definition() -> dict[str, Any]:
             "Merge": merge,
             "Notify": notify,
             "MarkFailed": mark_failed,
+            "Every line accounted for?": {
+                "Type": "Choice",
+                "Choices": [_is_true(MarkedFailed.path("done"), "Job failed")],
+                "Default": "MarkFailed",
+            },
+            "MarkFailed (summary only)": _invoke(p["mark_failed"], "$", None, "Job failed"),
             "Job failed": {"Type": "Fail", "Error": "JobFailed", "Cause": "See the job's errors file."},
         },
     }

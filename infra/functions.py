@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import cast
 
 import aws_cdk as cdk
 import aws_cdk.aws_dynamodb as dynamodb
@@ -17,6 +16,7 @@ from constructs import Construct
 from sluice.contract import (
     ENVIRONMENT_VARIABLE,
     METRICS_NAMESPACE,
+    PROVIDER_STEPS,
     SERVICE,
     STEPS,
     WEBHOOK,
@@ -26,7 +26,7 @@ from sluice.contract import (
     queue_tokens_text,
 )
 
-from infra.bundling import LocalBundling
+from infra.bundling import lambda_code
 from infra.config import Environment
 
 FUNCTIONS_DIR = Path(__file__).resolve().parent.parent / "functions"
@@ -67,6 +67,7 @@ def lambda_environment(
         default_model=config.default_model,
         concurrency=config.concurrency,
         map_concurrency=config.map_concurrency,
+        max_shards_in_flight=config.max_shards_in_flight,
         max_attempts=config.max_attempts,
         request_timeout_s=config.request_timeout_s,
         shard_lines=config.shard_lines,
@@ -79,6 +80,7 @@ def lambda_environment(
         batch_queue_default_tokens=config.batch_queue_default_tokens,
         budget_usd=config.budget_usd or 0.0,
         rate_limits=json.dumps(config.rate_limits, sort_keys=True) if config.rate_limits else None,
+        cache_ttl_days=config.cache_ttl_days,
     )
     return {**settings.to_env(), **powertools_environment(config)}
 
@@ -94,7 +96,13 @@ def webhook_environment(
 
 
 class Functions(Construct):
-    """Roles start empty: the stack grants each one exactly what its step needs."""
+    """Roles start empty: the stack grants each one exactly what its step needs.
+
+    Concurrency is reserved where many run at once: each step a shard runs gets
+    `max_shards_in_flight`, so jobs together never run more shards than that in any one mode (a
+    shard runs one of them at a time; a throttled one waits in the workflow), and the webhook
+    receiver gets what its endpoint's rate needs, so shards can never starve it.
+    """
 
     def __init__(
         self,
@@ -110,19 +118,14 @@ class Functions(Construct):
     ) -> None:
         super().__init__(scope, id)
         environment = lambda_environment(config, bucket=bucket, table=table, api_key=api_key)
-        self.code = lambda_.Code.from_asset(
-            str(source),
-            exclude=["__pycache__", "*.pyc", ".pytest_cache", ".mypy_cache", "tests"],
-            bundling=cdk.BundlingOptions(
-                image=cdk.DockerImage.from_registry("unused"),
-                # jsii.implements makes it an ILocalBundling at runtime; mypy cannot tell.
-                local=cast(cdk.ILocalBundling, LocalBundling(source=source)),
-            ),
-        )
+        self.code = lambda_code(source)
         self.by_step: dict[str, lambda_.Function] = {}
         self.log_groups: dict[str, logs.LogGroup] = {}
         for step in STEPS.values():
-            self.by_step[step.name] = self._function(config, step, environment, f"Sluice {step.name} step")
+            reserved = config.max_shards_in_flight if step.name in PROVIDER_STEPS else None
+            self.by_step[step.name] = self._function(
+                config, step, environment, f"Sluice {step.name} step", reserved=reserved
+            )
 
         # Kept out of `by_step`: the state machine's definition neither has nor invokes it.
         self.webhook = self._function(
@@ -130,10 +133,11 @@ class Functions(Construct):
             WEBHOOK,
             webhook_environment(config, table=table, webhook_secret=webhook_secret),
             "Sluice webhook receiver: verifies provider webhooks and settles items",
+            reserved=config.webhook_concurrency,
         )
 
     def _function(
-        self, config: Environment, step: Step, environment: dict[str, str], description: str
+        self, config: Environment, step: Step, environment: dict[str, str], description: str, *, reserved: int | None
     ) -> lambda_.Function:
         name = step.construct_id
         log_group = logs.LogGroup(
@@ -163,4 +167,5 @@ class Functions(Construct):
             environment=environment,
             description=description,
             tracing=lambda_.Tracing.ACTIVE,
+            reserved_concurrent_executions=reserved,
         )

@@ -7,12 +7,13 @@ webhooks): jobs and items as they finish, and webhooks by verdict.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import aws_cdk as cdk
 import aws_cdk.aws_apigatewayv2 as apigwv2
 import aws_cdk.aws_cloudwatch as cloudwatch
 import aws_cdk.aws_cloudwatch_actions as cloudwatch_actions
+import aws_cdk.aws_dynamodb as dynamodb
 import aws_cdk.aws_kms as kms
 import aws_cdk.aws_lambda as lambda_
 import aws_cdk.aws_sns as sns
@@ -28,6 +29,11 @@ MINUTE = cdk.Duration.minutes(1)
 # for as long as jobs run; a stray probe of the URL is one or two. The window tells them apart.
 WEBHOOK_REJECTIONS_PERIOD = cdk.Duration.minutes(15)
 WEBHOOK_REJECTIONS_THRESHOLD = 5
+# DynamoDB's throttle counts, for the table and for each index: one of these above zero is a hot
+# key or partition (the SDK retries it, so it costs time first, then fails a step as `Transient`).
+THROTTLE_METRICS = ("ReadThrottleEvents", "WriteThrottleEvents")
+# The id of the warning an environment gets when its alarms reach nobody.
+NO_SUBSCRIBER_WARNING = "sluice:alarms-reach-nobody"
 
 
 class Monitoring(Construct):
@@ -43,6 +49,8 @@ class Monitoring(Construct):
         alarm_email: str | None,
         removal_policy: cdk.RemovalPolicy,
         webhook_api: apigwv2.IHttpApi | None = None,
+        table: dynamodb.ITable | None = None,
+        table_indexes: Sequence[str] = (),
     ) -> None:
         super().__init__(scope, id)
         self.env_name = env_name
@@ -64,6 +72,13 @@ class Monitoring(Construct):
         )
         if alarm_email:
             self.topic.add_subscription(subscriptions.EmailSubscription(alarm_email))
+        else:
+            cdk.Annotations.of(self).add_warning_v2(
+                NO_SUBSCRIBER_WARNING,
+                f"The alarms of Sluice {env_name} reach nobody: their topic has no subscriber. Set "
+                f"`alarm_email` of environment {env_name!r} in cdk.json (context.environments.{env_name}.alarm_email), "
+                "or subscribe to the AlarmTopic yourself.",
+            )
 
         self.alarms: list[cloudwatch.Alarm] = []
         self._alarm(
@@ -81,7 +96,18 @@ class Monitoring(Construct):
             self._alarm(
                 f"{_title(step)}Throttles",
                 function.metric_throttles(period=PERIOD, statistic="Sum"),
-                f"The {step} Lambda was throttled; check the account's concurrency quota.",
+                f"The {step} Lambda was throttled: its reserved concurrency (max_shards_in_flight for a shard "
+                "step, the webhook's own share) or the account's quota was reached. Throttled shards wait; "
+                "raise the cap in cdk.json if they wait often (docs/deploy.md, Concurrency across jobs).",
+            )
+        if table is not None:
+            self.table_throttles = self._throttles(table, table_indexes)
+            self._alarm(
+                "TableThrottles",
+                self.table_throttles,
+                f"DynamoDB throttled reads or writes of the Sluice {env_name} table or its index: a hot key or "
+                "partition. The SDK retries them; what outlasts its retries fails a step, which the workflow "
+                "retries. The dashboard shows which.",
             )
         self._alarm(
             "StartFailures",
@@ -194,6 +220,12 @@ class Monitoring(Construct):
                 )
             )
         self.dashboard.add_widgets(*webhooks)
+        if table is not None:
+            self.dashboard.add_widgets(
+                cloudwatch.GraphWidget(
+                    title="DynamoDB throttle events", left=list(self.throttle_metrics.values()), width=24
+                )
+            )
 
     def metric(self, name: str, *, period: cdk.Duration = PERIOD, label: str | None = None) -> cloudwatch.Metric:
         """One of the handlers' EMF metrics (counts), summed, for this environment."""
@@ -206,7 +238,38 @@ class Monitoring(Construct):
             label=label,
         )
 
-    def _alarm(self, name: str, metric: cloudwatch.Metric, description: str, *, threshold: int = 1) -> None:
+    def _throttles(self, table: dynamodb.ITable, indexes: Sequence[str]) -> cloudwatch.MathExpression:
+        """Read and write throttle events of the table and of each index, summed (a missing one is 0)."""
+        metrics: dict[str, cloudwatch.IMetric] = {}
+        for where, index in [("table", None), *((f"index{n}", name) for n, name in enumerate(indexes))]:
+            dimensions = {"TableName": table.table_name}
+            if index is not None:
+                dimensions["GlobalSecondaryIndexName"] = index
+            for kind in THROTTLE_METRICS:
+                metrics[f"{where}{kind[:4].lower()}"] = cloudwatch.Metric(
+                    namespace="AWS/DynamoDB",
+                    metric_name=kind,
+                    dimensions_map=dimensions,
+                    statistic="Sum",
+                    period=PERIOD,
+                    label=f"{index or 'table'} {kind}",
+                )
+        self.throttle_metrics = metrics
+        return cloudwatch.MathExpression(
+            expression=" + ".join(f"FILL({name}, 0)" for name in metrics),
+            using_metrics=metrics,
+            label="DynamoDB throttle events",
+            period=PERIOD,
+        )
+
+    def _alarm(
+        self,
+        name: str,
+        metric: cloudwatch.Metric | cloudwatch.MathExpression,
+        description: str,
+        *,
+        threshold: int = 1,
+    ) -> None:
         alarm = metric.create_alarm(
             self,
             name,

@@ -11,23 +11,54 @@ import aws_cdk.aws_iam as iam
 from constructs import Construct, IConstruct
 from sluice.contract import CACHE_PREFIX, INBOX_PREFIX, JOBS_PREFIX, OUTBOX_PREFIX, PROVIDER_ID_INDEX, PROVIDER_STEPS
 
+from infra.cdk_logs import CdkLogs, cdk_functions
+from infra.checks import action_finding
 from infra.config import ConfigError, Environment
 from infra.functions import EVENT_BUS, Functions
 from infra.monitoring import Monitoring
 from infra.secrets import Secrets
 from infra.storage import Storage
+from infra.table_access import INDEX_ACTIONS, TABLE_ACTIONS
 from infra.webhooks import Webhooks
 from infra.workflow import Workflow
 
 # The step that parks a shard's task token and wakes the shard if its work already settled.
 TASK_TOKEN_STEPS = ("await_shard",)
-# The steps that assemble outbox/ from the shards' files and announce the outcome.
+# `-c without_provider_index=true`: deploy once without the provider-id index, to change how it
+# is built (docs/deploy.md); webhooks for batches fail meanwhile, and polling finishes the shards.
+WITHOUT_PROVIDER_INDEX = "without_provider_index"
+# The steps that assemble outbox/ from the shards' files.
 OUTPUT_STEPS = ("merge", "mark_failed")
-# What the webhook Lambda does to the table (`JobStore.remember_webhook`, `settle_item`,
-# `settle_batch`), and to the index that finds an item or shard by its provider id. A unit test
-# runs the handler and checks that it calls nothing else.
-WEBHOOK_TABLE_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem")
-WEBHOOK_INDEX_ACTIONS = ("dynamodb:Query",)
+# The steps that announce how a job ended (Merge's outcome goes out through Notify).
+EVENT_STEPS = ("notify", "mark_failed")
+# What the webhook Lambda does to the table, and to the index that finds a shard by its provider
+# id; a test runs the handler and checks that it calls nothing else.
+WEBHOOK_TABLE_ACTIONS = TABLE_ACTIONS["webhook"]
+WEBHOOK_INDEX_ACTIONS = INDEX_ACTIONS["webhook"]
+
+# The Service Authorization Reference lists no resource type for states:SendTaskSuccess (nor
+# SendTaskFailure, SendTaskHeartbeat), and says an action without one takes "Resource": "*"
+# (https://docs.aws.amazon.com/service-authorization/latest/reference/list_awsstepfunctions.html);
+# which ARN a Distributed Map child's token would be checked against is not documented. The token
+# is what authorizes the call: it is unguessable and names one waiting task.
+CALLBACK_REASON = (
+    "SendTaskSuccess has no resource type in the Service Authorization Reference, so the documented form is "
+    '"Resource": "*"; the task token itself names the one waiting task.'
+)
+# Actions CDK grants for features we turn on, which support no resource-level permission.
+TRACING_ACTIONS = ("xray:PutTraceSegments", "xray:PutTelemetryRecords")
+TRACING_REASON = "Active tracing: X-Ray's PutTraceSegments and PutTelemetryRecords support no resource-level grant."
+WORKFLOW_LOG_ACTIONS = (
+    "logs:CreateLogDelivery",
+    "logs:DeleteLogDelivery",
+    "logs:DescribeLogGroups",
+    "logs:DescribeResourcePolicies",
+    "logs:GetLogDelivery",
+    "logs:ListLogDeliveries",
+    "logs:PutResourcePolicy",
+    "logs:UpdateLogDelivery",
+)
+WORKFLOW_TRACING_ACTIONS = ("xray:GetSamplingRules", "xray:GetSamplingTargets", *TRACING_ACTIONS)
 
 
 class SluiceStack(cdk.Stack):
@@ -44,6 +75,7 @@ class SluiceStack(cdk.Stack):
             versioned=config.versioning,
             point_in_time_recovery=config.point_in_time_recovery,
             removal_policy=removal,
+            provider_index=not self.node.try_get_context(WITHOUT_PROVIDER_INDEX),
         )
         self.secrets = Secrets(
             self,
@@ -91,6 +123,8 @@ class SluiceStack(cdk.Stack):
             alarm_email=config.alarm_email,
             removal_policy=removal,
             webhook_api=self.webhooks.api,
+            table=self.storage.table,
+            table_indexes=self.storage.indexes,
         )
 
         self._grant_functions()
@@ -98,6 +132,14 @@ class SluiceStack(cdk.Stack):
         self._grant_workflow()
         self._grant_monitoring()
         self._acknowledge_nag_findings()
+        # last, once every construct that brings one of CDK's own Lambdas exists
+        self.cdk_logs = CdkLogs(
+            self,
+            "CdkLogs",
+            functions=cdk_functions(self, [*self.functions.by_step.values(), self.functions.webhook]),
+            retention=config.log_retention,
+            removal_policy=removal,
+        )
 
         cdk.CfnOutput(self, "BucketName", value=self.storage.bucket.bucket_name)
         cdk.CfnOutput(self, "TableName", value=self.storage.table.table_name)
@@ -136,6 +178,12 @@ class SluiceStack(cdk.Stack):
         """Records a deliberate cdk-nag (AwsSolutions) finding, with the reason, on the construct."""
         cdk.Validations.of(construct).acknowledge(cdk.Acknowledgment(id=rule, reason=reason))
 
+    def _acknowledge_actions(self, construct: IConstruct, actions: Sequence[str], reason: str) -> None:
+        """Actions granted on every resource, each acknowledged by name (`infra.checks`): a statement
+        on "*" with any other action is still a finding."""
+        for action in actions:
+            self._acknowledge(construct, action_finding(action), reason)
+
     def _allow(
         self,
         role: iam.IRole,
@@ -152,7 +200,10 @@ class SluiceStack(cdk.Stack):
             if "*" in spelled:
                 if not wildcard_reason:
                     raise ValueError(f"{spelled} has a wildcard; say why with wildcard_reason")
-                self._acknowledge(role, f"AwsSolutions-IAM5[Resource::{spelled}]", wildcard_reason)
+                if spelled == "*":
+                    self._acknowledge_actions(role, actions, wildcard_reason)
+                else:
+                    self._acknowledge(role, f"AwsSolutions-IAM5[Resource::{spelled}]", wildcard_reason)
 
     def _allow_secret_decrypt(self, role: iam.IRole | None, secret_arn: str) -> None:
         """An imported secret under a customer managed key: Decrypt, only through Secrets Manager, for it."""
@@ -195,13 +246,8 @@ class SluiceStack(cdk.Stack):
 
         for step, function in by_step.items():
             self.functions.log_groups[step].grant_write(function)
-            table.grant_read_write_data(function)
-            assert function.role is not None  # Functions gives every step its own role
-            self._acknowledge(
-                function.role,
-                f"AwsSolutions-IAM5[Resource::{self._spelled(table.table_arn)}/index/*]",
-                "CDK's table grant covers the table's indexes; webhooks look items up by provider id.",
-            )
+            if TABLE_ACTIONS[step]:
+                allow([step], list(TABLE_ACTIONS[step]), [table.table_arn])
 
         # HeadObject is authorised by s3:GetObject, so Plan can read the ETag and metadata.
         allow(["plan"], ["s3:GetObject"], self._objects(INBOX_PREFIX), wildcard_reason=inbox)
@@ -220,9 +266,7 @@ class SluiceStack(cdk.Stack):
                 self._allow_secret_decrypt(by_step[step].role, self.secrets.api_key.secret_arn)
 
         # UploadPartCopy needs GetObject on the source part and PutObject on the target.
-        allow(
-            OUTPUT_STEPS, ["s3:GetObject"], self._objects(INBOX_PREFIX, JOBS_PREFIX), wildcard_reason=f"{inbox} {jobs}"
-        )
+        allow(OUTPUT_STEPS, ["s3:GetObject"], self._objects(JOBS_PREFIX), wildcard_reason=jobs)
         allow(
             OUTPUT_STEPS,
             ["s3:PutObject", "s3:AbortMultipartUpload"],
@@ -230,8 +274,10 @@ class SluiceStack(cdk.Stack):
             wildcard_reason=outbox,
         )
         # A failed job still accounts for every line: MarkFailed first finishes the shards that
-        # never did (`sluice.shard.assemble`), which writes each shard's final files and nothing
-        # else under jobs/, then concatenates them into outbox/ as Merge would.
+        # never did (`sluice.shard.assemble`), which reads their lines from the input and writes each
+        # shard's final files and nothing else under jobs/, then concatenates them into outbox/ as
+        # Merge would.
+        allow(["mark_failed"], ["s3:GetObject"], self._objects(INBOX_PREFIX), wildcard_reason=inbox)
         allow(
             ["mark_failed"],
             ["s3:PutObject"],
@@ -242,7 +288,7 @@ class SluiceStack(cdk.Stack):
             wildcard_reason="A failed job's shards are under jobs/<job id>/shards/<shard>/, named only when it runs.",
         )
         default_bus = self.format_arn(service="events", resource="event-bus", resource_name=EVENT_BUS)
-        allow([*OUTPUT_STEPS, "notify"], ["events:PutEvents"], [default_bus])
+        allow(EVENT_STEPS, ["events:PutEvents"], [default_bus])
 
         # Without ListBucket a missing checkpoint reads as 403 instead of 404.
         allow(
@@ -252,15 +298,21 @@ class SluiceStack(cdk.Stack):
             conditions={"StringLike": {"s3:prefix": ["jobs/", "jobs/*"]}},
         )
 
-        # The response cache (`sluice.cache`): Plan reads the indexes and the hits' segments and
-        # folds many indexes into one; the steps that get answers add a segment and its index.
-        # Nothing else reads or writes cache/, and no step deletes a segment (the lifecycle rule does).
+        # The response cache (`sluice.cache`): Plan reads the indexes and the hits' segments; the
+        # steps that get answers add a segment and its index; Merge compacts the indexes
+        # (`sluice.cache_compact`: reads, writes and deletes under cache/index/, lists segments).
+        # Nothing deletes a segment (the lifecycle rule does).
         cache = "Response cache objects are named by the job, shard and run that wrote them, under cache/."
         cache_index = f"{CACHE_PREFIX}index/"
         allow(["plan"], ["s3:GetObject"], self._objects(CACHE_PREFIX), wildcard_reason=cache)
-        allow(["plan"], ["s3:PutObject", "s3:DeleteObject"], self._objects(cache_index), wildcard_reason=cache)
         allow(
-            ["plan"],
+            ["merge"],
+            ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"],
+            self._objects(cache_index),
+            wildcard_reason=cache,
+        )
+        allow(
+            ["plan", "merge"],
             ["s3:ListBucket"],
             [self.storage.bucket.bucket_arn],
             # all of cache/, so that a segment the lifecycle rule expired reads as 404 (a miss), not 403
@@ -273,13 +325,8 @@ class SluiceStack(cdk.Stack):
             wildcard_reason=cache,
         )
 
-        machine = self.workflow.state_machine_arn
-        allow(
-            TASK_TOKEN_STEPS,
-            ["states:SendTaskSuccess", "states:SendTaskFailure", "states:SendTaskHeartbeat"],
-            [machine, f"{machine}/*"],
-            wildcard_reason="Task tokens come from the Map's child executions, of `<state machine>/<Map label>`.",
-        )
+        # AwaitShard wakes its own shard when nothing is left to wait for; it never fails a task
+        allow(TASK_TOKEN_STEPS, ["states:SendTaskSuccess"], ["*"], wildcard_reason=CALLBACK_REASON)
 
     def _grant_webhook(self) -> None:
         """The webhook Lambda: its log group, its items and shards, its secret, and task tokens."""
@@ -293,23 +340,14 @@ class SluiceStack(cdk.Stack):
         self._allow(role, ["secretsmanager:GetSecretValue"], [self.secrets.webhook_secret.secret_arn])
         if not self.secrets.webhook_secret_created:
             self._allow_secret_decrypt(role, self.secrets.webhook_secret.secret_arn)
-        machine = self.workflow.state_machine_arn
-        self._allow(
-            role,
-            ["states:SendTaskSuccess"],
-            [machine, f"{machine}/*"],
-            wildcard_reason="Task tokens come from the Map's child executions, of `<state machine>/<Map label>`.",
-        )
+        self._allow(role, ["states:SendTaskSuccess"], ["*"], wildcard_reason=CALLBACK_REASON)
 
     def _grant_workflow(self) -> None:
         workflow = self.workflow
-        functions = self.functions.by_step.values()
-        self._allow(
-            workflow.role,
-            ["lambda:InvokeFunction"],
-            [arn for f in functions for arn in (f.function_arn, f"{f.function_arn}:*")],
-            wildcard_reason="Invoking the function's published versions and aliases, as well as $LATEST.",
-        )
+        # The definition names each function by its unqualified ARN (`lambda:invoke` runs $LATEST),
+        # and IAM matches that ARN alone: no version or alias (`<arn>:*`) is ever invoked.
+        # https://docs.aws.amazon.com/lambda/latest/dg/lambda-api-permissions-ref.html
+        self._allow(workflow.role, ["lambda:InvokeFunction"], [f.function_arn for f in self.functions.by_step.values()])
         # The Distributed Map's ItemReader reads the manifest that Plan wrote.
         self._allow(
             workflow.role,
@@ -326,11 +364,13 @@ class SluiceStack(cdk.Stack):
             workflow.execution_arns,
             wildcard_reason="The Map's child executions of this state machine, named only when they start.",
         )
-        self._acknowledge(
+        self._acknowledge_actions(
             workflow.role,
-            "AwsSolutions-IAM5[Resource::*]",
-            "Log delivery and X-Ray tracing actions that CDK adds do not support resource-level permissions.",
+            WORKFLOW_LOG_ACTIONS,
+            "Step Functions' log delivery to CloudWatch Logs, which CDK grants: these actions support no "
+            "resource-level permission.",
         )
+        self._acknowledge_actions(workflow.role, WORKFLOW_TRACING_ACTIONS, TRACING_REASON)
 
     def _grant_monitoring(self) -> None:
         """CloudWatch may publish to the alarm topic, and use its key, for this account's alarms only.
@@ -374,12 +414,7 @@ class SluiceStack(cdk.Stack):
                 "Pinned to Python 3.12, the runtime the handlers and their bundled wheels are built for.",
             )
             assert function.role is not None
-            self._acknowledge(
-                function.role,
-                "AwsSolutions-IAM5[Resource::*]",
-                "Active tracing: xray:PutTraceSegments and xray:PutTelemetryRecords, which CDK grants, do not "
-                "support resource-level permissions.",
-            )
+            self._acknowledge_actions(function.role, TRACING_ACTIONS, TRACING_REASON)
         self._acknowledge(
             self.workflow.state_machine,
             "AwsSolutions-SF1",

@@ -8,10 +8,13 @@ import aws_cdk.aws_s3 as s3
 from constructs import Construct
 from sluice.contract import (
     CACHE_PREFIX,
+    INBOX_PREFIX,
     JOBS_PREFIX,
+    OUTBOX_PREFIX,
     PARTITION_KEY,
     PROVIDER_ID_ATTRIBUTE,
     PROVIDER_ID_INDEX,
+    PROVIDER_ID_PROJECTION,
     SORT_KEY,
     TTL_ATTRIBUTE,
 )
@@ -31,6 +34,7 @@ class Storage(Construct):
         point_in_time_recovery: bool,
         removal_policy: cdk.RemovalPolicy,
         cache_ttl_days: int = 30,
+        provider_index: bool = True,
     ) -> None:
         super().__init__(scope, id)
         destroy = removal_policy == cdk.RemovalPolicy.DESTROY
@@ -62,6 +66,19 @@ class Storage(Construct):
             expiration=cdk.Duration.days(cache_ttl_days),
             noncurrent_version_expiration=cdk.Duration.days(1) if versioned else None,
         )
+        # Inputs and results are the users' to delete. With versioning on, a replaced or deleted one
+        # stays restorable as long as a job's files are kept, then goes, as does the delete marker
+        # left alone once its versions have.
+        kept_rules = [
+            s3.LifecycleRule(
+                id=f"expire-noncurrent-{prefix.strip('/')}",
+                prefix=prefix,
+                noncurrent_version_expiration=cdk.Duration.days(ttl_days),
+                expired_object_delete_marker=True,
+            )
+            for prefix in (INBOX_PREFIX, OUTBOX_PREFIX)
+            if versioned
+        ]
         # Merge writes outbox/ objects with multipart uploads; a failed one would bill forever.
         abort_uploads = s3.LifecycleRule(
             id="abort-incomplete-uploads",
@@ -78,7 +95,7 @@ class Storage(Construct):
             versioned=versioned,
             server_access_logs_bucket=self.access_logs,
             server_access_logs_prefix="bucket/",
-            lifecycle_rules=[jobs_rule, cache_rule, abort_uploads],
+            lifecycle_rules=[jobs_rule, cache_rule, *kept_rules, abort_uploads],
             removal_policy=removal_policy,
             auto_delete_objects=destroy,
         )
@@ -98,9 +115,15 @@ class Storage(Construct):
             removal_policy=removal_policy,
         )
         # Sparse: only items that were handed to a provider carry `provider_id`, so a webhook
-        # can find its item without the index holding every row.
-        self.table.add_global_secondary_index(
-            index_name=PROVIDER_ID_INDEX,
-            partition_key=dynamodb.Attribute(name=PROVIDER_ID_ATTRIBUTE, type=dynamodb.AttributeType.STRING),
-            projection_type=dynamodb.ProjectionType.ALL,
-        )
+        # can find its item without the index holding every row. Keys only: its one reader
+        # (`JobStore._by_provider_id`) wants the row's key, then reads or updates the row itself,
+        # so each indexed write copies a few bytes instead of the whole row. CloudFormation cannot
+        # change an index's projection in place: a stack that has it with another projection drops
+        # it in one deploy (`provider_index=False`) and builds it again in the next.
+        self.indexes = [PROVIDER_ID_INDEX] if provider_index else []
+        for index in self.indexes:
+            self.table.add_global_secondary_index(
+                index_name=index,
+                partition_key=dynamodb.Attribute(name=PROVIDER_ID_ATTRIBUTE, type=dynamodb.AttributeType.STRING),
+                projection_type=dynamodb.ProjectionType[PROVIDER_ID_PROJECTION],
+            )

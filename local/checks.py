@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from local.console import EXIT_INPUT, EXIT_PROVIDER, EXIT_USAGE, CliError
+from local.console import EXIT_INPUT, EXIT_PROVIDER, EXIT_USAGE, CliError, say
 
 # What a provider without an API key (a vLLM server started without --api-key) is sent: it
 # ignores the header, and vLLM's own examples use this value.
@@ -82,12 +82,26 @@ def fraction(text: str) -> float:
     return value
 
 
-def out_dir(path: Path, flag: str = "--out") -> Path:
-    """The directory outputs go to, made if missing; checked before any work is done."""
+def usable_out_dir(path: Path, flag: str = "--out") -> Path:
+    """Refuse an output directory the run could not make or write, before any work is done and
+    without making it: a run refused for its input leaves nothing behind."""
     if path.exists() and not path.is_dir():
         raise CliError(
             f"{flag} {path}: is a file, not a directory (give a directory; it is made if missing)", EXIT_USAGE
         )
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise CliError(f"{flag} {path}: {existing} is a file, not a directory", EXIT_USAGE)
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise CliError(f"{flag} {path}: this user cannot write there", EXIT_USAGE)
+    return path
+
+
+def out_dir(path: Path, flag: str = "--out") -> Path:
+    """The directory outputs go to, made if missing; checked before any work is done."""
+    usable_out_dir(path, flag)
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -103,8 +117,9 @@ def check_provider(
     """One GET of `{base_url}/models` before anything is sent: a provider that cannot be reached,
     or that refuses the key, would otherwise turn every line of the job into an error.
 
-    Any other answer (a 404 from a server without /models, a 5xx) means it is there; the job's
-    own retries deal with the rest.
+    A 404 is said, as a warning: a server without /models answers it, but so does a base URL
+    with a wrong path, which would refuse every line the same way. Any other answer (a 5xx)
+    means it is there; the job's own retries deal with the rest.
     """
     import socket
     import urllib.error
@@ -129,6 +144,12 @@ def check_provider(
                 f"provider {base_url} refused {key}: HTTP {exc.code} on GET /models; nothing was sent",
                 EXIT_PROVIDER,
             ) from exc
+        if exc.code == 404:
+            say(
+                f"warning: provider {base_url} answered HTTP 404 to GET /models: if that is not the API's path "
+                "(an OpenAI-compatible base URL usually ends in /v1), every request will be refused alike, and "
+                "the job stops once its first answers show it"
+            )
         return
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
@@ -143,6 +164,27 @@ def check_provider(
             "or unset it to use the built-in simulator",
             EXIT_PROVIDER,
         ) from exc
+
+
+def budget_needs_prices(model: str | None, file_models: set[str | None], default_model: str | None) -> None:
+    """Refuse a --budget the job could not hold before the local cloud starts, as Plan would
+    refuse it after (`sluice.plan.check_budget_models`): a model with no known price could spend
+    without limit. `file_models` are the models the file's lines name (None: a line names none)."""
+    from sluice.budget import budget_models
+    from sluice.costs import PROVIDER_PRICES
+
+    sent = {model} if model else {m or default_model for m in file_models}
+    unpriced = budget_models(sent)
+    if not unpriced:
+        return
+    names = ", ".join(repr(m) if m else "(no model)" for m in unpriced)
+    where = "--model" if model else "the file's lines"
+    raise CliError(
+        f"--budget needs a price for every model the job sends to, and {names} ({where}) has none; priced: "
+        f"{', '.join(sorted(PROVIDER_PRICES))} (and their dated snapshots). Send the lines to a priced model "
+        "with --model, or run without --budget",
+        EXIT_USAGE,
+    )
 
 
 def _kind_of(path: Path) -> str | None:

@@ -7,7 +7,9 @@ modules that the CDK stack deploys, with a context that reports the remaining ti
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import dataclasses
 import functools
 import importlib
@@ -17,8 +19,8 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,7 @@ import boto3
 import orjson
 from moto import mock_aws
 from sluice.contract import PROVIDER_STEPS, SETTING_DEFAULTS, STEPS, Settings, WebhookSettings, create_table_request
+from sluice.engine import make_session
 from sluice.progress import ProgressSink
 from sluice.store import JobStore
 from sluice.verify import Report, verify
@@ -70,13 +73,17 @@ class LambdaOutOfMemory(Exception):
 
 
 class LambdaContext:
-    """The parts of the Lambda context object the handlers use, and the local progress sink."""
+    """The parts of the Lambda context object the handlers use, the local progress sink, and
+    the sessions a shard sends through (`session_factory`), which an interrupted run abandons."""
 
     def __init__(self, name: str, timeout_s: float, progress: ProgressSink | None = None) -> None:
         self.function_name = name
         self.aws_request_id = f"local-{time.monotonic_ns()}"
         self._deadline = time.monotonic() + timeout_s
         self.progress = progress
+        self._lock = threading.Lock()
+        # the loop and task sending through a session now, while its session is open
+        self._sending: tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]] | None = None
 
     def get_remaining_time_in_millis(self) -> int:
         return max(0, int((self._deadline - time.monotonic()) * 1000))
@@ -84,6 +91,38 @@ class LambdaContext:
     def end_now(self) -> None:
         """As if the timeout were here: a shard takes no new line, lets those in flight finish and checkpoints."""
         self._deadline = time.monotonic()
+
+    @asynccontextmanager
+    async def session_factory(self, concurrency: int) -> AsyncIterator[Any]:
+        """The shard's HTTP session (`sluice.engine.make_session`); while it is open, `abandon`
+        can cut the task sending through it short."""
+        task = asyncio.current_task()
+        sending = (asyncio.get_running_loop(), task) if task is not None else None
+        with self._lock:
+            self._sending = sending
+        try:
+            async with make_session(concurrency) as session:
+                yield session
+        finally:
+            with self._lock:
+                self._sending = None
+
+    def abandon(self) -> None:
+        """Cancel the task sending now, if one is: the requests in flight get no answer, and the
+        shard checkpoints what it was answered before it ends (`sluice.direct.run_direct`)."""
+        with self._lock:
+            sending = self._sending
+        if sending is None:
+            return
+        loop, task = sending
+
+        def cancel() -> None:
+            # on the loop's own thread: only while that task still sends, never in what follows
+            if self._sending is sending:
+                task.cancel()
+
+        with contextlib.suppress(RuntimeError):  # its loop has closed: the run has ended
+            loop.call_soon_threadsafe(cancel)
 
 
 class RunInterrupted(Exception):
@@ -128,6 +167,8 @@ class LocalSettings:
     # None: the response cache lives in the (moto) bucket, as deployed; `sluice run` gives a directory
     cache_dir: str | None = None
     cache_provider: str | None = None
+    # moto keeps every object: a test makes answers old to see them expire
+    cache_ttl_days: int = SETTING_DEFAULTS["cache_ttl_days"]
 
 
 @dataclass
@@ -143,7 +184,7 @@ class LocalCloud:
     # a test hook: called before every in-process Lambda call with the step and its payload
     before_invoke: Callable[[str, dict[str, Any]], None] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    # the provider steps running now, and whether a Ctrl-C is draining them (`drain`)
+    # the provider steps running now, and whether a signal stopped them taking lines (`stop_sending`)
     _provider_runs: set[LambdaContext] = field(default_factory=set)
     _draining: bool = False
     _stopped: threading.Event = field(default_factory=threading.Event)
@@ -266,7 +307,10 @@ class LocalCloud:
             begun = time.monotonic()
             try:
                 with quotas.memory(self.quotas, step) as memory, quotas.invocation(self.quotas, step) as (fds, tmp):
-                    result = module.handler(payload, context)
+                    try:
+                        result = module.handler(payload, context)
+                    except asyncio.CancelledError as exc:
+                        raise RunInterrupted(f"{step} gave up its requests in flight: the run was interrupted") from exc
             finally:
                 with self._lock:
                     self._provider_runs.discard(context)
@@ -301,12 +345,9 @@ class LocalCloud:
             self.invocations.append(Invocation(step, time.monotonic() - started, None, payload=payload))
         return {"StatusCode": 200, "Payload": answer}
 
-    def drain(self, grace_s: float, stop: Callable[[], None]) -> int:
-        """After a Ctrl-C: the provider steps running take no new line and none starts again;
-        `stop` stops the execution; then wait up to `grace_s` for the requests in flight to be
-        answered and checkpointed (and filed in the response cache), so that what the provider
-        answered is in the outputs and is not sent again by the next run. Returns how many runs
-        were still going when the grace ran out."""
+    def stop_sending(self, stop: Callable[[], None]) -> None:
+        """After a signal: the provider steps running take no new line and none starts again;
+        `stop` stops the execution."""
         with self._lock:
             self._draining = True
             for context in self._provider_runs:
@@ -315,13 +356,28 @@ class LocalCloud:
             stop()
         finally:
             self._stopped.set()
-        deadline = time.monotonic() + grace_s
+
+    def wait_for_runs(self, timeout_s: float, until: Callable[[], bool] | None = None) -> int:
+        """Wait up to `timeout_s`, or until `until()`, for the provider steps running to checkpoint
+        and end (their requests in flight answered, and filed in the response cache); how many
+        are still going."""
+        deadline = time.monotonic() + timeout_s
         while True:
             with self._lock:
                 left = len(self._provider_runs)
-            if not left or time.monotonic() >= deadline:
+            if not left or time.monotonic() >= deadline or (until is not None and until()):
                 return left
             time.sleep(0.05)
+
+    def abandon(self, timeout_s: float) -> int:
+        """Give up the requests still in flight, so that no answer arrives once the outputs are
+        written; each provider step checkpoints what it was answered and ends. Returns how many
+        are still going after `timeout_s`."""
+        with self._lock:
+            running = list(self._provider_runs)
+        for context in running:
+            context.abandon()
+        return self.wait_for_runs(timeout_s)
 
     def _breach(self, what: str, step: str, verb: str, size: int) -> str:
         limit = quotas.LAMBDA_PAYLOAD_BYTES
@@ -379,7 +435,8 @@ class LocalCloud:
         return JobStore(boto3.resource("dynamodb", region_name=REGION).Table(self.table_name), ttl_days=1)
 
     def job(self, job_id: str) -> dict[str, Any] | None:
-        return self._store.job(job_id)
+        """The job row, with `done` and `failed` summed from its shard rows."""
+        return self._store.job_progress(job_id)
 
     def read(self, key: str) -> bytes:
         return bytes(boto3.client("s3", region_name=REGION).get_object(Bucket=self.bucket, Key=key)["Body"].read())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,21 +25,27 @@ EXIT_INTERNAL = 70
 EXIT_CODES_HELP = """\
 exit codes:
   0    done (for `run`, `status --watch`, `submit --watch`: the job SUCCEEDED)
-  1    the job ended FAILED or CANCELLED (`verify`: the outputs miss or repeat lines)
+  1    the job ended FAILED, or CANCELLED by `sluice cancel` (`verify`: the outputs miss or
+       repeat lines); a `run` stopped by a signal exits 128 + the signal (below)
   2    bad arguments or options
   3    a file missing or unreadable, or input not valid JSONL (the first bad lines are listed)
   4    unknown environment: no CloudFormation stack Sluice-<env>, or it lacks an output
   5    AWS: no credentials or region, access denied, or another AWS error
   6    not found: no such job, request (custom_id) or output
   7    not ready: the job is still running
-  8    provider: `run` could not reach it or it refused the key (nothing was sent);
+  8    provider: `run` could not reach it or it refused the key (nothing was sent), or the
+       job's first answers were all the same refusal (a wrong URL path, model or key): the
+       job stopped sending and `run` says the provider's message and the likely cause;
        `cancel`: the job is cancelled, but the provider refused some cancels (listed)
   9    the job ended COMPLETED_WITH_ERRORS: every line is in the outputs, but more failed
        than --max-error-rate allows (default 0: any failed line)
   10   the job ended BUDGET_EXCEEDED: its --budget was spent; the lines it did not send are
-       errors `budget_exceeded` (`sluice retry JOB --budget USD` sends them)
+       errors `budget_exceeded` (deployed, `sluice retry JOB --budget USD` sends them; after
+       `run`, run the file again with a higher --budget: the response cache answers the rest)
   70   internal error: a bug in sluice (SLUICE_DEBUG=1 shows the traceback; please report it)
-  130  interrupted (Ctrl-C); `run` still writes what finished, the rest is in errors as `cancelled`
+  130  interrupted by Ctrl-C; for `run`, 143 for SIGTERM and 129 for SIGHUP: the job is
+       CANCELLED, its outputs hold every answer the provider gave, the other lines are errors
+       `cancelled`
 """
 
 
@@ -95,11 +102,15 @@ def human_seconds(seconds: float | None) -> str:
 
 
 def human_usd(value: float | None) -> str:
+    """$12.50, $0.0077, $0.000042: cents above a dollar, else at least two significant digits."""
     if value is None:
         return "—"
     if value == 0:
         return "$0"
-    return f"${value:,.4f}" if value < 1 else f"${value:,.2f}"
+    if value >= 1:
+        return f"${value:,.2f}"
+    decimals = max(4, 1 - math.floor(math.log10(value)))
+    return f"${value:.{decimals}f}"
 
 
 def file_link(path: Path) -> str:

@@ -1,7 +1,7 @@
 """Checking an input file on this machine before it costs anything, and estimating what it will cost.
 
 Validation uses the same `parse_line` as Plan and the shards, so a file that passes here
-passes there; only the messages differ, carrying the column where orjson stopped.
+passes there, with the same messages.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from sluice.lines import BOM, READ_CHUNK, LineError, parse_line, split_lines
-from sluice.model import ErrorCode, Request
+from sluice.lines import READ_CHUNK, LineError, parse_line, split_lines
+from sluice.model import Request
 
 from local.console import EXIT_INPUT, CliError, need_file, progress
 
@@ -40,17 +40,6 @@ class FileCheck:
         return f"{self.path}: {self.invalid} invalid line(s) of {self.lines}:\n{shown}{tail}"
 
 
-def _json_message(raw: bytes, number: int) -> str:
-    """`line 10, column 42: invalid JSON: unexpected end of data` — orjson knows the column."""
-    if number == 1 and raw.startswith(BOM):
-        raw = raw[len(BOM) :]
-    try:
-        orjson.loads(raw.rstrip(b"\r\n"))
-    except orjson.JSONDecodeError as exc:
-        return f"line {number}, column {exc.colno}: invalid JSON: {exc.msg}"
-    return f"line {number}: invalid JSON"
-
-
 def _chunks(path: Path, bar: Any) -> Iterator[bytes]:
     with path.open("rb") as fh:
         while chunk := fh.read(READ_CHUNK):
@@ -58,9 +47,38 @@ def _chunks(path: Path, bar: Any) -> Iterator[bytes]:
             yield chunk
 
 
+# what a compressed file starts with, and how to undo it: JSONL is read as it is
+COMPRESSED = (
+    (b"\x1f\x8b", "gzip", "gunzip -k"),
+    (b"PK\x03\x04", "zip", "unzip"),
+    (b"\x28\xb5\x2f\xfd", "zstd", "zstd -d"),
+)
+
+
+def refuse_compressed(path: Path) -> None:
+    """A compressed file would fail on its first line as 'not UTF-8'; say what it is instead."""
+    with path.open("rb") as fh:
+        head = fh.read(4)
+    for magic, kind, undo in COMPRESSED:
+        if head.startswith(magic):
+            raise CliError(
+                f"{path}: is {kind}-compressed, and the input is read as plain JSONL: decompress it first "
+                f"({undo} {path})",
+                EXIT_INPUT,
+            )
+
+
+def model_of(request: Request) -> str | None:
+    """The model a request names in its body (after --model), None when it names none."""
+    body = orjson.loads(request.body) if request.body else {}
+    model = body.get("model") if isinstance(body, dict) else None
+    return model if isinstance(model, str) and model else None
+
+
 def check_file(path: Path, *, on_request: Callable[[Request], None] | None = None, quiet: bool = False) -> FileCheck:
     """Validate every line (and custom_id uniqueness); hand each valid request to `on_request`."""
     need_file(path)
+    refuse_compressed(path)
     check = FileCheck(path)
     seen: dict[str, int] = {}
     with progress(total=path.stat().st_size, unit="B", desc="checking", quiet=quiet) as bar:
@@ -72,7 +90,7 @@ def check_file(path: Path, *, on_request: Callable[[Request], None] | None = Non
                 continue
             problem: str | None = None
             if isinstance(parsed, LineError):
-                problem = _json_message(raw, number) if parsed.code == ErrorCode.INVALID_JSON else parsed.message
+                problem = parsed.message
             else:
                 first = seen.setdefault(parsed.custom_id, number)
                 if first != number:

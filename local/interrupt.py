@@ -1,68 +1,137 @@
-"""Ctrl-C during `sluice run`: cancel the job the way `sluice cancel` does a deployed one.
+"""Signals during `sluice run`: Ctrl-C, SIGTERM and SIGHUP end the job as `sluice cancel` ends
+a deployed one, and the outputs hold every answer the provider gave.
 
-What finished is kept, open provider work is cancelled, the rest goes to the errors as
-`cancelled`. Before the outputs are written the shards stop taking lines and the requests
-in flight are given a short grace to be answered: the provider is paying for them, so their
-answers go to the results and the response cache, and a run again does not send them twice.
-A second Ctrl-C skips that wait and what is left of cancelling at the provider, but the
-outputs are still written; only a third quits without them.
+What finished is kept, no new line is sent, and every other line goes to the errors as
+`cancelled`. After Ctrl-C the requests in flight get a short grace to be answered: the provider
+is paying for them. A second signal, or the end of the grace, gives up the ones still in flight
+(their answers would arrive after the outputs, so none is kept anywhere) and the shards
+checkpoint what they were answered, so the results hold exactly the answers the response cache
+holds. SIGTERM and SIGHUP come from a supervisor (`timeout`, a CI cancel, a closed terminal)
+that will not wait: they skip the grace. Then open work at the provider (background responses,
+batches) is cancelled, which a signal skips, and the outputs are written, which no signal
+interrupts. The exit code is 128 + the first signal's number: 130, 143, 129.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
+import threading
+from collections.abc import Callable
 from typing import Any
 
 from local.console import say
 
 # how long a Ctrl-C waits for the requests in flight, at most (and never past their timeout)
 DRAIN_GRACE_S = 10.0
+# how long the shards get to checkpoint once their requests in flight are given up
+ABANDON_WAIT_S = 30.0
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-class CtrlC:
-    """The SIGINT handler from the first Ctrl-C on; `restore` puts the previous one back."""
+class Interrupted(KeyboardInterrupt):
+    """A signal that stops `sluice run`; a KeyboardInterrupt, so what catches Ctrl-C catches it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+class Signals:
+    """The handlers of SIGINT, SIGTERM and SIGHUP while `sluice run` runs.
+
+    Until the job starts, a signal raises `Interrupted` at once: nothing was sent. Once it runs,
+    a signal is only recorded (an exception raised at any point of the local cloud's work could
+    leave it half done): the run looks at `received` where it can stop, and from the second
+    signal on each one is answered with the note of what the run is doing (`doing`).
+    """
 
     def __init__(self) -> None:
-        self.presses = 0
-        self.cancelling_at_provider = False
-        self._previous: Any = None
+        self.received: list[int] = []
+        self._raise = True
+        self._note = ""
+        self._previous: dict[int, Any] = {}
 
-    def first(self) -> None:
-        self.presses = 1
-        self.cancelling_at_provider = True
-        self._previous = signal.signal(signal.SIGINT, self._again)
-
-    def _again(self, signum: int, frame: Any) -> None:
-        self.presses += 1
-        if self.presses == 2 and not self.cancelling_at_provider:
-            say("\nstill writing what finished (Ctrl-C again quits without it)")
-            return
-        raise KeyboardInterrupt
+    def install(self) -> None:
+        for signum in SIGNALS:
+            # a signal the caller ignores stays ignored: `nohup` ignores SIGHUP, and a shell
+            # script's `sluice run … &` SIGINT, so that they outlive the terminal or its Ctrl-C
+            if signal.getsignal(signum) is not signal.SIG_IGN:
+                self._previous[signum] = signal.signal(signum, self._handle)
 
     def restore(self) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous.clear()
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.received.append(signum)
+        if self._raise:
+            raise Interrupted(signum)
+        if len(self.received) > 1 and self._note:
+            _tell(self._note)
+
+    def job_started(self) -> None:
+        """From now on a signal is recorded, and the run stops at its next look (`check`)."""
+        self._raise = False
+
+    def check(self) -> None:
+        """Raise `Interrupted` for the first signal, if one came."""
+        if self.received:
+            raise Interrupted(self.received[0])
+
+    def doing(self, note: str) -> None:
+        """What a further signal is told (and, from `Signals.since`, what it does)."""
+        self._note = note
+
+    def since(self, count: int) -> Callable[[], bool]:
+        """Whether a signal came after the first `count`."""
+        return lambda: len(self.received) > count
 
 
-def cancel_run(cloud: Any, job_id: str, execution: str, base_url: str, api_key: str, ctrl_c: CtrlC) -> dict[str, Any]:
-    """Cancel after the first Ctrl-C; returns the execution as it ended."""
-    try:
-        say("\ncancelling: stopping the job and cancelling open work at the provider… (Ctrl-C again skips that)")
-        grace = min(DRAIN_GRACE_S, float(cloud.settings.request_timeout_s))
-        left = cloud.drain(grace, stop=lambda: _stop(execution))
-        if left:
-            say(
-                f"{left} shard run(s) still waiting for the provider after {grace:g} s: "
-                "what they get now goes to the response cache only"
-            )
-        _cancel(job_id, execution, base_url, api_key, at_provider=True)
-        ctrl_c.cancelling_at_provider = False
-        return dict(cloud.wait(execution, timeout_s=30))
-    except (KeyboardInterrupt, TimeoutError):
-        ctrl_c.cancelling_at_provider = False
-        say("\nwriting what finished, without cancelling at the provider (Ctrl-C again quits without writing)")
-        _cancel(job_id, execution, base_url, api_key, at_provider=False)
-        return dict(_admin_runtime().sfn.describe_execution(executionArn=execution))
+def _tell(text: str) -> None:
+    # a hang-up may have closed the terminal: saying so must not stop the outputs being written
+    with contextlib.suppress(OSError):
+        say(text)
+
+
+def stop_run(cloud: Any, job_id: str, execution: str, base_url: str, api_key: str, signals: Signals) -> dict[str, Any]:
+    """Stop the job after the first signal and write its outputs; returns the execution as it ended."""
+    signum = signals.received[0]
+    name = signal.Signals(signum).name
+    cloud.stop_sending(stop=lambda: _stop(execution))
+    grace = min(DRAIN_GRACE_S, float(cloud.settings.request_timeout_s))
+    if signum == signal.SIGINT:
+        _tell(
+            f"\ncancelling: no new line is sent; the requests in flight get up to {grace:g} s to be answered "
+            "(Ctrl-C again stops waiting; every answer so far is kept either way)"
+        )
+        signals.doing("stopping the wait: the requests still in flight are given up")
+        cloud.wait_for_runs(grace, until=signals.since(1))
+    else:
+        _tell(f"\n{name}: stopping the job; the requests in flight are given up, every answer so far is kept")
+    signals.doing(writing_note())
+    left = cloud.abandon(ABANDON_WAIT_S)
+    if left:
+        _tell(f"{left} shard run(s) did not stop within {ABANDON_WAIT_S:g} s: their lines are in the errors")
+    _cancel_at_provider(job_id, base_url, api_key, signals)
+    signals.doing(writing_note())
+    _tell("writing the outputs…")
+    _cancel(job_id, execution, reason=f"interrupted ({'Ctrl-C' if signum == signal.SIGINT else name})")
+    return dict(_admin_runtime().sfn.describe_execution(executionArn=execution))
+
+
+def writing_note() -> str:
+    """What a signal gets while the outputs are written, which nothing should cut short."""
+    return (
+        "still writing the outputs with every answer so far; this cannot be skipped "
+        f"(`kill -9 {os.getpid()}` stops at once: the response cache keeps the answers, a run again sends the rest)"
+    )
 
 
 def _admin_runtime() -> Any:
@@ -74,29 +143,62 @@ def _admin_runtime() -> Any:
 
 
 def _stop(execution: str) -> None:
-    """No step starts any more, so no shard run begins again while the ones running drain."""
+    """No step starts any more, so no shard run begins again while the ones running stop."""
     sfn = _admin_runtime().sfn
     if sfn.describe_execution(executionArn=execution)["status"] == "RUNNING":
         sfn.stop_execution(executionArn=execution, error="Sluice.Cancelled", cause="interrupted")
 
 
-def _cancel(job_id: str, execution: str, base_url: str, api_key: str, *, at_provider: bool) -> None:
+def _cancel_at_provider(job_id: str, base_url: str, api_key: str, signals: Signals) -> None:
+    """Cancel the background responses and batches still open, so the provider does not bill
+    for work nobody will collect. A signal stops waiting for it: what is not cancelled yet may
+    still run."""
+    import asyncio
+
+    from sluice.cancel import ENDED_AT_PROVIDER, cancel_at_provider, open_provider_work
+
+    work = open_provider_work(_admin_runtime().store, job_id)
+    if not work:
+        return
+    count = len(work.batches) + len(work.responses)
+    _tell(f"cancelling {count:,} open batch(es) or response(s) at the provider… (Ctrl-C again skips it)")
+    signals.doing("skipping the provider's cancels")
+    answers: list[Any] = []
+    worker = threading.Thread(
+        target=lambda: answers.append(asyncio.run(cancel_at_provider(work, base_url=base_url, api_key=api_key))),
+        name="provider-cancels",
+        daemon=True,
+    )
+    worker.start()
+    skip = signals.since(len(signals.received))
+    while worker.is_alive() and not skip():
+        worker.join(0.1)
+    if not answers:
+        _tell(f"left open at the provider: up to {count:,} batch(es) or response(s); they may still run and be billed")
+        return
+    cancels, checks = answers[0]
+    ended = {c.line for c in checks if c.ok and isinstance(c.body, dict) and c.body.get("status") in ENDED_AT_PROVIDER}
+    refused = [o for o in cancels if not o.ok and o.line not in ended]
+    if refused:
+        _tell(f"the provider refused {len(refused):,} of {count:,} cancels: they may still run and be billed")
+
+
+def _cancel(job_id: str, execution: str, *, reason: str) -> None:
+    """End the job CANCELLED: what finished in the results, every other line in the errors."""
     from sluice.cancel import JobNotFound, cancel_job
 
     rt = _admin_runtime()
     try:
-        report = cancel_job(
+        cancel_job(
             s3=rt.s3,
             store=rt.store,
             sfn=rt.sfn,
             job_id=job_id,
-            provider=lambda: (base_url, api_key),
-            provider_cancels=at_provider,
+            provider=lambda: ("", ""),
+            reason=reason,
+            provider_cancels=False,
         )
     except JobNotFound:
         # interrupted before Plan made the job: nothing ran, so there is nothing to keep
         if rt.sfn.describe_execution(executionArn=execution)["status"] == "RUNNING":
             rt.sfn.stop_execution(executionArn=execution, error="Sluice.Cancelled", cause="interrupted")
-        return
-    if report.left_open:
-        say(f"left open at the provider: {report.left_open} batch(es) or response(s); they may still run and be billed")

@@ -2,9 +2,9 @@
 
 The shards run in this process, so the local cloud hands them a `LiveCounts` (a
 `sluice.progress.ProgressSink`) and every line reports here the moment its fate is known:
-no AWS request, no wait for a checkpoint. The job row's counters, written with each
-checkpoint, are what `sluice status --watch` shows for a deployed job; here only the total
-comes from the job row, once Plan has written it.
+no AWS request, no wait for a checkpoint. The shard rows' counters, written with each
+checkpoint and summed on read, are what `sluice status --watch` shows for a deployed job; here
+only the total comes from the job row, once Plan has written it.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ from local.console import human_usd
 
 # the rate (and so the ETA) is over the last few seconds, so a slow start or a stall shows
 RATE_WINDOW_S = 10.0
+# an ETA needs this many lines answered within the window: one slow first answer is no rate
+MIN_ETA_LINES = 10
 # the display redraws at least this often, whether or not a line finished
 REFRESH_S = 0.5
 BAR_CELLS = 20
@@ -146,9 +148,11 @@ class RateMeter:
         return (n1 - n0) / (t1 - t0) if t1 > t0 else None
 
     def eta_s(self, remaining: int) -> float | None:
-        rate = self.rate()
         if remaining <= 0:
             return 0.0
+        if len(self._samples) < 2 or self._samples[-1][1] - self._samples[0][1] < MIN_ETA_LINES:
+            return None
+        rate = self.rate()
         return remaining / rate if rate else None
 
 
@@ -191,7 +195,8 @@ def format_line(
         f"{human_usd(s.cost_usd)} (est.)" if s.cost_usd is not None else "",
         f"429s: {s.throttled:,}" if s.throttled else "",
     ]
-    percent = f"{100 * s.done / s.total:3.0f}%" if s.total else ""
+    # rounded down: 100% only once every line is done
+    percent = f"{100 * s.done // s.total:3d}%" if s.total else ""
     head = f"{clock(s.elapsed_s)} {s.done:,}/{s.total:,} {percent}".rstrip()
     tail = " · ".join(f for f in fields if f)
     # a bar of fixed width (so it does not twitch as the figures change), dropped first when room is short
@@ -244,8 +249,9 @@ class Display:
     def render(self) -> str:
         snapshot = self._counts.snapshot()
         if snapshot.total is not None:
-            # the rate counts from the plan, not from the start of the local cloud
-            self._meter.add(snapshot.elapsed_s, snapshot.done)
+            # the rate counts from the plan, not from the start of the local cloud, and only lines
+            # the provider answered: the cache's hits arrive all at once and say nothing of the rest
+            self._meter.add(snapshot.elapsed_s, snapshot.done - snapshot.cached)
         remaining = snapshot.total - snapshot.done if snapshot.total is not None else 0
         # the last column stays empty: some terminals wrap a line that fills the width
         width = max(self._width() - 1, 20)

@@ -18,7 +18,10 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     """The simulator's command-line options, shared by `sluice simulator` and `python -m local.simulator`."""
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     parser.add_argument(
-        "--port", type=checks.port, default=8000, help="port (0: any free one; the first line says which)"
+        "--port",
+        type=checks.port,
+        default=8000,
+        help="port (default: 8000; 0: any free one, the first line says which)",
     )
     answers = parser.add_argument_group("answers")
     answers.add_argument("--latency", type=checks.seconds, default=0.05, help="seconds per answer (default: 0.05)")
@@ -26,7 +29,11 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         "--jitter", type=checks.seconds, default=0.0, help="each answer waits up to this many seconds more"
     )
     answers.add_argument("--seed", type=checks.whole_number, default=0, help="seed of every random choice (default: 0)")
-    answers.add_argument("--api-key", default=None, help="accept only this bearer token (default: any)")
+    answers.add_argument(
+        "--api-key",
+        default=None,
+        help="accept only this bearer token (default: any token; a request without one is refused 401, as OpenAI does)",
+    )
     faults = parser.add_argument_group("faults (shares of requests, 0 to 1; together at most 1)")
     faults.add_argument("--rate-429", type=checks.fraction, default=0.0, help="answered 429 with Retry-After")
     faults.add_argument("--retry-after", type=checks.seconds, default=1.0, help="Retry-After of those 429s (s)")

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sluice.contract import Planned
-from sluice.failure import mark_failed
+from sluice.contract import MARK_FAILED_ERROR_KEY, MarkedFailed, Planned
+from sluice.failure import mark_failed, record_failure
 from sluice.notify import publish
 
 from .observability import instrumented, job_finished, logger
@@ -16,14 +16,26 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     error = event.get("error") or {}
     # after Plan, the job it planned; before, the S3 event the execution started with
     plan = event.get(Planned.KEY)
-    detail = mark_failed(
-        s3=rt.s3,
-        store=rt.store,
-        state=event if plan is None else Planned.from_dict(plan).to_dict(),
-        error=str(error.get("Error", "Unknown")),
-        cause=str(error.get("Cause", "")),
-    )
+    state = event if plan is None else Planned.from_dict(plan).to_dict()
+    failed, cause = str(error.get("Error", "Unknown")), str(error.get("Cause", ""))
+    # MarkFailed's own failure, caught by the definition: only the job's end is recorded
+    failed_again = event.get(MARK_FAILED_ERROR_KEY)
+    if failed_again is None:
+        detail = mark_failed(
+            s3=rt.s3,
+            store=rt.store,
+            state=state,
+            error=failed,
+            cause=cause,
+            remaining_s=context.get_remaining_time_in_millis() / 1000,
+        )
+    else:
+        detail = record_failure(
+            s3=rt.s3, store=rt.store, state=state, error=failed, cause=cause, failed_again=failed_again
+        )
     logger.thread_safe_append_keys(job_id=detail["job_id"])
-    publish(rt.events, bus=rt.settings.event_bus, detail_type="Sluice Job Failed", detail=detail)
-    job_finished(detail, failed=True)
-    return detail
+    result = MarkedFailed(done=detail.pop("done"), shards_left=detail.pop("shards_left", 0))
+    if result.done:
+        publish(rt.events, bus=rt.settings.event_bus, detail_type="Sluice Job Failed", detail=detail)
+        job_finished(detail, failed=True)
+    return {**detail, **result.to_dict()}

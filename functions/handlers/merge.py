@@ -2,6 +2,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from sluice.cache_compact import compact_slice
+from sluice.cache_store import cache_store
 from sluice.contract import Merged, Planned
 from sluice.merge import merge_job
 
@@ -15,6 +17,16 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     plan = Planned.from_dict(event[Planned.KEY])
     summary = merge_job(s3=rt.s3, store=rt.store, state=plan.to_dict())
     logger.info("job merged", extra={"status": summary["status"], **scalars(summary["counts"])})
+    # the response cache's upkeep, after the job is merged: its outcome is the job's no more
+    try:
+        compacted = compact_slice(
+            cache_store(rt.s3, rt.settings),
+            ttl_days=rt.settings.cache_ttl_days,
+            remaining_s=context.get_remaining_time_in_millis() / 1000.0,
+        )
+        logger.info("cache compacted", extra=scalars(compacted.__dict__))
+    except Exception:
+        logger.exception("cache compaction failed; the next job's Merge goes on with it")
     return Merged(
         job_id=plan.job_id,
         bucket=plan.bucket,

@@ -95,7 +95,8 @@ class Runtime:
             settings=self.settings,
             api_key=self.api_key,
             remaining_s=lambda: context.get_remaining_time_in_millis() / 1000.0,
-            session_factory=make_session,
+            # the local cloud's context opens sessions it can abandon when `sluice run` is interrupted
+            session_factory=getattr(context, "session_factory", make_session),
             # only the local cloud's context carries one: it draws `sluice run`'s live progress
             progress=getattr(context, "progress", None),
         )

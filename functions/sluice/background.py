@@ -157,7 +157,7 @@ async def submit_background(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any
     """
     checkpoint = load_checkpoint(ctx.s3, spec)
     skip = set(checkpoint.done)
-    skip.update(i.line for i in ctx.store.items(spec.job_id, spec.first_line, spec.last_line) if i.provider_id)
+    skip.update(i.line for i in ctx.store.items(spec.job_id, spec.shard) if i.provider_id)
     fill = fill_for(ctx, spec, run=checkpoint.runs + 1, path="background")
     writer = PartWriter(
         s3=ctx.s3,
@@ -209,6 +209,11 @@ async def submit_background(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any
     budget = shard_budget(ctx, spec)
     try:
         stats = await send_with_sweep(ctx, spec, requests, sink, budget=budget)
+    except asyncio.CancelledError:
+        # given up mid-flight (an interrupted local run): the responses created so far are
+        # stored, so a cancel finds them, and every direct answer is in the outputs
+        await writer.aflush(finished=False)
+        raise
     finally:
         if budget is not None:
             await asyncio.to_thread(budget.close)
@@ -245,7 +250,7 @@ async def collect_background(ctx: ShardContext, spec: ShardSpec) -> dict[str, An
     checkpoint = load_checkpoint(ctx.s3, spec)
     waiting = {
         i.line: i
-        for i in ctx.store.items(spec.job_id, spec.first_line, spec.last_line)
+        for i in ctx.store.items(spec.job_id, spec.shard)
         if i.status in ("submitted", "settled") and i.provider_id and i.line not in checkpoint.done
     }
     writer = PartWriter(
@@ -276,14 +281,19 @@ async def collect_background(ctx: ShardContext, spec: ShardSpec) -> dict[str, An
                 settled = Settled(str(outcome.body.get("status")), outcome.body, ErrorCode.EXPIRED, message)
             outcome = _settled_outcome(outcome, settled)
         item = waiting[outcome.line]
-        outcome.attempts += item.attempts
+        # the line's sends are its submission's; a poll is not one, but a poll sent again is a retry
+        outcome.attempts = item.attempts + outcome.attempts - 1
         # a line the last sweep submitted counts as swept when its response is collected
         outcome.swept = item.swept
         unsettled_done += item.status == "submitted"
         writer.add_outcome(outcome, provider_id=item.provider_id)
 
     requests = [poll_request(i.line, i.custom_id, i.provider_id or "") for i in waiting.values()]
-    stats = await send_requests(ctx, spec, requests, sink)
+    try:
+        stats = await send_requests(ctx, spec, requests, sink)
+    except asyncio.CancelledError:
+        await writer.aflush(finished=False, waiting=-unsettled_done)
+        raise
     left = len(still) + stats.remaining
     finished = left == 0 and not stats.stopped_early
     await writer.aflush(finished=finished, waiting=-unsettled_done)

@@ -376,7 +376,8 @@ async def _advance(
     waiting = state.waiting_for_room()
     if not waiting or time.time() < state.retry_at:
         return 0
-    if (ctx.store.job(spec.job_id) or {}).get("status") == "CANCELLED":
+    if ctx.store.stop_mark(spec.job_id, spec.shard):
+        # the job was cancelled or has failed: nothing new goes to the provider
         return 0
     settings = ctx.settings
     full: set[str] = set()

@@ -7,7 +7,8 @@ a shard reserves its tokens on one item in the jobs table, next to the shared ra
 keyed the same way (`shared_limit.limit_key`: base URL and key hash, model), sort key `QUEUE`.
 The item maps each hold (`<job>#<shard>#<part>#<attempt>`) to its tokens and when it was taken;
 a reservation reads the item and writes it back conditionally on `version`, and a release
-removes one hold. So each batch costs two writes (and one more per lost race), never one per line.
+removes one hold. So each batch costs two writes (and one more per lost race, after a jittered
+backoff: `retry.table_retry_delay_s`), never one per line.
 
 Leak-safe: a shard that dies between reserving and releasing must not hold the queue forever.
 A hold lapses on its own after the 24-hour completion window, and when a reservation finds no
@@ -22,6 +23,7 @@ provider too, barring batches the key runs outside Sluice, which `token_limit_ex
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -31,6 +33,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from .model import Request
+from .retry import table_retry_delay_s
 from .shared_limit import limit_key
 
 QUEUE_SORT_KEY = "QUEUE"
@@ -99,9 +102,17 @@ def stale(queue: Queue, active: set[str], now: float) -> list[str]:
 class QueueTable:
     """The queue items' reads and writes; `table` is a boto3 DynamoDB Table resource."""
 
-    def __init__(self, table: Any, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        table: Any,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
         self._table = table
         self._clock = clock
+        self._sleep = sleep
+        self._rand = rand
         self.reads = 0
         self.writes = 0
 
@@ -143,6 +154,11 @@ class QueueTable:
             raise
         return True
 
+    def lost(self, attempt: int) -> None:
+        """After `attempt` lost races on the item: wait before reading it again, so shards that
+        collided do not read and write again in step."""
+        self._sleep(table_retry_delay_s(attempt, self._rand))
+
     def release(self, pk: str, ref: str) -> None:
         """Drop one hold; the version moves on, so a reservation that read it before tries again."""
         self.writes += 1
@@ -170,7 +186,7 @@ class Reservation:
 
 
 def reserve(table: QueueTable, pk: str, ref: str, tokens: int, limit: int, now: float) -> Reservation:
-    for _ in range(MAX_RACES):
+    for attempt in range(1, MAX_RACES + 1):
         queue = table.load(pk)
         held = queue.holds.get(ref)
         if held is not None:
@@ -180,12 +196,14 @@ def reserve(table: QueueTable, pk: str, ref: str, tokens: int, limit: int, now: 
             return Reservation(False, enqueued=queue.enqueued(now))
         if table.save(pk, taken):
             return Reservation(True)
+        if attempt < MAX_RACES:
+            table.lost(attempt)
     return Reservation(False, enqueued=limit)
 
 
 def forget(table: QueueTable, pk: str, active: set[str], now: float) -> int:
     """Drop the stale holds (see `stale`); how many went."""
-    for _ in range(MAX_RACES):
+    for attempt in range(1, MAX_RACES + 1):
         queue = table.load(pk)
         gone = stale(queue, active, now)
         if not gone:
@@ -193,6 +211,8 @@ def forget(table: QueueTable, pk: str, active: set[str], now: float) -> int:
         kept = {ref: h for ref, h in queue.holds.items() if ref not in gone}
         if table.save(pk, Queue(kept, queue.version + 1)):
             return len(gone)
+        if attempt < MAX_RACES:
+            table.lost(attempt)
     return 0
 
 

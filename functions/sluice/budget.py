@@ -10,7 +10,9 @@ flight rather than write again, and with none left hands its pool back and takes
 still has, once that covers the next request. It stops sending only when the table cannot and no
 other shard holds a pool (`budget_holders`), so the last shard to stop has seen every refund:
 the job ends with less than one request's worst case unspent, and never spends more than the cap
-as long as the worst-case estimates hold.
+as long as the worst-case estimates hold. The shards that wait so count themselves on the job row
+too (`budget_waiters`), and each reads the row again only after a jittered wait that grows with
+that count: together they read it about HOLDERS_READS_PER_S times a second, however many wait.
 
 A request's worst case: the prompt at one token per 4 bytes of its body (JSON keys included,
 which more than covers English text) plus its output cap (`max_tokens`,
@@ -23,9 +25,10 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Iterable, Mapping
+import random
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import orjson
 
@@ -40,10 +43,15 @@ DEFAULT_OUTPUT_TOKENS = 1024
 # a chunk covers this many requests of the last size seen, so a shard writes the job row about
 # once per CHUNK_REQUESTS lines, plus once at the end of each run
 CHUNK_REQUESTS = 50
-# a shard the table refuses waits for the shards that still hold a pool to hand it back, looking
-# this often, and for at most this long (a shard that died holding a pool never hands it back;
-# a shard's run keeps it within its safety margin, so a request still has its timeout to run)
+# a shard the table refuses waits for the shards that still hold a pool to hand it back, for at
+# most HOLDERS_WAIT_S (a shard that died holding a pool never hands it back; a shard's run keeps
+# it within its safety margin, so a request still has its timeout to run). It reads the job row
+# every HOLDERS_POLL_S, or, when many wait, about every waiters / HOLDERS_READS_PER_S seconds (at
+# most HOLDERS_POLL_MAX_S): all of them together then read the one item about HOLDERS_READS_PER_S
+# times a second (a strongly consistent read of a small item is 1 RCU; the partition serves 3,000)
 HOLDERS_POLL_S = 0.25
+HOLDERS_POLL_MAX_S = 5.0
+HOLDERS_READS_PER_S = 200.0
 HOLDERS_WAIT_S = 20.0
 _OUTPUT_CAPS = ("max_completion_tokens", "max_tokens", "max_output_tokens")
 _EMBEDDINGS = "/v1/embeddings"
@@ -123,14 +131,34 @@ def actual_nano(outcome: Outcome, request_model: str, reserved: int, *, batch: b
     return math.ceil(nano / 2) if batch else nano
 
 
+def holders_poll_s(waiters: int, rand: Callable[[], float]) -> float:
+    """How long a shard waiting for the others' pools sleeps before it reads the job row again,
+    when `waiters` shards wait (the last read's count): uniform in [0.5, 1.5] times a spread that
+    keeps the waiting shards' reads together near HOLDERS_READS_PER_S a second, so shards that
+    began waiting at once do not read in step."""
+    spread = min(HOLDERS_POLL_MAX_S, max(HOLDERS_POLL_S, waiters / HOLDERS_READS_PER_S))
+    return spread * (0.5 + rand())
+
+
+class BudgetState(NamedTuple):
+    """The job row's figures a waiting shard looks at."""
+
+    committed: int
+    holders: int
+    waiters: int
+
+
 class BudgetTable(Protocol):
-    """The job row's figures (`JobStore` implements it): committed, spent, and how many shards hold a pool."""
+    """The job row's figures (`JobStore` implements it): committed, spent, how many shards hold a
+    pool, and how many wait for the others' pools."""
 
-    def reserve_budget(self, job_id: str, amount: int, cap: int, spent: int, *, join: bool) -> bool: ...
+    def reserve_budget(
+        self, job_id: str, amount: int, cap: int, spent: int, *, join: bool, waited: bool = False
+    ) -> bool: ...
 
-    def budget_state(self, job_id: str) -> tuple[int, int]: ...
+    def budget_state(self, job_id: str) -> BudgetState: ...
 
-    def release_budget(self, job_id: str, amount: int, spent: int, *, leave: bool) -> None: ...
+    def release_budget(self, job_id: str, amount: int, spent: int, *, leave: bool, waiting: int = 0) -> BudgetState: ...
 
 
 @dataclass
@@ -162,6 +190,8 @@ class Budget:
     holding: bool = False
     # how long a refused shard waits for the others' pools (see HOLDERS_WAIT_S)
     wait_s: float = HOLDERS_WAIT_S
+    # the jitter of that wait's reads (`holders_poll_s`)
+    rand: Callable[[], float] = random.random
     # the table refused a chunk: from now on the shard lives on its refunds, asking only when empty
     scarce: bool = False
     # spent since the last write: each write to the job row carries it
@@ -209,33 +239,38 @@ class Budget:
                 self._settled.clear()
                 await self._settled.wait()
                 continue
-            # give the pool back, then ask for exactly this request until no other shard holds
-            # a pool: only then has every refund reached the table, and a refusal is final
-            await self._release()
-            if not await self._last_ask(need):
+            # give the pool back and join the waiting shards, then ask for exactly this request
+            # until no other shard holds a pool: only then has every refund reached the table,
+            # and a refusal is final
+            state = await self._wait_among(1)
+            if not await self._last_ask(need, state):
                 self.exhausted = True
         return False
 
-    async def _last_ask(self, need: int) -> bool:
-        """With an empty pool: take what is left (up to a chunk) once it covers `need`; False once
-        it does not and no other shard holds a pool, or after `wait_s`."""
+    async def _last_ask(self, need: int, state: BudgetState) -> bool:
+        """With an empty pool, counted among the waiting shards, and the figures as `state`: take
+        what is left (up to a chunk) once it covers `need`; False once it does not and no other
+        shard holds a pool, or after `wait_s`. Either way the shard stops waiting."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.wait_s
         while True:
-            committed, holders = await asyncio.to_thread(self.table.budget_state, self.job_id)
-            left = self.cap - committed
-            if left >= need and await self._write_reserve(min(left, need * self.chunk_requests)):
+            left = self.cap - state.committed
+            if left >= need and await self._write_reserve(min(left, need * self.chunk_requests), waited=True):
                 return True
-            if holders <= 0 or loop.time() >= deadline:
+            if state.holders <= 0 or loop.time() >= deadline:
+                await self._wait_among(-1)
                 return False
-            await asyncio.sleep(HOLDERS_POLL_S)
+            await asyncio.sleep(holders_poll_s(state.waiters, self.rand))
+            state = await asyncio.to_thread(self.table.budget_state, self.job_id)
 
-    async def _write_reserve(self, amount: int) -> bool:
+    async def _write_reserve(self, amount: int, *, waited: bool = False) -> bool:
         # the write runs on a thread while answers settle on the loop: the figures it carries
         # are taken before it and changed only here, on the loop, after it
         self.figures.reserved_writes += 1
         join, recorded = not self.holding, self._unrecorded
-        granted = await asyncio.to_thread(self.table.reserve_budget, self.job_id, amount, self.cap, recorded, join=join)
+        granted = await asyncio.to_thread(
+            self.table.reserve_budget, self.job_id, amount, self.cap, recorded, join=join, waited=waited
+        )
         if not granted:
             self.figures.refused += 1
             return False
@@ -255,14 +290,18 @@ class Budget:
         self.spent += nano
         self._unrecorded += nano
 
-    async def _release(self) -> None:
+    async def _wait_among(self, waiting: int) -> BudgetState:
+        """Hand the pool back and join (`waiting` 1) or leave (-1) the shards waiting for the
+        others' pools, in one write; the figures as the write left them."""
         held, recorded, holding = self.held, self._unrecorded, self.holding
-        if held or recorded or holding:
-            self.figures.releases += 1
-            await asyncio.to_thread(self.table.release_budget, self.job_id, -held, recorded, leave=holding)
+        self.figures.releases += 1
+        state = await asyncio.to_thread(
+            self.table.release_budget, self.job_id, -held, recorded, leave=holding, waiting=waiting
+        )
         self.held -= held
         self._unrecorded -= recorded
         self.holding = False
+        return state
 
     def close(self) -> None:
         """Hand the pool back to the job row, with the spend not yet written, once nothing is in

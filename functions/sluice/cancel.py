@@ -19,13 +19,14 @@ import aiohttp
 import orjson
 from botocore.exceptions import ClientError
 
-from .contract import TERMINAL_STATUSES, manifest_key
+from .contract import TERMINAL_STATUSES, JobStatus, manifest_key
 from .engine import EngineSettings, fan_out, make_session
 from .merge import merge_job
 from .model import ErrorCode, Outcome, Request
 from .plan import output_prefix
 from .retry import RetryPolicy
-from .store import ITEM_WIDTH, QUEUED_PREFIX, JobStore
+from .rows import each_shard
+from .store import QUEUED_PREFIX, JobStore
 
 # items the provider may still be working on (or holding an answer for) in background mode
 OPEN_ITEM_STATUSES = frozenset({"submitted", "settled"})
@@ -66,10 +67,13 @@ class CancelReport:
     summary: dict[str, Any] | None = None
 
 
-def open_provider_work(store: JobStore, job_id: str) -> ProviderWork:
-    """Batches and background responses of the job that the provider may still be running."""
+def open_provider_work(store: JobStore, job_id: str, *, shards: int | None = None) -> ProviderWork:
+    """Batches and background responses of the job that the provider may still be running: every
+    shard row, then every shard's item rows, each strongly consistent (an id stored a moment ago
+    is work to cancel). `shards` is the job row's count, read when not given."""
+    rows = store.shards(job_id, count=shards, consistent=True)
     batches: list[str] = []
-    for shard in store.shards(job_id):
+    for shard in rows:
         # collected batches have a state; the one a webhook said has ended is settled
         ended = set(shard.get("batch_states") or {})
         if shard.get("batch_settled") and shard.get("provider_id"):
@@ -82,12 +86,16 @@ def open_provider_work(store: JobStore, job_id: str) -> ProviderWork:
                 and not batch_id.startswith(QUEUED_PREFIX)
             ):
                 batches.append(str(batch_id))
-    responses = [
-        (item.line, item.custom_id, item.provider_id)
-        for item in store.items(job_id, 1, 10**ITEM_WIDTH - 1)
-        if item.status in OPEN_ITEM_STATUSES and item.provider_id
-    ]
-    return ProviderWork(batches=batches, responses=responses)
+
+    def open_items(shard: int) -> list[tuple[int, str, str]]:
+        return [
+            (item.line, item.custom_id, item.provider_id)
+            for item in store.items(job_id, shard)
+            if item.status in OPEN_ITEM_STATUSES and item.provider_id
+        ]
+
+    found = each_shard(open_items, [int(row["shard"]) for row in rows])
+    return ProviderWork(batches=batches, responses=[response for shard in found for response in shard])
 
 
 def _object_path(request: Request) -> str:
@@ -186,10 +194,13 @@ def cancel_job(
     if job.get("status") in TERMINAL_STATUSES:
         return CancelReport(job_id, str(job["status"]), already_finished=True, summary=job.get("summary"))
 
-    # stop first: once the execution is stopped no new shard run starts and sends more
+    # stop first: once the execution is stopped no new shard run starts and sends more, and once
+    # the shard rows are marked the runs still going stop within one poll period
     report = CancelReport(job_id, "CANCELLED", execution_stopped=_stop_execution(sfn, job.get("execution"), reason))
+    shards = int(job.get("shards", 0))
+    store.stop_shards(job_id, JobStatus.CANCELLED, shards=shards)
 
-    work = open_provider_work(store, job_id)
+    work = open_provider_work(store, job_id, shards=shards)
     if work and not provider_cancels:
         report.left_open = len(work.batches) + len(work.responses)
     elif work:

@@ -118,6 +118,8 @@ TTL_ATTRIBUTE = "expires_at"
 # without the index holding every row.
 PROVIDER_ID_ATTRIBUTE = "provider_id"
 PROVIDER_ID_INDEX = "by_provider_id"
+# what the index copies of a row: its keys, all its one reader (`JobStore._by_provider_id`) uses
+PROVIDER_ID_PROJECTION = "KEYS_ONLY"
 
 
 def create_table_request(name: str) -> dict[str, Any]:
@@ -137,7 +139,7 @@ def create_table_request(name: str) -> dict[str, Any]:
             {
                 "IndexName": PROVIDER_ID_INDEX,
                 "KeySchema": [{"AttributeName": PROVIDER_ID_ATTRIBUTE, "KeyType": "HASH"}],
-                "Projection": {"ProjectionType": "ALL"},
+                "Projection": {"ProjectionType": PROVIDER_ID_PROJECTION},
             }
         ],
     }
@@ -297,6 +299,9 @@ class Settings:
     default_model: str | None = None
     concurrency: int = 1000
     map_concurrency: int = 20
+    # shards working at once across the environment's jobs (the shard steps' reserved concurrency);
+    # a job's map concurrency above it only makes shards wait (0 = no cap, as in a local run)
+    max_shards_in_flight: int = field(default=0, metadata={_KIND: "budget"})
     max_attempts: int = 6
     request_timeout_s: float = 120.0
     shard_lines: int = 5000
@@ -347,6 +352,9 @@ class Settings:
     # what the cache's keys name the provider by, when not its base URL: `sluice run`'s built-in
     # simulator gets a new port each run, yet answers the same
     cache_provider: str | None = None
+    # how long the bucket keeps an answer (cdk.json `cache_ttl_days`): Plan counts on none older,
+    # and compaction drops them; 0: answers never expire (a local directory)
+    cache_ttl_days: int = field(default=0, metadata={_KIND: "days"})
 
     @property
     def cache_provider_name(self) -> str:
@@ -380,6 +388,10 @@ def _parse(name: str, raw: str, kind: Any, metadata: Mapping[str, Any]) -> Any:
         if raw not in metadata[_CHOICES]:
             raise SettingsError(f"{name}={raw!r}; expected one of {', '.join(metadata[_CHOICES])}")
         return raw
+    if how == "days":
+        if not raw.isdigit():
+            raise SettingsError(f"{name}={raw!r} is not a whole number of days (0 means never)")
+        return int(raw)
     if how == "budget":
         if not raw.isdigit():
             raise SettingsError(f"{name}={raw!r} is not a whole number (0 means no budget)")
@@ -526,7 +538,7 @@ class DirectRun(StepResult):
     run: int
     sent: int
     seconds: float = 0.0
-    # the job was cancelled: the shard stopped taking lines
+    # the job was cancelled or has failed: the shard stopped taking lines
     cancelled: bool = False
 
 
@@ -589,6 +601,19 @@ class Merged(StepResult):
     max_error_rate: float
     outputs: dict[str, str]
 
+
+@dataclass(frozen=True)
+class MarkedFailed(StepResult):
+    """MarkFailed: `done` once every line is accounted for and the job ended FAILED; else the
+    `shards_left` to assemble wait for its next run."""
+
+    KEY: ClassVar[str] = "mark_failed"
+    done: bool
+    shards_left: int = 0
+
+
+# where the definition puts MarkFailed's own failure: MarkFailed then records only the job's end
+MARK_FAILED_ERROR_KEY = "mark_failed_error"
 
 # the key of a Map child's state that holds its shard (the definition's ItemSelector)
 SHARD_KEY = "shard"

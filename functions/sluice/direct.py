@@ -41,7 +41,7 @@ async def run_direct(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any]:
         progress=ctx.progress,
         cache=fill,
     )
-    stopper = Stopper(ctx, spec.job_id)
+    stopper = Stopper(ctx, spec)
     budget = shard_budget(ctx, spec)
     source = pending(ctx.s3, spec, checkpoint.done, writer.add_invalid)
     requests = fill.track(source) if fill is not None else source
@@ -54,17 +54,22 @@ async def run_direct(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any]:
 
     try:
         stats = await send_with_sweep(ctx, spec, requests, sink, stopper, budget)
+    except asyncio.CancelledError:
+        # the requests in flight were given up (an interrupted local run): what was answered is
+        # checkpointed as a run that stops early would, so the outputs have every answer there was
+        await writer.aflush(finished=False)
+        raise
     finally:
         if budget is not None:
             await asyncio.to_thread(budget.close)
-    out_of_budget = budget is not None and budget.exhausted and not stopper.cancelled
-    refused = stats.refused if not stopper.cancelled and not out_of_budget else None
+    out_of_budget = budget is not None and budget.exhausted and not stopper.stopped
+    refused = stats.refused if not stopper.stopped and not out_of_budget else None
     if out_of_budget:
         await asyncio.to_thread(write_unsent, ctx.s3, spec, source, checkpoint.done | ended, writer.add_invalid)
     elif refused is not None:
         await asyncio.to_thread(_write_refused, ctx, spec, source, checkpoint.done | ended, writer, refused)
     finished = not stats.stopped_early or out_of_budget or refused is not None
-    if stopper.cancelled:
+    if stopper.stopped:
         await writer.aflush(finished=False)
         return {"done": False, "cancelled": True, "run": checkpoint.runs + 1, "sent": writer.done + writer.failed}
     if not finished and stats.sent == 0:

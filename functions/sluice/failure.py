@@ -9,9 +9,22 @@ from typing import Any
 import orjson
 from botocore.exceptions import ClientError
 
-from .merge import merge_job
+from .contract import JobStatus
+from .merge import Deadlines, merge_job
 from .model import ErrorCode
+from .outputs import OutOfTime
 from .plan import find_object, job_id_for, output_prefix
+
+# The share of an invocation's time MarkFailed spends assembling the shards that never finished.
+# Shards left over wait for the next invocation (the definition loops), which finds the ones
+# already assembled finished. An invocation that assembled for longer than MERGE_AFTER_SHARE
+# leaves the merge, which takes what Merge's does, to the next one too.
+ASSEMBLY_SHARE = 0.4
+MERGE_AFTER_SHARE = 0.1
+
+
+# errors whose message says what the user asked for and why it cannot be: shown without their type
+USER_ERRORS = frozenset({"PlanError"})
 
 
 def _reason(error: str, cause: str) -> str:
@@ -21,27 +34,31 @@ def _reason(error: str, cause: str) -> str:
     except orjson.JSONDecodeError:
         return f"{error}: {cause}" if cause else error
     if isinstance(parsed, dict) and parsed.get("errorMessage"):
-        return f"{parsed.get('errorType', error)}: {parsed['errorMessage']}"
+        kind = parsed.get("errorType", error)
+        # a refused option or input: the message is the user's, the class name means nothing to them
+        return str(parsed["errorMessage"]) if kind in USER_ERRORS else f"{kind}: {parsed['errorMessage']}"
     return error
 
 
-def mark_failed(*, s3: Any, store: Any, state: dict[str, Any], error: str, cause: str) -> dict[str, Any]:
+def mark_failed(
+    *, s3: Any, store: Any, state: dict[str, Any], error: str, cause: str, remaining_s: float | None = None
+) -> dict[str, Any]:
+    """Account for every line and write the outputs, status FAILED. `done` is False when the
+    shards left to assemble, or the merge, wait for another call (`remaining_s`: the time this
+    invocation has; None: no limit)."""
+    # first: the shards still running stop sending (and drawing on the budget) within one poll
+    # period; every call of the loop marks again, which changes nothing once they are marked
+    store.stop_shards(state.get("job_id"), JobStatus.FAILED, shards=state.get("shards"))
     reason = _reason(error, cause)
     if "job_id" not in state:
         # Plan itself failed: no manifest, so the job is the input object and the reason
-        detail = state["event"]["detail"] if "event" in state else state["detail"]
-        bucket, key = detail["bucket"]["name"], detail["object"]["key"]
-        # the object's own key, as Plan would have found it, however the event encoded it; if it
-        # is gone or replaced, the event's key is all there is
-        with contextlib.suppress(ClientError):
-            key, _ = find_object(s3, bucket, key, detail["object"]["etag"])
-        job_id = job_id_for(bucket, key, detail["object"]["etag"])
-        summary_key = output_prefix(key) + ".summary.json"
-        summary = {"job_id": job_id, "status": "FAILED", "error": reason, "input": f"s3://{bucket}/{key}"}
-        s3.put_object(Bucket=bucket, Key=summary_key, Body=orjson.dumps(summary, option=orjson.OPT_INDENT_2))
-        if store.job(job_id) is not None:
-            store.finish_job(job_id, status="FAILED", summary={"error": reason, "finished_at": time.time()})
-        return {"job_id": job_id, "status": "FAILED", "error": reason, "summary": f"s3://{bucket}/{summary_key}"}
+        return _summary_only(s3, store, state, reason)
+    now = time.monotonic()
+    deadlines = (
+        None
+        if remaining_s is None
+        else Deadlines(assemble=now + ASSEMBLY_SHARE * remaining_s, merge=now + MERGE_AFTER_SHARE * remaining_s)
+    )
     try:
         summary = merge_job(
             s3=s3,
@@ -51,24 +68,52 @@ def mark_failed(*, s3: Any, store: Any, state: dict[str, Any], error: str, cause
             missing_code=ErrorCode.JOB_FAILED,
             missing_message=f"the job failed before this line finished ({reason})",
             error=reason,
+            deadlines=deadlines,
         )
-    except (ClientError, RuntimeError, KeyError) as exc:
-        error = f"{reason}; writing outputs failed too: {exc}"
-        store.finish_job(state["job_id"], status="FAILED", summary={"error": error})
-        # the user looks for the outputs: at least a summary there says why there are none
-        summary_key = state["output_prefix"] + ".summary.json"
-        summary = {
-            "job_id": state["job_id"],
-            "status": "FAILED",
-            "error": error,
-            "input": f"s3://{state['bucket']}/{state['key']}",
-        }
-        s3.put_object(Bucket=state["bucket"], Key=summary_key, Body=orjson.dumps(summary, option=orjson.OPT_INDENT_2))
-        return {"job_id": state["job_id"], "status": "FAILED", "error": error}
+    except OutOfTime as exc:
+        return {"job_id": state["job_id"], "status": "FAILED", "done": False, "shards_left": exc.left}
     return {
         "job_id": state["job_id"],
         "status": "FAILED",
         "error": reason,
         "counts": summary["counts"],
         "outputs": summary["outputs"],
+        "done": True,
+    }
+
+
+def record_failure(
+    *, s3: Any, store: Any, state: dict[str, Any], error: str, cause: str, failed_again: dict[str, Any]
+) -> dict[str, Any]:
+    """MarkFailed's last resort, once MarkFailed itself failed: only the job row and a summary
+    that says why, a few requests whatever the job's size."""
+    store.stop_shards(state.get("job_id"), JobStatus.FAILED, shards=state.get("shards"))
+    reason = _reason(error, cause)
+    again = _reason(str(failed_again.get("Error", "Unknown")), str(failed_again.get("Cause", "")))
+    return _summary_only(s3, store, state, f"{reason}; accounting for its lines failed too: {again}")
+
+
+def _summary_only(s3: Any, store: Any, state: dict[str, Any], reason: str) -> dict[str, Any]:
+    """The job FAILED with a summary in outbox/ that says why, and no other output."""
+    if "job_id" in state:
+        job_id, bucket, key, prefix = state["job_id"], state["bucket"], state["key"], state["output_prefix"]
+    else:
+        detail = state["event"]["detail"] if "event" in state else state["detail"]
+        bucket, key = detail["bucket"]["name"], detail["object"]["key"]
+        # the object's own key, as Plan would have found it, however the event encoded it; if it
+        # is gone or replaced, the event's key is all there is
+        with contextlib.suppress(ClientError):
+            key, _ = find_object(s3, bucket, key, detail["object"]["etag"])
+        job_id, prefix = job_id_for(bucket, key, detail["object"]["etag"]), output_prefix(key)
+    summary_key = prefix + ".summary.json"
+    summary = {"job_id": job_id, "status": "FAILED", "error": reason, "input": f"s3://{bucket}/{key}"}
+    s3.put_object(Bucket=bucket, Key=summary_key, Body=orjson.dumps(summary, option=orjson.OPT_INDENT_2))
+    if store.job(job_id) is not None:
+        store.finish_job(job_id, status="FAILED", summary={"error": reason, "finished_at": time.time()})
+    return {
+        "job_id": job_id,
+        "status": "FAILED",
+        "error": reason,
+        "summary": f"s3://{bucket}/{summary_key}",
+        "done": True,
     }

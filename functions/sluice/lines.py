@@ -57,7 +57,7 @@ def parse_line(
         return LineError(
             line,
             ErrorCode.LINE_TOO_LARGE,
-            f"line {line}: {len(raw)} bytes, the limit is {max_bytes}",
+            f"line {line}: {len(raw):,} bytes; a line may hold at most {max_bytes:,}",
             oversized_custom_id(raw),
         )
     try:
@@ -67,7 +67,8 @@ def parse_line(
     try:
         doc = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        return LineError(line, ErrorCode.INVALID_JSON, f"line {line}: invalid JSON: {exc}")
+        # orjson's own text adds "line 1 column N (char M)": within this one line, the column is what says where
+        return LineError(line, ErrorCode.INVALID_JSON, f"line {line}, column {exc.colno}: invalid JSON: {exc.msg}")
     if not isinstance(doc, dict):
         return LineError(line, ErrorCode.INVALID_LINE, f"line {line}: expected a JSON object, got {type(doc).__name__}")
     custom_id = doc.get("custom_id")

@@ -7,18 +7,17 @@ pass through the Lambda; only the seams between small shard files are downloaded
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
-from botocore.exceptions import ClientError
 
 from .budget import nano_to_usd
 from .contract import PROVIDER_REFUSED, JobStatus, ProviderRefused
 from .costs import aws_cost_usd, provider_cost_usd
 from .model import ErrorCode
-from .parts import assemble
+from .outputs import OutOfTime, shard_outputs
+from .parts import s3_pool
 from .refusal import read_refusal
 from .shard import ShardSpec
 from .stats import Stats
@@ -32,8 +31,13 @@ class InvariantError(RuntimeError):
     """The outputs do not account for every input line exactly once; the job must not succeed."""
 
 
-class ShardIncomplete(RuntimeError):
-    """Merge reached a shard that never finished (its child execution failed)."""
+@dataclass(frozen=True)
+class Deadlines:
+    """When a MarkFailed call stops (`time.monotonic()`): it starts assembling no shard after
+    `assemble`, and once it has assembled any it merges only before `merge`."""
+
+    assemble: float
+    merge: float
 
 
 @dataclass(frozen=True)
@@ -141,76 +145,46 @@ def concatenate(
         return moved
     upload = s3.create_multipart_upload(Bucket=bucket, Key=target, ContentType=content_type)
     upload_id = upload["UploadId"]
+
+    def put(number: int, part: Part) -> tuple[str, dict[str, int]]:
+        if part.copy:
+            piece = part.pieces[0]
+            answer = s3.upload_part_copy(
+                Bucket=bucket,
+                Key=target,
+                UploadId=upload_id,
+                PartNumber=number,
+                CopySource={"Bucket": bucket, "Key": sources[piece.source]},
+                CopySourceRange=f"bytes={piece.start}-{piece.end - 1}",
+            )
+            return answer["CopyPartResult"]["ETag"], {"requests": 1, "bytes_copied": piece.size}
+        body = b"".join(_read_range(s3, bucket, sources[p.source], p) for p in part.pieces)
+        answer = s3.upload_part(Bucket=bucket, Key=target, UploadId=upload_id, PartNumber=number, Body=body)
+        return answer["ETag"], {"requests": 1 + len(part.pieces), "bytes_through": len(body)}
+
     try:
-        etags = []
-        for number, part in enumerate(parts, start=1):
-            if part.copy:
-                piece = part.pieces[0]
-                answer = s3.upload_part_copy(
-                    Bucket=bucket,
-                    Key=target,
-                    UploadId=upload_id,
-                    PartNumber=number,
-                    CopySource={"Bucket": bucket, "Key": sources[piece.source]},
-                    CopySourceRange=f"bytes={piece.start}-{piece.end - 1}",
-                )
-                etags.append(answer["CopyPartResult"]["ETag"])
-                moved["bytes_copied"] += piece.size
-                moved["requests"] += 1
-            else:
-                body = b"".join(_read_range(s3, bucket, sources[p.source], p) for p in part.pieces)
-                answer = s3.upload_part(Bucket=bucket, Key=target, UploadId=upload_id, PartNumber=number, Body=body)
-                etags.append(answer["ETag"])
-                moved["bytes_through"] += len(body)
-                moved["requests"] += 1 + len(part.pieces)
+        # the parts at once, S3_IN_FLIGHT at a time: one holds at most 2 * MIN_PART bytes while it is sent
+        with s3_pool() as pool:
+            answers = list(pool.map(put, range(1, len(parts) + 1), parts))
         s3.complete_multipart_upload(
             Bucket=bucket,
             Key=target,
             UploadId=upload_id,
-            MultipartUpload={"Parts": [{"ETag": e, "PartNumber": n} for n, e in enumerate(etags, start=1)]},
+            MultipartUpload={"Parts": [{"ETag": e, "PartNumber": n} for n, (e, _) in enumerate(answers, start=1)]},
         )
         moved["requests"] += 2
     except BaseException:
         s3.abort_multipart_upload(Bucket=bucket, Key=target, UploadId=upload_id)
         raise
+    for _, counts in answers:
+        for name, value in counts.items():
+            moved[name] += value
     return moved
 
 
 def load_manifest(s3: Any, bucket: str, manifest_key: str) -> list[ShardSpec]:
     raw = s3.get_object(Bucket=bucket, Key=manifest_key)["Body"].read()
     return [ShardSpec.from_dict(item) for item in orjson.loads(raw)]
-
-
-def _shard_outputs(
-    s3: Any, specs: list[ShardSpec], *, missing_code: str | None, missing_message: str
-) -> Iterator[tuple[ShardSpec, dict[str, Any]]]:
-    for spec in specs:
-        if missing_code is not None and not spec.answered:
-            # a failed job may have shards that never finished: account for their lines now
-            assemble(s3, spec, missing_code=missing_code, missing_message=missing_message)
-        try:
-            raw = s3.get_object(Bucket=spec.bucket, Key=spec.stats_key)["Body"].read()
-        except ClientError as exc:
-            if exc.response["Error"]["Code"] in ("NoSuchKey", "404"):
-                raise ShardIncomplete(
-                    f"shard {spec.shard} (lines {spec.first_line}-{spec.last_line}) did not finish"
-                ) from exc
-            raise
-        yield spec, orjson.loads(raw)
-
-
-def batch_report(s3: Any, spec: ShardSpec) -> dict[str, Any] | None:
-    """What a batch shard's batches did (CollectBatch writes it once they have all ended)."""
-    if spec.mode != "batch":
-        return None
-    try:
-        raw = s3.get_object(Bucket=spec.bucket, Key=spec.batch_report_key)["Body"].read()
-    except ClientError as exc:
-        if exc.response["Error"]["Code"] in ("NoSuchKey", "404"):
-            return None
-        raise
-    report: dict[str, Any] = orjson.loads(raw)
-    return report
 
 
 def provider_costs(models: dict[str, list[int]], batch_models: dict[str, list[int]]) -> dict[str, float | None]:
@@ -272,8 +246,12 @@ def merge_job(
     missing_message: str = "",
     error: str | None = None,
     clock: Any = time.time,
+    deadlines: Deadlines | None = None,
 ) -> dict[str, Any]:
-    """Write the job's outputs and summary; raise InvariantError if any line is unaccounted for."""
+    """Write the job's outputs and summary; raise InvariantError if any line is unaccounted for.
+
+    With `missing_code`, shards that never finished are assembled first (see `shard_outputs`),
+    within `deadlines`, else OutOfTime."""
     bucket, job_id = state["bucket"], state["job_id"]
     specs = load_manifest(s3, bucket, state["manifest_key"])
     job = store.job(job_id) or {}
@@ -289,7 +267,17 @@ def merge_job(
     error_sizes: list[int | None] = []
     # what the first shard a refusing provider stopped says of it (one note read, not one a shard)
     refused: ProviderRefused | None = None
-    for spec, shard_stats in _shard_outputs(s3, specs, missing_code=missing_code, missing_message=missing_message):
+    assembled = 0
+    outputs = shard_outputs(
+        s3,
+        specs,
+        missing_code=missing_code,
+        missing_message=missing_message,
+        deadline=None if deadlines is None else deadlines.assemble,
+    )
+    for output in outputs:
+        spec, shard_stats, report = output.spec, output.figures, output.report
+        assembled += output.assembled
         stats = Stats.from_dict(shard_stats["stats"])
         totals.merge(stats)
         if refused is None and stats.errors.get(ErrorCode.PROVIDER_REFUSED):
@@ -314,7 +302,6 @@ def merge_job(
             "swept": stats.swept,
             "recovered": stats.recovered_by_sweep,
         }
-        report = batch_report(s3, spec)
         batch_models: dict[str, list[int]] = report.get("batch_models", {}) if report else {}
         batch_totals.merge(Stats(models={k: list(v) for k, v in batch_models.items()}))
         if report:
@@ -331,6 +318,10 @@ def merge_job(
         entry["paths"] = dict(sorted(stats.paths.items()))
         entry["provider_cost_usd"] = provider_costs(stats.models, batch_models)
         shards.append(entry)
+    if assembled and deadlines is not None and time.monotonic() > deadlines.merge:
+        # a call that assembled a great deal does not merge a large job too: the next one finds
+        # every shard finished and merges from a fresh clock
+        raise OutOfTime(0)
     prefix = state["output_prefix"]
     keys = {
         "results": f"{prefix}.results.jsonl",

@@ -7,7 +7,7 @@ parts is exactly the set of lines that must never be sent again (invariant 3). W
 is done its parts are assembled into `results.jsonl` and `errors.jsonl` in input order.
 
 Every mode writes parts through `PartWriter`; merge, the CLI and the modes read them through
-`part_keys`, `read_part`, `load_checkpoint`, `parts_stats` and `assemble`.
+`part_keys`, `read_part`, `load_checkpoint`, `parts_stats` and `assemble` (or `assemble_outputs`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,20 +49,49 @@ def part_keys(s3: Any, spec: ShardSpec) -> list[str]:
     return sorted(k for k in keys if k.endswith(".tsv"))
 
 
-def read_part(s3: Any, bucket: str, key: str) -> Iterator[tuple[int, bytes, bytes]]:
-    """(line, kind, output record) per row; kind is `b"r"` for a result and `b"e"` for an error."""
-    data = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+# S3 requests one process keeps in flight: botocore's default connection pool holds ten, and at
+# a couple of milliseconds of CPU a request against S3's ~20 ms, ten keep Python's one core busy
+S3_IN_FLIGHT = 10
+
+
+@contextmanager
+def s3_pool(pool: Executor | None = None, workers: int = S3_IN_FLIGHT) -> Iterator[Executor]:
+    """`pool`, or a pool of `workers` threads for S3 requests that ends with the block."""
+    if pool is not None:
+        yield pool
+        return
+    own = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="s3")
+    try:
+        yield own
+    finally:
+        # a failure leaves no request queued behind it
+        own.shutdown(wait=True, cancel_futures=True)
+
+
+def _body(s3: Any, bucket: str, key: str) -> bytes:
+    return bytes(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+
+
+def _rows(data: bytes) -> Iterator[tuple[int, bytes, bytes]]:
     for row in data.splitlines():
         line, kind, record = row.split(b"\t", 2)
         yield int(line), kind, record
+
+
+def _stats_key(part_key: str) -> str:
+    return part_key.removesuffix(".tsv") + ".stats.json"
+
+
+def read_part(s3: Any, bucket: str, key: str) -> Iterator[tuple[int, bytes, bytes]]:
+    """(line, kind, output record) per row; kind is `b"r"` for a result and `b"e"` for an error."""
+    yield from _rows(_body(s3, bucket, key))
 
 
 def parts_stats(s3: Any, spec: ShardSpec) -> Stats:
     """The figures of every part written so far."""
     stats = Stats()
     for key in part_keys(s3, spec):
-        raw = s3.get_object(Bucket=spec.bucket, Key=key.removesuffix(".tsv") + ".stats.json")["Body"].read()
-        stats.merge(Stats.from_dict(orjson.loads(raw)))
+        stats.merge(Stats.from_dict(orjson.loads(_body(s3, spec.bucket, _stats_key(key)))))
     return stats
 
 
@@ -159,7 +189,9 @@ class PartWriter:
         chunk.rows.append(b"%d\t%s\t%s\n" % (outcome.line, kind, record))
         path = path or self._path
         batch = path == "batch"
-        usage = chunk.stats.add_outcome(outcome, path=path, timed=not batch)
+        # only an answer that came back on its own request has a latency: a batch's rows, and a
+        # background response fetched by a poll, took what the provider's queue and the polling took
+        usage = chunk.stats.add_outcome(outcome, path=path, timed=path == "direct")
         if self._cache is not None:
             self._cache.add(outcome, record, usage)
         self._count(outcome.ok)
@@ -265,10 +297,12 @@ class PartWriter:
         await asyncio.to_thread(self.flush, finished=finished, waiting=waiting)
 
 
-def write_outputs(s3: Any, bucket: str, prefix: str, results: list[bytes], errors: list[bytes], stats: Stats) -> None:
+def write_outputs(
+    s3: Any, bucket: str, prefix: str, results: list[bytes], errors: list[bytes], stats: Stats
+) -> dict[str, Any]:
     """A finished shard's results and errors (lines in input order), then its stats: the line
     counts are what Merge checks against the plan (every line accounted for), and the sizes
-    spare Merge a HEAD of each file."""
+    spare Merge a HEAD of each file. Returns the stats as written."""
     results_body, errors_body = b"".join(results), b"".join(errors)
     s3.put_object(Bucket=bucket, Key=prefix + "results.jsonl", Body=results_body)
     s3.put_object(Bucket=bucket, Key=prefix + "errors.jsonl", Body=errors_body)
@@ -280,22 +314,39 @@ def write_outputs(s3: Any, bucket: str, prefix: str, results: list[bytes], error
         "stats": stats.to_dict(),
     }
     s3.put_object(Bucket=bucket, Key=prefix + "stats.json", Body=orjson.dumps(shard_stats))
+    return shard_stats
 
 
-def assemble(s3: Any, spec: ShardSpec, *, missing_code: str | None = None, missing_message: str = "") -> Stats:
-    """Write the shard's results and errors in input order from its parts.
+def assemble_outputs(
+    s3: Any,
+    spec: ShardSpec,
+    *,
+    missing_code: str | None = None,
+    missing_message: str = "",
+    pool: Executor | None = None,
+) -> dict[str, Any]:
+    """Write the shard's results and errors in input order from its parts; return its stats as written.
 
     With `missing_code`, every request line that has no terminal outcome is written to the
     errors with that code (a failed or cancelled job still accounts for every line).
+
+    The part list is read once and every part and its figures fetched at once on `pool` (or a
+    pool of its own): a shard at 12.5 requests a second leaves a part every ~37 lines, 135 parts
+    and 270 objects for 5,000 lines, and one after the other they took seconds.
     """
     rows: dict[int, tuple[bytes, bytes]] = {}
     stats = Stats()
-    for key in part_keys(s3, spec):
-        for line, kind, record in read_part(s3, spec.bucket, key):
-            # the first terminal outcome wins; a later copy can only come from a re-sent item
-            rows.setdefault(line, (kind, record))
-        stats_raw = s3.get_object(Bucket=spec.bucket, Key=key.removesuffix(".tsv") + ".stats.json")["Body"].read()
-        stats.merge(Stats.from_dict(orjson.loads(stats_raw)))
+    with s3_pool(pool) as fetch:
+        keys = part_keys(s3, spec)
+        bodies = [fetch.submit(_body, s3, spec.bucket, key) for key in keys]
+        figures = [fetch.submit(_body, s3, spec.bucket, _stats_key(key)) for key in keys]
+        # in the order the parts were written: the first terminal outcome wins; a later copy can
+        # only come from a re-sent item
+        for body in bodies:
+            for line, kind, record in _rows(body.result()):
+                rows.setdefault(line, (kind, record))
+        for raw in figures:
+            stats.merge(Stats.from_dict(orjson.loads(raw.result())))
     if missing_code is not None:
         for item in read_shard(s3, spec):
             if item.line not in rows:
@@ -306,5 +357,10 @@ def assemble(s3: Any, spec: ShardSpec, *, missing_code: str | None = None, missi
                 stats.add_error(missing_code, f"line {item.line}: {missing_message}")
     results = [rows[n][1] + b"\n" for n in sorted(rows) if rows[n][0] == b"r"]
     errors = [rows[n][1] + b"\n" for n in sorted(rows) if rows[n][0] == b"e"]
-    write_outputs(s3, spec.bucket, spec.prefix, results, errors, stats)
-    return stats
+    return write_outputs(s3, spec.bucket, spec.prefix, results, errors, stats)
+
+
+def assemble(s3: Any, spec: ShardSpec, *, missing_code: str | None = None, missing_message: str = "") -> Stats:
+    """`assemble_outputs`, returning the shard's figures."""
+    shard_stats = assemble_outputs(s3, spec, missing_code=missing_code, missing_message=missing_message)
+    return Stats.from_dict(shard_stats["stats"])

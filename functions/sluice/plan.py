@@ -8,13 +8,15 @@ import re
 import time
 import urllib.parse
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
 from .budget import budget_models, usd_to_nano
-from .cache import CacheIndex, Ref, answer_usage, cache_key, cache_store, cached_record, line_tag
+from .cache_lookup import CacheView
+from .cache_plan import CacheAnswers, JobKeys, find_hits, shard_prefix
+from .cache_store import cache_store
 from .contract import (
     BATCH_INCOMPLETE_POLICIES,
     CACHE_MODES,
@@ -26,21 +28,24 @@ from .contract import (
 )
 from .costs import PROVIDER_PRICES
 from .limits import MAX_SHARD_CONNECTIONS
-from .lines import READ_CHUNK, LineError, parse_line, split_lines
-from .model import ErrorCode, Request
-from .parts import write_answered_shard, write_cached_part
+from .line_pass import MAX_SHARD_BYTES, ShardRange, cut_shards, read_lines
+from .lines import READ_CHUNK, split_lines
 from .progress import ProgressSink
-from .records import record_id
-from .stats import Stats
 from .store import JobStore
 
-MAX_SHARD_BYTES = 256 << 20
-# the answers a shard the cache answers whole may grow to: Plan holds them (and their result
-# lines) while it writes the shard's outputs
-MAX_ANSWERED_BYTES = 64 << 20
+__all__ = ["MAX_SHARD_BYTES", "ShardRange", "shard_prefix"]
 METADATA_PREFIX = "sluice-"
 # the Batch API's completion window: a job that must finish sooner cannot wait on a batch
 BATCH_WINDOW_HOURS = 24.0
+
+
+def capped_map_concurrency(asked: int, settings: Settings) -> int:
+    """The shards a job runs at once: what it asks, at most the environment's `max_shards_in_flight`.
+
+    Above the cap a shard only waits for a place (the shard steps' reserved concurrency), and the
+    job's concurrency and rate would be split among shards that are not running."""
+    cap = settings.max_shards_in_flight
+    return min(asked, cap) if cap else asked
 
 
 class PlanError(ValueError):
@@ -151,7 +156,7 @@ class JobOptions:
         return cls(
             mode=mode,
             concurrency=positive("concurrency", settings.concurrency),
-            map_concurrency=positive("map-concurrency", settings.map_concurrency),
+            map_concurrency=capped_map_concurrency(positive("map-concurrency", settings.map_concurrency), settings),
             max_attempts=positive("max-attempts", settings.max_attempts),
             model=meta.get("model") or None,
             on_batch_incomplete=incomplete,
@@ -171,18 +176,6 @@ class JobOptions:
         if self.deadline_hours is not None and self.deadline_hours < BATCH_WINDOW_HOURS:
             return "direct"
         return "batch" if requests >= settings.auto_batch_min_requests else "direct"
-
-
-@dataclass
-class ShardRange:
-    index: int
-    start: int
-    end: int
-    first_line: int
-    lines: int = 0
-    requests: int = 0
-    blank: int = 0
-    duplicates: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -209,95 +202,27 @@ def output_prefix(key: str) -> str:
     return "outbox/" + relative.removesuffix(".jsonl")
 
 
-class Resolver(Protocol):
-    """Sees each request line as Plan reads it (its body canonical), and each shard as it closes.
-
-    `find` looks a request up before Plan places it, and `request` files it in its shard with
-    what was found; `answers` tells whether the shard so far needs nothing sent, and has room
-    for more."""
-
-    def find(self, request: Request) -> Any: ...
-    def request(self, request: Request, found: Any) -> None: ...
-    def answers(self, shard: ShardRange) -> bool: ...
-    def shard_done(self, shard: ShardRange) -> None: ...
-
-
 def plan_lines(
     lines: Iterable[bytes],
     *,
     shard_lines: int,
     shard_bytes: int = MAX_SHARD_BYTES,
     models: set[str | None] | None = None,
-    resolver: Resolver | None = None,
     model: str | None = None,
     default_model: str | None = None,
 ) -> PlanResult:
-    """Cut shards at line starts; each holds at most `shard_lines` lines and `shard_bytes` bytes.
-
-    A shard the `resolver` answers whole never runs, so `shard_lines` does not bound it: it
-    grows while its lines keep hitting, and Merge then copies its outputs server-side instead
-    of passing shards smaller than a multipart part through itself.
-
-    With `models`, the model each valid request names (None: none) is added to it.
-
-    Validation happens here too, so that duplicates (which need the whole file) are known
-    before any shard runs; shards re-validate their own lines with the same function.
-    """
-    keep_body = resolver is not None
-    shards: list[ShardRange] = []
-    first_seen: dict[str, int] = {}
-    invalid: dict[str, int] = {}
-    offset = 0
-    number = 0
-    requests = 0
-    blank = 0
-    current: ShardRange | None = None
-    for raw in lines:
-        number += 1
-        parsed = parse_line(
-            raw, number, keep_body=keep_body, model=model, default_model=default_model, sort_keys=keep_body
-        )
-        found = resolver.find(parsed) if resolver is not None and isinstance(parsed, Request) else None
-        too_big = current is not None and current.lines > 0 and offset - current.start + len(raw) > shard_bytes
-        full = (
-            current is not None
-            and current.lines >= shard_lines
-            and not (found is not None and resolver is not None and resolver.answers(current))
-        )
-        if current is None or full or too_big:
-            if current is not None:
-                current.end = offset
-                shards.append(current)
-                if resolver is not None:
-                    resolver.shard_done(current)
-            current = ShardRange(index=len(shards), start=offset, end=offset, first_line=number)
-        current.lines += 1
-        offset += len(raw)
-        if parsed is None:
-            blank += 1
-            current.blank += 1
-            continue
-        if isinstance(parsed, LineError):
-            invalid[parsed.code] = invalid.get(parsed.code, 0) + 1
-            continue
-        first = first_seen.setdefault(parsed.custom_id, number)
-        if first != number:
-            current.duplicates[number] = first
-            invalid[ErrorCode.DUPLICATE_CUSTOM_ID] = invalid.get(ErrorCode.DUPLICATE_CUSTOM_ID, 0) + 1
-            continue
-        current.requests += 1
-        requests += 1
-        if models is not None:
-            model = orjson.loads(raw)["body"].get("model")
-            models.add(model if isinstance(model, str) and model else None)
-        if resolver is not None:
-            resolver.request(parsed, found)
-    if current is not None:
-        current.end = offset
-        shards.append(current)
-        if resolver is not None:
-            resolver.shard_done(current)
-    return PlanResult(shards=shards, lines=number, requests=requests, invalid=invalid, blank=blank, size=offset)
+    """Plan's two passes without the cache: validate every line, then cut shards at line starts,
+    each at most `shard_lines` lines and `shard_bytes` bytes (`sluice.line_pass`)."""
+    table = read_lines(lines, model=model, default_model=default_model, models=models)
+    shards = cut_shards(table, shard_lines=shard_lines, shard_bytes=shard_bytes)
+    return PlanResult(
+        shards=shards,
+        lines=table.lines,
+        requests=table.requests,
+        invalid=table.invalid,
+        blank=table.blank,
+        size=sum(table.lengths),
+    )
 
 
 def check_budget_models(options: JobOptions, settings: Settings, models: set[str | None]) -> None:
@@ -312,76 +237,6 @@ def check_budget_models(options: JobOptions, settings: Settings, models: set[str
             f"priced models: {', '.join(sorted(PROVIDER_PRICES))} (and their dated snapshots). "
             f"Drop the budget, or send to a priced model with {METADATA_PREFIX}model"
         )
-
-
-def shard_prefix(job_id: str, shard: int) -> str:
-    return f"jobs/{job_id}/shards/{shard:05d}/"
-
-
-class CacheHits:
-    """Plan's half of the response cache: each line's key against the index, and the hits
-    written into their shard as a finished part, so the shard sends only the misses.
-
-    Hits are fetched and written shard by shard as Plan passes them: memory holds one
-    shard's hits, never the job's.
-    """
-
-    def __init__(self, index: CacheIndex, *, s3: Any, bucket: str, job_id: str, base_url: str) -> None:
-        self.index = index
-        self._s3 = s3
-        self._bucket = bucket
-        self._job_id = job_id
-        self._base_url = base_url
-        self._wanted: list[tuple[int, bytes, Ref]] = []
-        self._custom_ids: dict[int, str] = {}
-        self._answer_bytes = 0
-        self.hits: dict[int, int] = {}
-        self.answered: set[int] = set()
-
-    def find(self, request: Request) -> tuple[bytes, Ref] | None:
-        if not request.cache:
-            return None
-        key = cache_key(self._base_url, request.path, request.body, canonical=True)
-        ref = self.index.find(key, line_tag(request.custom_id))
-        return None if ref is None else (key, ref)
-
-    def request(self, request: Request, found: tuple[bytes, Ref] | None) -> None:
-        if found is not None:
-            key, ref = found
-            self._wanted.append((request.line, key, ref))
-            self._custom_ids[request.line] = request.custom_id
-            self._answer_bytes += ref.length
-
-    def answers(self, shard: ShardRange) -> bool:
-        """Every line of `shard` so far a hit, and its answers still few enough to hold."""
-        return len(self._wanted) == shard.requests == shard.lines - shard.blank and (
-            self._answer_bytes < MAX_ANSWERED_BYTES
-        )
-
-    def shard_done(self, shard: ShardRange) -> None:
-        if not self._wanted:
-            return
-        rows: list[tuple[int, bytes]] = []
-        stats = Stats()
-        refs = {line: ref for line, _, ref in self._wanted}
-        for line, answer in self.index.fetch(self._wanted):
-            rows.append((line, cached_record(record_id(self._job_id, line), self._custom_ids[line], answer)))
-            ref = refs[line]
-            if ref.model is None:
-                stats.add_cached(*answer_usage(orjson.loads(answer).get("body")))
-            else:
-                stats.add_cached(ref.model, ref.tokens_in, ref.tokens_out)
-        self._wanted, self._custom_ids, self._answer_bytes = [], {}, 0
-        if rows:
-            rows.sort()
-            prefix = shard_prefix(self._job_id, shard.index)
-            # every line a request, and each answered: Plan writes the shard's outputs, and it never runs
-            if len(rows) == shard.requests == shard.lines - shard.blank:
-                write_answered_shard(self._s3, self._bucket, prefix, rows, stats)
-                self.answered.add(shard.index)
-            else:
-                write_cached_part(self._s3, self._bucket, prefix, rows, stats)
-            self.hits[shard.index] = len(rows)
 
 
 def event_key_candidates(key: str) -> list[str]:
@@ -444,27 +299,45 @@ def plan_job(
     if not store.claim_job(job_id, execution=execution, bucket=bucket, key=key, etag=quoted, started_at=started):
         return {**state, "duplicate": True}
 
-    hits: CacheHits | None = None
+    view: CacheView | None = None
     if options.cache in ("on", "read"):
-        index = CacheIndex.load(cache_store(s3, settings))
-        # an empty cache costs Plan one LIST: no line is encoded or hashed for it
-        if len(index):
-            hits = CacheHits(index, s3=s3, bucket=bucket, job_id=job_id, base_url=settings.cache_provider_name)
+        view = CacheView.load(cache_store(s3, settings), now=started, ttl_days=settings.cache_ttl_days)
+    # an empty cache costs Plan one LIST: no line is encoded or hashed for it
+    keys = (
+        JobKeys(settings.cache_provider_name, view.digits, model=options.model, default_model=settings.default_model)
+        if view is not None and len(view)
+        else None
+    )
     body = s3.get_object(Bucket=bucket, Key=key, IfMatch=quoted)["Body"]
     # a budget needs a price for every model the job sends to; the job's model replaces the lines'
     models: set[str | None] | None = set() if options.budget_usd and not options.model else None
-    result = plan_lines(
+    table = read_lines(
         split_lines(body.iter_chunks(READ_CHUNK)),
-        shard_lines=settings.shard_lines,
-        models=models,
-        resolver=hits,
         model=options.model,
         default_model=settings.default_model,
+        keys=keys,
+        models=models,
     )
     if options.budget_usd:
         check_budget_models(options, settings, models or set())
-    cached = hits.hits if hits is not None else {}
-    answered = hits.answered if hits is not None else set()
+    answers: CacheAnswers | None = None
+    if view is not None and keys is not None:
+        view.read_level0()
+        hits = find_hits(view, keys, table.lines)
+        answers = CacheAnswers(view, hits, table, keys, s3=s3, bucket=bucket, key=key, etag=quoted, job_id=job_id)
+    try:
+        shards = cut_shards(
+            table,
+            shard_lines=settings.shard_lines,
+            answer=answers.answer if answers is not None else None,
+            closed=answers.closed if answers is not None else None,
+        )
+    finally:
+        if answers is not None:
+            answers.finish()
+    result = PlanResult(shards, table.lines, table.requests, table.invalid, table.blank, sum(table.lengths))
+    cached = answers.shard_hits if answers is not None else {}
+    answered = answers.answered if answers is not None else set()
     if progress is not None and cached:
         progress.cached(sum(cached.values()))
 

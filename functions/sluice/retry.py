@@ -130,6 +130,17 @@ def backoff_s(attempt: int, policy: RetryPolicy, rand: Callable[[], float], *, f
     return ceiling * (floor + (1 - floor) * rand())
 
 
+# A conditional write to a table item that lost the race to another shard's, or the part of a
+# batched call DynamoDB left unprocessed, goes again after this backoff: full jitter, so shards
+# that collided once do not collide again in step.
+TABLE_RETRY = RetryPolicy(base_delay_s=0.02, max_delay_s=1.0)
+
+
+def table_retry_delay_s(attempt: int, rand: Callable[[], float]) -> float:
+    """How long to wait before trying a table write again, `attempt` lost so far (1 = the first)."""
+    return backoff_s(attempt, TABLE_RETRY, rand)
+
+
 def next_delay_s(
     attempt: int,
     policy: RetryPolicy,

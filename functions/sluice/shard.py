@@ -176,32 +176,38 @@ def margin_s(ctx: ShardContext) -> float:
     return ctx.settings.request_timeout_s + ctx.settings.safety_margin_s
 
 
+# how often a running shard reads its stop mark: a cancelled or failed job stops sending within this
 CANCEL_CHECK_S = 5.0
 
 
 class Stopper:
-    """When a run stops taking items: the Lambda's time is nearly up, or the job was cancelled.
+    """When a run stops taking items: the Lambda's time is nearly up, or the job was cancelled or
+    has failed.
 
-    Stopping the execution does not stop a Lambda that is already running, so the run looks
-    at the job row every few seconds and stops sending once `sluice cancel` has marked it.
+    Neither stopping the execution (`sluice cancel`) nor a failed Map (MarkFailed) stops a Lambda
+    that is already running, so both mark every shard row (`JobStore.stop_shards`) and the run
+    reads the mark on its own row when it starts and every CANCEL_CHECK_S after: one read a period
+    per shard, each on the shard's own partition, never an item every shard reads. `stopped` is
+    the job's status then.
     """
 
-    def __init__(self, ctx: ShardContext, job_id: str, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, ctx: ShardContext, spec: ShardSpec, clock: Callable[[], float] = time.monotonic) -> None:
         self._ctx = ctx
-        self._job_id = job_id
+        self._spec = spec
         self._clock = clock
         self._margin = margin_s(ctx)
-        self._next_check = clock() + CANCEL_CHECK_S
-        self.cancelled = False
+        # a run that starts after the mark (the workflow had not stopped the shard yet) sends nothing
+        self._next_check = clock()
+        self.stopped: str | None = None
 
     def __call__(self) -> bool:
         if self._ctx.remaining_s() < self._margin:
             return True
         now = self._clock()
-        if not self.cancelled and now >= self._next_check:
+        if self.stopped is None and now >= self._next_check:
             self._next_check = now + CANCEL_CHECK_S
-            self.cancelled = (self._ctx.store.job(self._job_id) or {}).get("status") == "CANCELLED"
-        return self.cancelled
+            self.stopped = self._ctx.store.stop_mark(self._spec.job_id, self._spec.shard)
+        return self.stopped is not None
 
 
 async def send_requests(
@@ -238,7 +244,7 @@ async def send_requests(
                 api_key=ctx.api_key,
                 settings=_engine_settings(spec, ctx.settings),
                 sink=sink,
-                should_stop=stopper or Stopper(ctx, spec.job_id),
+                should_stop=stopper or Stopper(ctx, spec),
                 count_remaining=False,
                 shared=shared,
                 budget=budget,
@@ -249,10 +255,8 @@ async def send_requests(
 
 
 def budget_message(spec: ShardSpec) -> str:
-    return (
-        f"not sent: the job's budget of ${spec.budget_usd:g} is spent; "
-        "`sluice retry <job> --budget USD` sends the lines it did not"
-    )
+    # how to send the rest depends on where the job ran: `sluice status` and `sluice run` say it
+    return f"not sent: the job's budget of ${spec.budget_usd:g} is spent"
 
 
 def unsent(spec: ShardSpec, line: int, custom_id: str) -> LineError:

@@ -39,12 +39,21 @@ def latency_bucket_bounds_s(index: int) -> tuple[float, float]:
     return (0.0 if index == 0 else _bucket_upper_s(index - 1)), _bucket_upper_s(index)
 
 
+# a timeline slot: results, errors, and the 429s of the lines that ended in it
+_SLOT = 3
+
+
+def _slot(counts: list[int]) -> list[int]:
+    """A slot of any release: the first ones kept no 429s."""
+    return [*counts, *[0] * (_SLOT - len(counts))][:_SLOT]
+
+
 def _fold(timeline: dict[int, list[int]], step: int) -> dict[int, list[int]]:
     folded: dict[int, list[int]] = {}
-    for key, (ok, failed) in timeline.items():
-        slot = folded.setdefault(key // step * step, [0, 0])
-        slot[0] += ok
-        slot[1] += failed
+    for key, counts in timeline.items():
+        slot = folded.setdefault(key // step * step, [0] * _SLOT)
+        for i, n in enumerate(_slot(counts)):
+            slot[i] += n
     return folded
 
 
@@ -71,7 +80,7 @@ class Stats:
     latency: dict[int, int] = field(default_factory=dict)
     # tokens by the model that answered, for the cost estimate
     models: dict[str, list[int]] = field(default_factory=dict)
-    # epoch millisecond a step starts -> [results, errors] that finished within it
+    # epoch millisecond a step starts -> [results, errors, 429s] of the lines that finished within it
     timeline: dict[int, list[int]] = field(default_factory=dict)
     timeline_step_ms: int = TIMELINE_STEPS_MS[0]
     # lines the provider answered, by the way they were sent (direct, background, batch)
@@ -128,14 +137,16 @@ class Stats:
             usage = (model, tokens_in, tokens_out) if isinstance(model, str) else ("", 0, 0)
         else:
             self.add_error(outcome.error_code or "unknown", outcome.error_message)
-        # the sink sees an outcome the moment it is final, so now is its completion time
-        self._mark(time.time() if at is None else at, outcome.ok)
+        # the sink sees an outcome the moment it is final, so now is its completion time; its
+        # 429s came within its retries, shortly before
+        self._mark(time.time() if at is None else at, outcome.ok, outcome.throttled)
         return usage
 
-    def _mark(self, at: float, ok: bool) -> None:
+    def _mark(self, at: float, ok: bool, throttled: int = 0) -> None:
         step = self.timeline_step_ms
-        slot = self.timeline.setdefault(int(at * 1000) // step * step, [0, 0])
+        slot = self.timeline.setdefault(int(at * 1000) // step * step, [0] * _SLOT)
         slot[0 if ok else 1] += 1
+        slot[2] += throttled
         if len(self.timeline) > TIMELINE_MAX_POINTS:
             self._coarsen(step)
 
@@ -189,10 +200,10 @@ class Stats:
             self._coarsen(other.timeline_step_ms)
             step = self.timeline_step_ms
             theirs = other.timeline if other.timeline_step_ms == step else _fold(other.timeline, step)
-            for key, (ok, failed) in theirs.items():
-                slot = self.timeline.setdefault(key, [0, 0])
-                slot[0] += ok
-                slot[1] += failed
+            for key, counts in theirs.items():
+                slot = self.timeline.setdefault(key, [0] * _SLOT)
+                for i, n in enumerate(_slot(counts)):
+                    slot[i] += n
             if len(self.timeline) > TIMELINE_MAX_POINTS:
                 self._coarsen(step)
 
@@ -238,10 +249,11 @@ class Stats:
         return rows
 
     def timeline_dict(self) -> dict[str, object]:
-        """Completions per step of wall-clock time (epoch seconds): what the report draws throughput from."""
+        """Completions per step of wall-clock time (epoch seconds), [start, results, errors, 429s]:
+        what the report draws throughput from."""
         return {
             "step_s": self.timeline_step_ms / 1000,
-            "points": [[key / 1000, ok, failed] for key, (ok, failed) in sorted(self.timeline.items())],
+            "points": [[key / 1000, *_slot(counts)] for key, counts in sorted(self.timeline.items())],
         }
 
     @classmethod
@@ -259,7 +271,7 @@ class Stats:
             tokens_out=data.get("tokens_out", 0),
             latency={int(k): v for k, v in data.get("latency", {}).items()},
             models={k: list(v) for k, v in data.get("models", {}).items()},
-            timeline={int(k): list(v) for k, v in data.get("timeline", {}).items()},
+            timeline={int(k): _slot(list(v)) for k, v in data.get("timeline", {}).items()},
             timeline_step_ms=int(data.get("timeline_step_ms", TIMELINE_STEPS_MS[0])),
             paths=dict(data.get("paths", {})),
             cached=data.get("cached", 0),

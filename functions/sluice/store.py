@@ -1,93 +1,67 @@
-"""Job state in one DynamoDB table: the job row, a row per shard and a row per item."""
+"""Job state in one DynamoDB table: the job row, a row per shard and a row per item.
+
+The keys (`sluice.keys`): the job row alone under `JOB#<job>` / `META`; each shard's row
+(`SHARD`) and its item rows (`ITEM#<line>`) under `JOB#<job>#<shard>`. A checkpoint writes its
+shard's partition only, so no key takes writes that grow with the number of shards in flight;
+the job's counts are the sum of its shard rows', read with BatchGetItem. What every shard still
+writes to the job row is the budget's (`sluice.budget`): a write per chunk of requests, whose
+rate follows the job's request rate, not its shard count.
+"""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
 from boto3.dynamodb.conditions import Attr, Key
 from botocore.exceptions import ClientError
 
-from .contract import PROVIDER_ID_ATTRIBUTE, PROVIDER_ID_INDEX
+from .batch_rows import BatchRows
+from .budget import BudgetState
+from .keys import (
+    ITEM_PREFIX,
+    item_key,
+    job_key,
+    response_key,
+    shard_key,
+    shard_partition,
+)
+from .rows import SHARD_WORKERS, ItemState, dynamo, each_shard, lost_race, plain
+from .webhook_rows import WebhookRows
 
-ITEM_WIDTH = 9
+__all__ = ["QUEUED_PREFIX", "ItemState", "JobCounts", "JobStore"]
+
 # a batch shard's webhook index while none of its batches runs (its files wait for room in the
 # provider's queue): no webhook names it, and it is no batch to cancel
 QUEUED_PREFIX = "QUEUED#"
+# the attribute of a shard row that tells a running shard to stop: the job's status (`CANCELLED`,
+# `FAILED`); each shard reads it from its own row (`shard.Stopper`)
+STOP_ATTRIBUTE = "stop"
 
 
-def job_pk(job_id: str) -> str:
-    return f"JOB#{job_id}"
+@dataclass(frozen=True)
+class JobCounts:
+    """Lines the job's shards have checkpointed, summed over their rows."""
+
+    done: int = 0
+    failed: int = 0
 
 
-def shard_sk(index: int) -> str:
-    return f"SHARD#{index:05d}"
+def _item(row: Mapping[str, Any]) -> ItemState:
+    return ItemState(
+        line=int(row["line"]),
+        custom_id=row["custom_id"],
+        status=row["status"],
+        provider_id=row.get("provider_id"),
+        attempts=int(row.get("attempts", 0)),
+        error=row.get("error"),
+        swept=bool(row.get("swept", False)),
+    )
 
 
-def item_sk(line: int) -> str:
-    return f"ITEM#{line:0{ITEM_WIDTH}d}"
-
-
-def _plain(value: Any) -> Any:
-    """DynamoDB hands numbers back as Decimal; the workflow wants JSON numbers."""
-    if isinstance(value, Decimal):
-        return int(value) if value == value.to_integral_value() else float(value)
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value
-
-
-def _token(shard_row: dict[str, Any]) -> str | None:
-    return str(shard_row["token"]) if shard_row.get("token") else None
-
-
-def _token_if_nothing_waits(shard_row: dict[str, Any]) -> str | None:
-    """The task token to wake a shard with, once none of its items is still out."""
-    return _token(shard_row) if int(shard_row.get("waiting", 0)) <= 0 else None
-
-
-def _dynamo(value: Any) -> Any:
-    if isinstance(value, float):
-        return Decimal(str(value))
-    if isinstance(value, dict):
-        return {k: _dynamo(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_dynamo(v) for v in value]
-    return value
-
-
-@dataclass
-class ItemState:
-    line: int
-    custom_id: str
-    status: str
-    provider_id: str | None = None
-    attempts: int = 0
-    error: str | None = None
-    # sent again by the last sweep (`sluice.sweep`): a background line keeps the mark until collected
-    swept: bool = False
-
-
-class JobStore:
+class JobStore(WebhookRows, BatchRows):
     """All reads and writes of job state. `table` is a boto3 DynamoDB Table resource."""
-
-    def __init__(self, table: Any, *, ttl_days: int, clock: Callable[[], float] = time.time) -> None:
-        self._table = table
-        self._ttl_s = ttl_days * 86400
-        self._clock = clock
-
-    @property
-    def table(self) -> Any:
-        """The table resource, for the items that are not job state (`shared_limit`'s buckets)."""
-        return self._table
-
-    def _expires(self) -> int:
-        return int(self._clock()) + self._ttl_s
 
     def claim_job(self, job_id: str, *, execution: str, bucket: str, key: str, etag: str, started_at: float) -> bool:
         """Create the job row for this execution; False if another execution already owns the job.
@@ -96,10 +70,9 @@ class JobStore:
         """
         try:
             self._table.put_item(
-                Item=_dynamo(
+                Item=dynamo(
                     {
-                        "pk": job_pk(job_id),
-                        "sk": "META",
+                        **job_key(job_id),
                         "job_id": job_id,
                         "execution": execution,
                         "bucket": bucket,
@@ -113,7 +86,7 @@ class JobStore:
                 ConditionExpression=Attr("pk").not_exists() | Attr("execution").eq(execution),
             )
         except ClientError as exc:
-            if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+            if lost_race(exc):
                 return False
             raise
         return True
@@ -140,8 +113,7 @@ class JobStore:
             for index, lines, requests in shards:
                 batch.put_item(
                     Item={
-                        "pk": job_pk(job_id),
-                        "sk": shard_sk(index),
+                        **shard_key(job_id, index),
                         "shard": index,
                         "lines": lines,
                         "requests": requests,
@@ -154,57 +126,64 @@ class JobStore:
                     }
                 )
         budget = ", budget_cap = :cap, budget_committed = :z, budget_spent = :z" if budget_cap else ""
-        values = {
-            ":s": "RUNNING",
-            ":p": plan,
-            ":n": len(shards),
-            ":r": plan["requests"],
-            ":d": sum(done.values()),
-            ":z": 0,
-        }
+        values = {":s": "RUNNING", ":p": plan, ":n": len(shards), ":r": plan["requests"]}
         self._table.update_item(
-            Key={"pk": job_pk(job_id), "sk": "META"},
-            UpdateExpression="SET #s = :s, #p = :p, shards = :n, requests = :r, done = :d, failed = :z" + budget,
+            Key=job_key(job_id),
+            UpdateExpression="SET #s = :s, #p = :p, shards = :n, requests = :r" + budget,
             ExpressionAttributeNames={"#s": "status", "#p": "plan"},
-            ExpressionAttributeValues=_dynamo({**values, ":cap": budget_cap} if budget_cap else values),
+            ExpressionAttributeValues=dynamo({**values, ":cap": budget_cap, ":z": 0} if budget_cap else values),
         )
 
-    def reserve_budget(self, job_id: str, amount: int, cap: int, spent: int, *, join: bool) -> bool:
+    def reserve_budget(
+        self, job_id: str, amount: int, cap: int, spent: int, *, join: bool, waited: bool = False
+    ) -> bool:
         """Add `amount` (nano-USD) to the job's committed spend if that keeps it within `cap`,
-        with `spent` (what answers cost since the last write) added to its spend, and count the
-        shard among the holders of a pool when it `join`s; False if the cap refuses."""
+        with `spent` (what answers cost since the last write) added to its spend; count the shard
+        among the holders of a pool when it `join`s, and no longer among the waiting shards when
+        it `waited`; False if the cap refuses."""
         if amount > cap:
             return False
         try:
             self._table.update_item(
-                Key={"pk": job_pk(job_id), "sk": "META"},
-                UpdateExpression="ADD budget_committed :a, budget_spent :s, budget_holders :h",
+                Key=job_key(job_id),
+                UpdateExpression="ADD budget_committed :a, budget_spent :s, budget_holders :h, budget_waiters :w",
                 ConditionExpression=Attr("budget_committed").lte(cap - amount),
-                ExpressionAttributeValues={":a": amount, ":s": spent, ":h": 1 if join else 0},
+                ExpressionAttributeValues={
+                    ":a": amount,
+                    ":s": spent,
+                    ":h": 1 if join else 0,
+                    ":w": -1 if waited else 0,
+                },
             )
         except ClientError as exc:
-            if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+            if lost_race(exc):
                 return False
             raise
         return True
 
-    def budget_state(self, job_id: str) -> tuple[int, int]:
-        """The job's committed spend (nano-USD) and how many shards hold a pool of it."""
+    def budget_state(self, job_id: str) -> BudgetState:
+        """The job's committed spend (nano-USD), how many shards hold a pool of it, and how many
+        wait for those pools; strongly consistent, so no refund that reached the table is missed."""
         row = self._table.get_item(
-            Key={"pk": job_pk(job_id), "sk": "META"},
-            ProjectionExpression="budget_committed, budget_holders",
+            Key=job_key(job_id),
+            ProjectionExpression="budget_committed, budget_holders, budget_waiters",
             ConsistentRead=True,
         ).get("Item", {})
-        return int(row.get("budget_committed", 0)), int(row.get("budget_holders", 0))
+        return _budget_state(row)
 
-    def release_budget(self, job_id: str, amount: int, spent: int, *, leave: bool) -> None:
-        """Give back (negative `amount`) or add to the committed spend, record `spent`, and stop
-        counting the shard among the holders when it `leave`s; unconditional."""
-        self._table.update_item(
-            Key={"pk": job_pk(job_id), "sk": "META"},
-            UpdateExpression="ADD budget_committed :a, budget_spent :s, budget_holders :h",
-            ExpressionAttributeValues={":a": amount, ":s": spent, ":h": -1 if leave else 0},
-        )
+    def release_budget(self, job_id: str, amount: int, spent: int, *, leave: bool, waiting: int = 0) -> BudgetState:
+        """Give back (negative `amount`) or add to the committed spend, record `spent`, stop
+        counting the shard among the holders when it `leave`s, and add `waiting` (1: it starts
+        waiting for the others' pools, -1: it stops) to the waiting shards; unconditional.
+        Returns the figures as the write left them."""
+        row = self._table.update_item(
+            Key=job_key(job_id),
+            UpdateExpression="ADD budget_committed :a, budget_spent :s, budget_holders :h, budget_waiters :w",
+            ExpressionAttributeValues={":a": amount, ":s": spent, ":h": -1 if leave else 0, ":w": waiting},
+            # ALL_NEW: UPDATED_NEW may leave out a figure the ADD did not change
+            ReturnValues="ALL_NEW",
+        ).get("Attributes", {})
+        return _budget_state(row)
 
     def record_progress(
         self,
@@ -218,15 +197,15 @@ class JobStore:
         run: int,
         waiting: int = 0,
     ) -> None:
-        """Checkpoint a shard run: item rows in batches, then one counter update per row kind."""
+        """Checkpoint a shard run: item rows in batches, then one update of the shard's row, all
+        on the shard's own partition (the response pointers are keyed by response id)."""
         expires = self._expires()
         with self._table.batch_writer(overwrite_by_pkeys=["pk", "sk"]) as batch:
             for item in items:
                 batch.put_item(
-                    Item=_dynamo(
+                    Item=dynamo(
                         {
-                            "pk": job_pk(job_id),
-                            "sk": item_sk(item.line),
+                            **item_key(job_id, shard, item.line),
                             "shard": shard,
                             "line": item.line,
                             "custom_id": item.custom_id,
@@ -244,8 +223,7 @@ class JobStore:
                     # consistent read instead of an eventually consistent index query
                     batch.put_item(
                         Item={
-                            "pk": f"RESP#{item.provider_id}",
-                            "sk": "RESP",
+                            **response_key(item.provider_id),
                             "job_id": job_id,
                             "shard": shard,
                             "line": item.line,
@@ -253,7 +231,7 @@ class JobStore:
                         }
                     )
         self._table.update_item(
-            Key={"pk": job_pk(job_id), "sk": shard_sk(shard)},
+            Key=shard_key(job_id, shard),
             UpdateExpression="SET #s = :s, runs = :run ADD done :d, failed :f, waiting :w",
             ExpressionAttributeNames={"#s": "status"},
             ExpressionAttributeValues={
@@ -264,276 +242,135 @@ class JobStore:
                 ":w": waiting,
             },
         )
-        if done or failed:
-            self._table.update_item(
-                Key={"pk": job_pk(job_id), "sk": "META"},
-                UpdateExpression="ADD done :d, failed :f",
-                ExpressionAttributeValues={":d": done, ":f": failed},
-            )
 
-    def items(self, job_id: str, first_line: int, last_line: int) -> Iterator[ItemState]:
-        """Item rows of one shard: its lines are one contiguous range of sort keys."""
-        kwargs: dict[str, Any] = {
-            "KeyConditionExpression": Key("pk").eq(job_pk(job_id))
-            & Key("sk").between(item_sk(first_line), item_sk(last_line)),
-            "ConsistentRead": True,
-        }
+    def _query(self, **kwargs: Any) -> Iterator[dict[str, Any]]:
         while True:
             page = self._table.query(**kwargs)
-            for row in page.get("Items", []):
-                yield ItemState(
-                    line=int(row["line"]),
-                    custom_id=row["custom_id"],
-                    status=row["status"],
-                    provider_id=row.get("provider_id"),
-                    attempts=int(row.get("attempts", 0)),
-                    error=row.get("error"),
-                    swept=bool(row.get("swept", False)),
-                )
+            yield from page.get("Items", [])
             if "LastEvaluatedKey" not in page:
                 return
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
-    def item(self, job_id: str, line: int) -> dict[str, Any] | None:
-        row = self._table.get_item(Key={"pk": job_pk(job_id), "sk": item_sk(line)}).get("Item")
-        return _plain(row) if row else None
+    def items(self, job_id: str, shard: int) -> Iterator[ItemState]:
+        """The item rows of one shard, in line order: its partition, strongly consistent."""
+        condition = Key("pk").eq(shard_partition(job_id, shard)) & Key("sk").begins_with(ITEM_PREFIX)
+        for row in self._query(KeyConditionExpression=condition, ConsistentRead=True):
+            yield _item(row)
+
+    def item(self, job_id: str, shard: int, line: int) -> dict[str, Any] | None:
+        row = self._table.get_item(Key=item_key(job_id, shard, line)).get("Item")
+        return plain(row) if row else None
 
     def item_by_custom_id(self, job_id: str, custom_id: str) -> dict[str, Any] | None:
         """The item row of one request, if it has one (failures, background and batch requests do).
 
-        One partition, filtered: it reads only this job's item rows, never the table.
+        The shards' partitions, a few at a time in shard order, filtered: it reads only this job's
+        item rows, never the table, and stops at the first few shards that hold the request.
         """
-        kwargs: dict[str, Any] = {
-            "KeyConditionExpression": Key("pk").eq(job_pk(job_id)) & Key("sk").begins_with("ITEM#"),
-            "FilterExpression": Attr("custom_id").eq(custom_id),
-        }
-        while True:
-            page = self._table.query(**kwargs)
-            if page.get("Items"):
-                return dict(_plain(page["Items"][0]))
-            if "LastEvaluatedKey" not in page:
-                return None
-            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        count = self._shard_count(job_id)
+
+        def lookup(shard: int) -> dict[str, Any] | None:
+            condition = Key("pk").eq(shard_partition(job_id, shard)) & Key("sk").begins_with(ITEM_PREFIX)
+            found = next(
+                self._query(KeyConditionExpression=condition, FilterExpression=Attr("custom_id").eq(custom_id)), None
+            )
+            return dict(plain(found)) if found else None
+
+        for start in range(0, count, SHARD_WORKERS):
+            for row in each_shard(lookup, range(start, min(count, start + SHARD_WORKERS))):
+                if row is not None:
+                    return row
+        return None
 
     def job(self, job_id: str) -> dict[str, Any] | None:
-        row = self._table.get_item(Key={"pk": job_pk(job_id), "sk": "META"}).get("Item")
-        return _plain(row) if row else None
+        """The job row alone: its status, plan, budget figures and summary, but no line counts
+        (`counts`, `job_progress`)."""
+        row = self._table.get_item(Key=job_key(job_id)).get("Item")
+        return plain(row) if row else None
 
-    def shards(self, job_id: str) -> list[dict[str, Any]]:
-        rows: list[dict[str, Any]] = []
-        kwargs: dict[str, Any] = {
-            "KeyConditionExpression": Key("pk").eq(job_pk(job_id)) & Key("sk").begins_with("SHARD#")
-        }
-        while True:
-            page = self._table.query(**kwargs)
-            rows.extend(_plain(r) for r in page.get("Items", []))
-            if "LastEvaluatedKey" not in page:
-                return rows
-            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    def _shard_count(self, job_id: str) -> int:
+        row = (
+            self._table.get_item(
+                Key=job_key(job_id), ProjectionExpression="#n", ExpressionAttributeNames={"#n": "shards"}
+            ).get("Item")
+            or {}
+        )
+        return int(row.get("shards", 0))
+
+    def shards(self, job_id: str, *, count: int | None = None, consistent: bool = False) -> list[dict[str, Any]]:
+        """Every shard row of the job, in shard order; `count` is the job row's `shards`, read
+        when not given. Eventually consistent unless asked (a cancel looking for open batches)."""
+        count = self._shard_count(job_id) if count is None else count
+        rows = self._batch_get([shard_key(job_id, shard) for shard in range(count)], consistent=consistent)
+        return sorted((plain(row) for row in rows), key=lambda row: int(row["shard"]))
+
+    def counts(self, job_id: str, shards: int) -> JobCounts:
+        """The job's lines done and failed: its `shards` rows summed, eventually consistent (a
+        progress figure a moment old, a second read away from the last checkpoints)."""
+        keys = [shard_key(job_id, shard) for shard in range(shards)]
+        rows = self._batch_get(keys, projection="#d, #f", names={"#d": "done", "#f": "failed"})
+        return JobCounts(sum(int(r.get("done", 0)) for r in rows), sum(int(r.get("failed", 0)) for r in rows))
+
+    def job_progress(self, job_id: str) -> dict[str, Any] | None:
+        """The job row with `done` and `failed` summed from its shard rows, for status and progress."""
+        job = self.job(job_id)
+        if job is None:
+            return None
+        counts = self.counts(job_id, int(job.get("shards", 0)))
+        return {**job, "done": counts.done, "failed": counts.failed}
 
     def finish_job(self, job_id: str, *, status: str, summary: dict[str, Any]) -> None:
         self._table.update_item(
-            Key={"pk": job_pk(job_id), "sk": "META"},
+            Key=job_key(job_id),
             UpdateExpression="SET #s = :s, summary = :summary, finished_at = :t",
             ExpressionAttributeNames={"#s": "status"},
-            ExpressionAttributeValues=_dynamo({":s": status, ":summary": summary, ":t": self._clock()}),
+            ExpressionAttributeValues=dynamo({":s": status, ":summary": summary, ":t": self._clock()}),
         )
-
-    def remember_webhook(self, webhook_id: str, now: float) -> bool:
-        """Record a webhook id once; False when it was seen before (a replay or a duplicate)."""
-        try:
-            self._table.put_item(
-                Item={
-                    "pk": f"WEBHOOK#{webhook_id}",
-                    "sk": "META",
-                    "seen_at": int(now),
-                    "expires_at": int(now) + 7 * 86400,
-                },
-                ConditionExpression=Attr("pk").not_exists(),
-            )
-        except ClientError as exc:
-            if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
-                return False
-            raise
-        return True
-
-    def _by_provider_id(self, provider_id: str) -> dict[str, Any] | None:
-        page = self._table.query(
-            IndexName=PROVIDER_ID_INDEX, KeyConditionExpression=Key(PROVIDER_ID_ATTRIBUTE).eq(provider_id)
-        )
-        rows = page.get("Items", [])
-        return rows[0] if rows else None
-
-    def settle_item(self, response_id: str) -> str | None:
-        """Mark a submitted item settled; the shard's task token when that was its last wait.
-
-        A fast provider can finish a response before the submitter has stored its id, so the
-        webhook also leaves a marker the submitter checks once its item rows are written.
-        """
-        key = {"pk": f"RESP#{response_id}", "sk": "RESP"}
-        row = self._table.get_item(Key=key, ConsistentRead=True).get("Item")
-        if row is None:
-            self._table.put_item(Item={"pk": f"EARLY#{response_id}", "sk": "EARLY", "expires_at": self._expires()})
-            # the submitter may have stored the row between the read and the marker: look once more
-            row = self._table.get_item(Key=key, ConsistentRead=True).get("Item")
-            if row is None:
-                return None
-        return self._settle_row(job_pk(str(row["job_id"])), item_sk(int(row["line"])), int(row["shard"]))
-
-    def settle_early(self, job_id: str, shard: int, items: list[ItemState]) -> int:
-        """Settle the just-stored items whose webhooks came before their rows; returns how many."""
-        by_id = {item.provider_id: item for item in items if item.provider_id}
-        ids = list(by_id)
-        settled = 0
-        resource = self._table.meta.client
-        for start in range(0, len(ids), 100):
-            keys = [{"pk": f"EARLY#{rid}", "sk": "EARLY"} for rid in ids[start : start + 100]]
-            request = {self._table.name: {"Keys": keys, "ProjectionExpression": "pk"}}
-            while request:
-                answer = resource.batch_get_item(RequestItems=request)
-                for row in answer.get("Responses", {}).get(self._table.name, []):
-                    item = by_id[row["pk"].removeprefix("EARLY#")]
-                    self._settle_row(job_pk(job_id), item_sk(item.line), shard)
-                    settled += 1
-                request = answer.get("UnprocessedKeys") or {}
-        return settled
-
-    def _settle_row(self, pk: str, sk: str, shard: int) -> str | None:
-        try:
-            self._table.update_item(
-                Key={"pk": pk, "sk": sk},
-                UpdateExpression="SET #s = :settled",
-                ConditionExpression=Attr("status").eq("submitted"),
-                ExpressionAttributeNames={"#s": "status"},
-                ExpressionAttributeValues={":settled": "settled"},
-            )
-        except ClientError as exc:
-            if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
-                # settled before, perhaps by a delivery whose wake then failed: wake again if
-                # the shard has nothing left to wait for (a used token is refused harmlessly)
-                return _token_if_nothing_waits(self._shard_row(pk, shard_sk(shard)))
-            raise
-        row = self._table.update_item(
-            Key={"pk": pk, "sk": shard_sk(shard)},
-            UpdateExpression="ADD waiting :minus",
-            ExpressionAttributeValues={":minus": -1},
-            ReturnValues="ALL_NEW",
-        )["Attributes"]
-        return _token_if_nothing_waits(row)
-
-    def settle_batch(self, batch_id: str, status: str) -> str | None:
-        row = self._by_provider_id(batch_id)
-        if row is None or not str(row["sk"]).startswith("SHARD#"):
-            return None
-        try:
-            shard = self._table.update_item(
-                Key={"pk": row["pk"], "sk": row["sk"]},
-                UpdateExpression="SET batch_settled = :s",
-                ConditionExpression=Attr("batch_settled").not_exists(),
-                ExpressionAttributeValues={":s": status},
-                ReturnValues="ALL_NEW",
-            )["Attributes"]
-        except ClientError as exc:
-            if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
-                # reported before, perhaps by a delivery whose wake then failed: wake again
-                return _token(self._shard_row(row["pk"], row["sk"]))
-            raise
-        return _token(shard)
-
-    def _shard_row(self, pk: str, sk: str) -> dict[str, Any]:
-        return dict(self._table.get_item(Key={"pk": pk, "sk": sk}, ConsistentRead=True).get("Item") or {})
-
-    def arm_shard(self, job_id: str, shard: int, token: str) -> bool:
-        """Leave the shard's task token for webhooks; True when nothing is left to wait for."""
-        row = self._table.update_item(
-            Key={"pk": job_pk(job_id), "sk": shard_sk(shard)},
-            UpdateExpression="SET #t = :t",
-            ExpressionAttributeNames={"#t": "token"},
-            ExpressionAttributeValues={":t": token},
-            ReturnValues="ALL_NEW",
-        )["Attributes"]
-        if row.get("provider_id"):
-            return "batch_settled" in row
-        return int(row.get("waiting", 0)) <= 0
 
     def shard(self, job_id: str, shard: int) -> dict[str, Any] | None:
-        row = self._shard_row(job_pk(job_id), shard_sk(shard))
-        return _plain(row) if row else None
+        row = self._shard_row(shard_key(job_id, shard))
+        return plain(row) if row else None
 
-    def begin_batch_submit(self, job_id: str, shard: int, now: float) -> float | None:
-        """Stamp the shard's first SubmitBatch; the stamp of an earlier attempt if there was one.
+    def stop_shards(self, job_id: str | None, reason: str, *, shards: int | None = None) -> int:
+        """Tell every running shard of the job to stop sending: `reason` (the job's status,
+        CANCELLED or FAILED) on each shard row, which the shard reads from its own row
+        (`stop_mark`). `shards` is the job row's count, read when not given; no job (Plan failed
+        before there was one) has nothing running. A row that could not be marked is left as it
+        is: its shard stops when its run does. Returns how many rows were marked."""
+        if job_id is None:
+            return 0
+        count = self._shard_count(job_id) if shards is None else shards
 
-        A retried submit uses it to know whether it must look for batches it created before.
-        """
-        old = self._table.update_item(
-            Key={"pk": job_pk(job_id), "sk": shard_sk(shard)},
-            UpdateExpression="SET batch_submit_at = if_not_exists(batch_submit_at, :now)",
-            ExpressionAttributeValues={":now": _dynamo(float(now))},
-            ReturnValues="ALL_OLD",
-        ).get("Attributes", {})
-        stamp = old.get("batch_submit_at")
-        return float(stamp) if stamp is not None else None
+        def mark(shard: int) -> bool:
+            try:
+                self._table.update_item(
+                    Key=shard_key(job_id, shard),
+                    UpdateExpression="SET #stop = :reason",
+                    ConditionExpression=Attr("pk").exists(),
+                    ExpressionAttributeNames={"#stop": STOP_ATTRIBUTE},
+                    ExpressionAttributeValues={":reason": reason},
+                )
+            except ClientError:
+                return False
+            return True
 
-    def set_shard_batches(self, job_id: str, shard: int, batch_ids: list[str]) -> None:
-        """Record every batch the shard owns, in part order ("" for a file still waiting for room
-        in the provider's queue); `provider_id` (the webhook index) names the first, which
-        CollectBatch moves on to the next unfinished one."""
-        first = next((batch_id for batch_id in batch_ids if batch_id), None)
-        if first is None:
-            return
-        self._table.update_item(
-            Key={"pk": job_pk(job_id), "sk": shard_sk(shard)},
-            UpdateExpression=(
-                "SET batch_ids = :ids, provider_id = :first, batch_states = if_not_exists(batch_states, :none)"
-            ),
-            ExpressionAttributeValues={":ids": list(batch_ids), ":first": first, ":none": {}},
+        return sum(each_shard(mark, range(count)))
+
+    def stop_mark(self, job_id: str, shard: int) -> str | None:
+        """Why the shard must stop (`stop_shards`), or None: one strongly consistent read of its own row."""
+        row = (
+            self._table.get_item(
+                Key=shard_key(job_id, shard),
+                ProjectionExpression="#stop",
+                ExpressionAttributeNames={"#stop": STOP_ATTRIBUTE},
+                ConsistentRead=True,
+            ).get("Item")
+            or {}
         )
+        return str(row[STOP_ATTRIBUTE]) if row.get(STOP_ATTRIBUTE) else None
 
-    def plan_batch_parts(self, job_id: str, shard: int, parts: list[dict[str, Any]]) -> None:
-        """Record the shard's batch files (model, tokens, lines each), none of them created yet."""
-        self._table.update_item(
-            Key={"pk": job_pk(job_id), "sk": shard_sk(shard)},
-            UpdateExpression=(
-                "SET batch_parts = :parts, batch_ids = :ids, batch_tries = :none,"
-                " batch_states = if_not_exists(batch_states, :none)"
-            ),
-            ExpressionAttributeValues={":parts": _dynamo(parts), ":ids": [""] * len(parts), ":none": {}},
-        )
 
-    def requeue_batch(
-        self, job_id: str, shard: int, batch_ids: list[str], tries: dict[str, int], retry_at: float
-    ) -> None:
-        """A batch the provider's full queue refused: its file waits again ("" in `batch_ids`) under
-        the next attempt number, and the shard creates nothing before `retry_at`."""
-        self._table.update_item(
-            Key={"pk": job_pk(job_id), "sk": shard_sk(shard)},
-            UpdateExpression=(
-                "SET batch_ids = :ids, batch_tries = :tries, batch_retry_at = :at ADD batch_requeued :one"
-            ),
-            ExpressionAttributeValues={
-                ":ids": list(batch_ids),
-                ":tries": dict(tries),
-                ":at": _dynamo(float(retry_at)),
-                ":one": 1,
-            },
-        )
-
-    def mark_batch_collected(self, job_id: str, shard: int, batch_id: str, state: dict[str, Any]) -> None:
-        self._table.update_item(
-            Key={"pk": job_pk(job_id), "sk": shard_sk(shard)},
-            UpdateExpression="SET batch_states.#b = :state",
-            ExpressionAttributeNames={"#b": batch_id},
-            ExpressionAttributeValues={":state": _dynamo(state)},
-        )
-
-    def await_batch(self, job_id: str, shard: int, batch_id: str) -> None:
-        """Point the webhook index at the batch the shard waits on next, and forget the last wake-up.
-
-        A webhook for this batch that lands before the update is lost, which costs one polling
-        interval; a stale `batch_settled` kept instead would wake the shard in a busy loop.
-        """
-        self._table.update_item(
-            Key={"pk": job_pk(job_id), "sk": shard_sk(shard)},
-            UpdateExpression="SET provider_id = :p REMOVE batch_settled",
-            ExpressionAttributeValues={":p": batch_id},
-        )
+def _budget_state(row: Mapping[str, Any]) -> BudgetState:
+    return BudgetState(
+        int(row.get("budget_committed", 0)), int(row.get("budget_holders", 0)), int(row.get("budget_waiters", 0))
+    )

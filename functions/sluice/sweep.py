@@ -1,10 +1,12 @@
-"""The last sweep: lines whose attempts ran out on transient failures get one more pass.
+"""The last sweep: lines whose first attempts ran out on transient failures get one more pass.
 
 Under random 429s and 5xx, a few lines in every few thousand draw a bad answer on each of
-their attempts. Rather than sending them to errors, a run holds them aside and, once the
-rest of its requests are done, sends them again with fresh attempts and backoff at a small
-concurrency, so a provider that is still recovering is not hammered. Failures retrying
-cannot fix (a 400, an invalid line) are never held and never re-sent.
+their attempts. Rather than spending all of a line's attempts at once, a run gives the first
+pass the first half of them (`split_attempts`); a line that fails all of those transiently is
+held aside and, once the rest of its requests are done, sent again with the other half and
+backoff at a small concurrency, so a provider that is still recovering is not hammered. A
+line is sent at most `max_attempts` times in all. Failures retrying cannot fix (a 400, an
+invalid line) are never held and never re-sent.
 
 A held line is in no checkpoint part until the sweep ends it. A run that stops early (the
 Lambda's time is nearly up) just drops what it holds: those lines are not in a part, so the
@@ -36,13 +38,27 @@ def sweep_concurrency(concurrency: int) -> int:
     return min(concurrency, max(SWEEP_MIN_CONCURRENCY, int(concurrency * SWEEP_SHARE)))
 
 
+def split_attempts(max_attempts: int) -> tuple[int, int]:
+    """(the first pass's attempts, the last sweep's) of a line: together `max_attempts`, the
+    sweep's the smaller half (none for a line of one attempt)."""
+    sweep = max_attempts // 2
+    return max_attempts - sweep, sweep
+
+
 def merged(first: Outcome, last: Outcome) -> Outcome:
     """The sweep's outcome of a line, carrying the attempts and 429s of its first pass too."""
+    swept = last.attempts
     last.attempts += first.attempts
     last.throttled += first.throttled
     last.swept = True
     if not last.ok and last.error_message:
-        last.error_message = f"{last.error_message} (last sweep, after {first.attempts} earlier attempts)"
+        # the engine counts the sweep's attempts only; the line's are both passes'
+        counted = f"gave up after {swept} attempts"
+        both = f"{last.attempts} attempts ({first.attempts}, then {swept} in the shard's last sweep)"
+        if last.error_message.startswith(counted):
+            last.error_message = f"gave up after {both}{last.error_message.removeprefix(counted)}"
+        else:
+            last.error_message = f"{last.error_message} (in the shard's last sweep, after {first.attempts} attempts)"
     return last
 
 
@@ -61,7 +77,8 @@ async def send_with_sweep(
     The stats are the main pass's; `stopped_early` is also true when the sweep ran out of
     time before taking every held line (the rest are pending for the next run).
     """
-    stopper = stopper or Stopper(ctx, spec.job_id)
+    stopper = stopper or Stopper(ctx, spec)
+    first_pass, last_pass = split_attempts(spec.max_attempts)
     # the requests the engine holds now (at most its worker pool), so a failed one is kept
     # as the Request it was, not re-read and not copied
     in_flight: dict[int, Request] = {}
@@ -74,17 +91,17 @@ async def send_with_sweep(
 
     def hold_or_pass(outcome: Outcome) -> None:
         request = in_flight.pop(outcome.line, None)
-        if request is not None and sweepable(outcome):
+        if request is not None and last_pass and sweepable(outcome):
             held[outcome.line] = (request, outcome)
             return
         sink(outcome)
 
-    stats = await send_requests(ctx, spec, tracked(), hold_or_pass, stopper, budget)
+    stats = await send_requests(ctx, replace(spec, max_attempts=first_pass), tracked(), hold_or_pass, stopper, budget)
     in_flight.clear()
     if not held:
         return stats
-    if stopper.cancelled or (budget is not None and budget.exhausted):
-        # the job is being cancelled, or its budget is spent: what these lines last got is their outcome
+    if stopper.stopped or (budget is not None and budget.exhausted):
+        # the job was cancelled or has failed, or its budget is spent: what these lines last got is their outcome
         for _, outcome in held.values():
             sink(outcome)
         return stats
@@ -95,10 +112,9 @@ async def send_with_sweep(
         sink(merged(held.pop(outcome.line)[1], outcome))
 
     again = [request for request, _ in held.values()]
-    await send_requests(
-        ctx, replace(spec, concurrency=sweep_concurrency(spec.concurrency)), again, swept, stopper, budget
-    )
-    if stopper.cancelled or (budget is not None and budget.exhausted):
+    sweep = replace(spec, concurrency=sweep_concurrency(spec.concurrency), max_attempts=last_pass)
+    await send_requests(ctx, sweep, again, swept, stopper, budget)
+    if stopper.stopped or (budget is not None and budget.exhausted):
         for _, outcome in held.values():
             sink(outcome)
         held.clear()

@@ -8,11 +8,12 @@ import logging
 import os
 import sys
 import threading
+import time
 import traceback
 from typing import Any
 
 from local.cli.parser import build_parser
-from local.console import EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, CliError
+from local.console import EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, CliError
 
 
 def _one_line_thread_errors(args: threading.ExceptHookArgs) -> None:
@@ -52,7 +53,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    if not (sys.argv[1:] if argv is None else argv):
+        # `sluice` alone: what it can do, not only that a command is missing
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    args = parser.parse_args(argv)
+    # what a command reports as its own time includes importing its module (moto, boto3)
+    args.started = time.monotonic()
     try:
         # the chosen command's module only: `run` brings moto, the deployed commands boto3
         command = importlib.import_module(f"local.cli.{args.command}")

@@ -16,7 +16,10 @@ def run(args: argparse.Namespace) -> int:
     store = DirStore(where)
     if args.action == "clear":
         removed = clear(store)
-        say(f"cache {where}: removed {removed:,} files")
+        if args.json:
+            print(orjson.dumps({"dir": str(where), "removed_files": removed}).decode())
+        else:
+            say(f"cache {where}: removed {removed:,} files")
         return 0
     figures = stats(store)
     if args.json:

@@ -52,6 +52,18 @@ BUDGET_HELP = (
     "spend would pass it and ends BUDGET_EXCEEDED (exit 10); needs a priced model"
 )
 
+MODE_HELP = (
+    "how shards talk to the provider: direct (a request a line, answered at once), background "
+    "(Responses API lines as background responses, polled), batch (the provider's Batch API: half "
+    "price, answers within 24 h on a real provider), or auto (batch for a shard of 1,000 requests "
+    "or more, direct for a smaller one)"
+)
+
+MAX_ATTEMPTS_HELP = (
+    "sends of a request at most, in all, before it goes to errors; when the first half fail on 429s, "
+    "5xx or timeouts, the rest wait for the shard's last sweep, after its other lines"
+)
+
 MAX_ERROR_RATE_HELP = (
     "share of the requests that may fail before the job ends COMPLETED_WITH_ERRORS (exit 9), "
     "0 to 1; 0.001 allows 1 in 1,000 (default: 0, any failed line)"
@@ -60,12 +72,14 @@ MAX_ERROR_RATE_HELP = (
 
 def _job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--mode", help="how shards talk to the provider: direct, background, batch or auto (default: the environment's)"
+        "--mode",
+        metavar="MODE",
+        help=MODE_HELP + "; auto never batches with --deadline-hours under 24 (default: the environment's)",
     )
     p.add_argument("--model", help="send every request to this model, whatever its body says")
     p.add_argument("--concurrency", type=checks.positive_int, help="requests in flight for the whole job")
     p.add_argument("--map-concurrency", type=checks.positive_int, help="shards running at once")
-    p.add_argument("--max-attempts", type=checks.positive_int, help="attempts per request before it goes to errors")
+    p.add_argument("--max-attempts", type=checks.positive_int, help=MAX_ATTEMPTS_HELP)
     p.add_argument(
         "--on-batch-incomplete",
         metavar="POLICY",
@@ -137,17 +151,25 @@ def build_parser() -> argparse.ArgumentParser:
         "run a job on this machine (moto + the same state machine and Lambda code)",
         """\
         Run FILE through the Sluice state machine locally: S3, DynamoDB and Step Functions
-        are moto, in this process; the provider is OPENAI_BASE_URL/OPENAI_API_KEY if both
-        are set, else the built-in simulator. Writes <name>.results.jsonl, .errors.jsonl,
-        .summary.json and a <name>.report.html to open in a browser; nothing else persists.
+        are moto, in this process. The provider is OPENAI_BASE_URL when it is set (with
+        OPENAI_API_KEY as its key when that is set too; a vLLM server needs none), else the
+        built-in simulator. Writes <name>.results.jsonl, .errors.jsonl, .summary.json and a
+        <name>.report.html to open in a browser; nothing else persists but the response cache.
 
-        example:
+        Ctrl-C cancels the job: no new line is sent, the requests in flight get up to 10 s to
+        be answered (Ctrl-C again stops waiting), and the outputs hold every answer the
+        provider gave; the other lines are errors `cancelled`. SIGTERM and SIGHUP do the
+        same without the wait. The run then exits 128 + the signal: 130, 143 or 129.
+
+        examples:
           sluice run examples/reviews.jsonl --out out
+          sluice run big.jsonl --mode batch --model gpt-4o-mini --budget 5
         """,
     )
     p.add_argument("file", help="input JSONL in the OpenAI Batch input format")
     p.add_argument("--out", default="out", help="directory for results, errors, summary and report (default: out)")
-    p.add_argument("--mode", choices=MODES, help="how shards talk to the provider (default: direct)")
+    p.add_argument("--mode", choices=MODES, help=MODE_HELP + " (default: direct)")
+    p.add_argument("--model", help="send every request to this model, whatever its body says")
     p.add_argument(
         "--concurrency",
         type=checks.positive_int,
@@ -158,12 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--map-concurrency", type=checks.positive_int, default=10, help="shards running at once (default: 10)"
     )
     p.add_argument("--shard-lines", type=checks.positive_int, default=5000, help="lines per shard (default: 5000)")
-    p.add_argument(
-        "--max-attempts",
-        type=checks.positive_int,
-        default=6,
-        help="attempts per request before it goes to errors (default: 6)",
-    )
+    p.add_argument("--max-attempts", type=checks.positive_int, default=6, help=MAX_ATTEMPTS_HELP + " (default: 6)")
     p.add_argument(
         "--request-timeout", type=checks.positive_seconds, default=120.0, help="seconds per attempt (default: 120)"
     )
@@ -173,7 +190,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--allow-invalid", action="store_true", help="run even if some lines are invalid (they go to errors)"
     )
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--quiet",
+        action="store_true",
+        help="print only how the job ended (and why, when it did not succeed): no status line, no file list",
+    )
     # a directory for a cache the run does not use would be ignored without a word
     cache = p.add_mutually_exclusive_group()
     cache.add_argument(

@@ -13,17 +13,17 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import orjson
 from sluice.cache import default_cache_dir
 from sluice.plan import job_id_for
 
-from local.checks import NO_API_KEY, check_provider, out_dir
+from local.checks import NO_API_KEY, budget_needs_prices, check_provider, out_dir, usable_out_dir
 from local.cloud import LocalCloud, LocalSettings
-from local.console import EXIT_INTERRUPTED, CliError, file_link, human_seconds, human_usd, job_exit_code, need_file, say
-from local.inputs import check_file, require_valid
-from local.interrupt import CtrlC, cancel_run
+from local.console import CliError, file_link, need_file, say
+from local.inputs import check_file, model_of, require_valid
+from local.interrupt import Interrupted, Signals, stop_run, writing_note
 from local.progress import Display, LiveCounts
 from local.report import write_report
+from local.run_end import RunFacts, budget_lines, exit_code, local_summary, refusal_lines, swept, timing, usage
 from local.simulator import SimConfig, SimulatorServer
 
 SIMULATOR_PROVIDER = "sluice-simulator"
@@ -57,11 +57,16 @@ def provider(latency_s: float) -> Iterator[tuple[str, str, str]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    ctrl_c = CtrlC()
+    signals = Signals()
+    signals.install()
     try:
-        return _run(args, ctrl_c)
+        return _run(args, signals)
+    except Interrupted as exc:
+        # before the job started: nothing was sent, and there are no outputs to write
+        say(f"\nsluice: interrupted ({exc}) before the job started: nothing was sent")
+        return exc.exit_code
     finally:
-        ctrl_c.restore()
+        signals.restore()
 
 
 def usable_cache_dir(path: Path, *, given: bool) -> None:
@@ -76,34 +81,34 @@ def usable_cache_dir(path: Path, *, given: bool) -> None:
         raise CliError(f"{where}: cannot write {path}: {exc.strerror or exc}") from exc
 
 
-def _run(args: argparse.Namespace, ctrl_c: CtrlC) -> int:
+def _run(args: argparse.Namespace, signals: Signals) -> int:
+    started = getattr(args, "started", None) or time.monotonic()
     path = need_file(Path(args.file))
-    out = out_dir(Path(args.out))
+    usable_out_dir(Path(args.out))
+    # the models the lines name, for a budget that needs a price for each (none to read with --model)
+    models: set[str | None] = set()
+    need_models = args.budget_usd is not None and not args.model
     # the same check as `submit`: a file that is not a job fails here, not as a job of errors
-    require_valid(check_file(path, quiet=args.quiet), allow_invalid=args.allow_invalid)
-    cache_dir = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
+    check = check_file(path, quiet=args.quiet, on_request=(lambda r: models.add(model_of(r))) if need_models else None)
+    require_valid(check, allow_invalid=args.allow_invalid)
+    settings = _settings(args)
+    if args.budget_usd is not None:
+        budget_needs_prices(args.model, models, settings.default_model)
     if not args.no_cache:
-        usable_cache_dir(cache_dir, given=bool(args.cache_dir))
-    settings = LocalSettings(
-        concurrency=args.concurrency,
-        map_concurrency=args.map_concurrency,
-        shard_lines=args.shard_lines,
-        max_attempts=args.max_attempts,
-        request_timeout_s=args.request_timeout,
-        cache="off" if args.no_cache else "on",
-        cache_dir=str(cache_dir),
-        # the built-in simulator listens on a new port each run: its answers are keyed by its name
-        cache_provider=None if os.environ.get("OPENAI_BASE_URL", "").strip() else SIMULATOR_PROVIDER,
-    )
+        usable_cache_dir(Path(str(settings.cache_dir)), given=bool(args.cache_dir))
+    out = out_dir(Path(args.out))
     metadata = {"sluice-mode": args.mode} if args.mode else {}
+    if args.model:
+        metadata["sluice-model"] = args.model
     if args.max_error_rate is not None:
         metadata["sluice-max-error-rate"] = str(args.max_error_rate)
     if args.budget_usd is not None:
         metadata["sluice-budget-usd"] = str(args.budget_usd)
-    started = time.monotonic()
-    interrupted = False
+    interrupted: int | None = None
+    # with --quiet, only how the job ended is said (and why, when it did not succeed)
+    tell = (lambda _text: None) if args.quiet else say
     with provider(args.latency) as (base_url, api_key, label):
-        say(label)
+        tell(label)
         counts = LiveCounts()
         cloud = LocalCloud(provider_base_url=base_url, api_key=api_key, settings=settings, progress=counts)
         display = Display(counts, quiet=args.quiet)
@@ -111,22 +116,29 @@ def _run(args: argparse.Namespace, ctrl_c: CtrlC) -> int:
             key, etag = cloud.upload(path, metadata=metadata)
             job_id = job_id_for(cloud.bucket, key, etag)
             execution = cloud.start(cloud.object_created_event(key, etag), name=job_id)
-            display.note(f"job {job_id} started (Ctrl-C cancels it and keeps what finished)")
+            signals.job_started()
+            if not args.quiet:
+                display.note(f"job {job_id} started (Ctrl-C cancels it and keeps every answer so far)")
             with display:
 
-                def tick() -> None:
+                def read_total() -> None:
                     # the display redraws on its own thread; the job row is read only until Plan has counted the lines
                     if counts.total is None:
                         requests = (cloud.job(job_id) or {}).get("requests")
                         counts.total = int(requests) if requests is not None else None
 
+                def tick() -> None:
+                    # a signal is only recorded while the job runs: here is where it stops the wait
+                    signals.check()
+                    read_total()
+
                 try:
                     final = cloud.wait(execution, on_tick=tick)
-                except KeyboardInterrupt:
-                    interrupted = True
-                    ctrl_c.first()
-                    final = cancel_run(cloud, job_id, execution, base_url, api_key, ctrl_c)
-                tick()
+                except Interrupted as exc:
+                    interrupted = exc.signum
+                    final = stop_run(cloud, job_id, execution, base_url, api_key, signals)
+                signals.doing(writing_note())
+                read_total()
             stem = key.removeprefix("inbox/").removesuffix(".jsonl")
             written: dict[str, Path] = {}
             for kind, suffix in (
@@ -141,65 +153,73 @@ def _run(args: argparse.Namespace, ctrl_c: CtrlC) -> int:
                 target = out / f"{stem}{suffix}"
                 target.write_bytes(data)
                 written[kind] = target
-    wall = time.monotonic() - started
-    summary = _local_summary(written, path) if "summary" in written else {}
-    counts = summary.get("counts", {})
+    command_s = time.monotonic() - started
+    facts = RunFacts(
+        input_path=path,
+        provider=_provider_name(base_url, args.latency),
+        settings=_settings_shown(args),
+        command_seconds=command_s,
+        cache=not args.no_cache,
+    )
+    summary = local_summary(written, facts) if "summary" in written else {}
+    counts_of = summary.get("counts", {})
     # the job's own word; the execution's (ABORTED for a cancelled job) only when there is none
     status = str(summary.get("status") or {"ABORTED": "CANCELLED"}.get(final["status"], final["status"]))
+    code = exit_code(summary, status, interrupted)
+    results, errors = int(counts_of.get("results", 0)), int(counts_of.get("errors", 0))
     say(
-        f"job {job_id}: {status} in {human_seconds(wall)} — "
-        f"{counts.get('results', 0)} results, {counts.get('errors', 0)} errors{_swept(summary)}{_usage(summary)}"
+        f"job {job_id}: {status} {timing(summary, command_s)} — "
+        f"{results:,} results, {errors:,} errors{swept(summary)}{usage(summary)}"
     )
-    if summary.get("budget"):
-        budget = summary["budget"]
-        say(
-            f"budget {human_usd(budget['cap_usd'])}: spent {human_usd(budget['spent_usd'])} (est.); "
-            f"{budget['unsent_lines']:,} lines not sent (errors `budget_exceeded`)"
-        )
-    if summary.get("error"):
-        say(f"error: {summary['error']}")
-    for kind, target in written.items():
-        print(f"{kind}: {target}")
+    why = refusal_lines(summary) + budget_lines(summary, cache=not args.no_cache)
+    if summary.get("error") and not summary.get("provider_refused"):
+        why.append(f"error: {summary['error']}")
+    for line in why:
+        # what a script cannot guess from the exit code is said even with --quiet
+        (say if code else tell)(line)
+    report = None
     if summary:
         report = write_report(summary, out / f"{stem}.report.html", files={k: p.name for k, p in written.items()})
-        print(f"report: {file_link(report)}")
-    if interrupted:
-        return EXIT_INTERRUPTED
-    return job_exit_code(status)
+    if not args.quiet:
+        for kind, target in written.items():
+            print(f"{kind}: {target}")
+        if report is not None:
+            print(f"report: {file_link(report)}")
+    return code
 
 
-def _local_summary(written: dict[str, Path], input_path: Path) -> dict[str, Any]:
-    """The job's summary with the files this run wrote in place of the local bucket's keys,
-    which are gone once `sluice run` exits."""
-    summary: dict[str, Any] = orjson.loads(written["summary"].read_bytes())
-    summary["input"] = str(input_path)
-    if isinstance(summary.get("outputs"), dict):
-        summary["outputs"] = {kind: str(written[kind]) for kind in summary["outputs"] if kind in written}
-    written["summary"].write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2))
-    return summary
+def _settings(args: argparse.Namespace) -> LocalSettings:
+    cache_dir = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
+    return LocalSettings(
+        concurrency=args.concurrency,
+        map_concurrency=args.map_concurrency,
+        shard_lines=args.shard_lines,
+        max_attempts=args.max_attempts,
+        request_timeout_s=args.request_timeout,
+        cache="off" if args.no_cache else "on",
+        cache_dir=str(cache_dir),
+        # the built-in simulator listens on a new port each run: its answers are keyed by its name
+        cache_provider=None if os.environ.get("OPENAI_BASE_URL", "").strip() else SIMULATOR_PROVIDER,
+    )
 
 
-def _swept(summary: dict[str, Any]) -> str:
-    """`, 5 lines swept (3 recovered)`: lines the last sweep sent once more, when there were any."""
-    sweep = summary.get("sweep") or {}
-    swept = int(sweep.get("swept") or 0)
-    if not swept:
-        return ""
-    return f", {swept:,} line{'s' if swept != 1 else ''} swept ({int(sweep.get('recovered') or 0):,} recovered)"
+def _settings_shown(args: argparse.Namespace) -> dict[str, Any]:
+    """The run's settings as the summary and the report show them."""
+    return {
+        "mode": args.mode or "direct",
+        "model": args.model,
+        "concurrency": args.concurrency,
+        "map_concurrency": args.map_concurrency,
+        "shard_lines": args.shard_lines,
+        "max_attempts": args.max_attempts,
+        "request_timeout_s": args.request_timeout,
+        "budget_usd": args.budget_usd,
+        "max_error_rate": args.max_error_rate or 0.0,
+        "cache": "off" if args.no_cache else "on",
+    }
 
 
-def _usage(summary: dict[str, Any]) -> str:
-    """`, 43,210 tokens (41,000 in, 2,210 out), $0.0077 at list prices (est.)`: what the job used."""
-    tokens = summary.get("tokens") or {}
-    if not tokens:
-        return ""
-    tokens_in, tokens_out = int(tokens.get("input", 0)), int(tokens.get("output", 0))
-    text = f", {tokens_in + tokens_out:,} tokens ({tokens_in:,} in, {tokens_out:,} out)"
-    cost = (summary.get("cost_estimate_usd") or {}).get("provider")
-    text += f", {human_usd(cost)} at list prices (est.)" if cost is not None else ""
-    cache = summary.get("cache") or {}
-    if cache.get("hits"):
-        saved = cache.get("saved_usd")
-        text += f"; {int(cache['hits']):,} answered from the cache, {int(cache.get('misses', 0)):,} sent"
-        text += f", {human_usd(saved)} saved (est.)" if saved else ""
-    return text
+def _provider_name(base_url: str, latency_s: float) -> str:
+    if os.environ.get("OPENAI_BASE_URL", "").strip():
+        return base_url
+    return f"built-in simulator (not a real model; {latency_s:g} s an answer)"

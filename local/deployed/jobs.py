@@ -26,6 +26,16 @@ def total_lines(job: dict[str, Any]) -> int | None:
     return int(job["requests"]) if job.get("requests") is not None else None
 
 
+def with_counts(job: dict[str, Any], shards: list[dict[str, Any]]) -> dict[str, Any]:
+    """The job row with its lines done and failed: the sum of its shard rows (the job row keeps none)."""
+    done = sum(int(s.get("done", 0)) for s in shards)
+    return {**job, "done": done, "failed": sum(int(s.get("failed", 0)) for s in shards)}
+
+
+def job_shards(dep: Deployment, job: dict[str, Any]) -> list[dict[str, Any]]:
+    return dep.store.shards(str(job["job_id"]), count=int(job.get("shards", 0)))
+
+
 def when(epoch: float | None) -> str:
     if epoch is None:
         return "—"
@@ -55,6 +65,8 @@ def output_size(dep: Deployment, key: str) -> int | None:
 
 def describe_job(dep: Deployment, job: dict[str, Any], *, now: float | None = None, max_shards: int = 20) -> list[str]:
     now = time.time() if now is None else now
+    shards = job_shards(dep, job)
+    job = with_counts(job, shards)
     status = str(job.get("status", "?"))
     started = job.get("started_at")
     finished_at = job.get("finished_at")
@@ -72,6 +84,8 @@ def describe_job(dep: Deployment, job: dict[str, Any], *, now: float | None = No
         # figures in nano-USD (`sluice.budget`): spent is what answers cost, committed adds reservations
         cap, spent = int(job["budget_cap"]) / 1e9, int(job.get("budget_spent", 0)) / 1e9
         lines.append(f"  budget {human_usd(cap)}: spent {human_usd(spent)} ({spent / cap:.0%})")
+        if status == "BUDGET_EXCEEDED":
+            lines.append(f"  `sluice retry {job['job_id']} --budget USD` sends the lines the budget kept back")
     if total is not None:
         pending = max(total - done - failed, 0)
         share = f"{(done + failed) / total:.0%}" if total else "100%"
@@ -84,7 +98,6 @@ def describe_job(dep: Deployment, job: dict[str, Any], *, now: float | None = No
             lines.append(f"  throughput {(done + failed) / elapsed:,.1f} lines/s")
     else:
         lines.append("  planning: reading and checking the input")
-    shards = sorted(dep.store.shards(job["job_id"]), key=lambda s: int(s.get("shard", 0)))
     if shards:
         by_state: dict[str, int] = {}
         for shard in shards:
@@ -115,7 +128,7 @@ def describe_job(dep: Deployment, job: dict[str, Any], *, now: float | None = No
 def watch(dep: Deployment, job_id: str, *, interval: float, quiet: bool, start_timeout_s: float = 120.0) -> int:
     """Follow a job until it ends; the exit code says how it ended."""
     deadline = time.monotonic() + start_timeout_s
-    job = dep.store.job(job_id)
+    job = dep.store.job_progress(job_id)
     if job is None:
         say(f"waiting for job {job_id} to start …")
     with progress(total=None, unit="line", desc=job_id[:32], quiet=quiet) as bar:
@@ -134,7 +147,7 @@ def watch(dep: Deployment, job_id: str, *, interval: float, quiet: bool, start_t
                 if job.get("status") in TERMINAL_STATUSES:
                     break
             time.sleep(interval)
-            job = dep.store.job(job_id)
+            job = dep.store.job_progress(job_id)
     assert job is not None
     print("\n".join(describe_job(dep, job)))
     return job_exit_code(str(job.get("status")))
@@ -162,7 +175,7 @@ def recent_jobs(dep: Deployment, *, limit: int) -> list[dict[str, Any]]:
             if found is None or found[0] in seen:
                 continue
             job_id, key = found
-            job = dep.store.job(job_id)
+            job = dep.store.job_progress(job_id)
             if job is not None and job.get("execution") not in (None, arn):
                 continue  # a redelivered event: the job belongs to another execution
             seen.add(job_id)

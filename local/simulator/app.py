@@ -117,6 +117,13 @@ class Simulator:
         if expected is not None and not secrets.compare_digest(token, expected):
             raise ApiError(401, "Incorrect API key provided.", code="invalid_api_key")
 
+    async def list_models(self, request: web.Request) -> web.StreamResponse:
+        """GET /v1/models, which OpenAI-compatible servers answer (and `sluice run` asks before a
+        job): the simulator answers any model, so these are only the ones usually asked for."""
+        created = int(self.core.started)
+        data = [{"id": name, "object": "model", "created": created, "owned_by": "sluice-simulator"} for name in MODELS]
+        return json_response({"object": "list", "data": data})
+
     async def admin_log(self, request: web.Request) -> web.StreamResponse:
         if request.method == "DELETE":
             self.log.clear()
@@ -156,6 +163,7 @@ class Simulator:
 
 
 SIM_KEY = web.AppKey("sluice_simulator", Simulator)
+MODELS = ("gpt-4o-mini", "gpt-4o", "gpt-4.1-mini", "gpt-4.1-nano", "text-embedding-3-small")
 
 
 def _bearer(request: web.Request) -> str:
@@ -207,6 +215,7 @@ def create_app(config: SimConfig | None = None, *, clock: Callable[[], float] | 
     app.on_cleanup.append(sim.close)
     for path in BATCH_ENDPOINTS:
         app.router.add_post(path, sim.inference.infer)
+    app.router.add_get("/v1/models", sim.list_models)
     app.router.add_get("/v1/responses/{id}", sim.background.retrieve)
     app.router.add_delete("/v1/responses/{id}", sim.background.delete)
     app.router.add_post("/v1/responses/{id}/cancel", sim.background.cancel)

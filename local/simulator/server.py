@@ -73,6 +73,12 @@ class SimulatorServer:
             loop.run_forever()
         finally:
             loop.run_until_complete(self._runner.cleanup())
+            # answers a client gave up on (an interrupted run) are still being prepared: end them
+            # here, or closing the loop reports each as a task destroyed while pending
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             loop.run_until_complete(loop.shutdown_asyncgens())
             loop.close()
 

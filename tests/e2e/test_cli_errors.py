@@ -7,11 +7,14 @@ a few cases run as a subprocess too, to see exactly what a terminal would.
 
 from __future__ import annotations
 
+import gzip
 import os
 import random
+import re
 import socket
 import subprocess
 import sys
+import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +22,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from local.checks import check_provider
 from local.cli import build_parser, main
 from local.console import EXIT_AWS, EXIT_INPUT, EXIT_INTERNAL, EXIT_NOT_FOUND, EXIT_PROVIDER, EXIT_USAGE
 from local.sim_options import config_from
@@ -61,6 +65,18 @@ def files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str,
     (tmp_path / "data.csv").write_text("custom_id,prompt\na,hello\nb,world\n")
     (tmp_path / "notes.txt").write_text("a file where a directory belongs\n")
     (tmp_path / "adir").mkdir()
+    (tmp_path / "good.jsonl.gz").write_bytes(gzip.compress(good.read_bytes()))
+    with zipfile.ZipFile(tmp_path / "good.zip", "w") as archive:
+        archive.writestr("good.jsonl", good.read_bytes())
+    unpriced = orjson.loads(request_line("u-1"))
+    unpriced["body"]["model"] = "llama-3-8b"
+    nameless = orjson.loads(request_line("n-1"))
+    del nameless["body"]["model"]
+    write_jsonl(tmp_path / "llama.jsonl", [orjson.dumps(unpriced) + b"\n", orjson.dumps(nameless) + b"\n"])
+    huge = orjson.loads(request_line("h-1"))
+    huge["body"]["messages"][0]["content"] = "y" * 20_000_000
+    write_jsonl(tmp_path / "huge.jsonl", [request_line("h-0"), orjson.dumps(huge) + b"\n"])
+    write_jsonl(tmp_path / "cut.jsonl", [request_line("c-0"), request_line("c-1").replace(b"}}", b"}", 1)])
     yield {
         "good": str(good),
         "results": str(results),
@@ -71,6 +87,13 @@ def files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str,
         "file": str(tmp_path / "notes.txt"),
         "dir": str(tmp_path / "adir"),
         "missing": str(tmp_path / "missing.jsonl"),
+        "gz": str(tmp_path / "good.jsonl.gz"),
+        "zip": str(tmp_path / "good.zip"),
+        "llama": str(tmp_path / "llama.jsonl"),
+        "huge": str(tmp_path / "huge.jsonl"),
+        "cut": str(tmp_path / "cut.jsonl"),
+        "new_out": str(tmp_path / "new-out"),
+        "under_file": str(tmp_path / "notes.txt" / "out"),
     }
 
 
@@ -135,7 +158,6 @@ BAD_ARGUMENTS = [
     case("results", "job-1", "--out", "{file}", code=EXIT_USAGE, says="is a file, not a directory"),
     case("cancel", code=EXIT_USAGE, says="the following arguments are required: job"),
     case("frobnicate", code=EXIT_USAGE, says="invalid choice: 'frobnicate'"),
-    case(code=EXIT_USAGE, says="the following arguments are required: COMMAND"),
     case("verify", "{results}", "{good}", "{empty}", code=EXIT_USAGE, says="the files look swapped"),
 ]
 
@@ -169,7 +191,33 @@ DEPLOYED_WITHOUT_AWS = [
     case("cancel", "reviews-0123456789ab", code=EXIT_AWS, says="no AWS region"),
 ]
 
-TABLE = BAD_ARGUMENTS + BAD_FILES + PROVIDERS + DEPLOYED_WITHOUT_AWS
+# what a new user tried in their first hour (issue 31): each refused before any work, with its
+# documented code, one message that says what to do, and nothing left behind
+FIRST_HOUR = [
+    case(code=EXIT_USAGE, says="On this machine:        sluice run FILE"),
+    case("run", "{gz}", code=EXIT_INPUT, says="is gzip-compressed, and the input is read as plain JSONL"),
+    case("estimate", "{gz}", code=EXIT_INPUT, says="gunzip -k"),
+    case("submit", "{gz}", code=EXIT_INPUT, says="gunzip -k"),
+    case("run", "{zip}", code=EXIT_INPUT, says="is zip-compressed"),
+    case("run", "{llama}", "--budget", "5", code=EXIT_USAGE, says="'llama-3-8b' (the file's lines) has none"),
+    case("run", "{llama}", "--budget", "5", code=EXIT_USAGE, says="(no model)"),
+    case("run", "{good}", "--budget", "5", "--model", "my-model", code=EXIT_USAGE, says="'my-model' (--model)"),
+    case("run", "{huge}", "--out", "{new_out}", code=EXIT_INPUT, says="bytes; a line may hold at most 1,000,000"),
+    case("run", "{cut}", "--out", "{new_out}", code=EXIT_INPUT, says="line 2, column"),
+    case("run", "{good}", "--out", "{under_file}", code=EXIT_USAGE, says="is a file, not a directory"),
+    case("run", "{good}", "--model", code=EXIT_USAGE, says="argument --model: expected one argument"),
+    case("run", "{good}", "--max-attempts", "two", code=EXIT_USAGE, says="'two' is not a whole number"),
+    case("run", "{good}", "--shard-lines", "1.5", code=EXIT_USAGE, says="'1.5' is not a whole number"),
+    case("run", "{good}", "--latency", "nan", code=EXIT_USAGE, says="not a finite number"),
+    case("run", "{good}", "--budget", "$5", code=EXIT_USAGE, says="--budget"),
+    case("run", "{good}", "--mode", "Batch", code=EXIT_USAGE, says="argument --mode: invalid choice"),
+    case("run", "{good}", "--cache-dir", "{file}", code=EXIT_USAGE, says="--cache-dir: cannot write"),
+    case("run", "{good}", code=EXIT_USAGE, says="is not an http(s) URL", OPENAI_BASE_URL="ftp://127.0.0.1/v1"),
+    case("cache", "tidy", code=EXIT_USAGE, says="argument action: invalid choice: 'tidy'"),
+    case("simulator", "--api-key", code=EXIT_USAGE, says="argument --api-key: expected one argument"),
+]
+
+TABLE = BAD_ARGUMENTS + BAD_FILES + PROVIDERS + DEPLOYED_WITHOUT_AWS + FIRST_HOUR
 
 
 def sluice_in_process(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -191,9 +239,12 @@ def test_every_command_fails_with_its_exit_code_and_one_clear_message(
 
     assert code == row.code, err
     assert row.says in err, err
-    assert "Traceback" not in out + err
-    # the message is about the user's flags and files, never the settings the CLI passes on
-    assert "SLUICE_" not in err
+    assert "Traceback" not in out + err and "Error:" not in err
+    # refused before any work: no output directory was made for it
+    assert not Path(files["new_out"]).exists()
+    # the message is about the user's flags and files, never the settings the CLI passes on (`sluice`
+    # alone prints the help, whose exit codes name SLUICE_DEBUG)
+    assert "SLUICE_" not in err or not row.argv
     assert out == "", out
 
 
@@ -240,6 +291,8 @@ def test_version_and_the_simulators_own_options(capsys: pytest.CaptureFixture[st
     assert code == 0
     for option in ("--rate-429", "--rate-500", "--rate-drop", "--rate-slow", "--jitter", "--rpm", "--tpm", "--seed"):
         assert option in out
+    flat = " ".join(out.split())
+    assert "(default: 8000;" in flat and "a request without one is refused 401" in flat
     # the options' defaults are the simulator's own
     defaults = build_parser().parse_args(["simulator"])
     assert config_from(defaults) == SimConfig()
@@ -298,3 +351,45 @@ def test_as_a_terminal_sees_them(files: dict[str, str]) -> None:
         assert "Traceback" not in done.stdout + done.stderr
     version = sluice("--version", env=env)
     assert version.returncode == 0 and version.stdout.startswith("sluice ")
+
+
+def test_a_404_on_models_is_said_as_a_warning_before_the_run_goes_on(capsys: pytest.CaptureFixture[str]) -> None:
+    with SimulatorServer(SimConfig(latency_s=0)) as sim:
+        wrong = sim.base_url.removesuffix("/v1") + "/wrong/v1"
+        check_provider(wrong, "sk-x")
+    err = capsys.readouterr().err
+    assert f"warning: provider {wrong} answered HTTP 404 to GET /models" in err
+    assert "usually ends in /v1" in err
+
+
+def test_cache_clear_answers_in_json_when_asked(files: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = sluice_in_process(["cache", "clear", "--json", "--cache-dir", files["dir"]], capsys)
+    assert code == 0
+    assert orjson.loads(out) == {"dir": files["dir"], "removed_files": 0}
+
+
+def test_run_help_says_what_each_choice_does_and_how_a_signal_ends_a_run(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = sluice_in_process(["run", "--help"], capsys)
+    text = " ".join(out.split())
+    assert code == 0
+    # the URL alone chooses the provider; the key is optional
+    assert "The provider is OPENAI_BASE_URL when it is set" in text and "if both are set" not in text
+    assert "auto (batch for a shard of 1,000 requests or more, direct for a smaller one)" in text
+    assert "SIGTERM and SIGHUP do the same without the wait" in text and "130, 143 or 129" in text
+    assert "143 for SIGTERM and 129 for SIGHUP" in text
+    assert "--model" in text and "sends of a request at most, in all" in text
+
+
+def test_the_readme_and_the_help_list_the_same_exit_codes() -> None:
+    from local.console import EXIT_CODES_HELP
+
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    listed = readme[readme.index("Exit codes, for scripts:") : readme.index("`sluice --help` lists the same.")]
+    in_readme = {int(n) for n in re.findall(r"(?:^\s*|· )(\d+) ", listed.split(":", 1)[1])}
+    in_help = {int(n) for n in re.findall(r"^  (\d+) ", EXIT_CODES_HELP, flags=re.M)}
+    assert in_readme == in_help
+    # how a signal ends `sluice run`, in both and in the README's table of how a job ends
+    for text in (listed, " ".join(EXIT_CODES_HELP.split())):
+        assert "143" in text and "129" in text
+    cancelled = next(line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("| `CANCELLED`"))
+    assert "130 (Ctrl-C), 143 (SIGTERM), 129 (SIGHUP)" in cancelled

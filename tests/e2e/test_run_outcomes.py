@@ -99,6 +99,10 @@ def test_a_run_that_reaches_its_budget_exits_10_with_the_unsent_lines_in_errors(
     )  # fmt: skip
     assert done.returncode == 10, done.stderr[-2000:]
     assert "BUDGET_EXCEEDED" in done.stderr and "lines not sent" in done.stderr
+    # advice a local run can follow: there is no `sluice retry` for it, but the cache keeps what was answered
+    assert "run the same file again with a higher --budget: the response cache answers" in done.stderr
+    errors = (tmp_path / "out" / "capped.errors.jsonl").read_text()
+    assert "sluice retry" not in done.stderr + errors
     summary = orjson.loads((tmp_path / "out" / "capped.summary.json").read_bytes())
     assert summary["status"] == "BUDGET_EXCEEDED" and summary["budget"]["spent_usd"] <= 0.00065
     assert summary["errors_by_code"] == {"budget_exceeded": summary["counts"]["errors"]}

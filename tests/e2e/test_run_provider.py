@@ -24,13 +24,13 @@ def test_run_uses_the_configured_provider_and_its_key(tmp_path: Path) -> None:
             "OPENAI_BASE_URL": provider.base_url,
             "OPENAI_API_KEY": "sk-users-own-key",
         }
-        command = [sys.executable, "-m", "local.cli", "run", str(path), "--out", str(tmp_path / "out"), "--quiet"]
+        command = [sys.executable, "-m", "local.cli", "run", str(path), "--out", str(tmp_path / "out")]
         done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, timeout=120)
         sent = {e["custom_id"] for e in provider.log if e["path"] == "/v1/chat/completions" and e["status"] == 200}
 
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     assert f"provider: {provider.base_url}".encode() in done.stderr
-    assert b"SIMULATOR" not in done.stderr
+    assert b"SIMULATOR" not in done.stderr and b"warning" not in done.stderr
     assert sent == {f"p-{n}" for n in range(25)}
     results = (tmp_path / "out" / "mine.results.jsonl").read_bytes().splitlines()
     assert [orjson.loads(r)["custom_id"] for r in results] == [f"p-{n}" for n in range(25)]

@@ -15,8 +15,8 @@ os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
 import aws_cdk as cdk
 from aws_cdk import assertions
-from cdk_nag import AwsSolutionsChecks
 
+from infra.checks import SecurityChecks
 from infra.config import cdk_json_context
 from infra.stack import SluiceStack, build_app
 
@@ -57,7 +57,7 @@ def synthesis(tmp_path_factory: pytest.TempPathFactory) -> Synthesis:
     outdir = tmp_path_factory.mktemp("cdk.out")
     app = cdk.App(context={**CONTEXT, "aws:cdk:bundling-stacks": []}, outdir=str(outdir))
     stacks = build_app(app)
-    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    cdk.Validations.of(app).add_plugins(SecurityChecks(app))
     try:
         app.synth()
         error = None

@@ -62,8 +62,10 @@ def test_unknown_environment_names_the_known_ones() -> None:
             "arn:aws:secretsmanager:eu-west-1:123456789012:secret:whsec",
             r"webhook_secret_arn must be the complete ARN",
         ),
-        ("webhook_rate_limit", 0, r"webhook_rate_limit must be a positive integer"),
-        ("webhook_burst_limit", 2.5, r"webhook_burst_limit must be a positive integer"),
+        ("provider_rpm", 0, r"provider_rpm must be a positive integer"),
+        ("max_shards_in_flight", 2.5, r"max_shards_in_flight must be a positive integer"),
+        ("account_concurrency", -1, r"account_concurrency must be a positive integer"),
+        ("webhook_rate_limit", 100, r"webhook_rate_limit is no longer a setting: .* derived from provider_rpm"),
         ("max_error_rate", 1.5, r"max_error_rate must be a number from 0 to 1"),
         ("max_error_rate", -0.1, r"max_error_rate must be a number from 0 to 1"),
         ("max_error_rate", "0.01", r"max_error_rate must be a number from 0 to 1"),
@@ -151,3 +153,24 @@ def test_rate_limits_reach_the_steps_as_the_shared_limits_seeds() -> None:
         api_key=secretsmanager.Secret(stack, "S2"),
     )
     assert "SLUICE_RATE_LIMITS" not in plain
+
+
+def test_a_job_may_not_run_more_shards_at_once_than_the_environment_lets_run() -> None:
+    with pytest.raises(ConfigError, match=r"'prod': map_concurrency \(40\) is above max_shards_in_flight \(30\)"):
+        Environment.from_context("prod", with_value("prod", "max_shards_in_flight", 30))
+
+
+def test_reservations_must_leave_the_account_its_unreserved_hundred() -> None:
+    # 5 shard steps x 180 + the webhook's 100 is 1,000: Lambda would refuse the last reservation
+    with pytest.raises(ConfigError, match=r"reserves 1000 concurrent Lambdas .* more than the 900"):
+        Environment.from_context("prod", with_value("prod", "max_shards_in_flight", 180))
+    raised = with_value("prod", "max_shards_in_flight", 180)
+    raised["prod"]["account_concurrency"] = 2000
+    assert Environment.from_context("prod", raised).reserved_concurrency == 1000
+
+
+def test_the_webhook_endpoint_and_function_grow_with_the_providers_rate() -> None:
+    slow = Environment.from_context("dev", with_value("dev", "provider_rpm", 3000))
+    assert (slow.webhook_rate_limit, slow.webhook_burst_limit, slow.webhook_concurrency) == (100, 200, 10)
+    fast = Environment.from_context("dev", with_value("dev", "provider_rpm", 60_000))
+    assert (fast.webhook_rate_limit, fast.webhook_burst_limit, fast.webhook_concurrency) == (2000, 4000, 200)

@@ -17,6 +17,7 @@ CONFIGURED = {
     "SLUICE_DEFAULT_MODE",
     "SLUICE_CONCURRENCY",
     "SLUICE_MAP_CONCURRENCY",
+    "SLUICE_MAX_SHARDS_IN_FLIGHT",
     "SLUICE_MAX_ATTEMPTS",
     "SLUICE_REQUEST_TIMEOUT_S",
     "SLUICE_SHARD_LINES",
@@ -90,6 +91,7 @@ def test_environment_is_the_settings_the_steps_read(synthesis: Synthesis, env: s
             config.map_concurrency,
             config.max_attempts,
         )
+        assert settings.max_shards_in_flight == config.max_shards_in_flight
         assert (settings.request_timeout_s, settings.shard_lines, settings.ttl_days, settings.poll_seconds) == (
             config.request_timeout_s,
             config.shard_lines,
@@ -167,3 +169,37 @@ def test_every_function_is_traced_and_retries_aws_calls_in_standard_mode(synthes
         assert int(variables["AWS_MAX_ATTEMPTS"]) >= 3, handler
         assert variables["POWERTOOLS_TRACER_CAPTURE_RESPONSE"] == "false", handler
         assert "POWERTOOLS_TRACE_DISABLED" not in variables, handler
+
+
+def test_every_lambda_in_the_stack_logs_to_a_group_that_expires(synthesis: Synthesis, env: str) -> None:
+    """CDK's own Lambdas too (bucket notifications, the auto-delete provider): else Lambda creates
+    /aws/lambda/<name> on their first run, kept forever."""
+    groups = synthesis.resources(env, "AWS::Logs::LogGroup")
+    expected = synthesis.stacks[env].config.log_retention_days
+    functions = synthesis.resources(env, "AWS::Lambda::Function")
+    theirs = [k for k, f in functions.items() if not f["Properties"].get("Handler", "").startswith("handlers.")]
+    assert theirs, "CDK adds at least the bucket notifications handler"
+    for logical_id, function in functions.items():
+        group = function["Properties"].get("LoggingConfig", {}).get("LogGroup", {}).get("Ref")
+        assert group in groups, logical_id
+        assert groups[group]["Properties"]["RetentionInDays"] == expected, logical_id
+
+
+def test_shard_steps_and_the_webhook_reserve_concurrency_within_the_account(synthesis: Synthesis, env: str) -> None:
+    from infra.config import UNRESERVED_CONCURRENCY
+
+    config = synthesis.stacks[env].config
+    reserved = {
+        name: f["Properties"].get("ReservedConcurrentExecutions") for name, f in our_functions(synthesis, env).items()
+    }
+    # every step a shard runs is capped across jobs; the webhook keeps its own, whatever shards take
+    shard_steps = {"run_shard", "submit", "collect", "submit_batch", "collect_batch"}
+    assert {name for name, n in reserved.items() if n is not None} == shard_steps | {"webhook"}
+    assert all(reserved[step] == config.max_shards_in_flight for step in shard_steps)
+    assert reserved["webhook"] == config.webhook_concurrency >= 10
+    # a job cannot ask for more shards at once than the cap lets run
+    assert config.map_concurrency <= config.max_shards_in_flight
+    # Lambda keeps 100 of the account's 1,000 unreserved: the environment's reservations fit beside it
+    total = sum(n for n in reserved.values() if n is not None)
+    assert total == config.reserved_concurrency <= config.account_concurrency - UNRESERVED_CONCURRENCY
+    assert config.account_concurrency == 1000

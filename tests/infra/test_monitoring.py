@@ -10,13 +10,14 @@ from aws_cdk import assertions
 from sluice.contract import STEPS
 
 from infra.monitoring import WEBHOOK_REJECTIONS_THRESHOLD, Monitoring
-from tests.infra.conftest import Synthesis
+from infra.stack import build_app
+from tests.infra.conftest import CONTEXT, Synthesis
 from tests.infra.test_workflow import _flat
 
 
 def test_alarms_cover_executions_each_function_and_the_dlq(synthesis: Synthesis, env: str) -> None:
     alarms = synthesis.resources(env, "AWS::CloudWatch::Alarm").values()
-    metrics = sorted((a["Properties"]["Namespace"], a["Properties"]["MetricName"]) for a in alarms)
+    metrics = sorted(((a["Properties"].get("Namespace"), a["Properties"].get("MetricName")) for a in alarms), key=str)
     functions = len(STEPS) + 1  # the steps and the webhook receiver
     expected = (
         [("AWS/States", "ExecutionsFailed"), ("AWS/SQS", "ApproximateNumberOfMessagesVisible")]
@@ -24,7 +25,9 @@ def test_alarms_cover_executions_each_function_and_the_dlq(synthesis: Synthesis,
         + [("AWS/Lambda", "Throttles")] * functions
         + [("Sluice", "WebhookRejected")]
     )
-    assert metrics == sorted(expected)
+    # and one on DynamoDB's throttling, a math expression over its metrics (no namespace of its own)
+    assert sorted(m for m in metrics if m != (None, None)) == sorted(expected)
+    assert metrics.count((None, None)) == 1
     (topic_id,) = synthesis.resources(env, "AWS::SNS::Topic")
     for alarm in alarms:
         assert alarm["Properties"]["AlarmActions"] == [{"Ref": topic_id}]
@@ -74,13 +77,23 @@ def test_email_subscription_only_when_configured() -> None:
     assert subscriptions(None) == 0
 
 
+def test_no_warning_once_alarm_email_is_set() -> None:
+    from tests.infra.test_config import with_value
+
+    environments = with_value("prod", "alarm_email", "ops@example.com")
+    app = cdk.App(context={**CONTEXT, "environments": environments, "aws:cdk:bundling-stacks": []})
+    stack = build_app(app, ["prod"])["prod"]
+    found = assertions.Annotations.from_stack(stack).find_warning("*", assertions.Match.string_like_regexp("alarm"))
+    assert found == []
+
+
 def test_rejected_webhooks_alarm_on_this_environments_emf_metric(synthesis: Synthesis, env: str) -> None:
     from handlers.observability import SERVICE, metrics
 
     (alarm,) = [
         a["Properties"]
         for a in synthesis.resources(env, "AWS::CloudWatch::Alarm").values()
-        if a["Properties"]["MetricName"] == "WebhookRejected"
+        if a["Properties"].get("MetricName") == "WebhookRejected"
     ]
     assert alarm["Namespace"] == metrics.namespace
     # the dimension set the handler emits every rejection with; the reason is a finer, second set
@@ -131,3 +144,47 @@ def test_cloudwatch_may_publish_alarms_to_the_topic_and_use_its_key_for_this_acc
     (use_key,) = [s for s in key_policy["Statement"] if s.get("Principal") == {"Service": "cloudwatch.amazonaws.com"}]
     assert sorted(use_key["Action"]) == ["kms:Decrypt", "kms:GenerateDataKey*"]
     assert _alarm_conditions(use_key) == ({"Ref": "AWS::AccountId"}, alarms)
+
+
+def test_dynamodb_throttling_of_the_table_and_its_index_raises_an_alarm(synthesis: Synthesis, env: str) -> None:
+    (table_id,) = synthesis.resources(env, "AWS::DynamoDB::Table")
+    (alarm,) = [
+        a["Properties"]
+        for a in synthesis.resources(env, "AWS::CloudWatch::Alarm").values()
+        if "Metrics" in a["Properties"]
+    ]
+    (expression,) = [m for m in alarm["Metrics"] if "Expression" in m]
+    watched = set()
+    for metric in alarm["Metrics"]:
+        if "MetricStat" not in metric:
+            continue
+        stat = metric["MetricStat"]["Metric"]
+        assert stat["Namespace"] == "AWS/DynamoDB" and metric["Id"] in expression["Expression"]
+        dimensions = {d["Name"]: d["Value"] for d in stat["Dimensions"]}
+        assert dimensions.pop("TableName") == {"Ref": table_id}
+        watched.add((dimensions.get("GlobalSecondaryIndexName", "table"), stat["MetricName"]))
+    assert watched == {
+        (where, metric)
+        for where in ("table", "by_provider_id")
+        for metric in ("ReadThrottleEvents", "WriteThrottleEvents")
+    }
+    # a missing series (no throttling of the index, say) counts as none, not as no data
+    assert expression["Expression"].count("FILL(") == 4
+    assert alarm["Threshold"] == 1 and alarm["TreatMissingData"] == "notBreaching"
+    (topic_id,) = synthesis.resources(env, "AWS::SNS::Topic")
+    assert alarm["AlarmActions"] == [{"Ref": topic_id}]
+
+
+def test_an_environment_whose_alarms_reach_nobody_says_which_setting_to_fill(synthesis: Synthesis, env: str) -> None:
+    from infra.monitoring import NO_SUBSCRIBER_WARNING
+
+    config = synthesis.stacks[env].config
+    assert config.alarm_email is None  # as cdk.json ships
+    warnings = assertions.Annotations.from_stack(synthesis.stacks[env]).find_warning(
+        "*", assertions.Match.string_like_regexp("alarm_email")
+    )
+    assert [w.entry.data for w in warnings] == [
+        f"The alarms of Sluice {env} reach nobody: their topic has no subscriber. Set `alarm_email` of environment "
+        f"'{env}' in cdk.json (context.environments.{env}.alarm_email), or subscribe to the AlarmTopic yourself. "
+        f"[ack: {NO_SUBSCRIBER_WARNING}]"
+    ]

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
+import pytest
 from cfnlint.api import ManualArgs, lint
 
 from tests.infra.conftest import Synthesis
 from tests.infra.test_functions import secret_id, step_functions, webhook_function
-from tests.infra.test_workflow import STACK_INSTANCE, _flat
+from tests.infra.test_workflow import _flat
 
 PROVIDER_STEPS = ("run_shard", "submit", "collect", "submit_batch", "collect_batch")
 PROVIDER_S3 = {
@@ -22,21 +24,19 @@ PROVIDER_S3 = {
     ("s3:PutObject", "cache/index/*"),
 }
 OUTPUT_S3 = {
-    ("s3:GetObject", "inbox/*"),
     ("s3:GetObject", "jobs/*"),
     ("s3:PutObject", "outbox/*"),
     ("s3:AbortMultipartUpload", "outbox/*"),
     ("s3:ListBucket", ""),
 }
+JOBS, CACHE = ["jobs/", "jobs/*"], ["cache/", "cache/*"]
 EXPECTED_S3 = {
     "plan": {
         ("s3:GetObject", "inbox/*"),
         ("s3:PutObject", "jobs/*"),
-        # the response cache: it lists and reads the indexes, reads the hits, and folds indexes together
+        # the response cache: it lists and reads the indexes, and reads the hits; nothing it writes
         ("s3:GetObject", "cache/*"),
         ("s3:ListBucket", ""),
-        ("s3:PutObject", "cache/index/*"),
-        ("s3:DeleteObject", "cache/index/*"),
     },
     "run_shard": PROVIDER_S3,
     "submit": PROVIDER_S3,
@@ -44,10 +44,18 @@ EXPECTED_S3 = {
     "submit_batch": PROVIDER_S3,
     "collect_batch": PROVIDER_S3,
     "await_shard": set(),
-    "merge": OUTPUT_S3,
+    # Merge copies the shards' files; only MarkFailed reads the input, for the lines never finished.
+    # Merge also compacts the response cache's indexes (it lists the segments, reads none)
+    "merge": OUTPUT_S3
+    | {
+        ("s3:GetObject", "cache/index/*"),
+        ("s3:PutObject", "cache/index/*"),
+        ("s3:DeleteObject", "cache/index/*"),
+    },
     # it finishes the shards a failed job left unfinished before it writes the outputs
     "mark_failed": OUTPUT_S3
     | {
+        ("s3:GetObject", "inbox/*"),
         ("s3:PutObject", "jobs/*/shards/*/results.jsonl"),
         ("s3:PutObject", "jobs/*/shards/*/errors.jsonl"),
         ("s3:PutObject", "jobs/*/shards/*/stats.json"),
@@ -115,8 +123,8 @@ def test_each_step_gets_exactly_its_s3_access(synthesis: Synthesis, env: str) ->
                     suffix = arn.split(".Arn>", 1)[1].lstrip("/")
                     granted.add((action, suffix))
                     if action == "s3:ListBucket":
-                        listed = ["cache/", "cache/*"] if step == "plan" else ["jobs/", "jobs/*"]
-                        assert statement["Condition"] == {"StringLike": {"s3:prefix": listed}}
+                        listed = {"plan": [CACHE], "merge": [JOBS, CACHE]}.get(step, [JOBS])
+                        assert statement["Condition"] in [{"StringLike": {"s3:prefix": p}} for p in listed]
         assert granted == EXPECTED_S3[step], step
 
 
@@ -125,7 +133,8 @@ def test_only_provider_steps_read_the_api_key(synthesis: Synthesis, env: str) ->
         actions = {a for s in statements for a in _listed(s["Action"])}
         assert ("secretsmanager:GetSecretValue" in actions) is (step in PROVIDER_STEPS), step
         assert not any(a.startswith("secretsmanager:") and a != "secretsmanager:GetSecretValue" for a in actions)
-        assert ("events:PutEvents" in actions) is (step in ("merge", "mark_failed", "notify")), step
+        # Merge's outcome goes out through Notify; MarkFailed announces a failure itself
+        assert ("events:PutEvents" in actions) is (step in ("mark_failed", "notify")), step
         assert ("states:SendTaskSuccess" in actions) is (step == "await_shard"), step
 
 
@@ -140,7 +149,6 @@ def test_webhook_role_has_exactly_what_the_handler_needs(synthesis: Synthesis, e
     assert all(s["Effect"] == "Allow" and "Condition" not in s for s in _role_statements(synthesis, env, function))
     (table_id,) = synthesis.resources(env, "AWS::DynamoDB::Table")
     log_group = function["Properties"]["LoggingConfig"]["LogGroup"]["Ref"]
-    machine = f"arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:stateMachine:sluice-{env}-{STACK_INSTANCE}"
     assert granted == {
         ("logs:CreateLogStream", f"<{log_group}.Arn>"),
         ("logs:PutLogEvents", f"<{log_group}.Arn>"),
@@ -149,8 +157,8 @@ def test_webhook_role_has_exactly_what_the_handler_needs(synthesis: Synthesis, e
         ("dynamodb:UpdateItem", f"<{table_id}.Arn>"),
         ("dynamodb:Query", f"<{table_id}.Arn>/index/by_provider_id"),
         ("secretsmanager:GetSecretValue", f"<{secret_id(synthesis, env, 'webhook-signing-secret')}>"),
-        ("states:SendTaskSuccess", machine),
-        ("states:SendTaskSuccess", f"{machine}/*"),
+        # task tokens: no resource type in the Service Authorization Reference, so "*"
+        ("states:SendTaskSuccess", "*"),
         # active tracing; X-Ray's actions have no resource-level permissions
         ("xray:PutTelemetryRecords", "*"),
         ("xray:PutTraceSegments", "*"),
@@ -185,6 +193,7 @@ def test_cdk_nag_aws_solutions_has_no_unacknowledged_findings(synthesis: Synthes
     findings = [
         f"{violation['ruleName']} ({violation['severity']}) at {construct['constructPath']}"
         for report in synthesis.validation_report.get("pluginReports", [])
+        if report["pluginName"] == "AwsSolutions"
         for violation in report.get("violations", [])
         for construct in violation["violatingConstructs"]
     ]
@@ -198,3 +207,79 @@ def test_cfn_lint_is_clean(synthesis: Synthesis, env: str) -> None:
     config = ManualArgs(regions=["us-east-1", "eu-west-1"], ignore_checks=["W3005"])
     matches = lint(json.dumps(synthesis.raw[env]), config=config)
     assert not matches, "\n".join(str(m) for m in matches)
+
+
+def _granted(statements: list[dict[str, Any]], prefix: str) -> set[tuple[str, str]]:
+    return {
+        (action, _flat(resource))
+        for statement in statements
+        for action in _listed(statement["Action"])
+        if action.startswith(prefix)
+        for resource in _listed(statement["Resource"])
+    }
+
+
+def test_each_function_gets_exactly_its_dynamodb_actions(synthesis: Synthesis, env: str) -> None:
+    from infra.table_access import INDEX_ACTIONS, TABLE_ACTIONS
+
+    (table_id,) = synthesis.resources(env, "AWS::DynamoDB::Table")
+    table = f"<{table_id}.Arn>"
+    functions = {**step_functions(synthesis, env), "webhook": webhook_function(synthesis, env)}
+    assert set(functions) == set(TABLE_ACTIONS)
+    for name, function in functions.items():
+        granted = _granted(_role_statements(synthesis, env, function), "dynamodb:")
+        expected = {(action, table) for action in TABLE_ACTIONS[name]}
+        expected |= {(action, f"{table}/index/by_provider_id") for action in INDEX_ACTIONS.get(name, ())}
+        assert granted == expected, name
+        # no step scans, deletes, or reads an index it does not query
+        assert not {a for a, _ in granted} & {"dynamodb:Scan", "dynamodb:DeleteItem", "dynamodb:DescribeTable"}
+        assert not any(resource.endswith("/index/*") for _, resource in granted), name
+    # the steps that read job progress or shard rows may read several rows at once
+    for name in ("run_shard", "submit", "collect", "submit_batch", "collect_batch", "merge", "mark_failed"):
+        assert "dynamodb:BatchGetItem" in TABLE_ACTIONS[name], name
+    assert TABLE_ACTIONS["notify"] == ()
+
+
+def test_task_tokens_are_returned_under_the_documented_grant(synthesis: Synthesis, env: str) -> None:
+    """SendTask* have no resource type in the Service Authorization Reference: "Resource": "*"."""
+    functions = {**step_functions(synthesis, env), "webhook": webhook_function(synthesis, env)}
+    callers = {}
+    for name, function in functions.items():
+        granted = _granted(_role_statements(synthesis, env, function), "states:SendTask")
+        if granted:
+            callers[name] = granted
+    # each only wakes a task; neither fails one nor beats a heart
+    assert callers == {
+        "await_shard": {("states:SendTaskSuccess", "*")},
+        "webhook": {("states:SendTaskSuccess", "*")},
+    }
+
+
+def test_a_new_statement_on_every_resource_is_a_finding(tmp_path: Path) -> None:
+    """Acknowledgements name their actions: one more action on "*" on an acknowledged role is flagged."""
+    import aws_cdk as cdk
+    import aws_cdk.aws_iam as iam
+
+    from infra.checks import SecurityChecks
+    from infra.config import cdk_json_context
+    from infra.stack import build_app
+
+    app = cdk.App(context={**cdk_json_context(), "aws:cdk:bundling-stacks": []}, outdir=str(tmp_path))
+    stack = build_app(app, ["dev"])["dev"]
+    role = stack.functions.by_step["merge"].role
+    assert role is not None
+    role.add_to_principal_policy(iam.PolicyStatement(actions=["cloudwatch:PutMetricData"], resources=["*"]))
+    cdk.Validations.of(app).add_plugins(SecurityChecks(app))
+    with pytest.raises(Exception, match="ValidationFailed"):
+        app.synth()
+    report = json.loads((tmp_path / "validation-report.json").read_text())
+    findings = {
+        (violation["ruleName"], construct["constructPath"])
+        for plugin in report["pluginReports"]
+        if plugin["pluginName"] == "AwsSolutions"
+        for violation in plugin["violations"]
+        for construct in violation["violatingConstructs"]
+    }
+    assert findings == {
+        ("AwsSolutions-IAM5[Action::cloudwatch:PutMetricData]", "Sluice-dev/Functions/MergeRole/DefaultPolicy/Resource")
+    }

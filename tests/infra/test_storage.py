@@ -65,6 +65,35 @@ def test_the_response_cache_expires_after_its_own_ttl_per_environment(synthesis:
     assert {"dev": 7, "prod": 90}[env] == days
 
 
+def test_every_prefix_expires_its_noncurrent_versions_where_versioning_keeps_them(
+    synthesis: Synthesis, env: str
+) -> None:
+    from sluice.contract import CACHE_PREFIX, INBOX_PREFIX, JOBS_PREFIX, OUTBOX_PREFIX
+
+    props = _job_bucket(synthesis, env)
+    config = synthesis.stacks[env].config
+    if not config.versioning:
+        assert "VersioningConfiguration" not in props
+        return
+    rules = props["LifecycleConfiguration"]["Rules"]
+    noncurrent = {
+        r.get("Prefix"): r["NoncurrentVersionExpiration"]["NoncurrentDays"]
+        for r in rules
+        if "NoncurrentVersionExpiration" in r
+    }
+    # a job's working files and the cache's expire as soon as they are replaced; an input or result
+    # replaced or deleted by its user stays restorable as long as jobs are kept
+    assert noncurrent == {
+        JOBS_PREFIX: 1,
+        CACHE_PREFIX: 1,
+        INBOX_PREFIX: config.ttl_days,
+        OUTBOX_PREFIX: config.ttl_days,
+    }
+    for rule in rules:
+        if rule.get("Prefix") in (INBOX_PREFIX, OUTBOX_PREFIX):
+            assert rule["ExpiredObjectDeleteMarker"] is True and "ExpirationInDays" not in rule
+
+
 def test_table_keys_billing_ttl_and_sparse_provider_index(synthesis: Synthesis, env: str) -> None:
     synthesis.templates[env].has_resource_properties(
         "AWS::DynamoDB::Table",
@@ -78,7 +107,7 @@ def test_table_keys_billing_ttl_and_sparse_provider_index(synthesis: Synthesis, 
                 {
                     "IndexName": "by_provider_id",
                     "KeySchema": [{"AttributeName": "provider_id", "KeyType": "HASH"}],
-                    "Projection": {"ProjectionType": "ALL"},
+                    "Projection": {"ProjectionType": "KEYS_ONLY"},
                 }
             ],
         },
@@ -112,3 +141,44 @@ def test_the_local_cloud_creates_the_table_the_stack_declares(synthesis: Synthes
     assert sorted(declared["AttributeDefinitions"], key=str) == sorted(local["AttributeDefinitions"], key=str)
     assert declared["GlobalSecondaryIndexes"] == local["GlobalSecondaryIndexes"]
     assert declared["BillingMode"] == local["BillingMode"]
+
+
+def test_the_provider_index_copies_only_keys_and_still_wakes_a_batch_shard() -> None:
+    """Each write of an indexed row is copied to the index; KEYS_ONLY copies a few bytes, and its
+    one reader (`settle_batch`, behind the webhook) needs no more than the row's key."""
+    import boto3
+    from moto import mock_aws
+    from sluice.contract import PROVIDER_ID_INDEX, create_table_request
+    from sluice.keys import shard_key
+    from sluice.store import JobStore
+
+    with mock_aws():
+        boto3.client("dynamodb", region_name="us-east-1").create_table(**create_table_request("jobs"))
+        table = boto3.resource("dynamodb", region_name="us-east-1").Table("jobs")
+        row = {**shard_key("job", 3), "provider_id": "batch_1", "token": "token-3", "lines": 5000}
+        table.put_item(Item=row)
+        indexed = table.query(
+            IndexName=PROVIDER_ID_INDEX,
+            KeyConditionExpression="provider_id = :p",
+            ExpressionAttributeValues={":p": "batch_1"},
+        )["Items"]
+        assert indexed == [{"pk": row["pk"], "sk": row["sk"], "provider_id": "batch_1"}]
+        assert JobStore(table, ttl_days=1).settle_batch("batch_1", "completed") == "token-3"
+
+
+def test_an_existing_stack_can_drop_the_index_for_one_deploy_to_rebuild_it() -> None:
+    """CloudFormation refuses to change an index's projection in place; a stack deployed before
+    KEYS_ONLY drops the index in one deploy and builds it again, keys only, in the next."""
+    import aws_cdk as cdk
+    from aws_cdk import assertions
+
+    from infra.stack import WITHOUT_PROVIDER_INDEX, build_app
+    from tests.infra.conftest import CONTEXT
+
+    app = cdk.App(context={**CONTEXT, WITHOUT_PROVIDER_INDEX: True, "aws:cdk:bundling-stacks": []})
+    template = assertions.Template.from_stack(build_app(app, ["prod"])["prod"])
+    (table,) = template.find_resources("AWS::DynamoDB::Table").values()
+    assert "GlobalSecondaryIndexes" not in table["Properties"]
+    # the throttling alarm watches what exists
+    (alarm,) = [a for a in template.find_resources("AWS::CloudWatch::Alarm").values() if "Metrics" in a["Properties"]]
+    assert "GlobalSecondaryIndexName" not in str(alarm)

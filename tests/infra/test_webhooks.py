@@ -43,7 +43,11 @@ def test_stage_is_throttled_as_configured_and_logs_every_request(synthesis: Synt
     assert props["AutoDeploy"] is True
     assert props["DefaultRouteSettings"]["ThrottlingRateLimit"] == config.webhook_rate_limit
     assert props["DefaultRouteSettings"]["ThrottlingBurstLimit"] == config.webhook_burst_limit
-    assert (config.webhook_rate_limit, config.webhook_burst_limit) == (100, 200)
+    # a background job sends a webhook a request: at the provider's 30,000 RPM, 500 a second; the
+    # endpoint takes twice that, in bursts of twice that again
+    assert config.provider_rpm == 30_000
+    assert (config.webhook_rate_limit, config.webhook_burst_limit) == (1000, 2000)
+    assert config.webhook_rate_limit >= config.provider_rpm / 60
 
     log_group_id, attribute = props["AccessLogSettings"]["DestinationArn"]["Fn::GetAtt"]
     assert attribute == "Arn"

@@ -1,11 +1,15 @@
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 from sluice.background import Settled, output_text, poll_request, settle, submit_request
 from sluice.model import ErrorCode, Request
+
+from local.cloud import run_job
+from tests.conftest import request_line, write_jsonl
 
 
 def response(status: str, **extra: Any) -> dict[str, Any]:
@@ -125,3 +129,20 @@ def test_unknown_status_surfaces_instead_of_waiting_forever() -> None:
 def test_output_text_joins_message_parts_and_skips_reasoning() -> None:
     body = response("completed", output=[REASONING, message("a"), {"type": "function_call"}, message("b")])
     assert output_text(body) == "ab"
+
+
+def test_a_background_job_counts_no_retry_without_a_fault_and_times_only_what_came_back_on_its_request(
+    make_cloud: Any, tmp_path: Path
+) -> None:
+    lines = [request_line(f"r-{n}", url="/v1/responses") for n in range(10)]
+    lines += [request_line(f"c-{n}") for n in range(10)]
+    path = write_jsonl(tmp_path / "mixed.jsonl", lines)
+
+    run = run_job(make_cloud(), path, metadata={"sluice-mode": "background"})
+
+    assert run.status == "SUCCEEDED" and run.verify(path).ok
+    assert run.summary["lines_by_path"] == {"background": 10, "direct": 10}
+    # a poll is not a send of the line: with no fault, each line was sent once
+    assert (run.summary["attempts"], run.summary["retries"]) == (20, 0)
+    # the responses were fetched by polls, whose round trip is not the provider's latency
+    assert sum(b["count"] for b in run.summary["latency_histogram"]) == 10

@@ -19,6 +19,7 @@ from sluice.batch import collect_batch, split_parts, submit_batch
 from sluice.batch_queue import (
     HOLD_GRACE_S,
     HOLD_MAX_S,
+    MAX_RACES,
     Hold,
     Queue,
     QueueTable,
@@ -32,6 +33,7 @@ from sluice.batch_queue import (
 )
 from sluice.contract import Settings, SettingsError, create_table_request
 from sluice.model import Request
+from sluice.retry import TABLE_RETRY, table_retry_delay_s
 
 from local.simulator import SimConfig, SimulatorServer
 from tests.unit.test_batch import JOB, Env, lines, request
@@ -109,6 +111,46 @@ def test_a_reservation_waits_for_room_that_a_release_makes(table: Any) -> None:
     assert set(queue.load("pk").holds) == {"j#1#0#1"}
     # two reservations and two releases (one of them a no-op) wrote; nothing per line
     assert queue.writes == 4
+
+
+class Contended(QueueTable):
+    """The queue item, with a rival shard winning the first `losses` races; sleeps are recorded."""
+
+    def __init__(self, table: Any, losses: int) -> None:
+        self.slept: list[float] = []
+        super().__init__(table, sleep=self.slept.append, rand=lambda: 1.0)
+        self.losses = losses
+
+    def save(self, pk: str, queue: Queue) -> bool:
+        if self.losses:
+            self.losses -= 1
+            self.writes += 1
+            return False
+        return super().save(pk, queue)
+
+
+def test_a_lost_race_backs_off_with_jitter_before_the_queue_is_read_again(table: Any) -> None:
+    queue = Contended(table, losses=3)
+    assert reserve(queue, "pk", "j#0#0#1", 10, 100, time.time()).granted
+    # a wait after each lost race, growing, up to the table's cap
+    assert queue.slept == [table_retry_delay_s(n, lambda: 1.0) for n in (1, 2, 3)]
+    assert 0 < queue.slept[0] < queue.slept[1] < queue.slept[2] <= TABLE_RETRY.max_delay_s
+    stale_hold = Queue({"j#9#0#1": Hold(5, time.time() - 2 * HOLD_GRACE_S)}, 0)
+    assert queue.save("other", replace(stale_hold, version=1))
+    loser = Contended(table, losses=2)
+    assert forget(loser, "other", set(), time.time()) == 1
+    assert len(loser.slept) == 2
+    # one that loses every race gives up without a last, useless wait
+    hopeless = Contended(table, losses=100)
+    assert not reserve(hopeless, "pk", "j#1#0#1", 10, 100, time.time()).granted
+    assert len(hopeless.slept) == MAX_RACES - 1
+
+
+def test_the_table_backoff_is_full_jitter_under_a_cap() -> None:
+    assert table_retry_delay_s(1, lambda: 0.0) == 0.0
+    assert table_retry_delay_s(1, lambda: 1.0) == TABLE_RETRY.base_delay_s
+    assert table_retry_delay_s(2, lambda: 0.5) == TABLE_RETRY.base_delay_s
+    assert table_retry_delay_s(40, lambda: 1.0) == TABLE_RETRY.max_delay_s
 
 
 def test_a_dead_shards_hold_is_dropped_unless_the_provider_still_runs_its_batch(table: Any) -> None:

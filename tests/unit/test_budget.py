@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,8 +14,12 @@ from moto import mock_aws
 from sluice.budget import (
     CHUNK_REQUESTS,
     DEFAULT_OUTPUT_TOKENS,
+    HOLDERS_POLL_MAX_S,
+    HOLDERS_READS_PER_S,
     Budget,
+    BudgetState,
     actual_nano,
+    holders_poll_s,
     usd_to_nano,
     worst_case_nano,
 )
@@ -42,31 +47,40 @@ def nano(tokens_in: int, tokens_out: int) -> int:
 
 
 class Ledger:
-    """The job row's two figures, with DynamoDB's conditional ADD, counting writes."""
+    """The job row's figures, with DynamoDB's conditional ADD, counting writes and reads."""
 
     def __init__(self) -> None:
         self.committed = 0
         self.spent = 0
         self.holders = 0
+        self.waiters = 0
         self.writes = 0
+        # when each read of the figures came (the event loop's clock)
+        self.reads: list[float] = []
 
-    def reserve_budget(self, job_id: str, amount: int, cap: int, spent: int, *, join: bool) -> bool:
+    def reserve_budget(
+        self, job_id: str, amount: int, cap: int, spent: int, *, join: bool, waited: bool = False
+    ) -> bool:
         self.writes += 1
         if self.committed > cap - amount:
             return False
         self.committed += amount
         self.spent += spent
         self.holders += join
+        self.waiters -= waited
         return True
 
-    def budget_state(self, job_id: str) -> tuple[int, int]:
-        return self.committed, self.holders
+    def budget_state(self, job_id: str) -> BudgetState:
+        self.reads.append(time.monotonic())
+        return BudgetState(self.committed, self.holders, self.waiters)
 
-    def release_budget(self, job_id: str, amount: int, spent: int, *, leave: bool) -> None:
+    def release_budget(self, job_id: str, amount: int, spent: int, *, leave: bool, waiting: int = 0) -> BudgetState:
         self.writes += 1
         self.committed += amount
         self.spent += spent
         self.holders -= leave
+        self.waiters += waiting
+        return BudgetState(self.committed, self.holders, self.waiters)
 
 
 def test_worst_case_is_the_body_at_four_bytes_a_token_plus_the_output_cap() -> None:
@@ -161,8 +175,9 @@ def test_the_stop_comes_within_one_request_of_the_cap_across_shards() -> None:
     assert all(b.exhausted for b in shards)
     assert ledger.spent == spent == ledger.committed
     assert cap - need < spent <= cap
-    # a write per chunk and per stop, far fewer than one per request
-    assert ledger.writes < sum(sent) / 4
+    # a write per chunk, and a few per shard as it stops (the refused ask, joining the wait, the
+    # last ask, leaving the wait, the release), not one per request
+    assert ledger.writes <= sum(sent) // CHUNK_REQUESTS + 5 * len(shards)
 
 
 def test_a_request_bigger_than_what_is_left_is_not_sent() -> None:
@@ -192,10 +207,13 @@ def test_the_job_row_refuses_a_reservation_past_its_cap(store: JobStore) -> None
     assert store.reserve_budget("job", 600, 1000, 0, join=True)
     assert not store.reserve_budget("job", 401, 1000, 5, join=True)
     assert store.reserve_budget("job", 400, 1000, 7, join=False)
-    assert store.budget_state("job") == (1000, 1)
-    store.release_budget("job", -300, 2, leave=True)
+    assert store.budget_state("job") == (1000, 1, 0)
+    # a refused shard hands its pool back and waits; the write says what it left
+    assert store.release_budget("job", -300, 2, leave=True, waiting=1) == (700, 0, 1)
+    assert store.reserve_budget("job", 100, 1000, 0, join=True, waited=True)
     job = store.job("job") or {}
-    assert (job["budget_cap"], job["budget_committed"], job["budget_spent"], job["budget_holders"]) == (1000, 700, 9, 0)
+    figures = ("budget_cap", "budget_committed", "budget_spent", "budget_holders", "budget_waiters")
+    assert tuple(job[name] for name in figures) == (1000, 800, 9, 1, 0)
 
 
 def test_a_refused_shard_waits_for_the_pool_a_finishing_shard_hands_back() -> None:
@@ -226,3 +244,92 @@ def test_a_refused_shard_waits_for_the_pool_a_finishing_shard_hands_back() -> No
     assert sent["small"] == 5 and large.exhausted
     assert ledger.committed == ledger.spent == (sent["small"] + sent["large"]) * cost
     assert cap - need < ledger.spent <= cap
+
+
+def test_the_wait_for_the_others_pools_reads_the_job_row_at_a_rate_bounded_whatever_the_shard_count() -> None:
+    for waiters in (1, 10, 100, 1_000):
+        # the mean of the jitter is 1: every waiting shard together reads the row this often a second
+        mean = holders_poll_s(waiters, lambda: 0.5)
+        assert waiters / mean <= HOLDERS_READS_PER_S or mean == HOLDERS_POLL_MAX_S
+        assert holders_poll_s(waiters, lambda: 0.0) == mean / 2 and holders_poll_s(waiters, lambda: 1.0) == mean * 1.5
+    assert holders_poll_s(10, lambda: 0.5) < holders_poll_s(1_000, lambda: 0.5) <= HOLDERS_POLL_MAX_S
+
+
+def test_hundreds_of_refused_shards_read_the_job_row_no_faster_than_a_few_do() -> None:
+    """One shard holds the job's last pool while hundreds wait for it: the waiting shards together
+    read the job row about HOLDERS_READS_PER_S times a second, not four times a second each."""
+    ledger = Ledger()
+    request = chat(1, max_tokens=100)
+    need = worst_case_nano(request)
+    hold_s, waiting = 2.0, 300
+    holder = Budget(ledger, "job", need)
+    waiters = [Budget(ledger, "job", need, wait_s=30.0) for _ in range(waiting)]
+    window: list[float] = []
+
+    async def hold(held: asyncio.Event) -> None:
+        assert await holder.reserve(request)
+        held.set()
+        window.append(time.monotonic())
+        await asyncio.sleep(hold_s)
+        window.append(time.monotonic())
+        # the answer costs all its worst case: nothing comes back that another request could use
+        holder.settle(request, Outcome(1, "c1", 200, {"id": "resp_1"}, None))
+        await asyncio.to_thread(holder.close)
+
+    async def wait(budget: Budget, index: int, held: asyncio.Event) -> None:
+        await held.wait()
+        assert not await budget.reserve(chat(index + 2, max_tokens=100))
+
+    async def run() -> None:
+        held = asyncio.Event()
+        await asyncio.gather(hold(held), *(wait(b, i, held) for i, b in enumerate(waiters)))
+
+    asyncio.run(run())
+    assert all(b.exhausted for b in waiters)
+    start, end = window
+    during = [t for t in ledger.reads if start <= t <= end]
+    assert len(during) <= 1.5 * HOLDERS_READS_PER_S * (end - start), len(during)
+    # each stopped only once the holder was gone, and none is counted as waiting any more
+    assert ledger.holders == 0 and ledger.waiters == 0
+    assert ledger.committed == ledger.spent == need
+
+
+def test_a_shard_with_nothing_held_waits_on_the_table_for_the_pool_another_hands_back() -> None:
+    """Against the table itself: the write that counts a refused shard among the waiting ones
+    must tell it the job's real figures, or it stops at once with the cap still unspent."""
+    request = chat(1, max_tokens=100)
+    need = worst_case_nano(request)
+    cap = 3 * need
+    with mock_aws():
+        create_table(boto3.client("dynamodb", region_name="us-east-1"), "jobs")
+        store = JobStore(boto3.resource("dynamodb", region_name="us-east-1").Table("jobs"), ttl_days=1)
+        store.claim_job("job", execution="e", bucket="b", key="k", etag="t", started_at=0.0)
+        store.record_plan("job", plan={"requests": 1}, shards=[(0, 1, 1), (1, 1, 1)], mode="direct", budget_cap=cap)
+        holder, waiter = Budget(store, "job", cap), Budget(store, "job", cap)
+        sent = {"holder": 0, "waiter": 0}
+
+        async def shard(budget: Budget, name: str, held: asyncio.Event) -> None:
+            if name == "waiter":
+                await held.wait()
+            for line in range(100):
+                req = chat(line, max_tokens=100)
+                if not await budget.reserve(req):
+                    break
+                held.set()
+                # the holder's one answer takes a while: the waiter runs dry meanwhile
+                await asyncio.sleep(0.5 if name == "holder" else 0)
+                budget.settle(req, answer(req, 9, 10))
+                sent[name] += 1
+                if name == "holder":
+                    break
+            await asyncio.to_thread(budget.close)
+
+        async def run() -> None:
+            held = asyncio.Event()
+            await asyncio.gather(shard(holder, "holder", held), shard(waiter, "waiter", held))
+
+        asyncio.run(run())
+        job = store.job("job") or {}
+    assert sent["holder"] == 1 and sent["waiter"] > 0
+    assert cap - need < job["budget_spent"] == job["budget_committed"] <= cap
+    assert (job["budget_holders"], job["budget_waiters"]) == (0, 0)

@@ -1,24 +1,27 @@
-"""The response cache alone: keys, what is kept, the segment and index formats, the local store."""
+"""The response cache alone: keys, what is kept, the segment and index formats, the local store.
+
+Compaction and expiry: tests/unit/test_cache_compact.py; lookups at scale: test_cache_lookup.py."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
 from pathlib import Path
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sluice.cache import (
     INDEXES,
     SEGMENTS,
     CacheFill,
-    CacheIndex,
     DirStore,
+    Ref,
     cache_key,
     clear,
     decode_index,
     encode_index,
     filed_usage,
-    line_tag,
     stats,
 )
 from sluice.contract import Settings
@@ -27,20 +30,11 @@ from sluice.model import Outcome, Request
 from sluice.plan import JobOptions, PlanError
 from sluice.records import result_record
 
-BASE = "https://api.example.com/v1"
+from tests.unit.cache_fakes import BASE, PATH, WholeObjects, answer, ask, fill, request, text
 
 
 def cacheable(outcome: Outcome, *, keep_incomplete: bool) -> bool:
     return filed_usage(outcome, keep_incomplete=keep_incomplete) is not None
-
-
-def request(line: int, body: Mapping[str, object], custom_id: str | None = None) -> Request:
-    return Request(line, custom_id or f"c-{line}", "POST", "/v1/chat/completions", orjson.dumps(body))
-
-
-def answer(line: int, text: str, custom_id: str | None = None, **body: object) -> Outcome:
-    payload = {"id": f"chatcmpl-{line}", "choices": [{"finish_reason": "stop", "message": {"content": text}}], **body}
-    return Outcome(line, custom_id or f"c-{line}", 200, payload, f"req-{line}")
 
 
 def test_the_key_is_the_request_not_its_spelling() -> None:
@@ -107,11 +101,12 @@ def test_the_usage_a_shards_figures_read_is_the_usage_the_index_keeps() -> None:
     assert stats.add_outcome(Outcome(2, "d", 500, {"error": "x"}, "r", error_code="server_error")) is None
 
 
-def fill(store: DirStore, name: str, outcomes: list[tuple[Request, Outcome]]) -> CacheFill:
-    cache = CacheFill(store, base_url=BASE, name=name)
-    for _ in cache.track(r for r, _ in outcomes):
+def local_fill(store: DirStore, name: str, pairs: list[tuple[Request, Outcome]]) -> CacheFill:
+    """A local shard's filling, appended answer by answer; not closed (as after a SIGKILL)."""
+    cache = CacheFill(store, base_url=BASE, name=name, canonical=True)
+    for _ in cache.track(r for r, _ in pairs):
         pass
-    for _, outcome in outcomes:
+    for _, outcome in pairs:
         cache.add(outcome, result_record("job", outcome))
     return cache
 
@@ -119,60 +114,37 @@ def fill(store: DirStore, name: str, outcomes: list[tuple[Request, Outcome]]) ->
 def test_a_local_segment_has_every_answer_before_close_and_a_reader_indexes_it(tmp_path: Path) -> None:
     store = DirStore(tmp_path)
     pairs = [(request(n, {"q": n}), answer(n, f"a{n}")) for n in range(1, 6)]
-    cache = fill(store, "killed", pairs)
+    cache = local_fill(store, "killed", pairs)
     # never closed, as after a SIGKILL: no index yet, and the last row cut in half
-    assert store.names(INDEXES) == []
-    (segment,) = store.names(SEGMENTS)
+    assert [e.name for e in store.listing(INDEXES)] == []
+    (segment,) = [e.name for e in store.listing(SEGMENTS)]
     (tmp_path / segment).write_bytes((tmp_path / segment).read_bytes() + b"0" * 64 + b"\tdead")
-    index = CacheIndex.load(store)
-    assert len(index) == 5 and store.names(INDEXES) == ["index/killed.idx"]
-    wanted = [(n, cache_key(BASE, "/v1/chat/completions", orjson.dumps({"q": n}))) for n in (2, 4)]
-    found = dict(index.fetch((n, key, index.find(key, line_tag(f"c-{n}"))) for n, key in wanted))  # type: ignore[misc]
+    found = ask(store, [request(n, {"q": n}) for n in (2, 4)])
+    assert [e.name for e in store.listing(INDEXES)] == ["index/killed.idx"]
     assert set(found) == {2, 4}
-    assert orjson.loads(found[2]) == {"status_code": 200, "request_id": "req-2", "body": answer(2, "a2").body}
+    assert orjson.loads(found[2][0]) == {"status_code": 200, "request_id": "req-2", "body": answer(2, "a2").body}
+    assert len(ask(store, [request(n, {"q": n}) for n in range(1, 7)])) == 5
     cache.close()
 
 
 def test_each_line_gets_its_own_answer_back_and_others_share_one(tmp_path: Path) -> None:
     store = DirStore(tmp_path)
     same = {"q": "same"}
-    fill(store, "dups", [(request(1, same), answer(1, "first")), (request(2, same), answer(2, "second"))]).close()
-    index = CacheIndex.load(store)
-    key = cache_key(BASE, "/v1/chat/completions", orjson.dumps(same))
-
-    def text(custom_id: str) -> str:
-        ref = index.find(key, line_tag(custom_id))
-        assert ref is not None
-        ((_, raw),) = list(index.fetch([(1, key, ref)]))
-        return str(orjson.loads(raw)["body"]["choices"][0]["message"]["content"])
-
-    assert text("c-1") == "first" and text("c-2") == "second"
-    assert text("someone-else") in ("first", "second")
+    fill(store, "dups", [(request(1, same), answer(1, "first")), (request(2, same), answer(2, "second"))])
+    found = ask(store, [request(1, same), request(2, same), request(3, same, "someone-else")])
+    assert text(found[1]) == "first" and text(found[2]) == "second"
+    assert text(found[3]) in ("first", "second")
 
 
 def test_a_row_is_only_served_for_its_own_key(tmp_path: Path) -> None:
     store = DirStore(tmp_path)
-    fill(store, "one", [(request(1, {"q": 1}), answer(1, "a"))]).close()
-    index = CacheIndex.load(store)
-    key = cache_key(BASE, "/v1/chat/completions", orjson.dumps({"q": 1}))
-    ref = index.find(key, line_tag("c-1"))
-    assert ref is not None
-    # a key that shares the first 16 bytes (what the index holds) is not served another's answer
-    impostor = key[:16] + bytes(16)
-    assert list(index.fetch([(1, impostor, ref)])) == []
-    assert len(list(index.fetch([(1, key, ref)]))) == 1
-
-
-def test_many_small_indexes_are_folded_into_one(tmp_path: Path) -> None:
-    store = DirStore(tmp_path)
-    for n in range(10):
-        fill(store, f"part-{n}", [(request(n, {"q": n}), answer(n, str(n)))]).close()
-    assert len(store.names(INDEXES)) == 10
-    index = CacheIndex.load(store, compact_at=8)
-    (only,) = store.names(INDEXES)
-    assert only.startswith("index/compact-")
-    again = CacheIndex.load(store, compact_at=8)
-    assert len(again) == len(index) == 10 and sorted(again.entries()) == sorted(index.entries())
+    fill(store, "two", [(request(1, {"q": 1}), answer(1, "a")), (request(2, {"q": 2}), answer(2, "b"))])
+    # an index whose first row points at the second answer (a segment rewritten under it)
+    rows = list(decode_index(store.read("index/two.idx") or b""))
+    (_, first), (_, second) = rows
+    store.write("index/two.idx", encode_index([(rows[0][0], first._replace(offset=second.offset)), rows[1]]))
+    found = ask(store, [request(1, {"q": 1}), request(2, {"q": 2})])
+    assert sorted(found) == [2]
 
 
 def test_the_answer_kept_is_the_result_lines_response_byte_for_byte() -> None:
@@ -185,17 +157,16 @@ def test_the_answer_kept_is_the_result_lines_response_byte_for_byte() -> None:
 
 
 def test_index_round_trip_and_stats_and_clear(tmp_path: Path) -> None:
-    from sluice.cache import Ref
-
     entries = [
         (bytes([n]) * 32, Ref(f"segments/s{n % 2}.seg", n * 10, 10, bytes([n]) * 8, "gpt-4o-mini", n, 2 * n))
         for n in range(4)
     ]
     assert list(decode_index(encode_index(entries))) == [(k[:16], r) for k, r in entries]
     store = DirStore(tmp_path)
-    fill(store, "s", [(request(n, {"q": n}), answer(n, str(n))) for n in range(3)]).close()
-    assert stats(store)["answers"] == 3
-    assert clear(store) == 2
+    fill(store, "s", [(request(n, {"q": n}), answer(n, str(n))) for n in range(3)])
+    fill(store, "t", [(request(n, {"q": n}, "other"), answer(n, str(n), "other")) for n in range(1)])
+    assert (stats(store)["answers"], stats(store)["requests"]) == (4, 3)
+    assert clear(store) == 4
     assert stats(store)["answers"] == 0
 
 
@@ -215,46 +186,22 @@ def test_the_index_keeps_each_answers_usage_and_reads_the_first_releases_indexes
 
     store = DirStore(tmp_path)
     priced = answer(1, "a", model="gpt-4o-mini", usage={"prompt_tokens": 12, "completion_tokens": 3})
-    fill(store, "v2", [(request(1, {"q": 1}), priced), (request(2, {"q": 2}), answer(2, "b"))]).close()
-    index = CacheIndex.load(store)
-    key = cache_key(BASE, "/v1/chat/completions", orjson.dumps({"q": 1}))
-    ref = index.find(key, line_tag("c-1"))
-    assert ref is not None and (ref.model, ref.tokens_in, ref.tokens_out) == ("gpt-4o-mini", 12, 3)
-    bare = index.find(cache_key(BASE, "/v1/chat/completions", orjson.dumps({"q": 2})), line_tag("c-2"))
-    assert bare is not None and bare.model == ""
+    fill(store, "v2", [(request(1, {"q": 1}), priced), (request(2, {"q": 2}), answer(2, "b"))])
+    found = ask(store, [request(1, {"q": 1}), request(2, {"q": 2})])
+    assert found[1][1:] == ("gpt-4o-mini", 12, 3)
+    assert found[2][1] == ""
 
     # an index the first release wrote: no usage in its rows, but every answer is still found
-    (segment,) = store.names(SEGMENTS)
+    ((key, ref), _) = list(decode_index(store.read("index/v2.idx") or b""))
+    (segment,) = [e.name for e in store.listing(SEGMENTS)]
     names = struct.pack("<I", 1) + struct.pack("<H", len(segment)) + segment.encode()
-    row = struct.pack("<16s8sIII", key[:16], ref.tag, 0, ref.offset, ref.length)
-    store.delete(store.names(INDEXES))
+    row = struct.pack("<16s8sIII", key, ref.tag, 0, ref.offset, ref.length)
+    store.delete([e.name for e in store.listing(INDEXES)])
     store.write("index/v1.idx", b"SLUICE-CACHE-INDEX 1\n" + names + struct.pack("<I", 1) + row)
-    old = CacheIndex.load(store)
-    found = old.find(key, line_tag("c-1"))
-    assert found is not None and found.model is None and (found.offset, found.length) == (ref.offset, ref.length)
-    ((_, raw),) = list(old.fetch([(1, key, found)]))
+    ((line, (raw, model, tokens_in, _)),) = ask(store, [request(1, {"q": 1})]).items()
+    # the usage is read from the answer itself
+    assert line == 1 and (model, tokens_in) == ("gpt-4o-mini", 12)
     assert orjson.loads(raw)["body"]["usage"]["prompt_tokens"] == 12
-
-
-class WholeObjects(dict[str, bytes]):
-    """A store written whole, as the job bucket's `cache/` is (`S3Store`)."""
-
-    def names(self, folder: str) -> list[str]:
-        return sorted(n for n in self if n.startswith(folder))
-
-    def read(self, name: str, start: int | None = None, end: int | None = None) -> bytes | None:
-        data = self.get(name)
-        return data if data is None or start is None else data[start:end]
-
-    def write(self, name: str, data: bytes) -> None:
-        self[name] = data
-
-    def delete(self, names: list[str]) -> None:
-        for name in names:
-            self.pop(name, None)
-
-    def size(self) -> tuple[int, int]:
-        return len(self), sum(map(len, self.values()))
 
 
 def test_a_segment_written_whole_is_cut_at_its_size_and_is_the_answers_result_lines(
@@ -264,7 +211,7 @@ def test_a_segment_written_whole_is_cut_at_its_size_and_is_the_answers_result_li
 
     monkeypatch.setattr(sluice.cache, "SEGMENT_ROWS", 3)
     store = WholeObjects()
-    cache = CacheFill(store, base_url=BASE, name="shard")
+    cache = CacheFill(store, base_url=BASE, name="shard", canonical=True)
     pairs = [(request(n, {"q": n}), answer(n, f"a{n}", model="m", usage={"input_tokens": n})) for n in range(1, 6)]
     for _ in cache.track(r for r, _ in pairs):
         pass
@@ -287,29 +234,49 @@ def test_a_segment_written_whole_is_cut_at_its_size_and_is_the_answers_result_li
         assert [store[segment][ref.offset : ref.offset + ref.length] for _, ref in decode_index(index)] == [
             records[n] + b"\n" for n in lines
         ]
-    loaded = CacheIndex.load(store)
-    wanted = [(n, cache_key(BASE, "/v1/chat/completions", orjson.dumps({"q": n}))) for n in range(1, 6)]
-    refs = [(n, key, loaded.find(key, line_tag(f"c-{n}"))) for n, key in wanted]
-    found = dict(loaded.fetch(refs))  # type: ignore[arg-type]
-    assert found == {n: orjson.dumps(orjson.loads(records[n])["response"]) for n in range(1, 6)}
-    assert [(r.model, r.tokens_in) for _, _, r in refs] == [("m", n) for n in range(1, 6)]  # type: ignore[union-attr]
+    asked = [request(n, {"q": n}) for n in range(1, 6)]
+    found = ask(store, asked)
+    assert {n: raw for n, (raw, *_) in found.items()} == {
+        n: orjson.dumps(orjson.loads(records[n])["response"]) for n in range(1, 6)
+    }
+    assert [(found[n][1], found[n][2]) for n in range(1, 6)] == [("m", n) for n in range(1, 6)]
 
     # a row that is not the result line its index says (a segment overwritten) serves nothing
     segment = store.names(SEGMENTS)[0]
-    store[segment] = store[segment].replace(b',"error":null}\n', b',"error":1234}\n', 1)
-    assert sorted(dict(CacheIndex.load(store).fetch(refs))) == [2, 3, 4, 5]  # type: ignore[arg-type]
+    store.write(segment, store[segment].replace(b',"error":null}\n', b',"error":1234}\n', 1))
+    assert sorted(ask(store, asked)) == [2, 3, 4, 5]
 
 
 def test_segments_an_earlier_release_wrote_to_s3_keep_their_hits(tmp_path: Path) -> None:
     """Before segments were result lines, S3 had keyed rows (`.seg`), as local stores still do."""
     pairs = [(request(n, {"q": n}), answer(n, f"a{n}")) for n in range(1, 4)]
-    fill(DirStore(tmp_path), "old", pairs).close()
-    store = WholeObjects({name: (tmp_path / name).read_bytes() for name in ("segments/old.seg", "index/old.idx")})
-    index = CacheIndex.load(store)
-    keys = [(n, cache_key(BASE, "/v1/chat/completions", orjson.dumps({"q": n}))) for n in range(1, 4)]
-    found = dict(index.fetch((n, key, index.find(key, line_tag(f"c-{n}"))) for n, key in keys))  # type: ignore[misc]
-    assert {n: orjson.loads(raw)["body"]["choices"][0]["message"]["content"] for n, raw in found.items()} == {
-        1: "a1",
-        2: "a2",
-        3: "a3",
-    }
+    local_fill(DirStore(tmp_path), "old", pairs).close()
+    store = WholeObjects()
+    for name in ("segments/old.seg", "index/old.idx"):
+        store.write(name, (tmp_path / name).read_bytes())
+    found = ask(store, [request(n, {"q": n}) for n in range(1, 4)])
+    assert {n: text(f) for n, f in found.items()} == {1: "a1", 2: "a2", 3: "a3"}
+
+
+@settings(max_examples=200, deadline=None)
+@given(custom_id=st.text(min_size=1, max_size=40), spaced=st.booleans(), first=st.booleans())
+def test_plans_result_line_for_a_hit_is_the_one_the_cache_record_format_gives(
+    custom_id: str, spaced: bool, first: bool
+) -> None:
+    """Plan takes a hit's custom_id from the line without parsing it where it can: the same bytes."""
+    from sluice.cache import cached_record
+    from sluice.cache_plan import cached_line, custom_id_json, record_ids
+    from sluice.records import record_id
+
+    doc = {"custom_id": custom_id, "method": "POST", "url": PATH, "body": {"q": '"custom_id"'}}
+    if not first:
+        doc = {"method": "POST", **doc}
+    raw = json.dumps(doc, ensure_ascii=False, separators=(", ", ": ") if spaced else (",", ":")).encode()
+    assert custom_id_json(raw) == orjson.dumps(custom_id)
+    # a line that names its custom_id twice means the last one, as the shards' parser reads it
+    twice = b'{"custom_id":"first",' + raw[1:]
+    assert custom_id_json(twice) == orjson.dumps(custom_id)
+    answer = b'{"status_code":200,"request_id":"r","body":{}}'
+    for line in (1, 12345):
+        expected = cached_record(record_id("job-1", line), custom_id, answer) + b"\n"
+        assert cached_line(record_ids("job-1")(line), custom_id_json(raw), answer) == expected

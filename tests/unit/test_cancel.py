@@ -149,6 +149,21 @@ def test_direct_work_needs_no_provider_call_and_every_line_is_accounted_for(
     )
 
 
+def test_a_cancel_marks_every_shard_so_a_run_still_starting_sends_nothing(aws: Aws, simulator: Any) -> None:
+    state = aws.plan("inbox/marked.jsonl", [request_line(f"m-{n}") for n in range(12)])
+    job_id = state["job_id"]
+    cancel_job(s3=aws.s3, store=aws.store, sfn=aws.sfn, job_id=job_id, provider=no_provider)
+    assert [aws.store.stop_mark(job_id, shard) for shard in range(3)] == ["CANCELLED"] * 3
+
+    # a run the workflow started before the execution stopped reads its shard's mark first
+    simulator.clear_log()
+    spec = load_manifest(aws.s3, BUCKET, state["manifest_key"])[1]
+    ctx = ShardContext(aws.s3, aws.store, aws.settings, "sk-test", lambda: 900.0, make_session)
+    ran = asyncio.run(run_direct(ctx, spec))
+    assert ran["cancelled"] and ran["sent"] == 0
+    assert simulator.log == []
+
+
 def test_a_cancel_the_provider_refuses_is_reported_and_the_job_still_ends(aws: Aws, simulator: Any) -> None:
     state = aws.plan("inbox/bg.jsonl", [request_line(f"b-{n}", url="/v1/responses") for n in range(3)])
     job_id = state["job_id"]

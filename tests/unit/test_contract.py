@@ -154,11 +154,12 @@ def test_a_step_result_is_exactly_its_fields() -> None:
 
 
 def test_the_definition_names_the_state_only_through_the_steps_results() -> None:
-    from sluice.contract import SHARD_KEY, BatchCollected, BatchSubmitted, Merged, Planned
+    from sluice.contract import SHARD_KEY, BatchCollected, BatchSubmitted, MarkedFailed, Merged, Planned
 
     from infra.definition import definition
 
-    results = {r.KEY: r for r in (Planned, DirectRun, Submitted, Collected, BatchSubmitted, BatchCollected, Merged)}
+    steps = (Planned, DirectRun, Submitted, Collected, BatchSubmitted, BatchCollected, Merged, MarkedFailed)
+    results = {r.KEY: r for r in steps}
 
     def resolves(path: str) -> bool:
         key, _, name = path.removeprefix("$.").partition(".")

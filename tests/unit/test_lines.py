@@ -1,3 +1,5 @@
+import re
+
 import orjson
 import pytest
 from sluice.lines import LineError, parse_line, split_lines
@@ -28,8 +30,24 @@ def test_bad_lines_name_the_line_and_the_problem(raw: bytes, code: str, fragment
     result = parse_line(raw, 17)
     assert isinstance(result, LineError)
     assert result.code == code
-    assert result.message.startswith("line 17: ")
+    assert re.match(r"line 17(, column \d+)?: ", result.message), result.message
     assert fragment in result.message
+
+
+def test_a_line_that_is_not_json_says_its_line_and_column_once() -> None:
+    raw = line(GOOD).rstrip(b"}\n") + b", oops}\n"
+    result = parse_line(raw, 2)
+    assert isinstance(result, LineError)
+    # not "line 2: invalid JSON: unexpected character: line 1 column 86 (char 85)"
+    assert result.message == f"line 2, column {len(raw) - 5}: invalid JSON: unexpected character, expected a string key"
+
+
+def test_a_line_over_the_limit_gives_its_size_readably() -> None:
+    raw = line({**GOOD, "body": {"x": "y" * 20_000_000}})
+    result = parse_line(raw, 5)
+    assert isinstance(result, LineError)
+    assert result.message == f"line 5: {len(raw) - 1:,} bytes; a line may hold at most 1,000,000"
+    assert "20,000,0" in result.message
 
 
 def test_good_line_keeps_provider_specific_fields() -> None:

@@ -1,4 +1,6 @@
+from collections.abc import Callable
 from dataclasses import replace
+from types import SimpleNamespace
 
 import boto3
 import orjson
@@ -10,11 +12,9 @@ from moto import mock_aws
 from sluice.contract import Settings, SettingsError
 from sluice.lines import split_lines
 from sluice.merge import outcome_status
-from sluice.model import Request
 from sluice.plan import (
     JobOptions,
     PlanError,
-    ShardRange,
     check_budget_models,
     event_key_candidates,
     find_object,
@@ -84,6 +84,13 @@ def test_job_id_is_stable_per_object_version() -> None:
     assert output_prefix("inbox/team/reviews.jsonl") == "outbox/team/reviews"
 
 
+def test_a_job_runs_no_more_shards_at_once_than_the_environment_allows() -> None:
+    capped = replace(SETTINGS, max_shards_in_flight=100)
+    assert JobOptions.from_metadata({"sluice-map-concurrency": "500"}, capped).map_concurrency == 100
+    assert JobOptions.from_metadata({"sluice-map-concurrency": "40"}, capped).map_concurrency == 40
+    assert JobOptions.from_metadata({"sluice-map-concurrency": "500"}, SETTINGS).map_concurrency == 500
+
+
 def test_options_from_object_metadata() -> None:
     options = JobOptions.from_metadata({"sluice-mode": "background", "sluice-concurrency": "50"}, SETTINGS)
     assert (options.mode, options.concurrency, options.max_attempts) == ("background", 50, 6)
@@ -136,26 +143,32 @@ def test_a_job_completes_with_errors_when_failed_lines_pass_its_max_error_rate(
     assert outcome_status(errors, requests, rate) == status
 
 
-def test_a_run_stops_taking_items_once_the_job_is_cancelled() -> None:
+def test_a_run_stops_taking_items_once_its_shard_is_marked() -> None:
     from types import SimpleNamespace
 
     from sluice.shard import CANCEL_CHECK_S, Stopper
 
-    status = {"status": "RUNNING"}
+    marks: dict[tuple[str, int], str] = {}
+    reads: list[tuple[str, int]] = []
+
+    def stop_mark(job_id: str, shard: int) -> str | None:
+        reads.append((job_id, shard))
+        return marks.get((job_id, shard))
+
     now = [0.0]
-    ctx = SimpleNamespace(
-        remaining_s=lambda: 900.0,
-        settings=SETTINGS,
-        store=SimpleNamespace(job=lambda job_id: dict(status)),
-    )
-    stop = Stopper(ctx, "job", clock=lambda: now[0])  # type: ignore[arg-type]
+    ctx = SimpleNamespace(remaining_s=lambda: 900.0, settings=SETTINGS, store=SimpleNamespace(stop_mark=stop_mark))
+    spec = SimpleNamespace(job_id="job", shard=3)
+    stop = Stopper(ctx, spec, clock=lambda: now[0])  # type: ignore[arg-type]
     assert stop() is False
-    status["status"] = "CANCELLED"
-    assert stop() is False  # looked at the job row only every few seconds
+    marks[("job", 3)] = "FAILED"
+    assert stop() is False  # looked at the shard's row when the run started, then every few seconds
     now[0] += CANCEL_CHECK_S
-    assert stop() is True and stop.cancelled
-    out_of_time = Stopper(SimpleNamespace(remaining_s=lambda: 1.0, settings=SETTINGS, store=None), "job")  # type: ignore[arg-type]
-    assert out_of_time() is True and not out_of_time.cancelled
+    assert stop() is True and stop.stopped == "FAILED"
+    assert stop() is True
+    # its own row, once a period
+    assert reads == [("job", 3), ("job", 3)]
+    out_of_time = Stopper(SimpleNamespace(remaining_s=lambda: 1.0, settings=SETTINGS, store=None), spec)  # type: ignore[arg-type]
+    assert out_of_time() is True and out_of_time.stopped is None
 
 
 def test_an_event_key_stands_for_itself_and_for_its_decoded_form() -> None:
@@ -207,35 +220,38 @@ def test_a_budget_needs_a_price_for_every_model_the_job_sends_to() -> None:
     check_budget_models(forced, SETTINGS, set())
 
 
-class Hits:
-    """A resolver whose cache answers the lines not in `misses`, each answer `size` bytes."""
+def test_a_shard_the_cache_answers_whole_grows_until_a_miss_or_its_answers_fill_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sluice.line_pass
+    from sluice.line_pass import cut_shards, read_lines
 
-    def __init__(self, misses: set[str], size: int = 50) -> None:
-        self.misses, self.size = misses, size
-        self.shard_hits = 0
-        self.shard_bytes = 0
+    monkeypatch.setattr(sluice.line_pass, "MAX_ANSWERED_BYTES", 1000)
+    table = read_lines([request(f"c-{i}") for i in range(40)], keys=SimpleNamespace(add=lambda request: None))
 
-    def find(self, request: Request) -> bool | None:
-        return None if request.custom_id in self.misses else True
+    def hits_but(*misses: int) -> Callable[[int], int | None]:
+        return lambda line: None if line in misses else 50
 
-    def request(self, request: Request, found: object) -> None:
-        if found is not None:
-            self.shard_hits += 1
-            self.shard_bytes += self.size
-
-    def answers(self, shard: ShardRange) -> bool:
-        return self.shard_hits == shard.requests == shard.lines - shard.blank and self.shard_bytes < 1000
-
-    def shard_done(self, shard: ShardRange) -> None:
-        self.shard_hits = self.shard_bytes = 0
-
-
-def test_a_shard_the_cache_answers_whole_grows_until_a_miss_or_its_answers_fill_it() -> None:
-    raw = [request(f"c-{i}") for i in range(40)]
     # lines 1-12 hit: a shard of 4 that never runs takes them all. Line 13 misses and starts a
     # shard that sends, which stops at 4 lines. Then hits again, until 1,000 bytes of answers.
-    result = plan_lines(raw, shard_lines=4, resolver=Hits({"c-12"}))
-    assert [(s.first_line, s.lines) for s in result.shards] == [(1, 12), (13, 4), (17, 20), (37, 4)]
+    shards = cut_shards(table, shard_lines=4, answer=hits_but(13))
+    assert [(s.first_line, s.lines) for s in shards] == [(1, 12), (13, 4), (17, 20), (37, 4)]
     # without the cache, or with no hits, shards keep their size
-    assert {s.lines for s in plan_lines(raw, shard_lines=4).shards} == {4}
-    assert {s.lines for s in plan_lines(raw, shard_lines=4, resolver=Hits({f"c-{i}" for i in range(40)})).shards} == {4}
+    assert {s.lines for s in cut_shards(table, shard_lines=4)} == {4}
+    assert {s.lines for s in cut_shards(table, shard_lines=4, answer=hits_but(*range(1, 41)))} == {4}
+
+
+def test_plan_holds_a_few_bytes_a_line_not_its_custom_id() -> None:
+    import tracemalloc
+
+    lines = [request(f"a-rather-long-custom-id-{n:012d}") for n in range(20_000)]
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        result = plan_lines(iter(lines), shard_lines=5000)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    assert result.requests == len(lines)
+    # 10 million lines in well under half of Plan's memory: the ids alone took 142 bytes a line
+    assert peak / len(lines) < 40

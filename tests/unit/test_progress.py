@@ -238,3 +238,36 @@ def test_a_note_takes_the_status_line_off_first_and_the_next_redraw_puts_it_back
     lines = stream.getvalue().split("\n")
     assert lines[0].endswith("\r\x1b[Kjob j started")
     assert lines[1].startswith("\r") and "planning" in lines[1]
+
+
+def test_no_eta_from_one_slow_first_answer_and_no_100_percent_before_the_end() -> None:
+    meter = RateMeter(window_s=10)
+    meter.add(0.0, 0)
+    meter.add(5.0, 1)  # the first request went out alone and took 5 s
+    assert meter.eta_s(1999) is None
+    line = format_line(_snapshot(results=1990, errors=0), rate=meter.rate(), eta_s=meter.eta_s(10), width=160)
+    assert "1,990/2,000  99%" in line and "ETA ?" in line
+
+
+def test_the_rate_leaves_out_what_the_cache_answered() -> None:
+    now = Clock()
+    counts = LiveCounts(clock=now)
+    counts.total = 2000
+    display = Display(counts, stream=io.StringIO(), width=lambda: 160)
+    display.render()
+    counts.cached(1990)
+    now.now += 1
+    line = display.render()
+    assert "— req/s" in line or " 0 req/s" in line, line
+
+
+def test_a_small_cost_keeps_two_significant_digits() -> None:
+    from local.console import human_usd
+
+    assert [human_usd(v) for v in (4.2e-05, 0.0077, 0.5, 12.5, 0)] == [
+        "$0.000042",
+        "$0.0077",
+        "$0.5000",
+        "$12.50",
+        "$0",
+    ]

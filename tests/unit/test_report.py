@@ -10,7 +10,8 @@ import pytest
 from sluice.model import Outcome
 from sluice.stats import TIMELINE_MAX_POINTS, Stats
 
-from local.report import render_report, timeline_points
+from local.report import render_report
+from local.report_charts import timeline_points
 
 
 class Tags(HTMLParser):
@@ -96,7 +97,7 @@ def test_one_bar_per_latency_bucket_tallest_where_most_requests_are() -> None:
     assert (xs[2] - xs[1]) / (xs[1] - xs[0]) == pytest.approx((index[2] - index[1]) / (index[1] - index[0]), rel=0.01)
 
 
-def test_one_point_per_timeline_step_including_idle_ones() -> None:
+def test_one_bar_per_step_of_a_short_job_including_idle_ones() -> None:
     stats = Stats()
     for n, at in enumerate([1000.05, 1000.15, 1000.16, 1000.55]):
         stats.add_outcome(outcome(n, 0.1), at=at)
@@ -105,28 +106,54 @@ def test_one_point_per_timeline_step_including_idle_ones() -> None:
     assert summary["timeline"]["step_s"] == 0.1
 
     points = timeline_points(summary["timeline"])
-    assert [round(t, 1) for t, _, _ in points] == [1000.0, 1000.1, 1000.2, 1000.3, 1000.4, 1000.5]
-    assert [(ok, err) for _, ok, err in points] == [(1, 0), (2, 0), (0, 0), (0, 1), (0, 0), (1, 0)]
+    assert [round(t, 1) for t, _, _, _ in points] == [1000.0, 1000.1, 1000.2, 1000.3, 1000.4, 1000.5]
+    assert [(ok, err) for _, ok, err, _ in points] == [(1, 0), (2, 0), (0, 0), (0, 1), (0, 0), (1, 0)]
     page = parse(render_report(summary))
-    circles = page.of("circle", "point")
-    assert len(circles) == 6
-    line = page.of("polyline", "line")[0]
-    assert len((line["points"] or "").split()) == 6
-    assert len(page.of("polyline", "errors")) == 1
-    # the peak step (2 results in 0.1 s = 20 req/s) is the highest point
-    ys = [float(c["cy"] or 0) for c in circles]
-    assert ys.index(min(ys)) == 1
+    bars = page.of("rect", "rate")
+    assert len(bars) == 6 and len(page.of("rect", "rate-err")) == 1
+    # the peak step (2 results in 0.1 s = 20 a second) is the tallest bar
+    heights = [float(b["height"] or 0) for b in bars]
+    assert heights.index(max(heights)) == 1
 
 
-def test_a_long_job_coarsens_its_timeline_so_it_stays_small() -> None:
+def _axis(page: str) -> tuple[list[str], str]:
+    """The throughput chart's time ticks and its axis title."""
+    chart = page[page.index('aria-label="throughput over time"') :]
+    labels = re.findall(r'<text x="[\d.]+" y="196" text-anchor="\w+">([^<]*)</text>', chart)
+    title = re.findall(r'y="214" text-anchor="middle">([^<]*)</text>', chart)[0]
+    return labels, title
+
+
+def test_a_job_of_a_few_minutes_gets_round_bars_and_ticks_in_one_unit() -> None:
+    stats = Stats()
+    for n in range(1560):
+        stats.add_outcome(outcome(n, 0.5, ok=n % 50 != 0), at=1000 + n / 10)  # 2.6 minutes
+    throttled = outcome(9999, 0.5)
+    throttled.throttled = 40
+    stats.add_outcome(throttled, at=1100.0)
+    assert stats.timeline_step_ms <= 1000
+    page = render_report(summary_of(stats))
+    tags = parse(page)
+
+    assert len(tags.of("rect", "rate")) == 32  # bars of 5 s, not a dot per step
+    labels, title = _axis(page)
+    assert title == "s since the job started (bars of 5 s)"
+    assert labels == ["0", "50", "100", "150"]
+    assert len(tags.of("polyline", "throttled")) == 1
+
+
+def test_a_long_job_coarsens_its_timeline_and_its_chart_stays_readable() -> None:
     stats = Stats()
     for n in range(2000):
         stats.add_outcome(outcome(n, 0.5), at=10_000 + n)  # one a second for 2000 s
     assert len(stats.timeline) <= TIMELINE_MAX_POINTS
     assert stats.timeline_step_ms == 5_000
-    assert sum(ok for ok, _ in stats.timeline.values()) == 2000
-    page = parse(render_report(summary_of(stats)))
-    assert len(page.of("circle", "point")) == 400
+    assert sum(slot[0] for slot in stats.timeline.values()) == 2000
+    page = render_report(summary_of(stats, started_at=10_000.0))
+    assert len(parse(page).of("rect", "rate")) == 34
+    labels, title = _axis(page)
+    assert title == "min since the job started (bars of 60 s)"
+    assert labels == ["0", "10", "20", "30"]
 
 
 def test_merging_shards_with_different_steps_keeps_every_completion() -> None:
@@ -138,7 +165,7 @@ def test_merging_shards_with_different_steps_keeps_every_completion() -> None:
     merged = Stats.from_dict(fine.to_dict())
     merged.merge(Stats.from_dict(coarse.to_dict()))
     assert merged.timeline_step_ms == coarse.timeline_step_ms > fine.timeline_step_ms
-    assert sum(ok for ok, _ in merged.timeline.values()) == 3010
+    assert sum(slot[0] for slot in merged.timeline.values()) == 3010
     assert Stats.from_dict(merged.to_dict()).timeline == merged.timeline
 
 
@@ -163,7 +190,7 @@ def test_a_job_that_failed_before_any_request_still_gets_a_page() -> None:
     tags = parse(render_report(summary))
     text = " ".join(tags.text)
     assert "sluice-mode='sideways'" in text and "No latency data" in text and "No throughput data" in text
-    assert not tags.of("rect", "bar") and not tags.of("circle", "point")
+    assert not tags.of("rect", "bar")
 
 
 def test_files_next_to_the_report_are_linked_relatively() -> None:
@@ -212,8 +239,8 @@ def test_the_throughput_chart_names_its_lines() -> None:
     html = render_report(summary_of(stats))
     page = parse(html)
     labels = re.findall(r'<text class="legend-label"[^>]*>([^<]*)</text>', html)
-    assert labels == ["completed (results + errors)", "errors"]
-    # each name sits next to a stroke drawn like its line
+    assert labels == ["results", "errors"]
+    # each name sits next to a stroke drawn like its bars
     assert len(page.of("line", "legend-ok")) == 1 and len(page.of("line", "legend-err")) == 1
     only_results = Stats()
     only_results.add_outcome(outcome(1, 0.1), at=1000.0)
@@ -324,3 +351,41 @@ def test_the_last_sweep_shows_what_it_sent_again_and_recovered_per_job_and_shard
         r'<div class="v">([^<]*)</div><div class="k">([^<]*)</div>', page
     )
     assert "<th>swept</th>" not in page and "recovered by the sweep" not in page
+
+
+def test_a_run_the_cache_answered_whole_shows_no_rate_and_says_why_there_is_no_latency() -> None:
+    stats = Stats()
+    for _ in range(10):
+        stats.add_cached("gpt-4o-mini", 10, 2)
+    summary = summary_of(stats, cache={"mode": "on", "hits": 10, "misses": 0, "saved_usd": 0.00001})
+    summary["lines_by_path"] = {"cache": 10}
+    text = " ".join(parse(render_report(summary)).text)
+    assert "req/s" not in text and "none were sent" in text
+    assert "the response cache answered every line, so nothing was sent" in text
+    assert "no request got an answer" not in text
+
+
+def test_the_page_shows_how_the_job_ran_and_its_budget() -> None:
+    stats = Stats()
+    stats.add_outcome(outcome(1, 0.1), at=1000.0)
+    run = {
+        "provider": "http://127.0.0.1:8000/v1",
+        "mode": "direct",
+        "model": None,
+        "concurrency": 50,
+        "map_concurrency": 10,
+        "shard_lines": 5000,
+        "max_attempts": 6,
+        "request_timeout_s": 120.0,
+        "budget_usd": 5.0,
+    }
+    budget = {"cap_usd": 5.0, "spent_usd": 4.2e-05, "unsent_lines": 0}
+    page = render_report(summary_of(stats, run=run, budget=budget, max_error_rate=0.0, command_seconds=4.3))
+    rows = dict(re.findall(r"<tr><td>([^<]*)</td><td>([^<]*)</td></tr>", page))
+    assert rows["provider"] == "http://127.0.0.1:8000/v1"
+    assert rows["requests in flight (concurrency)"] == "50"
+    assert rows["sends a line at most (last sweep included)"] == "6"
+    assert rows["budget"] == "$0.000042 spent of $5.00"
+    tiles = dict((k, v) for v, k in re.findall(r'<div class="v">([^<]*)</div><div class="k">([^<]*)</div>', page))
+    assert tiles["job wall time (Plan to Merge)"] == "2.0 s"
+    assert tiles["sluice run in all, with the local cloud"] == "4.3 s"

@@ -126,6 +126,12 @@ def test_chat_completion_parses_in_sdk(sim: SimulatorServer) -> None:
     assert good.usage.total_tokens == good.usage.prompt_tokens + good.usage.completion_tokens
 
 
+def test_models_are_listed_as_an_openai_compatible_server_lists_them(sim: SimulatorServer) -> None:
+    # `sluice run` asks for them before a job: a 404 there reads as a base URL with a wrong path
+    models = [m.id for m in client(sim).models.list()]
+    assert "gpt-4o-mini" in models
+
+
 def test_chat_respects_max_tokens(sim: SimulatorServer) -> None:
     full = client(sim).chat.completions.create(model="m", messages=[{"role": "user", "content": "Describe a river."}])
     cut = client(sim).chat.completions.create(

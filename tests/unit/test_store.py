@@ -1,7 +1,10 @@
-"""JobStore reads that `sluice status` relies on, against a moto DynamoDB table."""
+"""JobStore against a moto DynamoDB table: the key layout at scale, and the reads `sluice status` relies on."""
 
 from __future__ import annotations
 
+import json
+import re
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,39 +16,148 @@ from sluice.store import ItemState, JobStore
 from local.cloud import create_table
 
 
-class OneRowPages:
-    """The table, answering each query a row at a time, as DynamoDB does past 1 MB a page."""
+class PartitionLedger:
+    """Every DynamoDB call a client sends, counted by the partition key it writes or reads, from
+    the request as it goes on the wire (whatever store method or boto3 layer made it)."""
 
-    def __init__(self, table: Any) -> None:
-        self.table = table
-        self.queries = 0
+    def __init__(self, client: Any) -> None:
+        self.writes: Counter[str] = Counter()
+        self.reads: Counter[str] = Counter()
+        self._events = client.meta.events
 
-    def query(self, **kwargs: Any) -> Any:
-        self.queries += 1
-        return self.table.query(Limit=1, **kwargs)
+    def __enter__(self) -> PartitionLedger:
+        self._events.register("before-call.dynamodb", self._record)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._events.unregister("before-call.dynamodb", self._record)
+
+    def _record(self, model: Any, params: dict[str, Any], **_: Any) -> None:
+        body = json.loads(params["body"] or b"{}")
+        operation = model.name
+        if operation == "PutItem":
+            self.writes[body["Item"]["pk"]["S"]] += 1
+        elif operation in ("UpdateItem", "DeleteItem"):
+            self.writes[body["Key"]["pk"]["S"]] += 1
+        elif operation == "BatchWriteItem":
+            for requests in body["RequestItems"].values():
+                for request in requests:
+                    row = request.get("PutRequest", {}).get("Item") or request["DeleteRequest"]["Key"]
+                    self.writes[row["pk"]["S"]] += 1
+        elif operation == "GetItem":
+            self.reads[body["Key"]["pk"]["S"]] += 1
+        elif operation == "BatchGetItem":
+            for ask in body["RequestItems"].values():
+                for key in ask["Keys"]:
+                    self.reads[key["pk"]["S"]] += 1
+        elif operation == "Query" and "IndexName" not in body:
+            name = next(n for n, attribute in body["ExpressionAttributeNames"].items() if attribute == "pk")
+            value = re.search(rf"{name} = (:\w+)", body["KeyConditionExpression"])
+            assert value is not None
+            self.reads[body["ExpressionAttributeValues"][value.group(1)]["S"]] += 1
 
 
 @pytest.fixture
-def table() -> Iterator[Any]:
+def moto_table() -> Iterator[Any]:
     with mock_aws():
         create_table(boto3.client("dynamodb", region_name="us-east-1"), "jobs")
-        table = boto3.resource("dynamodb", region_name="us-east-1").Table("jobs")
-        store = JobStore(table, ttl_days=1)
-        failed = ItemState(3, "b", "failed", attempts=6, error="retries_exhausted: HTTP 500")
-        items = [ItemState(1, "a", "submitted", "resp_a"), ItemState(2, "x", "settled", "resp_x"), failed]
-        store.record_progress("job", 0, items, done=0, failed=1, finished=False, run=1, waiting=1)
-        store.record_progress(
-            "other", 0, [ItemState(1, "c", "submitted", "resp_c")], done=0, failed=0, finished=False, run=1
+        yield boto3.resource("dynamodb", region_name="us-east-1").Table("jobs")
+
+
+def run_checkpoints(table: Any, job_id: str, shards: int, *, checkpoints: int = 3) -> PartitionLedger:
+    """A background job of `shards` shards, each checkpointing `checkpoints` times (a line done, a
+    line failed with its item row, a response submitted with its own), as shards in flight do."""
+    store = JobStore(table, ttl_days=1)
+    with PartitionLedger(table.meta.client) as ledger:
+        store.claim_job(job_id, execution="e", bucket="b", key="k", etag="t", started_at=0.0)
+        store.record_plan(
+            job_id, plan={"requests": shards * 10}, shards=[(s, 10, 10) for s in range(shards)], mode="background"
         )
-        yield table
+        for run in range(1, checkpoints + 1):
+            for shard in range(shards):
+                line = shard * 10 + run
+                items = [
+                    ItemState(line, f"c-{line}", "failed", attempts=6, error="retries_exhausted: HTTP 500"),
+                    ItemState(line + 5, f"c-{line + 5}", "submitted", f"resp_{job_id}_{line}"),
+                ]
+                store.record_progress(
+                    job_id, shard, items, done=1, failed=1, finished=run == checkpoints, run=run, waiting=1
+                )
+    return ledger
+
+
+def test_no_partition_takes_more_checkpoint_writes_as_the_shards_in_flight_grow(moto_table: Any) -> None:
+    few = run_checkpoints(moto_table, "few", 4)
+    many = run_checkpoints(moto_table, "many", 40)
+
+    assert max(many.writes.values()) == max(few.writes.values())
+    # the job row: the claim and the plan, whatever the number of shards
+    assert many.writes["JOB#many"] == few.writes["JOB#few"] == 2
+
+
+def test_the_job_counts_are_its_shard_rows_summed_and_no_checkpoint_writes_the_job_row(moto_table: Any) -> None:
+    run_checkpoints(moto_table, "job", 3)
+    store = JobStore(moto_table, ttl_days=1)
+
+    row = store.job("job") or {}
+    assert "done" not in row and "failed" not in row
+    progress = store.job_progress("job") or {}
+    assert (progress["done"], progress["failed"], progress["status"]) == (9, 9, "RUNNING")
+    assert store.counts("job", 3).done == 9
+    assert [s["shard"] for s in store.shards("job")] == [0, 1, 2]
+    assert store.job_progress("nope") is None
+
+
+def test_stop_marks_reach_every_shard_row_and_each_shard_reads_only_its_own(moto_table: Any) -> None:
+    store = JobStore(moto_table, ttl_days=1)
+    store.claim_job("job", execution="e", bucket="b", key="k", etag="t", started_at=0.0)
+    store.record_plan("job", plan={"requests": 300}, shards=[(s, 10, 10) for s in range(30)], mode="direct")
+    with PartitionLedger(moto_table.meta.client) as ledger:
+        assert [store.stop_mark("job", s) for s in range(30)] == [None] * 30
+        assert store.stop_shards("job", "FAILED") == 30
+        assert {store.stop_mark("job", s) for s in range(30)} == {"FAILED"}
+    # each shard row: its mark and two reads of its own; the job row: one read for the shard count
+    assert ledger.reads["JOB#job"] == 1
+    assert {pk: n for pk, n in ledger.reads.items() if pk != "JOB#job"} == {f"JOB#job#{s:05d}": 2 for s in range(30)}
+    assert set(ledger.writes.values()) == {1} and len(ledger.writes) == 30
+    # rows that do not exist are not created, and no job has nothing to stop
+    assert store.stop_shards("job", "FAILED", shards=32) == 30
+    assert store.shard("job", 31) is None
+    assert store.stop_shards(None, "FAILED") == 0
+
+
+@pytest.fixture
+def table(moto_table: Any) -> Any:
+    store = JobStore(moto_table, ttl_days=1)
+    store.record_plan("job", plan={"requests": 6}, shards=[(0, 3, 3), (1, 3, 3)], mode="background")
+    failed = ItemState(5, "b", "failed", attempts=6, error="retries_exhausted: HTTP 500")
+    store.record_progress(
+        "job",
+        0,
+        [ItemState(1, "a", "submitted", "resp_a"), ItemState(2, "x", "settled", "resp_x")],
+        done=0,
+        failed=0,
+        finished=False,
+        run=1,
+        waiting=1,
+    )
+    store.record_progress(
+        "job", 1, [ItemState(4, "y", "submitted", "resp_y"), failed], done=0, failed=1, finished=False, run=1
+    )
+    store.record_plan("other", plan={"requests": 1}, shards=[(0, 1, 1)], mode="background")
+    store.record_progress(
+        "other", 0, [ItemState(1, "c", "submitted", "resp_c")], done=0, failed=0, finished=False, run=1
+    )
+    return moto_table
 
 
 def test_a_request_is_found_by_its_custom_id_in_its_own_job_only(table: Any) -> None:
     store = JobStore(table, ttl_days=1)
     row = store.item_by_custom_id("job", "b")
     assert row is not None
-    assert (row["line"], row["status"], row["attempts"], row["error"]) == (
-        3,
+    assert (row["line"], row["shard"], row["status"], row["attempts"], row["error"]) == (
+        5,
+        1,
         "failed",
         6,
         "retries_exhausted: HTTP 500",
@@ -56,19 +168,86 @@ def test_a_request_is_found_by_its_custom_id_in_its_own_job_only(table: Any) -> 
     assert store.item_by_custom_id("job", "nope") is None
 
 
-def test_the_lookup_follows_the_pages_of_a_large_job(table: Any) -> None:
+class OneRowPages:
+    """The table, answering each query a row at a time, as DynamoDB does past 1 MB a page."""
+
+    def __init__(self, table: Any) -> None:
+        self.table = table
+        self.queried: list[str] = []
+
+    def query(self, **kwargs: Any) -> Any:
+        self.queried.append(
+            kwargs["KeyConditionExpression"].get_expression()["values"][0].get_expression()["values"][1]
+        )
+        return self.table.query(Limit=1, **kwargs)
+
+    def get_item(self, **kwargs: Any) -> Any:
+        return self.table.get_item(**kwargs)
+
+
+def test_the_lookup_follows_the_pages_of_each_shard_and_reads_only_the_job_s_own(table: Any) -> None:
     pages = OneRowPages(table)
-    row = JobStore(pages, ttl_days=1).item_by_custom_id("job", "b")
-    assert row is not None and row["line"] == 3
-    # the job's item rows one page each, up to the one that matched; the other job's rows are never read
-    assert pages.queries == 3
+    row = JobStore(pages, ttl_days=1).item_by_custom_id("job", "y")
+    assert row is not None and row["line"] == 4
+    # every page of both shards' partitions (the first has two rows), never another job's
+    assert sorted(pages.queried) == ["JOB#job#00000"] * 3 + ["JOB#job#00001"] * 1
 
 
-def test_a_line_the_sweep_submitted_keeps_its_mark_until_collected(table: Any) -> None:
-    store = JobStore(table, ttl_days=1)
+def test_a_line_the_sweep_submitted_keeps_its_mark_until_collected(moto_table: Any) -> None:
+    store = JobStore(moto_table, ttl_days=1)
     items = [ItemState(7, "s", "submitted", "resp_s", 8, swept=True), ItemState(8, "t", "submitted", "resp_t", 1)]
-    store.record_progress("swept", 0, items, done=0, failed=0, finished=False, run=1, waiting=2)
-    marks = {item.line: item.swept for item in store.items("swept", 1, 10)}
+    store.record_progress("swept", 2, items, done=0, failed=0, finished=False, run=1, waiting=2)
+    marks = {item.line: item.swept for item in store.items("swept", 2)}
     assert marks == {7: True, 8: False}
     # an unswept row carries no attribute for it
-    assert "swept" not in (store.item("swept", 8) or {})
+    assert "swept" not in (store.item("swept", 2, 8) or {})
+    assert list(store.items("swept", 1)) == []
+
+
+class Throttled:
+    """The table, but DynamoDB leaves every key of the first `times` BatchGetItem calls unprocessed."""
+
+    def __init__(self, table: Any, times: int) -> None:
+        self._table = table
+        self.times = times
+        self.name = table.name
+        self.meta = self
+        self.client = self
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._table, name)
+
+    def batch_get_item(self, RequestItems: dict[str, Any]) -> dict[str, Any]:
+        if self.times:
+            self.times -= 1
+            return {"Responses": {}, "UnprocessedKeys": RequestItems}
+        return dict(self._table.meta.client.batch_get_item(RequestItems=RequestItems))
+
+
+def test_keys_left_unprocessed_are_asked_again_after_a_jittered_backoff(moto_table: Any) -> None:
+    from sluice.retry import table_retry_delay_s
+
+    run_checkpoints(moto_table, "job", 3)
+    slept: list[float] = []
+    store = JobStore(Throttled(moto_table, times=2), ttl_days=1, sleep=slept.append, rand=lambda: 1.0)
+    assert store.counts("job", 3).done == 9
+    assert slept == [table_retry_delay_s(1, lambda: 1.0), table_retry_delay_s(2, lambda: 1.0)]
+
+
+def test_a_batch_webhook_finds_its_shard_through_an_index_of_keys_only() -> None:
+    from sluice.contract import create_table_request
+
+    with mock_aws():
+        request = create_table_request("keys-only")
+        for index in request["GlobalSecondaryIndexes"]:
+            index["Projection"] = {"ProjectionType": "KEYS_ONLY"}
+        boto3.client("dynamodb", region_name="us-east-1").create_table(**request)
+        store = JobStore(boto3.resource("dynamodb", region_name="us-east-1").Table("keys-only"), ttl_days=1)
+        store.record_plan("job", plan={"requests": 20}, shards=[(0, 10, 10), (1, 10, 10)], mode="batch")
+        store.set_shard_batches("job", 1, ["batch_1"])
+        assert store.arm_shard("job", 1, "token-1") is False
+        assert store.settle_batch("batch_1", "completed") == "token-1"
+        assert (store.shard("job", 1) or {})["batch_settled"] == "completed"
+        # a repeat wakes again (the first wake may have failed); an unknown batch changes nothing
+        assert store.settle_batch("batch_1", "completed") == "token-1"
+        assert store.settle_batch("batch_other", "completed") is None

@@ -16,7 +16,7 @@ from sluice.merge import load_manifest
 from sluice.model import ErrorCode, Outcome
 from sluice.parts import part_keys, parts_stats, read_part
 from sluice.shard import ShardContext, ShardSpec
-from sluice.sweep import merged, sweep_concurrency, sweepable
+from sluice.sweep import merged, split_attempts, sweep_concurrency, sweepable
 
 from tests.conftest import request_line
 from tests.unit.test_cancel import BUCKET, Aws
@@ -65,15 +65,16 @@ def shard_file(aws: Aws, key: str) -> dict[str, dict[str, Any]]:
     return {row["custom_id"]: row for row in map(orjson.loads, rows)}
 
 
-def test_a_line_that_exhausted_its_attempts_on_500s_ends_as_a_result_and_a_400_is_not_resent(aws: Aws) -> None:
+def test_a_line_that_exhausted_its_first_attempts_on_500s_ends_as_a_result_and_a_400_is_not_resent(aws: Aws) -> None:
     spec = shard(aws, ["ok-1", "flaky", "bad", "ok-2"])
-    provider = Scripted(script={"flaky": [SERVER_ERROR] * 6, "bad": [BAD_REQUEST]})
+    provider = Scripted(script={"flaky": [SERVER_ERROR] * 5, "bad": [BAD_REQUEST]})
 
     answer = run(aws, provider, spec)
 
     assert answer["done"]
-    assert sends(provider) == {"ok-1": 1, "flaky": 7, "bad": 1, "ok-2": 1}
-    # the swept line went last: every other line was answered before its seventh attempt
+    # three attempts in the first pass, the other three of its six in the last sweep
+    assert sends(provider) == {"ok-1": 1, "flaky": 6, "bad": 1, "ok-2": 1}
+    # the swept line went last: every other line was answered before its fourth attempt
     assert [e["cid"] for e in provider.log][-1] == "flaky"
     results = shard_file(aws, spec.results_key)
     errors = shard_file(aws, spec.errors_key)
@@ -81,7 +82,7 @@ def test_a_line_that_exhausted_its_attempts_on_500s_ends_as_a_result_and_a_400_i
     assert set(errors) == {"bad"} and errors["bad"]["error"]["code"] == ErrorCode.PROVIDER_ERROR
     stats = orjson.loads(aws.s3.get_object(Bucket=BUCKET, Key=spec.stats_key)["Body"].read())["stats"]
     assert stats["swept"] == 1 and stats["recovered_by_sweep"] == 1
-    assert stats["attempts"] == 10 and stats["errors"] == {ErrorCode.PROVIDER_ERROR: 1}
+    assert stats["attempts"] == 9 and stats["errors"] == {ErrorCode.PROVIDER_ERROR: 1}
 
 
 def test_a_line_the_sweep_cannot_save_goes_to_errors_once_with_every_attempt_counted(aws: Aws) -> None:
@@ -90,15 +91,28 @@ def test_a_line_the_sweep_cannot_save_goes_to_errors_once_with_every_attempt_cou
 
     run(aws, provider, spec)
 
-    assert sends(provider) == {"ok-1": 1, "down": 12}
+    assert sends(provider) == {"ok-1": 1, "down": 6}
     errors = shard_file(aws, spec.errors_key)
     assert set(errors) == {"down"}
     error = errors["down"]["error"]
     assert error["code"] == ErrorCode.RETRIES_EXHAUSTED
-    assert "gave up after 6 attempts" in error["message"] and "last sweep, after 6 earlier attempts" in error["message"]
+    assert error["message"].startswith("gave up after 6 attempts (3, then 3 in the shard's last sweep); last: HTTP 500")
     stats = parts_stats(aws.s3, spec)
     assert (stats.swept, stats.recovered_by_sweep) == (1, 0)
-    assert stats.attempts == 13 and stats.throttled == 6
+    assert stats.attempts == 7 and stats.throttled == 3
+
+
+@pytest.mark.parametrize(("max_attempts", "sent"), [(1, 1), (2, 2), (3, 3)])
+def test_a_line_is_sent_at_most_max_attempts_times_last_sweep_included(aws: Aws, max_attempts: int, sent: int) -> None:
+    spec = replace(shard(aws, ["ok-1", "down"]), max_attempts=max_attempts)
+    provider = Scripted(script={"down": [SERVER_ERROR] * 10})
+
+    run(aws, provider, spec)
+
+    assert sends(provider) == {"ok-1": 1, "down": sent}
+    (error,) = (e["error"] for e in shard_file(aws, spec.errors_key).values())
+    assert error["message"].startswith(f"gave up after {sent} attempts")
+    assert parts_stats(aws.s3, spec).attempts == 1 + sent
 
 
 def test_a_run_out_of_time_before_the_sweep_leaves_the_line_pending_and_the_next_run_ends_it(aws: Aws) -> None:
@@ -109,7 +123,7 @@ def test_a_run_out_of_time_before_the_sweep_leaves_the_line_pending_and_the_next
 
     def remaining_s() -> float:
         # the Lambda's time runs out the moment the flaky line's first pass has ended
-        late[0] = provider.attempts.get("flaky", 0) >= 6
+        late[0] = provider.attempts.get("flaky", 0) >= 3
         return 0.0 if late[0] else 900.0
 
     first = run(aws, provider, spec, remaining_s)
@@ -144,6 +158,11 @@ def test_only_lines_whose_retries_ran_out_are_swept(code: str, expected: bool) -
 def test_merged_outcome_keeps_the_first_pass_figures() -> None:
     last = merged(outcome(ErrorCode.RETRIES_EXHAUSTED, 6, 2), outcome(None, 2, 1))
     assert (last.attempts, last.throttled, last.swept, last.ok) == (8, 3, True, True)
+
+
+@pytest.mark.parametrize(("max_attempts", "expected"), [(1, (1, 0)), (2, (1, 1)), (6, (3, 3)), (7, (4, 3))])
+def test_the_first_pass_and_the_sweep_share_a_lines_attempts(max_attempts: int, expected: tuple[int, int]) -> None:
+    assert split_attempts(max_attempts) == expected
 
 
 @pytest.mark.parametrize(("concurrency", "expected"), [(1, 1), (4, 4), (50, 5), (1000, 100)])

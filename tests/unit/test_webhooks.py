@@ -110,7 +110,7 @@ def test_rejected_requests_change_nothing(
 def test_accepted_webhook_settles_the_item_and_a_replay_is_a_no_op(store: JobStore) -> None:
     headers = sign(GOOD)
     assert call(store, GOOD, headers).outcome == "accepted"
-    item = store.item("job", 1)
+    item = store.item("job", 0, 1)
     assert item is not None and item["status"] == "settled"
     after_first = snapshot(store)
     assert call(store, GOOD, headers).outcome == "duplicate"
@@ -154,7 +154,7 @@ def test_a_webhook_that_beats_the_item_row_still_settles_it(store: JobStore) -> 
     item = ItemState(3, "c", "submitted", "resp_c")
     store.record_progress("job", 0, [item], done=0, failed=0, finished=False, run=2, waiting=1)
     assert store.settle_early("job", 0, [item]) == 1
-    settled = store.item("job", 3)
+    settled = store.item("job", 0, 3)
     assert settled is not None and settled["status"] == "settled"
     shard = store.shards("job")[0]
     assert shard["waiting"] == 2  # a and b still out; c counted off
@@ -200,5 +200,5 @@ def test_a_delivery_that_failed_before_settling_is_not_taken_for_a_duplicate(sto
     with pytest.raises(RuntimeError):
         handle_webhook(body=GOOD, headers=headers, secret=SECRET, store=flaky, wake=print)
     assert handle_webhook(body=GOOD, headers=headers, secret=SECRET, store=flaky, wake=print).outcome == "accepted"
-    item = store.item("job", 1)
+    item = store.item("job", 0, 1)
     assert item is not None and item["status"] == "settled"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -236,3 +237,75 @@ def test_answers_the_lifecycle_rule_expired_are_sent_again(make_cloud: Any, simu
     assert again.status == "SUCCEEDED" and again.verify(path).ok
     assert len(sent(simulator)) == len(expired) > 0
     assert again.summary["cache"]["hits"] == 40 - len(expired)
+
+
+def test_a_shard_never_runs_past_shard_lines_because_a_hit_could_not_be_fetched(
+    make_cloud: Any, simulator: Any, tmp_path: Path
+) -> None:
+    cloud = make_cloud(shard_lines=20)
+    path = write_jsonl(tmp_path / "gone.jsonl", lines(100))
+    run_job(cloud, path)
+    # the segment holding lines 41-60 goes (a lifecycle rule, a hand), while the index still names it
+    stored = cache_objects(cloud)
+    (gone,) = [k for k, v in stored.items() if k.startswith(f"{CACHE_PREFIX}segments/") and b'"c-50"' in v]
+    boto3.client("s3", region_name=REGION).delete_object(Bucket=cloud.bucket, Key=gone)
+
+    simulator.clear_log()
+    since = len(cloud.invocations)
+    again = run_job(cloud, path, key="inbox/later/gone.jsonl")
+    assert again.status == "SUCCEEDED" and again.verify(path).ok
+    assert sorted(sent(simulator)) == sorted(f"c-{i}" for i in range(40, 60))
+    # the lines sent ran in shards of at most 20; the rest were answered by Plan
+    ran = [i.payload["shard"] for i in cloud.invocations[since:] if i.step == "run_shard"]
+    assert ran and all(shard["lines"] <= 20 for shard in ran)
+    assert again.summary["cache"]["hits"] == 80
+
+
+def age_cache(days: float) -> None:
+    """Make every object under cache/ `days` older, as if written then (moto keeps them all)."""
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.s3.models import s3_backends
+
+    from local.cloud import LocalCloud
+
+    bucket = s3_backends[DEFAULT_ACCOUNT_ID]["global"].buckets[LocalCloud.bucket]
+    for name in list(bucket.keys):
+        if name.startswith(CACHE_PREFIX):
+            bucket.keys[name].last_modified -= timedelta(days=days)
+
+
+def test_answers_older_than_the_cache_ttl_are_sent_again_though_their_segments_remain(
+    make_cloud: Any, simulator: Any, tmp_path: Path
+) -> None:
+    cloud = make_cloud(shard_lines=20, cache_ttl_days=7)
+    path = write_jsonl(tmp_path / "aging.jsonl", lines(40))
+    run_job(cloud, path)
+    age_cache(5)
+    simulator.clear_log()
+    assert run_job(cloud, path, key="inbox/5-days/aging.jsonl").summary["cache"]["hits"] == 40
+    # 6.5 days on, S3's lifecycle rule has not removed the segments yet, but may any time now
+    age_cache(1.5)
+    again = run_job(cloud, path, key="inbox/later/aging.jsonl")
+    assert again.status == "SUCCEEDED" and again.verify(path).ok
+    assert again.summary["cache"]["hits"] == 0 and len(sent(simulator)) == 40
+
+
+def test_merge_folds_the_indexes_into_a_generation_that_later_jobs_read(
+    make_cloud: Any, simulator: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sluice.cache_compact
+
+    monkeypatch.setattr(sluice.cache_compact, "COMPACT_AT", 3)
+    cloud = make_cloud(shard_lines=20)
+    first, second = lines(40), [request_line(f"d-{i}", f"other review {i}") for i in range(40)]
+    run_job(cloud, write_jsonl(tmp_path / "a.jsonl", first))
+    index = [k for k in cache_objects(cloud) if k.startswith(f"{CACHE_PREFIX}index/")]
+    assert len(index) == 2 and all(k.endswith(".idx") for k in index)
+    # the second job's Merge finds four level-0 indexes, and folds them into a generation
+    run_job(cloud, write_jsonl(tmp_path / "b.jsonl", second))
+    objects = cache_objects(cloud)
+    assert [k for k in objects if k.endswith(".gen")]
+    simulator.clear_log()
+    again = run_job(cloud, write_jsonl(tmp_path / "c.jsonl", first + second), key="inbox/again/c.jsonl")
+    assert again.status == "SUCCEEDED" and sent(simulator) == []
+    assert again.summary["cache"]["hits"] == 80

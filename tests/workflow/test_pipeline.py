@@ -29,7 +29,7 @@ def test_300_lines_with_5_invalid_ones(make_cloud, tmp_path: Path) -> None:
     assert run.results[1]["response"]["body"]["choices"][0]["message"]["content"] == "negative"
     errors = {e["line"]: e["error"] for e in run.errors}
     assert list(errors) == [10, 50, 120, 200, 299]
-    assert errors[10]["code"] == "invalid_json" and errors[10]["message"].startswith("line 10: invalid JSON")
+    assert errors[10]["code"] == "invalid_json" and errors[10]["message"].startswith("line 10, column")
     assert errors[50]["code"] == "missing_custom_id"
     assert errors[120]["code"] == "invalid_method"
     assert errors[200]["code"] == "unsupported_url"

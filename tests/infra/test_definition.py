@@ -1,0 +1,57 @@
+"""The definition's Retry and Catch, read as data: how long a step waits out throttling, and where
+a failure of the failure path goes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sluice.contract import MARK_FAILED_ERROR_KEY
+
+from infra.definition import definition
+
+HISTORY_EVENTS = 25_000
+# TaskScheduled, TaskStarted, TaskFailed: what one refused attempt adds to the history
+EVENTS_PER_ATTEMPT = 3
+
+
+def _lambda_tasks(states: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    found = {}
+    for name, state in states.items():
+        if state["Type"] == "Task":
+            found[name] = state
+        if state["Type"] == "Map":
+            found.update(_lambda_tasks(state["ItemProcessor"]["States"]))
+    return found
+
+
+def _waits(rule: dict[str, Any]) -> list[float]:
+    """The longest wait before each retry (Step Functions' FULL jitter draws from 0 to it)."""
+    interval, rate, ceiling = rule["IntervalSeconds"], rule["BackoffRate"], rule.get("MaxDelaySeconds", 1e9)
+    return [min(interval * rate**n, ceiling) for n in range(rule["MaxAttempts"])]
+
+
+def test_every_lambda_step_waits_out_throttling_for_tens_of_minutes_within_its_history() -> None:
+    for name, task in _lambda_tasks(definition()["States"]).items():
+        throttling = [r for r in task["Retry"] if "Lambda.TooManyRequestsException" in r["ErrorEquals"]]
+        assert len(throttling) == 1 and throttling[0]["ErrorEquals"] == ["Lambda.TooManyRequestsException"], name
+        (rule,) = throttling
+        waits = _waits(rule)
+        assert rule["JitterStrategy"] == "FULL", name
+        # on average half of each longest wait: over half an hour in all, looking again every 2 minutes at most
+        assert sum(waits) / 2 >= 30 * 60 and max(waits) <= 120, name
+        assert (rule["MaxAttempts"] + 1) * EVENTS_PER_ATTEMPT <= 0.01 * HISTORY_EVENTS, name
+
+
+def test_a_failure_of_mark_failed_ends_in_its_last_resort_and_a_timeout_is_not_retried() -> None:
+    states = definition()["States"]
+    mark_failed = states["MarkFailed"]
+    assert mark_failed["Catch"] == [
+        {"ErrorEquals": ["States.ALL"], "ResultPath": f"$.{MARK_FAILED_ERROR_KEY}", "Next": "MarkFailed (summary only)"}
+    ]
+    assert not any("Sandbox.Timedout" in rule["ErrorEquals"] for rule in mark_failed["Retry"])
+    last_resort = states["MarkFailed (summary only)"]
+    assert last_resort["Parameters"]["FunctionName"] == mark_failed["Parameters"]["FunctionName"]
+    assert last_resort["Next"] == "Job failed" and "Catch" not in last_resort
+    # MarkFailed runs again until every line is accounted for
+    assert states[mark_failed["Next"]]["Default"] == "MarkFailed"
+    assert [c["Next"] for c in states[mark_failed["Next"]]["Choices"]] == ["Job failed"]

@@ -1,0 +1,236 @@
+"""MarkFailed on moto: what it costs a failed job, and that it always ends the job."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import orjson
+import pytest
+from moto import mock_aws
+from sluice import failure
+from sluice.failure import mark_failed, record_failure
+from sluice.model import Outcome
+from sluice.parts import PartWriter, assemble
+from sluice.shard import ShardSpec
+from sluice.store import ItemState, JobStore
+
+from local.cloud import create_table
+from tests.conftest import request_line
+
+BUCKET = "failure-test"
+JOB = "job-failed"
+LINES = 12
+
+
+class Counted:
+    """The S3 client, and each call it makes with the key it names."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.calls: list[tuple[str, str]] = []
+        client.meta.events.register("provide-client-params.s3.*", self._record)
+
+    def _record(self, params: dict[str, Any], model: Any, **_: object) -> None:
+        self.calls.append((model.name, str(params.get("Key") or params.get("Prefix") or "")))
+
+
+class NoProgress:
+    """A PartWriter's store: the tests read the parts, not the rows."""
+
+    def record_progress(self, job_id: str, shard: int, items: list[ItemState], **counts: Any) -> None:
+        pass
+
+    def settle_early(self, job_id: str, shard: int, items: list[ItemState]) -> int:
+        return 0
+
+
+@pytest.fixture
+def aws() -> Iterator[tuple[Counted, JobStore]]:
+    with mock_aws():
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket=BUCKET)
+        create_table(boto3.client("dynamodb", region_name="us-east-1"), "jobs")
+        table = boto3.resource("dynamodb", region_name="us-east-1").Table("jobs")
+        yield Counted(s3), JobStore(table, ttl_days=1)
+
+
+def answer(line: int) -> Outcome:
+    body = {"model": "gpt-4o-mini", "usage": {"prompt_tokens": 10, "completion_tokens": 2}}
+    return Outcome(line, f"c-{line}", 200, body, f"req-{line}")
+
+
+def failed_job(s3: Any, store: JobStore, *, shards: int, done: dict[int, int], part_rows: int) -> dict[str, Any]:
+    """A job of `shards` shards of LINES lines whose shards in `done` wrote that many lines in
+    parts of `part_rows` rows; the ones that wrote every line finished (their outputs assembled)."""
+    data = b"".join(request_line(f"c-{n}") for n in range(1, shards * LINES + 1))
+    key = "inbox/failed.jsonl"
+    etag = s3.put_object(Bucket=BUCKET, Key=key, Body=data)["ETag"]
+    offsets = [0]
+    for row in data.splitlines(keepends=True):
+        offsets.append(offsets[-1] + len(row))
+    specs = [
+        ShardSpec(
+            job_id=JOB,
+            shard=n,
+            bucket=BUCKET,
+            key=key,
+            etag=etag,
+            start=offsets[n * LINES],
+            end=offsets[(n + 1) * LINES],
+            first_line=n * LINES + 1,
+            lines=LINES,
+            mode="direct",
+            concurrency=4,
+            max_attempts=2,
+        )
+        for n in range(shards)
+    ]
+    for spec in specs:
+        writer = PartWriter(s3=s3, store=NoProgress(), spec=spec, run=1, every=part_rows)  # type: ignore[arg-type]
+        for line in range(spec.first_line, spec.first_line + done.get(spec.shard, 0)):
+            writer.add_outcome(answer(line))
+        writer.flush(finished=False)
+        if done.get(spec.shard) == LINES:
+            assemble(s3, spec)
+    manifest = f"jobs/{JOB}/manifest.json"
+    s3.put_object(Bucket=BUCKET, Key=manifest, Body=orjson.dumps([dataclasses.asdict(s) for s in specs]))
+    store.claim_job(JOB, execution="x", bucket=BUCKET, key=key, etag=etag, started_at=0.0)
+    return {
+        "job_id": JOB,
+        "bucket": BUCKET,
+        "key": key,
+        "etag": etag,
+        "manifest_key": manifest,
+        "output_prefix": "outbox/failed",
+    }
+
+
+def outputs(s3: Any, kind: str) -> list[dict[str, Any]]:
+    body = s3.get_object(Bucket=BUCKET, Key=f"outbox/failed.{kind}.jsonl")["Body"].read()
+    return [orjson.loads(row) for row in body.splitlines()]
+
+
+@pytest.mark.parametrize("part_rows", [1, LINES])
+def test_mark_failed_reads_no_part_of_a_shard_that_finished(aws: tuple[Counted, JobStore], part_rows: int) -> None:
+    """What MarkFailed costs grows with the shards cut short, not with the parts every shard left:
+    a job whose finished shards left a part a line costs it what one with a part a shard does."""
+    counted, store = aws
+    s3 = counted.client
+    # shards 0-2 finished; the failure cut shard 3 short after 5 lines; shard 4 never ran
+    state = failed_job(s3, store, shards=5, done={0: LINES, 1: LINES, 2: LINES, 3: 5}, part_rows=part_rows)
+    counted.calls.clear()
+
+    detail = mark_failed(s3=s3, store=store, state=state, error="States.TaskFailed", cause="")
+    calls = list(counted.calls)
+
+    assert detail["counts"] == {
+        "lines": 60,
+        "blank": 0,
+        "requests": 60,
+        "results": 41,
+        "errors": 19,
+    }
+    assert [r["custom_id"] for r in outputs(s3, "results")] == [f"c-{n}" for n in range(1, 42)]
+    assert {e["error"]["code"] for e in outputs(s3, "errors")} == {"job_failed"}
+    parts_read = [k for op, k in calls if op == "GetObject" and "/part-" in k]
+    # only the shard cut short, each of its parts and their figures once
+    assert all(k.startswith(f"jobs/{JOB}/shards/00003/") for k in parts_read)
+    assert sorted(Counter(parts_read).values()) == [1] * len(parts_read) == [1] * (2 * -(-5 // part_rows))
+    # and the same requests whatever the finished shards left: the manifest, each shard's figures,
+    # for the two shards cut short a list, their input and 3 writes, a read of each non-empty
+    # shard output and a write of each output, and the summary
+    assert len(calls) - len(parts_read) == 1 + 5 + 2 * 5 + (4 + 1) + (2 + 1) + 1
+    assert detail["done"]
+
+
+def test_mark_failed_out_of_time_leaves_the_shards_left_for_its_next_call(aws: tuple[Counted, JobStore]) -> None:
+    counted, store = aws
+    s3 = counted.client
+    state = failed_job(s3, store, shards=3, done={0: LINES, 1: 3}, part_rows=2)
+
+    first = mark_failed(s3=s3, store=store, state=state, error="States.TaskFailed", cause="", remaining_s=0.0)
+
+    assert first == {"job_id": JOB, "status": "FAILED", "done": False, "shards_left": 2}
+    assert (store.job(JOB) or {})["status"] == "PLANNING"
+    assert "Contents" not in s3.list_objects_v2(Bucket=BUCKET, Prefix="outbox/")
+
+    second = mark_failed(s3=s3, store=store, state=state, error="States.TaskFailed", cause="", remaining_s=900.0)
+
+    assert second["done"] and second["counts"]["results"] == LINES + 3
+    assert len(outputs(s3, "results")) + len(outputs(s3, "errors")) == 3 * LINES
+    assert (store.job(JOB) or {})["status"] == "FAILED"
+
+
+def test_a_mark_failed_call_that_assembled_for_long_leaves_the_merge_to_the_next(
+    aws: tuple[Counted, JobStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Assembling and merging a large job in one call would take two steps' time; the next call
+    finds every shard finished, assembles nothing, and merges."""
+    counted, store = aws
+    s3 = counted.client
+    state = failed_job(s3, store, shards=2, done={0: LINES, 1: 3}, part_rows=2)
+    monkeypatch.setattr(failure, "MERGE_AFTER_SHARE", 0.0)
+
+    first = mark_failed(s3=s3, store=store, state=state, error="States.TaskFailed", cause="", remaining_s=900.0)
+
+    assert first == {"job_id": JOB, "status": "FAILED", "done": False, "shards_left": 0}
+    assert "Contents" not in s3.list_objects_v2(Bucket=BUCKET, Prefix="outbox/")
+    counted.calls.clear()
+
+    second = mark_failed(s3=s3, store=store, state=state, error="States.TaskFailed", cause="", remaining_s=900.0)
+
+    assert second["done"] and second["counts"]["results"] == LINES + 3
+    assert not [k for _, k in counted.calls if "/part-" in k]
+
+
+def test_when_mark_failed_fails_its_last_resort_still_ends_the_job_with_a_summary(
+    aws: tuple[Counted, JobStore],
+) -> None:
+    counted, store = aws
+    s3 = counted.client
+    state = failed_job(s3, store, shards=2, done={0: LINES}, part_rows=4)
+    timed_out = {"Error": "Sandbox.Timedout", "Cause": '{"errorMessage": "Task timed out after 900.00 seconds"}'}
+    counted.calls.clear()
+
+    detail = record_failure(
+        s3=s3, store=store, state=state, error="States.TaskFailed", cause="shard 1 failed", failed_again=timed_out
+    )
+
+    reason = (
+        "States.TaskFailed: shard 1 failed; accounting for its lines failed too: "
+        "Sandbox.Timedout: Task timed out after 900.00 seconds"
+    )
+    assert detail == {
+        "job_id": JOB,
+        "status": "FAILED",
+        "error": reason,
+        "summary": f"s3://{BUCKET}/outbox/failed.summary.json",
+        "done": True,
+    }
+    summary = orjson.loads(s3.get_object(Bucket=BUCKET, Key="outbox/failed.summary.json")["Body"].read())
+    assert summary == {"job_id": JOB, "status": "FAILED", "error": reason, "input": f"s3://{BUCKET}/{state['key']}"}
+    job = store.job(JOB)
+    assert job is not None and job["status"] == "FAILED" and job["summary"]["error"] == reason
+    # no shard is read: a last resort costs the same whatever the job's size
+    assert not [k for _, k in counted.calls if k.startswith("jobs/")]
+
+
+def test_a_refused_option_reads_as_its_message_and_an_unexpected_error_keeps_its_type(
+    aws: tuple[Counted, JobStore],
+) -> None:
+    counted, store = aws
+    s3 = counted.client
+    refused = '{"errorType": "PlanError", "errorMessage": "sluice-mode=\'fast\'; expected one of direct, batch"}'
+    crashed = '{"errorType": "KeyError", "errorMessage": "\'shard\'"}'
+    for cause, shown in (
+        (refused, "sluice-mode='fast'; expected one of direct, batch"),
+        (crashed, "KeyError: 'shard'"),
+    ):
+        state = {"detail": {"bucket": {"name": BUCKET}, "object": {"key": "inbox/refused.jsonl", "etag": "e"}}}
+        mark_failed(s3=s3, store=store, state=state, error="PlanError", cause=cause)
+        summary = orjson.loads(s3.get_object(Bucket=BUCKET, Key="outbox/refused.summary.json")["Body"].read())
+        assert summary["error"] == shown
