@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 # a limit header within this share of the known rate is the same limit (no write)
@@ -51,11 +51,9 @@ class LeasePolicy:
     headroom_s: float = 60.0
     # a lessee whose period ended this long ago no longer counts toward the shares
     idle_s: float = 5.0
-    # a conditional write lost to another lessee is tried again after a jittered wait, up to this
-    # many times for a change that can wait (a lease keeps trying)
+    # a conditional write lost to another lessee is tried again after `retry.table_retry_delay_s`,
+    # up to this many times for a change that can wait (a lease keeps trying)
     write_tries: int = 8
-    contention_base_s: float = 0.05
-    contention_max_s: float = 2.0
     # While a shard learns the key's rate from its first answers, the others look at the item
     # again after a jittered wait from `learn_poll_s`, doubling to `learn_poll_max_s`, and send
     # unpaced once it has learned nothing for `learn_wait_max_s` (or its answers carried no rate)
@@ -352,10 +350,3 @@ def followed(
     if not wider:
         return retuned(bucket, now, policy, rate, token_rate)
     return retuned(bucket, now, policy, rate, token_rate, window_s=window_s, remaining=left)
-
-
-def contention_delay_s(tries: int, policy: LeasePolicy, rand: Callable[[], float]) -> float:
-    """How long to wait after losing `tries` conditional writes in a row: full jitter over an
-    exponential ceiling, so lessees that lost to the same writer do not come back together."""
-    exponent = min(max(tries - 1, 0), 30)
-    return min(policy.contention_max_s, policy.contention_base_s * float(2**exponent)) * rand()

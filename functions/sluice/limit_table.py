@@ -23,7 +23,8 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from .lease import SEAT_MAX_S, SEATS, Bucket, LeasePolicy, contention_delay_s
+from .lease import SEAT_MAX_S, SEATS, Bucket, LeasePolicy
+from .retry import table_retry_delay_s
 
 LIMIT_SORT_KEY = "LIMIT"
 # the item outlives a job by this much: long enough for the next job to find the learned rate
@@ -196,7 +197,7 @@ class BucketTable:
                 return True
             if self.save(pk, new):
                 return True
-            self._sleep(contention_delay_s(tries, self._policy, self._rand))
+            self._sleep(table_retry_delay_s(tries, self._rand))
         return False
 
 

@@ -46,7 +46,6 @@ from .contract import RateSeed
 from .lease import (
     Bucket,
     LeasePolicy,
-    contention_delay_s,
     differs,
     drained,
     followed,
@@ -57,7 +56,7 @@ from .lease import (
 from .limit_table import OFF, OPEN, BucketTable
 from .limits import learned_rate, learned_token_rate, parse_reset_s, remaining, spent
 from .model import Request
-from .retry import retry_after_s
+from .retry import retry_after_s, table_retry_delay_s
 from .tokens import estimate_tokens, parsed_body, used_tokens
 
 # the weight of the newest request in a key's moving average of token costs
@@ -323,7 +322,7 @@ class SharedLimit:
                 local.more = grant.more
                 return
             tries += 1
-            await self._sleep(contention_delay_s(tries, self.policy, self._rand))
+            await self._sleep(table_retry_delay_s(tries, self._rand))
 
     def observe(self, ticket: Ticket, status: int | None, headers: Mapping[str, str] | None) -> None:
         """After an attempt sent past `take`: the first limit headers set the shared rates, later

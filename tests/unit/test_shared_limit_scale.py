@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 from sluice.contract import RateSeed
-from sluice.lease import LeasePolicy, contention_delay_s
+from sluice.lease import LeasePolicy
 from sluice.limit_table import BucketTable
 from sluice.model import Request
+from sluice.retry import table_retry_delay_s
 from sluice.shared_limit import SharedLimit
 
 POLICY = LeasePolicy()
@@ -278,12 +279,5 @@ def test_a_lost_write_is_tried_again_after_a_jittered_wait() -> None:
     waits = [s for s in slept if s > 0]
     assert len(waits) == 3, slept
     assert len(set(waits)) == 3
-    ceilings = [min(POLICY.contention_max_s, POLICY.contention_base_s * 2**k) for k in range(3)]
+    ceilings = [table_retry_delay_s(n, lambda: 1.0) for n in (1, 2, 3)]
     assert all(0 < w <= c for w, c in zip(waits, ceilings, strict=True)), waits
-
-
-def test_the_wait_after_lost_writes_grows_and_is_jittered() -> None:
-    assert contention_delay_s(1, POLICY, lambda: 1.0) == POLICY.contention_base_s
-    assert contention_delay_s(3, POLICY, lambda: 1.0) == POLICY.contention_base_s * 4
-    assert contention_delay_s(40, POLICY, lambda: 1.0) == POLICY.contention_max_s
-    assert contention_delay_s(3, POLICY, lambda: 0.25) == POLICY.contention_base_s
