@@ -4,8 +4,9 @@ Each figure starts a small server on 127.0.0.1 (no x-ratelimit-* header on any a
 job through the local cloud (moto, in-process Lambdas) with `sluice run`'s defaults (concurrency
 1,000, shards of 5,000 lines, shared limit on), unless told otherwise:
 
-  refuse     every request answered 404 (a wrong base URL): --lines lines must end within 15 s,
-             the summary's `provider_refused` saying why.
+  refuse     every request answered 404 (a wrong base URL), through `sluice run` itself (with
+             OPENAI_BASE_URL at the server, --no-cache): --lines lines must end within 15 s, the
+             local cloud's start included, with exit 8 and the provider's message.
   timeouts   every answer takes --slow-s, over a 1 s request timeout, 2 attempts (issue 31's
              `--latency 3 --request-timeout 1 --max-attempts 2`): --timeout-lines lines.
   vllm       a vLLM-like server: 200 after --latency s, no rate headers; the requests in flight
@@ -20,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import subprocess
 import sys
 import threading
 import time
@@ -140,16 +143,28 @@ def run(server: Server, lines: int, settings: LocalSettings) -> tuple[float, dic
 
 
 def refuse(args: argparse.Namespace) -> None:
+    WORK.mkdir(parents=True, exist_ok=True)
+    path = WORK / f"failfast-refuse-{args.lines}.jsonl"
+    out = WORK / "failfast-refuse"
+    make_input(path, args.lines)
     with Server(status=404, latency_s=0.0) as server:
-        settings = LocalSettings(concurrency=args.concurrency, cache="off")
-        wall, summary, codes = run(server, args.lines, settings)
-    verdict = "within" if wall <= 15 else "OVER"
+        env = {**os.environ, "OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": "sk-bench-failfast"}
+        command = [str(Path(sys.executable).parent / "sluice"), "run", str(path), "--out", str(out), "--no-cache"]
+        command += ["--concurrency", str(args.concurrency), "--quiet"]
+        started = time.monotonic()
+        done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+        wall = time.monotonic() - started
+    path.unlink()
+    summary = orjson.loads((out / f"{path.stem}.summary.json").read_bytes())
+    verdict = "within" if wall <= 15 and done.returncode == 8 else "NOT within"
     print(
-        f"refuse    {args.lines:,} lines, every answer 404 without rate headers: {wall:.1f} s ({verdict} 15 s), "
-        f"{server.requests:,} requests sent; {summary.get('status')}, errors by code {dict(codes)}",
+        f"refuse    {args.lines:,} lines, every answer 404 without rate headers: `sluice run` exits {done.returncode} "
+        f"after {wall:.1f} s ({verdict} 15 s with exit 8; the job itself {summary['wall_seconds']:.1f} s), "
+        f"{server.requests:,} requests sent",
         flush=True,
     )
-    print(f"          provider_refused: {summary.get('provider_refused', '(no such key)')}", flush=True)
+    for line in (done.stdout + done.stderr).splitlines():
+        print(f"          | {line}", flush=True)
 
 
 def timeouts(args: argparse.Namespace) -> None:
