@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -156,6 +157,7 @@ def refuse(args: argparse.Namespace) -> None:
         wall = time.monotonic() - started
     path.unlink()
     summary = orjson.loads((out / f"{path.stem}.summary.json").read_bytes())
+    shutil.rmtree(out)
     verdict = "within" if wall <= 15 and done.returncode == 8 else "NOT within"
     print(
         f"refuse    {args.lines:,} lines, every answer 404 without rate headers: `sluice run` exits {done.returncode} "
