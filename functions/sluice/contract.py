@@ -436,6 +436,11 @@ def _parse(name: str, raw: str, kind: Any, metadata: Mapping[str, Any]) -> Any:
 
 SETTING_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Settings) if f.default is not MISSING}
 
+# A local run (`sluice run`, `local.cloud.LocalSettings`) changes two: its shards share one
+# machine's cores, so fewer run at once, and the simulator answers within seconds, so a background
+# shard need not wait 10 s to look again.
+LOCAL_SETTING_DEFAULTS: dict[str, Any] = {**SETTING_DEFAULTS, "map_concurrency": 10, "poll_seconds": 1}
+
 
 @dataclass(frozen=True)
 class WebhookSettings:
