@@ -87,6 +87,37 @@ SHARED_LIMIT_CHOICES = ("on", "off")
 CACHE_MODES = ("on", "read", "write", "off")
 
 
+# A job's own options: each input object may override its environment's settings with S3 object
+# metadata `sluice-<option>` (`x-amz-meta-sluice-mode: batch`), read by Plan
+# (`sluice.plan.JobOptions.from_metadata`) and written by `sluice submit` and `sluice retry`.
+METADATA_PREFIX = "sluice-"
+JOB_OPTIONS = (
+    "mode",
+    "budget-usd",
+    "model",
+    "concurrency",
+    "map-concurrency",
+    "max-attempts",
+    "on-batch-incomplete",
+    "deadline-hours",
+    "max-error-rate",
+    "rpm",
+    "tpm",
+    "cache",
+    "cache-incomplete",
+    # the job a retry took its lines from (`sluice retry`)
+    "parent-job",
+)
+
+
+def job_option_key(name: str) -> str:
+    """A job option's metadata key, from its name or its Python spelling (`budget_usd`)."""
+    option = name.replace("_", "-")
+    if option not in JOB_OPTIONS:
+        raise KeyError(f"no job option {name!r}; the options are {', '.join(JOB_OPTIONS)}")
+    return METADATA_PREFIX + option
+
+
 class JobStatus:
     """How a job ended, the one word the job row, summary, event, CLI and report all use."""
 
