@@ -119,8 +119,13 @@ def job_option_key(name: str) -> str:
 
 
 class JobStatus:
-    """How a job ended, the one word the job row, summary, event, CLI and report all use."""
+    """A job's state, the one word the job row, summary, event, CLI and report all use: PLANNING
+    and RUNNING while it works, then how it ended (`TERMINAL_STATUSES`)."""
 
+    # Plan took the job and reads its input ...
+    PLANNING = "PLANNING"
+    # ... its shards are written and run
+    RUNNING = "RUNNING"
     SUCCEEDED = "SUCCEEDED"
     # every line is accounted for, but more failed than the job's max error rate allows
     COMPLETED_WITH_ERRORS = "COMPLETED_WITH_ERRORS"
@@ -139,6 +144,26 @@ TERMINAL_STATUSES = frozenset(
         JobStatus.BUDGET_EXCEEDED,
     }
 )
+
+
+class ShardStatus:
+    """A shard row's state: PENDING until its first checkpoint, DONE once every line has its outcome."""
+
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    DONE = "DONE"
+
+
+class ExecutionStatus:
+    """Step Functions' own words for an execution (DescribeExecution's `status`), not the job's."""
+
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    TIMED_OUT = "TIMED_OUT"
+    # stopped: a cancelled job's execution ends so
+    ABORTED = "ABORTED"
+
 
 # --- the table ------------------------------------------------------------------------------
 
@@ -195,6 +220,29 @@ def job_prefix(job_id: str) -> str:
 def manifest_key(job_id: str) -> str:
     """The shards Plan wrote, which the Distributed Map reads."""
     return f"{job_prefix(job_id)}manifest.json"
+
+
+def shard_prefix(job_id: str, shard: int) -> str:
+    """One shard's working files: its checkpoint parts, then its results, errors and stats."""
+    return f"{job_prefix(job_id)}shards/{shard:05d}/"
+
+
+# every shard's working files of every job, for a grant that cannot name the job
+ANY_SHARD_PREFIX = f"{job_prefix('*')}shards/*/"
+
+# A job's outputs are `<output prefix><suffix>`: outbox/<name> deployed, <--out>/<name> locally.
+OUTPUT_SUFFIXES: dict[str, str] = {"results": ".results.jsonl", "errors": ".errors.jsonl", "summary": ".summary.json"}
+# the HTML report `sluice run` and `sluice results` write beside them
+REPORT_SUFFIX = ".report.html"
+
+
+def output_key(prefix: str, kind: str) -> str:
+    """One of a job's outputs (`results`, `errors`, `summary`) under its output prefix."""
+    return prefix + OUTPUT_SUFFIXES[kind]
+
+
+def summary_key(prefix: str) -> str:
+    return output_key(prefix, "summary")
 
 
 # --- metrics --------------------------------------------------------------------------------

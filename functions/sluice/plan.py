@@ -15,7 +15,7 @@ import orjson
 
 from .budget import budget_models, usd_to_nano
 from .cache_lookup import CacheView
-from .cache_plan import CacheAnswers, JobKeys, find_hits, shard_prefix
+from .cache_plan import CacheAnswers, JobKeys, find_hits
 from .cache_store import cache_store
 from .contract import (
     BATCH_INCOMPLETE_POLICIES,
@@ -27,6 +27,7 @@ from .contract import (
     manifest_key,
     parse_budget,
     parse_error_rate,
+    shard_prefix,
 )
 from .costs import PROVIDER_PRICES
 from .limits import MAX_SHARD_CONNECTIONS
