@@ -303,7 +303,7 @@ class SluiceStack(cdk.Stack):
             [*PROVIDER_STEPS, *OUTPUT_STEPS],
             ["s3:ListBucket"],
             [self.storage.bucket.bucket_arn],
-            conditions={"StringLike": {"s3:prefix": ["jobs/", "jobs/*"]}},
+            conditions={"StringLike": {"s3:prefix": [JOBS_PREFIX, f"{JOBS_PREFIX}*"]}},
         )
 
         # The response cache (`sluice.cache`): Plan reads the indexes and the hits' segments; the

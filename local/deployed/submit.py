@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from sluice.contract import JOB_OPTIONS, METADATA_PREFIX, Settings, job_option_key
+from sluice.contract import INBOX_PREFIX, JOB_OPTIONS, METADATA_PREFIX, Settings, job_option_key
 from sluice.plan import JobOptions, PlanError, job_id_for
 
 from local.console import EXIT_USAGE, CliError, progress, say
@@ -34,10 +34,10 @@ def options_metadata(args: argparse.Namespace) -> dict[str, str]:
 
 def inbox_key(name: str) -> str:
     """inbox/<name>.jsonl: the EventBridge rule only starts jobs for `.jsonl` keys under inbox/."""
-    name = name.strip("/").removeprefix("inbox/")
+    name = name.strip("/").removeprefix(INBOX_PREFIX)
     if not name or name.startswith("."):
         raise CliError(f"bad object name {name!r}", EXIT_USAGE)
-    return "inbox/" + (name if name.endswith(".jsonl") else name + ".jsonl")
+    return INBOX_PREFIX + (name if name.endswith(".jsonl") else name + ".jsonl")
 
 
 def upload(dep: Deployment, path: Path, key: str, metadata: dict[str, str], *, quiet: bool) -> str:

@@ -20,16 +20,19 @@ HOMES = {"functions/sluice/contract.py", "functions/sluice/keys.py"}
 # Files other work changes at the same time; each still spells a name the contract holds. The
 # list only shrinks: a file leaves it once it reads the name from the contract.
 NOT_YET = {
-    "functions/sluice/shard.py": "the shard S3 layout",
+    "functions/sluice/shard.py": "the shard S3 layout (jobs/<job>/shards/<n>/)",
     "functions/sluice/failure.py": "FAILED and the summary key (the terminal-summary writer)",
     "functions/sluice/merge.py": "the summary key",
     "functions/sluice/batch_queue.py": "pk/sk",
     "functions/sluice/shared_limit.py": "pk/sk",
-    "functions/sluice/plan.py": "the duplicates file's shard prefix (its manifest items)",
-    "local/cloud.py": "the output suffixes and the execution's statuses",
+    "functions/sluice/plan.py": "inbox/ and outbox/ in output_prefix, the duplicates file's shard prefix",
+    "local/cloud.py": "inbox/, the output suffixes and the execution's statuses",
 }
 # a piece of a key or an S3 layout: never written outside its home
 LAYOUT_MARKERS = (
+    "inbox/",
+    "outbox/",
+    "jobs/",
     "shards/",
     ".summary.json",
     ".results.jsonl",
@@ -105,7 +108,7 @@ def test_the_scan_finds_a_stray_literal(tmp_path: Path) -> None:
         "HEADING = f\"{'DONE':>8}\"\n"
         'P = f"jobs/{job}/shards/{n:05d}/"\n'
     )
-    assert sorted(stray_literals(module)) == [(2, ".summary.json"), (3, "RUNNING"), (6, "/shards/")]
+    assert sorted(stray_literals(module)) == [(2, ".summary.json"), (3, "RUNNING"), (6, "/shards/"), (6, "jobs/")]
 
 
 def test_every_file_not_yet_reading_the_contract_still_exists() -> None:
