@@ -19,6 +19,7 @@ from sluice.contract import (
     PROVIDER_STEPS,
     SETTING_DEFAULTS,
     TIER1_BATCH_QUEUE_TOKENS,
+    Settings,
     parse_rate_limits,
 )
 
@@ -62,6 +63,21 @@ WEBHOOK_HEADROOM = 2
 WEBHOOK_INVOCATION_S = 0.1
 WEBHOOK_MIN_CONCURRENCY = 10
 
+# Where an environment's default is not the steps' own (`SETTING_DEFAULTS`), and why; every other
+# step setting an environment names defaults as the steps do.
+DEPLOYED_DEFAULTS: dict[str, Any] = {
+    # the steps need one named: OpenAI's unless cdk.json says otherwise
+    "provider_base_url": DEFAULT_PROVIDER_BASE_URL,
+    # the bucket's cache/ expires answers (a local directory keeps them: 0)
+    "cache_ttl_days": 30,
+    # each shard step reserves this much concurrency, so it needs a number (a local run has no cap)
+    "max_shards_in_flight": 100,
+    # cdk.json may write null for no cap, as the steps' 0
+    "budget_usd": None,
+    # cdk.json writes the limits as an object of models, the steps as their text
+    "batch_queue_tokens": TIER1_BATCH_QUEUE_TOKENS,
+}
+
 
 class ConfigError(ValueError):
     pass
@@ -74,9 +90,9 @@ class Environment:
     ttl_days: int
     removal_policy: str
     # the response cache's answers (the bucket's cache/) expire this many days after they were written
-    cache_ttl_days: int = 30
+    cache_ttl_days: int = DEPLOYED_DEFAULTS["cache_ttl_days"]
     # the steps' settings (`sluice.contract.Settings`) default as the steps do
-    provider_base_url: str = DEFAULT_PROVIDER_BASE_URL
+    provider_base_url: str = DEPLOYED_DEFAULTS["provider_base_url"]
     default_model: str | None = SETTING_DEFAULTS["default_model"]
     default_mode: str = SETTING_DEFAULTS["default_mode"]
     concurrency: int = SETTING_DEFAULTS["concurrency"]
@@ -85,13 +101,13 @@ class Environment:
     # a job whose failed lines pass this share of its requests ends COMPLETED_WITH_ERRORS
     max_error_rate: float = SETTING_DEFAULTS["max_error_rate"]
     # a job's spending cap in US dollars when its object sets no `sluice-budget-usd`; 0 or null: none
-    budget_usd: float | None = None
+    budget_usd: float | None = DEPLOYED_DEFAULTS["budget_usd"]
     shard_lines: int = SETTING_DEFAULTS["shard_lines"]
     poll_seconds: int = SETTING_DEFAULTS["poll_seconds"]
     safety_margin_s: float = SETTING_DEFAULTS["safety_margin_s"]
     # the provider's Batch queue limit per model, in input tokens enqueued at once (0 = none),
     # and the limit of a model not named; the defaults are OpenAI's at usage tier 1
-    batch_queue_tokens: Mapping[str, int] = field(default_factory=lambda: dict(TIER1_BATCH_QUEUE_TOKENS))
+    batch_queue_tokens: Mapping[str, int] = field(default_factory=lambda: dict(DEPLOYED_DEFAULTS["batch_queue_tokens"]))
     batch_queue_default_tokens: int = SETTING_DEFAULTS["batch_queue_default_tokens"]
     log_level: str = "INFO"
     log_retention_days: int = 30
@@ -107,7 +123,7 @@ class Environment:
     # together: the fastest background responses (and so their webhooks) can come
     provider_rpm: int = 30_000
     # shards working at once across all jobs: each shard step's reserved concurrency
-    max_shards_in_flight: int = 100
+    max_shards_in_flight: int = DEPLOYED_DEFAULTS["max_shards_in_flight"]
     # the account's Lambda concurrency quota in the stack's region (1,000 until raised)
     account_concurrency: int = 1000
     # the provider's limits per model, {"gpt-4o-mini": {"rpm": 30000, "tpm": 150000000}}: they seed
@@ -288,6 +304,16 @@ class Environment:
                 "and account_concurrency"
             )
         return config
+
+
+# The steps' settings the stack fills in itself: its bucket, table and event bus, and the ARN of
+# the API key's secret, which is cdk.json's `api_key_secret_arn` only when that imports one.
+STACK_SETTINGS = frozenset({"bucket", "table", "api_key_secret_arn", "event_bus"})
+# The fields of Environment that are the steps' own settings: cdk.json sets them per environment,
+# and `infra.functions.lambda_environment` hands each one to `Settings` under its own name.
+STEP_SETTINGS = tuple(
+    f.name for f in fields(Environment) if f.name in {s.name for s in fields(Settings)} - STACK_SETTINGS
+)
 
 
 def stack_instance_id(scope: IConstruct) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import aws_cdk as cdk
 import aws_cdk.aws_dynamodb as dynamodb
@@ -27,7 +28,7 @@ from sluice.contract import (
 )
 
 from infra.bundling import lambda_code
-from infra.config import Environment
+from infra.config import STEP_SETTINGS, Environment
 
 FUNCTIONS_DIR = Path(__file__).resolve().parent.parent / "functions"
 
@@ -58,29 +59,19 @@ def lambda_environment(
     config: Environment, *, bucket: s3.IBucket, table: dynamodb.ITable, api_key: secretsmanager.ISecret
 ) -> dict[str, str]:
     """The steps' `Settings`, as the variables they read them from; the key travels as an ARN only."""
+    chosen: dict[str, Any] = {name: getattr(config, name) for name in STEP_SETTINGS}
+    # cdk.json writes these three as JSON (and a budget of null), the steps read them as text
+    chosen.update(
+        batch_queue_tokens=queue_tokens_text(config.batch_queue_tokens),
+        budget_usd=config.budget_usd or 0.0,
+        rate_limits=json.dumps(config.rate_limits, sort_keys=True) if config.rate_limits else None,
+    )
     settings = Settings(
         bucket=bucket.bucket_name,
         table=table.table_name,
-        provider_base_url=config.provider_base_url,
         api_key_secret_arn=api_key.secret_arn,
-        default_mode=config.default_mode,
-        default_model=config.default_model,
-        concurrency=config.concurrency,
-        map_concurrency=config.map_concurrency,
-        max_shards_in_flight=config.max_shards_in_flight,
-        max_attempts=config.max_attempts,
-        request_timeout_s=config.request_timeout_s,
-        shard_lines=config.shard_lines,
-        ttl_days=config.ttl_days,
         event_bus=EVENT_BUS,
-        poll_seconds=config.poll_seconds,
-        safety_margin_s=config.safety_margin_s,
-        max_error_rate=config.max_error_rate,
-        batch_queue_tokens=queue_tokens_text(config.batch_queue_tokens),
-        batch_queue_default_tokens=config.batch_queue_default_tokens,
-        budget_usd=config.budget_usd or 0.0,
-        rate_limits=json.dumps(config.rate_limits, sort_keys=True) if config.rate_limits else None,
-        cache_ttl_days=config.cache_ttl_days,
+        **chosen,
     )
     return {**settings.to_env(), **powertools_environment(config)}
 

@@ -9,7 +9,15 @@ from typing import Any
 import aws_cdk as cdk
 import aws_cdk.aws_iam as iam
 from constructs import Construct, IConstruct
-from sluice.contract import CACHE_PREFIX, INBOX_PREFIX, JOBS_PREFIX, OUTBOX_PREFIX, PROVIDER_ID_INDEX, PROVIDER_STEPS
+from sluice.contract import (
+    ANY_SHARD_PREFIX,
+    CACHE_PREFIX,
+    INBOX_PREFIX,
+    JOBS_PREFIX,
+    OUTBOX_PREFIX,
+    PROVIDER_ID_INDEX,
+    PROVIDER_STEPS,
+)
 
 from infra.cdk_logs import CdkLogs, cdk_functions
 from infra.checks import action_finding
@@ -282,7 +290,7 @@ class SluiceStack(cdk.Stack):
             ["mark_failed"],
             ["s3:PutObject"],
             [
-                self.storage.bucket.arn_for_objects(f"jobs/*/shards/*/{name}")
+                self.storage.bucket.arn_for_objects(ANY_SHARD_PREFIX + name)
                 for name in ("results.jsonl", "errors.jsonl", "stats.json")
             ],
             wildcard_reason="A failed job's shards are under jobs/<job id>/shards/<shard>/, named only when it runs.",
@@ -295,7 +303,7 @@ class SluiceStack(cdk.Stack):
             [*PROVIDER_STEPS, *OUTPUT_STEPS],
             ["s3:ListBucket"],
             [self.storage.bucket.bucket_arn],
-            conditions={"StringLike": {"s3:prefix": ["jobs/", "jobs/*"]}},
+            conditions={"StringLike": {"s3:prefix": [JOBS_PREFIX, f"{JOBS_PREFIX}*"]}},
         )
 
         # The response cache (`sluice.cache`): Plan reads the indexes and the hits' segments; the

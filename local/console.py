@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sluice.contract import JobStatus
+
 # Scripts branch on these; keep them stable and in step with EXIT_CODES_HELP.
 EXIT_OK = 0
 EXIT_JOB_FAILED = 1
@@ -51,11 +53,11 @@ exit codes:
 
 def job_exit_code(status: str) -> int:
     """The exit code for how a job ended: SUCCEEDED 0, COMPLETED_WITH_ERRORS 9, BUDGET_EXCEEDED 10, else 1."""
-    if status == "SUCCEEDED":
+    if status == JobStatus.SUCCEEDED:
         return EXIT_OK
-    if status == "BUDGET_EXCEEDED":
+    if status == JobStatus.BUDGET_EXCEEDED:
         return EXIT_BUDGET_EXCEEDED
-    return EXIT_COMPLETED_WITH_ERRORS if status == "COMPLETED_WITH_ERRORS" else EXIT_JOB_FAILED
+    return EXIT_COMPLETED_WITH_ERRORS if status == JobStatus.COMPLETED_WITH_ERRORS else EXIT_JOB_FAILED
 
 
 class CliError(Exception):

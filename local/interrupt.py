@@ -21,6 +21,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from sluice.contract import ExecutionStatus
+
 from local.console import say
 
 # how long a Ctrl-C waits for the requests in flight, at most (and never past their timeout)
@@ -145,7 +147,7 @@ def _admin_runtime() -> Any:
 def _stop(execution: str) -> None:
     """No step starts any more, so no shard run begins again while the ones running stop."""
     sfn = _admin_runtime().sfn
-    if sfn.describe_execution(executionArn=execution)["status"] == "RUNNING":
+    if sfn.describe_execution(executionArn=execution)["status"] == ExecutionStatus.RUNNING:
         sfn.stop_execution(executionArn=execution, error="Sluice.Cancelled", cause="interrupted")
 
 
@@ -200,5 +202,5 @@ def _cancel(job_id: str, execution: str, *, reason: str) -> None:
         )
     except JobNotFound:
         # interrupted before Plan made the job: nothing ran, so there is nothing to keep
-        if rt.sfn.describe_execution(executionArn=execution)["status"] == "RUNNING":
+        if rt.sfn.describe_execution(executionArn=execution)["status"] == ExecutionStatus.RUNNING:
             rt.sfn.stop_execution(executionArn=execution, error="Sluice.Cancelled", cause="interrupted")

@@ -11,12 +11,14 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from sluice.contract import ExecutionStatus, JobStatus
+
 from local.console import human_usd
 from local.report_charts import esc, latency_chart, seconds_text, throughput_chart
 
 MAX_SHARD_ROWS = 200
 # outcomes a job can end in without having failed as a whole; how many lines failed decides the colour
-COMPLETED = frozenset({"SUCCEEDED", "COMPLETED_WITH_ERRORS"})
+COMPLETED = frozenset({JobStatus.SUCCEEDED, JobStatus.COMPLETED_WITH_ERRORS})
 # at or above this share of lines in errors the badge is red, whatever the job's status says
 BAD_ERROR_SHARE = 0.5
 
@@ -29,15 +31,19 @@ def error_share(counts: Mapping[str, Any]) -> float | None:
 def badge(status: str, counts: Mapping[str, Any]) -> str:
     """The badge's colour: green only for a job that completed with no line in errors, amber when
     some lines failed, red when the job failed, was cancelled, or at least half its lines failed."""
-    if status == "BUDGET_EXCEEDED":
+    if status == JobStatus.BUDGET_EXCEEDED:
         # the job did what its owner asked: stop at the cap; the rest waits for a retry
         return "warn"
     if status not in COMPLETED:
-        return "bad" if status in ("FAILED", "CANCELLED", "ABORTED", "TIMED_OUT") else "neutral"
+        return (
+            "bad"
+            if status in (JobStatus.FAILED, JobStatus.CANCELLED, ExecutionStatus.ABORTED, ExecutionStatus.TIMED_OUT)
+            else "neutral"
+        )
     share = error_share(counts) or 0.0
     if share >= BAD_ERROR_SHARE:
         return "bad"
-    return "warn" if share > 0 or status != "SUCCEEDED" else "good"
+    return "warn" if share > 0 or status != JobStatus.SUCCEEDED else "good"
 
 
 STYLE = """

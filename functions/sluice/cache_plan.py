@@ -30,6 +30,7 @@ import orjson
 from .cache import cache_key, line_tag
 from .cache_index import ANSWER_AT, KEY_BYTES, RECORDS_SUFFIX, UNKNOWN_MODEL, answer_usage, partitions
 from .cache_lookup import HIT, LOOKUP_THREADS, WANTED, CacheView
+from .contract import shard_prefix
 from .line_pass import LineTable, ShardRange
 from .lines import BOM, parse_line
 from .model import Request
@@ -49,10 +50,6 @@ _RESPONSE = b',"response":'
 _RECORD_END = b',"error":null}'
 # a line's first key, as most writers put it: its custom_id is then read without parsing the line
 _ID_FIRST = (b'{"custom_id":"', b'{"custom_id": "')
-
-
-def shard_prefix(job_id: str, shard: int) -> str:
-    return f"jobs/{job_id}/shards/{shard:05d}/"
 
 
 class JobKeys:

@@ -19,7 +19,7 @@ import aiohttp
 import orjson
 from botocore.exceptions import ClientError
 
-from .contract import TERMINAL_STATUSES, JobStatus, manifest_key
+from .contract import TERMINAL_STATUSES, ExecutionStatus, JobStatus, manifest_key, summary_key
 from .engine import EngineSettings, fan_out, make_session
 from .merge import merge_job
 from .model import ErrorCode, Outcome, Request
@@ -152,7 +152,7 @@ def _stop_execution(sfn: Any, execution_arn: str | None, reason: str) -> bool:
     if not execution_arn:
         return False
     try:
-        if sfn.describe_execution(executionArn=execution_arn)["status"] != "RUNNING":
+        if sfn.describe_execution(executionArn=execution_arn)["status"] != ExecutionStatus.RUNNING:
             return False
         sfn.stop_execution(executionArn=execution_arn, error="Sluice.Cancelled", cause=reason)
     except ClientError as exc:
@@ -196,7 +196,9 @@ def cancel_job(
 
     # stop first: once the execution is stopped no new shard run starts and sends more, and once
     # the shard rows are marked the runs still going stop within one poll period
-    report = CancelReport(job_id, "CANCELLED", execution_stopped=_stop_execution(sfn, job.get("execution"), reason))
+    report = CancelReport(
+        job_id, JobStatus.CANCELLED, execution_stopped=_stop_execution(sfn, job.get("execution"), reason)
+    )
     shards = int(job.get("shards", 0))
     store.stop_shards(job_id, JobStatus.CANCELLED, shards=shards)
 
@@ -239,7 +241,7 @@ def cancel_job(
             s3=s3,
             store=store,
             state=state,
-            status="CANCELLED",
+            status=JobStatus.CANCELLED,
             missing_code=ErrorCode.CANCELLED,
             missing_message=f"the job was cancelled before this line finished ({reason})",
             error=f"cancelled: {reason}",
@@ -248,16 +250,16 @@ def cancel_job(
         # cancelled while planning: no shards yet, so there is nothing to account for line by line
         summary = {
             "job_id": job_id,
-            "status": "CANCELLED",
+            "status": JobStatus.CANCELLED,
             "error": f"cancelled while planning: {reason}",
             "input": f"s3://{bucket}/{key}",
         }
         s3.put_object(
             Bucket=bucket,
-            Key=state["output_prefix"] + ".summary.json",
+            Key=summary_key(state["output_prefix"]),
             Body=orjson.dumps(summary, option=orjson.OPT_INDENT_2),
             ContentType="application/json",
         )
-        store.finish_job(job_id, status="CANCELLED", summary={"error": summary["error"]})
+        store.finish_job(job_id, status=JobStatus.CANCELLED, summary={"error": summary["error"]})
         report.summary = summary
     return report

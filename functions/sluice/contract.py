@@ -87,9 +87,45 @@ SHARED_LIMIT_CHOICES = ("on", "off")
 CACHE_MODES = ("on", "read", "write", "off")
 
 
-class JobStatus:
-    """How a job ended, the one word the job row, summary, event, CLI and report all use."""
+# A job's own options: each input object may override its environment's settings with S3 object
+# metadata `sluice-<option>` (`x-amz-meta-sluice-mode: batch`), read by Plan
+# (`sluice.plan.JobOptions.from_metadata`) and written by `sluice submit` and `sluice retry`.
+METADATA_PREFIX = "sluice-"
+JOB_OPTIONS = (
+    "mode",
+    "budget-usd",
+    "model",
+    "concurrency",
+    "map-concurrency",
+    "max-attempts",
+    "on-batch-incomplete",
+    "deadline-hours",
+    "max-error-rate",
+    "rpm",
+    "tpm",
+    "cache",
+    "cache-incomplete",
+    # the job a retry took its lines from (`sluice retry`)
+    "parent-job",
+)
 
+
+def job_option_key(name: str) -> str:
+    """A job option's metadata key, from its name or its Python spelling (`budget_usd`)."""
+    option = name.replace("_", "-")
+    if option not in JOB_OPTIONS:
+        raise KeyError(f"no job option {name!r}; the options are {', '.join(JOB_OPTIONS)}")
+    return METADATA_PREFIX + option
+
+
+class JobStatus:
+    """A job's state, the one word the job row, summary, event, CLI and report all use: PLANNING
+    and RUNNING while it works, then how it ended (`TERMINAL_STATUSES`)."""
+
+    # Plan took the job and reads its input ...
+    PLANNING = "PLANNING"
+    # ... its shards are written and run
+    RUNNING = "RUNNING"
     SUCCEEDED = "SUCCEEDED"
     # every line is accounted for, but more failed than the job's max error rate allows
     COMPLETED_WITH_ERRORS = "COMPLETED_WITH_ERRORS"
@@ -108,6 +144,26 @@ TERMINAL_STATUSES = frozenset(
         JobStatus.BUDGET_EXCEEDED,
     }
 )
+
+
+class ShardStatus:
+    """A shard row's state: PENDING until its first checkpoint, DONE once every line has its outcome."""
+
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    DONE = "DONE"
+
+
+class ExecutionStatus:
+    """Step Functions' own words for an execution (DescribeExecution's `status`), not the job's."""
+
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    TIMED_OUT = "TIMED_OUT"
+    # stopped: a cancelled job's execution ends so
+    ABORTED = "ABORTED"
+
 
 # --- the table ------------------------------------------------------------------------------
 
@@ -164,6 +220,29 @@ def job_prefix(job_id: str) -> str:
 def manifest_key(job_id: str) -> str:
     """The shards Plan wrote, which the Distributed Map reads."""
     return f"{job_prefix(job_id)}manifest.json"
+
+
+def shard_prefix(job_id: str, shard: int) -> str:
+    """One shard's working files: its checkpoint parts, then its results, errors and stats."""
+    return f"{job_prefix(job_id)}shards/{shard:05d}/"
+
+
+# every shard's working files of every job, for a grant that cannot name the job
+ANY_SHARD_PREFIX = f"{job_prefix('*')}shards/*/"
+
+# A job's outputs are `<output prefix><suffix>`: outbox/<name> deployed, <--out>/<name> locally.
+OUTPUT_SUFFIXES: dict[str, str] = {"results": ".results.jsonl", "errors": ".errors.jsonl", "summary": ".summary.json"}
+# the HTML report `sluice run` and `sluice results` write beside them
+REPORT_SUFFIX = ".report.html"
+
+
+def output_key(prefix: str, kind: str) -> str:
+    """One of a job's outputs (`results`, `errors`, `summary`) under its output prefix."""
+    return prefix + OUTPUT_SUFFIXES[kind]
+
+
+def summary_key(prefix: str) -> str:
+    return output_key(prefix, "summary")
 
 
 # --- metrics --------------------------------------------------------------------------------
@@ -435,6 +514,11 @@ def _parse(name: str, raw: str, kind: Any, metadata: Mapping[str, Any]) -> Any:
 
 
 SETTING_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Settings) if f.default is not MISSING}
+
+# A local run (`sluice run`, `local.cloud.LocalSettings`) changes two: its shards share one
+# machine's cores, so fewer run at once, and the simulator answers within seconds, so a background
+# shard need not wait 10 s to look again.
+LOCAL_SETTING_DEFAULTS: dict[str, Any] = {**SETTING_DEFAULTS, "map_concurrency": 10, "poll_seconds": 1}
 
 
 @dataclass(frozen=True)

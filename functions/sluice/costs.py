@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from .contract import STEPS
+
 # USD per million tokens (input, output), standard tier; the Batch API is half of this.
 PROVIDER_PRICES = {
     "gpt-4o-mini": (0.15, 0.60),
@@ -16,8 +18,8 @@ LAMBDA_GB_SECOND = 0.0000166667
 SFN_TRANSITION = 0.000025
 DDB_WRITE_UNIT = 0.000000625
 S3_PUT = 0.000005
-# 1,769 MB as Lambda bills it, in GiB
-SHARD_MEMORY_GB = 1.7275
+# a shard's Lambda (a full vCPU's memory, `contract.FULL_VCPU_MB`) as Lambda bills it, in GiB
+SHARD_MEMORY_GB = STEPS["run_shard"].memory_mb / 1024
 # checkpoints: one part (a PUT, a stats PUT and a few counter writes) per this many outcomes
 CHECKPOINT_EVERY = 1000
 

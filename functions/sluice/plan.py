@@ -15,16 +15,19 @@ import orjson
 
 from .budget import budget_models, usd_to_nano
 from .cache_lookup import CacheView
-from .cache_plan import CacheAnswers, JobKeys, find_hits, shard_prefix
+from .cache_plan import CacheAnswers, JobKeys, find_hits
 from .cache_store import cache_store
 from .contract import (
     BATCH_INCOMPLETE_POLICIES,
     CACHE_MODES,
+    JOB_OPTIONS,
+    METADATA_PREFIX,
     MODES,
     Settings,
     manifest_key,
     parse_budget,
     parse_error_rate,
+    shard_prefix,
 )
 from .costs import PROVIDER_PRICES
 from .limits import MAX_SHARD_CONNECTIONS
@@ -34,7 +37,6 @@ from .progress import ProgressSink
 from .store import JobStore
 
 __all__ = ["MAX_SHARD_BYTES", "ShardRange", "shard_prefix"]
-METADATA_PREFIX = "sluice-"
 # the Batch API's completion window: a job that must finish sooner cannot wait on a batch
 BATCH_WINDOW_HOURS = 24.0
 
@@ -81,23 +83,7 @@ class JobOptions:
             for k, v in metadata.items()
             if k.lower().startswith(METADATA_PREFIX)
         }
-        known = {
-            "mode",
-            "concurrency",
-            "map-concurrency",
-            "max-attempts",
-            "model",
-            "parent-job",
-            "on-batch-incomplete",
-            "deadline-hours",
-            "rpm",
-            "tpm",
-            "max-error-rate",
-            "budget-usd",
-            "cache",
-            "cache-incomplete",
-        }
-        unknown = sorted(set(meta) - known)
+        unknown = sorted(set(meta) - set(JOB_OPTIONS))
         if unknown:
             raise PlanError(f"unknown option(s) in object metadata: {', '.join(METADATA_PREFIX + u for u in unknown)}")
         mode = meta.get("mode", settings.default_mode)

@@ -19,6 +19,7 @@ from botocore.exceptions import ClientError
 
 from .batch_rows import BatchRows
 from .budget import BudgetState
+from .contract import PARTITION_KEY, SORT_KEY, JobStatus, ShardStatus
 from .keys import (
     ITEM_PREFIX,
     item_key,
@@ -78,12 +79,12 @@ class JobStore(WebhookRows, BatchRows):
                         "bucket": bucket,
                         "key": key,
                         "etag": etag,
-                        "status": "PLANNING",
+                        "status": JobStatus.PLANNING,
                         "started_at": started_at,
                         "expires_at": self._expires(),
                     }
                 ),
-                ConditionExpression=Attr("pk").not_exists() | Attr("execution").eq(execution),
+                ConditionExpression=Attr(PARTITION_KEY).not_exists() | Attr("execution").eq(execution),
             )
         except ClientError as exc:
             if lost_race(exc):
@@ -109,7 +110,7 @@ class JobStore(WebhookRows, BatchRows):
         `answered` the shards it answered whole, which never run."""
         modes = shard_modes or {}
         done = cached or {}
-        with self._table.batch_writer(overwrite_by_pkeys=["pk", "sk"]) as batch:
+        with self._table.batch_writer(overwrite_by_pkeys=[PARTITION_KEY, SORT_KEY]) as batch:
             for index, lines, requests in shards:
                 batch.put_item(
                     Item={
@@ -118,7 +119,7 @@ class JobStore(WebhookRows, BatchRows):
                         "lines": lines,
                         "requests": requests,
                         "mode": modes.get(index, mode),
-                        "status": "DONE" if index in answered else "PENDING",
+                        "status": ShardStatus.DONE if index in answered else ShardStatus.PENDING,
                         "done": done.get(index, 0),
                         "failed": 0,
                         "runs": 0,
@@ -126,7 +127,7 @@ class JobStore(WebhookRows, BatchRows):
                     }
                 )
         budget = ", budget_cap = :cap, budget_committed = :z, budget_spent = :z" if budget_cap else ""
-        values = {":s": "RUNNING", ":p": plan, ":n": len(shards), ":r": plan["requests"]}
+        values = {":s": JobStatus.RUNNING, ":p": plan, ":n": len(shards), ":r": plan["requests"]}
         self._table.update_item(
             Key=job_key(job_id),
             UpdateExpression="SET #s = :s, #p = :p, shards = :n, requests = :r" + budget,
@@ -200,7 +201,7 @@ class JobStore(WebhookRows, BatchRows):
         """Checkpoint a shard run: item rows in batches, then one update of the shard's row, all
         on the shard's own partition (the response pointers are keyed by response id)."""
         expires = self._expires()
-        with self._table.batch_writer(overwrite_by_pkeys=["pk", "sk"]) as batch:
+        with self._table.batch_writer(overwrite_by_pkeys=[PARTITION_KEY, SORT_KEY]) as batch:
             for item in items:
                 batch.put_item(
                     Item=dynamo(
@@ -235,7 +236,7 @@ class JobStore(WebhookRows, BatchRows):
             UpdateExpression="SET #s = :s, runs = :run ADD done :d, failed :f, waiting :w",
             ExpressionAttributeNames={"#s": "status"},
             ExpressionAttributeValues={
-                ":s": "DONE" if finished else "RUNNING",
+                ":s": ShardStatus.DONE if finished else ShardStatus.RUNNING,
                 ":run": run,
                 ":d": done,
                 ":f": failed,
@@ -253,7 +254,7 @@ class JobStore(WebhookRows, BatchRows):
 
     def items(self, job_id: str, shard: int) -> Iterator[ItemState]:
         """The item rows of one shard, in line order: its partition, strongly consistent."""
-        condition = Key("pk").eq(shard_partition(job_id, shard)) & Key("sk").begins_with(ITEM_PREFIX)
+        condition = Key(PARTITION_KEY).eq(shard_partition(job_id, shard)) & Key(SORT_KEY).begins_with(ITEM_PREFIX)
         for row in self._query(KeyConditionExpression=condition, ConsistentRead=True):
             yield _item(row)
 
@@ -270,7 +271,7 @@ class JobStore(WebhookRows, BatchRows):
         count = self._shard_count(job_id)
 
         def lookup(shard: int) -> dict[str, Any] | None:
-            condition = Key("pk").eq(shard_partition(job_id, shard)) & Key("sk").begins_with(ITEM_PREFIX)
+            condition = Key(PARTITION_KEY).eq(shard_partition(job_id, shard)) & Key(SORT_KEY).begins_with(ITEM_PREFIX)
             found = next(
                 self._query(KeyConditionExpression=condition, FilterExpression=Attr("custom_id").eq(custom_id)), None
             )
@@ -346,7 +347,7 @@ class JobStore(WebhookRows, BatchRows):
                 self._table.update_item(
                     Key=shard_key(job_id, shard),
                     UpdateExpression="SET #stop = :reason",
-                    ConditionExpression=Attr("pk").exists(),
+                    ConditionExpression=Attr(PARTITION_KEY).exists(),
                     ExpressionAttributeNames={"#stop": STOP_ATTRIBUTE},
                     ExpressionAttributeValues={":reason": reason},
                 )

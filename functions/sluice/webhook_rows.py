@@ -9,7 +9,7 @@ from typing import Any
 from boto3.dynamodb.conditions import Attr, Key
 from botocore.exceptions import ClientError
 
-from .contract import PROVIDER_ID_ATTRIBUTE, PROVIDER_ID_INDEX
+from .contract import PARTITION_KEY, PROVIDER_ID_ATTRIBUTE, PROVIDER_ID_INDEX, SORT_KEY
 from .keys import SHARD_SORT_KEY, early_key, item_key, response_key, shard_key, webhook_key
 from .rows import ItemState, Rows, lost_race
 
@@ -29,7 +29,7 @@ class WebhookRows(Rows):
         try:
             self._table.put_item(
                 Item={**webhook_key(webhook_id), "seen_at": int(now), "expires_at": int(now) + 7 * 86400},
-                ConditionExpression=Attr("pk").not_exists(),
+                ConditionExpression=Attr(PARTITION_KEY).not_exists(),
             )
         except ClientError as exc:
             if lost_race(exc):
@@ -43,7 +43,7 @@ class WebhookRows(Rows):
             IndexName=PROVIDER_ID_INDEX, KeyConditionExpression=Key(PROVIDER_ID_ATTRIBUTE).eq(provider_id)
         )
         rows = page.get("Items", [])
-        return {"pk": rows[0]["pk"], "sk": rows[0]["sk"]} if rows else None
+        return {name: rows[0][name] for name in (PARTITION_KEY, SORT_KEY)} if rows else None
 
     def settle_item(self, response_id: str) -> str | None:
         """Mark a submitted item settled; the shard's task token when that was its last wait.
@@ -63,11 +63,11 @@ class WebhookRows(Rows):
 
     def settle_early(self, job_id: str, shard: int, items: list[ItemState]) -> int:
         """Settle the just-stored items whose webhooks came before their rows; returns how many."""
-        by_id = {early_key(item.provider_id)["pk"]: item for item in items if item.provider_id}
+        by_id = {early_key(item.provider_id)[PARTITION_KEY]: item for item in items if item.provider_id}
         keys = [early_key(item.provider_id) for item in by_id.values() if item.provider_id]
         settled = 0
-        for row in self._batch_get(keys, projection="pk"):
-            self._settle_row(job_id, shard, by_id[row["pk"]].line)
+        for row in self._batch_get(keys, projection=PARTITION_KEY):
+            self._settle_row(job_id, shard, by_id[row[PARTITION_KEY]].line)
             settled += 1
         return settled
 
@@ -96,7 +96,7 @@ class WebhookRows(Rows):
 
     def settle_batch(self, batch_id: str, status: str) -> str | None:
         key = self._by_provider_id(batch_id)
-        if key is None or key["sk"] != SHARD_SORT_KEY:
+        if key is None or key[SORT_KEY] != SHARD_SORT_KEY:
             return None
         try:
             shard = self._table.update_item(

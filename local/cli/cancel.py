@@ -7,6 +7,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 from sluice.cancel import JobNotFound, cancel_job
+from sluice.contract import JobStatus
 from sluice.notify import publish
 
 from local.console import EXIT_OK, EXIT_PROVIDER, say
@@ -58,7 +59,7 @@ def _announce(dep: Deployment, job_id: str, summary: dict[str, Any]) -> None:
     """Tell EventBridge, like Notify does for finished jobs; a user without the permission still cancels."""
     detail = {
         "job_id": job_id,
-        "status": "CANCELLED",
+        "status": JobStatus.CANCELLED,
         "counts": summary.get("counts"),
         "outputs": summary.get("outputs"),
     }

@@ -11,7 +11,7 @@ import os
 import textwrap
 from importlib.metadata import PackageNotFoundError, version
 
-from sluice.contract import MODES, parse_budget, parse_error_rate
+from sluice.contract import LOCAL_SETTING_DEFAULTS, MODES, SETTING_DEFAULTS, parse_budget, parse_error_rate
 
 from local import checks
 from local.console import EXIT_CODES_HELP
@@ -125,6 +125,12 @@ def _env_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile", help="AWS profile (default: your AWS configuration)")
 
 
+def with_default(text: str, value: object) -> str:
+    """`text (default: value)`, a number written as the user would type it (120, not 120.0)."""
+    shown = f"{value:g}" if isinstance(value, float) else value
+    return f"{text} (default: {shown})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Every command's arguments; `args.command` names the module of local.cli that runs it."""
     parser = argparse.ArgumentParser(
@@ -144,7 +150,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add_command in COMMANDS:
+        add_command(sub)
+    return parser
 
+
+def _run(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = _parser(
         sub,
         "run",
@@ -168,22 +179,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("file", help="input JSONL in the OpenAI Batch input format")
     p.add_argument("--out", default="out", help="directory for results, errors, summary and report (default: out)")
-    p.add_argument("--mode", choices=MODES, help=MODE_HELP + " (default: direct)")
+    p.add_argument("--mode", choices=MODES, help=with_default(MODE_HELP, SETTING_DEFAULTS["default_mode"]))
     p.add_argument("--model", help="send every request to this model, whatever its body says")
-    p.add_argument(
-        "--concurrency",
-        type=checks.positive_int,
-        default=1000,
-        help="requests in flight for the whole job (default: 1000)",
-    )
-    p.add_argument(
-        "--map-concurrency", type=checks.positive_int, default=10, help="shards running at once (default: 10)"
-    )
-    p.add_argument("--shard-lines", type=checks.positive_int, default=5000, help="lines per shard (default: 5000)")
-    p.add_argument("--max-attempts", type=checks.positive_int, default=6, help=MAX_ATTEMPTS_HELP + " (default: 6)")
-    p.add_argument(
-        "--request-timeout", type=checks.positive_seconds, default=120.0, help="seconds per attempt (default: 120)"
-    )
+    for flag, name, kind, text in (
+        ("--concurrency", "concurrency", checks.positive_int, "requests in flight for the whole job"),
+        ("--map-concurrency", "map_concurrency", checks.positive_int, "shards running at once"),
+        ("--shard-lines", "shard_lines", checks.positive_int, "lines per shard"),
+        ("--max-attempts", "max_attempts", checks.positive_int, MAX_ATTEMPTS_HELP),
+        ("--request-timeout", "request_timeout_s", checks.positive_seconds, "seconds per attempt"),
+    ):
+        default = LOCAL_SETTING_DEFAULTS[name]
+        p.add_argument(flag, type=kind, default=default, help=with_default(text, default))
     p.add_argument("--latency", type=checks.seconds, default=0.05, help="simulator latency in seconds (default: 0.05)")
     p.add_argument("--max-error-rate", type=_error_rate, metavar="RATE", help=MAX_ERROR_RATE_HELP)
     p.add_argument("--budget", dest="budget_usd", type=_budget, metavar="USD", help=BUDGET_HELP)
@@ -208,6 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="send every line and keep no answer (as metadata sluice-cache: off); for sampling requests",
     )
 
+
+def _cache(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     ch = _parser(
         sub,
         "cache",
@@ -226,6 +234,8 @@ def build_parser() -> argparse.ArgumentParser:
     ch.add_argument("--cache-dir", metavar="DIR", help="the cache's directory (default: as `sluice run`)")
     ch.add_argument("--json", action="store_true", help="print JSON instead of text")
 
+
+def _simulator(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     s = _parser(
         sub,
         "simulator",
@@ -243,6 +253,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_simulator_options(s)
 
+
+def _verify(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     v = _parser(
         sub,
         "verify",
@@ -262,6 +274,8 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("errors", help="its errors file")
     v.add_argument("--summary", help="its summary JSON, to check the counts too")
 
+
+def _estimate(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     e = _parser(
         sub,
         "estimate",
@@ -285,11 +299,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=300,
         help="expected answer length in tokens, capped by each request's max_tokens (default: 300)",
     )
+    concurrency = SETTING_DEFAULTS["concurrency"]
     e.add_argument(
         "--concurrency",
         type=checks.positive_int,
-        default=1000,
-        help="requests in flight, for the AWS estimate (default: 1000)",
+        default=concurrency,
+        help=with_default("requests in flight, for the AWS estimate", concurrency),
     )
     e.add_argument(
         "--latency",
@@ -297,31 +312,39 @@ def build_parser() -> argparse.ArgumentParser:
         default=2.0,
         help="seconds a request takes, for the AWS estimate (default: 2)",
     )
+    shard_lines = SETTING_DEFAULTS["shard_lines"]
     e.add_argument(
         "--shard-lines",
         type=checks.positive_int,
-        default=5000,
-        help="lines per shard, for the AWS estimate (default: 5000)",
+        default=shard_lines,
+        help=with_default("lines per shard, for the AWS estimate", shard_lines),
     )
     e.add_argument("--allow-invalid", action="store_true", help="estimate the valid lines even if some are invalid")
     e.add_argument("--json", action="store_true", help="print the estimate as JSON")
     e.add_argument("--quiet", action="store_true", help="no progress bar")
 
+
+def _deployed(text: str) -> str:
+    """A deployed command's description: `text`, then what a deployed environment keeps."""
+    return textwrap.dedent(text) + "\n" + DEPLOYED_NOTE + "\n"
+
+
+def _submit(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     u = _parser(
         sub,
         "submit",
         "upload a file to a deployed environment's inbox; prints the job id",
-        f"""\
-        Check FILE locally, then upload it to s3://<bucket>/inbox/<name>.jsonl of the environment
-        with the options as object metadata (sluice-mode, sluice-model, ...). The S3 event starts
-        the job; stdout gets its id (the same file content under the same name is one job, ever).
+        _deployed(
+            """\
+            Check FILE locally, then upload it to s3://<bucket>/inbox/<name>.jsonl of the environment
+            with the options as object metadata (sluice-mode, sluice-model, ...). The S3 event starts
+            the job; stdout gets its id (the same file content under the same name is one job, ever).
 
-        example:
-          JOB=$(sluice submit examples/reviews.jsonl --env dev --mode background)
-          sluice status "$JOB" --env dev --watch && sluice results "$JOB" --env dev --out out
-
-        {DEPLOYED_NOTE.replace(chr(10), chr(10) + "        ")}
-        """,
+            example:
+              JOB=$(sluice submit examples/reviews.jsonl --env dev --mode background)
+              sluice status "$JOB" --env dev --watch && sluice results "$JOB" --env dev --out out
+            """
+        ),
     )
     u.add_argument("file", help="input JSONL in the OpenAI Batch input format")
     u.add_argument("--name", help="object name under inbox/ (default: the file's name; .jsonl is added)")
@@ -333,22 +356,24 @@ def build_parser() -> argparse.ArgumentParser:
     u.add_argument("--quiet", action="store_true", help="no progress bars")
     _env_options(u)
 
+
+def _status(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     st = _parser(
         sub,
         "status",
         "show a job's progress (or recent jobs, or one request)",
-        f"""\
-        Without JOB: the most recent jobs. With JOB: counts, per-shard state, throughput and
-        ETA; --watch follows it to the end. With --item CUSTOM_ID: one request's state,
-        attempts, provider id and last error.
+        _deployed(
+            """\
+            Without JOB: the most recent jobs. With JOB: counts, per-shard state, throughput and
+            ETA; --watch follows it to the end. With --item CUSTOM_ID: one request's state,
+            attempts, provider id and last error.
 
-        examples:
-          sluice status --env dev
-          sluice status reviews-0123456789ab --env dev --watch
-          sluice status reviews-0123456789ab --env dev --item review-17
-
-        {DEPLOYED_NOTE.replace(chr(10), chr(10) + "        ")}
-        """,
+            examples:
+              sluice status --env dev
+              sluice status reviews-0123456789ab --env dev --watch
+              sluice status reviews-0123456789ab --env dev --item review-17
+            """
+        ),
     )
     st.add_argument("job", nargs="?", help="job id (as `sluice submit` printed it)")
     st.add_argument("--item", metavar="CUSTOM_ID", help="show one request of JOB")
@@ -361,60 +386,66 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--quiet", action="store_true", help="no progress bar with --watch")
     _env_options(st)
 
+
+def _results(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     r = _parser(
         sub,
         "results",
         "download a finished job's results, errors and summary, and write its report",
-        f"""\
-        Download outbox/<name>.results.jsonl, .errors.jsonl and .summary.json of a job that has
-        ended, and write <name>.report.html next to them (the last line links it).
+        _deployed(
+            """\
+            Download outbox/<name>.results.jsonl, .errors.jsonl and .summary.json of a job that has
+            ended, and write <name>.report.html next to them (the last line links it).
 
-        example:
-          sluice results reviews-0123456789ab --env dev --out out
-
-        {DEPLOYED_NOTE.replace(chr(10), chr(10) + "        ")}
-        """,
+            example:
+              sluice results reviews-0123456789ab --env dev --out out
+            """
+        ),
     )
     r.add_argument("job", help="job id")
     r.add_argument("--out", default="out", help="directory to write to (default: out)")
     r.add_argument("--quiet", action="store_true", help="no progress bars")
     _env_options(r)
 
+
+def _cancel(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     c = _parser(
         sub,
         "cancel",
         "stop a running job; what finished stays in the results",
-        f"""\
-        Stop the job's execution, cancel its open batches and background responses at the
-        provider (with the environment's API key), and end it CANCELLED: finished lines are in
-        the results, every other line in the errors with code `cancelled`.
+        _deployed(
+            """\
+            Stop the job's execution, cancel its open batches and background responses at the
+            provider (with the environment's API key), and end it CANCELLED: finished lines are in
+            the results, every other line in the errors with code `cancelled`.
 
-        example:
-          sluice cancel reviews-0123456789ab --env dev
-
-        {DEPLOYED_NOTE.replace(chr(10), chr(10) + "        ")}
-        """,
+            example:
+              sluice cancel reviews-0123456789ab --env dev
+            """
+        ),
     )
     c.add_argument("job", help="job id")
     c.add_argument("--reason", default="cancelled by the user", help="recorded in the summary and the errors")
     _env_options(c)
 
+
+def _retry(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     rt = _parser(
         sub,
         "retry",
         "start a new job from a finished job's failed lines",
-        f"""\
-        Take the lines of JOB that ended in errors (except invalid input, which would fail the
-        same way; --code picks codes), copy them from the job's input, and upload them as
-        inbox/<name>.retry-<n>.jsonl with sluice-parent-job=JOB and the parent's options.
-        Prints the new job id.
+        _deployed(
+            """\
+            Take the lines of JOB that ended in errors (except invalid input, which would fail the
+            same way; --code picks codes), copy them from the job's input, and upload them as
+            inbox/<name>.retry-<n>.jsonl with sluice-parent-job=JOB and the parent's options.
+            Prints the new job id.
 
-        example:
-          sluice retry reviews-0123456789ab --env dev --code retries_exhausted --watch
-          sluice retry reviews-0123456789ab --env dev --budget 20 --watch   # after BUDGET_EXCEEDED
-
-        {DEPLOYED_NOTE.replace(chr(10), chr(10) + "        ")}
-        """,
+            example:
+              sluice retry reviews-0123456789ab --env dev --code retries_exhausted --watch
+              sluice retry reviews-0123456789ab --env dev --budget 20 --watch   # after BUDGET_EXCEEDED
+            """
+        ),
     )
     rt.add_argument("job", help="job id")
     rt.add_argument("--code", action="append", metavar="CODE", help="retry only errors with this code (repeatable)")
@@ -423,4 +454,7 @@ def build_parser() -> argparse.ArgumentParser:
     _watch_options(rt)
     rt.add_argument("--quiet", action="store_true", help="no progress bars")
     _env_options(rt)
-    return parser
+
+
+# in the order `sluice --help` lists them
+COMMANDS = (_run, _cache, _simulator, _verify, _estimate, _submit, _status, _results, _cancel, _retry)

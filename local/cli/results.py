@@ -7,13 +7,13 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from sluice.contract import TERMINAL_STATUSES
+from sluice.contract import OUTPUT_SUFFIXES, REPORT_SUFFIX, TERMINAL_STATUSES, output_key
 from sluice.plan import output_prefix
 
 from local.checks import out_dir
 from local.console import EXIT_NOT_FOUND, EXIT_NOT_READY, EXIT_OK, CliError, file_link, progress, say
 from local.deployed import aws_errors, environment
-from local.deployed.jobs import OUTPUT_SUFFIXES, job_or_fail, output_size
+from local.deployed.jobs import job_or_fail, output_size
 from local.report import write_report
 
 
@@ -33,8 +33,8 @@ def run(args: argparse.Namespace) -> int:
     stem = prefix.rsplit("/", 1)[-1]
     out = out_dir(Path(args.out))
     written: dict[str, Path] = {}
-    for kind, suffix in OUTPUT_SUFFIXES:
-        key = prefix + suffix
+    for kind, suffix in OUTPUT_SUFFIXES.items():
+        key = output_key(prefix, kind)
         size = output_size(dep, key)
         if size is None:
             continue  # a job whose plan failed has a summary only
@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     if "summary" in written:
         summary = orjson.loads(written["summary"].read_bytes())
         counts = summary.get("counts") or {}
-        report = write_report(summary, out / f"{stem}.report.html", files={k: p.name for k, p in written.items()})
+        report = write_report(summary, out / (stem + REPORT_SUFFIX), files={k: p.name for k, p in written.items()})
     say(f"job {args.job}: {status_} — {counts.get('results', '?')} results, {counts.get('errors', '?')} errors")
     for kind, target in written.items():
         print(f"{kind}: {target}")

@@ -6,7 +6,7 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from sluice.contract import TERMINAL_STATUSES
+from sluice.contract import TERMINAL_STATUSES, job_option_key, output_key
 from sluice.plan import output_prefix
 
 from local.console import EXIT_NOT_FOUND, EXIT_NOT_READY, EXIT_OK, CliError, need_file, say
@@ -23,7 +23,7 @@ def run(args: argparse.Namespace) -> int:
     job = job_or_fail(dep, args.job)
     if job.get("status") not in TERMINAL_STATUSES:
         raise CliError(f"job {args.job} is {job.get('status')}: retry it once it has ended", EXIT_NOT_READY)
-    errors_key = output_prefix(str(job["key"])) + ".errors.jsonl"
+    errors_key = output_key(output_prefix(str(job["key"])), "errors")
     if output_size(dep, errors_key) is None:
         raise CliError(f"job {args.job} has no errors file (s3://{dep.bucket}/{errors_key})", EXIT_NOT_FOUND)
     picked, skipped = failed_lines(dep, errors_key, set(args.code) if args.code else None)
@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         say(f"job {args.job}: no failed lines to retry")
         return EXIT_OK
     chunks = local_chunks(need_file(Path(args.input))) if args.input else input_chunks(dep, job)
-    metadata = {**carried_metadata(dep, job), **options_metadata(args), "sluice-parent-job": args.job}
+    metadata = {**carried_metadata(dep, job), **options_metadata(args), job_option_key("parent-job"): args.job}
     with tempfile.TemporaryDirectory(prefix="sluice-retry-") as tmp:
         path = Path(tmp) / "retry.jsonl"
         write_lines(chunks, picked, path)

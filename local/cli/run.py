@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from sluice.cache import default_cache_dir
+from sluice.contract import INBOX_PREFIX, OUTBOX_PREFIX, OUTPUT_SUFFIXES, ExecutionStatus, JobStatus, output_key
 from sluice.plan import job_id_for
 
 from local.checks import NO_API_KEY, budget_needs_prices, check_provider, out_dir, usable_out_dir
@@ -139,15 +140,11 @@ def _run(args: argparse.Namespace, signals: Signals) -> int:
                     final = stop_run(cloud, job_id, execution, base_url, api_key, signals)
                 signals.doing(writing_note())
                 read_total()
-            stem = key.removeprefix("inbox/").removesuffix(".jsonl")
+            stem = key.removeprefix(INBOX_PREFIX).removesuffix(".jsonl")
             written: dict[str, Path] = {}
-            for kind, suffix in (
-                ("results", ".results.jsonl"),
-                ("errors", ".errors.jsonl"),
-                ("summary", ".summary.json"),
-            ):
+            for kind, suffix in OUTPUT_SUFFIXES.items():
                 try:
-                    data = cloud.read(f"outbox/{stem}{suffix}")
+                    data = cloud.read(output_key(OUTBOX_PREFIX + stem, kind))
                 except Exception:
                     continue
                 target = out / f"{stem}{suffix}"
@@ -164,7 +161,9 @@ def _run(args: argparse.Namespace, signals: Signals) -> int:
     summary = local_summary(written, facts) if "summary" in written else {}
     counts_of = summary.get("counts", {})
     # the job's own word; the execution's (ABORTED for a cancelled job) only when there is none
-    status = str(summary.get("status") or {"ABORTED": "CANCELLED"}.get(final["status"], final["status"]))
+    status = str(
+        summary.get("status") or {ExecutionStatus.ABORTED: JobStatus.CANCELLED}.get(final["status"], final["status"])
+    )
     code = exit_code(summary, status, interrupted)
     results, errors = int(counts_of.get("results", 0)), int(counts_of.get("errors", 0))
     say(

@@ -8,14 +8,12 @@ from typing import Any
 
 import orjson
 from botocore.exceptions import ClientError
-from sluice.contract import TERMINAL_STATUSES
+from sluice.contract import TERMINAL_STATUSES, JobStatus, ShardStatus
 from sluice.plan import job_id_for
 
 from local.console import EXIT_NOT_FOUND, CliError, human_seconds, human_usd, job_exit_code, progress, say
 from local.deployed.local_jobs import LOCAL_JOB_HINT
 from local.deployed.stack import Deployment, error_code
-
-OUTPUT_SUFFIXES = (("results", ".results.jsonl"), ("errors", ".errors.jsonl"), ("summary", ".summary.json"))
 
 
 def total_lines(job: dict[str, Any]) -> int | None:
@@ -84,7 +82,7 @@ def describe_job(dep: Deployment, job: dict[str, Any], *, now: float | None = No
         # figures in nano-USD (`sluice.budget`): spent is what answers cost, committed adds reservations
         cap, spent = int(job["budget_cap"]) / 1e9, int(job.get("budget_spent", 0)) / 1e9
         lines.append(f"  budget {human_usd(cap)}: spent {human_usd(spent)} ({spent / cap:.0%})")
-        if status == "BUDGET_EXCEEDED":
+        if status == JobStatus.BUDGET_EXCEEDED:
             lines.append(f"  `sluice retry {job['job_id']} --budget USD` sends the lines the budget kept back")
     if total is not None:
         pending = max(total - done - failed, 0)
@@ -103,7 +101,11 @@ def describe_job(dep: Deployment, job: dict[str, Any], *, now: float | None = No
         for shard in shards:
             by_state[str(shard.get("status"))] = by_state.get(str(shard.get("status")), 0) + 1
         lines.append("  shards: " + ", ".join(f"{n} {state}" for state, n in sorted(by_state.items())))
-        shown = shards if len(shards) <= max_shards else [s for s in shards if s.get("status") != "DONE"][:max_shards]
+        shown = (
+            shards
+            if len(shards) <= max_shards
+            else [s for s in shards if s.get("status") != ShardStatus.DONE][:max_shards]
+        )
         if shown:
             lines.append(
                 f"  {'shard':>6}  {'status':<8} {'done':>7} {'failed':>7} {'lines':>7}  {'mode':<10} {'runs':>4}"

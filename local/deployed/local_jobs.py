@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import orjson
+from sluice.contract import OUTPUT_SUFFIXES, REPORT_SUFFIX
 
 from local.console import EXIT_NOT_FOUND, CliError
 
@@ -20,14 +21,14 @@ def local_job_outputs(job_id: str, where: tuple[Path, ...] = (Path("out"), Path(
     for folder in where:
         if not folder.is_dir():
             continue
-        for summary in sorted(folder.glob("*.summary.json"))[:500]:
+        for summary in sorted(folder.glob("*" + OUTPUT_SUFFIXES["summary"]))[:500]:
             try:
                 found = orjson.loads(summary.read_bytes()).get("job_id") == job_id
             except (OSError, orjson.JSONDecodeError, AttributeError):
                 continue
             if found:
-                stem = summary.name.removesuffix(".summary.json")
-                kinds = (".results.jsonl", ".errors.jsonl", ".summary.json", ".report.html")
+                stem = summary.name.removesuffix(OUTPUT_SUFFIXES["summary"])
+                kinds = (*OUTPUT_SUFFIXES.values(), REPORT_SUFFIX)
                 return [folder / (stem + k) for k in kinds if (folder / (stem + k)).exists()]
     return None
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 from botocore.exceptions import ClientError
+from sluice.contract import METADATA_PREFIX, job_option_key
 from sluice.lines import READ_CHUNK, parse_line, split_lines
 
 from local.console import EXIT_INPUT, CliError
@@ -69,7 +70,11 @@ def carried_metadata(dep: Deployment, job: dict[str, Any]) -> dict[str, str]:
         head = dep.s3.head_object(Bucket=job["bucket"], Key=job["key"])
     except ClientError:
         return {}
-    return {k: v for k, v in head.get("Metadata", {}).items() if k.startswith("sluice-") and k != "sluice-parent-job"}
+    return {
+        k: v
+        for k, v in head.get("Metadata", {}).items()
+        if k.startswith(METADATA_PREFIX) and k != job_option_key("parent-job")
+    }
 
 
 def write_lines(chunks: Iterator[bytes], picked: dict[int, str | None], path: Path) -> None:

@@ -6,23 +6,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from sluice.contract import Settings
-from sluice.plan import METADATA_PREFIX, JobOptions, PlanError, job_id_for
+from sluice.contract import INBOX_PREFIX, JOB_OPTIONS, METADATA_PREFIX, Settings, job_option_key
+from sluice.plan import JobOptions, PlanError, job_id_for
 
 from local.console import EXIT_USAGE, CliError, progress, say
 from local.deployed.stack import Deployment
 
-OPTION_NAMES = (
-    "mode",
-    "budget_usd",
-    "model",
-    "concurrency",
-    "map_concurrency",
-    "max_attempts",
-    "on_batch_incomplete",
-    "deadline_hours",
-    "max_error_rate",
-)
+# the job options as `sluice submit` and `sluice retry` name their arguments (`--budget` is `budget_usd`)
+OPTION_NAMES = tuple(option.replace("-", "_") for option in JOB_OPTIONS)
 
 
 def options_metadata(args: argparse.Namespace) -> dict[str, str]:
@@ -31,7 +22,7 @@ def options_metadata(args: argparse.Namespace) -> dict[str, str]:
     for name in OPTION_NAMES:
         value = getattr(args, name, None)
         if value is not None:
-            metadata[METADATA_PREFIX + name.replace("_", "-")] = str(value)
+            metadata[job_option_key(name)] = str(value)
     try:
         JobOptions.from_metadata(
             metadata, Settings(bucket="-", table="-", provider_base_url="-", api_key_secret_arn="-")
@@ -43,10 +34,10 @@ def options_metadata(args: argparse.Namespace) -> dict[str, str]:
 
 def inbox_key(name: str) -> str:
     """inbox/<name>.jsonl: the EventBridge rule only starts jobs for `.jsonl` keys under inbox/."""
-    name = name.strip("/").removeprefix("inbox/")
+    name = name.strip("/").removeprefix(INBOX_PREFIX)
     if not name or name.startswith("."):
         raise CliError(f"bad object name {name!r}", EXIT_USAGE)
-    return "inbox/" + (name if name.endswith(".jsonl") else name + ".jsonl")
+    return INBOX_PREFIX + (name if name.endswith(".jsonl") else name + ".jsonl")
 
 
 def upload(dep: Deployment, path: Path, key: str, metadata: dict[str, str], *, quiet: bool) -> str:
@@ -73,7 +64,9 @@ def start_job(dep: Deployment, path: Path, key: str, metadata: dict[str, str], *
             "and will not run again (upload changed content to start a new job)"
         )
     else:
-        options = ", ".join(f"{k.removeprefix('sluice-')}={v}" for k, v in metadata.items()) or "environment defaults"
+        options = (
+            ", ".join(f"{k.removeprefix(METADATA_PREFIX)}={v}" for k, v in metadata.items()) or "environment defaults"
+        )
         say(f"uploaded {path} ({what}) to s3://{dep.bucket}/{key} [{options}]; the job starts from the S3 event")
         say(f"follow it with: sluice status {job_id} --env {dep.env} --watch")
     return job_id

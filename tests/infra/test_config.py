@@ -174,3 +174,50 @@ def test_the_webhook_endpoint_and_function_grow_with_the_providers_rate() -> Non
     assert (slow.webhook_rate_limit, slow.webhook_burst_limit, slow.webhook_concurrency) == (100, 200, 10)
     fast = Environment.from_context("dev", with_value("dev", "provider_rpm", 60_000))
     assert (fast.webhook_rate_limit, fast.webhook_burst_limit, fast.webhook_concurrency) == (2000, 4000, 200)
+
+
+def test_an_environment_defaults_its_step_settings_as_the_steps_do_unless_it_says_why() -> None:
+    from dataclasses import MISSING, fields
+
+    from sluice.contract import SETTING_DEFAULTS
+
+    from infra.config import DEPLOYED_DEFAULTS, STEP_SETTINGS
+
+    assert set(DEPLOYED_DEFAULTS) <= set(STEP_SETTINGS)
+    for f in fields(Environment):
+        if f.name in STEP_SETTINGS:
+            default = f.default_factory() if f.default is MISSING and f.default_factory is not MISSING else f.default
+            if f.default is MISSING and f.default_factory is MISSING:
+                continue  # cdk.json must name it
+            assert default == DEPLOYED_DEFAULTS.get(f.name, SETTING_DEFAULTS.get(f.name)), f.name
+
+
+def test_every_step_setting_an_environment_names_reaches_the_steps() -> None:
+    import aws_cdk.aws_dynamodb as dynamodb
+    import aws_cdk.aws_s3 as s3
+    import aws_cdk.aws_secretsmanager as secretsmanager
+    from sluice.contract import Settings, parse_queue_tokens
+
+    from infra.config import STEP_SETTINGS
+    from infra.functions import lambda_environment
+
+    chosen = {"budget_usd": 7.5, "rate_limits": {"gpt-4o": {"rpm": 500}}, "default_model": "gpt-4o-mini"}
+    environments = copy.deepcopy(ENVIRONMENTS)
+    environments["prod"].update(chosen)
+    config = Environment.from_context("prod", environments)
+    stack = cdk.Stack(cdk.App(), "T")
+    table = dynamodb.Table(stack, "Tb", partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING))
+    env = lambda_environment(
+        config, bucket=s3.Bucket(stack, "B"), table=table, api_key=secretsmanager.Secret(stack, "S")
+    )
+    settings = Settings.from_env(env)
+    assert {"concurrency", "map_concurrency", "ttl_days", "cache_ttl_days", "max_shards_in_flight"} <= set(
+        STEP_SETTINGS
+    )
+    for name in STEP_SETTINGS:
+        theirs = getattr(settings, name)
+        if name == "batch_queue_tokens":
+            theirs = parse_queue_tokens(theirs)
+        elif name == "rate_limits":
+            theirs = {"gpt-4o": {"rpm": 500}} if theirs == '{"gpt-4o": {"rpm": 500}}' else theirs
+        assert theirs == getattr(config, name), name

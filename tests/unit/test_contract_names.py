@@ -1,0 +1,115 @@
+"""Every layout, key and status word is written once, in the contract (`sluice.contract`) or the
+table's keys (`sluice.keys`): elsewhere in functions/, infra/ and local/ a string literal that is a
+piece of one fails here, named by file and line.
+
+A literal is a piece of a layout when it has no whitespace (prose in a help text or a message may
+mention `.summary.json`; a key never has a space) and holds one of the layout's markers, or when it
+is exactly a status word or one of the table's key attribute names.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SCANNED = ("functions", "infra", "local")
+# where the names are written, once
+HOMES = {"functions/sluice/contract.py", "functions/sluice/keys.py"}
+# Files other work changes at the same time; each still spells a name the contract holds. The
+# list only shrinks: a file leaves it once it reads the name from the contract.
+NOT_YET = {
+    "functions/sluice/shard.py": "the shard S3 layout (jobs/<job>/shards/<n>/)",
+    "functions/sluice/failure.py": "FAILED and the summary key (the terminal-summary writer)",
+    "functions/sluice/merge.py": "the summary key",
+    "functions/sluice/batch_queue.py": "pk/sk",
+    "functions/sluice/shared_limit.py": "pk/sk",
+    "functions/sluice/plan.py": "inbox/ and outbox/ in output_prefix, the duplicates file's shard prefix",
+    "local/cloud.py": "inbox/, the output suffixes and the execution's statuses",
+}
+# a piece of a key or an S3 layout: never written outside its home
+LAYOUT_MARKERS = (
+    "inbox/",
+    "outbox/",
+    "jobs/",
+    "shards/",
+    ".summary.json",
+    ".results.jsonl",
+    ".errors.jsonl",
+    "JOB#",
+    "ITEM#",
+    "RESP#",
+    "EARLY#",
+    "WEBHOOK#",
+)
+# a job's, a shard's or an execution's status, and the table's key attributes: a constant, not a literal
+WORDS = {
+    "PLANNING",
+    "RUNNING",
+    "SUCCEEDED",
+    "COMPLETED_WITH_ERRORS",
+    "FAILED",
+    "CANCELLED",
+    "BUDGET_EXCEEDED",
+    "PENDING",
+    "DONE",
+    "ABORTED",
+    "TIMED_OUT",
+    "pk",
+    "sk",
+}
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                found.add(id(first.value))
+    return found
+
+
+def stray_literals(path: Path) -> Iterator[tuple[int, str]]:
+    tree = ast.parse(path.read_text(), str(path))
+    # docstrings, and a table's column headings (`f"{'DONE':>8}"`), are text for people
+    skipped = _docstrings(tree) | {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.FormattedValue)}
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Constant) or not isinstance(node.value, str) or id(node) in skipped:
+            continue
+        text = node.value
+        if text in WORDS or (not any(c.isspace() for c in text) and any(m in text for m in LAYOUT_MARKERS)):
+            yield node.lineno, text
+
+
+def strays() -> list[str]:
+    found = []
+    for top in SCANNED:
+        for path in sorted((ROOT / top).rglob("*.py")):
+            name = path.relative_to(ROOT).as_posix()
+            if name in HOMES or name in NOT_YET:
+                continue
+            found += [f"{name}:{line}: {text!r}" for line, text in stray_literals(path)]
+    return found
+
+
+def test_no_layout_key_or_status_is_spelled_outside_the_contract() -> None:
+    assert strays() == [], "read these from sluice.contract or sluice.keys:\n" + "\n".join(strays())
+
+
+def test_the_scan_finds_a_stray_literal(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text(
+        '"""Writes <name>.summary.json."""\n'
+        'KEY = prefix + ".summary.json"\n'
+        'S = "RUNNING"\n'
+        'HELP = "writes <name>.summary.json"\n'
+        "HEADING = f\"{'DONE':>8}\"\n"
+        'P = f"jobs/{job}/shards/{n:05d}/"\n'
+    )
+    assert sorted(stray_literals(module)) == [(2, ".summary.json"), (3, "RUNNING"), (6, "/shards/"), (6, "jobs/")]
+
+
+def test_every_file_not_yet_reading_the_contract_still_exists() -> None:
+    assert [name for name in NOT_YET if not (ROOT / name).exists()] == []
