@@ -23,6 +23,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from .contract import PARTITION_KEY, SORT_KEY
 from .lease import SEAT_MAX_S, SEATS, Bucket, LeasePolicy
 from .retry import table_retry_delay_s
 
@@ -88,7 +89,7 @@ class BucketTable:
     def look(self, pk: str) -> Bucket | Learning | None:
         """The key's bucket, its placeholder, or None when there is neither."""
         self.reads += 1
-        item = self._table.get_item(Key={"pk": pk, "sk": LIMIT_SORT_KEY}, ConsistentRead=True).get("Item")
+        item = self._table.get_item(Key={PARTITION_KEY: pk, SORT_KEY: LIMIT_SORT_KEY}, ConsistentRead=True).get("Item")
         if item is None:
             return None
         if "rate" not in item:
@@ -135,7 +136,7 @@ class BucketTable:
             condition = "attribute_not_exists(version)"
         try:
             self._table.update_item(
-                Key={"pk": pk, "sk": LIMIT_SORT_KEY},
+                Key={PARTITION_KEY: pk, SORT_KEY: LIMIT_SORT_KEY},
                 # `lessees` is the per-lessee map items held before the seats: gone at the first write
                 UpdateExpression=(
                     "SET rate = :rate, #level = :level, stamp = :stamp, version = :version, seats = :seats, "
@@ -173,7 +174,7 @@ class BucketTable:
     def _update(self, pk: str, expression: str, condition: str, values: dict[str, Any]) -> bool:
         try:
             self._table.update_item(
-                Key={"pk": pk, "sk": LIMIT_SORT_KEY},
+                Key={PARTITION_KEY: pk, SORT_KEY: LIMIT_SORT_KEY},
                 UpdateExpression=expression,
                 ConditionExpression=condition,
                 ExpressionAttributeValues=values,
