@@ -1,0 +1,356 @@
+"""The Batch queue's reads and writes (`batch_queue` has the design and its figures).
+
+Every write to a slot is one conditional UpdateItem that adds to `spare` and to one window's
+counter together (or moves the slot on, conditional on what it read), so a lost race changes
+nothing and is read again after a jittered backoff. A hold row is written after its tokens are
+taken from the slot and marked released before they go back, so neither order can admit more
+than the limit: a crash between the two leaves tokens held until their window lapses.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from boto3.dynamodb.conditions import Key
+from botocore.exceptions import ClientError
+
+from .batch_queue import (
+    HOLD_MAX_S,
+    MAX_RACES,
+    NO_SLOT,
+    QUEUE_SLOTS,
+    QUEUE_SORT_KEY,
+    QUEUE_TTL_S,
+    SLOT_NAMES,
+    WINDOWS,
+    CatchUp,
+    Hold,
+    Listed,
+    NoRoom,
+    Room,
+    Slot,
+    dead,
+    plan,
+    reconcile_due,
+    suspects,
+    window_of,
+)
+from .keys import HOLD_PREFIX, hold_key, shard_partition
+from .retry import table_retry_delay_s
+from .rows import Rows, lost_race
+
+# the slot that records when the key's queue was last reconciled
+CHECK_SLOT = 0
+
+
+def slot_key(queue: str, slot: int) -> dict[str, str]:
+    return {"pk": f"{queue}#{SLOT_NAMES[slot]}", "sk": QUEUE_SORT_KEY}
+
+
+def _counter(index: int) -> str:
+    return f"k{index:02d}"
+
+
+def read_slot(item: Mapping[str, Any]) -> Slot | None:
+    if "win" not in item:
+        # only the reconcile stamp: the slot itself was never made
+        return None
+    return Slot(
+        spare=int(item["spare"]),
+        limit=int(item["lim"]),
+        window=int(item["win"]),
+        taken=tuple(int(item.get(_counter(i), 0)) for i in range(WINDOWS)),
+    )
+
+
+@dataclass(frozen=True)
+class HoldRow:
+    """A hold as its shard's partition records it: the tokens it took from which slot and window."""
+
+    hold: Hold
+    queue: str
+    slot: int
+    window: int
+    tokens: int
+    since: float
+    released: bool
+
+    @classmethod
+    def of(cls, hold: Hold, item: Mapping[str, Any]) -> HoldRow:
+        return cls(
+            hold=hold,
+            queue=str(item["queue"]),
+            slot=int(item["slot"]),
+            window=int(item["win"]),
+            tokens=int(item["tokens"]),
+            since=float(item["since"]),
+            released="released" in item,
+        )
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """`granted`, or the tokens already enqueued when there was no room, and when the queue was
+    last reconciled (`checked`, 0 = never). `held_since` is when an earlier attempt took this very
+    hold: it may have created the batch before it died."""
+
+    granted: bool
+    enqueued: int = 0
+    held_since: float | None = None
+    checked: float = 0.0
+
+
+class QueueTable(Rows):
+    """The queue's slot items and the hold rows; `table` is a boto3 DynamoDB Table resource.
+    `reads` and `writes` count the calls by partition key."""
+
+    def __init__(
+        self,
+        table: Any,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
+        # the queue's rows carry their own expiry (a hold's longest life and a day)
+        super().__init__(table, ttl_days=0, clock=clock, sleep=sleep, rand=rand)
+        self.reads: Counter[str] = Counter()
+        self.writes: Counter[str] = Counter()
+
+    def _expires(self) -> int:
+        return int(self._clock()) + HOLD_MAX_S + QUEUE_TTL_S
+
+    def _update(self, key: dict[str, str], **kwargs: Any) -> dict[str, Any] | None:
+        """One conditional update: its attributes (`ReturnValues`), or None when its condition failed."""
+        self.writes[key["pk"]] += 1
+        try:
+            answer: dict[str, Any] = self._table.update_item(Key=key, **kwargs)
+        except ClientError as exc:
+            if lost_race(exc):
+                return None
+            raise
+        return answer
+
+    # ---- the slots
+
+    def slots(self, queue: str) -> tuple[dict[int, Slot | None], float]:
+        """Every slot of `queue` (None: not made yet), eventually consistent, and when the queue was
+        last reconciled."""
+        keys = [slot_key(queue, index) for index in range(QUEUE_SLOTS)]
+        for key in keys:
+            self.reads[key["pk"]] += 1
+        items = {str(item["pk"]): item for item in self._batch_get(keys)}
+        found = {index: read_slot(items.get(key["pk"], {})) for index, key in enumerate(keys)}
+        checked = float(items.get(keys[CHECK_SLOT]["pk"], {}).get("checked", 0))
+        return found, checked
+
+    def _catch_up(self, queue: str, write: CatchUp) -> bool:
+        after = write.after
+        values: dict[str, Any] = {":lim": after.limit, ":win": after.window, ":exp": self._expires()}
+        if write.before is None:
+            sets = ["spare = :spare", "lim = :lim", "win = :win", "expires_at = :exp"]
+            sets += [f"{_counter(i)} = :zero" for i in range(WINDOWS)]
+            values.update({":spare": after.spare, ":zero": 0})
+            condition = "attribute_not_exists(win)"
+        else:
+            sets = ["spare = spare + :delta", "lim = :lim", "win = :win", "expires_at = :exp"]
+            sets += [f"{_counter(i)} = :zero" for i in write.zeroed]
+            values.update({":delta": write.delta, ":zero": 0, ":was": write.before.window})
+            values[":was_lim"] = write.before.limit
+            # a release into a window that lapses now would be returned twice: the counters must be as read
+            checks = ["win = :was", "lim = :was_lim"]
+            for i in write.zeroed:
+                checks.append(f"{_counter(i)} = :k{i}")
+                values[f":k{i}"] = write.before.taken[i]
+            condition = " AND ".join(checks)
+        return (
+            self._update(
+                slot_key(queue, write.slot),
+                UpdateExpression="SET " + ", ".join(sets),
+                ConditionExpression=condition,
+                ExpressionAttributeValues=values,
+            )
+            is not None
+        )
+
+    def _take(self, queue: str, slot: int, tokens: int, window: int, limit: int) -> bool:
+        """Take `tokens` out of a slot's spare ones, counted in `window`, if it has them."""
+        counter = _counter(window % WINDOWS)
+        return (
+            self._update(
+                slot_key(queue, slot),
+                UpdateExpression=f"ADD spare :minus, {counter} :tokens SET expires_at = :exp",
+                ConditionExpression="win = :win AND lim = :lim AND spare >= :tokens",
+                ExpressionAttributeValues={
+                    ":minus": -tokens,
+                    ":tokens": tokens,
+                    ":win": window,
+                    ":lim": limit,
+                    ":exp": self._expires(),
+                },
+            )
+            is not None
+        )
+
+    def _give(self, queue: str, slot: int, tokens: int, window: int) -> bool:
+        """Put back (or lend) `tokens` counted in `window`, unless that window has lapsed: then the
+        slot returned them already."""
+        counter = _counter(window % WINDOWS)
+        return (
+            self._update(
+                slot_key(queue, slot),
+                UpdateExpression=f"ADD spare :tokens, {counter} :minus SET expires_at = :exp",
+                ConditionExpression="win BETWEEN :win AND :last",
+                ExpressionAttributeValues={
+                    ":tokens": tokens,
+                    ":minus": -tokens,
+                    ":win": window,
+                    ":last": window + WINDOWS - 1,
+                    ":exp": self._expires(),
+                },
+            )
+            is not None
+        )
+
+    def _carry_out(self, queue: str, home: int, room: Room, limit: int) -> bool:
+        """Bring the slots up to date, move the loans into the home slot and take the hold from it;
+        False at the first write another shard's came before."""
+        for write in room.catch_up:
+            if not self._catch_up(queue, write):
+                return False
+        for lender, tokens in room.loans:
+            if not self._take(queue, lender, tokens, room.windows[lender], limit):
+                return False
+            if not self._give(queue, home, tokens, room.windows[home]):
+                return False
+        return self._take(queue, home, room.take, room.windows[home], limit)
+
+    def lost(self, attempt: int) -> None:
+        """After `attempt` lost races: wait before reading again, so shards that collided do not
+        read and write again in step."""
+        self._sleep(table_retry_delay_s(attempt, self._rand))
+
+    # ---- the hold rows, each on its shard's own partition
+
+    def held(self, hold: Hold) -> HoldRow | None:
+        key = hold_key(hold.job, hold.shard, hold.part, hold.attempt)
+        self.reads[key["pk"]] += 1
+        item = self._table.get_item(Key=key, ConsistentRead=True).get("Item")
+        return HoldRow.of(hold, item) if item is not None else None
+
+    def _record(self, hold: Hold, queue: str, slot: int, window: int, tokens: int, since: float) -> None:
+        key = hold_key(hold.job, hold.shard, hold.part, hold.attempt)
+        self._update(
+            key,
+            UpdateExpression=(
+                "SET #q = :queue, slot = :slot, win = :win, tokens = :tokens, since = :since, expires_at = :exp"
+                " REMOVE released"
+            ),
+            ExpressionAttributeNames={"#q": "queue"},
+            ExpressionAttributeValues={
+                ":queue": queue,
+                ":slot": slot,
+                ":win": window,
+                ":tokens": tokens,
+                ":since": Decimal(repr(round(since, 3))),
+                ":exp": self._expires(),
+            },
+        )
+
+    def _holds_of(self, job: str, shard: int) -> list[HoldRow]:
+        """The holds recorded on one shard's partition, released or not."""
+        pk = shard_partition(job, shard)
+        self.reads[pk] += 1
+        answer = self._table.query(KeyConditionExpression=Key("pk").eq(pk) & Key("sk").begins_with(HOLD_PREFIX))
+        rows = []
+        for item in answer.get("Items", []):
+            part, attempt = str(item["sk"]).removeprefix(HOLD_PREFIX).split("#")
+            rows.append(HoldRow.of(Hold(job, shard, int(part), int(attempt)), item))
+        return rows
+
+    # ---- what the shards do
+
+    def reserve(self, queue: str, hold: Hold, tokens: int, limit: int) -> Reservation:
+        """Hold `tokens` for `hold` on `queue` if they fit under `limit` (0 = none)."""
+        now = self._clock()
+        row = self.held(hold)
+        if row is not None and not row.released:
+            if row.since + HOLD_MAX_S > now:
+                return Reservation(True, held_since=row.since)
+            # lapsed: its tokens are back in the queue, or go back now
+            self.release(hold)
+        if limit <= 0:
+            self._record(hold, queue, NO_SLOT, 0, 0, now)
+            return Reservation(True)
+        checked = 0.0
+        for attempt in range(1, MAX_RACES + 1):
+            slots, checked = self.slots(queue)
+            found = plan(slots, hold, tokens, limit, window_of(now))
+            if isinstance(found, NoRoom):
+                return Reservation(False, enqueued=found.enqueued, checked=checked)
+            if self._carry_out(queue, hold.home, found, limit):
+                self._record(hold, queue, hold.home, found.windows[hold.home], found.take, now)
+                return Reservation(True)
+            if attempt < MAX_RACES:
+                self.lost(attempt)
+            now = self._clock()
+        return Reservation(False, enqueued=limit, checked=checked)
+
+    def release(self, hold: Hold) -> bool:
+        """Give the hold's tokens back, once however often it is asked; False if it was not held."""
+        key = hold_key(hold.job, hold.shard, hold.part, hold.attempt)
+        answer = self._update(
+            key,
+            UpdateExpression="SET released = :now",
+            ConditionExpression="attribute_exists(since) AND attribute_not_exists(released)",
+            ExpressionAttributeValues={":now": Decimal(repr(round(self._clock(), 3)))},
+            ReturnValues="ALL_NEW",
+        )
+        if answer is None:
+            return False
+        row = HoldRow.of(hold, answer["Attributes"])
+        if row.slot != NO_SLOT:
+            self._give(row.queue, row.slot, row.tokens, row.window)
+        return True
+
+    def claim_reconcile(self, queue: str, checked: float) -> bool:
+        """Whether this shard is the one to reconcile `queue` now (see `batch_queue.reconcile_due`)."""
+        now = self._clock()
+        if not reconcile_due(checked, now):
+            return False
+        return (
+            self._update(
+                slot_key(queue, CHECK_SLOT),
+                UpdateExpression="SET checked = :now, expires_at = if_not_exists(expires_at, :exp)",
+                ConditionExpression="attribute_not_exists(checked) OR checked = :seen",
+                ExpressionAttributeValues={
+                    ":now": Decimal(repr(round(now, 3))),
+                    ":seen": Decimal(repr(round(checked, 3))),
+                    ":exp": self._expires(),
+                },
+            )
+            is not None
+        )
+
+    def forget(self, queue: str, listed: Mapping[tuple[str, int], Mapping[tuple[int, int], Listed]]) -> int:
+        """Release the holds on `queue` that belong to nobody (`batch_queue.dead`), looking only at
+        the shards that may have died (`batch_queue.suspects`); how many went."""
+        now = self._clock()
+        freed = 0
+        for job, shard in suspects(listed, now):
+            batches = listed[(job, shard)]
+            for row in self._holds_of(job, shard):
+                if row.released or row.queue != queue:
+                    continue
+                if dead(row.since, batches.get((row.hold.part, row.hold.attempt)), now) and self.release(row.hold):
+                    freed += 1
+        return freed
+
+    def unreleased(self, shards: Iterable[tuple[str, int]]) -> list[HoldRow]:
+        """The holds of these shards not yet released (tests, benches)."""
+        return [row for job, shard in shards for row in self._holds_of(job, shard) if not row.released]
