@@ -3,53 +3,60 @@
 A provider counts the input tokens of an organization's batches that are still validating, in
 progress or finalizing, per model, and fails a new batch that would take the sum over its limit
 (`token_limit_exceeded`). Shards cannot see each other's batches, so before creating one a shard
-reserves its tokens in the jobs table; `batch_queue_table` does the reads and writes, this module
-the arithmetic.
+reserves its tokens in the jobs table. This module is the arithmetic; `batch_queue_table` the
+reads and writes.
 
-The queue is eight slot items (`LIMIT#<key hash>#<model>#a` to `#h`, sort key `QUEUE`, beside the
-shared rate limit's `LIMIT#<key hash>#<model>`), each holding its share of the limit as `spare`
-tokens. Tokens are never created or lost between them, only moved, so however the shards
-interleave, the holds together never pass the limit: a slot admits a hold only by taking it out
-of its own `spare` with one conditional update (`ADD spare -t ... IF spare >= t`), never by a count
-read earlier. A shard reserves on its home slot (a hash of job and shard); when its home lacks
-room and the other slots have it, it first moves what it needs from them into its home (a
-"loan"), then reserves. Each hold is a row in the shard's own partition (`JOB#<job>#<shard>`,
-`HOLD#<part>#<attempt>`): which slot and window it took from and how many tokens, since when,
-and whether it was released, so a retried shard finds the hold it took (`held_since`) and a
-release returns its tokens exactly once.
+**Slots.** A key's queue for a model is eight slot items, `LIMIT#<key hash>#<model>#a` to `#h`
+(sort key `QUEUE`; the shared rate limit's item is `LIMIT#<key hash>#<model>`), each holding its
+share of the limit as `spare` tokens. Tokens only ever move between slots, so the holds together
+never pass the limit however the shards interleave: a slot admits a hold only by taking it out of
+its own `spare` in one conditional update (`ADD spare -t ... IF spare >= t`), never on a count
+read earlier. A shard reserves on its home slot (a hash of job and shard). When the home slot
+lacks room and the others have it, the shard first takes what it lacks out of the fullest of them
+(a loan), and the home slot's update takes the loan in with the hold. A lost race (another
+shard's update came first) is read again after a jittered backoff (`retry.table_retry_delay_s`),
+at most `MAX_RACES` times; tokens borrowed for a hold that lost go to its home slot all the same.
 
-Holds lapse. A slot counts what it lent and what holds took in 26 hourly counters beside `spare`;
-the first write in a new hour moves the slot on, returning the counters of the windows 26 hours
-old to `spare`. So a hold, or a loan, that nobody released is back in the queue 25 to 26 hours
-after it was taken: the provider ends every batch within its 24-hour completion window. A
-shard that dies between its two writes (the slot's, then its hold row's) leaks its tokens until
-then, and one whose release was applied twice (an SDK retry) lends them until then: both heal
-at the lapse. Sooner than that, when a reservation finds no room, one shard of the key (at most
-every `RECONCILE_EVERY_S`, claimed on slot `a`) reconciles: it lists the key's batches of the
-last 26 hours at the provider and, for every shard whose batch ended more than `HOLD_GRACE_S`
-ago, releases the holds whose batch has ended that long ago, or that no listed batch has and
-are older than the grace (a shard that reserved several parts and died after creating some).
+**Holds.** Each hold is a row on the shard's own partition, `JOB#<job>#<shard>` /
+`HOLD#<part>#<attempt>`: the slot and window it took from, its tokens, since when, and whether
+it was released. It is written after the slot's update and marked released before its tokens go
+back, so a retried shard finds the hold it took (`held_since`: an earlier run may have created
+the batch), a release gives back once however often it is asked, and a shard that dies between
+the two writes leaves tokens held, never admits more than the limit.
 
-What a reservation costs, whatever the number of shards (a slot item is about 300 bytes: a write
-is 1 WCU, an eventually consistent read 0.5 RCU): one BatchGetItem of the eight slots (0.5 RCU on
-each), then one write on its home slot; with a loan, one more write on each lending slot and one
-on the home slot. A release is one write on the hold's slot. The hold row is a read and a write
-on the shard's own partition, and a release one more. A slot is also written the first time it
-is used and once an hour as it moves on. When S shards reserve in the same second, each slot
-item takes about S/8 writes (1,000 shards: about 125 WCU, 13% of a partition's 1,000) and S
-eventually consistent reads (about 500 RCU, 17% of 3,000); a refused reservation writes nothing.
-Lost races (another shard's update came first) are read again after a jittered backoff
-(`retry.table_retry_delay_s`).
+**Lapse.** A slot counts what holds took, less what it was lent, in 26 hourly counters beside
+`spare`; the first write in a new hour moves it on and returns the counters of the windows 26
+hours old. So what nobody released (a hold, a loan, tokens a dead shard took but never recorded)
+is back 25 to 26 hours after it was taken, once the provider's 24-hour completion window has
+ended any batch it was for, and so is any miscount (an SDK retry of an applied update).
+
+**Reconciling.** Sooner than that, when a reservation finds no room, one shard of the key (at
+most every `RECONCILE_EVERY_S`, claimed on slot `a`) lists the key's batches of the last 26 hours
+at the provider and, for each shard with a batch that ended over `HOLD_GRACE_S` ago, releases its
+holds whose batch ended that long ago, or that no listed batch has and are older than the grace
+(a shard that reserved several files and died after creating some). A hold whose shard created
+no batch at all lapses.
+
+**Figures.** A slot item is about 220 bytes whatever the shard count (at most about 350: the
+model's name, 26 counters): a write is 1 WCU, an eventually consistent read 0.5 RCU. A
+reservation reads the eight slots in one BatchGetItem (0.5 RCU on each) and writes its home slot
+once (1 WCU), or, borrowing, also each slot it borrows from once; a release writes the hold's slot
+once; a refused reservation writes nothing. The hold row is one strongly consistent read and one
+write on the shard's own partition, and a release one more write. A slot is also written the
+first time it is used and once an hour as it moves on. So S shards reserving in the same second
+put about S/8 writes on each slot (1,000 shards: about 125 WCU, 13% of a partition's 1,000) and
+S eventually consistent reads (500 RCU, 17% of 3,000). The single item that held every hold
+before grew with them and was read and rewritten whole by each: at 1,000 shards the capacity
+model measured it at about 86 KB, 66,000 WCU/s and 13,400 RCU/s.
 
 A part larger than the whole limit (one huge row) goes when the queue is otherwise empty: it
-takes every slot's tokens, so nothing else goes with it, and the provider's own count may be
-lower than the estimate. The provider's `token_limit_exceeded` stays the backstop for batches
-the key runs outside Sluice: the file waits and is created again (`batch.QueueFull`).
+takes every slot's tokens, so nothing goes beside it, and the provider's own count may be lower
+than the estimate. The provider's `token_limit_exceeded` stays the backstop for batches the key
+runs outside Sluice: the file waits and is created again (`batch.QueueFull`).
 
-Tokens are estimated as a quarter of the request body's bytes, rounded up. Tokenizers give
-about four characters a token of English; counting the whole body (field names, quotes, the
-model) as well as the prompt leans high, so an estimate under the limit is under it at the
-provider too.
+Tokens are estimated as a quarter of the request body's bytes, rounded up. Tokenizers give about
+four characters a token of English; counting the whole body (field names, quotes, the model) as
+well as the prompt leans high, so an estimate under the limit is under it at the provider too.
 """
 
 from __future__ import annotations
@@ -224,7 +231,8 @@ def plan(slots: Mapping[int, Slot | None], hold: Hold, tokens: int, limit: int, 
     home = hold.home
     loans: list[tuple[int, int]] = []
     short = need - views[home].spare
-    for lender in hold.lenders():
+    # the fullest slots first, so a loan takes as few writes as it can
+    for lender in sorted(hold.lenders(), key=lambda index: -views[index].spare):
         if short <= 0:
             break
         lent = min(max(0, views[lender].spare), short)

@@ -1,10 +1,10 @@
 """The Batch queue's reads and writes (`batch_queue` has the design and its figures).
 
-Every write to a slot is one conditional UpdateItem that adds to `spare` and to one window's
-counter together (or moves the slot on, conditional on what it read), so a lost race changes
-nothing and is read again after a jittered backoff. A hold row is written after its tokens are
-taken from the slot and marked released before they go back, so neither order can admit more
-than the limit: a crash between the two leaves tokens held until their window lapses.
+Every write to a slot is one conditional UpdateItem that moves `spare` and one window's counter
+together (or moves the slot on to the current window, conditional on what was read), so a write
+that loses its race changes nothing. A hold row is written after its tokens are taken and marked
+released before they go back: a crash between the two leaves tokens held until their window
+lapses, never more admitted than the limit.
 """
 
 from __future__ import annotations
@@ -178,17 +178,18 @@ class QueueTable(Rows):
             is not None
         )
 
-    def _take(self, queue: str, slot: int, tokens: int, window: int, limit: int) -> bool:
-        """Take `tokens` out of a slot's spare ones, counted in `window`, if it has them."""
+    def _take(self, queue: str, slot: int, tokens: int, window: int, limit: int, *, lent: int = 0) -> bool:
+        """Take `tokens` out of a slot's spare ones, counted in `window`, if it has them, with `lent`
+        tokens borrowed from other slots going into it in the same write."""
         counter = _counter(window % WINDOWS)
         return (
             self._update(
                 slot_key(queue, slot),
-                UpdateExpression=f"ADD spare :minus, {counter} :tokens SET expires_at = :exp",
-                ConditionExpression="win = :win AND lim = :lim AND spare >= :tokens",
+                UpdateExpression=f"ADD spare :minus, {counter} :net SET expires_at = :exp",
+                ConditionExpression="win = :win AND lim = :lim AND spare >= :net",
                 ExpressionAttributeValues={
-                    ":minus": -tokens,
-                    ":tokens": tokens,
+                    ":minus": lent - tokens,
+                    ":net": tokens - lent,
                     ":win": window,
                     ":lim": limit,
                     ":exp": self._expires(),
@@ -218,17 +219,23 @@ class QueueTable(Rows):
         )
 
     def _carry_out(self, queue: str, home: int, room: Room, limit: int) -> bool:
-        """Bring the slots up to date, move the loans into the home slot and take the hold from it;
-        False at the first write another shard's came before."""
+        """Bring the slots up to date, borrow from the lending slots and take the hold from the home
+        slot with what was borrowed; False at the first write another shard's came before."""
         for write in room.catch_up:
             if not self._catch_up(queue, write):
                 return False
+        lent = 0
         for lender, tokens in room.loans:
             if not self._take(queue, lender, tokens, room.windows[lender], limit):
-                return False
-            if not self._give(queue, home, tokens, room.windows[home]):
-                return False
-        return self._take(queue, home, room.take, room.windows[home], limit)
+                break
+            lent += tokens
+        else:
+            if self._take(queue, home, room.take, room.windows[home], limit, lent=lent):
+                return True
+        if lent:
+            # what was borrowed goes to the home slot all the same, where the next try finds it
+            self._give(queue, home, lent, room.windows[home])
+        return False
 
     def lost(self, attempt: int) -> None:
         """After `attempt` lost races: wait before reading again, so shards that collided do not

@@ -255,11 +255,11 @@ def test_a_lost_race_backs_off_with_jitter_before_the_slots_are_read_again(table
             super().__init__(table, sleep=self.slept.append, rand=lambda: 1.0)
             self.losses = losses
 
-        def _take(self, queue: str, slot: int, tokens: int, window: int, limit: int) -> bool:
+        def _take(self, queue: str, slot: int, tokens: int, window: int, limit: int, *, lent: int = 0) -> bool:
             if self.losses:
                 self.losses -= 1
                 return False
-            return super()._take(queue, slot, tokens, window, limit)
+            return super()._take(queue, slot, tokens, window, limit, lent=lent)
 
     queue = Contended(losses=3)
     assert queue.reserve(QUEUE, hold(0), 10, 800).granted
@@ -329,3 +329,27 @@ def test_one_shard_of_the_key_reconciles_at_a_time(table: Any) -> None:
     assert later.checked == NOW and not queue.claim_reconcile(QUEUE, later.checked)
     clock.now += RECONCILE_EVERY_S
     assert queue.claim_reconcile(QUEUE, later.checked)
+
+
+def test_tokens_borrowed_for_a_hold_that_lost_its_race_stay_in_the_queue(table: Any) -> None:
+    class LosesAtHome(QueueTable):
+        """Another shard takes from the home slot just before the first borrowing hold does."""
+
+        lost_once = False
+
+        def _take(self, queue: str, slot: int, tokens: int, window: int, limit: int, *, lent: int = 0) -> bool:
+            if lent and not self.lost_once:
+                self.lost_once = True
+                return False
+            return super()._take(queue, slot, tokens, window, limit, lent=lent)
+
+    queue = LosesAtHome(table, clock=Clock(), sleep=lambda s: None)
+    one = hold(0)
+    # 300 of 800: the home slot's 100 and 200 borrowed; the first try loses at home, the
+    # borrowed tokens wait there, and the second try takes them without borrowing again
+    queue.reserve(QUEUE, one, 300, 800)
+    assert queue.lost_once and spare(queue) == 500
+    slots, _ = queue.slots(QUEUE)
+    home = slots[one.home]
+    assert home is not None and home.spare == 0
+    assert queue.release(one) and spare(queue) == 800
