@@ -39,15 +39,19 @@ no batch at all lapses.
 
 **Figures.** A slot item is about 220 bytes whatever the shard count (at most about 350: the
 model's name, 26 counters): a write is 1 WCU, an eventually consistent read 0.5 RCU. A
-reservation reads the eight slots in one BatchGetItem (0.5 RCU on each) and writes its home slot
-once (1 WCU), or, borrowing, also each slot it borrows from once; a release writes the hold's slot
-once; a refused reservation writes nothing. The hold row is one strongly consistent read and one
-write on the shard's own partition, and a release one more write. A slot is also written the
+reservation reads the eight slots in one BatchGetItem (0.5 RCU on each; strongly consistent, 1
+RCU, after a lost race) and writes its home slot once (1 WCU); a file larger than its home
+slot's spare tokens first writes each slot it borrows from once (at most the seven others). A
+release writes the hold's slot once; a refused reservation writes nothing. The hold row is one
+strongly consistent read and one write on the shard's own partition, and a release one more: a
+batch costs four writes, and one more for each slot it borrowed from. A slot is also written the
 first time it is used and once an hour as it moves on. So S shards reserving in the same second
-put about S/8 writes on each slot (1,000 shards: about 125 WCU, 13% of a partition's 1,000) and
-S eventually consistent reads (500 RCU, 17% of 3,000). The single item that held every hold
-before grew with them and was read and rewritten whole by each: at 1,000 shards the capacity
-model measured it at about 86 KB, 66,000 WCU/s and 13,400 RCU/s.
+put about S/8 writes on each slot (a shard's first write falls on its home slot or on the first
+slot it borrows from; a refused reservation writes none, and one that lost a race reads again,
+strongly consistent, before it writes) and S reads: at 1,000 shards about 125 WCU (13% of a
+partition's 1,000) and 500 RCU (17% of 3,000). The single item that held every hold before grew
+with them and was read and rewritten whole by each: at 1,000 shards the capacity model measured
+it at about 86 KB, 66,000 WCU/s and 13,400 RCU/s.
 
 A part larger than the whole limit (one huge row) goes when the queue is otherwise empty: it
 takes every slot's tokens, so nothing goes beside it, and the provider's own count may be lower

@@ -138,13 +138,12 @@ class QueueTable(Rows):
 
     # ---- the slots
 
-    def slots(self, queue: str) -> tuple[dict[int, Slot | None], float]:
-        """Every slot of `queue` (None: not made yet), eventually consistent, and when the queue was
-        last reconciled."""
+    def slots(self, queue: str, *, consistent: bool = False) -> tuple[dict[int, Slot | None], float]:
+        """Every slot of `queue` (None: not made yet) and when the queue was last reconciled."""
         keys = [slot_key(queue, index) for index in range(QUEUE_SLOTS)]
         for key in keys:
             self.reads[key["pk"]] += 1
-        items = {str(item["pk"]): item for item in self._batch_get(keys)}
+        items = {str(item["pk"]): item for item in self._batch_get(keys, consistent=consistent)}
         found = {index: read_slot(items.get(key["pk"], {})) for index, key in enumerate(keys)}
         checked = float(items.get(keys[CHECK_SLOT]["pk"], {}).get("checked", 0))
         return found, checked
@@ -296,7 +295,8 @@ class QueueTable(Rows):
             return Reservation(True)
         checked = 0.0
         for attempt in range(1, MAX_RACES + 1):
-            slots, checked = self.slots(queue)
+            # a race lost on what an eventually consistent read showed is read again as it is
+            slots, checked = self.slots(queue, consistent=attempt > 1)
             found = plan(slots, hold, tokens, limit, window_of(now))
             if isinstance(found, NoRoom):
                 return Reservation(False, enqueued=found.enqueued, checked=checked)
