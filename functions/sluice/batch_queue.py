@@ -10,12 +10,14 @@ reads and writes.
 (sort key `QUEUE`; the shared rate limit's item is `LIMIT#<key hash>#<model>`), each holding its
 share of the limit as `spare` tokens. Tokens only ever move between slots, so the holds together
 never pass the limit however the shards interleave: a slot admits a hold only by taking it out of
-its own `spare` in one conditional update (`ADD spare -t ... IF spare >= t`), never on a count
-read earlier. A shard reserves on its home slot (a hash of job and shard). When the home slot
-lacks room and the others have it, the shard first takes what it lacks out of the fullest of them
-(a loan), and the home slot's update takes the loan in with the hold. A lost race (another
-shard's update came first) is read again after a jittered backoff (`retry.table_retry_delay_s`),
-at most `MAX_RACES` times; tokens borrowed for a hold that lost go to its home slot all the same.
+its own `spare` in one conditional update (`SET spare = spare - t ... IF spare >= t`), never on a
+count read earlier. A shard reserves on its home slot (a hash of job and shard). When the home
+slot lacks room and the others have it, the shard first takes what it lacks out of the fullest of
+them (a loan), and the home slot's update takes the loan in with the hold: one write on each slot
+a reservation touches, which also makes the slot, or moves it on to the current hour, when it must
+be. A lost race (another shard's update came first) gives back what it borrowed and is read again
+after a jittered backoff (`retry.table_retry_delay_s`), at most `MAX_RACES` times. The queue's
+first reservations make all eight slots (once each), so every slot exists while the key is used.
 
 **Holds.** Each hold is a row on the shard's own partition, `JOB#<job>#<shard>` /
 `HOLD#<part>#<attempt>`: the slot and window it took from, its tokens, since when, and whether
@@ -25,7 +27,7 @@ the batch), a release gives back once however often it is asked, and a shard tha
 the two writes leaves tokens held, never admits more than the limit.
 
 **Lapse.** A slot counts what holds took, less what it was lent, in 26 hourly counters beside
-`spare`; the first write in a new hour moves it on and returns the counters of the windows 26
+`spare`; its first write in a new hour moves it on and returns the counters of the windows 26
 hours old. So what nobody released (a hold, a loan, tokens a dead shard took but never recorded)
 is back 25 to 26 hours after it was taken, once the provider's 24-hour completion window has
 ended any batch it was for, and so is any miscount (an SDK retry of an applied update).
@@ -40,18 +42,18 @@ no batch at all lapses.
 **Figures.** A slot item is about 220 bytes whatever the shard count (at most about 350: the
 model's name, 26 counters): a write is 1 WCU, an eventually consistent read 0.5 RCU. A
 reservation reads the eight slots in one BatchGetItem (0.5 RCU on each; strongly consistent, 1
-RCU, after a lost race) and writes its home slot once (1 WCU); a file larger than its home
-slot's spare tokens first writes each slot it borrows from once (at most the seven others). A
-release writes the hold's slot once; a refused reservation writes nothing. The hold row is one
-strongly consistent read and one write on the shard's own partition, and a release one more: a
-batch costs four writes, and one more for each slot it borrowed from. A slot is also written the
-first time it is used and once an hour as it moves on. So S shards reserving in the same second
-put about S/8 writes on each slot (a shard's first write falls on its home slot or on the first
-slot it borrows from; a refused reservation writes none, and one that lost a race reads again,
-strongly consistent, before it writes) and S reads: at 1,000 shards about 125 WCU (13% of a
-partition's 1,000) and 500 RCU (17% of 3,000). The single item that held every hold before grew
-with them and was read and rewritten whole by each: at 1,000 shards the capacity model measured
-it at about 86 KB, 66,000 WCU/s and 13,400 RCU/s.
+RCU, after a lost race) and writes its home slot once (1 WCU); a file larger than its home slot's
+spare tokens first writes each slot it borrows from once (at most the seven others). A release
+writes the hold's slot once; a refused reservation writes nothing. The hold row is one strongly
+consistent read and one write on the shard's own partition, and a release one more: a batch
+costs four writes, and one more for each slot it borrowed from. So S shards reserving in the same
+second put about S/8 writes on each slot (a shard's first write falls on its home slot or on the
+first slot it borrows from; a refused reservation writes none, and one that lost a race reads
+again, strongly consistent, before it writes) and S reads: at 1,000 shards about 125 WCU (13% of
+a partition's 1,000) and 500 RCU (17% of 3,000). The capacity model (bench/capacity.py), which
+puts the busiest five seconds of every shard in flight on every slot, measures 400 WCU/s (40%)
+and 300 RCU/s (10%) a slot at 1,000 shards. The single item that held every hold before grew with
+them and was read and rewritten whole by each: about 86 KB there, 51,600 WCU/s and 8,800 RCU/s.
 
 A part larger than the whole limit (one huge row) goes when the queue is otherwise empty: it
 takes every slot's tokens, so nothing goes beside it, and the provider's own count may be lower
@@ -201,14 +203,29 @@ def caught_up(slot: Slot | None, index: int, limit: int, window: int) -> tuple[S
 
 
 @dataclass(frozen=True)
+class SlotWrite:
+    """One slot's single write in a reservation: brought up to date (`catch_up`, None when it is)
+    and `tokens` taken out of its spare ones (lent to the home slot, or, for the home slot, the
+    hold less what it was lent), counted in `window`."""
+
+    slot: int
+    tokens: int
+    window: int
+    catch_up: CatchUp | None = None
+
+
+@dataclass(frozen=True)
 class Room:
-    """How a hold fits: the slots to bring up to date, the loans into its home slot (lender,
-    tokens), then `take` tokens out of the home slot, each slot at its window in `windows`."""
+    """How a hold fits: the lending slots' writes, then the home slot's (`writes`, home last),
+    `take` tokens held in all; `missing` are the slots not made yet that it leaves alone."""
 
     take: int
-    catch_up: tuple[CatchUp, ...]
-    loans: tuple[tuple[int, int], ...]
-    windows: Mapping[int, int]
+    writes: tuple[SlotWrite, ...]
+    missing: tuple[int, ...] = ()
+
+    @property
+    def home(self) -> SlotWrite:
+        return self.writes[-1]
 
 
 @dataclass(frozen=True)
@@ -224,16 +241,16 @@ def plan(slots: Mapping[int, Slot | None], hold: Hold, tokens: int, limit: int, 
     A part larger than the whole limit takes all of it, so it goes only when nothing else is held.
     """
     views: dict[int, Slot] = {}
-    writes: dict[int, CatchUp | None] = {}
+    catch_ups: dict[int, CatchUp | None] = {}
     for index in range(QUEUE_SLOTS):
-        views[index], writes[index] = caught_up(slots.get(index), index, limit, window)
+        views[index], catch_ups[index] = caught_up(slots.get(index), index, limit, window)
     # a slot below zero (its share shrank with the limit) owes tokens the others' spare ones pay
     room = sum(view.spare for view in views.values())
     need = min(tokens, limit)
     if room < need:
         return NoRoom(max(0, limit - room))
     home = hold.home
-    loans: list[tuple[int, int]] = []
+    writes: list[SlotWrite] = []
     short = need - views[home].spare
     # the fullest slots first, so a loan takes as few writes as it can
     for lender in sorted(hold.lenders(), key=lambda index: -views[index].spare):
@@ -241,15 +258,15 @@ def plan(slots: Mapping[int, Slot | None], hold: Hold, tokens: int, limit: int, 
             break
         lent = min(max(0, views[lender].spare), short)
         if lent > 0:
-            loans.append((lender, lent))
+            writes.append(SlotWrite(lender, lent, views[lender].window, catch_ups[lender]))
             short -= lent
-    touched = [home, *(lender for lender, _ in loans)]
-    return Room(
-        take=need,
-        catch_up=tuple(write for index in touched if (write := writes[index]) is not None),
-        loans=tuple(loans),
-        windows={index: views[index].window for index in touched},
-    )
+    lent = sum(write.tokens for write in writes)
+    writes.append(SlotWrite(home, need - lent, views[home].window, catch_ups[home]))
+    touched = {write.slot for write in writes}
+    # from the home slot on, so that shards of different homes do not all make the same one first
+    around = [(home + n) % QUEUE_SLOTS for n in range(1, QUEUE_SLOTS)]
+    missing = tuple(index for index in around if slots.get(index) is None and index not in touched)
+    return Room(take=need, writes=tuple(writes), missing=missing)
 
 
 def reconcile_due(checked: float, now: float) -> bool:

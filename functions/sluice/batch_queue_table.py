@@ -29,15 +29,16 @@ from .batch_queue import (
     QUEUE_TTL_S,
     SLOT_NAMES,
     WINDOWS,
-    CatchUp,
     Hold,
     Listed,
     NoRoom,
     Room,
     Slot,
+    SlotWrite,
     dead,
     plan,
     reconcile_due,
+    share,
     suspects,
     window_of,
 )
@@ -148,58 +149,83 @@ class QueueTable(Rows):
         checked = float(items.get(keys[CHECK_SLOT]["pk"], {}).get("checked", 0))
         return found, checked
 
-    def _catch_up(self, queue: str, write: CatchUp) -> bool:
-        after = write.after
-        values: dict[str, Any] = {":lim": after.limit, ":win": after.window, ":exp": self._expires()}
-        if write.before is None:
-            sets = ["spare = :spare", "lim = :lim", "win = :win", "expires_at = :exp"]
-            sets += [f"{_counter(i)} = :zero" for i in range(WINDOWS)]
-            values.update({":spare": after.spare, ":zero": 0})
-            condition = "attribute_not_exists(win)"
+    def _write(self, queue: str, write: SlotWrite, limit: int) -> bool:
+        """A slot's one write in a reservation: `write.tokens` taken out of its spare ones if it has
+        them, the slot made with its share if nobody has yet, or first moved on to the current
+        window and limit if it must be."""
+        counter = _counter(write.window % WINDOWS)
+        values: dict[str, Any] = {":tokens": write.tokens, ":lim": limit, ":win": write.window, ":exp": self._expires()}
+        catch_up = write.catch_up
+        if catch_up is None or catch_up.before is None:
+            # made by this write or taken from as it is: the same update, so a slot made a moment
+            # ago by another shard is no race lost
+            update = (
+                "SET spare = if_not_exists(spare, :share) - :tokens, lim = if_not_exists(lim, :lim),"
+                f" win = if_not_exists(win, :win), {counter} = if_not_exists({counter}, :zero) + :tokens,"
+                " expires_at = :exp"
+            )
+            condition = (
+                "(attribute_not_exists(win) OR (win = :win AND lim = :lim))"
+                " AND (attribute_not_exists(spare) OR spare >= :tokens)"
+            )
+            values.update({":share": share(write.slot, limit), ":zero": 0})
         else:
+            # moved on: the lapsed windows' tokens come back in `delta`, as long as nobody changed
+            # their counters since they were read (a release into one of them would count twice)
+            before = catch_up.before
             sets = ["spare = spare + :delta", "lim = :lim", "win = :win", "expires_at = :exp"]
-            sets += [f"{_counter(i)} = :zero" for i in write.zeroed]
-            values.update({":delta": write.delta, ":zero": 0, ":was": write.before.window})
-            values[":was_lim"] = write.before.limit
-            # a release into a window that lapses now would be returned twice: the counters must be as read
-            checks = ["win = :was", "lim = :was_lim"]
-            for i in write.zeroed:
-                checks.append(f"{_counter(i)} = :k{i}")
-                values[f":k{i}"] = write.before.taken[i]
+            checks = ["win = :was", "lim = :was_lim", "spare >= :need"]
+            for i in catch_up.zeroed:
+                name = _counter(i)
+                if name != counter:
+                    sets.append(f"{name} = :zero")
+                checks.append(f"(attribute_not_exists({name}) OR {name} = :k{i})")
+                values[f":k{i}"] = before.taken[i]
+            if write.window % WINDOWS in catch_up.zeroed:
+                sets.append(f"{counter} = :tokens")
+            else:
+                sets.append(f"{counter} = if_not_exists({counter}, :zero) + :tokens")
+            update = "SET " + ", ".join(sets)
+            if ":zero" in update:
+                values[":zero"] = 0
             condition = " AND ".join(checks)
-        return (
-            self._update(
-                slot_key(queue, write.slot),
-                UpdateExpression="SET " + ", ".join(sets),
-                ConditionExpression=condition,
-                ExpressionAttributeValues=values,
+            values.update(
+                {
+                    ":delta": catch_up.delta - write.tokens,
+                    ":need": write.tokens - catch_up.delta,
+                    ":was": before.window,
+                    ":was_lim": before.limit,
+                }
             )
-            is not None
+        answer = self._update(
+            slot_key(queue, write.slot),
+            UpdateExpression=update,
+            ConditionExpression=condition,
+            ExpressionAttributeValues=values,
         )
+        return answer is not None
 
-    def _take(self, queue: str, slot: int, tokens: int, window: int, limit: int, *, lent: int = 0) -> bool:
-        """Take `tokens` out of a slot's spare ones, counted in `window`, if it has them, with `lent`
-        tokens borrowed from other slots going into it in the same write."""
-        counter = _counter(window % WINDOWS)
-        return (
-            self._update(
-                slot_key(queue, slot),
-                UpdateExpression=f"ADD spare :minus, {counter} :net SET expires_at = :exp",
-                ConditionExpression="win = :win AND lim = :lim AND spare >= :net",
-                ExpressionAttributeValues={
-                    ":minus": lent - tokens,
-                    ":net": tokens - lent,
-                    ":win": window,
-                    ":lim": limit,
-                    ":exp": self._expires(),
-                },
-            )
-            is not None
+    def _make(self, queue: str, slot: int, limit: int, window: int) -> bool:
+        """Make a slot nobody has used yet, with its share of the limit; False if it was made."""
+        answer = self._update(
+            slot_key(queue, slot),
+            UpdateExpression=(
+                "SET spare = if_not_exists(spare, :share), lim = if_not_exists(lim, :lim),"
+                " win = if_not_exists(win, :win), expires_at = if_not_exists(expires_at, :exp)"
+            ),
+            ExpressionAttributeValues={
+                ":share": share(slot, limit),
+                ":lim": limit,
+                ":win": window,
+                ":exp": self._expires(),
+            },
+            ReturnValues="UPDATED_OLD",
         )
+        return answer is not None and "win" not in answer.get("Attributes", {})
 
     def _give(self, queue: str, slot: int, tokens: int, window: int) -> bool:
-        """Put back (or lend) `tokens` counted in `window`, unless that window has lapsed: then the
-        slot returned them already."""
+        """Put back `tokens` taken in `window`, unless that window has lapsed: then the slot
+        returned them already."""
         counter = _counter(window % WINDOWS)
         return (
             self._update(
@@ -217,24 +243,23 @@ class QueueTable(Rows):
             is not None
         )
 
-    def _carry_out(self, queue: str, home: int, room: Room, limit: int) -> bool:
-        """Bring the slots up to date, borrow from the lending slots and take the hold from the home
-        slot with what was borrowed; False at the first write another shard's came before."""
-        for write in room.catch_up:
-            if not self._catch_up(queue, write):
+    def _carry_out(self, queue: str, room: Room, limit: int) -> bool:
+        """Take the loans from the lending slots, then the hold from the home slot with them, one
+        write a slot; False at the first write another shard's came before, the loans taken so
+        far given back."""
+        taken: list[SlotWrite] = []
+        for write in room.writes:
+            if not self._write(queue, write, limit):
+                for lent in taken:
+                    self._give(queue, lent.slot, lent.tokens, lent.window)
                 return False
-        lent = 0
-        for lender, tokens in room.loans:
-            if not self._take(queue, lender, tokens, room.windows[lender], limit):
+            taken.append(write)
+        for slot in room.missing:
+            # every slot exists from the queue's first reservations on (one nobody made holds its
+            # share all the same); the first one found made means another shard is making them
+            if not self._make(queue, slot, limit, room.home.window):
                 break
-            lent += tokens
-        else:
-            if self._take(queue, home, room.take, room.windows[home], limit, lent=lent):
-                return True
-        if lent:
-            # what was borrowed goes to the home slot all the same, where the next try finds it
-            self._give(queue, home, lent, room.windows[home])
-        return False
+        return True
 
     def lost(self, attempt: int) -> None:
         """After `attempt` lost races: wait before reading again, so shards that collided do not
@@ -300,8 +325,8 @@ class QueueTable(Rows):
             found = plan(slots, hold, tokens, limit, window_of(now))
             if isinstance(found, NoRoom):
                 return Reservation(False, enqueued=found.enqueued, checked=checked)
-            if self._carry_out(queue, hold.home, found, limit):
-                self._record(hold, queue, hold.home, found.windows[hold.home], found.take, now)
+            if self._carry_out(queue, found, limit):
+                self._record(hold, queue, hold.home, found.home.window, found.take, now)
                 return Reservation(True)
             if attempt < MAX_RACES:
                 self.lost(attempt)
