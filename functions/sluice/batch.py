@@ -234,7 +234,7 @@ async def _created_batches(api: openai.AsyncOpenAI, spec: ShardSpec, since: floa
     return found
 
 
-async def _listed_holds(
+async def _listed_batches(
     api: openai.AsyncOpenAI, since: float
 ) -> dict[tuple[str, int], dict[tuple[int, int], batch_queue.Listed]]:
     """The key's Sluice batches created since `since`, as the queue's reconciling reads them."""
@@ -397,7 +397,7 @@ async def _advance(
         if not got.granted and model not in reconciled and queue.claim_reconcile(name, got.checked):
             # holds of shards that died are released here, from the provider's own list
             reconciled.add(model)
-            listed = await _listed_holds(api, since=time.time() - HOLD_MAX_S - CLOCK_SLACK_S)
+            listed = await _listed_batches(api, since=time.time() - HOLD_MAX_S - CLOCK_SLACK_S)
             if queue.forget(name, listed):
                 got = queue.reserve(name, hold, state.tokens[index], limit)
         if not got.granted:
