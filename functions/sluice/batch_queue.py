@@ -39,8 +39,9 @@ holds whose batch ended that long ago, or that no listed batch has and are older
 (a shard that reserved several files and died after creating some). A hold whose shard created
 no batch at all lapses.
 
-**Figures.** A slot item is about 220 bytes whatever the shard count (at most about 350: the
-model's name, 26 counters): a write is 1 WCU, an eventually consistent read 0.5 RCU. A
+**Figures.** A slot item is under 400 bytes whatever the shard count (about 90 when made, up to
+about 350 with the model's name and all 26 counters): a write is 1 WCU, an eventually consistent
+read 0.5 RCU. A
 reservation reads the eight slots in one BatchGetItem (0.5 RCU on each; strongly consistent, 1
 RCU, after a lost race) and writes its home slot once (1 WCU); a file larger than its home slot's
 spare tokens first writes each slot it borrows from once (at most the seven others). A release
