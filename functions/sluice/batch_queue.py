@@ -41,20 +41,19 @@ no batch at all lapses.
 
 **Figures.** A slot item is under 400 bytes whatever the shard count (about 90 when made, up to
 about 350 with the model's name and all 26 counters): a write is 1 WCU, an eventually consistent
-read 0.5 RCU. A
-reservation reads the eight slots in one BatchGetItem (0.5 RCU on each; strongly consistent, 1
-RCU, after a lost race) and writes its home slot once (1 WCU); a file larger than its home slot's
-spare tokens first writes each slot it borrows from once (at most the seven others). A release
-writes the hold's slot once; a refused reservation writes nothing. The hold row is one strongly
-consistent read and one write on the shard's own partition, and a release one more: a batch
-costs four writes, and one more for each slot it borrowed from. So S shards reserving in the same
-second put about S/8 writes on each slot (a shard's first write falls on its home slot or on the
-first slot it borrows from; a refused reservation writes none, and one that lost a race reads
-again, strongly consistent, before it writes) and S reads: at 1,000 shards about 125 WCU (13% of
-a partition's 1,000) and 500 RCU (17% of 3,000). The capacity model (bench/capacity.py), which
-puts the busiest five seconds of every shard in flight on every slot, measures 400 WCU/s (40%)
-and 300 RCU/s (10%) a slot at 1,000 shards. The single item that held every hold before grew with
-them and was read and rewritten whole by each: about 86 KB there, 51,600 WCU/s and 8,800 RCU/s.
+read 0.5 RCU. A reservation reads the eight slots in one BatchGetItem (0.5 RCU on each; strongly
+consistent, 1 RCU, after a lost race) and writes its home slot once (1 WCU); a file larger than its
+home slot's spare tokens first writes each slot it borrows from once (at most the seven others). A
+release writes the hold's slot once; a refused reservation writes nothing. The hold row is one
+strongly consistent read and one write on the shard's own partition, and a release one more: a
+batch costs four writes, and one more for each slot it borrowed from. So S shards reserving in the
+same second put about S/8 writes on each slot (a shard's first write falls on its home slot or on
+the first slot it borrows from; a refused reservation writes none, and one that lost a race reads
+again, strongly consistent, before it writes) and S reads: at 1,000 shards about 125 WCU (13% of a
+partition's 1,000) and 500 RCU (17% of 3,000). The capacity model (bench/capacity.py), which puts
+the busiest five seconds of every shard in flight on every slot, measures 400 WCU/s (40%) and 300
+RCU/s (10%) a slot at 1,000 shards. The single item that held every hold before grew with them and
+was read and rewritten whole by each: about 86 KB there, 51,600 WCU/s and 8,800 RCU/s.
 
 A part larger than the whole limit (one huge row) goes when the queue is otherwise empty: it
 takes every slot's tokens, so nothing goes beside it, and the provider's own count may be lower
