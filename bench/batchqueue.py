@@ -10,7 +10,7 @@ file behind. The job's lines add up to --times the limit, in shards of --shard-l
 Figures: lines, lines answered, lines in errors (target 0), batches created,
 `token_limit_exceeded` seen, the peak enqueued tokens at the provider (the foreign batch's
 included) against the limit, DynamoDB writes per line (all of the job's, and the queue
-item's alone), and the wall time.
+slots and hold rows alone), and the wall time.
 
     .venv/bin/python bench/batchqueue.py
 """
@@ -57,7 +57,7 @@ def tokens(b: dict[str, Any]) -> int:
 
 
 def _kind(key: Any) -> str:
-    """The row a write went to, by its sort key: JOB, SHARD, ITEM, QUEUE, ..."""
+    """The row a write went to, by its sort key: JOB, SHARD, ITEM, QUEUE (a queue slot), HOLD, ..."""
     sort_key = key.get("sk", {}) if isinstance(key, dict) else {}
     value = sort_key.get("S", "") if isinstance(sort_key, dict) else str(sort_key)
     return str(value).split("#", 1)[0] or "?"
@@ -170,7 +170,7 @@ def main() -> int:
                 run = run_job(cloud, path, metadata={"sluice-mode": "batch"})
                 wall = time.monotonic() - started
             items = boto3.resource("dynamodb", region_name=REGION).Table(cloud.table_name).scan()["Items"]
-            holds_left = sum(len(i.get("holds") or {}) for i in items if i["sk"] == "QUEUE")
+            holds_left = sum(1 for i in items if str(i["sk"]).startswith("HOLD#") and "released" not in i)
         batches = sim.call(lambda s: [b for b in s.batches.values() if b.id not in foreign])
         refused_files_left = sim.call(lambda s: sum(1 for b in batches if b.errors and b.input_file_id in s.files))
         peak = sim.call(lambda s: s.batch_api.peak_enqueued.get(MODEL, 0))
@@ -196,7 +196,8 @@ def main() -> int:
             "DynamoDB writes per line",
             f"{counter.writes / lines:.3f} ({counter.writes:,} writes: "
             + ", ".join(f"{kind} {n:,}" for kind, n in counter.by_kind.most_common())
-            + f"); the queue's alone {counter.by_kind['QUEUE'] / lines:.4f}",
+            + f"); the queue's alone {(counter.by_kind['QUEUE'] + counter.by_kind['HOLD']) / lines:.4f}"
+            + f" (its shared slots {counter.by_kind['QUEUE'] / lines:.4f})",
         ),
         ("queue holds left", f"{holds_left}"),
         ("wall time", f"{wall:.1f} s"),

@@ -39,9 +39,11 @@ READ_ITEMS = (QUERY,)
 SETTLE_EARLY = (BATCH_GET, UPDATE, GET)
 # JobStore.reserve_budget / release_budget / budget_state (sluice.budget.Budget)
 BUDGET = (UPDATE, GET)
-# shared_limit.BucketTable and batch_queue.QueueTable: one item each, read then written on a version
+# shared_limit.BucketTable: one item, read then written on a version
 SHARED_LIMIT = (GET, UPDATE)
-BATCH_QUEUE = (GET, UPDATE)
+# batch_queue_table.QueueTable: the queue's slots read together, updated one at a time; the hold
+# rows on the shard's partition, read, updated, and queried for a dead shard's while reconciling
+BATCH_QUEUE = (GET, BATCH_GET, UPDATE, QUERY)
 # JobStore.arm_shard, begin_batch_submit, set_shard_batches, plan_batch_parts, requeue_batch,
 # mark_batch_collected, await_batch: one shard row
 UPDATE_SHARD = (UPDATE,)

@@ -33,7 +33,8 @@ import openai
 import orjson
 
 from . import batch_queue
-from .batch_queue import QueueTable, estimate_tokens, hold_ref, limit_exceeded, queue_key
+from .batch_queue import HOLD_MAX_S, Hold, estimate_tokens, limit_exceeded, queue_key
+from .batch_queue_table import QueueTable
 from .budget import Budget, worst_case_nano
 from .cache import fill_for
 from .contract import Settings
@@ -233,14 +234,16 @@ async def _created_batches(api: openai.AsyncOpenAI, spec: ShardSpec, since: floa
     return found
 
 
-async def _active_holds(api: openai.AsyncOpenAI, since: float) -> set[str]:
-    """The queue holds of the key's batches the provider still runs (created since `since`)."""
+async def _listed_batches(
+    api: openai.AsyncOpenAI, since: float
+) -> dict[tuple[str, int], dict[tuple[int, int], batch_queue.Listed]]:
+    """The key's Sluice batches created since `since`, as the queue's reconciling reads them."""
     listed = []
     async for batch in api.batches.list(limit=100):
         if batch.created_at < since:
             break
         listed.append(batch)
-    return batch_queue.active_refs(listed)
+    return batch_queue.listed_batches(listed)
 
 
 def _metadata(spec: ShardSpec, index: int, attempt: int) -> dict[str, str]:
@@ -387,17 +390,16 @@ async def _advance(
         model = state.models[index]
         if model in full:
             continue
-        pk = queue_key(settings.provider_base_url, ctx.api_key, model)
-        ref = hold_ref(spec.job_id, spec.shard, index, state.attempt(index))
+        name = queue_key(settings.provider_base_url, ctx.api_key, model)
+        hold = Hold(spec.job_id, spec.shard, index, state.attempt(index))
         limit = settings.batch_queue_limit(model or None)
-        got = batch_queue.reserve(queue, pk, ref, state.tokens[index], limit, time.time())
-        if not got.granted and model not in reconciled:
+        got = queue.reserve(name, hold, state.tokens[index], limit)
+        if not got.granted and model not in reconciled and queue.claim_reconcile(name, got.checked):
             # holds of shards that died are released here, from the provider's own list
             reconciled.add(model)
-            oldest = min((h.since for h in queue.load(pk).holds.values()), default=time.time())
-            active = await _active_holds(api, since=oldest - CLOCK_SLACK_S)
-            if batch_queue.forget(queue, pk, active, time.time()):
-                got = batch_queue.reserve(queue, pk, ref, state.tokens[index], limit, time.time())
+            listed = await _listed_batches(api, since=time.time() - HOLD_MAX_S - CLOCK_SLACK_S)
+            if queue.forget(name, listed):
+                got = queue.reserve(name, hold, state.tokens[index], limit)
         if not got.granted:
             full.add(model)
             continue
@@ -414,10 +416,7 @@ async def _advance(
     parts = _rebuild(ctx, spec, granted) if files is None else [files[index] for index in granted]
 
     def release(index: int) -> None:
-        queue.release(
-            queue_key(settings.provider_base_url, ctx.api_key, state.models[index]),
-            hold_ref(spec.job_id, spec.shard, index, state.attempt(index)),
-        )
+        queue.release(Hold(spec.job_id, spec.shard, index, state.attempt(index)))
 
     created = 0
     try:
@@ -746,12 +745,8 @@ async def collect_batch(
             if batch.status not in TERMINAL:
                 waiting.append(batch_id)
                 continue
-            if index < len(state.models):
-                # the provider's queue let go of these tokens: so does ours
-                queue.release(
-                    queue_key(settings.provider_base_url, ctx.api_key, state.models[index]),
-                    hold_ref(spec.job_id, spec.shard, index, state.attempt(index)),
-                )
+            # the provider's queue let go of these tokens: so does ours
+            queue.release(Hold(spec.job_id, spec.shard, index, state.attempt(index)))
             if limit_exceeded(batch):
                 # the queue was full: nothing ran, so the file waits and goes again later
                 _requeue(ctx, spec, state, index)

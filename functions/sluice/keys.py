@@ -14,6 +14,7 @@ JOB_SORT_KEY = "META"
 SHARD_SORT_KEY = "SHARD"
 ITEM_PREFIX = "ITEM#"
 ITEM_WIDTH = 9
+HOLD_PREFIX = "HOLD#"
 
 
 def job_partition(job_id: str) -> str:
@@ -38,6 +39,11 @@ def shard_key(job_id: str, shard: int) -> dict[str, str]:
 
 def item_key(job_id: str, shard: int, line: int) -> dict[str, str]:
     return {PARTITION_KEY: shard_partition(job_id, shard), SORT_KEY: item_sort_key(line)}
+
+
+def hold_key(job_id: str, shard: int, part: int, attempt: int) -> dict[str, str]:
+    """A part's hold on the provider's Batch queue (`batch_queue`), on its shard's own partition."""
+    return {PARTITION_KEY: shard_partition(job_id, shard), SORT_KEY: f"{HOLD_PREFIX}{part:05d}#{attempt}"}
 
 
 def response_key(response_id: str) -> dict[str, str]:

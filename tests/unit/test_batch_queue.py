@@ -1,5 +1,5 @@
-"""Batch mode within the provider's enqueued-token limit (issue 16): packing, the shared
-reservation in the table, the simulator's queue, and shards pacing their batches under it."""
+"""Batch mode within the provider's enqueued-token limit (issue 16): packing, the simulator's queue,
+and shards pacing their batches under it (the queue's slots themselves: test_batch_queue_slots)."""
 
 from __future__ import annotations
 
@@ -8,32 +8,16 @@ import time
 from dataclasses import replace
 from typing import Any
 
-import boto3
 import httpx2
 import openai
 import orjson
 import pytest
-from moto import mock_aws
 from openai.resources.batches import AsyncBatches
 from sluice.batch import collect_batch, split_parts, submit_batch
-from sluice.batch_queue import (
-    HOLD_GRACE_S,
-    HOLD_MAX_S,
-    MAX_RACES,
-    Hold,
-    Queue,
-    QueueTable,
-    active_refs,
-    admit,
-    estimate_tokens,
-    forget,
-    hold_ref,
-    queue_key,
-    reserve,
-)
-from sluice.contract import Settings, SettingsError, create_table_request
+from sluice.batch_queue import HOLD_GRACE_S, Hold, caught_up, estimate_tokens, queue_key, window_of
+from sluice.batch_queue_table import QueueTable
+from sluice.contract import Settings, SettingsError
 from sluice.model import Request
-from sluice.retry import TABLE_RETRY, table_retry_delay_s
 
 from local.simulator import SimConfig, SimulatorServer
 from tests.unit.test_batch import JOB, Env, lines, request
@@ -73,108 +57,6 @@ def test_queue_limits_travel_in_the_settings_and_a_bad_one_is_named() -> None:
     assert default.batch_queue_limit("gpt-4o-mini") == 2_000_000 and default.batch_queue_limit("gpt-4o") == 90_000
     with pytest.raises(SettingsError, match="SLUICE_BATCH_QUEUE_TOKENS='gpt-4o=lots'"):
         Settings.from_env({**chosen.to_env(), "SLUICE_BATCH_QUEUE_TOKENS": "gpt-4o=lots"})
-
-
-def test_admission_fits_the_limit_lets_a_lone_giant_through_and_forgets_lapsed_holds() -> None:
-    now = 1000.0
-    queue = Queue({"a": Hold(60, now)}, version=3)
-    assert admit(queue, "b", 50, 100, now) is None
-    taken = admit(queue, "b", 40, 100, now)
-    assert taken is not None and taken.enqueued(now) == 100 and taken.version == 4
-    # no limit, or a file larger than the limit facing an empty queue: it goes
-    assert admit(queue, "b", 10**9, 0, now) is not None
-    assert admit(Queue(), "giant", 500, 100, now) is not None
-    # a hold outlives the 24-hour window only by its slack, then counts no more
-    assert admit(queue, "b", 50, 100, now + HOLD_MAX_S) is not None
-
-
-@pytest.fixture
-def table() -> Any:
-    with mock_aws():
-        ddb = boto3.client("dynamodb", region_name="us-east-1")
-        ddb.create_table(**create_table_request("jobs"))
-        yield boto3.resource("dynamodb", region_name="us-east-1").Table("jobs")
-
-
-def test_a_reservation_waits_for_room_that_a_release_makes(table: Any) -> None:
-    queue = QueueTable(table)
-    now = time.time()
-    assert reserve(queue, "pk", "j#0#0#1", 60, 100, now).granted
-    refused = reserve(queue, "pk", "j#1#0#1", 50, 100, now)
-    assert not refused.granted and refused.enqueued == 60
-    # asking again for a hold already taken says since when: the batch may exist already
-    again = reserve(queue, "pk", "j#0#0#1", 60, 100, now + 5)
-    assert again.granted and again.held_since == pytest.approx(now, abs=0.01)
-    queue.release("pk", "j#0#0#1")
-    queue.release("pk", "j#0#0#1")  # twice is harmless
-    assert reserve(queue, "pk", "j#1#0#1", 50, 100, now).granted
-    assert set(queue.load("pk").holds) == {"j#1#0#1"}
-    # two reservations and two releases (one of them a no-op) wrote; nothing per line
-    assert queue.writes == 4
-
-
-class Contended(QueueTable):
-    """The queue item, with a rival shard winning the first `losses` races; sleeps are recorded."""
-
-    def __init__(self, table: Any, losses: int) -> None:
-        self.slept: list[float] = []
-        super().__init__(table, sleep=self.slept.append, rand=lambda: 1.0)
-        self.losses = losses
-
-    def save(self, pk: str, queue: Queue) -> bool:
-        if self.losses:
-            self.losses -= 1
-            self.writes += 1
-            return False
-        return super().save(pk, queue)
-
-
-def test_a_lost_race_backs_off_with_jitter_before_the_queue_is_read_again(table: Any) -> None:
-    queue = Contended(table, losses=3)
-    assert reserve(queue, "pk", "j#0#0#1", 10, 100, time.time()).granted
-    # a wait after each lost race, growing, up to the table's cap
-    assert queue.slept == [table_retry_delay_s(n, lambda: 1.0) for n in (1, 2, 3)]
-    assert 0 < queue.slept[0] < queue.slept[1] < queue.slept[2] <= TABLE_RETRY.max_delay_s
-    stale_hold = Queue({"j#9#0#1": Hold(5, time.time() - 2 * HOLD_GRACE_S)}, 0)
-    assert queue.save("other", replace(stale_hold, version=1))
-    loser = Contended(table, losses=2)
-    assert forget(loser, "other", set(), time.time()) == 1
-    assert len(loser.slept) == 2
-    # one that loses every race gives up without a last, useless wait
-    hopeless = Contended(table, losses=100)
-    assert not reserve(hopeless, "pk", "j#1#0#1", 10, 100, time.time()).granted
-    assert len(hopeless.slept) == MAX_RACES - 1
-
-
-def test_the_table_backoff_is_full_jitter_under_a_cap() -> None:
-    assert table_retry_delay_s(1, lambda: 0.0) == 0.0
-    assert table_retry_delay_s(1, lambda: 1.0) == TABLE_RETRY.base_delay_s
-    assert table_retry_delay_s(2, lambda: 0.5) == TABLE_RETRY.base_delay_s
-    assert table_retry_delay_s(40, lambda: 1.0) == TABLE_RETRY.max_delay_s
-
-
-def test_a_dead_shards_hold_is_dropped_unless_the_provider_still_runs_its_batch(table: Any) -> None:
-    queue = QueueTable(table)
-    old = time.time() - HOLD_GRACE_S - 1
-    for ref in ("j#0#0#1", "j#0#1#2", "j#1#0#1"):
-        assert reserve(queue, "pk", ref, 10, 100, old).granted
-    assert reserve(queue, "pk", "j#2#0#1", 10, 100, time.time()).granted
-
-    class Listed:
-        def __init__(self, status: str, **metadata: str) -> None:
-            self.status, self.metadata = status, metadata
-
-    active = active_refs(
-        [
-            Listed("in_progress", job="j", shard="0", part="1", **{"try": "2"}),
-            Listed("completed", job="j", shard="1", part="0"),
-            Listed("validating", job="elsewhere", shard="x", part="0"),
-        ]
-    )
-    assert active == {hold_ref("j", 0, 1, 2)}
-    assert forget(queue, "pk", active, time.time()) == 2
-    # the running batch's hold stays, and so does the young one (its batch may be being created)
-    assert set(queue.load("pk").holds) == {"j#0#1#2", "j#2#0#1"}
 
 
 def _body(n: int) -> dict[str, Any]:
@@ -262,12 +144,16 @@ def test_two_shards_never_hold_more_than_the_limit_and_finish_every_line(batch_e
     # 40 lines of about 30 tokens: several rounds of batches, more than fit at once
     assert len(env.creates()) >= 4
     # every hold went back
+    assert _queue_left(env, limit, [(JOB, 0), (JOB, 1)]) == ([], limit)
+
+
+def _queue_left(env: Env, limit: int, shards: list[tuple[str, int]]) -> tuple[list[Hold], int]:
+    """The holds of `shards` not released, and the spare tokens of the key's gpt-4o-mini queue."""
     queue = QueueTable(env.store.table)
-    assert all(not queue.load(str(item["pk"])).holds for item in _queue_items(env))
-
-
-def _queue_items(env: Env) -> list[dict[str, Any]]:
-    return [i for i in env.store.table.scan()["Items"] if i["sk"] == "QUEUE"]
+    name = queue_key(env.ctx.settings.provider_base_url, env.ctx.api_key, "gpt-4o-mini")
+    slots, _ = queue.slots(name)
+    spare = sum(caught_up(slot, i, limit, window_of(time.time()))[0].spare for i, slot in slots.items())
+    return [row.hold for row in queue.unreleased(shards)], spare
 
 
 def test_a_batch_refused_for_a_full_queue_is_created_again_and_leaves_no_file(batch_env: Env) -> None:  # noqa: F811
@@ -308,18 +194,31 @@ def test_a_hold_left_by_a_shard_that_died_is_reconciled_away_and_the_queue_moves
     env = batch_env
     env.sim.configure(batch_phase_s=0.05)
     env.ctx = replace(env.ctx, settings=replace(env.ctx.settings, batch_queue_tokens="gpt-4o-mini=300"))
-    queue = QueueTable(env.store.table)
-    pk = queue_key(env.ctx.settings.provider_base_url, env.ctx.api_key, "gpt-4o-mini")
-    # a shard of another job reserved the whole queue, then died before creating its batch
-    dead = hold_ref("dead-job", 0, 0, 1)
-    assert reserve(queue, pk, dead, 300, 300, time.time() - HOLD_GRACE_S - 1).granted
+    long_ago = time.time() - HOLD_GRACE_S - 100
+    queue = QueueTable(env.store.table, clock=lambda: long_ago)
+    name = queue_key(env.ctx.settings.provider_base_url, env.ctx.api_key, "gpt-4o-mini")
+    # a shard of another job reserved the whole queue for two files, created the first one's
+    # batch, which ended long ago, and died before it created the second or released either
+    created, never = Hold("dead-job", 0, 0, 1), Hold("dead-job", 0, 1, 1)
+    assert queue.reserve(name, created, 200, 300).granted and queue.reserve(name, never, 100, 300).granted
+    client = openai.OpenAI(base_url=env.sim.base_url, api_key="sk-test")
+    batch = client.batches.create(
+        input_file_id=_upload(client, 1),
+        endpoint="/v1/chat/completions",
+        completion_window="24h",
+        metadata={"job": "dead-job", "shard": "0", "part": "0"},
+    )
+    deadline = time.monotonic() + 5
+    while client.batches.retrieve(batch.id).status != "completed":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    env.sim.call(lambda s: setattr(s.batches[batch.id], "created_at", int(long_ago)))
     spec = env.shard(lines(5))
     submitted = asyncio.run(submit_batch(env.ctx, spec))
     assert submitted["batches_created"] == 1
-    holds = queue.load(pk).holds
-    assert dead not in holds and set(holds) == {hold_ref(JOB, 0, 0, 1)}
+    assert _queue_left(env, 300, [("dead-job", 0), (JOB, 0)])[0] == [Hold(JOB, 0, 0, 1)]
     assert _run_shards(env, [spec])[0]["done"] is True
-    assert not queue.load(pk).holds
+    assert _queue_left(env, 300, [("dead-job", 0), (JOB, 0)]) == ([], 300)
 
 
 def test_a_create_refused_outright_for_a_full_queue_waits_and_goes_again(
@@ -349,9 +248,7 @@ def test_a_create_refused_outright_for_a_full_queue_waits_and_goes_again(
     # the first file was refused: the rest of the shard's files wait with it, holding nothing
     assert submitted["batches_created"] == 0 and submitted["batch_ids"] == []
     assert env.sim.call(lambda s: list(s.files)) == []
-    queue = QueueTable(env.store.table)
-    pk = queue_key(env.ctx.settings.provider_base_url, env.ctx.api_key, "gpt-4o-mini")
-    assert not queue.load(pk).holds
+    assert _queue_left(env, 300, [(JOB, 0)]) == ([], 300)
     row = env.store.shard(JOB, 0) or {}
     assert row["batch_tries"] == {"0": 2} and row["batch_requeued"] == 1
     assert row["provider_id"] == f"QUEUED#{JOB}#0"
@@ -361,4 +258,4 @@ def test_a_create_refused_outright_for_a_full_queue_waits_and_goes_again(
     assert len(results) == 12 and errors == []
     metadata = env.sim.call(lambda s: [b.metadata for b in s.batches.values()])
     assert metadata[0] == {"job": JOB, "shard": "0", "part": "0", "try": "2"}
-    assert not queue.load(pk).holds
+    assert _queue_left(env, 300, [(JOB, 0)]) == ([], 300)

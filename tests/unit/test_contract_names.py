@@ -23,7 +23,6 @@ NOT_YET = {
     "functions/sluice/shard.py": "the shard S3 layout (jobs/<job>/shards/<n>/)",
     "functions/sluice/failure.py": "FAILED and the summary key (the terminal-summary writer)",
     "functions/sluice/merge.py": "the summary key",
-    "functions/sluice/batch_queue.py": "pk/sk",
     "functions/sluice/plan.py": "inbox/ and outbox/ in output_prefix, the duplicates file's shard prefix",
     "local/cloud.py": "inbox/, the output suffixes and the execution's statuses",
 }

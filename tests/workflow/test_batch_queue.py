@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import boto3
 import openai
 import orjson
+from sluice.batch_queue import QUEUE_SLOTS, SLOT_NAMES, caught_up, window_of
+from sluice.batch_queue_table import read_slot
 
 from local.cloud import REGION, run_job
 from local.simulator import SimulatorServer
@@ -92,7 +95,13 @@ def test_a_job_of_three_times_the_queue_limit_finishes_every_line_through_refusa
     peak = simulator.call(lambda sim: sim.batch_api.peak_enqueued["gpt-4o-mini"])
     assert peak <= limit
     assert sum(s["batch"]["requeued"] for s in run.summary["shards"]) == len(refused)
-    # every shard's holds went back to the queue once its batches ended
+    # every shard's holds went back to the queue once its batches ended: its slots hold the limit again
     items = boto3.resource("dynamodb", region_name=REGION).Table(cloud.table_name).scan()["Items"]
-    queues = [i for i in items if i["sk"] == "QUEUE"]
-    assert len(queues) == 1 and queues[0]["holds"] == {}
+    holds = [i for i in items if str(i["sk"]).startswith("HOLD#")]
+    assert holds and all("released" in i for i in holds)
+    slots = {SLOT_NAMES.index(str(i["pk"]).rsplit("#", 1)[1]): i for i in items if i["sk"] == "QUEUE" and "win" in i}
+    now = window_of(time.time())
+    spare = sum(
+        caught_up(read_slot(slots[n]) if n in slots else None, n, limit, now)[0].spare for n in range(QUEUE_SLOTS)
+    )
+    assert spare == limit
