@@ -159,7 +159,7 @@ class DynamoRequest:
         if error and not failed_condition:
             # refused before it touched an item (validation, a quota): DynamoDB charges nothing
             refused = [Call(**base, table=t.table, pk=self._pk(t), sk=self._sk(t)) for t in self.targets]
-            return refused[:1] + [replace(c, seconds=0.0, cpu=0.0) for c in refused[1:]]
+            return refused[:1] + [replace(c, seconds=0.0, cpu=0.0, more=True) for c in refused[1:]]
         out: list[Call] = []
         for target in self.targets:
             after = None if failed_condition else self.tables.item(target.table, target.key)
@@ -195,7 +195,7 @@ class DynamoRequest:
             if not failed_condition and target.kind != "check":
                 out.extend(self._index_writes(base, target, after))
         # the request's seconds once, on its first item
-        return out[:1] + [replace(c, seconds=0.0, cpu=0.0) for c in out[1:]]
+        return out[:1] + [replace(c, seconds=0.0, cpu=0.0, more=True) for c in out[1:]]
 
     def _pk(self, target: _Target) -> str:
         shape = self.tables.shape(target.table)

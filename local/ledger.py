@@ -83,6 +83,8 @@ class Call:
     error: str = ""
     # the calling thread's CPU seconds in the call (moto answers on it): what was not the step's own
     cpu: float = 0.0
+    # a DynamoDB request's second and later items: the request is counted on its first
+    more: bool = False
     # DynamoDB
     table: str = ""
     index: str = ""
