@@ -393,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", nargs="?", default="report", choices=("report", "measure", "check", "docs"))
     parser.add_argument("--env", default=ENV)
-    parser.add_argument("--runs", default="", help="measure only these runs (comma-separated), for a trial")
+    parser.add_argument("--runs", default="", help="measure only these runs (comma-separated) and keep the others")
     args = parser.parse_args(argv)
     env = environment(args.env)
     if args.command == "measure":
@@ -401,6 +401,10 @@ def main(argv: list[str] | None = None) -> int:
 
         chosen = tuple(r for r in capacity_runs.RUNS if not args.runs or r.name in args.runs.split(","))
         runs = capacity_runs.measure(chosen, log=lambda text: print(text, file=sys.stderr))
+        if args.runs and MEASURED.exists():
+            # measured again: these runs replace their old selves, the others stay
+            again = {r["spec"]["name"]: r for r in runs}
+            runs = [again.pop(r["spec"]["name"], r) for r in load()["runs"]] + list(again.values())
         data = {"runs": runs, "stack": capacity_runs.stack_figures()}
         MEASURED.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
         print(f"wrote {MEASURED}")

@@ -19,14 +19,16 @@ comes from measured runs, not from counts typed by hand.
    by item, a Query by the bytes it read before its filter, a failed conditional write still
    charged, and the writes a global secondary index takes); for S3 the bucket, key, prefix and
    bytes; for every other service the call. Every test runs through it.
-2. **The runs.** `bench/capacity.py measure` runs small jobs in the local cloud (`bench/capacity_runs.py`),
-   with the simulator's key held to a per-key limit as a provider holds one, so that shards run
-   at their share of the key as they do at scale. The runs vary the lines, the shards, the shards
-   in flight, how long shards run and how often they loop, and the mode; one runs out of its
-   spending cap and two fail (MarkFailed); the response cache grows from run to run. Keys are
-   grouped by their shape (the job's id and every number replaced), so the model follows the key
-   layout the code writes, whatever it is; a key written from several shards is shared, one
-   written from one shard is that shard's, one per line (an item row, a response id) is a line's.
+2. **The runs.** `bench/capacity.py measure` runs small jobs in the local cloud
+   (`bench/capacity_runs.py`), with the simulator's key held to a per-key limit as a provider holds
+   one, and each shard near a line a second, the key's share of a shard at the maximum, so that its
+   checkpoints, leases and polls come at the pace they come at scale. The runs vary the lines, the
+   shards, the shards in flight, how long shards run and how often they loop, and the mode; one runs
+   out of its spending cap, and three fail (MarkFailed), with shards of two sizes; the response
+   cache grows from run to run. Keys are grouped by their shape (the job's id and every number
+   replaced), so the model follows the key layout the code writes, whatever it is; a key written
+   from several shards is shared, one written from one shard is that shard's, one per line (an
+   item row, a response id) is a line's.
 3. **The model.** `bench/capacity_model.py` fits every count, by non-negative least squares, as
    a·lines + b·shards + r·runs + c·shard-seconds + d, per mode and key. At a scenario the lines
    come at the job's pace, each shard in flight adds what a shard does beyond its lines, and the

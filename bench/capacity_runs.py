@@ -7,8 +7,8 @@ is the bottleneck. The runs vary the lines, the shards, the shards in flight, ho
 run and how often they loop, and the mode, so that a fit can tell what a line costs from what a
 shard, a run and a second of a shard cost (`capacity_model`). Two more kinds of run show what
 only happens sometimes: a job whose spending cap runs out (the end-of-job wait for the others'
-refunds) and a job that fails (MarkFailed). The response cache stays on and grows from run to
-run, so Plan meets caches of different sizes.
+refunds) and jobs that fail (MarkFailed). The response cache stays on and grows from run to run,
+so Plan meets caches of different sizes.
 
 What is kept of a run (`summarize`) is an aggregate, never a constant typed by hand: per
 DynamoDB partition key, item and index key, and per S3 prefix, with their keys' shapes (the
@@ -84,6 +84,8 @@ CLOUDS = {
     "b": CloudSpec(shard_lines=120),
     # shards loop: each run has a few seconds before it drains and checkpoints
     "loop": CloudSpec(shard_lines=30, lambda_timeout_s=6.0, safety_margin_s=1.0, request_timeout_s=2.0),
+    # the same with three times the lines a shard: what MarkFailed does per shard and per line differ
+    "loop-wide": CloudSpec(shard_lines=90, lambda_timeout_s=6.0, safety_margin_s=1.0, request_timeout_s=2.0),
 }
 
 # The fitted runs keep each shard near a line a second, the key's share of a shard at the
@@ -94,7 +96,8 @@ RUNS = (
     RunSpec("direct", "a", lines=60, in_flight=2, key_rpm=120),
     RunSpec("direct-shards", "a", lines=240, in_flight=8, key_rpm=480),
     RunSpec("direct-slow", "a", lines=120, in_flight=4, key_rpm=120),
-    RunSpec("direct-capped", "a", lines=120, in_flight=4, key_rpm=240, budget="short", fit=False),
+    # the cap runs out while most shards still hold a pool of it: the others wait for their refunds
+    RunSpec("direct-capped", "a", lines=240, in_flight=8, key_rpm=480, budget="short", fit=False),
     RunSpec("background", "a", mode="background", lines=60, in_flight=2, key_rpm=120),
     RunSpec("background-shards", "a", mode="background", lines=240, in_flight=8, key_rpm=480),
     RunSpec("background-slow", "a", mode="background", lines=120, in_flight=4, key_rpm=120),
@@ -113,6 +116,7 @@ RUNS = (
     # every run after the first wave fails: the first wave's parts are left for MarkFailed
     RunSpec("direct-failed", "loop", lines=240, key_rpm=480, fail_from=5, fit=False),
     RunSpec("direct-failed-long", "loop", lines=480, in_flight=8, key_rpm=960, fail_from=9, fit=False, trace=True),
+    RunSpec("direct-failed-wide", "loop-wide", lines=360, in_flight=4, key_rpm=480, fail_from=9, fit=False),
 )
 
 
@@ -233,7 +237,8 @@ def summarize(
         if call.step == CLOUD and call.operation != "StartExecution":
             continue
         phase = _phase(call.step, call.shard)
-        services[f"{phase} {call.step} {call.service} {call.operation}"] += 1
+        if not call.more:
+            services[f"{phase} {call.step} {call.service} {call.operation}"] += 1
         if call.service == "dynamodb":
             kind = "writes" if call.write_units else "reads_strong" if call.read_units >= 1 else "reads_eventual"
             if call.index:
@@ -346,8 +351,8 @@ def measure_one(
     if spec.budget == "ample":
         metadata["sluice-budget-usd"] = f"{_worst_case(rows) * 10:.6f}"
     elif spec.budget == "short":
-        # answers cost a small part of their worst case: an eighth of it runs out midway
-        metadata["sluice-budget-usd"] = f"{_worst_case(rows) / 8:.6f}"
+        # answers cost a small part of their worst case: a sixteenth of it runs out early on
+        metadata["sluice-budget-usd"] = f"{_worst_case(rows) / 16:.6f}"
     sim.configure(latency_s=spec.latency_s, quota_rpm=spec.key_rpm, batch_phase_s=0.2)
     provider_calls = 0
 
