@@ -117,6 +117,10 @@ RUNS = (
     RunSpec("direct-failed", "loop", lines=240, key_rpm=480, fail_from=5, fit=False),
     RunSpec("direct-failed-long", "loop", lines=480, in_flight=8, key_rpm=960, fail_from=9, fit=False, trace=True),
     RunSpec("direct-failed-wide", "loop-wide", lines=360, in_flight=4, key_rpm=480, fail_from=9, fit=False),
+    # fewer shards of the same width: what MarkFailed does once a job from what it does per shard
+    RunSpec("direct-failed-few", "loop-wide", lines=180, in_flight=2, key_rpm=240, fail_from=5, fit=False),
+    # the same at half a line a second a shard, as at the maximum: parts come with a shard's seconds
+    RunSpec("direct-failed-slow", "loop-wide", lines=180, in_flight=2, key_rpm=120, fail_from=5, fit=False),
 )
 
 
@@ -268,6 +272,9 @@ def summarize(
             "seconds": sum(i.seconds for i in mine),
             "max_seconds": max(i.seconds for i in mine),
             "call_seconds": sum(c.seconds for c in calls if c.step == step),
+            # the seconds in which at least one of its calls was in flight: with call_seconds, how
+            # many it keeps in flight at once (its pools), whatever each call took locally
+            "calls_busy": _busy([c for c in calls if c.step == step and not c.more]),
             # CPU seconds on the handler's thread, less those moto spent there answering its calls
             "cpu": max(0.0, sum(i.cpu for i in mine) - sum(c.cpu for c in calls if c.step == step)),
             "traced": bool(memory),
@@ -290,6 +297,17 @@ def summarize(
         "calls": dict(sorted(services.items())),
         "steps": steps,
     }
+
+
+def _busy(calls: list[Call]) -> float:
+    """The length of the union of the calls' intervals."""
+    busy, end = 0.0, -math.inf
+    for call in sorted(calls, key=lambda c: c.at):
+        start, stop = max(call.at, end), call.at + call.seconds
+        if stop > start:
+            busy += stop - start
+            end = stop
+    return round(busy, 6)
 
 
 def _overlap(a: Any, b: Any) -> bool:
