@@ -37,8 +37,9 @@ from sluice.contract import STEPS, Settings  # noqa: E402
 from sluice.shard import poll_wait_seconds  # noqa: E402
 
 from bench import capacity_definition as definition  # noqa: E402
+from bench import capacity_failure as failure  # noqa: E402
 from bench import capacity_model as cm  # noqa: E402
-from infra.config import Environment, cdk_json_context  # noqa: E402
+from infra.config import SHARD_STEPS, UNRESERVED_CONCURRENCY, Environment, cdk_json_context  # noqa: E402
 
 MEASURED = Path(os.environ.get("SLUICE_CAPACITY_RUNS", ROOT / "bench" / "capacity.json"))
 DOCS = ROOT / "docs" / "capacity.md"
@@ -53,6 +54,25 @@ SOFT = ("Lambda concurrency (account)", "Step Functions ")
 
 def environment(name: str = ENV) -> Environment:
     return Environment.from_context(name, cdk_json_context()["environments"])
+
+
+def for_in_flight(env: Environment, in_flight: int) -> Environment:
+    """The environment `in_flight` shards at once need: `max_shards_in_flight` (each shard step's
+    reserved concurrency) and `map_concurrency` at least that, and the account's Lambda quota
+    (`account_concurrency`) as large as the environment reserves and Lambda keeps unreserved."""
+    wider = dataclasses.replace(
+        env,
+        max_shards_in_flight=max(env.max_shards_in_flight, in_flight),
+        map_concurrency=max(env.map_concurrency, in_flight),
+    )
+    quota = max(env.account_concurrency, wider.reserved_concurrency + UNRESERVED_CONCURRENCY)
+    return dataclasses.replace(wider, account_concurrency=quota)
+
+
+def reserved(env: Environment) -> dict[str, int]:
+    """Each function's reserved concurrency in the environment, as the stack sets it (the recorded
+    synthesis of `ENV` holds it to that: tests/unit/test_capacity.py)."""
+    return {**dict.fromkeys(SHARD_STEPS, env.max_shards_in_flight), "webhook": env.webhook_concurrency}
 
 
 def settings_of(env: Environment) -> Settings:
@@ -127,18 +147,21 @@ def definition_figures(s: cm.Scenario) -> list[cm.Figure]:
     return figures
 
 
-def figures(model: cm.Model, s: cm.Scenario) -> list[cm.Figure]:
-    """Every figure of one scenario, against its limit."""
+def figures(model: cm.Model, s: cm.Scenario, env: Environment) -> list[cm.Figure]:
+    """Every figure of one scenario, against its limit, in the environment its shards in flight need."""
+    env = for_in_flight(env, s.in_flight)
     found: list[cm.Figure] = []
     keys = model.keys.get(s.mode, [])
     for key in keys:
         found.extend(cm.key_figures(key, s))
     found = [_with_items(figure, keys, s) for figure in found]
     for step in model.steps.values():
-        found.extend(cm.step_figures(step, s))
+        if step.step == "mark_failed" and "merge" in model.steps:
+            found.extend(failure.failure_figures(step, model.steps["merge"], s))
+        else:
+            found.extend(cm.step_figures(step, s))
     runs = model.fitted(s.mode)
-    reserved = dict(model.stack.get("reserved_concurrency", {}))
-    found.extend(cm.concurrency_figures(runs, s, reserved, cm.LAMBDA_ACCOUNT_CONCURRENCY))
+    found.extend(cm.concurrency_figures(runs, s, reserved(env), env.account_concurrency))
     found.extend(cm.api_figures(runs, s))
     found.extend(definition_figures(s))
     return _distinct(found)
@@ -150,8 +173,9 @@ def _with_items(figure: cm.Figure, keys: list[cm.KeyClass], s: cm.Scenario) -> c
     if not figure.name.startswith("partition key "):
         return figure
     shape, _, metric = figure.name.removeprefix("partition key ").partition(": ")
+    [partition] = [k for k in keys if k.kind == "ddb-partition" and k.shape == shape]
     items = [k for k in keys if k.kind == "ddb-item" and k.shape.split(" ", 1)[0] == shape]
-    total = sum(cm.on_partition(k, s)[0 if metric == "WCU/s" else 1] for k in items)
+    total = sum(cm.on_partition(k, s, partition.scope)[0 if metric == "WCU/s" else 1] for k in items)
     if total <= figure.value:
         return figure
     grown = total / figure.value if figure.value else 0.0
@@ -182,13 +206,13 @@ def at_maximum(model: cm.Model, env: Environment) -> list[cm.Figure]:
         f
         for mode in cm.MODES
         if mode in model.keys
-        for f in figures(model, scenario(env, lines, in_flight, cached, mode, model))
+        for f in figures(model, scenario(env, lines, in_flight, cached, mode, model), env)
     ]
     return sorted(found, key=lambda f: -f.share)
 
 
 def over_headroom(model: cm.Model, env: Environment) -> list[cm.Figure]:
-    return [f for f in at_maximum(model, env) if f.share > cm.HEADROOM]
+    return [f for f in at_maximum(model, env) if f.over]
 
 
 def cost(model: cm.Model, s: cm.Scenario) -> dict[str, float]:
@@ -225,7 +249,9 @@ def cost(model: cm.Model, s: cm.Scenario) -> dict[str, float]:
 # ---- the tables
 
 
-def _share(share: float) -> str:
+def _share(share: float, *, cap: bool = False) -> str:
+    if cap:
+        return f"{share:.0%} (a cap)"
     return f"**{share:.0%}**" if share > cm.HEADROOM else f"{share:.0%}"
 
 
@@ -252,7 +278,7 @@ def maximum_table(model: cm.Model, env: Environment, *, least: float = 0.05) -> 
     out.write("| figure | mode | value | share | made of |\n| --- | --- | ---: | ---: | --- |\n")
     for f in at_maximum(model, env):
         if f.share >= least:
-            out.write(f"| {f.name} | {f.mode} | {_value(f)} | {_share(f.share)} | {_callers(f)} |\n")
+            out.write(f"| {f.name} | {f.mode} | {_value(f)} | {_share(f.share, cap=f.cap)} | {_callers(f)} |\n")
     return out.getvalue()
 
 
@@ -265,8 +291,8 @@ def grid(model: cm.Model, env: Environment, mode: str) -> str:
         cells = []
         for in_flight in cm.IN_FLIGHT:
             s = scenario(env, lines, in_flight, 0, mode, model)
-            found = sorted(figures(model, s), key=lambda f: -f.share)
-            over = sum(1 for f in found if f.share > cm.HEADROOM)
+            found = sorted((f for f in figures(model, s, env) if not f.cap), key=lambda f: -f.share)
+            over = sum(1 for f in found if f.over)
             top = found[0]
             note = f" ({s.running:,} shards)" if s.running < in_flight else ""
             cells.append(f"{top.name} {_share(top.share)}; {over} over half{note}")
@@ -289,6 +315,30 @@ def cache_table(model: cm.Model, env: Environment) -> str:
                 f"{cm._num(memory.value)} of {STEPS['plan'].memory_mb:,} MB ({_share(memory.share)})" if memory else "?"
             )
             out.write(f"| {lines:,} | {cached:,} | {_value(duration)} ({_share(duration.share)}) | {held} |\n")
+    return out.getvalue()
+
+
+def failure_table(model: cm.Model, env: Environment) -> str:
+    """Per mode, a job that fails at the latest moment of the maximum: MarkFailed's invocations."""
+    mark_failed, merge = model.steps.get("mark_failed"), model.steps.get("merge")
+    if mark_failed is None or merge is None:
+        return ""
+    out = io.StringIO()
+    out.write(
+        f"MarkFailed assembles for at most {failure.ASSEMBLY_SHARE:.0%} of an invocation's time and merges only "
+        f"after less than {failure.MERGE_AFTER_SHARE:.0%} of it; the definition runs it again until every line "
+        "is accounted for. The latest failure leaves every shard in flight unfinished after its whole life.\n\n"
+    )
+    out.write("| mode | invocations | longest | in all | history events |\n| --- | ---: | ---: | ---: | ---: |\n")
+    lines, in_flight, cached = cm.MAXIMUM
+    for mode in cm.MODES:
+        if mode not in model.keys:
+            continue
+        loop = failure.failure_loop(mark_failed, merge, scenario(env, lines, in_flight, cached, mode, model))
+        out.write(
+            f"| {mode} | {loop.invocations:,} | {_time(loop.longest_s)} of {_time(loop.timeout_s)} "
+            f"| {_time(loop.total_s)} | {loop.history_events:,} of {cm.HISTORY_EVENTS_MAX:,} |\n"
+        )
     return out.getvalue()
 
 
@@ -374,9 +424,22 @@ def tables(model: cm.Model, env: Environment) -> str:
     out.write(
         f"### At the documented maximum: {lines:,} lines, {in_flight:,} shards in flight, a {cached:,}-answer cache\n\n"
     )
+    wide = for_in_flight(env, in_flight)
+    out.write(
+        f"The environment it needs: `max_shards_in_flight` {wide.max_shards_in_flight:,} and `map_concurrency` up to "
+        f"it in cdk.json, and `account_concurrency` {wide.account_concurrency:,}, with the account's Lambda "
+        f"concurrency quota raised to it: each of the {len(SHARD_STEPS)} shard steps reserves "
+        f"{wide.max_shards_in_flight:,}, the webhook {wide.webhook_concurrency:,}, and Lambda keeps "
+        f"{UNRESERVED_CONCURRENCY:,} unreserved (prod as it is, {env.max_shards_in_flight:,} shards in flight, "
+        f"reserves {env.reserved_concurrency:,} of {env.account_concurrency:,}).\n\n"
+    )
     out.write(verdict(model, env) + "\n\n")
-    out.write("Figures at 5 % of their limit or more; in bold, those past half of it.\n\n")
+    out.write(
+        "Figures at 5 % of their limit or more; in bold, those past half of it. A cap is a limit the design "
+        "sets and means to reach: the shards past it wait for a place.\n\n"
+    )
     out.write(maximum_table(model, env) + "\n")
+    out.write("### A failed job: MarkFailed's loop\n\n" + failure_table(model, env) + "\n")
     for mode in cm.MODES:
         if mode in model.keys:
             out.write(f"### {mode.title()} mode: the figure nearest its limit\n\n{grid(model, env, mode)}\n")

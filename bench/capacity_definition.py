@@ -125,3 +125,17 @@ def merge_parts(lines: int, shard_lines: int) -> int:
     if lines % shard_lines:
         sizes.append((lines % shard_lines) * RESULT_LINE_BYTES)
     return len(plan_parts(sizes))
+
+
+def failure_loop() -> Loop:
+    """The loop the execution's MarkFailed runs in until every line is accounted for."""
+    states = dict(definition()["States"])
+    (cycle,) = [c for c in loops(states) if "MarkFailed" in c]
+    return Loop("failed", cycle, sum(_events(states[s]) for s in cycle))
+
+
+def execution_fixed_events() -> int:
+    """The execution's events outside its loops, at most: every state in no cycle once."""
+    states = dict(definition()["States"])
+    looped = {s for cycle in loops(states) for s in cycle}
+    return EXECUTION_EVENTS + sum(_events(state) for name, state in states.items() if name not in looped)

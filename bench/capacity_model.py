@@ -28,11 +28,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sluice.contract import PROVIDER_STEPS, STEPS
+from sluice.budget import holders_poll_s
+from sluice.cache_compact import SLICE_S
+from sluice.contract import CACHE_PREFIX, PROVIDER_STEPS, STEPS
+from sluice.merge import plan_parts
 
 # the intercept first: of fits as good, the one that explains the most by a constant wins
 FEATURES = ("one", "lines", "shards", "runs", "shard_seconds")
 MODES = ("direct", "background", "batch")
+# the provider step a shard of each mode starts in
+SHARD_STEP = {"direct": "run_shard", "background": "submit", "batch": "submit_batch"}
 # callers, in the runs' aggregates, that act while shards run: the shards, and webhooks per line
 SHARD_PHASE = "shard"
 # the job's own steps, once a job each
@@ -229,7 +234,19 @@ class Scenario:
             "cached": self.cached,
             "in_flight": self.running,
             "one": 1.0,
+            **by_mode(self.mode, self.lines, self.shards),
         }
+
+
+def by_mode(mode: str, lines: float, shards: float) -> dict[str, float]:
+    """The lines and shards again, by mode: what a line leaves in the outputs differs from mode to
+    mode (a Responses answer is not a chat completion's), and so do a shard's (a batch shard's
+    report), and a step that reads them all sees it."""
+    found = {}
+    for m in MODES:
+        found[f"{m}_lines"] = float(lines) if m == mode else 0.0
+        found[f"{m}_shards"] = float(shards) if m == mode else 0.0
+    return found
 
 
 def steady(fit: Fit, scenario: Scenario) -> float:
@@ -253,13 +270,22 @@ class Figure:
     limit: float
     unit: str
     parts: tuple[tuple[str, float], ...] = ()
+    # a cap the design sets and means to reach (what waits past it waits, and fails nothing): shown,
+    # held to no headroom
+    cap: bool = False
 
     @property
     def share(self) -> float:
         return self.value / self.limit if self.limit else 0.0
 
+    @property
+    def over(self) -> bool:
+        """Past the headroom a figure may take at the documented maximum."""
+        return self.share > HEADROOM and not self.cap
+
     def describe(self) -> str:
         text = f"{self.name} [{self.mode}]: {_num(self.value)} {self.unit} of {_num(self.limit)} ({self.share:.0%})"
+        text += " (a cap, by design)" if self.cap else ""
         top = ", ".join(f"{name} {_num(value)}" for name, value in self.parts[:4] if value >= 0.05 * self.value)
         return f"{text}; from {top}" if top else text
 
@@ -287,6 +313,31 @@ class KeyClass:
     local_size: float
     callers_write: tuple[tuple[str, Fit], ...]
     callers_read: tuple[tuple[str, Fit], ...]
+    # the shards in flight in the run whose window gave each burst
+    burst_at: tuple[int, int] = (0, 0)
+
+    def burst(self, metric: str, scenario: Scenario) -> float:
+        """One shard's busiest units a second beyond its lines, at the scenario: as the runs saw
+        it, or for reads the code paces by how many shards make them (`PACED_READS`), as it
+        paces them at the scenario's shards in flight."""
+        if metric == "write":
+            return self.write_burst
+        wait = PACED_READS.get(self.shape)
+        if wait is None or not self.burst_at[1]:
+            return self.read_burst
+        return self.read_burst * wait(self.burst_at[1]) / wait(scenario.running)
+
+
+def _budget_wait(waiters: int) -> float:
+    """The mean wait between a waiting shard's reads of the job row when `waiters` shards wait."""
+    return holders_poll_s(waiters, lambda: 0.5)
+
+
+# Reads the code spaces out as more shards make them: the shards waiting for the others' budget
+# pools read the job row (its META item) about HOLDERS_READS_PER_S times a second all together,
+# however many wait (`sluice.budget.holders_poll_s`). A run shows a few shards waiting; the model
+# paces a shard's burst as the code does at the scenario's shards in flight.
+PACED_READS: dict[str, Callable[[int], float]] = {"JOB#{job} META": _budget_wait, "JOB#{job}": _budget_wait}
 
 
 def _units(size: float, per: int) -> float:
@@ -317,6 +368,16 @@ def _shard_callers(entry_by: Mapping[str, Mapping[str, float]]) -> dict[str, Map
     return {k.split(" ", 1)[1]: v for k, v in entry_by.items() if k.split(" ", 1)[0] == SHARD_PHASE}
 
 
+def one_run_a_window(run: Mapping[str, Any]) -> bool:
+    """Whether a shard's busiest window in the run is one run's: its runs (the Lambda's timeout less
+    the margin it keeps) last two windows or more, as on AWS. Runs made to loop every few seconds
+    put the ends of two runs in one window, which no shard on AWS does."""
+    cloud = run.get("cloud") or {}
+    if not cloud:
+        return True
+    return float(cloud["lambda_timeout_s"]) - float(cloud["safety_margin_s"]) >= 2 * WINDOW_S
+
+
 def key_classes(runs: Sequence[Mapping[str, Any]], shown: Sequence[Mapping[str, Any]]) -> list[KeyClass]:
     """The key classes that the shards (and webhooks) of `runs` touch, fitted; `shown` (the mode's
     runs, capped and failed ones too) give the busiest windows."""
@@ -335,11 +396,14 @@ def key_classes(runs: Sequence[Mapping[str, Any]], shown: Sequence[Mapping[str, 
         write, read = Fit.of_runs(runs, total("write"), FEATURES), Fit.of_runs(runs, total("read"), FEATURES)
         local_size = max(m["size"] for m in mine)
         bursts = {"write": 0.0, "read": 0.0}
-        for run in shown:
+        burst_at = {"write": 0, "read": 0}
+        for run in (r for r in shown if one_run_a_window(r)):
             windows = (run["resources"].get(name) or {}).get("windows", {})
             for metric, fit in (("write", write), ("read", read)):
                 for units, lines in windows.get(metric, []):
-                    bursts[metric] = max(bursts[metric], (units - fit.of("lines") * lines) / WINDOW_S)
+                    if (units - fit.of("lines") * lines) / WINDOW_S > bursts[metric]:
+                        bursts[metric] = (units - fit.of("lines") * lines) / WINDOW_S
+                        burst_at[metric] = int(run["features"]["in_flight"])
         spread = max(m["spread"] for m in mine)
         many_keys = any(m["keys"] > 1.5 * max(1, r["features"]["shards"]) for m, r in zip(mine, runs, strict=True))
         scope = "shared" if spread >= 2 else "line" if many_keys or spread == 0 else "shard"
@@ -357,6 +421,7 @@ def key_classes(runs: Sequence[Mapping[str, Any]], shown: Sequence[Mapping[str, 
                 read=read,
                 write_burst=bursts["write"],
                 read_burst=bursts["read"],
+                burst_at=(burst_at["write"], burst_at["read"]),
                 per_key=per_key,
                 size=_size_fit(runs, [m["size"] for m in mine]) if kind == "ddb-item" else ("", 0.0, 0.0),
                 local_size=local_size,
@@ -392,14 +457,24 @@ def _sized(key: KeyClass, scenario: Scenario, write: float, read: float) -> tupl
     )
 
 
-def on_partition(key: KeyClass, scenario: Scenario) -> tuple[float, float]:
-    """What the items of a class put on their partition key at its busiest: every key of the class
-    that shares it (all the shards' own rows, every line's), at its items' size."""
-    if key.scope == "line":
-        write, read = (steady(key.write, scenario), steady(key.read, scenario))
+def on_partition(key: KeyClass, scenario: Scenario, partition: str = "shared") -> tuple[float, float]:
+    """What the items of a class put on their partition key at its busiest, at their size. A
+    partition key of the job (`partition` "shared") holds every key of the class: all the shards'
+    own rows, every line's. A partition key of one shard ("shard") holds that shard's: its own row,
+    and the rows of its lines, which come at one shard's pace; one of a line ("line"), that line's."""
+    if partition == "shared":
+        if key.scope == "line":
+            write, read = steady(key.write, scenario), steady(key.read, scenario)
+        else:
+            write = _on_one_key(key.write, key.burst("write", scenario), scenario, "shared")
+            read = _on_one_key(key.read, key.burst("read", scenario), scenario, "shared")
+    elif partition == "line":
+        write, read = key.per_key
     else:
-        write = _on_one_key(key.write, key.write_burst, scenario, "shared")
-        read = _on_one_key(key.read, key.read_burst, scenario, "shared")
+        # a line's rows: what the lines of one shard do to them (they are all under its key), and
+        # its busiest window beyond them; any other item: one key's, as the shard writes it
+        write = _on_one_key(key.write, key.burst("write", scenario), scenario, "shard")
+        read = _on_one_key(key.read, key.burst("read", scenario), scenario, "shard")
     return _sized(key, scenario, write, read)
 
 
@@ -408,8 +483,8 @@ def key_figures(key: KeyClass, scenario: Scenario) -> list[Figure]:
     if key.scope == "line":
         write, read = key.per_key
     else:
-        write = _on_one_key(key.write, key.write_burst, scenario, key.scope)
-        read = _on_one_key(key.read, key.read_burst, scenario, key.scope)
+        write = _on_one_key(key.write, key.burst("write", scenario), scenario, key.scope)
+        read = _on_one_key(key.read, key.burst("read", scenario), scenario, key.scope)
     write, read = _sized(key, scenario, write, read)
     figures = []
     if key.kind == "ddb-item":
@@ -450,17 +525,53 @@ class StepModel:
     calls: tuple[tuple[str, Fit], ...]  # "<service> <operation>" -> count
     bytes: Fit
     keys: tuple[tuple[str, Fit, Fit], ...]  # key class -> write, read units
+    # the calls the step keeps in flight at once, as the runs saw it (1: one after the other)
+    in_flight: float = 1.0
+    # work the code bounds by time, set apart from the fits: its seconds at most
+    slice_s: float = 0.0
+
+
+# What a step after the shards is fitted against. Merge reads what the shards finished, whatever
+# time they took, by mode; MarkFailed also assembles what they left unfinished, parts written as
+# the shards ran (a part every few seconds of a shard, and one as each run ends).
+AFTER_SHARDS = {
+    "merge": ("one", "lines", "shards", "background_lines", "batch_lines", "background_shards", "batch_shards"),
+    "mark_failed": ("one", "lines", "shards", "runs", "shard_seconds"),
+    "": ("one", "lines", "shards", "shard_seconds"),
+}
+
+
+# Steps whose bytes are the job's outputs, concatenated by Merge's part planner (`streamed_share`)
+CONCATENATES = ("merge",)
+
+
+# Work a step does within a time slice the code gives it, whatever the job: Merge's compaction of
+# the response cache (`sluice.cache_compact.compact_slice`), on the cache's own prefix. Its calls
+# follow the cache's backlog, not the job, so they are no part of Merge's fits; its time is the slice.
+SLICES = {"merge": (f"s3-prefix {CACHE_PREFIX}", SLICE_S)}
+
+
+def _in_flight(stats: Sequence[Mapping[str, Any]]) -> float:
+    """Calls in flight at once while any is, in the run where the step made the most of them (the
+    one nearest a job at scale): its calls' seconds over the seconds any was in flight."""
+    busy = [s for s in stats if s.get("calls_busy")]
+    if not busy:
+        return 1.0
+    largest = max(busy, key=lambda s: s["call_seconds"])
+    return max(1.0, largest["call_seconds"] / largest["calls_busy"])
 
 
 def step_model(runs: Sequence[Mapping[str, Any]], step: str) -> StepModel | None:
     """A job step's calls, units, CPU and memory, fitted over the runs it ran in. A step that runs
     before the shards (it started first in every run) is fitted against what it can know of: the
-    lines, the shards and the cache; one after them, against the lines, shards and shard-seconds."""
+    lines, the shards and the cache; one after them, against the lines, shards and shard-seconds.
+    Its calls within a slice of time (`SLICES`) are set apart: the slice bounds them."""
     runs = [r for r in runs if step in r["steps"]]
     if not runs:
         return None
+    apart, slice_s = SLICES.get(step, ("", 0.0))
     before = all(r["steps"][step].get("before_shards") for r in runs)
-    names = ("one", "lines", "shards", "cached") if before else ("one", "lines", "shards", "shard_seconds")
+    names = ("one", "lines", "shards", "cached") if before else AFTER_SHARDS.get(step, AFTER_SHARDS[""])
     prefix = f"{step} {step} "
     stats = [r["steps"][step] for r in runs]
     # its own CPU seconds, from the runs where tracing did not slow it
@@ -487,13 +598,20 @@ def step_model(runs: Sequence[Mapping[str, Any]], step: str) -> StepModel | None
             tuple(c + (extra if n == "one" else 0.0) for c, n in zip(fitted.coefficients, fitted.names, strict=True)),
         )
     labels = sorted({k for r in runs for k in r["calls"] if k.startswith(prefix)})
+
+    def count(run: Mapping[str, Any], label: str) -> float:
+        service, operation = label.removeprefix(prefix).split(" ", 1)
+        inside = (run["resources"].get(apart) or {"by": {}})["by"] if apart and service == "s3" else {}
+        return float(run["calls"].get(label, 0.0)) - inside.get(f"{step} {step} {operation}", {}).get("calls", 0.0)
+
     calls = tuple(
-        (label.removeprefix(prefix), Fit.of_runs(runs, [r["calls"].get(label, 0.0) for r in runs], names))
-        for label in labels
+        (label.removeprefix(prefix), Fit.of_runs(runs, [count(r, label) for r in runs], names)) for label in labels
     )
     keys = []
     moved = [0.0] * len(runs)
     for name in sorted({n for r in runs for n in r["resources"]}):
+        if apart and name.startswith(apart):
+            continue
         writes, reads = [0.0] * len(runs), [0.0] * len(runs)
         for i, run in enumerate(runs):
             for caller, entry in (run["resources"].get(name) or {"by": {}})["by"].items():
@@ -505,7 +623,7 @@ def step_model(runs: Sequence[Mapping[str, Any]], step: str) -> StepModel | None
                         moved[i] += entry.get("bytes", 0.0)
         if any(writes) or any(reads):
             keys.append((name, Fit.of_runs(runs, writes, names), Fit.of_runs(runs, reads, names)))
-    return StepModel(step, cpu, memory, calls, Fit.of_runs(runs, moved, names), tuple(keys))
+    return StepModel(step, cpu, memory, calls, Fit.of_runs(runs, moved, names), tuple(keys), _in_flight(stats), slice_s)
 
 
 def shard_memory(runs: Sequence[Mapping[str, Any]], step: str) -> Fit | None:
@@ -519,19 +637,50 @@ def shard_memory(runs: Sequence[Mapping[str, Any]], step: str) -> Fit | None:
     return Fit.of_runs(rows, [m for _, m in warm], ("one", "per_shard"))
 
 
+def call_seconds(model: StepModel, features: Mapping[str, float], only: str = "") -> float:
+    """The step's calls (those whose label starts with `only`) at AWS's latency, as many at once
+    as the runs saw it keep in flight."""
+    waiting = sum(
+        fit(features) * CALL_LATENCY_S.get(label.split(" ", 1)[0], OTHER_CALL_LATENCY_S)
+        for label, fit in model.calls
+        if label.startswith(only)
+    )
+    return waiting / model.in_flight
+
+
+def streamed_share(model: StepModel, features: Mapping[str, float]) -> float:
+    """The share of the outputs' bytes that pass through Merge (and MarkFailed's merge) at the
+    features' shard size: Merge's part planner copies a shard of 5 MB or more server-side, so only
+    the seams of a shard that large are read and sent again. The runs' shards are small, so every
+    byte of theirs passed through: the fit counts each twice (read, then sent), at a line's size."""
+    lines, shards = features.get("lines", 0.0), features.get("shards", 0.0)
+    if not lines or not shards:
+        return 1.0
+    line = model.bytes.of("lines") + sum(model.bytes.of(f"{m}_lines") for m in MODES if features.get(f"{m}_lines"))
+    size = int(lines / shards * line / 2)
+    parts = plan_parts([size] * int(shards))
+    whole = sum(part.size for part in parts)
+    return sum(part.size for part in parts if not part.copy) / whole if whole else 1.0
+
+
 def step_seconds(model: StepModel, features: Mapping[str, float]) -> float:
-    """The step's time on AWS: its own CPU, each call at AWS's latency, its bytes at one stream's pace."""
-    seconds = model.cpu(features) + model.bytes(features) / STREAM_BYTES_PER_S
-    for label, fit in model.calls:
-        seconds += fit(features) * CALL_LATENCY_S.get(label.split(" ", 1)[0], OTHER_CALL_LATENCY_S)
-    return seconds
+    """The step's time on AWS: its own CPU, its calls (`call_seconds`), the bytes that pass through
+    it at one stream's pace, and the slice it gives bounded work."""
+    moved = model.bytes(features) * (streamed_share(model, features) if model.step in CONCATENATES else 1.0)
+    return model.cpu(features) + moved / STREAM_BYTES_PER_S + call_seconds(model, features) + model.slice_s
 
 
-def step_figures(model: StepModel, scenario: Scenario) -> list[Figure]:
-    features = scenario.features()
-    seconds = step_seconds(model, features)
+def step_figures(
+    model: StepModel, scenario: Scenario, features: Mapping[str, float] | None = None, seconds: float | None = None
+) -> list[Figure]:
+    """The step's duration, memory and rates on keys at the scenario; with `seconds`, the rates over
+    that long (a step that runs in several invocations), and no duration (the caller has it)."""
+    features = scenario.features() if features is None else features
     step, mode = STEPS[model.step], scenario.mode
-    figures = [Figure(f"{model.step}: duration", mode, seconds, step.timeout_s, "s")]
+    figures = []
+    if seconds is None:
+        seconds = step_seconds(model, features)
+        figures.append(Figure(f"{model.step}: duration", mode, seconds, step.timeout_s, "s"))
     if model.memory is not None:
         held = (model.memory(features)) / 2**20
         figures.append(Figure(f"{model.step}: memory", mode, held, step.memory_mb, "MB"))
@@ -573,9 +722,16 @@ def concurrency_figures(
     parts = (("shards in flight", shards), ("webhooks", webhooks), ("the job's own step", 1.0))
     total = shards + webhooks + 1.0
     figures = [Figure("Lambda concurrency (account)", mode, total, account, "at once", parts)]
-    for step, value in (("run_shard", shards), ("webhook", webhooks)):
-        if reserved.get(step):
-            figures.append(Figure(f"Lambda concurrency ({step}, reserved)", mode, value, reserved[step], "at once"))
+    # the step a shard starts in: every shard in flight may be in it at once
+    step = SHARD_STEP[mode]
+    if reserved.get(step):
+        # the cap on shards in flight (`max_shards_in_flight`): it binds by design, shards past it
+        # wait for a place (each refused start retried, THROTTLE_RETRY in the definition)
+        figures.append(
+            Figure(f"Lambda concurrency ({step}, reserved)", mode, shards, reserved[step], "at once", cap=True)
+        )
+    if reserved.get("webhook"):
+        figures.append(Figure("Lambda concurrency (webhook, reserved)", mode, webhooks, reserved["webhook"], "at once"))
     return figures
 
 
@@ -604,7 +760,16 @@ class Model:
 
     @classmethod
     def of(cls, measured: Mapping[str, Any]) -> Model:
-        runs = list(measured["runs"])
+        runs = [
+            {
+                **r,
+                "features": {
+                    **r["features"],
+                    **by_mode(r["spec"]["mode"], r["features"]["lines"], r["features"]["shards"]),
+                },
+            }
+            for r in measured["runs"]
+        ]
         model = cls(runs, dict(measured.get("stack", {})))
         for mode in MODES:
             fitted = [r for r in runs if r["spec"]["mode"] == mode and r["spec"]["fit"]]
