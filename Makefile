@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test scale lint synth policies lock bench clean
+.PHONY: demo check test scale lint synth policies lock bench clean
 
 $(STAMP): requirements.txt functions/requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -16,9 +16,16 @@ $(STAMP): requirements.txt functions/requirements.txt pyproject.toml
 demo: $(STAMP)
 	$(BIN)/sluice run examples/reviews.jsonl --out out
 
-# the scale runs go last and alone: they measure, and would slow everything beside them
+# while you work: lint, then the unit and infra tests that need no local cloud, no subprocess
+# and no network (about a minute and a half on 2 cores)
+check: lint
+	$(BIN)/pytest tests/unit tests/infra -n 2 -q -m "not scale and not bundling and not cloud and not subprocess"
+
+# everything, as CI runs it; the bundling test needs PyPI; the scale runs go last and alone:
+# they measure, and would slow everything beside them
 test: $(STAMP)
 	$(BIN)/pytest -n 2 -q
+	$(BIN)/pytest -q -m bundling
 	$(BIN)/pytest -q -s -m scale
 
 scale: $(STAMP)
@@ -29,7 +36,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy functions local infra tests bench
-	$(BIN)/mypy --strict functions infra
+	$(BIN)/mypy --strict --cache-dir .mypy_cache/strict functions infra
 
 synth: $(STAMP)
 	npx --yes aws-cdk@2 synth -c env=dev

@@ -28,6 +28,7 @@ from unittest import mock
 
 import boto3
 import orjson
+from botocore.exceptions import ClientError
 from moto import mock_aws
 from sluice.contract import PROVIDER_STEPS, SETTING_DEFAULTS, STEPS, Settings, WebhookSettings, create_table_request
 from sluice.engine import make_session
@@ -539,16 +540,22 @@ def run_job(cloud: LocalCloud, path: Path, *, metadata: dict[str, str] | None = 
     job_id = job_id_for(cloud.bucket, key, etag)
     execution = cloud.wait(cloud.start(cloud.object_created_event(key, etag), name=f"{job_id}-{time.time_ns()}"))
     prefix = output_prefix(key)
+    succeeded = execution["status"] == "SUCCEEDED"
+
+    def read(suffix: str) -> bytes | None:
+        """The output, or None when a job that did not succeed wrote none; anything else is raised,
+        so that no test reads a missing file as an empty one."""
+        try:
+            return cloud.read(prefix + suffix)
+        except ClientError as exc:
+            if succeeded or exc.response["Error"]["Code"] not in ("NoSuchKey", "404"):
+                raise
+            return None
 
     def lines(suffix: str) -> list[dict[str, Any]]:
-        try:
-            data = cloud.read(prefix + suffix)
-        except Exception:
-            return []
-        return [json.loads(row) for row in data.splitlines()]
+        return [json.loads(row) for row in (read(suffix) or b"").splitlines()]
 
-    try:
-        summary = json.loads(cloud.read(prefix + ".summary.json"))
-    except Exception:
-        summary = {}
-    return JobRun(job_id, execution, lines(".results.jsonl"), lines(".errors.jsonl"), summary)
+    summary = read(".summary.json")
+    return JobRun(
+        job_id, execution, lines(".results.jsonl"), lines(".errors.jsonl"), json.loads(summary) if summary else {}
+    )

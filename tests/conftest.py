@@ -11,6 +11,15 @@ import pytest
 from local.cloud import LocalCloud, LocalSettings
 from local.simulator import SimConfig, SimulatorServer
 
+# what only runs in `make test`, never in `make check`: a job through the local cloud
+CLOUD_DIRS = ("workflow", "e2e")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.parent.name in CLOUD_DIRS or "make_cloud" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.cloud)
+
 
 @pytest.fixture(autouse=True)
 def _own_cache_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,11 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 from .cache import fill_for
-from .model import Outcome
+from .contract import ProviderRefused
+from .lines import LineError
+from .model import ErrorCode, Outcome, Request
 from .parts import PartWriter, assemble, load_checkpoint
+from .refusal import unsent_message, write_refusal
 from .shard import ShardContext, ShardSpec, Stopper, margin_s, pending, shard_budget, write_unsent
 from .sweep import send_with_sweep
 
@@ -40,7 +45,7 @@ async def run_direct(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any]:
     budget = shard_budget(ctx, spec)
     source = pending(ctx.s3, spec, checkpoint.done, writer.add_invalid)
     requests = fill.track(source) if fill is not None else source
-    # the lines this run ended, to know which the budget kept back (with a budget only)
+    # the lines this run ended, to know which the budget or a refusing provider kept back
     ended: set[int] = set()
 
     def sink(outcome: Outcome) -> None:
@@ -48,7 +53,7 @@ async def run_direct(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any]:
         writer.add_outcome(outcome)
 
     try:
-        stats = await send_with_sweep(ctx, spec, requests, sink if budget else writer.add_outcome, stopper, budget)
+        stats = await send_with_sweep(ctx, spec, requests, sink, stopper, budget)
     except asyncio.CancelledError:
         # the requests in flight were given up (an interrupted local run): what was answered is
         # checkpointed as a run that stops early would, so the outputs have every answer there was
@@ -58,9 +63,12 @@ async def run_direct(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any]:
         if budget is not None:
             await asyncio.to_thread(budget.close)
     out_of_budget = budget is not None and budget.exhausted and not stopper.stopped
+    refused = stats.refused if not stopper.stopped and not out_of_budget else None
     if out_of_budget:
         await asyncio.to_thread(write_unsent, ctx.s3, spec, source, checkpoint.done | ended, writer.add_invalid)
-    finished = not stats.stopped_early or out_of_budget
+    elif refused is not None:
+        await asyncio.to_thread(_write_refused, ctx, spec, source, checkpoint.done | ended, writer, refused)
+    finished = not stats.stopped_early or out_of_budget or refused is not None
     if stopper.stopped:
         await writer.aflush(finished=False)
         return {"done": False, "cancelled": True, "run": checkpoint.runs + 1, "sent": writer.done + writer.failed}
@@ -78,3 +86,21 @@ async def run_direct(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any]:
         "sent": writer.done + writer.failed,
         "seconds": round(time.monotonic() - started, 3),
     }
+
+
+def _write_refused(
+    ctx: ShardContext,
+    spec: ShardSpec,
+    source: Iterator[Request],
+    ended: set[int],
+    writer: PartWriter,
+    refused: ProviderRefused,
+) -> None:
+    """The lines a refusing provider kept from being sent, as errors carrying its error, and the
+    note Merge puts in the summary."""
+
+    def error(spec: ShardSpec, line: int, custom_id: str) -> LineError:
+        return LineError(line, ErrorCode.PROVIDER_REFUSED, f"line {line}: {unsent_message(refused)}", custom_id)
+
+    lines = write_unsent(ctx.s3, spec, source, ended, writer.add_invalid, error)
+    write_refusal(ctx.s3, spec.bucket, spec.refusal_key, replace(refused, lines=lines))

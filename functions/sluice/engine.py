@@ -29,8 +29,10 @@ from yarl import URL
 
 from .budget import Budget
 from .classify import FAIL, OK, Verdict, classify, describe_lost
+from .contract import ProviderRefused
 from .limits import AdaptiveLimit, Gate, RateBudget
 from .model import Outcome, Request
+from .refusal import RefusalWatch
 from .retry import DEFAULT_POLICY, RetryPolicy
 from .shared_limit import SharedLimit, Ticket
 
@@ -60,6 +62,9 @@ class EngineSettings:
     retry_headroom: float = 0.5
     # see fan_out: fewer, cheaper garbage collections while the engine runs
     tune_gc: bool = True
+    # when the first this many answers are all the same non-retryable error, stop taking requests
+    # (`sluice.refusal`); 0 never stops
+    fail_fast_after: int = 0
 
 
 @dataclass(slots=True)
@@ -78,6 +83,8 @@ class EngineStats:
     limit_final: int = 0
     elapsed_s: float = 0.0
     error_codes: dict[str, int] = field(default_factory=dict)
+    # the run stopped because the provider refused its first answers (`fail_fast_after`)
+    refused: ProviderRefused | None = None
 
 
 def join_url(base_url: str, path: str) -> str:
@@ -198,7 +205,8 @@ async def fan_out(
     once the budget refuses one, no more are taken (that one is not sent, and not in the sink).
 
     Once `should_stop()` turns true no new request is taken; those in flight (including
-    their retries) still finish and reach the sink. `stats.remaining` counts the rest (by
+    their retries) still finish and reach the sink. So once the first `fail_fast_after`
+    outcomes were all one non-retryable error (`stats.refused` says which). `stats.remaining` counts the rest (by
     `len()` when `requests` is Sized, else by draining the iterator; with `count_remaining=False`
     it is only 1 or 0, and one item past the stop is read to know which).
     """
@@ -250,6 +258,7 @@ class _Run:
         self.stats.limit_min = self.limiter.limit
         self.budget = RateBudget(settings.rpm, settings.tpm)
         self.gate = Gate(settings.concurrency)
+        self.refusals = RefusalWatch(settings.fail_fast_after) if settings.fail_fast_after > 0 else None
         self.timeout = aiohttp.ClientTimeout(total=self.policy.request_timeout_s)
         self.base_headers = {
             "Authorization": f"Bearer {api_key}",
@@ -314,10 +323,15 @@ class _Run:
                 stats.connection_errors += 1
             finally:
                 limiter.release()
-            if answer is not None:
+            if shared is not None:
+                if ticket is not None:
+                    shared.observe(ticket, status, answer)
+            elif answer is not None:
+                # Without the shared limit, the provider's own word paces the shard: a spent quota
+                # pauses it until the reset. With it, the shared bucket paces, and such a pause
+                # (OpenAI's reset is until the bucket is full again, a minute) would idle a shard
+                # that holds a lease.
                 budget.observe_headers(answer)
-            if shared is not None and ticket is not None:
-                shared.observe(ticket, status, answer)
 
             verdict = classify(
                 status, answer, raw, lost, attempt=attempt, policy=policy, now=time.time(), rand=self.rand
@@ -406,14 +420,15 @@ class _Run:
                 break
             self.taken += 1
             spending = self.spending
-            if spending is None:
-                self.sink(await self.send(req, held))
-                continue
-            if not await spending.reserve(req):
+            if spending is not None and not await spending.reserve(req):
                 self.stopping = True
                 break
             outcome = await self.send(req, held)
-            spending.settle(req, outcome)
+            if spending is not None:
+                spending.settle(req, outcome)
+            if self.refusals is not None and self.refusals.see(outcome):
+                self.stopping = True
+                self.stats.refused = self.refusals.refused
             self.sink(outcome)
         # pass the permit on so a standby worker wakes, sees the end, and exits in turn
         gate.leave()

@@ -23,6 +23,10 @@ ASSEMBLY_SHARE = 0.4
 MERGE_AFTER_SHARE = 0.1
 
 
+# errors whose message says what the user asked for and why it cannot be: shown without their type
+USER_ERRORS = frozenset({"PlanError"})
+
+
 def _reason(error: str, cause: str) -> str:
     """Step Functions hands over a Lambda failure as a JSON cause; users want its message."""
     try:
@@ -30,7 +34,9 @@ def _reason(error: str, cause: str) -> str:
     except orjson.JSONDecodeError:
         return f"{error}: {cause}" if cause else error
     if isinstance(parsed, dict) and parsed.get("errorMessage"):
-        return f"{parsed.get('errorType', error)}: {parsed['errorMessage']}"
+        kind = parsed.get("errorType", error)
+        # a refused option or input: the message is the user's, the class name means nothing to them
+        return str(parsed["errorMessage"]) if kind in USER_ERRORS else f"{kind}: {parsed['errorMessage']}"
     return error
 
 

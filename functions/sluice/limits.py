@@ -256,6 +256,47 @@ def parse_reset_s(text: str) -> float | None:
     return total if end == len(text) and end > 0 else None
 
 
+def _per_second(headers: Mapping[str, str], name: str) -> float | None:
+    raw = headers.get(name)
+    if raw is None:
+        return None
+    try:
+        per_minute = float(raw)
+    except ValueError:
+        return None
+    return per_minute / 60.0 if math.isfinite(per_minute) and per_minute > 0 else None
+
+
+def learned_rate(headers: Mapping[str, str]) -> float | None:
+    """Requests a second from the provider's `x-ratelimit-limit-requests` (a per-minute figure)."""
+    return _per_second(headers, "x-ratelimit-limit-requests")
+
+
+def learned_token_rate(headers: Mapping[str, str]) -> float | None:
+    """Tokens a second from the provider's `x-ratelimit-limit-tokens` (a per-minute figure)."""
+    return _per_second(headers, "x-ratelimit-limit-tokens")
+
+
+def spent(headers: Mapping[str, str], kind: str, need: float) -> bool:
+    """Whether `x-ratelimit-remaining-<kind>` says less than `need` is left."""
+    raw = headers.get(f"x-ratelimit-remaining-{kind}")
+    if raw is None:
+        return False
+    try:
+        return float(raw) < need
+    except ValueError:
+        return False
+
+
+def remaining(headers: Mapping[str, str] | None, kind: str, capacity: float) -> float:
+    """What `x-ratelimit-remaining-<kind>` says is left, within `capacity` (all of it if it says nothing)."""
+    raw = headers.get(f"x-ratelimit-remaining-{kind}") if headers is not None else None
+    try:
+        return min(capacity, max(0.0, float(raw))) if raw is not None else capacity
+    except ValueError:
+        return capacity
+
+
 class RateBudget:
     """Requests-per-minute and tokens-per-minute pacing; 0 means unlimited.
 

@@ -7,17 +7,18 @@ pass through the Lambda; only the seams between small shard files are downloaded
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
 
 from .budget import nano_to_usd
-from .contract import JobStatus
+from .contract import PROVIDER_REFUSED, JobStatus, ProviderRefused
 from .costs import aws_cost_usd, provider_cost_usd
 from .model import ErrorCode
 from .outputs import OutOfTime, shard_outputs
 from .parts import s3_pool
+from .refusal import read_refusal
 from .shard import ShardSpec
 from .stats import Stats
 from .store import JobStore
@@ -264,6 +265,8 @@ def merge_job(
     # what each shard wrote, by the size its stats give (none before they carried one)
     result_sizes: list[int | None] = []
     error_sizes: list[int | None] = []
+    # what the first shard a refusing provider stopped says of it (one note read, not one a shard)
+    refused: ProviderRefused | None = None
     assembled = 0
     outputs = shard_outputs(
         s3,
@@ -277,6 +280,8 @@ def merge_job(
         assembled += output.assembled
         stats = Stats.from_dict(shard_stats["stats"])
         totals.merge(stats)
+        if refused is None and stats.errors.get(ErrorCode.PROVIDER_REFUSED):
+            refused = read_refusal(s3, spec.bucket, spec.refusal_key)
         (batch_hits if spec.mode == "batch" else direct_hits).merge(Stats(cached_models=stats.cached_models))
         expected = spec.lines - spec.blank
         got = shard_stats["result_lines"] + shard_stats["error_lines"]
@@ -400,6 +405,8 @@ def merge_job(
             "spent_usd": nano_to_usd(int(job.get("budget_spent", 0))),
             "unsent_lines": unsent,
         }
+    refused_lines = totals.errors.get(ErrorCode.PROVIDER_REFUSED, 0)
+    summary[PROVIDER_REFUSED] = replace(refused, lines=refused_lines).to_dict() if refused and refused_lines else None
     if error:
         summary["error"] = error
     s3.put_object(

@@ -31,6 +31,8 @@ class ErrorCode:
     CANCELLED = "cancelled"
     # not sent: the job's spending cap (`sluice-budget-usd`) was reached; `sluice retry --budget` sends it
     BUDGET_EXCEEDED = "budget_exceeded"
+    # not sent: the shard's first answers were all the same non-retryable error (`sluice.refusal`)
+    PROVIDER_REFUSED = "provider_refused"
     EXPIRED = "expired"
     BATCH_EXPIRED = "batch_expired"
     BATCH_CANCELLED = "batch_cancelled"

@@ -39,6 +39,15 @@ METADATA_PREFIX = "sluice-"
 BATCH_WINDOW_HOURS = 24.0
 
 
+def capped_map_concurrency(asked: int, settings: Settings) -> int:
+    """The shards a job runs at once: what it asks, at most the environment's `max_shards_in_flight`.
+
+    Above the cap a shard only waits for a place (the shard steps' reserved concurrency), and the
+    job's concurrency and rate would be split among shards that are not running."""
+    cap = settings.max_shards_in_flight
+    return min(asked, cap) if cap else asked
+
+
 class PlanError(ValueError):
     """The job cannot start as asked (a bad option); the message says which and why."""
 
@@ -147,7 +156,7 @@ class JobOptions:
         return cls(
             mode=mode,
             concurrency=positive("concurrency", settings.concurrency),
-            map_concurrency=positive("map-concurrency", settings.map_concurrency),
+            map_concurrency=capped_map_concurrency(positive("map-concurrency", settings.map_concurrency), settings),
             max_attempts=positive("max-attempts", settings.max_attempts),
             model=meta.get("model") or None,
             on_batch_incomplete=incomplete,

@@ -18,11 +18,13 @@ import orjson
 from .budget import HOLDERS_WAIT_S, Budget, usd_to_nano
 from .contract import RateSeed, Settings, parse_rate_limits
 from .engine import EngineSettings, EngineStats, fan_out
+from .limit_table import BucketTable
 from .lines import READ_CHUNK, LineError, parse_line, split_lines
 from .model import ErrorCode, Outcome, Request
 from .progress import ProgressSink
+from .refusal import REFUSAL_ANSWERS
 from .retry import RetryPolicy
-from .shared_limit import BucketTable, SharedLimit
+from .shared_limit import SharedLimit
 from .store import JobStore
 
 
@@ -106,6 +108,11 @@ class ShardSpec:
         """What the shard's batches did, for the summary (batch mode only)."""
         return self.prefix + "batch.json"
 
+    @property
+    def refusal_key(self) -> str:
+        """Why the provider's answers stopped the shard sending, for the summary (`sluice.refusal`)."""
+        return self.prefix + "refused.json"
+
 
 def read_shard(s3: Any, spec: ShardSpec) -> Iterator[Request | LineError]:
     """The shard's lines, validated, straight from its byte range of the input object."""
@@ -156,7 +163,12 @@ def _engine_settings(spec: ShardSpec, settings: Settings) -> EngineSettings:
         request_timeout_s=settings.request_timeout_s,
         base_delay_s=settings.retry_base_delay_s,
     )
-    return EngineSettings(concurrency=spec.concurrency, policy=policy, rpm=spec.rpm, tpm=spec.tpm)
+    # a direct shard stops sending when the provider refuses everything (a background shard's
+    # responses and a batch's rows are answered later, not in the order they were sent)
+    fail_fast = REFUSAL_ANSWERS if spec.mode == "direct" else 0
+    return EngineSettings(
+        concurrency=spec.concurrency, policy=policy, rpm=spec.rpm, tpm=spec.tpm, fail_fast_after=fail_fast
+    )
 
 
 def margin_s(ctx: ShardContext) -> float:
@@ -253,18 +265,27 @@ def unsent(spec: ShardSpec, line: int, custom_id: str) -> LineError:
 
 
 def write_unsent(
-    s3: Any, spec: ShardSpec, source: Iterator[Request], ended: set[int], add: Callable[[LineError], None]
-) -> None:
-    """Once the budget stopped a run: each request line not in `ended` to `add` as `budget_exceeded`.
+    s3: Any,
+    spec: ShardSpec,
+    source: Iterator[Request],
+    ended: set[int],
+    add: Callable[[LineError], None],
+    error: Callable[[ShardSpec, int, str], LineError] = unsent,
+) -> int:
+    """Once the budget stopped a run: each request line not in `ended` to `add` as `budget_exceeded`
+    (or as `error` makes it: a refusing provider's). Returns how many.
 
     `source` (the run's `pending`) is read to its end first, so that the invalid lines it had not
     reached yet go to its own sink with their own codes.
     """
     for _ in source:
         pass
+    count = 0
     for item in read_shard(s3, spec):
         if isinstance(item, Request) and item.line not in ended:
-            add(unsent(spec, item.line, item.custom_id))
+            add(error(spec, item.line, item.custom_id))
+            count += 1
+    return count
 
 
 def shard_budget(ctx: ShardContext, spec: ShardSpec, *, batch: bool = False) -> Budget | None:

@@ -39,10 +39,6 @@ class Synthesis:
         return {k: v for k, v in self.raw[env]["Resources"].items() if v["Type"] == type_}
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "bundling: really runs pip to build the Lambda asset (needs PyPI)")
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # Under `pytest -n N --dist loadgroup` the tests that read the synthesized app share one

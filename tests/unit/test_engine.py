@@ -498,6 +498,7 @@ _MMAP_PROBE = textwrap.dedent(
 )
 
 
+@pytest.mark.subprocess
 @pytest.mark.skipif(not hasattr(ctypes.CDLL(None), "mallinfo2"), reason="mallinfo2 is glibc's (2.33+)")
 def test_after_fan_out_response_sized_buffers_are_not_mmapped() -> None:
     def mmapped(mode: str) -> int:

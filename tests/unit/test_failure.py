@@ -217,3 +217,20 @@ def test_when_mark_failed_fails_its_last_resort_still_ends_the_job_with_a_summar
     assert job is not None and job["status"] == "FAILED" and job["summary"]["error"] == reason
     # no shard is read: a last resort costs the same whatever the job's size
     assert not [k for _, k in counted.calls if k.startswith("jobs/")]
+
+
+def test_a_refused_option_reads_as_its_message_and_an_unexpected_error_keeps_its_type(
+    aws: tuple[Counted, JobStore],
+) -> None:
+    counted, store = aws
+    s3 = counted.client
+    refused = '{"errorType": "PlanError", "errorMessage": "sluice-mode=\'fast\'; expected one of direct, batch"}'
+    crashed = '{"errorType": "KeyError", "errorMessage": "\'shard\'"}'
+    for cause, shown in (
+        (refused, "sluice-mode='fast'; expected one of direct, batch"),
+        (crashed, "KeyError: 'shard'"),
+    ):
+        state = {"detail": {"bucket": {"name": BUCKET}, "object": {"key": "inbox/refused.jsonl", "etag": "e"}}}
+        mark_failed(s3=s3, store=store, state=state, error="PlanError", cause=cause)
+        summary = orjson.loads(s3.get_object(Bucket=BUCKET, Key="outbox/refused.summary.json")["Body"].read())
+        assert summary["error"] == shown

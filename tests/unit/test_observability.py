@@ -244,6 +244,7 @@ def test_tracing_is_on_in_lambda_unless_powertools_trace_disabled_says_otherwise
     assert not observability.tracing_enabled()
 
 
+@pytest.mark.subprocess
 def test_locally_there_is_no_tracer_and_the_x_ray_sdk_is_not_even_imported() -> None:
     assert observability.tracer is None
     code = "import sys; import handlers.observability; print('aws_xray_sdk.core' in sys.modules)"

@@ -84,6 +84,13 @@ def test_job_id_is_stable_per_object_version() -> None:
     assert output_prefix("inbox/team/reviews.jsonl") == "outbox/team/reviews"
 
 
+def test_a_job_runs_no_more_shards_at_once_than_the_environment_allows() -> None:
+    capped = replace(SETTINGS, max_shards_in_flight=100)
+    assert JobOptions.from_metadata({"sluice-map-concurrency": "500"}, capped).map_concurrency == 100
+    assert JobOptions.from_metadata({"sluice-map-concurrency": "40"}, capped).map_concurrency == 40
+    assert JobOptions.from_metadata({"sluice-map-concurrency": "500"}, SETTINGS).map_concurrency == 500
+
+
 def test_options_from_object_metadata() -> None:
     options = JobOptions.from_metadata({"sluice-mode": "background", "sluice-concurrency": "50"}, SETTINGS)
     assert (options.mode, options.concurrency, options.max_attempts) == ("background", 50, 6)

@@ -14,30 +14,31 @@ import orjson
 import pytest
 from moto import mock_aws
 from sluice.contract import RateSeed
+from sluice.lease import SEATS, Bucket, LeasePolicy, drained, give_back, lease, refill, retuned, seat_of
+from sluice.limit_table import BucketTable
+from sluice.limits import learned_rate, learned_token_rate
 from sluice.model import Request
-from sluice.shared_limit import (
-    DEFAULT_OUTPUT_TOKENS,
-    Bucket,
-    BucketTable,
-    LeasePolicy,
-    SharedLimit,
-    Ticket,
-    drained,
-    estimate_tokens,
-    give_back,
-    learned_rate,
-    learned_token_rate,
-    lease,
-    limit_key,
-    refill,
-    request_model,
-    retuned,
-    used_tokens,
-)
+from sluice.shared_limit import SharedLimit, Ticket, limit_key
+from sluice.tokens import DEFAULT_OUTPUT_TOKENS, estimate_tokens, request_model, used_tokens
 
 from local.cloud import create_table
+from local.moto_patches import consistent
 
 POLICY = LeasePolicy(min_requests=25, min_period_s=2.0, burst_s=10.0, idle_s=5.0)
+
+
+def seating(until: dict[str, float]) -> tuple[float, ...]:
+    """The seats of lessees that count until the given times (their period's end plus `idle_s`)."""
+    seats = [0.0] * SEATS
+    for name, when in until.items():
+        assert seats[seat_of(name)] == 0.0, "two of the test's lessees share a seat"
+        seats[seat_of(name)] = when
+    return tuple(seats)
+
+
+def seated(bucket: Bucket, now: float) -> dict[int, float]:
+    """The live seats of a bucket, by seat."""
+    return {index: until for index, until in enumerate(bucket.seats) if until > now}
 
 
 def test_refill_grows_with_time_up_to_capacity() -> None:
@@ -56,35 +57,43 @@ def test_lone_lessee_leases_a_period_of_the_whole_rate() -> None:
     assert grant.requests == 40
     assert grant.bucket is not None
     assert grant.bucket.level == pytest.approx(160.0)
-    assert grant.bucket.lessees == {"a": 2.0}
+    assert grant.until == 2.0 and grant.wait_s == 0.0
+    # the lessee counts until its period is over and `idle_s` more
+    assert seated(grant.bucket, 0.0) == {seat_of("a"): 7.0}
     assert grant.bucket.version == 1
 
 
 def test_lessees_share_the_rate_and_wait_out_their_period() -> None:
-    bucket = Bucket(rate=20.0, level=200.0, stamp=0.0, lessees={"a": 2.0, "b": 3.0, "c": 1.0})
+    bucket = Bucket(rate=20.0, level=200.0, stamp=0.0, seats=seating({"a": 7.0, "b": 8.0, "c": 6.0}))
     grant = lease(bucket, "d", 0.5, POLICY)
-    # four lessees: 5 a second each, 25 requests take 5 s
+    # four lessees (as the seats estimate them, within a percent): 5 a second each, 25 requests take 5 s
     assert grant.requests == 25
-    assert grant.bucket is not None and grant.bucket.lessees["d"] == pytest.approx(5.5)
-    again = lease(grant.bucket, "d", 1.0, POLICY)
+    assert grant.bucket is not None and grant.until == pytest.approx(5.5, rel=0.01)
+    # the lessee keeps to its period itself: asked again before its end, there is nothing to take
+    again = lease(grant.bucket, "d", 1.0, POLICY, own_until=grant.until)
     assert again.requests == 0 and again.bucket is None
-    assert again.wait_s == pytest.approx(4.5)
+    assert again.wait_s == pytest.approx(grant.until - 1.0)
 
 
 def test_idle_lessees_stop_counting() -> None:
-    bucket = Bucket(rate=20.0, level=200.0, stamp=0.0, lessees={"gone": 1.0, "b": 30.0})
+    bucket = Bucket(rate=20.0, level=200.0, stamp=0.0, seats=seating({"gone": 6.0, "b": 35.0}))
     grant = lease(bucket, "a", 10.0, POLICY)
     assert grant.bucket is not None
-    assert set(grant.bucket.lessees) == {"a", "b"}
+    assert set(seated(grant.bucket, 10.0)) == {seat_of("a"), seat_of("b")}
     assert grant.requests == 25
 
 
-def test_empty_bucket_says_how_long_until_the_lease_fits() -> None:
+def test_a_short_bucket_leases_into_debt_and_says_when_the_lease_is_ready() -> None:
     grant = lease(Bucket(rate=20.0, level=10.0, stamp=0.0), "a", 0.0, POLICY)
-    assert grant.requests == 0 and grant.bucket is None
+    assert grant.requests == 40 and grant.bucket is not None
+    # the lessee waits on its own for the refill, without asking the item again
     assert grant.wait_s == pytest.approx((40 - 10) / 20.0)
-    later = lease(Bucket(rate=20.0, level=10.0, stamp=0.0), "a", grant.wait_s, POLICY)
-    assert later.requests == 40
+    assert grant.bucket.level == pytest.approx(-30.0)
+    # its period starts when the lease is ready
+    assert grant.until == pytest.approx(1.5 + 2.0)
+    # the next lessee queues behind the debt: two lessees now, 25 requests each
+    second = lease(grant.bucket, "b", 0.0, POLICY)
+    assert second.requests == 25 and second.wait_s == pytest.approx((30 + 25) / 20.0)
 
 
 def test_a_slow_rate_still_leases_one_request() -> None:
@@ -120,7 +129,9 @@ def test_model_comes_from_the_body() -> None:
 
 @pytest.fixture
 def table() -> Iterator[Any]:
-    with mock_aws():
+    # DynamoDB's single-item atomicity, as the local cloud has it: moto's conditional updates
+    # from two threads may both pass
+    with mock_aws(), consistent():
         create_table(boto3.client("dynamodb", region_name="us-east-1"), "jobs")
         yield boto3.resource("dynamodb", region_name="us-east-1").Table("jobs")
 
@@ -162,7 +173,8 @@ def test_two_shards_drawing_at_once_never_exceed_the_bucket(table: Any) -> None:
 
     stamps = sorted(t for times in taken.values() for t in times)
     capacity = rate * policy.burst_s
-    # the probes (one per shard, before the rate is known) are the only requests outside the bucket
+    # before the rate is known, the first shard's first request goes outside the bucket (the
+    # other waits for its answer); one more for a clock tick's slack
     probes = len(taken)
     for i, first in enumerate(stamps):
         for j in range(i, len(stamps)):
@@ -216,9 +228,9 @@ def test_a_lease_takes_a_period_of_the_token_share_too() -> None:
     grant = lease(bucket, "a", 0.0, POLICY)
     assert grant.requests == 40 and grant.tokens == pytest.approx(2000.0)
     assert grant.bucket is not None and grant.bucket.token_level == pytest.approx(8000.0)
-    # not enough tokens: wait until the token bucket holds the lease
+    # not enough tokens: ready once the token bucket has refilled the lease
     short = lease(replace(bucket, token_level=500.0), "a", 0.0, POLICY)
-    assert short.bucket is None and short.wait_s == pytest.approx(1.5)
+    assert short.bucket is not None and short.wait_s == pytest.approx(1.5)
 
 
 def test_a_lease_tops_the_balance_up_and_a_debt_is_repaid() -> None:
@@ -234,31 +246,34 @@ def test_a_token_bound_lessee_leases_min_requests_worth_of_tokens() -> None:
     bucket = Bucket(rate=200.0, level=2000.0, stamp=0.0, token_rate=100.0, token_level=1000.0)
     # 26 tokens a request at 100 tokens a second: 25 requests take 6.5 s of the token rate
     grant = lease(bucket, "a", 0.0, POLICY, tokens_per_request=26.0)
-    assert grant.bucket is not None and grant.bucket.lessees["a"] == pytest.approx(6.5)
+    assert grant.bucket is not None and grant.until == pytest.approx(6.5)
     assert grant.tokens == pytest.approx(650.0)
 
 
-def test_a_paused_bucket_leases_nothing_until_the_reset() -> None:
-    bucket = Bucket(rate=20.0, level=200.0, stamp=0.0, paused_until=7.0)
+def test_a_paused_bucket_leases_nothing_ready_before_the_reset() -> None:
+    bucket = drained(Bucket(rate=20.0, level=200.0, stamp=0.0), 4.0, 7.0, POLICY)
     grant = lease(bucket, "a", 5.0, POLICY)
-    assert grant.bucket is None and grant.wait_s == pytest.approx(2.0)
-    assert lease(bucket, "a", 7.0, POLICY).requests == 40
+    # the bucket refills from the reset: 40 requests are ready 2 s after it
+    assert grant.requests == 40 and grant.wait_s == pytest.approx(2.0 + 2.0)
+    assert lease(bucket, "a", 9.0, POLICY).wait_s == 0.0
 
 
 def test_drained_empties_both_buckets_and_refills_from_the_429() -> None:
-    bucket = drained(Bucket(rate=20.0, level=150.0, stamp=0.0, token_rate=100.0, token_level=900.0), 10.0, 13.0)
+    bucket = drained(Bucket(rate=20.0, level=150.0, stamp=0.0, token_rate=100.0, token_level=900.0), 10.0, 13.0, POLICY)
     assert (bucket.level, bucket.token_level, bucket.paused_until) == (0.0, 0.0, 13.0)
-    assert refill(bucket, 13.0, POLICY) == pytest.approx(60.0)
+    assert refill(bucket, 13.0, POLICY) == 0.0
+    assert refill(bucket, 16.0, POLICY) == pytest.approx(60.0)
+    # a debt owed by leases not ready yet stays owed
+    assert drained(Bucket(rate=20.0, level=-40.0, stamp=10.0), 10.0, 13.0, POLICY).level == -40.0
 
 
 def test_given_back_leases_return_to_the_bucket_and_the_lessee_leaves() -> None:
-    bucket = Bucket(
-        rate=20.0, level=100.0, stamp=0.0, version=4, lessees={"a": 9.0, "b": 9.0}, token_rate=100.0, token_level=10.0
-    )
-    back = give_back(bucket, "a", 1.0, POLICY, 35, 300.0)
+    seats = seating({"a": 14.0, "b": 14.0})
+    bucket = Bucket(rate=20.0, level=100.0, stamp=0.0, version=4, seats=seats, token_rate=100.0, token_level=10.0)
+    back = give_back(bucket, "a", 1.0, POLICY, 35, 300.0, seat_until=14.0)
     assert back.level == pytest.approx(100.0 + 20.0 + 35)
     assert back.token_level == pytest.approx(10.0 + 100.0 + 300.0)
-    assert back.lessees == {"b": 9.0} and back.version == 5
+    assert seated(back, 1.0) == {seat_of("b"): 14.0} and back.version == 5
     # never past capacity
     assert give_back(bucket, "a", 1.0, POLICY, 500, 0.0).level == pytest.approx(200.0)
 
@@ -320,7 +335,7 @@ def test_a_configured_limit_seeds_the_bucket_before_any_answer(table: Any) -> No
     # no probe: every request was leased from a bucket sized by the environment's figure
     bucket = _item(table)
     assert (bucket.rate, bucket.token_rate) == (pytest.approx(20.0), pytest.approx(1000.0))
-    assert bucket.lessees.keys() == {"job#0"}
+    assert set(seated(bucket, at.now)) == {seat_of("job#0")}
     assert bucket.level == pytest.approx(200.0 - 40)
     assert [t.tokens for t in tickets] == [11 + 16] * 3
 
@@ -351,8 +366,9 @@ def test_headers_win_over_the_seed_and_a_changed_limit_is_followed(table: Any) -
     asyncio.run(run())
     bucket = _item(table)
     assert (bucket.rate, bucket.token_rate) == (pytest.approx(10.0), pytest.approx(500.0))
-    # within the new capacities
-    assert bucket.level <= 100.0 and bucket.token_level <= 5000.0
+    # the provider's bucket holds a minute: so does the shared one from the first headers on
+    assert bucket.window_s == 60.0
+    assert bucket.level <= 600.0 and bucket.token_level <= 30_000.0
 
     async def same() -> None:
         limit = _limit(table, "job#1", at)
@@ -407,8 +423,8 @@ def test_a_429_with_quota_left_is_the_requests_alone(table: Any) -> None:
 
     writes = asyncio.run(run())
     assert _item(table).paused_until == 0.0
-    # the seed, the lease, and the lease given back
-    assert writes == 3
+    # the seed, the lease, the window the first headers widen, and the lease given back
+    assert writes == 4
 
 
 def test_a_run_gives_back_what_it_did_not_spend(table: Any) -> None:
@@ -425,7 +441,7 @@ def test_a_run_gives_back_what_it_did_not_spend(table: Any) -> None:
     # the 40 leased, 5 spent: 35 back, with the tokens the 5 did not use
     assert bucket.level == pytest.approx(200.0 - 5)
     assert bucket.token_level == pytest.approx(10_000.0 - 5 * 20)
-    assert bucket.lessees == {}
+    assert seated(bucket, at.now) == {}
 
 
 def test_a_token_bound_shard_waits_for_tokens_not_requests(table: Any) -> None:
@@ -445,3 +461,111 @@ def test_a_token_bound_shard_waits_for_tokens_not_requests(table: Any) -> None:
     sent = asyncio.run(run())
     # a minute of 1,000 tokens plus the 10 s burst: about 12,000 / 111 requests, not 6,000
     assert 8 <= sent <= (1000 + 1000 * 10 / 60) / 111 + 2
+
+
+# --- before anybody knows the rate (issue 31) ---------------------------------------------------
+
+
+def test_one_shard_learns_the_rate_while_the_others_wait_for_it(table: Any) -> None:
+    """No seed, no item: the first shard to look sends unpaced and learns from its answer; a
+    second shard waits for that answer instead of sending a wave of its own."""
+    at = FakeTime()
+    headers = {"x-ratelimit-limit-requests": "1200", "x-ratelimit-remaining-requests": "1199"}
+
+    async def run() -> tuple[Ticket, SharedLimit]:
+        first = _limit(table, "job-a#0", at)
+        other = _limit(table, "job-b#0", at)
+        ticket = await first.take(_chat(1))
+        waiting = asyncio.create_task(other.take(_chat(2)))
+        while other.table.reads < 1:
+            await asyncio.sleep(0)
+        for _ in range(50):
+            await asyncio.sleep(0)
+        # it found the item being learned, and waits rather than send a request of its own
+        assert not waiting.done()
+        first.observe(ticket, 200, headers)
+        got = await waiting
+        await first.close()
+        return got, other
+
+    _, other = asyncio.run(run())
+    local = other._local("gpt-4o-mini")
+    # it leased from the learned bucket: nothing went unpaced, and the item counts its lease
+    assert local.rate == pytest.approx(20.0) and not local.unpaced
+    assert set(seated(_item(table), at.now)) == {seat_of("job-b#0")}
+
+
+def test_the_learned_level_leaves_out_what_was_sent_after_the_answered_request(table: Any) -> None:
+    """The learning shard sent 50 requests before its first answer came back saying 1,199 of
+    1,200 remain: that answer's request went first, so the 49 sent after it are not in what it
+    says remains, and the bucket holds at most 1,150 (a full provider bucket overshot by them
+    ended a run with 429s)."""
+    at = FakeTime()
+    headers = {"x-ratelimit-limit-requests": "1200", "x-ratelimit-remaining-requests": "1199"}
+
+    async def run() -> None:
+        limit = _limit(table, "job-a#0", at)
+        tickets = []
+        for n in range(50):
+            tickets.append(await limit.take(_chat(n)))
+            at.now += 0.001
+        limit.observe(tickets[0], 200, headers)
+        while limit._local("gpt-4o-mini").joining is not None:
+            await asyncio.sleep(0)
+
+    asyncio.run(run())
+    assert _item(table).level <= 1199 - 49
+
+
+def test_answers_without_a_rate_let_every_shard_send(table: Any) -> None:
+    """The learning shard's answers are 404s without rate headers: the others stop waiting and
+    send at their own concurrency."""
+    at = FakeTime()
+
+    async def run() -> SharedLimit:
+        first = _limit(table, "job-a#0", at)
+        other = _limit(table, "job-b#0", at)
+        first.observe(await first.take(_chat(1)), 404, {"content-type": "application/json"})
+        await first.close()
+        for n in range(50):
+            await other.take(_chat(n))
+        return other
+
+    other = asyncio.run(run())
+    assert len(other._local("gpt-4o-mini").unpaced) == 50
+    assert at.now < 1_000.0 + 1.0
+
+
+def test_a_provider_without_rate_headers_is_remembered_for_the_next_jobs(table: Any) -> None:
+    at = FakeTime()
+
+    async def run() -> SharedLimit:
+        first = _limit(table, "job-a#0", at)
+        first.observe(await first.take(_chat(1)), 200, {"content-type": "application/json"})
+        await first.close()
+        later = _limit(table, "job-b#0", at)
+        await later.take(_chat(2))
+        return later
+
+    later = asyncio.run(run())
+    assert later._local("gpt-4o-mini").off
+    # one read, no claim of its own
+    assert (later.table.reads, later.table.writes) == (1, 0)
+
+
+def test_the_first_headers_on_a_seeded_bucket_spend_what_the_provider_says_remains(table: Any) -> None:
+    """A seed makes a bucket of 10 s of the rate; the first answer says 1,150 of 1,200 remain: the
+    bucket then holds a minute, and what remains, less the lease a lessee may hold unsent."""
+    at = FakeTime()
+    headers = {"x-ratelimit-limit-requests": "1200", "x-ratelimit-remaining-requests": "1150"}
+
+    async def run() -> None:
+        limit = _limit(table, "job#0", at, seeds={"gpt-4o-mini": RateSeed(rpm=1200)})
+        limit.observe(await limit.take(_chat(1)), 200, headers)
+        await limit.close()
+
+    asyncio.run(run())
+    bucket = _item(table)
+    assert bucket.window_s == 60.0
+    # 1,150 less one lease (2 s of the rate) a lessee may hold, and the 39 this one gave back
+    assert bucket.level == pytest.approx(1150 - 40 + 39)
