@@ -400,17 +400,18 @@ def runs_table(model: cm.Model) -> str:
 
 def verdict(model: cm.Model, env: Environment) -> str:
     """Which limit binds first at the maximum, and which quota increase buys the most."""
-    over = over_headroom(model, env)
+    found = [f for f in at_maximum(model, env) if not f.cap]
+    over = [f for f in found if f.over]
+    nearest = [f for f in found if f.name.startswith(SOFT)][:1]
     if not over:
-        return "Every figure at the documented maximum is at or under half its limit."
-    first = over[0]
-    soft = [f for f in over if f.name.startswith(SOFT)]
-    hard = [f for f in over if not f.name.startswith(SOFT)]
-    text = f"{len(over)} figures pass half their limit; the first to bind is {first.describe()}."
-    if hard:
-        text += f" {len(hard)} of them are hard limits no quota increase moves (the design must change)."
-    if soft:
-        text += f" The quota increase that buys the most: {soft[0].name} ({soft[0].share:.0%})."
+        text = "Every figure at the documented maximum is at or under half its limit."
+    else:
+        hard = [f for f in over if not f.name.startswith(SOFT)]
+        text = f"{len(over)} figures pass half their limit; the first to bind is {over[0].describe()}."
+        if hard:
+            text += f" {len(hard)} of them are hard limits no quota increase moves (the design must change)."
+    if nearest:
+        text += f" Of the quotas an increase moves, the nearest its limit: {nearest[0].describe()}."
     return text
 
 

@@ -43,6 +43,8 @@ SHARD_PHASE = "shard"
 # the job's own steps, once a job each
 JOB_STEPS = ("plan", "merge", "notify", "mark_failed")
 WINDOW_S = 5.0
+# the fastest a shard may go, lines a second, for its busiest windows to count (`near_the_keys_share`)
+SHARD_PACE_MAX = 2.0
 # an item's size that moved less than this over the runs did not grow with them
 SIZE_GROWTH_BYTES = 64
 
@@ -378,6 +380,17 @@ def one_run_a_window(run: Mapping[str, Any]) -> bool:
     return float(cloud["lambda_timeout_s"]) - float(cloud["safety_margin_s"]) >= 2 * WINDOW_S
 
 
+def near_the_keys_share(run: Mapping[str, Any]) -> bool:
+    """Whether the run's shards each went near their share of the key at the maximum (half a line a
+    second): a shard's leases, checkpoints and polls per second follow its pace, so a window of a
+    shard that went many times faster (a run made for memory or the cache, the key far from
+    binding) is no shard's at the maximum. Batch shards send no line through the key."""
+    spec = run.get("spec") or {}
+    if spec.get("mode") == "batch" or "key_rpm" not in spec:
+        return True
+    return spec["key_rpm"] / 60 / max(1, run["features"]["in_flight"]) <= SHARD_PACE_MAX
+
+
 def key_classes(runs: Sequence[Mapping[str, Any]], shown: Sequence[Mapping[str, Any]]) -> list[KeyClass]:
     """The key classes that the shards (and webhooks) of `runs` touch, fitted; `shown` (the mode's
     runs, capped and failed ones too) give the busiest windows."""
@@ -397,7 +410,7 @@ def key_classes(runs: Sequence[Mapping[str, Any]], shown: Sequence[Mapping[str, 
         local_size = max(m["size"] for m in mine)
         bursts = {"write": 0.0, "read": 0.0}
         burst_at = {"write": 0, "read": 0}
-        for run in (r for r in shown if one_run_a_window(r)):
+        for run in (r for r in shown if one_run_a_window(r) and near_the_keys_share(r)):
             windows = (run["resources"].get(name) or {}).get("windows", {})
             for metric, fit in (("write", write), ("read", read)):
                 for units, lines in windows.get(metric, []):

@@ -230,3 +230,13 @@ def test_a_small_failed_job_is_accounted_for_in_one_invocation() -> None:
     )
     assert loop.invocations == 1
     assert loop.longest_s == pytest.approx(1.0 + 60.0 + 2.0 + 20.0)
+
+
+def test_a_shards_busiest_window_counts_only_from_runs_where_it_went_near_its_share_of_the_key() -> None:
+    def run(key_rpm: int, in_flight: int, mode: str = "direct") -> dict[str, Any]:
+        return {"spec": {"mode": mode, "key_rpm": key_rpm}, "features": {"in_flight": in_flight}}
+
+    assert capacity_model.near_the_keys_share(run(480, 8))
+    # a shard alone with a key far from binding leases forty times as often as one at the maximum
+    assert not capacity_model.near_the_keys_share(run(2_400, 1))
+    assert capacity_model.near_the_keys_share(run(2_400, 1, mode="batch"))
