@@ -21,8 +21,10 @@ comes from measured runs, not from counts typed by hand.
    bytes; for every other service the call. Every test runs through it.
 2. **The runs.** `bench/capacity.py measure` runs small jobs in the local cloud
    (`bench/capacity_runs.py`), with the simulator's key held to a per-key limit as a provider holds
-   one, and each shard near a line a second, the key's share of a shard at the maximum, so that its
-   checkpoints, leases and polls come at the pace they come at scale. The runs vary the lines, the
+   one (and drained first, as a key in use for a minute or more is, so no run spends a minute's
+   quota at once), and each shard near a line a second, the key's share of a shard at the maximum,
+   so that its checkpoints, leases and polls come at the pace they come at scale; only the runs
+   whose shards went at most two lines a second give a shard's busiest windows. The runs vary the lines, the
    shards, the shards in flight, how long shards run and how often they loop, and the mode; one runs
    out of its spending cap, and four fail (MarkFailed), with shards of two sizes; the response
    cache grows from run to run. Keys are grouped by their shape (the job's id and every number
