@@ -1,27 +1,27 @@
-"""Capacity of one Sluice job at 100k, 1M and 10M lines, from the constants the code uses.
+"""What a Sluice job asks of AWS at 100k to 10M lines and 10 to 1,000 shards in flight, from measured runs.
 
-Everything Sluice decides is imported, not restated: the environment's settings (cdk.json),
-Plan's manifest (built by `sluice.plan.plan_job` itself), the checkpoint size (`PartWriter`),
-Merge's part planner (`sluice.merge.plan_parts`), the Lambda sizes (`sluice.contract.STEPS`),
-prices (`sluice.costs`), and the history events per loop, counted from the state machine
-definition (`infra.definition.definition()`). AWS quotas and prices that the code does not hold
-are named constants below, each with its source; assumptions about the input and the provider
-are named constants too. Prints the tables that docs/capacity.md embeds:
+The figures come from small jobs run in the local cloud, whose ledger records every AWS call with
+its keys and capacity units (`local.ledger`): `measure` runs them (`capacity_runs`) and writes
+what they did to bench/capacity.json; the model (`capacity_model`) fits per-line, per-shard,
+per-run and per-shard-second counts from it and scales them to each scenario; history events,
+Merge's parts and the Map's gathered result come from the definition and the code
+(`capacity_definition`). No count of calls is typed by hand.
 
-    .venv/bin/python bench/capacity.py [--env prod] [--rpm 30000] [--latency-s 2.0]
+    .venv/bin/python bench/capacity.py measure      # the runs (20 minutes or so); rewrites bench/capacity.json
+    .venv/bin/python bench/capacity.py              # the tables, from bench/capacity.json
+    .venv/bin/python bench/capacity.py check        # every figure over half its limit at the maximum; exit 1 if any
+    .venv/bin/python bench/capacity.py docs         # rewrites docs/capacity.md
 """
 
 from __future__ import annotations
 
 import argparse
-import inspect
+import dataclasses
 import io
 import math
 import os
 import sys
-import tracemalloc
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -33,511 +33,461 @@ sys.path[:0] = [str(ROOT / "functions"), str(ROOT)]
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
 from sluice import costs  # noqa: E402
-from sluice.background import BACKGROUND_MAX_WAIT_S  # noqa: E402
 from sluice.contract import STEPS, Settings  # noqa: E402
-from sluice.merge import MIN_PART, plan_parts  # noqa: E402
-from sluice.parts import PART_MAX_AGE_S, PartWriter  # noqa: E402
-from sluice.plan import plan_job, plan_lines  # noqa: E402
 from sluice.shard import poll_wait_seconds  # noqa: E402
 
-from infra.config import Environment, cdk_json_context  # noqa: E402
-from infra.definition import definition  # noqa: E402
+from bench import capacity_definition as definition  # noqa: E402
+from bench import capacity_failure as failure  # noqa: E402
+from bench import capacity_model as cm  # noqa: E402
+from infra.config import SHARD_STEPS, UNRESERVED_CONCURRENCY, Environment, cdk_json_context  # noqa: E402
 
-SIZES = (100_000, 1_000_000, 10_000_000)
-
-# --- AWS quotas (hard unless said otherwise) -------------------------------------------------
-# Step Functions quotas, https://docs.aws.amazon.com/step-functions/latest/dg/service-quotas.html
-HISTORY_EVENTS_MAX = 25_000  # events per execution; every Map child is its own execution
-PAYLOAD_MAX_BYTES = 256 * 1024  # state input/output, the Map's gathered result included
-MAP_CHILDREN_RUNNING_MAX = 10_000  # Distributed Map: child executions running at once
-STATE_TRANSITIONS_PER_S = 5_000  # Standard workflows, token bucket size (refill 800-1,500/s by region), soft
-# Lambda quotas, https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html
-LAMBDA_TIMEOUT_S = 900
-LAMBDA_CONCURRENCY = 1_000  # concurrent executions per account and region, default, soft
-LAMBDA_FILE_DESCRIPTORS = 1_024
-# DynamoDB, https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/bp-partition-key-design.html
-DDB_PARTITION_WCU_PER_S = 1_000  # writes (1 KB) per second on one partition, so on one partition key
-DDB_PARTITION_RCU_PER_S = 3_000
-# S3, https://docs.aws.amazon.com/AmazonS3/latest/userguide/optimizing-performance.html
-S3_PREFIX_PUT_PER_S = 3_500  # PUT/COPY/POST/DELETE per second per partitioned prefix
-S3_PREFIX_GET_PER_S = 5_500  # GET/HEAD per second per partitioned prefix
-S3_MULTIPART_PARTS_MAX = 10_000  # https://docs.aws.amazon.com/AmazonS3/latest/userguide/qfacts.html
-
-# --- Prices (us-east-1 list prices; sluice.costs holds the ones the summary uses) -------------
-S3_GET = 0.0000004  # per GET/HEAD, https://aws.amazon.com/s3/pricing/
-LAMBDA_REQUEST = 0.0000002  # per invocation, https://aws.amazon.com/lambda/pricing/
-# Step Functions bills Standard workflows per state transition (sluice.costs.SFN_TRANSITION);
-# DynamoDB on-demand per write request unit (sluice.costs.DDB_WRITE_UNIT).
-
-# --- How many history events each state writes, and how many transitions it bills -------------
-# https://docs.aws.amazon.com/step-functions/latest/apireference/API_HistoryEvent.html
-# Task: Entered, Scheduled, Started, Succeeded, Exited; a task token adds Submitted.
-EVENTS_PER_STATE = {"Task": 5, "TaskToken": 6, "Choice": 2, "Pass": 2, "Wait": 2, "Succeed": 2, "Fail": 1, "Map": 4}
-EXECUTION_EVENTS = 2  # ExecutionStarted, ExecutionSucceeded
-
-# --- Assumptions about the work (not AWS's, not the code's) -----------------------------------
-INPUT_LINE_BYTES = 400  # one chat request line of the Batch input format
-RESULT_LINE_BYTES = 1_000  # one line of the results file (the provider's answer, wrapped)
-LATENCY_S = 2.0  # provider latency per request
-PROVIDER_RPM = 30_000  # the provider's requests-per-minute limit for the account
-PLAN_BYTES_PER_S = 90e6  # one S3 GET stream into a Lambda (bench/README: Plan parses at 282 MB/s)
-S3_REQUEST_S = 0.02  # one small S3 request from a Lambda, round trip
-MERGE_BYTES_PER_S = 90e6  # bytes Merge downloads and uploads per second (seams between shards)
-BACKGROUND_RESPONSE_S = 600.0  # how long a background response takes at the provider
+MEASURED = Path(os.environ.get("SLUICE_CAPACITY_RUNS", ROOT / "bench" / "capacity.json"))
+DOCS = ROOT / "docs" / "capacity.md"
+ENV = "prod"
+# list prices (us-east-1) that sluice.costs does not hold
+DDB_READ_UNIT = 0.000000125  # on-demand, per read request unit
+S3_GET = 0.0000004
+LAMBDA_REQUEST = 0.0000002
+# soft quotas: what an increase request can raise; every other limit here is hard
+SOFT = ("Lambda concurrency (account)", "Step Functions ")
 
 
-class _Body:
-    def __init__(self, data: bytes) -> None:
-        self._data = data
-
-    def iter_chunks(self, size: int) -> Iterator[bytes]:
-        stream = io.BytesIO(self._data)
-        while chunk := stream.read(size):
-            yield chunk
+def environment(name: str = ENV) -> Environment:
+    return Environment.from_context(name, cdk_json_context()["environments"])
 
 
-class _RecordingS3:
-    """Just enough of S3 for `plan_job`: one object in, the manifest it writes kept."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.written: dict[str, bytes] = {}
-
-    def head_object(self, **_: Any) -> dict[str, Any]:
-        return {"Metadata": {}, "ContentLength": len(self.data)}
-
-    def get_object(self, **_: Any) -> dict[str, Any]:
-        return {"Body": _Body(self.data)}
-
-    def put_object(self, *, Key: str, Body: bytes, **_: Any) -> None:
-        self.written[Key] = Body
-
-    def get_paginator(self, _: str) -> Any:
-        # Plan lists the response cache's indexes: an empty cache here, as for a first run
-        return self
-
-    def paginate(self, **_: Any) -> Any:
-        return iter([{"Contents": []}])
-
-
-class _NoStore:
-    def claim_job(self, *_: Any, **__: Any) -> bool:
-        return True
-
-    def record_plan(self, *_: Any, **__: Any) -> None:
-        return None
-
-
-def _request(n: int) -> bytes:
-    body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "x" * 300}]}
-    line = {"custom_id": f"request-{n:08d}", "method": "POST", "url": "/v1/chat/completions", "body": body}
-    return orjson.dumps(line) + b"\n"
-
-
-def manifest_item(settings: Settings) -> dict[str, Any]:
-    """One manifest entry, as `plan_job` writes it for this environment."""
-    data = b"".join(_request(n) for n in range(3))
-    s3 = _RecordingS3(data)
-    state = plan_job(
-        s3=s3,
-        store=_NoStore(),  # type: ignore[arg-type]
-        settings=settings,
-        bucket="sluice-prod-bucket-0123456789ab",
-        key="inbox/team/reviews-2026-11.jsonl",
-        etag="0123456789abcdef0123456789abcdef",
-        execution="arn:aws:states:eu-west-1:123456789012:execution:sluice-prod-0123456789ab:x",
+def for_in_flight(env: Environment, in_flight: int) -> Environment:
+    """The environment `in_flight` shards at once need: `max_shards_in_flight` (each shard step's
+    reserved concurrency) and `map_concurrency` at least that, and the account's Lambda quota
+    (`account_concurrency`) as large as the environment reserves and Lambda keeps unreserved."""
+    wider = dataclasses.replace(
+        env,
+        max_shards_in_flight=max(env.max_shards_in_flight, in_flight),
+        map_concurrency=max(env.map_concurrency, in_flight),
     )
-    return dict(orjson.loads(s3.written[state["manifest_key"]])[0])
+    quota = max(env.account_concurrency, wider.reserved_concurrency + UNRESERVED_CONCURRENCY)
+    return dataclasses.replace(wider, account_concurrency=quota)
 
 
-def manifest_bytes(item: dict[str, Any], lines: int, shard_lines: int) -> int:
-    """The manifest of a job of `lines` lines: every entry with its own offsets and numbers."""
-    shards = math.ceil(lines / shard_lines)
-    total = 2 + shards - 1  # brackets and commas
-    for index in range(shards):
-        first = index * shard_lines + 1
-        count = min(shard_lines, lines - index * shard_lines)
-        entry = {
-            **item,
-            "shard": index,
-            "start": (first - 1) * INPUT_LINE_BYTES,
-            "end": (first - 1 + count) * INPUT_LINE_BYTES,
-            "first_line": first,
-            "lines": count,
+def reserved(env: Environment) -> dict[str, int]:
+    """Each function's reserved concurrency in the environment, as the stack sets it (the recorded
+    synthesis of `ENV` holds it to that: tests/unit/test_capacity.py)."""
+    return {**dict.fromkeys(SHARD_STEPS, env.max_shards_in_flight), "webhook": env.webhook_concurrency}
+
+
+def settings_of(env: Environment) -> Settings:
+    return Settings.from_env(
+        {
+            "SLUICE_BUCKET": "b",
+            "SLUICE_TABLE": "t",
+            "SLUICE_API_KEY_SECRET_ARN": "arn",
+            "SLUICE_PROVIDER_BASE_URL": env.provider_base_url,
+            "SLUICE_SHARD_LINES": str(env.shard_lines),
+            "SLUICE_POLL_SECONDS": str(env.poll_seconds),
+            "SLUICE_SAFETY_MARGIN_S": str(env.safety_margin_s),
+            "SLUICE_REQUEST_TIMEOUT_S": str(env.request_timeout_s),
         }
-        total += len(orjson.dumps(entry))
-    return total
-
-
-def plan_memory_per_line(sample: int = 50_000) -> float:
-    """Bytes Plan holds per line (the custom_ids it checks for duplicates), measured on `plan_lines`."""
-    lines = [_request(n) for n in range(sample)]
-    tracemalloc.start()
-    base = tracemalloc.get_traced_memory()[0]
-    result = plan_lines(iter(lines), shard_lines=5000)
-    peak = tracemalloc.get_traced_memory()[1] - base
-    tracemalloc.stop()
-    assert result.requests == sample
-    return peak / sample
-
-
-# --- the state machine ------------------------------------------------------------------------
-
-
-def _successors(state: dict[str, Any]) -> list[str]:
-    found = [state[k] for k in ("Next", "Default") if k in state]
-    found += [c["Next"] for c in state.get("Choices", [])]
-    found += [c["Next"] for c in state.get("Catch", [])]
-    return found
-
-
-def _events(state: dict[str, Any]) -> int:
-    if state["Type"] == "Task" and str(state.get("Resource", "")).endswith(".waitForTaskToken"):
-        return EVENTS_PER_STATE["TaskToken"]
-    return EVENTS_PER_STATE[state["Type"]]
-
-
-def shard_states() -> dict[str, dict[str, Any]]:
-    (shards,) = [s for s in definition()["States"].values() if s["Type"] == "Map"]
-    return dict(shards["ItemProcessor"]["States"])
-
-
-def loops(states: dict[str, dict[str, Any]]) -> list[list[str]]:
-    """The cycles of the child workflow (strongly connected sets of states), each in its order."""
-    reach: dict[str, set[str]] = {}
-    for name in states:
-        seen: set[str] = set()
-        todo = list(_successors(states[name]))
-        while todo:
-            nxt = todo.pop()
-            if nxt not in seen and nxt in states:
-                seen.add(nxt)
-                todo.extend(_successors(states[nxt]))
-        reach[name] = seen
-    cycles: list[list[str]] = []
-    done: set[str] = set()
-    for name in states:
-        if name in done or name not in reach[name]:
-            continue
-        members = [other for other in states if other in reach[name] and name in reach[other]]
-        done.update(members)
-        cycles.append(members)
-    return cycles
-
-
-@dataclass(frozen=True)
-class Loop:
-    mode: str
-    states: list[str]
-    events: int
-
-    @property
-    def transitions(self) -> int:
-        return len(self.states)
-
-
-def mode_loops() -> dict[str, Loop]:
-    """The loop each mode waits in: the cycle that holds its collect or run step."""
-    states = shard_states()
-    named = {"direct": "RunShard", "background": "Collect", "batch": "CollectBatch"}
-    found = {}
-    for cycle in loops(states):
-        for mode, step in named.items():
-            if step in cycle and (mode != "direct" or "Collect" not in cycle):
-                found[mode] = Loop(mode, cycle, sum(_events(states[s]) for s in cycle))
-    return found
-
-
-def gathered_result_bytes(shards: int, child_output: int) -> int | None:
-    """What the Map gathers from its children into its own output; None when a ResultWriter
-    sends it to S3 instead. A child ends with what its last state passes on."""
-    (shards_state,) = [s for s in definition()["States"].values() if s["Type"] == "Map"]
-    if "ResultWriter" in shards_state:
-        return None
-    states = shard_states()
-    ends = [s for s in states.values() if s["Type"] == "Succeed" or s.get("End")]
-    if ends and all("OutputPath" in s and s["OutputPath"] is None for s in ends):
-        child_output = 2  # {}
-    elif ends and all(s["Type"] == "Pass" and "Result" in s and "ResultPath" not in s for s in ends):
-        # the child ends with a fixed result (`true`), not its state
-        child_output = max(len(orjson.dumps(s["Result"])) for s in ends)
-    return 2 + shards * (child_output + 1)
-
-
-def wakeups(settings: Settings, seconds: float) -> int:
-    """How often a background child wakes while its work runs `seconds`, by the shard's own backoff."""
-    elapsed, count = 0.0, 0
-    while elapsed < seconds:
-        elapsed += poll_wait_seconds(settings, elapsed)
-        count += 1
-    return count
-
-
-def child_fixed_events() -> int:
-    """A child's events outside its loop: start and end, the cache and mode Choices, the final state."""
-    states = shard_states()
-    choices = _events(states["Answered from the cache?"]) + _events(states["Which mode?"])
-    return EXECUTION_EVENTS + choices + _events(states["Shard finished"])
-
-
-# --- the tables -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Job:
-    lines: int
-    shards: int
-    running: int
-    per_shard_concurrency: int
-    throughput: float  # requests per second, whole job
-    manifest: int
-    gathered: int | None
-    direct_events: int
-    direct_loops: int
-    background_wakeups: int
-    parts: int
-    part_rows: int
-    job_pk_wcu_direct: float
-    job_pk_wcu_background: float
-    s3_put_per_s: float
-    merge_parts: int
-    merge_copied: int
-    merge_bytes_through: int
-    merge_s: float
-    plan_s: float
-    plan_memory_mb: float
-    wall_s: float
-    cost: dict[str, float]
-    shares: dict[str, float]  # of each AWS limit, direct mode
-    background_share: float  # of the partition's writes/s, background mode
-
-
-def job(lines: int, env: Environment, settings: Settings, item: dict[str, Any], plan_per_line: float) -> Job:
-    shard_lines = env.shard_lines
-    shards = math.ceil(lines / shard_lines)
-    running = min(shards, env.map_concurrency)
-    per_shard = math.ceil(env.concurrency / running)
-    # Little's law: requests in flight / latency, capped by the provider's limit
-    throughput = min(running * per_shard / LATENCY_S, PROVIDER_RPM / 60)
-    per_shard_rate = throughput / running
-    shard_s = shard_lines / per_shard_rate
-    run_s = LAMBDA_TIMEOUT_S - env.safety_margin_s
-    direct = mode_loops()["direct"]
-    background = mode_loops()["background"]
-    direct_loops = math.ceil(shard_s / run_s)
-    fixed = child_fixed_events()
-    direct_events = fixed + direct.events * direct_loops
-    background_wakeups = wakeups(settings, BACKGROUND_MAX_WAIT_S)
-
-    every = inspect.signature(PartWriter.__init__).parameters["every"].default
-    # a part is cut at `every` outcomes, or once it is PART_MAX_AGE_S old
-    part_rows = max(1, min(every, math.floor(per_shard_rate * PART_MAX_AGE_S)))
-    parts = math.ceil(lines / part_rows)
-    parts_per_s = throughput / part_rows
-    # direct: each part updates its shard row and the job row, both under the job's key
-    job_pk_direct = 2 * parts_per_s
-    # background: each request's row is written when submitted, settled and checkpointed
-    job_pk_background = 3 * throughput + job_pk_direct
-    s3_put = 2 * parts_per_s
-
-    shard_output = shard_lines * RESULT_LINE_BYTES
-    sizes = [shard_output] * (lines // shard_lines)
-    if lines % shard_lines:
-        sizes.append((lines % shard_lines) * RESULT_LINE_BYTES)
-    merge = plan_parts(sizes)
-    through = 2 * sum(p.size for p in merge if not p.copy)  # downloaded, then uploaded
-    copied = sum(1 for p in merge if p.copy)
-    merge_requests = 4 * shards + len(merge) + 4  # per shard: HEAD x2 and stats GETs; the parts
-    merge_s = merge_requests * S3_REQUEST_S + through / MERGE_BYTES_PER_S
-
-    plan_s = lines * INPUT_LINE_BYTES / PLAN_BYTES_PER_S
-    plan_memory_mb = lines * plan_per_line / 1e6
-    wall = plan_s + lines / throughput + merge_s
-
-    requests_wall = lines / throughput
-    lambda_gb_s = running * requests_wall * STEPS["run_shard"].memory_mb / 1024 + (plan_s + merge_s) * 1.0
-    transitions = 8 + shards * (fixed // 2 + direct.transitions * direct_loops)
-    ddb_writes = parts * 2 + shards * 3 + 4
-    s3_puts = parts * 2 + shards * 2 + len(merge) + 4
-    s3_gets = shards * 6 + len(merge) * 2
-    cost = {
-        "lambda": lambda_gb_s * costs.LAMBDA_GB_SECOND + (shards * direct_loops + 4) * LAMBDA_REQUEST,
-        "step_functions": transitions * costs.SFN_TRANSITION,
-        "dynamodb": ddb_writes * costs.DDB_WRITE_UNIT,
-        "s3": s3_puts * costs.S3_PUT + s3_gets * S3_GET,
-    }
-
-    gathered = gathered_result_bytes(shards, len(orjson.dumps(item)))
-    shares = {
-        "the Map's gathered result (256 KiB)": (gathered or 0) / PAYLOAD_MAX_BYTES,
-        "Plan's memory": plan_memory_mb / STEPS["plan"].memory_mb,
-        "Merge's Lambda timeout": merge_s / STEPS["merge"].timeout_s,
-        "Plan's Lambda timeout": plan_s / STEPS["plan"].timeout_s,
-        "multipart parts (10,000)": len(merge) / S3_MULTIPART_PARTS_MAX,
-        "history events per direct child": direct_events / HISTORY_EVENTS_MAX,
-        "history events per background child (24 h)": (fixed + background.events * background_wakeups)
-        / HISTORY_EVENTS_MAX,
-        "writes/s on the job's partition key": job_pk_direct / DDB_PARTITION_WCU_PER_S,
-        "S3 PUTs/s per prefix": s3_put / S3_PREFIX_PUT_PER_S,
-    }
-    return Job(
-        lines=lines,
-        shards=shards,
-        running=running,
-        per_shard_concurrency=per_shard,
-        throughput=throughput,
-        manifest=manifest_bytes(item, lines, shard_lines),
-        gathered=gathered,
-        direct_events=direct_events,
-        direct_loops=direct_loops,
-        background_wakeups=background_wakeups,
-        parts=parts,
-        part_rows=part_rows,
-        job_pk_wcu_direct=job_pk_direct,
-        job_pk_wcu_background=job_pk_background,
-        s3_put_per_s=s3_put,
-        merge_parts=len(merge),
-        merge_copied=copied,
-        merge_bytes_through=through,
-        merge_s=merge_s,
-        plan_s=plan_s,
-        plan_memory_mb=plan_memory_mb,
-        wall_s=wall,
-        cost=cost,
-        shares=shares,
-        background_share=job_pk_background / DDB_PARTITION_WCU_PER_S,
     )
 
 
-def _past(shares: dict[str, float]) -> str:
-    past = [f"{name} ({share:.0%})" for name, share in sorted(shares.items(), key=lambda p: -p[1]) if share >= 1]
-    if past:
-        return "; ".join(past)
-    name, share = max(shares.items(), key=lambda pair: pair[1])
-    return f"none; nearest: {name} ({share:.0%})"
+def scenario(
+    env: Environment, lines: int, in_flight: int, cached: int, mode: str, model: cm.Model | None = None
+) -> cm.Scenario:
+    settings = settings_of(env)
+    margin = settings.request_timeout_s + settings.safety_margin_s
+    return cm.Scenario(
+        lines=lines,
+        in_flight=in_flight,
+        cached=cached,
+        mode=mode,
+        shard_lines=env.shard_lines,
+        run_s=STEPS["run_shard"].timeout_s - margin,
+        poll=lambda elapsed: float(poll_wait_seconds(settings, elapsed)),
+        batch_run_s=model.batch_run_s if model is not None else 0.0,
+    )
 
 
-def _n(value: float) -> str:
-    return f"{value:,.0f}" if value >= 10 else f"{value:,.1f}"
+def load(path: Path = MEASURED) -> dict[str, Any]:
+    data: dict[str, Any] = orjson.loads(path.read_bytes())
+    return data
 
 
-def _mb(value: float) -> str:
-    return f"{value / 1e6:,.1f} MB" if value >= 1e6 else f"{value / 1e3:,.1f} kB"
+# ---- the figures of one scenario
+
+
+def definition_figures(s: cm.Scenario) -> list[cm.Figure]:
+    loop = definition.mode_loops()[s.mode]
+    fixed = definition.child_fixed_events()
+    figures = [
+        cm.Figure(
+            "history events per shard",
+            s.mode,
+            fixed + loop.events * s.runs_per_shard,
+            cm.HISTORY_EVENTS_MAX,
+            "events",
+        ),
+        cm.Figure(
+            "Step Functions state transitions",
+            s.mode,
+            (s.shards * fixed / 2 + s.features()["runs"] * loop.transitions) / s.wall,
+            cm.SFN_TRANSITIONS_PER_S,
+            "a second",
+        ),
+        cm.Figure(
+            "Merge's multipart parts",
+            s.mode,
+            definition.merge_parts(s.lines, s.shard_lines),
+            definition.S3_MULTIPART_PARTS_MAX,
+            "parts",
+        ),
+    ]
+    gathered = definition.gathered_result_bytes(s.shards, 400)
+    if gathered is not None:
+        figures.append(cm.Figure("the Map's gathered result", s.mode, gathered, definition.PAYLOAD_MAX_BYTES, "bytes"))
+    return figures
+
+
+def figures(model: cm.Model, s: cm.Scenario, env: Environment) -> list[cm.Figure]:
+    """Every figure of one scenario, against its limit, in the environment its shards in flight need."""
+    env = for_in_flight(env, s.in_flight)
+    found: list[cm.Figure] = []
+    keys = model.keys.get(s.mode, [])
+    for key in keys:
+        found.extend(cm.key_figures(key, s))
+    found = [_with_items(figure, keys, s) for figure in found]
+    for step in model.steps.values():
+        if step.step == "mark_failed" and "merge" in model.steps:
+            found.extend(failure.failure_figures(step, model.steps["merge"], s))
+        else:
+            found.extend(cm.step_figures(step, s))
+    runs = model.fitted(s.mode)
+    found.extend(cm.concurrency_figures(runs, s, reserved(env), env.account_concurrency))
+    found.extend(cm.api_figures(runs, s))
+    found.extend(definition_figures(s))
+    return _distinct(found)
+
+
+def _with_items(figure: cm.Figure, keys: list[cm.KeyClass], s: cm.Scenario) -> cm.Figure:
+    """A partition key's figure is at least what its items put on it, each at its own size (the
+    partition's own fit counts its calls at the sizes the runs saw)."""
+    if not figure.name.startswith("partition key "):
+        return figure
+    shape, _, metric = figure.name.removeprefix("partition key ").partition(": ")
+    [partition] = [k for k in keys if k.kind == "ddb-partition" and k.shape == shape]
+    items = [k for k in keys if k.kind == "ddb-item" and k.shape.split(" ", 1)[0] == shape]
+    total = sum(cm.on_partition(k, s, partition.scope)[0 if metric == "WCU/s" else 1] for k in items)
+    if total <= figure.value:
+        return figure
+    grown = total / figure.value if figure.value else 0.0
+    return dataclasses.replace(figure, value=total, parts=tuple((n, v * grown) for n, v in figure.parts))
+
+
+def _distinct(found: Iterable[cm.Figure]) -> list[cm.Figure]:
+    """A prefix whose figure a longer prefix repeats (every call under it is under the longer) is
+    shown once, as the longer."""
+    figures = {figure.name: figure for figure in found}
+
+    def repeated(name: str, figure: cm.Figure) -> bool:
+        prefix, _, metric = name.removeprefix("S3 prefix ").partition(": ")
+        for other, longer in figures.items():
+            deeper, _, other_metric = other.removeprefix("S3 prefix ").partition(": ")
+            same = math.isclose(longer.value, figure.value, rel_tol=1e-6)
+            if other != name and other_metric == metric and deeper.startswith(prefix) and same:
+                return True
+        return False
+
+    return [f for name, f in figures.items() if not (name.startswith("S3 prefix ") and repeated(name, f))]
+
+
+def at_maximum(model: cm.Model, env: Environment) -> list[cm.Figure]:
+    """Every figure of every mode at the documented maximum, the largest share first."""
+    lines, in_flight, cached = cm.MAXIMUM
+    found = [
+        f
+        for mode in cm.MODES
+        if mode in model.keys
+        for f in figures(model, scenario(env, lines, in_flight, cached, mode, model), env)
+    ]
+    return sorted(found, key=lambda f: -f.share)
+
+
+def over_headroom(model: cm.Model, env: Environment) -> list[cm.Figure]:
+    return [f for f in at_maximum(model, env) if f.over]
+
+
+def cost(model: cm.Model, s: cm.Scenario) -> dict[str, float]:
+    """AWS's list price of the job: the fitted counts at the scenario, priced."""
+    f = s.features()
+    writes = reads = puts = gets = 0.0
+    for key in model.keys.get(s.mode, []):
+        if key.kind == "ddb-partition":
+            writes += key.write(f)
+            reads += key.read(f)
+        elif key.kind == "s3-prefix" and key.shape.count("/") == 1:
+            puts += key.write(f)
+            gets += key.read(f)
+    lambda_s = s.shard_seconds * costs.SHARD_MEMORY_GB
+    for step in model.steps.values():
+        if step.step == "mark_failed":
+            continue
+        for name, write, read in step.keys:
+            if name.startswith("ddb-partition "):
+                writes, reads = writes + write(f), reads + read(f)
+            elif name.startswith("s3-prefix ") and name.count("/") == 1:
+                puts, gets = puts + write(f), gets + read(f)
+        lambda_s += cm.step_seconds(step, f) * STEPS[step.step].memory_mb / 1024
+    loop = definition.mode_loops()[s.mode]
+    transitions = s.shards * definition.child_fixed_events() / 2 + f["runs"] * loop.transitions
+    return {
+        "Lambda": lambda_s * costs.LAMBDA_GB_SECOND + (f["runs"] + 4) * LAMBDA_REQUEST,
+        "Step Functions": transitions * costs.SFN_TRANSITION,
+        "DynamoDB": writes * costs.DDB_WRITE_UNIT + reads * DDB_READ_UNIT,
+        "S3": puts * costs.S3_PUT + gets * S3_GET,
+    }
+
+
+# ---- the tables
+
+
+def _share(share: float, *, cap: bool = False) -> str:
+    if cap:
+        return f"{share:.0%} (a cap)"
+    return f"**{share:.0%}**" if share > cm.HEADROOM else f"{share:.0%}"
+
+
+def _value(figure: cm.Figure) -> str:
+    if figure.unit == "bytes":
+        return f"{figure.value / 1024:,.1f} KB of {figure.limit / 1024:,.0f} KB"
+    if figure.unit == "s":
+        return f"{_time(figure.value)} of {_time(figure.limit)}"
+    return f"{cm._num(figure.value)} of {cm._num(figure.limit)} {figure.unit}"
 
 
 def _time(seconds: float) -> str:
     if seconds >= 3600:
-        return f"{seconds / 3600:.1f} h"
+        return f"{seconds / 3600:,.1f} h"
     return f"{seconds / 60:.1f} min" if seconds >= 120 else f"{seconds:.0f} s"
 
 
-def tables(env: Environment) -> str:
-    settings = Settings.from_env(
-        {"SLUICE_BUCKET": "b", "SLUICE_TABLE": "t", "SLUICE_API_KEY_SECRET_ARN": "arn", **_settings_env(env)}
-    )
-    item = manifest_item(settings)
-    plan_per_line = plan_memory_per_line()
-    jobs = [job(lines, env, settings, item, plan_per_line) for lines in SIZES]
-    direct, background = mode_loops()["direct"], mode_loops()["background"]
+def _callers(figure: cm.Figure) -> str:
+    return "; ".join(f"{name} {cm._num(v)}" for name, v in figure.parts[:3] if v >= 0.05 * figure.value)
+
+
+def maximum_table(model: cm.Model, env: Environment, *, least: float = 0.05) -> str:
     out = io.StringIO()
-
-    def row(label: str, *cells: str) -> None:
-        out.write(f"| {label} | " + " | ".join(cells) + " |\n")
-
-    out.write(
-        f"Environment `{env.name}`: shard_lines {env.shard_lines:,}, map_concurrency {env.map_concurrency}, "
-        f"concurrency {env.concurrency:,}, poll_seconds {env.poll_seconds}. Provider: {PROVIDER_RPM:,} RPM, "
-        f"{LATENCY_S:g} s a request. Lines of {INPUT_LINE_BYTES} B in, {RESULT_LINE_BYTES:,} B out.\n\n"
-    )
-    row("lines", *(f"{j.lines:,}" for j in jobs))
-    out.write("| --- |" + " ---: |" * len(jobs) + "\n")
-    row("shards (Map children)", *(f"{j.shards:,}" for j in jobs))
-    row("children running at once", *(f"{j.running:,} of {MAP_CHILDREN_RUNNING_MAX:,}" for j in jobs))
-    row("requests in flight per shard", *(f"{j.per_shard_concurrency:,}" for j in jobs))
-    row("manifest", *(f"{_mb(j.manifest)}" for j in jobs))
-    row(
-        "Map's gathered result",
-        *("to S3" if j.gathered is None else f"{_mb(j.gathered)} of {_mb(PAYLOAD_MAX_BYTES)}" for j in jobs),
-    )
-    row("job throughput (requests/s)", *(_n(j.throughput) for j in jobs))
-    row(
-        "history events per direct child",
-        *(f"{j.direct_events} ({j.direct_loops} run{'s' if j.direct_loops > 1 else ''})" for j in jobs),
-    )
-    row("checkpoint parts (rows each)", *(f"{j.parts:,} ({j.part_rows:,})" for j in jobs))
-    row(
-        "writes/s on the job's partition key, direct",
-        *(f"{_n(j.job_pk_wcu_direct)} of {DDB_PARTITION_WCU_PER_S:,}" for j in jobs),
-    )
-    row(
-        "writes/s on the job's partition key, background",
-        *(f"{_n(j.job_pk_wcu_background)} of {DDB_PARTITION_WCU_PER_S:,}" for j in jobs),
-    )
-    row("S3 PUTs/s under jobs/", *(f"{_n(j.s3_put_per_s)} of {S3_PREFIX_PUT_PER_S:,}" for j in jobs))
-    row(
-        "merge parts (copied server-side)",
-        *(f"{j.merge_parts:,} of {S3_MULTIPART_PARTS_MAX:,} ({j.merge_copied:,})" for j in jobs),
-    )
-    row("bytes through Merge's Lambda", *(_mb(j.merge_bytes_through) for j in jobs))
-    row("Merge time (of 15 min)", *(_time(j.merge_s) for j in jobs))
-    row("Plan time (of 15 min)", *(_time(j.plan_s) for j in jobs))
-    row(
-        "Plan memory for custom_ids",
-        *(f"{j.plan_memory_mb:,.0f} MB of {STEPS['plan'].memory_mb:,}" for j in jobs),
-    )
-    row("wall time", *(_time(j.wall_s) for j in jobs))
-    for part in ("lambda", "step_functions", "dynamodb", "s3"):
-        row(f"AWS cost: {part.replace('_', ' ')}", *(f"${j.cost[part]:,.4f}" for j in jobs))
-    row("AWS cost, total", *(f"${sum(j.cost.values()):,.2f}" for j in jobs))
-    row("AWS limits past 100 % (direct)", *(_past(j.shares) for j in jobs))
-    row(
-        "background mode: writes/s on the job's key",
-        *(f"{j.background_share:.0%} of {DDB_PARTITION_WCU_PER_S:,}" for j in jobs),
-    )
-    out.write("\nWhere each limit binds (direct mode; the share grows with the lines unless marked flat):\n\n")
-    out.write("| limit | at 1M lines | binds at about |\n| --- | ---: | ---: |\n")
-    first, last = jobs[1], jobs[-1]
-    for name in last.shares:
-        grows = last.shares[name] > 1.5 * first.shares[name]
-        at = f"{last.lines / last.shares[name]:,.0f} lines" if grows and last.shares[name] > 0 else "flat"
-        out.write(f"| {name} | {jobs[1].shares[name]:.1%} | {at} |\n")
-    fixed = child_fixed_events()
-    out.write(
-        f"\nHistory events per child, from the definition: {fixed} outside any loop; direct loop "
-        f"{' → '.join(direct.states)} = {direct.events} a run; background loop {' → '.join(background.states)} "
-        f"= {background.events} a wake-up. A background child polls every {env.poll_seconds} s at first and backs "
-        f"off to {settings.batch_poll_max_s} s as its work ages (webhooks end a wait early); it gives up on a "
-        f"response after {BACKGROUND_MAX_WAIT_S / 3600:.0f} h, having woken {jobs[0].background_wakeups:,} times: "
-        f"{fixed + background.events * jobs[0].background_wakeups:,} events of {HISTORY_EVENTS_MAX:,} "
-        f"(a response that takes {BACKGROUND_RESPONSE_S / 60:.0f} min: "
-        f"{fixed + background.events * wakeups(settings, BACKGROUND_RESPONSE_S):,} events).\n"
-    )
-    out.write(f"Merge copies a shard's output server-side only if it is at least {MIN_PART / 2**20:g} MiB.\n")
+    out.write("| figure | mode | value | share | made of |\n| --- | --- | ---: | ---: | --- |\n")
+    for f in at_maximum(model, env):
+        if f.share >= least:
+            out.write(f"| {f.name} | {f.mode} | {_value(f)} | {_share(f.share, cap=f.cap)} | {_callers(f)} |\n")
     return out.getvalue()
 
 
-def _settings_env(env: Environment) -> dict[str, str]:
-    return {
-        "SLUICE_SHARD_LINES": str(env.shard_lines),
-        "SLUICE_CONCURRENCY": str(env.concurrency),
-        "SLUICE_MAP_CONCURRENCY": str(env.map_concurrency),
-        "SLUICE_POLL_SECONDS": str(env.poll_seconds),
-        "SLUICE_DEFAULT_MODE": env.default_mode,
-        "SLUICE_PROVIDER_BASE_URL": env.provider_base_url,
-    }
+def grid(model: cm.Model, env: Environment, mode: str) -> str:
+    """Per lines and shards in flight: the figure nearest its limit, and how many pass half of theirs."""
+    out = io.StringIO()
+    out.write("| lines | " + " | ".join(f"{n:,} in flight" for n in cm.IN_FLIGHT) + " |\n")
+    out.write("| --- |" + " --- |" * len(cm.IN_FLIGHT) + "\n")
+    for lines in cm.LINES:
+        cells = []
+        for in_flight in cm.IN_FLIGHT:
+            s = scenario(env, lines, in_flight, 0, mode, model)
+            found = sorted((f for f in figures(model, s, env) if not f.cap), key=lambda f: -f.share)
+            over = sum(1 for f in found if f.over)
+            top = found[0]
+            note = f" ({s.running:,} shards)" if s.running < in_flight else ""
+            cells.append(f"{top.name} {_share(top.share)}; {over} over half{note}")
+        out.write(f"| {lines:,} | " + " | ".join(cells) + " |\n")
+    return out.getvalue()
 
 
-def main(argv: list[str] | None = None) -> None:
-    global PROVIDER_RPM, LATENCY_S
+def cache_table(model: cm.Model, env: Environment) -> str:
+    out = io.StringIO()
+    out.write("| lines | cache | Plan's duration | Plan's memory |\n| ---: | ---: | ---: | ---: |\n")
+    plan = model.steps.get("plan")
+    if plan is None:
+        return ""
+    for lines in cm.LINES:
+        for cached in cm.CACHES:
+            s = scenario(env, lines, cm.MAXIMUM[1], cached, "direct")
+            found = {f.name: f for f in cm.step_figures(plan, s)}
+            duration, memory = found["plan: duration"], found.get("plan: memory")
+            held = (
+                f"{cm._num(memory.value)} of {STEPS['plan'].memory_mb:,} MB ({_share(memory.share)})" if memory else "?"
+            )
+            out.write(f"| {lines:,} | {cached:,} | {_value(duration)} ({_share(duration.share)}) | {held} |\n")
+    return out.getvalue()
+
+
+def failure_table(model: cm.Model, env: Environment) -> str:
+    """Per mode, a job that fails at the latest moment of the maximum: MarkFailed's invocations."""
+    mark_failed, merge = model.steps.get("mark_failed"), model.steps.get("merge")
+    if mark_failed is None or merge is None:
+        return ""
+    out = io.StringIO()
+    out.write(
+        f"MarkFailed assembles for at most {failure.ASSEMBLY_SHARE:.0%} of an invocation's time and merges only "
+        f"after less than {failure.MERGE_AFTER_SHARE:.0%} of it; the definition runs it again until every line "
+        "is accounted for. The latest failure leaves every shard in flight unfinished after its whole life.\n\n"
+    )
+    out.write("| mode | invocations | longest | in all | history events |\n| --- | ---: | ---: | ---: | ---: |\n")
+    lines, in_flight, cached = cm.MAXIMUM
+    for mode in cm.MODES:
+        if mode not in model.keys:
+            continue
+        loop = failure.failure_loop(mark_failed, merge, scenario(env, lines, in_flight, cached, mode, model))
+        out.write(
+            f"| {mode} | {loop.invocations:,} | {_time(loop.longest_s)} of {_time(loop.timeout_s)} "
+            f"| {_time(loop.total_s)} | {loop.history_events:,} of {cm.HISTORY_EVENTS_MAX:,} |\n"
+        )
+    return out.getvalue()
+
+
+def coefficient_table(model: cm.Model, mode: str) -> str:
+    out = io.StringIO()
+    out.write(
+        "| key | scope | per line | per shard | per run | per shard-second | busiest shard, a second | size |\n"
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |\n"
+    )
+    for key in model.keys.get(mode, []):
+        if key.kind == "s3-prefix":
+            metrics = (("PUT", key.write, key.write_burst), ("GET", key.read, key.read_burst))
+        else:
+            metrics = (("WCU", key.write, key.write_burst), ("RCU", key.read, key.read_burst))
+        for unit, fit, burst in metrics:
+            if not any(fit.coefficients) and not burst:
+                continue
+            feature, base, slope = key.size
+            per = feature.replace("_", " ").removesuffix("s")
+            size = f"{base:,.0f} B" + (f" + {slope:,.1f} B per {per}" if feature else "")
+            out.write(
+                f"| {key.kind.removeprefix('ddb-').replace('s3-', 'S3 ')} `{key.shape}` {unit} | {key.scope} "
+                f"| {fit.of('lines'):.4f} | {fit.of('shards'):.2f} | {fit.of('runs'):.2f} "
+                f"| {fit.of('shard_seconds'):.3f} | {burst:.2f} | {size if key.kind == 'ddb-item' else ''} |\n"
+            )
+    return out.getvalue()
+
+
+def cost_table(model: cm.Model, env: Environment) -> str:
+    out = io.StringIO()
+    out.write("| mode | " + " | ".join(f"{n:,} lines" for n in cm.LINES) + " |\n")
+    out.write("| --- |" + " ---: |" * len(cm.LINES) + "\n")
+    for mode in cm.MODES:
+        if mode not in model.keys:
+            continue
+        cells = []
+        for lines in cm.LINES:
+            priced = cost(model, scenario(env, lines, cm.MAXIMUM[1], 0, mode, model))
+            cells.append(
+                f"${sum(priced.values()):,.2f} (" + ", ".join(f"{k} ${v:,.2f}" for k, v in priced.items()) + ")"
+            )
+        out.write(f"| {mode} | " + " | ".join(cells) + " |\n")
+    return out.getvalue()
+
+
+def runs_table(model: cm.Model) -> str:
+    out = io.StringIO()
+    out.write("| run | mode | lines | shards | in flight | runs | shard-seconds | cache | status |\n")
+    out.write("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n")
+    for run in model.runs:
+        f = run["features"]
+        fitted = "" if run["spec"]["fit"] else " (windows only)"
+        out.write(
+            f"| {run['spec']['name']}{fitted} | {run['spec']['mode']} | {f['lines']:,} | {f['shards']} "
+            f"| {f['in_flight']} | {f['runs']} | {f['shard_seconds']:.0f} | {f['cached']:,} | {run['job_status']} |\n"
+        )
+    return out.getvalue()
+
+
+def verdict(model: cm.Model, env: Environment) -> str:
+    """Which limit binds first at the maximum, and which quota increase buys the most."""
+    found = [f for f in at_maximum(model, env) if not f.cap]
+    over = [f for f in found if f.over]
+    nearest = [f for f in found if f.name.startswith(SOFT)][:1]
+    if not over:
+        text = "Every figure at the documented maximum is at or under half its limit."
+    else:
+        hard = [f for f in over if not f.name.startswith(SOFT)]
+        text = f"{len(over)} figures pass half their limit; the first to bind is {over[0].describe()}."
+        if hard:
+            text += f" {len(hard)} of them are hard limits no quota increase moves (the design must change)."
+    if nearest:
+        text += f" Of the quotas an increase moves, the nearest its limit: {nearest[0].describe()}."
+    return text
+
+
+def tables(model: cm.Model, env: Environment) -> str:
+    lines, in_flight, cached = cm.MAXIMUM
+    out = io.StringIO()
+    out.write(
+        f"Environment `{env.name}`: shard_lines {env.shard_lines:,}. Provider: {cm.PROVIDER_LATENCY_S:g} s a request, "
+        f"{cm.PER_SHARD_IN_FLIGHT} in flight a shard, the key at {cm.KEY_RPM:,} RPM.\n\n"
+    )
+    out.write(
+        f"### At the documented maximum: {lines:,} lines, {in_flight:,} shards in flight, a {cached:,}-answer cache\n\n"
+    )
+    wide = for_in_flight(env, in_flight)
+    out.write(
+        f"The environment it needs: `max_shards_in_flight` {wide.max_shards_in_flight:,} and `map_concurrency` up to "
+        f"it in cdk.json, and `account_concurrency` {wide.account_concurrency:,}, with the account's Lambda "
+        f"concurrency quota raised to it: each of the {len(SHARD_STEPS)} shard steps reserves "
+        f"{wide.max_shards_in_flight:,}, the webhook {wide.webhook_concurrency:,}, and Lambda keeps "
+        f"{UNRESERVED_CONCURRENCY:,} unreserved (prod as it is, {env.max_shards_in_flight:,} shards in flight, "
+        f"reserves {env.reserved_concurrency:,} of {env.account_concurrency:,}).\n\n"
+    )
+    out.write(verdict(model, env) + "\n\n")
+    out.write(
+        "Figures at 5 % of their limit or more; in bold, those past half of it. A cap is a limit the design "
+        "sets and means to reach: the shards past it wait for a place.\n\n"
+    )
+    out.write(maximum_table(model, env) + "\n")
+    out.write("### A failed job: MarkFailed's loop\n\n" + failure_table(model, env) + "\n")
+    for mode in cm.MODES:
+        if mode in model.keys:
+            out.write(f"### {mode.title()} mode: the figure nearest its limit\n\n{grid(model, env, mode)}\n")
+    out.write("### Plan against the response cache\n\n" + cache_table(model, env) + "\n")
+    for mode in cm.MODES:
+        if mode in model.keys:
+            out.write(f"### What a line, a shard and a second cost: {mode} mode\n\n{coefficient_table(model, mode)}\n")
+    out.write("### AWS's list price of a job\n\n" + cost_table(model, env) + "\n")
+    out.write("### The measured runs\n\n" + runs_table(model) + "\n")
+    return out.getvalue()
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--env", default="prod")
-    parser.add_argument("--rpm", type=int, default=PROVIDER_RPM)
-    parser.add_argument("--latency-s", type=float, default=LATENCY_S)
+    parser.add_argument("command", nargs="?", default="report", choices=("report", "measure", "check", "docs"))
+    parser.add_argument("--env", default=ENV)
+    parser.add_argument("--runs", default="", help="measure only these runs (comma-separated) and keep the others")
     args = parser.parse_args(argv)
-    PROVIDER_RPM, LATENCY_S = args.rpm, args.latency_s
-    env = Environment.from_context(args.env, cdk_json_context()["environments"])
-    sys.stdout.write(tables(env))
+    env = environment(args.env)
+    if args.command == "measure":
+        from bench import capacity_runs
+
+        chosen = tuple(r for r in capacity_runs.RUNS if not args.runs or r.name in args.runs.split(","))
+        runs = capacity_runs.measure(chosen, log=lambda text: print(text, file=sys.stderr))
+        if args.runs and MEASURED.exists():
+            # measured again: these runs replace their old selves, the others stay
+            again = {r["spec"]["name"]: r for r in runs}
+            runs = [again.pop(r["spec"]["name"], r) for r in load()["runs"]] + list(again.values())
+        data = {"runs": runs, "stack": capacity_runs.stack_figures()}
+        MEASURED.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
+        print(f"wrote {MEASURED}")
+        return 0
+    model = cm.Model.of(load())
+    if args.command == "check":
+        over = over_headroom(model, env)
+        for figure in over:
+            print(figure.describe())
+        return 1 if over else 0
+    if args.command == "docs":
+        from bench import capacity_docs
+
+        DOCS.write_text(capacity_docs.render(tables(model, env)))
+        print(f"wrote {DOCS}")
+        return 0
+    sys.stdout.write(tables(model, env))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

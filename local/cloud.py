@@ -37,7 +37,9 @@ from sluice.store import JobStore
 from sluice.verify import Report, verify
 
 from infra.definition import definition_json, substitute
-from local import moto_patches, quotas
+from local import ledger, moto_patches, quotas
+from local.dynamo_meter import MotoTables
+from local.quotas import MemoryBudget
 from local.receiver import WebhookReceiver
 
 REGION = "us-east-1"
@@ -203,6 +205,8 @@ class LocalCloud:
     progress: ProgressSink | None = None
     # every AWS quota the run breached, and the figures measured against them
     quotas: quotas.Ledger = field(default_factory=quotas.Ledger)
+    # every AWS call the run made, with its keys and capacity units (`bench/capacity.py` reads it)
+    calls: ledger.CallLedger = field(default_factory=ledger.CallLedger)
 
     def environment(self) -> dict[str, str]:
         """What every in-process function reads: the steps' settings and the webhook receiver's."""
@@ -248,10 +252,17 @@ class LocalCloud:
                 mock.patch.dict(os.environ, self.environment()),
                 # every step as its own role, the cloud's own calls as an admin
                 iam.enforced(policies, bucket=self.bucket) as local_iam,
-                moto_patches.applied(invoke=self._invoke, workflow=local_iam.workflow, ledger=self.quotas),
+                moto_patches.applied(
+                    invoke=self._invoke,
+                    workflow=local_iam.workflow,
+                    ledger=self.quotas,
+                    recorded=self.calls,
+                    tables=MotoTables(ACCOUNT, REGION),
+                ),
                 quotas.enforced(self.quotas),
-                WebhookReceiver(webhook.handler) as receiver,
+                WebhookReceiver(self._webhook(webhook.handler)) as receiver,
             ):
+                self.calls.identities = _identities(local_iam)
                 self.webhook_url = receiver.url
                 self.receiver = receiver
                 webhook._clients.cache_clear()
@@ -286,6 +297,13 @@ class LocalCloud:
         payload = json.loads(parameters.get("Payload") or b"{}")
         module = importlib.import_module(STEPS[step].module)
         started = time.monotonic()
+        at = self.calls.now()
+        execution = quotas.current_execution()
+        caller = ledger.Caller(step, execution[1], execution[0]) if execution else ledger.Caller(step)
+        measured: MemoryBudget | None = None
+        cpu = 0.0
+        with self._lock:
+            warm = any(i.step == step for i in self.invocations)
         timeout = float(STEPS[step].timeout_s)
         if step in PROVIDER_STEPS:
             timeout = min(timeout, self.settings.lambda_timeout_s)
@@ -295,7 +313,7 @@ class LocalCloud:
                 raise quotas.QuotaExceeded(self._breach("Lambda request payload", step, "was sent", request))
             if self.before_invoke is not None:
                 self.before_invoke(step, payload)
-            context = LambdaContext(function_name(step), timeout, self.progress)
+            context = LambdaContext(function_name(step), timeout, self.calls.progress(self.progress))
             if step in PROVIDER_STEPS:
                 with self._lock:
                     draining = self._draining
@@ -305,9 +323,15 @@ class LocalCloud:
                     # held until the execution is stopped, so the error reaches no state that would handle it
                     self._stopped.wait(timeout=60)
                     raise RunInterrupted(f"{step} not started: the run was interrupted")
-            begun = time.monotonic()
+            begun, cpu = time.monotonic(), time.thread_time()
             try:
-                with quotas.memory(self.quotas, step) as memory, quotas.invocation(self.quotas, step) as (fds, tmp):
+                with (
+                    # a cold start's imports and clients are the runtime's, not what the step holds
+                    quotas.memory(self.quotas, step, trace=self.calls.trace_memory and warm) as memory,
+                    quotas.invocation(self.quotas, step) as (fds, tmp),
+                    ledger.calling(caller),
+                ):
+                    measured = memory
                     try:
                         result = module.handler(payload, context)
                     except asyncio.CancelledError as exc:
@@ -315,7 +339,7 @@ class LocalCloud:
             finally:
                 with self._lock:
                     self._provider_runs.discard(context)
-            elapsed = time.monotonic() - begun
+            elapsed, cpu = time.monotonic() - begun, time.thread_time() - cpu
             if memory.message:
                 raise LambdaOutOfMemory(memory.message)
             if fds.message or tmp.message:
@@ -334,6 +358,7 @@ class LocalCloud:
         except Exception as exc:
             with self._lock:
                 self.invocations.append(Invocation(step, time.monotonic() - started, repr(exc), payload=payload))
+            self._ledgered(caller, at, time.monotonic() - started, measured, type(exc).__name__)
             # the shape Lambda gives Step Functions for an unhandled error, or for a timeout
             kind = "Sandbox.Timedout" if isinstance(exc, LambdaTimeout) else type(exc).__name__
             if isinstance(exc, LambdaOutOfMemory):
@@ -344,7 +369,37 @@ class LocalCloud:
             return {"StatusCode": 200, "FunctionError": "Unhandled", "Payload": error}
         with self._lock:
             self.invocations.append(Invocation(step, time.monotonic() - started, None, payload=payload))
+        self._ledgered(caller, at, time.monotonic() - started, measured, "", cpu)
         return {"StatusCode": 200, "Payload": answer}
+
+    def _ledgered(
+        self,
+        caller: ledger.Caller,
+        at: float,
+        seconds: float,
+        memory: MemoryBudget | None,
+        error: str,
+        cpu: float = 0.0,
+    ) -> None:
+        held = memory.held(traced=self.calls.trace_memory) if memory is not None else None
+        self.calls.invoked(caller, at, seconds, held, error, cpu)
+
+    def _webhook(self, handler: Callable[[dict[str, Any], Any], dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+        """The webhook function as API Gateway invokes it, its calls and invocations in the ledger."""
+        caller = ledger.Caller("webhook")
+
+        def invoked(event: dict[str, Any], context: Any) -> dict[str, Any]:
+            at, begun, error = self.calls.now(), time.monotonic(), ""
+            try:
+                with ledger.calling(caller):
+                    return handler(event, context)
+            except Exception as exc:
+                error = type(exc).__name__
+                raise
+            finally:
+                self.calls.invoked(caller, at, time.monotonic() - begun, None, error)
+
+        return invoked
 
     def stop_sending(self, stop: Callable[[], None]) -> None:
         """After a signal: the provider steps running take no new line and none starts again;
@@ -441,6 +496,17 @@ class LocalCloud:
 
     def read(self, key: str) -> bytes:
         return bytes(boto3.client("s3", region_name=REGION).get_object(Bucket=self.bucket, Key=key)["Body"].read())
+
+
+def _identities(local_iam: Any) -> dict[str, str]:
+    """Whose role each access key is: a step's, the webhook's, or the state machine's."""
+    names = {function_name(step): step for step in [*STEPS, "webhook"]}
+    found = {
+        session.get_credentials().access_key: names.get(name, name) for name, session in local_iam.sessions.items()
+    }
+    if local_iam.workflow is not None:
+        found[local_iam.workflow.get_credentials().access_key] = "workflow"
+    return found
 
 
 @dataclass

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
@@ -28,6 +30,8 @@ from moto.dynamodb.responses import DynamoHandler
 from moto.stepfunctions.parser.asl.component.state.exec.state_map.item_reader.eval import resource_eval_s3
 from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
 
+from local import dynamo_meter as meter
+from local import ledger as calls
 from local import quotas as q
 
 # the moto these patches were written against and tested with (requirements.txt pins it)
@@ -53,13 +57,21 @@ def check_version(installed: str | None = None) -> None:
 
 
 @contextmanager
-def applied(*, invoke: LambdaInvoke, workflow: boto3.Session, ledger: q.Ledger) -> Iterator[None]:
+def applied(
+    *,
+    invoke: LambdaInvoke,
+    workflow: boto3.Session,
+    ledger: q.Ledger,
+    recorded: calls.CallLedger,
+    tables: meter.Tables,
+) -> Iterator[None]:
     """All of the patches, while the local cloud runs (inside `mock_aws`)."""
     check_version()
     with ExitStack() as stack:
         stack.enter_context(routed(invoke, workflow))
         stack.enter_context(consistent())
         stack.enter_context(quota_checks(ledger))
+        stack.enter_context(metered(recorded, tables))
         stack.enter_context(faster())
         yield
 
@@ -111,6 +123,38 @@ def consistent() -> Iterator[None]:
         mock.patch.object(BackendDict, "_create_account_specific_backend", _known_backend_fast_path),
         mock.patch.object(DynamoHandler, "call_action", _atomic_dynamodb_call),
     ):
+        yield
+
+
+@contextmanager
+def metered(ledger: calls.CallLedger, tables: meter.Tables) -> Iterator[None]:
+    """Every request moto answers, in the ledger with what AWS counts for it; a DynamoDB request
+    under the lock that makes it atomic, so the item sizes before and after it are its own."""
+    from moto.core.botocore_stubber import BotocoreStubber
+
+    answer = BotocoreStubber.__call__
+
+    def timed(*args: Any, **kwargs: Any) -> tuple[Any, tuple[float, float]]:
+        started, cpu = time.perf_counter(), time.thread_time()
+        response = answer(*args, **kwargs)
+        return response, (time.perf_counter() - started, time.thread_time() - cpu)
+
+    def stubbed(self: Any, event_name: str, request: Any, **kwargs: Any) -> Any:
+        if not self.enabled:
+            return answer(self, event_name, request, **kwargs)
+        _, service, operation = event_name.split(".", 2)
+        caller, at = ledger.caller(calls.header(request, "Authorization")), ledger.now()
+        if service != "dynamodb":
+            response, spent = timed(self, event_name, request, **kwargs)
+            ledger.answered(service, operation, caller, at, spent, request, response)
+            return response
+        with _dynamodb_calls:
+            pending = meter.DynamoRequest(operation, json.loads(request.body or b"{}"), tables)
+            response, spent = timed(self, event_name, request, **kwargs)
+            ledger.add(pending.records(caller, at, spent, response))
+        return response
+
+    with mock.patch.object(BotocoreStubber, "__call__", stubbed), calls.attributed():
         yield
 
 
@@ -197,10 +241,13 @@ def quota_checks(ledger: q.Ledger) -> Iterator[q.Ledger]:
     # the history: every state visit, counted against the execution (or Map child) it runs in
     state_eval = state_module.CommonStateField._eval_body
 
-    def counted_state(self: Any, env: Any) -> None:
+    def execution_of(env: Any) -> tuple[str, int | None]:
         context = env.states.context_object.context_object_data
         item = context.get("Map", {}).get("Item", {})
-        key = (str(context.get("Execution", {}).get("Id", "")), item.get("Index"))
+        return str(context.get("Execution", {}).get("Id", "")), item.get("Index")
+
+    def counted_state(self: Any, env: Any) -> None:
+        key = execution_of(env)
         with q.evaluating(key):
             extra = q.MAP_RUN_EVENTS if self.state_type == StateType.Map else 0
             total = ledger.events(key, q.STATE_EVENTS + extra)
@@ -342,6 +389,8 @@ def quota_checks(ledger: q.Ledger) -> Iterator[q.Ledger]:
             patch(mock.patch.object(cls, "_verify_size_quota", sized(cls._verify_size_quota, what, verb)))
         patch(mock.patch.object(state_module.CommonStateField, "_eval_body", counted_state))
         patch(mock.patch.object(execute_state.ExecutionState, "_evaluate_with_timeout", counted_attempt))
+        # ... on a thread of its own (for the Task's timeout): what it calls is its child's too
+        patch(mock.patch.object(execute_state, "Thread", q.ChildThread))
         patch(mock.patch.object(distributed.DistributedIterationComponent, "_map_run", gathered))
         patch(mock.patch.object(sfn_models.StepFunctionsParserBackend, "send_task_success", task_success))
         patch(mock.patch.object(events_models.EventsBackend, "put_events", events_put))

@@ -19,6 +19,7 @@ import socket
 import sys
 import tempfile
 import threading
+import tracemalloc
 import types
 import weakref
 from collections.abc import Iterator
@@ -30,6 +31,8 @@ from unittest import mock
 
 from sluice.contract import STEPS
 from sluice.limits import AWS_CLIENT_FDS, LAMBDA_FILE_DESCRIPTORS, RUNTIME_FDS
+
+from local.ledger import MemoryTrace
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -145,6 +148,20 @@ def evaluating(key: tuple[str, int | None]) -> Iterator[None]:
         yield
     finally:
         _current.execution = outer
+
+
+class ChildThread(threading.Thread):
+    """A thread that evaluates for the execution (or Map child) of the thread that made it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._execution = current_execution()
+
+    def run(self) -> None:
+        if self._execution is None:
+            return super().run()
+        with evaluating(self._execution):
+            return super().run()
 
 
 def history_message(key: tuple[str, int | None], total: int, state: str) -> str:
@@ -289,6 +306,16 @@ class MemoryBudget:
     def __init__(self, step: str) -> None:
         self.step = step
         self.message: str | None = None
+        # what the invocation held at its peak, when it ran alone: the runtime and the handler's
+        # growth of the process (RSS), or with `trace` what its Python objects took (tracemalloc)
+        self.used: int | None = None
+        self.traced: int | None = None
+
+    def held(self, *, traced: bool) -> int | None:
+        """As traced (with the runtime) when tracing, else as RSS saw it; None when not measured."""
+        if traced:
+            return None if self.traced is None else self.traced + LAMBDA_RUNTIME_MB * MIB
+        return self.used
 
 
 def _status_bytes(field_name: str) -> int | None:
@@ -331,23 +358,32 @@ _residents = _Residents()
 
 
 @contextmanager
-def memory(ledger: Ledger, step: str) -> Iterator[MemoryBudget]:
-    """Measure one in-process invocation's memory against the function's configured size."""
+def memory(ledger: Ledger, step: str, *, trace: bool = False) -> Iterator[MemoryBudget]:
+    """Measure one in-process invocation's memory against the function's configured size; with
+    `trace`, also what its Python objects took at their peak (exact where RSS is coarse, and slow)."""
     budget = MemoryBudget(step)
     with _residents.lock:
         _residents.running += 1
         _residents.started += 1
         mine = _residents.started
-        base = _status_bytes("VmRSS") if _residents.running == 1 and _reset_peak() else None
+        first = _residents.running == 1
+        base = _status_bytes("VmRSS") if first and _reset_peak() else None
+        traced = MemoryTrace() if trace and first and not tracemalloc.is_tracing() else None
+        if traced is not None:
+            traced.start()
     try:
         yield budget
     finally:
         with _residents.lock:
             _residents.running -= 1
-            alone = base is not None and _residents.started == mine
-            peak = _status_bytes("VmHWM") if alone else None
+            alone = _residents.started == mine
+            peak = _status_bytes("VmHWM") if alone and base is not None else None
+            if traced is not None:
+                held = traced.stop()
+                budget.traced = held if alone else None
         if base is not None and peak is not None:
             used = LAMBDA_RUNTIME_MB * MIB + max(0, peak - base)
+            budget.used = used
             ledger.memory_peak(step, used)
             limit = STEPS[step].memory_mb * MIB
             if used > limit:

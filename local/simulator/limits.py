@@ -117,6 +117,13 @@ class Limiter:
         tokens = [t for _, t in scopes if t is not None]
         return requests, tokens
 
+    def drain(self, config: SimConfig, api_key: str) -> None:
+        """Empty `api_key`'s buckets, as a minute or more of use at its limits leaves them: what it
+        sends from now on goes at its rate, with no minute's quota to spend at once."""
+        requests, tokens = self._buckets(config, api_key)
+        for bucket in (*requests, *tokens):
+            bucket.level = 0.0
+
     def headers(self, config: SimConfig, api_key: str) -> dict[str, str]:
         """x-ratelimit-* for `api_key`: of each kind, the bucket with the least left (the one that binds)."""
         requests, tokens = self._buckets(config, api_key)

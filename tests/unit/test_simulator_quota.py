@@ -75,6 +75,19 @@ def test_the_buckets_refill_continuously_up_to_their_capacity() -> None:
     assert admitted() == 60
 
 
+def test_a_drained_key_sends_at_its_rate_with_no_minute_to_spend_at_once() -> None:
+    clock = Clock()
+    limiter, config = Limiter(clock), SimConfig(quota_rpm=60)
+    limiter.drain(config, "sk-a")
+    assert rejected(limiter, config, "sk-a").headers["retry-after"] == "1"
+    assert limiter.headers(config, "sk-a")["x-ratelimit-remaining-requests"] == "0"
+    clock.t += 1.0
+    limiter.admit(config, "sk-a", 1)
+    # another key keeps its own full minute
+    for _ in range(60):
+        limiter.admit(config, "sk-b", 1)
+
+
 def test_the_token_bucket_rejects_what_does_not_fit_and_says_tokens() -> None:
     clock = Clock()
     limiter, config = Limiter(clock), SimConfig(quota_tpm=120)
