@@ -550,6 +550,8 @@ class StepModel:
 AFTER_SHARDS = {
     "merge": ("one", "lines", "shards", "background_lines", "batch_lines", "background_shards", "batch_shards"),
     "mark_failed": ("one", "lines", "shards", "runs", "shard_seconds"),
+    # one event, whatever the job's size: its CPU in a run is noise to fit against nothing else
+    "notify": ("one",),
     "": ("one", "lines", "shards", "shard_seconds"),
 }
 

@@ -18,13 +18,23 @@ def model() -> capacity_model.Model:
     return capacity_model.Model.of(capacity.load())
 
 
-def test_every_figure_at_the_documented_maximum_is_within_half_its_limit(model: capacity_model.Model) -> None:
-    over = capacity.over_headroom(model, capacity.environment())
+def test_every_figure_at_the_documented_maximum_is_within_half_its_limit_but_the_open_ones(
+    model: capacity_model.Model,
+) -> None:
+    over = capacity.beyond_open(model, capacity.environment())
     lines, in_flight, cached = capacity_model.MAXIMUM
     assert not over, (
         f"at {lines:,} lines, {in_flight:,} shards in flight and a {cached:,}-answer cache, "
-        f"{len(over)} figures pass half their limit:\n" + "\n".join(f.describe() for f in over)
+        f"{len(over)} figures pass half their limit (or grew past the share issue 30 left them at):\n"
+        + "\n".join(f.describe() for f in over)
     )
+
+
+def test_the_open_figures_are_still_over_half_so_the_list_shrinks_when_one_is_fixed(
+    model: capacity_model.Model,
+) -> None:
+    over = {(f.name, f.mode) for f in capacity.over_headroom(model, capacity.environment())}
+    assert set(capacity.OPEN) <= over, f"no longer over half: remove from OPEN {sorted(set(capacity.OPEN) - over)}"
 
 
 def test_docs_capacity_md_is_what_the_model_prints(model: capacity_model.Model) -> None:
