@@ -50,9 +50,15 @@ comes from measured runs, not from counts typed by hand.
    invocation is held to the timeout, the loop to the execution's history. History events, state
    transitions, Merge's parts and the Map's gathered result come from the definition and Merge's
    planner (`bench/capacity_definition.py`).
-4. **The check.** `tests/unit/test_capacity.py` fails when any figure at the documented maximum
-   (10,000,000 lines, 1,000 shards in flight, a 100,000,000-answer cache) is above half its
-   limit, naming the figure, its value and the limit. `bench/capacity.py check` prints the same.
+4. **The check.** `bench/capacity.py check` prints every figure at the documented maximum
+   (10,000,000 lines, 1,000 shards in flight, a 100,000,000-answer cache) above half its limit,
+   and exits 1 if there is one. Twelve are still open (issue 30): bursts of all 1,000 shards at
+   once on one item, the shared limit's first leases as shards start or end a run together and
+   the job row when the spending cap runs out. They need a decision: stagger a shard's first
+   lease and shrink the limit's item under 1 KB, and put the budget's counters on an item of
+   their own. `tests/unit/test_capacity.py` fails when any other figure passes half its limit,
+   when an open one grows past the share it was measured at (`OPEN` in `bench/capacity.py`),
+   or when an open one is fixed and not taken off the list.
 
 The scenarios: the provider answers in 1 s, a shard keeps 950 requests in flight, the key allows
 30,000 requests a minute; the limits are DynamoDB's 1,000 WCU and 3,000 RCU a second on one
