@@ -30,7 +30,17 @@ import boto3
 import orjson
 from botocore.exceptions import ClientError
 from moto import mock_aws
-from sluice.contract import PROVIDER_STEPS, SETTING_DEFAULTS, STEPS, Settings, WebhookSettings, create_table_request
+from sluice.contract import (
+    INBOX_PREFIX,
+    PROVIDER_STEPS,
+    SETTING_DEFAULTS,
+    STEPS,
+    ExecutionStatus,
+    Settings,
+    WebhookSettings,
+    create_table_request,
+    output_key,
+)
 from sluice.engine import make_session
 from sluice.progress import ProgressSink
 from sluice.store import JobStore
@@ -440,7 +450,7 @@ class LocalCloud:
         return self.quotas.breach(quotas.payload_message(f"{what} (synchronous)", limit, f"{step} {verb}", size))
 
     def upload(self, path: Path, *, key: str | None = None, metadata: dict[str, str] | None = None) -> tuple[str, str]:
-        key = key or f"inbox/{path.name}"
+        key = key or f"{INBOX_PREFIX}{path.name}"
         s3 = boto3.client("s3", region_name=REGION)
         with path.open("rb") as fh:
             answer = s3.put_object(Bucket=self.bucket, Key=key, Body=fh, Metadata=metadata or {})
@@ -477,7 +487,7 @@ class LocalCloud:
         deadline = time.monotonic() + timeout_s
         while True:
             described = sfn.describe_execution(executionArn=execution_arn)
-            if described["status"] != "RUNNING":
+            if described["status"] != ExecutionStatus.RUNNING:
                 return dict(described)
             if on_tick is not None:
                 on_tick()
@@ -540,22 +550,20 @@ def run_job(cloud: LocalCloud, path: Path, *, metadata: dict[str, str] | None = 
     job_id = job_id_for(cloud.bucket, key, etag)
     execution = cloud.wait(cloud.start(cloud.object_created_event(key, etag), name=f"{job_id}-{time.time_ns()}"))
     prefix = output_prefix(key)
-    succeeded = execution["status"] == "SUCCEEDED"
+    succeeded = execution["status"] == ExecutionStatus.SUCCEEDED
 
-    def read(suffix: str) -> bytes | None:
+    def read(kind: str) -> bytes | None:
         """The output, or None when a job that did not succeed wrote none; anything else is raised,
         so that no test reads a missing file as an empty one."""
         try:
-            return cloud.read(prefix + suffix)
+            return cloud.read(output_key(prefix, kind))
         except ClientError as exc:
             if succeeded or exc.response["Error"]["Code"] not in ("NoSuchKey", "404"):
                 raise
             return None
 
-    def lines(suffix: str) -> list[dict[str, Any]]:
-        return [json.loads(row) for row in (read(suffix) or b"").splitlines()]
+    def lines(kind: str) -> list[dict[str, Any]]:
+        return [json.loads(row) for row in (read(kind) or b"").splitlines()]
 
-    summary = read(".summary.json")
-    return JobRun(
-        job_id, execution, lines(".results.jsonl"), lines(".errors.jsonl"), json.loads(summary) if summary else {}
-    )
+    summary = read("summary")
+    return JobRun(job_id, execution, lines("results"), lines("errors"), json.loads(summary) if summary else {})

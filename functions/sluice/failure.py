@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 from botocore.exceptions import ClientError
 
-from .contract import JobStatus
+from .contract import JobStatus, summary_key
 from .merge import Deadlines, merge_job
 from .model import ErrorCode
 from .outputs import OutOfTime
@@ -64,17 +64,17 @@ def mark_failed(
             s3=s3,
             store=store,
             state=state,
-            status="FAILED",
+            status=JobStatus.FAILED,
             missing_code=ErrorCode.JOB_FAILED,
             missing_message=f"the job failed before this line finished ({reason})",
             error=reason,
             deadlines=deadlines,
         )
     except OutOfTime as exc:
-        return {"job_id": state["job_id"], "status": "FAILED", "done": False, "shards_left": exc.left}
+        return {"job_id": state["job_id"], "status": JobStatus.FAILED, "done": False, "shards_left": exc.left}
     return {
         "job_id": state["job_id"],
-        "status": "FAILED",
+        "status": JobStatus.FAILED,
         "error": reason,
         "counts": summary["counts"],
         "outputs": summary["outputs"],
@@ -105,15 +105,15 @@ def _summary_only(s3: Any, store: Any, state: dict[str, Any], reason: str) -> di
         with contextlib.suppress(ClientError):
             key, _ = find_object(s3, bucket, key, detail["object"]["etag"])
         job_id, prefix = job_id_for(bucket, key, detail["object"]["etag"]), output_prefix(key)
-    summary_key = prefix + ".summary.json"
-    summary = {"job_id": job_id, "status": "FAILED", "error": reason, "input": f"s3://{bucket}/{key}"}
-    s3.put_object(Bucket=bucket, Key=summary_key, Body=orjson.dumps(summary, option=orjson.OPT_INDENT_2))
+    summary_at = summary_key(prefix)
+    summary = {"job_id": job_id, "status": JobStatus.FAILED, "error": reason, "input": f"s3://{bucket}/{key}"}
+    s3.put_object(Bucket=bucket, Key=summary_at, Body=orjson.dumps(summary, option=orjson.OPT_INDENT_2))
     if store.job(job_id) is not None:
-        store.finish_job(job_id, status="FAILED", summary={"error": reason, "finished_at": time.time()})
+        store.finish_job(job_id, status=JobStatus.FAILED, summary={"error": reason, "finished_at": time.time()})
     return {
         "job_id": job_id,
-        "status": "FAILED",
+        "status": JobStatus.FAILED,
         "error": reason,
-        "summary": f"s3://{bucket}/{summary_key}",
+        "summary": f"s3://{bucket}/{summary_at}",
         "done": True,
     }

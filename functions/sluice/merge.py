@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from .budget import nano_to_usd
-from .contract import PROVIDER_REFUSED, JobStatus, ProviderRefused
+from .contract import OUTPUT_SUFFIXES, PROVIDER_REFUSED, JobStatus, ProviderRefused, output_key
 from .costs import aws_cost_usd, provider_cost_usd
 from .model import ErrorCode
 from .outputs import OutOfTime, shard_outputs
@@ -323,11 +323,7 @@ def merge_job(
         # every shard finished and merges from a fresh clock
         raise OutOfTime(0)
     prefix = state["output_prefix"]
-    keys = {
-        "results": f"{prefix}.results.jsonl",
-        "errors": f"{prefix}.errors.jsonl",
-        "summary": f"{prefix}.summary.json",
-    }
+    keys = {kind: output_key(prefix, kind) for kind in OUTPUT_SUFFIXES}
     moved = concatenate(
         s3,
         bucket,

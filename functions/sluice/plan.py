@@ -20,9 +20,11 @@ from .cache_store import cache_store
 from .contract import (
     BATCH_INCOMPLETE_POLICIES,
     CACHE_MODES,
+    INBOX_PREFIX,
     JOB_OPTIONS,
     METADATA_PREFIX,
     MODES,
+    OUTBOX_PREFIX,
     Settings,
     manifest_key,
     parse_budget,
@@ -184,8 +186,8 @@ def job_id_for(bucket: str, key: str, etag: str) -> str:
 
 def output_prefix(key: str) -> str:
     """`inbox/team/reviews.jsonl` → `outbox/team/reviews`."""
-    relative = key.removeprefix("inbox/")
-    return "outbox/" + relative.removesuffix(".jsonl")
+    relative = key.removeprefix(INBOX_PREFIX)
+    return OUTBOX_PREFIX + relative.removesuffix(".jsonl")
 
 
 def plan_lines(
@@ -363,7 +365,7 @@ def plan_job(
             "answered": shard.index in answered,
         }
         if shard.duplicates:
-            item["duplicates_key"] = f"jobs/{job_id}/shards/{shard.index:05d}/duplicates.json"
+            item["duplicates_key"] = f"{shard_prefix(job_id, shard.index)}duplicates.json"
             s3.put_object(
                 Bucket=bucket,
                 Key=item["duplicates_key"],

@@ -16,7 +16,7 @@ import aiohttp
 import orjson
 
 from .budget import HOLDERS_WAIT_S, Budget, usd_to_nano
-from .contract import RateSeed, Settings, parse_rate_limits
+from .contract import RateSeed, Settings, parse_rate_limits, shard_prefix
 from .engine import EngineSettings, EngineStats, fan_out
 from .limit_table import BucketTable
 from .lines import READ_CHUNK, LineError, parse_line, split_lines
@@ -89,7 +89,7 @@ class ShardSpec:
 
     @property
     def prefix(self) -> str:
-        return f"jobs/{self.job_id}/shards/{self.shard:05d}/"
+        return shard_prefix(self.job_id, self.shard)
 
     @property
     def results_key(self) -> str:

@@ -17,15 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SCANNED = ("functions", "infra", "local")
 # where the names are written, once
 HOMES = {"functions/sluice/contract.py", "functions/sluice/keys.py"}
-# Files other work changes at the same time; each still spells a name the contract holds. The
-# list only shrinks: a file leaves it once it reads the name from the contract.
-NOT_YET = {
-    "functions/sluice/shard.py": "the shard S3 layout (jobs/<job>/shards/<n>/)",
-    "functions/sluice/failure.py": "FAILED and the summary key (the terminal-summary writer)",
-    "functions/sluice/merge.py": "the summary key",
-    "functions/sluice/plan.py": "inbox/ and outbox/ in output_prefix, the duplicates file's shard prefix",
-    "local/cloud.py": "inbox/, the output suffixes and the execution's statuses",
-}
+# files that still spell a name the contract holds, each with what (none now: keep it that way)
+NOT_YET: dict[str, str] = {}
 # a piece of a key or an S3 layout: never written outside its home
 LAYOUT_MARKERS = (
     "inbox/",
