@@ -94,3 +94,12 @@ def as_step_error(error: Exception) -> Exception:
     if isinstance(error, Transient) or not is_transient(error):
         return error
     return Transient(f"{type(error).__name__}: {error}")
+
+
+# what S3 answers for an object that is not there (HeadObject has no body, so only its status)
+MISSING_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
+
+
+def is_missing(exc: Exception) -> bool:
+    """Whether an S3 call failed because the object does not exist."""
+    return getattr(exc, "response", {}).get("Error", {}).get("Code") in MISSING_CODES

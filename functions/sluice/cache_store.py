@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
+from .aws_errors import is_missing
 from .contract import CACHE_PREFIX, Settings
 
 SEGMENTS = "segments/"
@@ -40,10 +41,6 @@ class Appender(Protocol):
     def close(self) -> None: ...
 
 
-def _missing(exc: Exception) -> bool:
-    return getattr(exc, "response", {}).get("Error", {}).get("Code") in ("NoSuchKey", "404")
-
-
 @dataclass
 class S3Store:
     """The job bucket under `cache/`."""
@@ -69,7 +66,7 @@ class S3Store:
             return bytes(self.s3.get_object(Bucket=self.bucket, Key=self.prefix + name, **extra)["Body"].read())
         except Exception as exc:
             # expired by the lifecycle rule, or removed by a compaction or `cache clear`: a miss
-            if _missing(exc):
+            if is_missing(exc):
                 return None
             raise
 

@@ -26,6 +26,7 @@ from botocore.exceptions import ClientError
 from .contract import PARTITION_KEY, SORT_KEY
 from .lease import SEAT_MAX_S, SEATS, Bucket, LeasePolicy
 from .retry import table_retry_delay_s
+from .rows import lost_race
 
 LIMIT_SORT_KEY = "LIMIT"
 # the item outlives a job by this much: long enough for the next job to find the learned rate
@@ -134,25 +135,14 @@ class BucketTable:
             values[":previous"] = bucket.version - 1
         else:
             condition = "attribute_not_exists(version)"
-        try:
-            self._table.update_item(
-                Key={PARTITION_KEY: pk, SORT_KEY: LIMIT_SORT_KEY},
-                # `lessees` is the per-lessee map items held before the seats: gone at the first write
-                UpdateExpression=(
-                    "SET rate = :rate, #level = :level, stamp = :stamp, version = :version, seats = :seats, "
-                    "seats_at = :seats_at, token_rate = :token_rate, token_level = :token_level, "
-                    "paused_until = :paused, window_s = :window, since = :since, expires_at = :expires "
-                    "REMOVE lessees, learning_at, learning"
-                ),
-                ConditionExpression=condition,
-                ExpressionAttributeNames={"#level": "level"},
-                ExpressionAttributeValues=values,
-            )
-        except ClientError as exc:
-            if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
-                return False
-            raise
-        return True
+        # `lessees` is the per-lessee map items held before the seats: gone at the first write
+        expression = (
+            "SET rate = :rate, #level = :level, stamp = :stamp, version = :version, seats = :seats, "
+            "seats_at = :seats_at, token_rate = :token_rate, token_level = :token_level, "
+            "paused_until = :paused, window_s = :window, since = :since, expires_at = :expires "
+            "REMOVE lessees, learning_at, learning"
+        )
+        return self._update(pk, expression, condition, values, names={"#level": "level"})
 
     def claim(self, pk: str, now: float, stale: Learning | None = None) -> bool:
         """Make (or take over a `stale`) placeholder: True if this caller is to learn the rate."""
@@ -171,16 +161,20 @@ class BucketTable:
         values = {":state": state, ":expires": int(self._clock()) + LIMIT_TTL_S}
         self._update(pk, "SET learning = :state, expires_at = :expires", "attribute_not_exists(version)", values)
 
-    def _update(self, pk: str, expression: str, condition: str, values: dict[str, Any]) -> bool:
+    def _update(
+        self, pk: str, expression: str, condition: str, values: dict[str, Any], names: dict[str, str] | None = None
+    ) -> bool:
+        """The conditional update; False if its condition failed (another shard wrote first)."""
         try:
             self._table.update_item(
                 Key={PARTITION_KEY: pk, SORT_KEY: LIMIT_SORT_KEY},
                 UpdateExpression=expression,
                 ConditionExpression=condition,
                 ExpressionAttributeValues=values,
+                **({"ExpressionAttributeNames": names} if names else {}),
             )
         except ClientError as exc:
-            if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+            if lost_race(exc):
                 return False
             raise
         return True

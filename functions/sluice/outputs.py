@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 from botocore.exceptions import ClientError
 
+from .aws_errors import is_missing
 from .parts import S3_IN_FLIGHT, assemble_outputs, s3_pool
 from .shard import ShardSpec
 
@@ -46,7 +47,7 @@ def _read_json(s3: Any, bucket: str, key: str) -> dict[str, Any] | None:
     try:
         raw = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
     except ClientError as exc:
-        if exc.response["Error"]["Code"] in ("NoSuchKey", "404"):
+        if is_missing(exc):
             return None
         raise
     found: dict[str, Any] = orjson.loads(raw)

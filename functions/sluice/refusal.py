@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 from botocore.exceptions import ClientError
 
+from .aws_errors import is_missing
 from .classify import provider_error
 from .contract import ProviderRefused
 from .model import ErrorCode, Outcome
@@ -95,7 +96,7 @@ def read_refusal(s3: Any, bucket: str, key: str) -> ProviderRefused | None:
     try:
         raw = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
     except ClientError as exc:
-        if exc.response["Error"]["Code"] in ("NoSuchKey", "404"):
+        if is_missing(exc):
             return None
         raise
     return ProviderRefused.from_dict(orjson.loads(raw))
