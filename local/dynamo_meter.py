@@ -20,7 +20,7 @@ import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -56,17 +56,14 @@ class TableShape:
     indexes: tuple[tuple[str, str, frozenset[str] | None], ...] = ()
 
 
-class Tables:
+class Tables(Protocol):
     """How the ledger reads the tables (moto's, through `local.moto_patches`)."""
 
-    def shape(self, table: str) -> TableShape | None:
-        raise NotImplementedError
+    def shape(self, table: str) -> TableShape | None: ...
 
-    def item(self, table: str, key: Attributes) -> Attributes | None:
-        raise NotImplementedError
+    def item(self, table: str, key: Attributes) -> Attributes | None: ...
 
-    def partition_sizes(self, table: str, pk: Attributes, limit: int) -> list[int]:
-        raise NotImplementedError
+    def partition_sizes(self, table: str, pk: Attributes, limit: int) -> list[int]: ...
 
 
 def _text(value: Attributes | None) -> str:
@@ -273,7 +270,7 @@ def _query_value(body: dict[str, Any], attribute: str) -> str:
     return ""
 
 
-class MotoTables(Tables):
+class MotoTables:
     """moto's DynamoDB tables as the ledger reads them: shapes, and items by key, as stored."""
 
     def __init__(self, account: str, region: str) -> None:

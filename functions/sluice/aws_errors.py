@@ -9,6 +9,9 @@ denied call, a failed condition) fails the step as it is: retrying cannot fix it
 
 from __future__ import annotations
 
+from typing import Any
+
+import orjson
 from botocore.exceptions import ClientError, ConnectionError, HTTPClientError
 
 # What botocore's standard mode treats as throttling (botocore/retries/standard.py), plus the
@@ -103,3 +106,14 @@ MISSING_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
 def is_missing(exc: Exception) -> bool:
     """Whether an S3 call failed because the object does not exist."""
     return getattr(exc, "response", {}).get("Error", {}).get("Code") in MISSING_CODES
+
+
+def read_json_if_any(s3: Any, bucket: str, key: str) -> Any | None:
+    """The object parsed as JSON; None if it does not exist (a missing object is an answer here)."""
+    try:
+        raw = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+    except ClientError as exc:
+        if is_missing(exc):
+            return None
+        raise
+    return orjson.loads(raw)

@@ -14,10 +14,7 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
-import orjson
-from botocore.exceptions import ClientError
-
-from .aws_errors import is_missing
+from .aws_errors import read_json_if_any
 from .parts import S3_IN_FLIGHT, assemble_outputs, s3_pool
 from .shard import ShardSpec
 
@@ -44,13 +41,7 @@ READ_AHEAD = 4 * SHARD_WORKERS
 
 def _read_json(s3: Any, bucket: str, key: str) -> dict[str, Any] | None:
     """The object as JSON; None if it does not exist."""
-    try:
-        raw = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
-    except ClientError as exc:
-        if is_missing(exc):
-            return None
-        raise
-    found: dict[str, Any] = orjson.loads(raw)
+    found: dict[str, Any] | None = read_json_if_any(s3, bucket, key)
     return found
 
 

@@ -13,9 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from botocore.exceptions import ClientError
 
-from .aws_errors import is_missing
+from .aws_errors import read_json_if_any
 from .classify import provider_error
 from .contract import ProviderRefused
 from .model import ErrorCode, Outcome
@@ -93,10 +92,5 @@ def write_refusal(s3: Any, bucket: str, key: str, refused: ProviderRefused) -> N
 
 
 def read_refusal(s3: Any, bucket: str, key: str) -> ProviderRefused | None:
-    try:
-        raw = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
-    except ClientError as exc:
-        if is_missing(exc):
-            return None
-        raise
-    return ProviderRefused.from_dict(orjson.loads(raw))
+    found = read_json_if_any(s3, bucket, key)
+    return None if found is None else ProviderRefused.from_dict(found)
