@@ -51,7 +51,7 @@ def test_live_counts_end_where_the_summary_does(
     rows.insert(10, b'{"custom_id": "broken", "method": "POST"\n')
     run = run_job(cloud, write_jsonl(tmp_path / f"{mode}.jsonl", rows), metadata={"sluice-mode": mode})
 
-    assert run.status == "SUCCEEDED", run.summary
+    assert run.status == "SUCCEEDED", (run.summary.get("error"), run.summary)
     seen = counts.snapshot()
     summary = run.summary
     assert (seen.results, seen.errors) == (summary["counts"]["results"], summary["counts"]["errors"])
