@@ -4,9 +4,9 @@ The item must stay small and cool whatever the number of shards drawing on it (i
 holds no entry per lessee, only a fixed array of `SEATS` seats, each the time until which the
 lessees whose name hashes to it count toward the shares. The number of lessees is estimated from
 the seats still live by linear counting (Whang, Vander-Zanden and Taylor, "A linear-time
-probabilistic counting algorithm for database applications", 1990): within a few percent up to a
-thousand lessees, and never more than `SEATS * ln(SEATS)` (about 3,200). Each lessee keeps the end
-of its own period itself and does not come back before it.
+probabilistic counting algorithm for database applications", 1990): within about 8% at a thousand
+lessees (a standard error; 3% at a hundred), and never more than `SEATS * ln(2 * SEATS)` (about
+2,000). Each lessee keeps the end of its own period itself and does not come back before it.
 
 A lease never waits at the item: when the bucket is short, the lessee takes its share into debt
 (the level goes below zero) and the grant says when the debt is repaid; the lessee sleeps until
@@ -33,8 +33,9 @@ from dataclasses import dataclass, replace
 
 # a limit header within this share of the known rate is the same limit (no write)
 SAME_RATE = 0.01
-# the seats of a bucket: 2 bytes each in the item, so about 1 KB whatever the number of lessees
-SEATS = 512
+# the seats of a bucket: 2 bytes each, so the whole item stays under 1 KB (one write unit a write,
+# where 1,025 bytes cost two) whatever the number of lessees, with room for a long model name
+SEATS = 320
 # a seat holds whole seconds past the item's `seats_at`, up to this (about 18 hours)
 SEAT_MAX_S = 65_535
 
@@ -51,6 +52,9 @@ class LeasePolicy:
     headroom_s: float = 60.0
     # a lessee whose period ended this long ago no longer counts toward the shares
     idle_s: float = 5.0
+    # a 429 whose reset is at most this much later than the pause the shard last wrote moves only
+    # the shard's own pause, not the item's: the item's is at most this much early
+    pause_slack_s: float = 1.0
     # a conditional write lost to another lessee is tried again after `retry.table_retry_delay_s`,
     # up to this many times for a change that can wait (a lease keeps trying)
     write_tries: int = 8

@@ -1,4 +1,4 @@
-"""The shared limit's items in the jobs table: one per provider key and model, about 1 KB each.
+"""The shared limit's items in the jobs table: one per provider key and model, under 1 KB each.
 
 `sluice.shared_limit` names the item (`LIMIT#<hash>#<model>`, sort key `LIMIT`); this module reads
 and writes its state (`sluice.lease.Bucket`): numbers, plus the seats packed as 2-byte whole

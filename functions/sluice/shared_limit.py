@@ -95,6 +95,8 @@ class _Local:
         self.token_rate = 0.0
         self.window_s = 0.0
         self.paused_until = 0.0
+        # the pause this shard last wrote to the item
+        self.paused_written = 0.0
         # the lease's requests may go from here (a lease taken into debt), until the period's end
         self.ready_at = 0.0
         self.until = 0.0
@@ -423,6 +425,10 @@ class SharedLimit:
         if until <= local.paused_until:
             return None
         local.paused_until = until
+        if until <= local.paused_written + self.policy.pause_slack_s:
+            # the answers to a wave of requests each say a reset a little later: one write for them
+            return None
+        local.paused_written = until
         return until
 
     def settle(self, ticket: Ticket, body: Any) -> None:

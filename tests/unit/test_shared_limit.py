@@ -410,6 +410,32 @@ def test_a_429_that_says_the_quota_is_spent_pauses_every_shard_until_the_reset(t
     assert bucket.paused_until == pytest.approx(paused_at + 3.0)
 
 
+def test_a_wave_of_429s_a_moment_apart_is_one_pause_written(table: Any) -> None:
+    """Twenty answers that each say the quota is spent, their resets 50 ms apart: the shard waits
+    for the last, and the item is written once for them, not once an answer."""
+    at = FakeTime()
+
+    async def run() -> tuple[int, float]:
+        limit = _limit(table, "job#0", at, seeds=SEEDS)
+        tickets = [await limit.take(_chat(n, max_tokens=16)) for n in range(20)]
+        await asyncio.gather(*limit._writes)
+        before = limit.table.writes
+        for n, ticket in enumerate(tickets):
+            headers = {
+                "x-ratelimit-limit-requests": "1200",
+                "x-ratelimit-remaining-requests": "0",
+                "retry-after-ms": str(3000 + 50 * n),
+            }
+            limit.observe(ticket, 429, headers)
+        await asyncio.gather(*limit._writes)
+        return limit.table.writes - before, limit._local("gpt-4o-mini").paused_until
+
+    writes, paused_until = asyncio.run(run())
+    assert paused_until == pytest.approx(at.now + 3.95)
+    assert writes == 1
+    assert _item(table).paused_until == pytest.approx(at.now + 3.0)
+
+
 def test_a_429_with_quota_left_is_the_requests_alone(table: Any) -> None:
     at = FakeTime()
     overloaded = {"x-ratelimit-limit-requests": "1200", "x-ratelimit-remaining-requests": "900", "retry-after": "2"}
