@@ -154,7 +154,7 @@ class BudgetTable(Protocol):
 
     def reserve_budget(
         self, job_id: str, amount: int, cap: int, spent: int, *, join: bool, waited: bool = False
-    ) -> bool: ...
+    ) -> BudgetState | None: ...
 
     def budget_state(self, job_id: str) -> BudgetState: ...
 
@@ -194,6 +194,8 @@ class Budget:
     rand: Callable[[], float] = random.random
     # the table refused a chunk: from now on the shard lives on its refunds, asking only when empty
     scarce: bool = False
+    # the figures as this shard's last write left them: a chunk they leave no room for is not asked
+    known: BudgetState | None = None
     # spent since the last write: each write to the job row carries it
     _unrecorded: int = 0
     _reserved: dict[int, tuple[int, str]] = field(default_factory=dict)
@@ -230,9 +232,11 @@ class Budget:
             if self.held >= need:
                 return True
             if not self.scarce:
-                if await self._write_reserve(max(need - self.held, need * self.chunk_requests)):
+                amount = max(need - self.held, need * self.chunk_requests)
+                # near the cap a refused conditional write costs as much as a granted one: once the
+                # table refuses a chunk, or the figures say it would, stop asking for chunks
+                if not self._left_no_room(amount) and await self._write_reserve(amount):
                     continue
-                # near the cap a refused conditional write costs as much as a granted one: stop asking
                 self.scarce = True
             if self._reserved:
                 # requests of ours are in flight: what they do not use comes back to the pool
@@ -263,6 +267,11 @@ class Budget:
             await asyncio.sleep(holders_poll_s(state.waiters, self.rand))
             state = await asyncio.to_thread(self.table.budget_state, self.job_id)
 
+    def _left_no_room(self, amount: int) -> bool:
+        """The job row's figures, as this shard last wrote them, leave less than `amount` under the
+        cap (refunds since may have made room: the wait for the others' pools finds them)."""
+        return self.known is not None and self.cap - self.known.committed < amount
+
     async def _write_reserve(self, amount: int, *, waited: bool = False) -> bool:
         # the write runs on a thread while answers settle on the loop: the figures it carries
         # are taken before it and changed only here, on the loop, after it
@@ -271,9 +280,10 @@ class Budget:
         granted = await asyncio.to_thread(
             self.table.reserve_budget, self.job_id, amount, self.cap, recorded, join=join, waited=waited
         )
-        if not granted:
+        if granted is None:
             self.figures.refused += 1
             return False
+        self.known = granted
         self.held += amount
         self._unrecorded -= recorded
         self.holding = True
@@ -301,6 +311,7 @@ class Budget:
         self.held -= held
         self._unrecorded -= recorded
         self.holding = False
+        self.known = state
         return state
 
     def close(self) -> None:

@@ -137,15 +137,15 @@ class JobStore(WebhookRows, BatchRows):
 
     def reserve_budget(
         self, job_id: str, amount: int, cap: int, spent: int, *, join: bool, waited: bool = False
-    ) -> bool:
+    ) -> BudgetState | None:
         """Add `amount` (nano-USD) to the job's committed spend if that keeps it within `cap`,
         with `spent` (what answers cost since the last write) added to its spend; count the shard
         among the holders of a pool when it `join`s, and no longer among the waiting shards when
-        it `waited`; False if the cap refuses."""
+        it `waited`. The figures as the write left them; None if the cap refuses."""
         if amount > cap:
-            return False
+            return None
         try:
-            self._table.update_item(
+            row = self._table.update_item(
                 Key=job_key(job_id),
                 UpdateExpression="ADD budget_committed :a, budget_spent :s, budget_holders :h, budget_waiters :w",
                 ConditionExpression=Attr("budget_committed").lte(cap - amount),
@@ -155,12 +155,14 @@ class JobStore(WebhookRows, BatchRows):
                     ":h": 1 if join else 0,
                     ":w": -1 if waited else 0,
                 },
-            )
+                # ALL_NEW: UPDATED_NEW may leave out a figure the ADD did not change
+                ReturnValues="ALL_NEW",
+            ).get("Attributes", {})
         except ClientError as exc:
             if lost_race(exc):
-                return False
+                return None
             raise
-        return True
+        return _budget_state(row)
 
     def budget_state(self, job_id: str) -> BudgetState:
         """The job's committed spend (nano-USD), how many shards hold a pool of it, and how many

@@ -60,15 +60,15 @@ class Ledger:
 
     def reserve_budget(
         self, job_id: str, amount: int, cap: int, spent: int, *, join: bool, waited: bool = False
-    ) -> bool:
+    ) -> BudgetState | None:
         self.writes += 1
         if self.committed > cap - amount:
-            return False
+            return None
         self.committed += amount
         self.spent += spent
         self.holders += join
         self.waiters -= waited
-        return True
+        return BudgetState(self.committed, self.holders, self.waiters)
 
     def budget_state(self, job_id: str) -> BudgetState:
         self.reads.append(time.monotonic())
@@ -178,6 +178,33 @@ def test_the_stop_comes_within_one_request_of_the_cap_across_shards() -> None:
     # a write per chunk, and a few per shard as it stops (the refused ask, joining the wait, the
     # last ask, leaving the wait, the release), not one per request
     assert ledger.writes <= sum(sent) // CHUNK_REQUESTS + 5 * len(shards)
+
+
+def test_a_chunk_the_last_figures_leave_no_room_for_is_not_asked() -> None:
+    """At the end of a job's budget every shard would ask for a chunk the cap refuses, all at once:
+    a refused conditional write costs a write unit like a granted one. A shard whose last write
+    says a chunk no longer fits goes straight to the end's wait, and still spends to the cap."""
+    ledger = Ledger()
+    request = chat(1, max_tokens=100)
+    need = worst_case_nano(request)
+    cap = need * CHUNK_REQUESTS * 3 // 2
+    budget = Budget(ledger, "job", cap)
+
+    async def run() -> int:
+        sent = 0
+        for line in range(10 * CHUNK_REQUESTS):
+            req = chat(line, max_tokens=100)
+            if not await budget.reserve(req):
+                break
+            budget.settle(req, answer(req, 100, 100))
+            sent += 1
+        return sent
+
+    sent = asyncio.run(run())
+    budget.close()
+    assert budget.exhausted and budget.figures.refused == 0
+    assert cap - need < ledger.spent == sent * nano(100, 100) <= cap
+    assert ledger.committed == ledger.spent
 
 
 def test_a_request_bigger_than_what_is_left_is_not_sent() -> None:
