@@ -8,8 +8,10 @@ Every count the runs recorded (`capacity_runs`) is fitted, by non-negative least
 ran), per mode, per DynamoDB item, partition key and index key and per S3 prefix, each by its
 shape (`capacity_runs.shape`). At a scenario's size the lines come at the job's pace, the shards
 in flight each add what a shard does beyond its lines, and the busiest few seconds of any one
-shard beyond its lines (`capacity_runs.WINDOW_S`: a run's start, the end-of-job waits) are
-taken to happen in every shard at once, as they do when a job starts or ends together. A key
+shard beyond its lines (`capacity_runs.WINDOW_S`) are taken to happen in every shard at once, as
+they do when a job ends together, except its opening (its first second on): the first wave opens
+`OPENINGS_PER_S` shards a second (`sluice.shard.opening_delay_s`), so at most `OPENINGS_PER_S *
+WINDOW_S` shards are in their opening window at once, and the others at their busiest later one. A key
 the runs saw written from several shards takes all the shards in flight; a key of one shard
 takes one shard's; a key per line (an item row, a response id) holds what one line does to it.
 An item's size is fitted against the shards in flight, the shards or the lines, whichever
@@ -32,6 +34,7 @@ from sluice.budget import holders_poll_s
 from sluice.cache_compact import SLICE_S
 from sluice.contract import CACHE_PREFIX, PROVIDER_STEPS, STEPS
 from sluice.merge import plan_parts
+from sluice.shard import OPENINGS_PER_S
 
 # the intercept first: of fits as good, the one that explains the most by a constant wins
 FEATURES = ("one", "lines", "shards", "runs", "shard_seconds")
@@ -317,17 +320,24 @@ class KeyClass:
     callers_read: tuple[tuple[str, Fit], ...]
     # the shards in flight in the run whose window gave each burst
     burst_at: tuple[int, int] = (0, 0)
+    # the same past a shard's opening (its first second)
+    later_burst: tuple[float, float] = (0.0, 0.0)
 
-    def burst(self, metric: str, scenario: Scenario) -> float:
-        """One shard's busiest units a second beyond its lines, at the scenario: as the runs saw
-        it, or for reads the code paces by how many shards make them (`PACED_READS`), as it
-        paces them at the scenario's shards in flight."""
+    def burst(self, metric: str, scenario: Scenario, *, later: bool = False) -> float:
+        """One shard's busiest units a second beyond its lines (`later`: past its opening), at
+        the scenario: as the runs saw it, or for reads the code paces by how many shards make them
+        (`PACED_READS`), as it paces them at the scenario's shards in flight."""
         if metric == "write":
-            return self.write_burst
+            return self.later_burst[0] if later else self.write_burst
+        seen = self.later_burst[1] if later else self.read_burst
         wait = PACED_READS.get(self.shape)
         if wait is None or not self.burst_at[1]:
-            return self.read_burst
-        return self.read_burst * wait(self.burst_at[1]) / wait(scenario.running)
+            return seen
+        return seen * wait(self.burst_at[1]) / wait(scenario.running)
+
+    def at_once(self, metric: str, scenario: Scenario) -> tuple[float, float]:
+        """(a shard's busiest units a second, a later one's): what `_on_one_key` takes."""
+        return self.burst(metric, scenario), self.burst(metric, scenario, later=True)
 
 
 def _budget_wait(waiters: int) -> float:
@@ -409,14 +419,19 @@ def key_classes(runs: Sequence[Mapping[str, Any]], shown: Sequence[Mapping[str, 
         write, read = Fit.of_runs(runs, total("write"), FEATURES), Fit.of_runs(runs, total("read"), FEATURES)
         local_size = max(m["size"] for m in mine)
         bursts = {"write": 0.0, "read": 0.0}
+        later = {"write": 0.0, "read": 0.0}
         burst_at = {"write": 0, "read": 0}
         for run in (r for r in shown if one_run_a_window(r) and near_the_keys_share(r)):
-            windows = (run["resources"].get(name) or {}).get("windows", {})
+            resource = run["resources"].get(name) or {}
             for metric, fit in (("write", write), ("read", read)):
-                for units, lines in windows.get(metric, []):
+                for units, lines in resource.get("windows", {}).get(metric, []):
                     if (units - fit.of("lines") * lines) / WINDOW_S > bursts[metric]:
                         bursts[metric] = (units - fit.of("lines") * lines) / WINDOW_S
                         burst_at[metric] = int(run["features"]["in_flight"])
+                # runs measured before openings were told apart: every window may be an opening's
+                past = resource.get("later_windows", resource.get("windows", {}))
+                for units, lines in past.get(metric, []):
+                    later[metric] = max(later[metric], (units - fit.of("lines") * lines) / WINDOW_S)
         spread = max(m["spread"] for m in mine)
         many_keys = any(m["keys"] > 1.5 * max(1, r["features"]["shards"]) for m, r in zip(mine, runs, strict=True))
         scope = "shared" if spread >= 2 else "line" if many_keys or spread == 0 else "shard"
@@ -435,6 +450,7 @@ def key_classes(runs: Sequence[Mapping[str, Any]], shown: Sequence[Mapping[str, 
                 write_burst=bursts["write"],
                 read_burst=bursts["read"],
                 burst_at=(burst_at["write"], burst_at["read"]),
+                later_burst=(later["write"], later["read"]),
                 per_key=per_key,
                 size=_size_fit(runs, [m["size"] for m in mine]) if kind == "ddb-item" else ("", 0.0, 0.0),
                 local_size=local_size,
@@ -445,13 +461,18 @@ def key_classes(runs: Sequence[Mapping[str, Any]], shown: Sequence[Mapping[str, 
     return out
 
 
-def _on_one_key(fit: Fit, burst: float, scenario: Scenario, scope: str) -> float:
-    """Units a second on one key of a class at its busiest while the shards run."""
+def _on_one_key(fit: Fit, bursts: tuple[float, float], scenario: Scenario, scope: str) -> float:
+    """Units a second on one key of a class at its busiest while the shards run: `bursts` are a
+    shard's busiest units a second beyond its lines, and its busiest past its opening. On a key
+    every shard shares, the shards opening at once take the first, the others the second."""
     running = scenario.running
     beyond_lines = steady(fit, scenario) - fit.of("lines") * scenario.pace
+    burst, later = bursts
     per_shard = max(beyond_lines / running, burst)
     if scope == "shared":
-        return fit.of("lines") * scenario.pace + running * per_shard
+        opening = min(running, OPENINGS_PER_S * WINDOW_S)
+        rest = (running - opening) * max(beyond_lines / running, later)
+        return fit.of("lines") * scenario.pace + opening * per_shard + rest
     return fit.of("lines") * scenario.pace / running + per_shard
 
 
@@ -479,15 +500,15 @@ def on_partition(key: KeyClass, scenario: Scenario, partition: str = "shared") -
         if key.scope == "line":
             write, read = steady(key.write, scenario), steady(key.read, scenario)
         else:
-            write = _on_one_key(key.write, key.burst("write", scenario), scenario, "shared")
-            read = _on_one_key(key.read, key.burst("read", scenario), scenario, "shared")
+            write = _on_one_key(key.write, key.at_once("write", scenario), scenario, "shared")
+            read = _on_one_key(key.read, key.at_once("read", scenario), scenario, "shared")
     elif partition == "line":
         write, read = key.per_key
     else:
         # a line's rows: what the lines of one shard do to them (they are all under its key), and
         # its busiest window beyond them; any other item: one key's, as the shard writes it
-        write = _on_one_key(key.write, key.burst("write", scenario), scenario, "shard")
-        read = _on_one_key(key.read, key.burst("read", scenario), scenario, "shard")
+        write = _on_one_key(key.write, key.at_once("write", scenario), scenario, "shard")
+        read = _on_one_key(key.read, key.at_once("read", scenario), scenario, "shard")
     return _sized(key, scenario, write, read)
 
 
@@ -496,8 +517,8 @@ def key_figures(key: KeyClass, scenario: Scenario) -> list[Figure]:
     if key.scope == "line":
         write, read = key.per_key
     else:
-        write = _on_one_key(key.write, key.burst("write", scenario), scenario, key.scope)
-        read = _on_one_key(key.read, key.burst("read", scenario), scenario, key.scope)
+        write = _on_one_key(key.write, key.at_once("write", scenario), scenario, key.scope)
+        read = _on_one_key(key.read, key.at_once("read", scenario), scenario, key.scope)
     write, read = _sized(key, scenario, write, read)
     figures = []
     if key.kind == "ddb-item":

@@ -191,19 +191,26 @@ class _Resource:
             "size": self.size,
             "by": {name: dict(entry) for name, entry in sorted(self.by.items())},
             "windows": _busiest(self.series, lines),
+            "later_windows": _busiest(self.series, lines, later=True),
         }
 
 
 def _busiest(
-    series: dict[tuple[str | None, int], dict[int, list[float]]], lines: dict[tuple[str | None, int], dict[int, int]]
+    series: dict[tuple[str | None, int], dict[int, list[float]]],
+    lines: dict[tuple[str | None, int], dict[int, int]],
+    *,
+    later: bool = False,
 ) -> dict[str, list[list[float]]]:
     """Per metric, a shard's (units, lines) in each window of WINDOW_S, kept where no other window
-    has as many units with fewer lines: whatever a line costs, the busiest window is among them."""
+    has as many units with fewer lines: whatever a line costs, the busiest window is among them.
+    `later`: only the windows after the shard's first second (its opening, which the first wave
+    spreads out: `sluice.shard.opening_delay_s`)."""
     width = int(WINDOW_S)
     found: dict[str, set[tuple[float, int]]] = {"write": set(), "read": set()}
     for shard, slots in series.items():
         ended = lines.get(shard, {})
-        for start in range(min(slots) - width + 1, max(slots) + 1):
+        first = min(slots) + 1 if later else min(slots) - width + 1
+        for start in range(first, max(slots) + 1):
             span = range(start, start + width)
             done = sum(ended.get(s, 0) for s in span)
             for index, metric in enumerate(("write", "read")):

@@ -20,6 +20,7 @@ from .parts import PartWriter, assemble, load_checkpoint
 from .shard import (
     ShardContext,
     ShardSpec,
+    opening_delay_s,
     pending,
     poll_wait_seconds,
     send_requests,
@@ -206,6 +207,8 @@ async def submit_background(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any
     source = pending(ctx.s3, spec, skip, writer.add_invalid)
     # keyed as the line asks, before `background: true` is added: a direct run of it shares the answer
     requests = (prepare(r) for r in (fill.track(source) if fill is not None else source))
+    if checkpoint.runs == 0:
+        await asyncio.sleep(opening_delay_s(spec))
     budget = shard_budget(ctx, spec)
     try:
         stats = await send_with_sweep(ctx, spec, requests, sink, budget=budget)

@@ -20,7 +20,7 @@ from .lines import LineError
 from .model import ErrorCode, Outcome, Request
 from .parts import PartWriter, assemble, load_checkpoint
 from .refusal import unsent_message, write_refusal
-from .shard import ShardContext, ShardSpec, Stopper, margin_s, pending, shard_budget, write_unsent
+from .shard import ShardContext, ShardSpec, Stopper, margin_s, opening_delay_s, pending, shard_budget, write_unsent
 from .sweep import send_with_sweep
 
 
@@ -42,6 +42,8 @@ async def run_direct(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any]:
         cache=fill,
     )
     stopper = Stopper(ctx, spec)
+    if checkpoint.runs == 0:
+        await asyncio.sleep(opening_delay_s(spec))
     budget = shard_budget(ctx, spec)
     source = pending(ctx.s3, spec, checkpoint.done, writer.add_invalid)
     requests = fill.track(source) if fill is not None else source

@@ -350,6 +350,7 @@ def plan_job(
             "mode": options.shard_mode(shard.requests, settings),
             "on_batch_incomplete": options.on_batch_incomplete,
             "concurrency": per_shard,
+            "running": running,
             "rpm": rpm_share,
             "tpm": tpm_share,
             "job_rpm": options.rpm,

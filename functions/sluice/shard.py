@@ -50,6 +50,8 @@ class ShardSpec:
     mode: str
     concurrency: int
     max_attempts: int
+    # the shards of the job that run at once (its Map's concurrency, at most its shards)
+    running: int = 1
     model: str | None = None
     # the environment's model for a line that names none (`Settings.default_model`)
     default_model: str | None = None
@@ -174,6 +176,19 @@ def _engine_settings(spec: ShardSpec, settings: Settings) -> EngineSettings:
 def margin_s(ctx: ShardContext) -> float:
     """Time a run keeps in hand: one request may still be in flight when it stops taking more."""
     return ctx.settings.request_timeout_s + ctx.settings.safety_margin_s
+
+
+# The shards of a job's first wave start together; each waits `opening_delay_s` before its first
+# request, so that at most this many a second make their first reads and writes of the items every
+# shard shares (the key's limit, the job row's budget): at 1,000 shards in flight the openings
+# spread over 50 s, and the items take the openings of 100 shards in any 5 seconds, not 1,000
+OPENINGS_PER_S = 20.0
+
+
+def opening_delay_s(spec: ShardSpec) -> float:
+    """How long the shard's first run waits before its first request: its place in the first wave
+    (shards beyond it start as others end, already spread)."""
+    return spec.shard / OPENINGS_PER_S if spec.shard < spec.running else 0.0
 
 
 # how often a running shard reads its stop mark: a cancelled or failed job stops sending within this
