@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from sluice.contract import JOB_OPTIONS, LOCAL_SETTING_DEFAULTS, METADATA_PREFIX
 from sluice.plan import JobOptions
 
 from local.cli import build_parser
+from local.cloud import LocalSettings
 from local.deployed.submit import options_metadata
 
 SETTINGS = Settings(bucket="b", table="t", provider_base_url="http://p", api_key_secret_arn="a")
@@ -64,3 +66,9 @@ def test_the_readme_documents_every_job_option_and_no_other() -> None:
     named = set(re.findall(rf"{METADATA_PREFIX}([a-z-]+)`", section))
     named |= set(re.findall(r"`-([a-z-]+)`", section))
     assert named == set(JOB_OPTIONS) - {"parent-job"}
+
+
+def test_a_local_clouds_settings_default_to_the_contracts_local_defaults() -> None:
+    named = {f.name: f.default for f in fields(LocalSettings) if f.name in LOCAL_SETTING_DEFAULTS}
+    assert named == {name: LOCAL_SETTING_DEFAULTS[name] for name in named}
+    assert {"map_concurrency", "poll_seconds", "shard_lines"} <= set(named)
