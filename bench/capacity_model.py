@@ -238,6 +238,7 @@ class Scenario:
             "shard_seconds": self.shard_seconds,
             "cached": self.cached,
             "in_flight": self.running,
+            "lines_per_shard": self.lines / self.shards,
             "one": 1.0,
             **by_mode(self.mode, self.lines, self.shards),
         }

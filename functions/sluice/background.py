@@ -293,7 +293,7 @@ async def collect_background(ctx: ShardContext, spec: ShardSpec) -> dict[str, An
 
     requests = [poll_request(i.line, i.custom_id, i.provider_id or "") for i in waiting.values()]
     try:
-        stats = await send_requests(ctx, spec, requests, sink)
+        stats = await send_requests(ctx, spec, requests, sink, expected=len(requests))
     except asyncio.CancelledError:
         await writer.aflush(finished=False, waiting=-unsettled_done)
         raise

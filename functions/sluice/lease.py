@@ -153,6 +153,7 @@ def lease(
     tokens_per_request: float = 0.0,
     own_until: float = 0.0,
     demand: int = 0,
+    most: int | None = None,
 ) -> Grant:
     """What `lessee`, holding `held` requests and `held_tokens` unspent, may take at `now`.
 
@@ -160,7 +161,9 @@ def lease(
     ready when the bucket has refilled that much. The period is long enough for `min_requests`
     of either share: of requests, and of tokens at `tokens_per_request` each (what the lessee's
     requests have cost so far), so a token-bound lessee writes no more often. At any time, with
-    `demand` workers waiting: a bite of the bucket's surplus, at most `demand` requests."""
+    `demand` workers waiting: a bite of the bucket's surplus, at most `demand` requests. A lessee
+    that will ask for at most `most` more requests (a run that knows its count) takes no more: what
+    it would give back unspent is a write of the item saved."""
     seats = _seats(bucket)
     seat = seat_of(lessee)
     start = max(now, bucket.stamp)
@@ -176,12 +179,18 @@ def lease(
         token_period = policy.min_requests * tokens_per_request * count / bucket.token_rate
         period = max(period, min(token_period, policy.burst_s * count))
     want = max(1, min(math.floor(share * period), math.floor(bucket.capacity(policy))))
+    if most is not None and most < want:
+        # a period as long as the smaller lease lasts at the share: a retry past the count waits no longer
+        period *= max(1, most) / want
+        want = max(1, most)
     take = max(0, want - held) if steady else 0
     level = refill(bucket, now, policy)
     take_tokens = token_level = 0.0
     if bucket.token_rate > 0:
         capacity = bucket.token_capacity(policy)
         want_tokens = min(capacity, bucket.token_rate / count * period)
+        if most is not None:
+            want_tokens = min(want_tokens, want * tokens_per_request)
         # a debt (negative balance) is repaid from this lease, up to the bucket's capacity
         take_tokens = max(0.0, min(capacity, want_tokens - held_tokens)) if steady else 0.0
         token_level = refill_tokens(bucket, now, policy)
@@ -191,6 +200,8 @@ def lease(
     smallest = min(policy.min_requests, want)
     waiting = demand - held - take
     bite = math.floor(min(max(waiting, smallest), room / count)) if waiting > 0 else 0
+    if most is not None:
+        bite = min(bite, max(0, most - held - take))
     if bite < smallest:
         bite = 0
     if not steady and bite == 0:

@@ -232,9 +232,12 @@ async def send_requests(
     sink: Callable[[Outcome], None],
     stopper: Stopper | None = None,
     budget: Budget | None = None,
+    *,
+    expected: int | None = None,
 ) -> EngineStats:
     """Send `requests` with the shard's engine settings, each outcome to `sink`, until the
-    Lambda's time is nearly up, the job is cancelled or its `budget` is spent.
+    Lambda's time is nearly up, the job is cancelled or its `budget` is spent. `expected`: how
+    many requests there are, when the caller knows (a collect run's polls).
 
     With the shared limit on, every attempt draws from the key-wide bucket and also keeps to
     the shard's part of the job's own budgets: a job never exceeds its `sluice-rpm`, and never
@@ -249,6 +252,7 @@ async def send_requests(
             lessee=f"{spec.job_id}#{spec.shard}",
             seeds=parse_rate_limits(ctx.settings.rate_limits),
             default_seed=RateSeed(spec.job_rpm, spec.job_tpm) if spec.job_rpm else None,
+            expected=expected,
         )
     try:
         async with ctx.session_factory(spec.concurrency) as session:

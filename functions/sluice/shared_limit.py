@@ -147,8 +147,13 @@ class SharedLimit:
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
         rand: Callable[[], float] = random.random,
+        expected: int | None = None,
     ) -> None:
         self.table = table
+        # the requests this run will send at most, when it knows (a collect run's polls): its leases
+        # are no larger, so it has nothing to give back at the end
+        self._expected = expected
+        self._taken = 0
         self._base_url = base_url
         self._api_key = api_key
         self.lessee = lessee
@@ -208,14 +213,17 @@ class SharedLimit:
                 self.waited_s += wait
                 await self._sleep(wait)
                 continue
-            if local.requests > 0 and (local.token_rate <= 0 or local.tokens > 0):
+            # a request estimated at no tokens (a poll) needs none from the balance
+            tokens_ok = local.token_rate <= 0 or local.tokens > 0 or cost == 0
+            if local.requests > 0 and tokens_ok:
                 local.requests -= 1
+                self._taken += 1
                 if local.token_rate <= 0:
                     return Ticket(model)
                 local.tokens -= cost
                 return Ticket(model, cost)
             async with local.lock:
-                if local.requests == 0 or (local.token_rate > 0 and local.tokens <= 0):
+                if local.requests == 0 or (local.token_rate > 0 and local.tokens <= 0 and cost > 0):
                     await self._lease(local)
 
     async def _look(self, local: _Local, model: str) -> None:
@@ -310,6 +318,7 @@ class SharedLimit:
                 tokens_per_request=local.cost,
                 own_until=local.until,
                 demand=local.waiting,
+                most=self._most(),
             )
             if grant.bucket is None:
                 local.more = False
@@ -325,6 +334,12 @@ class SharedLimit:
                 return
             tries += 1
             await self._sleep(table_retry_delay_s(tries, self._rand))
+
+    def _most(self) -> int | None:
+        """The requests this run will still ask for, while it knows (retries past its count: not)."""
+        if self._expected is None or self._taken >= self._expected:
+            return None
+        return self._expected - self._taken
 
     def observe(self, ticket: Ticket, status: int | None, headers: Mapping[str, str] | None) -> None:
         """After an attempt sent past `take`: the first limit headers set the shared rates, later

@@ -436,6 +436,43 @@ def test_a_wave_of_429s_a_moment_apart_is_one_pause_written(table: Any) -> None:
     assert _item(table).paused_until == pytest.approx(at.now + 3.0)
 
 
+def test_a_run_that_knows_its_count_leases_no_more_and_has_nothing_to_give_back(table: Any) -> None:
+    """A collect run of three polls: one lease of three requests, and no write at the end, where a
+    run that does not know its count leases a period's share and gives the rest back."""
+    at = FakeTime()
+
+    async def run(expected: int | None) -> tuple[int, int]:
+        limit = _limit(table, f"job#{expected}", at, seeds=SEEDS, expected=expected)
+        for n in range(3):
+            await limit.take(_chat(n))
+        before = limit.table.writes
+        await limit.close()
+        return limit._local("gpt-4o-mini").requests, limit.table.writes - before
+
+    _, unknown_writes = asyncio.run(run(None))
+    assert unknown_writes == 1
+    left, writes = asyncio.run(run(3))
+    assert (left, writes) == (0, 0)
+
+
+def test_a_collect_runs_polls_under_a_token_limit_take_no_tokens_and_leave_nothing_to_give_back(table: Any) -> None:
+    """Polls (a GET with no body) cost no tokens: under a key with a token limit, a run of five
+    that knows its count leases five requests and no tokens, sends them all, and writes nothing at
+    the end (it once waited forever for a token balance its leases never gave it)."""
+    at = FakeTime()
+    polls = [Request(n, f"c{n}", "GET", f"/v1/responses/resp_{n}", None) for n in range(5)]
+
+    async def run() -> tuple[int, int]:
+        limit = _limit(table, "job#0", at, default_seed=RateSeed(rpm=600, tpm=60_000), expected=5)
+        for poll in polls:
+            await asyncio.wait_for(limit.take(poll), timeout=5)
+        before = limit.table.writes
+        await limit.close()
+        return limit._local("").requests, limit.table.writes - before
+
+    assert asyncio.run(run()) == (0, 0)
+
+
 def test_a_429_with_quota_left_is_the_requests_alone(table: Any) -> None:
     at = FakeTime()
     overloaded = {"x-ratelimit-limit-requests": "1200", "x-ratelimit-remaining-requests": "900", "retry-after": "2"}
