@@ -1,10 +1,13 @@
-"""The workflow's state: what each step returns, and a Map child's shard state, read strictly."""
+"""The workflow's state, read strictly: what each step returns, the shard a manifest item describes,
+and a Map child's state that holds both."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import MISSING, asdict, dataclass, fields, replace
 from typing import Any, ClassVar, Self, TypeVar
+
+from .layout import shard_prefix
 
 T = TypeVar("T")
 
@@ -154,6 +157,93 @@ class MarkedFailed(StepResult):
     shards_left: int = 0
 
 
+@dataclass(frozen=True)
+class ShardSpec:
+    """One shard of a job: a byte range of the input object and how to run it. Plan writes one a
+    manifest item (`to_item`), and every step and Merge read it back (`from_dict`)."""
+
+    job_id: str
+    shard: int
+    bucket: str
+    key: str
+    etag: str
+    start: int
+    end: int
+    first_line: int
+    lines: int
+    mode: str
+    concurrency: int
+    max_attempts: int
+    # the shards of the job that run at once (its Map's concurrency, at most its shards)
+    running: int = 1
+    model: str | None = None
+    # the environment's model for a line that names none (`Settings.default_model`)
+    default_model: str | None = None
+    # this shard's part of the job's budgets (`sluice-rpm`, `-tpm`), which it never exceeds ...
+    rpm: float = 0
+    tpm: float = 0
+    # ... and the job's whole budgets, which seed the shared limit when nothing else has
+    job_rpm: float = 0
+    job_tpm: float = 0
+    duplicates_key: str | None = None
+    blank: int = 0
+    # batch mode: rows a batch did not finish are re-run directly ("direct") or reported ("error")
+    on_batch_incomplete: str = "direct"
+    # background mode: when the shard first waited for its responses (epoch seconds); Plan leaves
+    # it unset, the handlers take it from Submit's result (`Submitted.waiting_since`)
+    waiting_since: float | None = None
+    # the job's spending cap in US dollars (0 = none), held across its shards (`sluice.budget`)
+    budget_usd: float = 0.0
+    # the response cache (`sluice.cache`): Plan already answered the hits; `on`/`write` files answers
+    cache: str = "off"
+    cache_incomplete: bool = False
+    # Plan answered every line from the cache and wrote the shard's outputs: the shard runs nothing
+    answered: bool = False
+
+    def to_item(self) -> dict[str, Any]:
+        """The manifest item: every field, so that `from_dict` reads it back exactly."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ShardSpec:
+        return strict(cls, data, "the shard")
+
+    @property
+    def fills_cache(self) -> bool:
+        """The job files its answers in the response cache (`on` or `write`)."""
+        return self.cache in ("on", "write")
+
+    @property
+    def last_line(self) -> int:
+        return self.first_line + self.lines - 1
+
+    @property
+    def prefix(self) -> str:
+        return shard_prefix(self.job_id, self.shard)
+
+    @property
+    def results_key(self) -> str:
+        return self.prefix + "results.jsonl"
+
+    @property
+    def errors_key(self) -> str:
+        return self.prefix + "errors.jsonl"
+
+    @property
+    def stats_key(self) -> str:
+        return self.prefix + "stats.json"
+
+    @property
+    def batch_report_key(self) -> str:
+        """What the shard's batches did, for the summary (batch mode only)."""
+        return self.prefix + "batch.json"
+
+    @property
+    def refusal_key(self) -> str:
+        """Why the provider's answers stopped the shard sending, for the summary (`sluice.refusal`)."""
+        return self.prefix + "refused.json"
+
+
 # where the definition puts MarkFailed's own failure: MarkFailed then records only the job's end
 MARK_FAILED_ERROR_KEY = "mark_failed_error"
 
@@ -165,8 +255,7 @@ SHARD_KEY = "shard"
 class ShardState:
     """A Map child's state: its shard (a manifest item, as Plan wrote it) and what its steps returned."""
 
-    # the manifest item: the core's ShardSpec, read by the handlers with `strict`
-    shard: dict[str, Any]
+    shard: ShardSpec
     run_shard: DirectRun | None = None
     submit: Submitted | None = None
     collect: Collected | None = None
@@ -176,7 +265,7 @@ class ShardState:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ShardState:
         raw = strict(cls, data, "a shard's state")
-        results: dict[str, Any] = {}
+        results: dict[str, Any] = {SHARD_KEY: ShardSpec.from_dict(data[SHARD_KEY])}
         for result in (DirectRun, Submitted, Collected, BatchSubmitted, BatchCollected):
             value = data.get(result.KEY)
             if value is not None:
