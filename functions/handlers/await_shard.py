@@ -2,8 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sluice.contract import strict
-from sluice.shard import ShardSpec
+from sluice.contract import ShardSpec
 
 from .observability import instrumented, logger
 from .runtime import runtime
@@ -13,7 +12,7 @@ from .runtime import runtime
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """Leave the task token where webhooks find it; wake at once if they already all arrived."""
     rt = runtime(context)
-    spec = strict(ShardSpec, event["shard"], "the shard")
+    spec = ShardSpec.from_dict(event["shard"])
     woke = rt.store.arm_shard(spec.job_id, spec.shard, event["token"])
     if woke:
         rt.sfn.send_task_success(taskToken=event["token"], output="{}")

@@ -5,14 +5,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from sluice.contract import ShardState, strict
-from sluice.shard import ShardSpec
+from sluice.contract import ShardSpec, ShardState
 
 
 def read_shard(event: dict[str, Any]) -> ShardSpec:
     """The shard a child's state holds; an unknown key in either is an error, not a default."""
     state = ShardState.from_dict(event)
-    spec = strict(ShardSpec, state.shard, "the shard")
+    spec = state.shard
     if state.submit is not None:
         # how long the shard's background responses have had, across Submit and Collect runs
         spec = replace(spec, waiting_since=state.submit.waiting_since)

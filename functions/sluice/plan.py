@@ -26,6 +26,7 @@ from .contract import (
     MODES,
     OUTBOX_PREFIX,
     Settings,
+    ShardSpec,
     manifest_key,
     parse_budget,
     parse_error_rate,
@@ -337,44 +338,44 @@ def plan_job(
     tpm_share = options.tpm / running if options.tpm else 0
     manifest = []
     for shard in result.shards:
-        item: dict[str, Any] = {
-            "job_id": job_id,
-            "shard": shard.index,
-            "bucket": bucket,
-            "key": key,
-            "etag": quoted,
-            "start": shard.start,
-            "end": shard.end,
-            "first_line": shard.first_line,
-            "lines": shard.lines,
-            "mode": options.shard_mode(shard.requests, settings),
-            "on_batch_incomplete": options.on_batch_incomplete,
-            "concurrency": per_shard,
-            "running": running,
-            "rpm": rpm_share,
-            "tpm": tpm_share,
-            "job_rpm": options.rpm,
-            "job_tpm": options.tpm,
-            "max_attempts": options.max_attempts,
-            "model": options.model,
-            "default_model": settings.default_model,
-            "duplicates_key": None,
-            "blank": shard.blank,
-            "budget_usd": options.budget_usd,
-            "cache": options.cache,
-            "cache_incomplete": options.cache_incomplete,
-            "answered": shard.index in answered,
-        }
-        if shard.duplicates:
-            item["duplicates_key"] = f"{shard_prefix(job_id, shard.index)}duplicates.json"
+        spec = ShardSpec(
+            job_id=job_id,
+            shard=shard.index,
+            bucket=bucket,
+            key=key,
+            etag=quoted,
+            start=shard.start,
+            end=shard.end,
+            first_line=shard.first_line,
+            lines=shard.lines,
+            mode=options.shard_mode(shard.requests, settings),
+            on_batch_incomplete=options.on_batch_incomplete,
+            concurrency=per_shard,
+            running=running,
+            rpm=rpm_share,
+            tpm=tpm_share,
+            job_rpm=options.rpm,
+            job_tpm=options.tpm,
+            max_attempts=options.max_attempts,
+            model=options.model,
+            default_model=settings.default_model,
+            duplicates_key=f"{shard_prefix(job_id, shard.index)}duplicates.json" if shard.duplicates else None,
+            blank=shard.blank,
+            budget_usd=options.budget_usd,
+            cache=options.cache,
+            cache_incomplete=options.cache_incomplete,
+            answered=shard.index in answered,
+        )
+        if spec.duplicates_key is not None:
             s3.put_object(
                 Bucket=bucket,
-                Key=item["duplicates_key"],
+                Key=spec.duplicates_key,
                 Body=orjson.dumps({str(k): v for k, v in shard.duplicates.items()}),
                 ContentType="application/json",
             )
-        manifest.append(item)
-    s3.put_object(Bucket=bucket, Key=state["manifest_key"], Body=orjson.dumps(manifest), ContentType="application/json")
+        manifest.append(spec)
+    items = [spec.to_item() for spec in manifest]
+    s3.put_object(Bucket=bucket, Key=state["manifest_key"], Body=orjson.dumps(items), ContentType="application/json")
     plan_summary = {
         "lines": result.lines,
         "requests": result.requests,
@@ -393,7 +394,7 @@ def plan_job(
         plan=plan_summary,
         shards=[(s.index, s.lines, s.requests) for s in result.shards],
         mode=options.mode,
-        shard_modes={item["shard"]: item["mode"] for item in manifest},
+        shard_modes={spec.shard: spec.mode for spec in manifest},
         budget_cap=usd_to_nano(options.budget_usd),
         cached=cached,
         answered=answered,

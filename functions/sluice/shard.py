@@ -16,7 +16,8 @@ import aiohttp
 import orjson
 
 from .budget import HOLDERS_WAIT_S, Budget, usd_to_nano
-from .contract import RateSeed, Settings, parse_rate_limits, shard_prefix
+from .contract import RateSeed, Settings, parse_rate_limits
+from .contract import ShardSpec as ShardSpec  # the contract's, which the modes import from here
 from .engine import EngineSettings, EngineStats, fan_out
 from .limit_table import BucketTable
 from .lines import READ_CHUNK, LineError, parse_line, split_lines
@@ -34,86 +35,6 @@ def poll_wait_seconds(settings: Settings, elapsed_s: float) -> int:
     the time waited so far, between `poll_seconds` and `batch_poll_max_s`. Over 24 hours that
     is about 330 loops, where a fixed 10 s would be 8,640 (and 25,000 history events in 5 hours)."""
     return int(max(settings.poll_seconds, min(settings.batch_poll_max_s, elapsed_s / 10)))
-
-
-@dataclass(frozen=True)
-class ShardSpec:
-    job_id: str
-    shard: int
-    bucket: str
-    key: str
-    etag: str
-    start: int
-    end: int
-    first_line: int
-    lines: int
-    mode: str
-    concurrency: int
-    max_attempts: int
-    # the shards of the job that run at once (its Map's concurrency, at most its shards)
-    running: int = 1
-    model: str | None = None
-    # the environment's model for a line that names none (`Settings.default_model`)
-    default_model: str | None = None
-    # this shard's part of the job's budgets (`sluice-rpm`, `-tpm`), which it never exceeds ...
-    rpm: float = 0
-    tpm: float = 0
-    # ... and the job's whole budgets, which seed the shared limit when nothing else has
-    job_rpm: float = 0
-    job_tpm: float = 0
-    duplicates_key: str | None = None
-    blank: int = 0
-    # batch mode: rows a batch did not finish are re-run directly ("direct") or reported ("error")
-    on_batch_incomplete: str = "direct"
-    # background mode: when the shard first waited for its responses (epoch seconds)
-    waiting_since: float | None = None
-    # the job's spending cap in US dollars (0 = none), held across its shards (`sluice.budget`)
-    budget_usd: float = 0.0
-    # the response cache (`sluice.cache`): Plan already answered the hits; `on`/`write` files answers
-    cache: str = "off"
-    cache_incomplete: bool = False
-    # Plan answered every line from the cache and wrote the shard's outputs: the shard runs nothing
-    answered: bool = False
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ShardSpec:
-        names = cls.__dataclass_fields__
-        return cls(**{k: v for k, v in data.items() if k in names})
-
-    @property
-    def fills_cache(self) -> bool:
-        """The job files its answers in the response cache (`on` or `write`)."""
-        return self.cache in ("on", "write")
-
-    @property
-    def last_line(self) -> int:
-        return self.first_line + self.lines - 1
-
-    @property
-    def prefix(self) -> str:
-        return shard_prefix(self.job_id, self.shard)
-
-    @property
-    def results_key(self) -> str:
-        return self.prefix + "results.jsonl"
-
-    @property
-    def errors_key(self) -> str:
-        return self.prefix + "errors.jsonl"
-
-    @property
-    def stats_key(self) -> str:
-        return self.prefix + "stats.json"
-
-    @property
-    def batch_report_key(self) -> str:
-        """What the shard's batches did, for the summary (batch mode only)."""
-        return self.prefix + "batch.json"
-
-    @property
-    def refusal_key(self) -> str:
-        """Why the provider's answers stopped the shard sending, for the summary (`sluice.refusal`)."""
-        return self.prefix + "refused.json"
 
 
 def read_shard(s3: Any, spec: ShardSpec) -> Iterator[Request | LineError]:

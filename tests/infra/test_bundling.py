@@ -99,7 +99,7 @@ def test_asset_has_linux_wheels_for_the_runtime_and_our_packages(tmp_path: Path)
     assert not list(tmp_path.rglob("*-darwin.so")) and not list(tmp_path.rglob("*.pyd"))
     for package in ("sluice", "handlers"):
         assert (tmp_path / package / "__init__.py").exists() or list((tmp_path / package).glob("*.py")), package
-    assert (tmp_path / "sluice" / "contract.py").exists()
+    assert (tmp_path / "sluice" / "contract" / "__init__.py").exists()
     # the handlers' structured logs and metrics
     assert (tmp_path / "aws_lambda_powertools" / "metrics").is_dir()
     assert not list(tmp_path.rglob("__pycache__"))

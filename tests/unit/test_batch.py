@@ -19,15 +19,10 @@ import orjson
 import pytest
 from moto import mock_aws
 from openai.resources.batches import AsyncBatches
-from sluice.batch import (
-    BatchPart,
-    batch_wait_seconds,
-    collect_batch,
-    part_key,
-    row_outcome,
-    split_parts,
-    submit_batch,
-)
+from sluice.batch import collect_batch, submit_batch
+from sluice.batch_advance import batch_wait_seconds
+from sluice.batch_collect import row_outcome
+from sluice.batch_files import BatchPart, part_key, split_parts
 from sluice.contract import Settings
 from sluice.engine import make_session
 from sluice.merge import provider_costs

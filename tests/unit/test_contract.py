@@ -139,6 +139,15 @@ def test_an_unknown_or_missing_key_in_a_shards_state_is_an_error(state: dict[str
         read_shard(state)
 
 
+@pytest.mark.parametrize("unknown", ["concurency", "priority"])
+def test_a_manifest_item_with_an_unknown_key_is_refused_by_name(unknown: str) -> None:
+    from sluice.shard import ShardSpec
+
+    # Merge and `sluice results` read the manifest with it: a typo is an error, not a default
+    with pytest.raises(StateError, match=unknown):
+        ShardSpec.from_dict({**MANIFEST_ITEM, unknown: 50})
+
+
 def test_a_step_result_is_exactly_its_fields() -> None:
     assert DirectRun.from_dict({"done": False, "run": 2, "sent": 7}) == DirectRun(done=False, run=2, sent=7)
     with pytest.raises(StateError, match="finished"):

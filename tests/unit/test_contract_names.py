@@ -16,7 +16,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 SCANNED = ("functions", "infra", "local")
 # where the names are written, once
-HOMES = {"functions/sluice/contract.py", "functions/sluice/keys.py"}
+HOMES = {
+    *(path.relative_to(ROOT).as_posix() for path in (ROOT / "functions" / "sluice" / "contract").glob("*.py")),
+    "functions/sluice/keys.py",
+}
 # files that still spell a name the contract holds, each with what (none now: keep it that way)
 NOT_YET: dict[str, str] = {}
 # a piece of a key or an S3 layout: never written outside its home

@@ -1,5 +1,5 @@
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import asdict, replace
 from types import SimpleNamespace
 
 import boto3
@@ -22,6 +22,8 @@ from sluice.plan import (
     output_prefix,
     plan_lines,
 )
+
+from tests.conftest import request_line
 
 SETTINGS = Settings(bucket="b", table="t", provider_base_url="http://x", api_key_secret_arn="arn")
 
@@ -255,3 +257,24 @@ def test_plan_holds_a_few_bytes_a_line_not_its_custom_id() -> None:
     assert result.requests == len(lines)
     # 10 million lines in well under half of Plan's memory: the ids alone took 142 bytes a line
     assert peak / len(lines) < 40
+
+
+def test_plans_manifest_items_are_exactly_a_shard_spec_each(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sluice.shard import ShardSpec
+
+    from tests.unit.test_cancel import BUCKET, Aws
+
+    for name in ("AWS_ENDPOINT_URL", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    with mock_aws():
+        aws = Aws("http://127.0.0.1:9")
+        aws.settings = replace(aws.settings, shard_lines=2, default_model="gpt-4o-mini", rpm=600, budget_usd=5.0)
+        # a duplicate custom_id gives its shard a duplicates_key
+        state = aws.plan("inbox/items.jsonl", [request_line(cid) for cid in ("a", "b", "c", "a", "d")])
+        items = orjson.loads(aws.s3.get_object(Bucket=BUCKET, Key=state["manifest_key"])["Body"].read())
+
+    assert len(items) == 3 and any(item["duplicates_key"] for item in items)
+    # every key Plan writes is a field, and every field is written: read back, written again, the same
+    assert [asdict(ShardSpec.from_dict(item)) for item in items] == items

@@ -1,0 +1,180 @@
+"""A batch shard's files as its row records them, and creating the ones that wait as the provider's
+queue makes room (`batch_queue`): SubmitBatch creates the first, CollectBatch the rest."""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import openai
+
+from .batch_api import CLOCK_SLACK_S, CREATE_JITTER_FLOOR, QueueFull, create_batch, created_batches, listed_batches
+from .batch_files import BatchPart, batch_row, part_key
+from .batch_queue import HOLD_MAX_S, Hold, queue_key
+from .batch_queue_table import QueueTable
+from .contract import Settings
+from .model import Request
+from .retry import RetryPolicy, backoff_s
+from .shard import ShardContext, ShardSpec, poll_wait_seconds, read_shard
+from .store import QUEUED_PREFIX
+
+
+def batch_wait_seconds(settings: Settings, elapsed_s: float) -> int:
+    """How long AwaitBatch sleeps before polling (batches take minutes to hours)."""
+    return poll_wait_seconds(settings, elapsed_s)
+
+
+@dataclass
+class ShardBatches:
+    """A batch shard's files as its row records them: a batch id per file ("" while it waits
+    for room in the queue), each file's model and tokens, and attempt numbers."""
+
+    batch_ids: list[str]
+    models: list[str]
+    tokens: list[int]
+    lines: list[int]
+    tries: dict[str, int]
+    retry_at: float = 0.0
+    requeued: int = 0
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> ShardBatches:
+        plan = list(row.get("batch_parts") or [])
+        batch_ids = list(row.get("batch_ids") or [])
+        batch_ids += [""] * (len(plan) - len(batch_ids))
+        return cls(
+            batch_ids=batch_ids,
+            models=[str(p.get("model") or "") for p in plan],
+            tokens=[int(p.get("tokens", 0)) for p in plan],
+            lines=[int(p.get("lines", 0)) for p in plan],
+            tries={str(k): int(v) for k, v in dict(row.get("batch_tries") or {}).items()},
+            retry_at=float(row.get("batch_retry_at") or 0.0),
+            requeued=int(row.get("batch_requeued") or 0),
+        )
+
+    def attempt(self, index: int) -> int:
+        return self.tries.get(str(index), 1)
+
+    def waiting_for_room(self) -> list[int]:
+        return [index for index, batch_id in enumerate(self.batch_ids) if not batch_id]
+
+
+def _rebuild(ctx: ShardContext, spec: ShardSpec, indexes: list[int]) -> list[BatchPart]:
+    """The files of parts created after SubmitBatch, from their row maps and the shard's input."""
+    maps = {
+        index: BatchPart.from_manifest(ctx.s3.get_object(Bucket=spec.bucket, Key=part_key(spec, index))["Body"].read())
+        for index in indexes
+    }
+    owner = {line: index for index, part in maps.items() for line in part.lines}
+    rebuilt = {index: BatchPart(index=index, endpoint=part.endpoint, model=part.model) for index, part in maps.items()}
+    for item in read_shard(ctx.s3, spec):
+        index = owner.get(item.line)
+        if index is not None and isinstance(item, Request):
+            rebuilt[index].add(item, batch_row(item))
+    for index, part in rebuilt.items():
+        if part.lines != maps[index].lines:
+            raise RuntimeError(f"part {index} of shard {spec.shard} no longer matches its row map")
+    return [rebuilt[index] for index in indexes]
+
+
+def _requeue_delay_s(settings: Settings, attempt: int) -> float:
+    """How long a file the queue refused waits before its next attempt: doubling, up to the poll cap."""
+    policy = RetryPolicy(base_delay_s=float(settings.poll_seconds), max_delay_s=float(settings.batch_poll_max_s))
+    return backoff_s(attempt, policy, random.random, floor=CREATE_JITTER_FLOOR)
+
+
+def requeue(ctx: ShardContext, spec: ShardSpec, state: ShardBatches, index: int) -> None:
+    state.batch_ids[index] = ""
+    attempt = state.attempt(index)
+    state.tries[str(index)] = attempt + 1
+    state.retry_at = max(state.retry_at, time.time() + _requeue_delay_s(ctx.settings, attempt))
+    state.requeued += 1
+    ctx.store.requeue_batch(spec.job_id, spec.shard, state.batch_ids, state.tries, state.retry_at)
+
+
+async def advance(
+    api: openai.AsyncOpenAI,
+    ctx: ShardContext,
+    spec: ShardSpec,
+    state: ShardBatches,
+    files: dict[int, BatchPart] | None,
+    queue: QueueTable,
+) -> int:
+    """Create the waiting files that fit under their model's queue limit, in part order; how many.
+
+    A file goes only once its tokens are reserved. A reservation this shard already held means
+    an earlier run may have created the batch and died before recording it: it is looked up first.
+    """
+    waiting = state.waiting_for_room()
+    if not waiting or time.time() < state.retry_at:
+        return 0
+    if ctx.store.stop_mark(spec.job_id, spec.shard):
+        # the job was cancelled or has failed: nothing new goes to the provider
+        return 0
+    settings = ctx.settings
+    full: set[str] = set()
+    reconciled: set[str] = set()
+    granted: list[int] = []
+    for index in waiting:
+        model = state.models[index]
+        if model in full:
+            continue
+        name = queue_key(settings.provider_base_url, ctx.api_key, model)
+        hold = Hold(spec.job_id, spec.shard, index, state.attempt(index))
+        limit = settings.batch_queue_limit(model or None)
+        got = queue.reserve(name, hold, state.tokens[index], limit)
+        if not got.granted and model not in reconciled and queue.claim_reconcile(name, got.checked):
+            # holds of shards that died are released here, from the provider's own list
+            reconciled.add(model)
+            listed = await listed_batches(api, since=time.time() - HOLD_MAX_S - CLOCK_SLACK_S)
+            if queue.forget(name, listed):
+                got = queue.reserve(name, hold, state.tokens[index], limit)
+        if not got.granted:
+            full.add(model)
+            continue
+        if got.held_since is not None:
+            found = await created_batches(api, spec, since=got.held_since - CLOCK_SLACK_S)
+            batch_id = found.get((index, state.attempt(index)))
+            if batch_id is not None:
+                state.batch_ids[index] = batch_id
+                ctx.store.set_shard_batches(spec.job_id, spec.shard, state.batch_ids)
+                continue
+        granted.append(index)
+    if not granted:
+        return 0
+    parts = _rebuild(ctx, spec, granted) if files is None else [files[index] for index in granted]
+
+    def release(index: int) -> None:
+        queue.release(Hold(spec.job_id, spec.shard, index, state.attempt(index)))
+
+    created = 0
+    try:
+        for position, part in enumerate(parts):
+            attempt = state.attempt(part.index)
+            try:
+                batch_id = await create_batch(api, ctx, spec, part, attempt)
+            except QueueFull:
+                # the provider's queue is fuller than ours says: this file and the rest wait
+                for later in parts[position:]:
+                    release(later.index)
+                requeue(ctx, spec, state, part.index)
+                break
+            created += 1
+            state.batch_ids[part.index] = batch_id
+            if ctx.progress is not None:
+                ctx.progress.waiting(len(part.lines))
+            # recorded one by one, so a crash loses at most the batch being created
+            ctx.store.set_shard_batches(spec.job_id, spec.shard, state.batch_ids)
+    finally:
+        if files is None:
+            for part in parts:
+                part.close()
+    return created
+
+
+def queued_marker(spec: ShardSpec) -> str:
+    """What the webhook index holds while no batch of the shard runs: no webhook names it, so
+    the wait lasts its whole timeout (the backoff) instead of waking at once."""
+    return f"{QUEUED_PREFIX}{spec.job_id}#{spec.shard}"

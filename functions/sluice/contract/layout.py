@@ -1,0 +1,87 @@
+"""Where things are: the table's keys and index, the bucket's key layout, the metrics' names."""
+
+from __future__ import annotations
+
+from typing import Any
+
+PARTITION_KEY = "pk"
+SORT_KEY = "sk"
+TTL_ATTRIBUTE = "expires_at"
+# Sparse: only items and shards handed to a provider carry it, so a webhook finds its row
+# without the index holding every row.
+PROVIDER_ID_ATTRIBUTE = "provider_id"
+PROVIDER_ID_INDEX = "by_provider_id"
+# what the index copies of a row: its keys, all its one reader (`JobStore._by_provider_id`) uses
+PROVIDER_ID_PROJECTION = "KEYS_ONLY"
+
+
+def create_table_request(name: str) -> dict[str, Any]:
+    """DynamoDB CreateTable's arguments for the jobs table, the keys and index infra/storage.py declares."""
+    return {
+        "TableName": name,
+        "BillingMode": "PAY_PER_REQUEST",
+        "AttributeDefinitions": [
+            {"AttributeName": attribute, "AttributeType": "S"}
+            for attribute in (PARTITION_KEY, SORT_KEY, PROVIDER_ID_ATTRIBUTE)
+        ],
+        "KeySchema": [
+            {"AttributeName": PARTITION_KEY, "KeyType": "HASH"},
+            {"AttributeName": SORT_KEY, "KeyType": "RANGE"},
+        ],
+        "GlobalSecondaryIndexes": [
+            {
+                "IndexName": PROVIDER_ID_INDEX,
+                "KeySchema": [{"AttributeName": PROVIDER_ID_ATTRIBUTE, "KeyType": "HASH"}],
+                "Projection": {"ProjectionType": PROVIDER_ID_PROJECTION},
+            }
+        ],
+    }
+
+
+# users drop inputs here (the EventBridge rule matches `inbox/*.jsonl`) ...
+INBOX_PREFIX = "inbox/"
+# ... each job keeps its working files under jobs/<job id>/ ...
+JOBS_PREFIX = "jobs/"
+# ... and the merged outputs appear here
+OUTBOX_PREFIX = "outbox/"
+# the response cache's segments and indexes (`sluice.cache`), expired after `cache_ttl_days`
+CACHE_PREFIX = "cache/"
+
+
+def job_prefix(job_id: str) -> str:
+    return f"{JOBS_PREFIX}{job_id}/"
+
+
+def manifest_key(job_id: str) -> str:
+    """The shards Plan wrote, which the Distributed Map reads."""
+    return f"{job_prefix(job_id)}manifest.json"
+
+
+def shard_prefix(job_id: str, shard: int) -> str:
+    """One shard's working files: its checkpoint parts, then its results, errors and stats."""
+    return f"{job_prefix(job_id)}shards/{shard:05d}/"
+
+
+# every shard's working files of every job, for a grant that cannot name the job
+ANY_SHARD_PREFIX = f"{job_prefix('*')}shards/*/"
+
+# A job's outputs are `<output prefix><suffix>`: outbox/<name> deployed, <--out>/<name> locally.
+OUTPUT_SUFFIXES: dict[str, str] = {"results": ".results.jsonl", "errors": ".errors.jsonl", "summary": ".summary.json"}
+# the HTML report `sluice run` and `sluice results` write beside them
+REPORT_SUFFIX = ".report.html"
+
+
+def output_key(prefix: str, kind: str) -> str:
+    """One of a job's outputs (`results`, `errors`, `summary`) under its output prefix."""
+    return prefix + OUTPUT_SUFFIXES[kind]
+
+
+def summary_key(prefix: str) -> str:
+    return output_key(prefix, "summary")
+
+
+# the EMF namespace of every metric, and the `service` dimension
+METRICS_NAMESPACE = "Sluice"
+SERVICE = "sluice"
+# the `environment` dimension: the deployment (`dev`, `prod`, `local`), so two never mix
+ENVIRONMENT_VARIABLE = "SLUICE_ENV"

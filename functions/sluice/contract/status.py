@@ -1,0 +1,88 @@
+"""The modes a job runs in, its options, and the status words of jobs, shards and executions."""
+
+from __future__ import annotations
+
+MODES = ("direct", "background", "batch", "auto")
+# what happens to rows a batch did not finish: `direct` re-runs them, `error` reports them
+BATCH_INCOMPLETE_POLICIES = ("direct", "error")
+SHARED_LIMIT_CHOICES = ("on", "off")
+# the response cache per job: `on` reads and fills it, `read` only reads, `write` only fills
+CACHE_MODES = ("on", "read", "write", "off")
+
+
+# A job's own options: each input object may override its environment's settings with S3 object
+# metadata `sluice-<option>` (`x-amz-meta-sluice-mode: batch`), read by Plan
+# (`sluice.plan.JobOptions.from_metadata`) and written by `sluice submit` and `sluice retry`.
+METADATA_PREFIX = "sluice-"
+JOB_OPTIONS = (
+    "mode",
+    "budget-usd",
+    "model",
+    "concurrency",
+    "map-concurrency",
+    "max-attempts",
+    "on-batch-incomplete",
+    "deadline-hours",
+    "max-error-rate",
+    "rpm",
+    "tpm",
+    "cache",
+    "cache-incomplete",
+    # the job a retry took its lines from (`sluice retry`)
+    "parent-job",
+)
+
+
+def job_option_key(name: str) -> str:
+    """A job option's metadata key, from its name or its Python spelling (`budget_usd`)."""
+    option = name.replace("_", "-")
+    if option not in JOB_OPTIONS:
+        raise KeyError(f"no job option {name!r}; the options are {', '.join(JOB_OPTIONS)}")
+    return METADATA_PREFIX + option
+
+
+class JobStatus:
+    """A job's state, the one word the job row, summary, event, CLI and report all use: PLANNING
+    and RUNNING while it works, then how it ended (`TERMINAL_STATUSES`)."""
+
+    # Plan took the job and reads its input ...
+    PLANNING = "PLANNING"
+    # ... its shards are written and run
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    # every line is accounted for, but more failed than the job's max error rate allows
+    COMPLETED_WITH_ERRORS = "COMPLETED_WITH_ERRORS"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    # the job's spending cap stopped it: the lines it did not send are errors `budget_exceeded`
+    BUDGET_EXCEEDED = "BUDGET_EXCEEDED"
+
+
+TERMINAL_STATUSES = frozenset(
+    {
+        JobStatus.SUCCEEDED,
+        JobStatus.COMPLETED_WITH_ERRORS,
+        JobStatus.FAILED,
+        JobStatus.CANCELLED,
+        JobStatus.BUDGET_EXCEEDED,
+    }
+)
+
+
+class ShardStatus:
+    """A shard row's state: PENDING until its first checkpoint, DONE once every line has its outcome."""
+
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    DONE = "DONE"
+
+
+class ExecutionStatus:
+    """Step Functions' own words for an execution (DescribeExecution's `status`), not the job's."""
+
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    TIMED_OUT = "TIMED_OUT"
+    # stopped: a cancelled job's execution ends so
+    ABORTED = "ABORTED"

@@ -1,0 +1,63 @@
+"""The Lambda functions: one per state machine step, and the webhook receiver."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# A shard Lambda drives hundreds of sockets and parses every response; 1769 MB is the size at
+# which Lambda gives a full vCPU.
+FULL_VCPU_MB = 1769
+
+
+@dataclass(frozen=True)
+class Step:
+    """One Lambda function: its handler module, timeout and memory."""
+
+    name: str
+    timeout_s: int
+    memory_mb: int = 1024
+
+    @property
+    def module(self) -> str:
+        return f"handlers.{self.name}"
+
+    @property
+    def handler(self) -> str:
+        return f"{self.module}.handler"
+
+    @property
+    def construct_id(self) -> str:
+        return "".join(part.title() for part in self.name.split("_"))
+
+    @property
+    def placeholder(self) -> str:
+        """The `${...}` the state machine definition names the function's ARN by."""
+        return f"{self.construct_id}FunctionArn"
+
+
+# One function per state machine step. Steps that work through a shard get Lambda's maximum
+# (15 minutes), so that they can drain and checkpoint before the workflow loops them.
+STEPS: dict[str, Step] = {
+    step.name: step
+    for step in (
+        # Plan holds every custom_id to find duplicates, ~142 bytes a line: 1.4 GB at 10M lines
+        Step("plan", 900, 3008),
+        Step("run_shard", 900, FULL_VCPU_MB),
+        Step("submit", 900),
+        Step("await_shard", 30),
+        Step("collect", 900),
+        Step("submit_batch", 900),
+        Step("collect_batch", 900),
+        Step("merge", 900),
+        Step("notify", 30),
+        Step("mark_failed", 900),
+    )
+}
+
+# Not a step of the state machine: API Gateway calls it for each provider webhook. It answers
+# within a second or two (API Gateway gives up at 30 s, providers sooner); 512 MB buys the CPU
+# for a quick cold start.
+WEBHOOK = Step("webhook", 10, 512)
+
+# The steps that talk to the provider and work through their shard's rows and checkpoints.
+PROVIDER_STEPS = ("run_shard", "submit", "collect", "submit_batch", "collect_batch")
