@@ -60,7 +60,7 @@ THROTTLE_RETRY = {"IntervalSeconds": 5, "MaxAttempts": 40, "BackoffRate": 2.0, "
 
 
 def _retry(transient: list[str]) -> list[dict[str, Any]]:
-    """A Lambda step's Retry: throttling first (its own, longer budget), then `transient`."""
+    """A Lambda step's Retry: throttling first (its own, longer run of attempts), then `transient`."""
     return [
         {"ErrorEquals": THROTTLED_LAMBDA_ERRORS, **THROTTLE_RETRY, "JitterStrategy": "FULL"},
         {"ErrorEquals": transient, **TRANSIENT_RETRY, "JitterStrategy": "FULL"},

@@ -178,7 +178,7 @@ def job_finished(detail: Mapping[str, Any], *, failed: bool) -> None:
 
 
 def webhook_answered(outcome: str, event_type: str | None, status: int) -> None:
-    """One log line and one metric per webhook: the verdict, never the payload or headers."""
+    """One log line and one metric per webhook: the reply, never the payload or headers."""
     kind, _, reason = outcome.partition(":")
     if kind == "rejected":
         reason = reason if reason in WEBHOOK_REJECTION_REASONS else "other"

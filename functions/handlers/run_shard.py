@@ -8,12 +8,12 @@ from sluice.direct import run_direct
 
 from .observability import instrumented, shard_run
 from .runtime import runtime
-from .shard_state import read_shard
+from .shard_state import shard_spec_from_state
 
 
 @instrumented
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    spec = read_shard(event)
+    spec = shard_spec_from_state(event)
     outcome = asyncio.run(run_direct(runtime(context).shard_context(context), spec))
     shard_run(outcome)
     return DirectRun.from_dict(outcome).to_dict()

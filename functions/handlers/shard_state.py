@@ -8,7 +8,7 @@ from typing import Any
 from sluice.contract import ShardSpec, ShardState
 
 
-def read_shard(event: dict[str, Any]) -> ShardSpec:
+def shard_spec_from_state(event: dict[str, Any]) -> ShardSpec:
     """The shard a child's state holds; an unknown key in either is an error, not a default."""
     state = ShardState.from_dict(event)
     spec = state.shard

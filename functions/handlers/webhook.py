@@ -46,16 +46,16 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
             if exc.response["Error"]["Code"] not in _STALE_TOKEN_ERRORS:
                 raise
 
-    verdict = handle_webhook(
+    reply = handle_webhook(
         body=body,
         headers=event.get("headers") or {},
         secret=read_secret(secrets, secret_arn),
         store=store,
         wake=wake,
     )
-    webhook_answered(verdict.outcome, verdict.event_type, verdict.status)
+    webhook_answered(reply.outcome, reply.event_type, reply.status)
     return {
-        "statusCode": verdict.status,
+        "statusCode": reply.status,
         "headers": {"content-type": "application/json"},
-        "body": json.dumps(verdict.body),
+        "body": json.dumps(reply.body),
     }

@@ -17,7 +17,7 @@ from .batch_queue_table import QueueTable
 from .contract import Settings
 from .model import Request
 from .retry import RetryPolicy, backoff_s
-from .shard import ShardContext, ShardSpec, poll_wait_seconds, read_shard
+from .shard import ShardContext, ShardSpec, poll_wait_seconds, read_shard_lines
 from .store import QUEUED_PREFIX
 
 
@@ -69,7 +69,7 @@ def _rebuild(ctx: ShardContext, spec: ShardSpec, indexes: list[int]) -> list[Bat
     }
     owner = {line: index for index, part in maps.items() for line in part.lines}
     rebuilt = {index: BatchPart(index=index, endpoint=part.endpoint, model=part.model) for index, part in maps.items()}
-    for item in read_shard(ctx.s3, spec):
+    for item in read_shard_lines(ctx.s3, spec):
         index = owner.get(item.line)
         if index is not None and isinstance(item, Request):
             rebuilt[index].add(item, batch_row(item))

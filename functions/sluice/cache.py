@@ -47,7 +47,7 @@ from .cache_index import (
 )
 from .cache_store import INDEXES, SEGMENTS, Appender, CacheStore, DirStore, S3Store, cache_store, default_cache_dir
 from .model import Outcome, Request
-from .shard import ShardContext, ShardSpec, read_shard
+from .shard import ShardContext, ShardSpec, read_shard_lines
 
 __all__ = [
     "INDEXES",
@@ -196,7 +196,7 @@ class CacheFill:
         self._store = store
         # a local store's segment is appended to answer by answer
         self._dir = store if isinstance(store, DirStore) else None
-        # the requests' bodies come with their keys sorted (`shard.read_shard` for a filling job)
+        # the requests' bodies come with their keys sorted (`shard.read_shard_lines` for a filling job)
         self._canonical = canonical
         self._base_url = base_url
         self._name = name
@@ -291,7 +291,7 @@ def fill_for(ctx: ShardContext, spec: ShardSpec, *, run: int, path: str) -> Cach
         return None
 
     def keys_for() -> Iterator[Request]:
-        return (item for item in read_shard(ctx.s3, spec) if isinstance(item, Request))
+        return (item for item in read_shard_lines(ctx.s3, spec) if isinstance(item, Request))
 
     return CacheFill(
         cache_store(ctx.s3, ctx.settings),
@@ -299,6 +299,6 @@ def fill_for(ctx: ShardContext, spec: ShardSpec, *, run: int, path: str) -> Cach
         name=segment_name(spec.job_id, spec.shard, run, path),
         keep_incomplete=spec.cache_incomplete,
         keys_for=keys_for,
-        # `read_shard` sorted the bodies' keys, as it does for every job that fills the cache
+        # `read_shard_lines` sorted the bodies' keys, as it does for every job that fills the cache
         canonical=True,
     )

@@ -129,10 +129,10 @@ def compact(
 
 def compact_slice(store: CacheStore, *, ttl_days: int, remaining_s: float) -> Compacted:
     """One call's share of compaction: SLICE_S, or what the Lambda has left less a margin."""
-    budget = min(SLICE_S, remaining_s - SLICE_MARGIN_S)
-    if budget <= 0:
+    slice_s = min(SLICE_S, remaining_s - SLICE_MARGIN_S)
+    if slice_s <= 0:
         return Compacted()
-    return compact(store, now=time.time(), ttl_days=ttl_days, deadline=time.monotonic() + budget)
+    return compact(store, now=time.time(), ttl_days=ttl_days, deadline=time.monotonic() + slice_s)
 
 
 def _collect(store: CacheStore, listing: IndexListing, manifest: Manifest | None, now: float) -> int:

@@ -24,7 +24,9 @@ FAIL: Final = "fail"
 
 
 @dataclass(slots=True)
-class Verdict:
+class AttemptVerdict:
+    """What one attempt's answer means for its request: done (OK), try again (RETRY) or give up (FAIL)."""
+
     kind: str
     # the answer's JSON (a result or an error body), or an excerpt of a body that is not JSON
     body: Any = None
@@ -72,7 +74,7 @@ def classify(
     policy: RetryPolicy,
     now: float,
     rand: Callable[[], float],
-) -> Verdict:
+) -> AttemptVerdict:
     """The verdict on attempt number `attempt` (counting from 1).
 
     `lost` describes a connection that failed before a whole answer arrived (`status` is then
@@ -84,7 +86,7 @@ def classify(
     assert status is not None
     if 200 <= status < 300:
         try:
-            return Verdict(OK, orjson.loads(raw))
+            return AttemptVerdict(OK, orjson.loads(raw))
         except orjson.JSONDecodeError:
             # a mangled success is a transient fault, not an answer
             failure = f"HTTP {status} with a body that is not JSON: {raw[:EXCERPT]!r}"
@@ -114,17 +116,19 @@ def _failed(
     headers: Mapping[str, str] | None,
     now: float,
     rand: Callable[[], float],
-) -> Verdict:
+) -> AttemptVerdict:
     """Retry or give up; `status` None stands for a transient fault (lost connection, garbled body)."""
     if not should_retry(status, body_code, attempt, policy):
         if not is_retryable(status, body_code, policy):
-            return Verdict(FAIL, body, failure, ErrorCode.PROVIDER_ERROR)
-        return Verdict(FAIL, body, f"gave up after {attempt} attempts; last: {failure}", ErrorCode.RETRIES_EXHAUSTED)
+            return AttemptVerdict(FAIL, body, failure, ErrorCode.PROVIDER_ERROR)
+        return AttemptVerdict(
+            FAIL, body, f"gave up after {attempt} attempts; last: {failure}", ErrorCode.RETRIES_EXHAUSTED
+        )
     delay = next_delay_s(attempt, policy, headers, now, rand)
     if delay > policy.max_retry_after_s:
         message = (
             f"provider asked to wait {delay:.0f}s (more than {policy.max_retry_after_s:.0f}s) "
             f"after attempt {attempt}; last: {failure}"
         )
-        return Verdict(FAIL, body, message, ErrorCode.RETRIES_EXHAUSTED)
-    return Verdict(RETRY, body, failure, delay_s=delay)
+        return AttemptVerdict(FAIL, body, message, ErrorCode.RETRIES_EXHAUSTED)
+    return AttemptVerdict(RETRY, body, failure, delay_s=delay)

@@ -28,9 +28,9 @@ import orjson
 from yarl import URL
 
 from .budget import Budget
-from .classify import FAIL, OK, Verdict, classify, describe_lost
+from .classify import FAIL, OK, AttemptVerdict, classify, describe_lost
 from .contract import ProviderRefused
-from .limits import AdaptiveLimit, Gate, RateBudget
+from .limits import AdaptiveLimit, Gate, RatePacer
 from .model import Outcome, Request
 from .refusal import RefusalWatch
 from .retry import DEFAULT_POLICY, RetryPolicy
@@ -249,14 +249,14 @@ class _Run:
     ) -> None:
         self.settings = settings
         self.shared = shared
-        self.spending = budget
+        self.budget = budget
         self.policy = settings.policy
         self.stats = EngineStats()
         self.limiter = AdaptiveLimit(
             settings.concurrency, settings.initial_limit, tolerance=settings.throttle_tolerance
         )
         self.stats.limit_min = self.limiter.limit
-        self.budget = RateBudget(settings.rpm, settings.tpm)
+        self.pacer = RatePacer(settings.rpm, settings.tpm)
         self.gate = Gate(settings.concurrency)
         self.refusals = RefusalWatch(settings.fail_fast_after) if settings.fail_fast_after > 0 else None
         self.timeout = aiohttp.ClientTimeout(total=self.policy.request_timeout_s)
@@ -288,7 +288,7 @@ class _Run:
         """One request to its Outcome: attempt, classify, and act on the verdict until it is final."""
         stats = self.stats
         limiter = self.limiter
-        budget = self.budget
+        pacer = self.pacer
         shared = self.shared
         ticket: Ticket | None = None
         policy = self.policy
@@ -305,8 +305,8 @@ class _Run:
             answer: Mapping[str, str] | None = None
             lost: str | None = None
             try:
-                if budget.active:
-                    await budget.take(req.estimated_tokens)
+                if pacer.active:
+                    await pacer.take(req.estimated_tokens)
                 if shared is not None:
                     ticket = await shared.take(req)
                 if attempt == 1:
@@ -331,7 +331,7 @@ class _Run:
                 # pauses it until the reset. With it, the shared bucket paces, and such a pause
                 # (OpenAI's reset is until the bucket is full again, a minute) would idle a shard
                 # that holds a lease.
-                budget.observe_headers(answer)
+                pacer.observe_headers(answer)
 
             verdict = classify(
                 status, answer, raw, lost, attempt=attempt, policy=policy, now=time.time(), rand=self.rand
@@ -376,7 +376,7 @@ class _Run:
     def finish_error(
         self,
         req: Request,
-        verdict: Verdict,
+        verdict: AttemptVerdict,
         status: int | None,
         headers: Mapping[str, str] | None,
         attempts: int,
@@ -419,13 +419,13 @@ class _Run:
                 self.exhausted = True
                 break
             self.taken += 1
-            spending = self.spending
-            if spending is not None and not await spending.reserve(req):
+            budget = self.budget
+            if budget is not None and not await budget.reserve(req):
                 self.stopping = True
                 break
             outcome = await self.send(req, held)
-            if spending is not None:
-                spending.settle(req, outcome)
+            if budget is not None:
+                budget.settle(req, outcome)
             if self.refusals is not None and self.refusals.see(outcome):
                 self.stopping = True
                 self.stats.refused = self.refusals.refused

@@ -297,7 +297,7 @@ def remaining(headers: Mapping[str, str] | None, kind: str, capacity: float) -> 
         return capacity
 
 
-class RateBudget:
+class RatePacer:
     """Requests-per-minute and tokens-per-minute pacing; 0 means unlimited.
 
     Also honours the provider's own view: when an `x-ratelimit-remaining-*` header says 0,

@@ -24,7 +24,7 @@ class ErrorCode:
     INVALID_ENCODING = "invalid_encoding"
     # the provider answered with a status that retrying cannot fix (400, 401, 404, 422, ...)
     PROVIDER_ERROR = "provider_error"
-    # retryable failures (429, 5xx, timeouts, dropped connections) outlasted the attempt budget
+    # retryable failures (429, 5xx, timeouts, dropped connections) outlasted `max_attempts`
     RETRIES_EXHAUSTED = "retries_exhausted"
     # a background response settled as failed, or incomplete with no output
     RESPONSE_FAILED = "response_failed"
@@ -54,7 +54,7 @@ class Request:
 
     @property
     def estimated_tokens(self) -> int:
-        # ~4 bytes a token is the usual rule of thumb; only used to pace TPM budgets
+        # ~4 bytes a token is the usual rule of thumb; only used to pace a TPM limit
         return len(self.body) // 4 if self.body else 0
 
 

@@ -27,7 +27,7 @@ from .lines import LineError
 from .model import Outcome
 from .progress import ProgressSink
 from .records import error_record, outcome_record
-from .shard import ShardSpec, read_shard
+from .shard import ShardSpec, read_shard_lines
 from .stats import Stats
 from .store import ItemState, JobStore
 
@@ -348,7 +348,7 @@ def assemble_outputs(
         for raw in figures:
             stats.merge(Stats.from_dict(orjson.loads(raw.result())))
     if missing_code is not None:
-        for item in read_shard(s3, spec):
+        for item in read_shard_lines(s3, spec):
             if item.line not in rows:
                 record = error_record(
                     spec.job_id, item.line, item.custom_id, missing_code, f"line {item.line}: {missing_message}"

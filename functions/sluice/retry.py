@@ -46,7 +46,7 @@ DEFAULT_POLICY = RetryPolicy()
 
 
 def is_retryable(status: int | None, error_code_in_body: str | None, policy: RetryPolicy) -> bool:
-    """Whether another attempt could succeed, budget aside."""
+    """Whether another attempt could succeed, attempts left aside."""
     if status is None:
         # connection refused/reset, timeout, truncated body: the request may never have landed
         return True

@@ -37,7 +37,7 @@ def poll_wait_seconds(settings: Settings, elapsed_s: float) -> int:
     return int(max(settings.poll_seconds, min(settings.batch_poll_max_s, elapsed_s / 10)))
 
 
-def read_shard(s3: Any, spec: ShardSpec) -> Iterator[Request | LineError]:
+def read_shard_lines(s3: Any, spec: ShardSpec) -> Iterator[Request | LineError]:
     """The shard's lines, validated, straight from its byte range of the input object."""
     duplicates: dict[int, int] = {}
     if spec.duplicates_key:
@@ -161,7 +161,7 @@ async def send_requests(
     many requests there are, when the caller knows (a collect run's polls).
 
     With the shared limit on, every attempt draws from the key-wide bucket and also keeps to
-    the shard's part of the job's own budgets: a job never exceeds its `sluice-rpm`, and never
+    the shard's part of the job's own rate limits: a job never exceeds its `sluice-rpm`, and never
     takes more than its fair share of the key. What the run leased and did not spend goes back
     when it ends, however it ends."""
     shared = None
@@ -221,7 +221,7 @@ def write_unsent(
     for _ in source:
         pass
     count = 0
-    for item in read_shard(s3, spec):
+    for item in read_shard_lines(s3, spec):
         if isinstance(item, Request) and item.line not in ended:
             add(error(spec, item.line, item.custom_id))
             count += 1
@@ -244,7 +244,7 @@ def pending(s3: Any, spec: ShardSpec, skip: set[int], on_invalid: Callable[[Line
     """
     if len(skip) >= spec.lines - spec.blank:
         return
-    for item in read_shard(s3, spec):
+    for item in read_shard_lines(s3, spec):
         if item.line in skip:
             continue
         if isinstance(item, LineError):

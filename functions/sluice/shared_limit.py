@@ -1,7 +1,7 @@
 """One provider rate limit shared by every shard of every running job on the same key (issue 16).
 
 A provider counts requests and tokens per (API key, model), whatever process sends them, so a
-budget each shard keeps to itself lets N shards send N times the quota. The shared budget is
+limit each shard keeps to itself lets N shards send N times the quota. The shared limit is
 two token buckets, requests and tokens a second, in one item of the jobs table per limiter key:
 `LIMIT#<hash of base URL and key>#<model>`. The buckets refill lazily by time: whoever reads the
 item works out its levels from `level`, `token_level`, `stamp` and the rates, and a conditional

@@ -21,7 +21,7 @@ REQUIRED_HEADERS = ("webhook-id", "webhook-timestamp", "webhook-signature")
 
 
 @dataclass(frozen=True)
-class Verdict:
+class WebhookReply:
     """What to answer, and what happened, for logs and metrics (never the payload or secret)."""
 
     status: int
@@ -41,26 +41,26 @@ def handle_webhook(
     secret: str,
     store: Any,
     wake: Callable[[str], None],
-) -> Verdict:
+) -> WebhookReply:
     if len(body) > MAX_BODY_BYTES:
-        return Verdict(413, "rejected:too_large")
+        return WebhookReply(413, "rejected:too_large")
     lowered = {k.lower(): v for k, v in headers.items()}
     if any(not lowered.get(name) for name in REQUIRED_HEADERS):
-        return Verdict(400, "rejected:missing_headers")
+        return WebhookReply(400, "rejected:missing_headers")
     try:
         Webhook(secret).verify(body, lowered, json_parse=False)
     except Exception:
-        return Verdict(401, "rejected:signature")
+        return WebhookReply(401, "rejected:signature")
     try:
         event = orjson.loads(body)
     except orjson.JSONDecodeError:
-        return Verdict(400, "rejected:malformed")
+        return WebhookReply(400, "rejected:malformed")
     if not isinstance(event, dict) or not isinstance(event.get("data"), dict):
-        return Verdict(400, "rejected:malformed")
+        return WebhookReply(400, "rejected:malformed")
     event_type = event.get("type")
     provider_id = event["data"].get("id")
     if event_type not in RESPONSE_EVENTS | BATCH_EVENTS or not isinstance(provider_id, str):
-        return Verdict(400, "rejected:unknown_type", str(event_type))
+        return WebhookReply(400, "rejected:unknown_type", str(event_type))
     if event_type in RESPONSE_EVENTS:
         token = store.settle_item(provider_id)
     else:
@@ -71,5 +71,5 @@ def handle_webhook(
     # throttled write, a failed wake) is retried by the provider and done in full. The work
     # is idempotent, so a true repeat changes nothing and is only counted.
     if not store.remember_webhook(lowered["webhook-id"], time.time()):
-        return Verdict(200, "duplicate", event_type)
-    return Verdict(200, "accepted:woke_shard" if token else "accepted", event_type)
+        return WebhookReply(200, "duplicate", event_type)
+    return WebhookReply(200, "accepted:woke_shard" if token else "accepted", event_type)

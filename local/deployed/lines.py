@@ -14,7 +14,7 @@ from sluice.merge import load_manifest
 
 # the checkpoint format belongs to the shard code; its own readers keep the two in step
 from sluice.parts import part_keys, read_part
-from sluice.shard import ShardSpec, read_shard
+from sluice.shard import ShardSpec, read_shard_lines
 
 from local.console import EXIT_NOT_FOUND, CliError
 from local.deployed.jobs import output_size
@@ -62,7 +62,7 @@ def find_in_lines(chunks: Iterator[bytes], custom_id: str) -> tuple[int, Any] | 
 
 def answered_outcome(dep: Deployment, spec: ShardSpec, line: int) -> tuple[int, dict[str, Any]] | None:
     """A line of a shard Plan answered from the cache: it has no parts, only its results, by custom_id."""
-    custom_id = next((r.custom_id for r in read_shard(dep.s3, spec) if r.line == line), None)
+    custom_id = next((r.custom_id for r in read_shard_lines(dep.s3, spec) if r.line == line), None)
     if custom_id is None:
         return None
     record = _first_record(dep, spec.bucket, spec.results_key, "custom_id", custom_id)

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 import orjson
 import pytest
-from sluice.classify import FAIL, OK, RETRY, Verdict, classify, describe_lost
+from sluice.classify import FAIL, OK, RETRY, AttemptVerdict, classify, describe_lost
 from sluice.model import ErrorCode
 from sluice.retry import RetryPolicy
 
@@ -21,7 +21,7 @@ def verdict(
     headers: Mapping[str, str] | None = None,
     lost: str | None = None,
     attempt: int = 1,
-) -> Verdict:
+) -> AttemptVerdict:
     return classify(status, headers, body, lost, attempt=attempt, policy=POLICY, now=NOW, rand=lambda: 0.5)
 
 

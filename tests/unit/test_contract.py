@@ -49,6 +49,11 @@ def test_settings_survive_the_environment_both_ways() -> None:
         ("SLUICE_CONCURRENCY", "0", "SLUICE_CONCURRENCY must be positive, got 0"),
         ("SLUICE_REQUEST_TIMEOUT_S", "soon", "SLUICE_REQUEST_TIMEOUT_S='soon' is not a float"),
         ("SLUICE_RPM", "-1", "SLUICE_RPM='-1' is not a whole number"),
+        (
+            "SLUICE_BATCH_QUEUE_DEFAULT_TOKENS",
+            "lots",
+            "SLUICE_BATCH_QUEUE_DEFAULT_TOKENS='lots' is not a whole number (0 means no limit)",
+        ),
         ("SLUICE_MAX_ERROR_RATE", "2", "SLUICE_MAX_ERROR_RATE='2'"),
         ("SLUICE_ON_BATCH_INCOMPLETE", "drop", "expected one of direct, error"),
         ("SLUICE_BUDGET_USD", "-5", "SLUICE_BUDGET_USD='-5' is not an amount of US dollars (0 means no budget)"),
@@ -113,12 +118,12 @@ MANIFEST_ITEM = {
 
 
 def test_a_shard_reads_its_state_and_keeps_when_it_first_waited() -> None:
-    from handlers.shard_state import read_shard
+    from handlers.shard_state import shard_spec_from_state
 
     submitted = Submitted(submitted=True, run=1, wait_seconds=10, waiting_since=1234.5)
-    spec = read_shard({"shard": MANIFEST_ITEM, "submit": submitted.to_dict()})
+    spec = shard_spec_from_state({"shard": MANIFEST_ITEM, "submit": submitted.to_dict()})
     assert (spec.job_id, spec.shard, spec.concurrency, spec.waiting_since) == ("j-1", 3, 5, 1234.5)
-    assert read_shard({"shard": MANIFEST_ITEM}).waiting_since is None
+    assert shard_spec_from_state({"shard": MANIFEST_ITEM}).waiting_since is None
 
 
 @pytest.mark.parametrize(
@@ -133,10 +138,10 @@ def test_a_shard_reads_its_state_and_keeps_when_it_first_waited() -> None:
     ],
 )
 def test_an_unknown_or_missing_key_in_a_shards_state_is_an_error(state: dict[str, Any], named: str) -> None:
-    from handlers.shard_state import read_shard
+    from handlers.shard_state import shard_spec_from_state
 
     with pytest.raises(StateError, match=named):
-        read_shard(state)
+        shard_spec_from_state(state)
 
 
 @pytest.mark.parametrize("unknown", ["concurency", "priority"])

@@ -239,7 +239,7 @@ def test_timeout_then_success() -> None:
     assert r.stats.connection_errors == 1
 
 
-def test_budget_exhausted_reports_last_status_and_message() -> None:
+def test_retries_exhausted_reports_last_status_and_message() -> None:
     provider = Scripted(default=lambda _c, _n: ("status", 503, {}, {"error": {"message": "overloaded, try later"}}))
     r = scenario(provider, [chat(0)])
     (o,) = r.outcomes
@@ -252,7 +252,7 @@ def test_budget_exhausted_reports_last_status_and_message() -> None:
     assert len(r.delays) == FAST.max_attempts - 1
 
 
-def test_budget_exhausted_on_connection_errors_names_the_exception() -> None:
+def test_retries_exhausted_on_connection_errors_names_the_exception() -> None:
     provider = Scripted(default=lambda _c, _n: ("drop",))
     r = scenario(provider, [chat(0)])
     (o,) = r.outcomes

@@ -3,7 +3,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from sluice.limits import AdaptiveLimit, RateBudget, parse_reset_s
+from sluice.limits import AdaptiveLimit, RatePacer, parse_reset_s
 
 
 class FakeClock:
@@ -169,13 +169,13 @@ def test_cancelled_waiter_does_not_leak_a_slot() -> None:
     asyncio.run(scenario())
 
 
-def test_unlimited_budget_never_waits() -> None:
+def test_unlimited_pacer_never_waits() -> None:
     async def scenario() -> None:
         clock = FakeClock()
-        budget = RateBudget(0, 0, clock=clock, sleep=clock.sleep)
-        assert not budget.active
+        pacer = RatePacer(0, 0, clock=clock, sleep=clock.sleep)
+        assert not pacer.active
         for _ in range(1000):
-            assert await budget.take(10_000) == 0
+            assert await pacer.take(10_000) == 0
         assert clock.sleeps == []
 
     asyncio.run(scenario())
@@ -184,10 +184,10 @@ def test_unlimited_budget_never_waits() -> None:
 def test_rpm_paces_evenly_after_burst() -> None:
     async def scenario() -> None:
         clock = FakeClock()
-        budget = RateBudget(rpm=600, clock=clock, sleep=clock.sleep)  # 10/s, burst of 10
+        pacer = RatePacer(rpm=600, clock=clock, sleep=clock.sleep)  # 10/s, burst of 10
         start = clock.now
         for _ in range(70):
-            await budget.take()
+            await pacer.take()
         # 10 free from the burst, then 60 more at 10 per second
         assert clock.now - start == pytest.approx(6.0)
         assert all(s == pytest.approx(0.1) for s in clock.sleeps)
@@ -204,8 +204,8 @@ def test_concurrent_takers_queue_in_time() -> None:
         async def record(s: float) -> None:
             waits.append(s)
 
-        budget = RateBudget(rpm=60, clock=clock, sleep=record)
-        got = await asyncio.gather(*(budget.take() for _ in range(5)))
+        pacer = RatePacer(rpm=60, clock=clock, sleep=record)
+        got = await asyncio.gather(*(pacer.take() for _ in range(5)))
         assert got == pytest.approx([0.0, 1.0, 2.0, 3.0, 4.0])
 
     asyncio.run(scenario())
@@ -214,11 +214,11 @@ def test_concurrent_takers_queue_in_time() -> None:
 def test_tpm_paces_by_tokens_and_lets_oversized_requests_through() -> None:
     async def scenario() -> None:
         clock = FakeClock()
-        budget = RateBudget(tpm=6000, clock=clock, sleep=clock.sleep)  # 100 tokens/s
+        pacer = RatePacer(tpm=6000, clock=clock, sleep=clock.sleep)  # 100 tokens/s
         start = clock.now
-        await budget.take(100)  # the burst
-        await budget.take(500)  # bigger than the bucket: allowed, paid back over 5 s
-        await budget.take(100)
+        await pacer.take(100)  # the burst
+        await pacer.take(500)  # bigger than the bucket: allowed, paid back over 5 s
+        await pacer.take(100)
         assert clock.now - start == pytest.approx(6.0)
 
     asyncio.run(scenario())
@@ -247,21 +247,21 @@ def test_parse_reset(text: str, expected: float | None) -> None:
 def test_remaining_zero_blocks_until_reset() -> None:
     async def scenario() -> None:
         clock = FakeClock()
-        budget = RateBudget(clock=clock, sleep=clock.sleep)
-        budget.observe_headers({"x-ratelimit-remaining-requests": "5", "x-ratelimit-reset-requests": "9s"})
-        assert not budget.active
-        budget.observe_headers(
+        pacer = RatePacer(clock=clock, sleep=clock.sleep)
+        pacer.observe_headers({"x-ratelimit-remaining-requests": "5", "x-ratelimit-reset-requests": "9s"})
+        assert not pacer.active
+        pacer.observe_headers(
             {
                 "x-ratelimit-remaining-requests": "3",
                 "x-ratelimit-remaining-tokens": "0",
                 "x-ratelimit-reset-tokens": "2.5s",
             }
         )
-        assert budget.active
-        assert await budget.take() == pytest.approx(2.5)
+        assert pacer.active
+        assert await pacer.take() == pytest.approx(2.5)
         # the pause is over: the next take goes straight through
-        assert await budget.take() == 0
-        assert not budget.active
+        assert await pacer.take() == 0
+        assert not pacer.active
 
     asyncio.run(scenario())
 
@@ -269,8 +269,8 @@ def test_remaining_zero_blocks_until_reset() -> None:
 def test_remaining_zero_without_reset_pauses_briefly() -> None:
     async def scenario() -> None:
         clock = FakeClock()
-        budget = RateBudget(clock=clock, sleep=clock.sleep)
-        budget.observe_headers({"x-ratelimit-remaining-requests": "0"})
-        assert await budget.take() == pytest.approx(1.0)
+        pacer = RatePacer(clock=clock, sleep=clock.sleep)
+        pacer.observe_headers({"x-ratelimit-remaining-requests": "0"})
+        assert await pacer.take() == pytest.approx(1.0)
 
     asyncio.run(scenario())

@@ -112,8 +112,8 @@ def _variable(name: str) -> str:
     return "SLUICE_" + name.upper()
 
 
-# how a setting's value is read from its variable: `positive` numbers, whole-number `budget`s
-# (0 = none), a `choice` of a few words, a `rate` from 0 to 1, or `text`
+# how a setting's value is read from its variable: `positive` numbers, whole-number `limit`s
+# (0 = no limit), a `choice` of a few words, a `rate` from 0 to 1, or `text`
 _KIND = "kind"
 _CHOICES = "choices"
 
@@ -136,7 +136,7 @@ class Settings:
     map_concurrency: int = 20
     # shards working at once across the environment's jobs (the shard steps' reserved concurrency);
     # a job's map concurrency above it only makes shards wait (0 = no cap, as in a local run)
-    max_shards_in_flight: int = field(default=0, metadata={_KIND: "budget"})
+    max_shards_in_flight: int = field(default=0, metadata={_KIND: "limit"})
     max_attempts: int = 6
     request_timeout_s: float = 120.0
     shard_lines: int = 5000
@@ -145,9 +145,9 @@ class Settings:
     poll_seconds: int = 10
     # first retry waits up to this long (full jitter), doubling per attempt
     retry_base_delay_s: float = 0.5
-    # requests and tokens per minute for a whole job (0 = no budget), shared by running shards
-    rpm: int = field(default=0, metadata={_KIND: "budget"})
-    tpm: int = field(default=0, metadata={_KIND: "budget"})
+    # requests and tokens per minute for a whole job (0 = no limit), shared by running shards
+    rpm: int = field(default=0, metadata={_KIND: "limit"})
+    tpm: int = field(default=0, metadata={_KIND: "limit"})
     # stop taking new items this long (plus the request timeout) before the Lambda's end
     safety_margin_s: float = 20.0
     # the OpenAI Batch API's limits per input file
@@ -158,7 +158,7 @@ class Settings:
     # the provider's Batch queue: input tokens enqueued at once per model and organization
     # (`model=tokens,...`; 0 = no limit), and the limit of a model not named
     batch_queue_tokens: str = field(default=DEFAULT_BATCH_QUEUE_TOKENS, metadata={_KIND: "queue_tokens"})
-    batch_queue_default_tokens: int = field(default=DEFAULT_BATCH_QUEUE_DEFAULT_TOKENS, metadata={_KIND: "budget"})
+    batch_queue_default_tokens: int = field(default=DEFAULT_BATCH_QUEUE_DEFAULT_TOKENS, metadata={_KIND: "limit"})
     # auto mode sends a shard through the Batch API from this many requests up
     auto_batch_min_requests: int = 1000
     on_batch_incomplete: str = field(default="direct", metadata={_KIND: "choice", _CHOICES: BATCH_INCOMPLETE_POLICIES})
@@ -227,9 +227,9 @@ def _parse(name: str, raw: str, kind: Any, metadata: Mapping[str, Any]) -> Any:
         if not raw.isdigit():
             raise SettingsError(f"{name}={raw!r} is not a whole number of days (0 means never)")
         return int(raw)
-    if how == "budget":
+    if how == "limit":
         if not raw.isdigit():
-            raise SettingsError(f"{name}={raw!r} is not a whole number (0 means no budget)")
+            raise SettingsError(f"{name}={raw!r} is not a whole number (0 means no limit)")
         return int(raw)
     if how == "queue_tokens":
         try:

@@ -179,10 +179,10 @@ class ShardSpec:
     model: str | None = None
     # the environment's model for a line that names none (`Settings.default_model`)
     default_model: str | None = None
-    # this shard's part of the job's budgets (`sluice-rpm`, `-tpm`), which it never exceeds ...
+    # this shard's part of the job's rate limits (`sluice-rpm`, `-tpm`), which it never exceeds ...
     rpm: float = 0
     tpm: float = 0
-    # ... and the job's whole budgets, which seed the shared limit when nothing else has
+    # ... and the job's whole rate limits, which seed the shared limit when nothing else has
     job_rpm: float = 0
     job_tpm: float = 0
     duplicates_key: str | None = None
