@@ -13,15 +13,21 @@ from typing import Any
 
 from sluice.contract import (
     MARK_FAILED_ERROR_KEY,
+    PLAN_EVENT_KEY,
+    PLAN_EXECUTION_KEY,
     SHARD_KEY,
+    STEP_ERROR_KEY,
     STEPS,
+    TASK_TOKEN_KEY,
     BatchCollected,
     BatchSubmitted,
     Collected,
     DirectRun,
     MarkedFailed,
     Merged,
+    Mode,
     Planned,
+    ShardSpec,
     StepResult,
     Submitted,
 )
@@ -111,7 +117,7 @@ def _await(wait_seconds: str, next_state: str) -> dict[str, Any]:
         "Resource": "arn:aws:states:::lambda:invoke.waitForTaskToken",
         "Parameters": {
             "FunctionName": "${" + FUNCTION_PLACEHOLDERS["await_shard"] + "}",
-            "Payload": {"shard.$": SHARD, "token.$": "$$.Task.Token"},
+            "Payload": {f"{SHARD_KEY}.$": SHARD, f"{TASK_TOKEN_KEY}.$": "$$.Task.Token"},
         },
         "TimeoutSecondsPath": wait_seconds,
         "ResultPath": None,
@@ -138,14 +144,14 @@ def _shard_states() -> dict[str, Any]:
             # Plan wrote the outputs of a shard the response cache answered whole: nothing to run
             "Answered from the cache?": {
                 "Type": "Choice",
-                "Choices": [_is_true(f"{SHARD}.answered", "Shard finished")],
+                "Choices": [_is_true(ShardSpec.path("answered"), "Shard finished")],
                 "Default": "Which mode?",
             },
             "Which mode?": {
                 "Type": "Choice",
                 "Choices": [
-                    {"Variable": f"{SHARD}.mode", "StringEquals": "background", "Next": "Submit"},
-                    {"Variable": f"{SHARD}.mode", "StringEquals": "batch", "Next": "SubmitBatch"},
+                    {"Variable": ShardSpec.path("mode"), "StringEquals": Mode.BACKGROUND, "Next": "Submit"},
+                    {"Variable": ShardSpec.path("mode"), "StringEquals": Mode.BATCH, "Next": "SubmitBatch"},
                 ],
                 "Default": "RunShard",
             },
@@ -194,9 +200,10 @@ def _shard_states() -> dict[str, Any]:
 
 def definition() -> dict[str, Any]:
     p = FUNCTION_PLACEHOLDERS
-    catch_all = [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "MarkFailed"}]
+    catch_all = [{"ErrorEquals": ["States.ALL"], "ResultPath": f"$.{STEP_ERROR_KEY}", "Next": "MarkFailed"}]
 
-    plan = _invoke(p["plan"], {"event.$": "$", "execution.$": "$$.Execution.Id"}, Planned, "Already seen?")
+    payload = {f"{PLAN_EVENT_KEY}.$": "$", f"{PLAN_EXECUTION_KEY}.$": "$$.Execution.Id"}
+    plan = _invoke(p["plan"], payload, Planned, "Already seen?")
     plan["Catch"] = catch_all
 
     shards: dict[str, Any] = {

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sluice.contract import ShardSpec
+from sluice.contract import SHARD_KEY, TASK_TOKEN_KEY, ShardSpec
 
 from .observability import instrumented, logger
 from .runtime import runtime
@@ -12,9 +12,10 @@ from .runtime import runtime
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """Leave the task token where webhooks find it; wake at once if they already all arrived."""
     rt = runtime(context)
-    spec = ShardSpec.from_dict(event["shard"])
-    woke = rt.store.arm_shard(spec.job_id, spec.shard, event["token"])
+    spec = ShardSpec.from_dict(event[SHARD_KEY])
+    token = event[TASK_TOKEN_KEY]
+    woke = rt.store.arm_shard(spec.job_id, spec.shard, token)
     if woke:
-        rt.sfn.send_task_success(taskToken=event["token"], output="{}")
+        rt.sfn.send_task_success(taskToken=token, output="{}")
     logger.info("shard armed", extra={"woke": woke})
     return {"armed": True}

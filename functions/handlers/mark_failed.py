@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sluice.contract import MARK_FAILED_ERROR_KEY, MarkedFailed, Planned
+from sluice.contract import MARK_FAILED_ERROR_KEY, STEP_ERROR_KEY, MarkedFailed, Planned
 from sluice.failure import mark_failed, record_failure
 from sluice.notify import publish
 
@@ -13,7 +13,7 @@ from .runtime import runtime
 @instrumented
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     rt = runtime(context)
-    error = event.get("error") or {}
+    error = event.get(STEP_ERROR_KEY) or {}
     # after Plan, the job it planned; before, the S3 event the execution started with
     plan = event.get(Planned.KEY)
     state = event if plan is None else Planned.from_dict(plan).to_dict()

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sluice.contract import Planned
+from sluice.contract import PLAN_EVENT_KEY, PLAN_EXECUTION_KEY, Planned
 from sluice.plan import plan_job
 
 from .observability import instrumented, logger, scalars
@@ -12,7 +12,7 @@ from .runtime import runtime
 @instrumented
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     rt = runtime(context)
-    detail = event["event"]["detail"]
+    detail = event[PLAN_EVENT_KEY]["detail"]
     state = plan_job(
         s3=rt.s3,
         store=rt.store,
@@ -20,7 +20,7 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         bucket=detail["bucket"]["name"],
         key=detail["object"]["key"],
         etag=detail["object"]["etag"],
-        execution=event["execution"],
+        execution=event[PLAN_EXECUTION_KEY],
         # only the local cloud's context carries one: `sluice run` shows the cache's hits at once
         progress=getattr(context, "progress", None),
     )

@@ -11,6 +11,7 @@ from sluice.contract import (
     DirectRun,
     Settings,
     SettingsError,
+    ShardSpec,
     StateError,
     Submitted,
     WebhookSettings,
@@ -160,6 +161,9 @@ def test_a_step_result_is_exactly_its_fields() -> None:
     with pytest.raises(KeyError):
         Collected.path("finished")
     assert Collected.path("wait_seconds") == "$.collect.wait_seconds"
+    with pytest.raises(KeyError):
+        ShardSpec.path("kind")
+    assert ShardSpec.path("mode") == "$.shard.mode"
     assert Collected.selector() == {
         "done.$": "$.Payload.done",
         "waiting.$": "$.Payload.waiting",
@@ -178,7 +182,7 @@ def test_the_definition_names_the_state_only_through_the_steps_results() -> None
     def resolves(path: str) -> bool:
         key, _, name = path.removeprefix("$.").partition(".")
         if key == SHARD_KEY:
-            return True
+            return ShardSpec.path(name) == path
         return key in results and results[key].path(name) == path
 
     (shards,) = [s for s in definition()["States"].values() if s["Type"] == "Map"]

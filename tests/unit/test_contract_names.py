@@ -4,14 +4,20 @@ piece of one fails here, named by file and line.
 
 A literal is a piece of a layout when it has no whitespace (prose in a help text or a message may
 mention `.summary.json`; a key never has a space) and holds one of the layout's markers, or when it
-is exactly a status word or one of the table's key attribute names.
+is exactly a status word or one of the table's key attribute names. A JSONPath into the workflow's
+state (`$.shard.mode`) is one too: the state's keys and fields are named through the contract
+(`SHARD_KEY`, `ShardSpec.path`, `StepResult.path`). The workflow's definition, which the contract
+was made for, also spells no mode.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
+
+from sluice.contract import MODES
 
 ROOT = Path(__file__).resolve().parents[2]
 SCANNED = ("functions", "infra", "local")
@@ -37,6 +43,8 @@ LAYOUT_MARKERS = (
     "EARLY#",
     "WEBHOOK#",
 )
+# a path into an execution's state that names a key (`$$.` is the context object, AWS's own names)
+STATE_PATH = re.compile(r"\$\.[A-Za-z_]")
 # a job's, a shard's or an execution's status, and the table's key attributes: a constant, not a literal
 WORDS = {
     "PLANNING",
@@ -73,7 +81,9 @@ def stray_literals(path: Path) -> Iterator[tuple[int, str]]:
         if not isinstance(node, ast.Constant) or not isinstance(node.value, str) or id(node) in skipped:
             continue
         text = node.value
-        if text in WORDS or (not any(c.isspace() for c in text) and any(m in text for m in LAYOUT_MARKERS)):
+        if text in WORDS or (
+            not any(c.isspace() for c in text) and (any(m in text for m in LAYOUT_MARKERS) or STATE_PATH.match(text))
+        ):
             yield node.lineno, text
 
 
@@ -101,8 +111,25 @@ def test_the_scan_finds_a_stray_literal(tmp_path: Path) -> None:
         'HELP = "writes <name>.summary.json"\n'
         "HEADING = f\"{'DONE':>8}\"\n"
         'P = f"jobs/{job}/shards/{n:05d}/"\n'
+        'MODE = {"Variable": "$.shard.mode", "Payload.$": "$", "Token.$": "$$.Task.Token", "Path": f"$.{KEY}"}\n'
     )
-    assert sorted(stray_literals(module)) == [(2, ".summary.json"), (3, "RUNNING"), (6, "/shards/"), (6, "jobs/")]
+    assert sorted(stray_literals(module)) == [
+        (2, ".summary.json"),
+        (3, "RUNNING"),
+        (6, "/shards/"),
+        (6, "jobs/"),
+        (7, "$.shard.mode"),
+    ]
+
+
+def test_the_definition_spells_no_mode() -> None:
+    path = ROOT / "infra" / "definition.py"
+    spelled = [
+        f"{node.lineno}: {node.value!r}"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant) and node.value in MODES
+    ]
+    assert spelled == [], "read the modes from sluice.contract.Mode:\n" + "\n".join(spelled)
 
 
 def test_every_file_not_yet_reading_the_contract_still_exists() -> None:

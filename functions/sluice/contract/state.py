@@ -157,6 +157,10 @@ class MarkedFailed(StepResult):
     shards_left: int = 0
 
 
+# the key of a Map child's state that holds its shard (the definition's ItemSelector)
+SHARD_KEY = "shard"
+
+
 @dataclass(frozen=True)
 class ShardSpec:
     """One shard of a job: a byte range of the input object and how to run it. Plan writes one a
@@ -199,6 +203,13 @@ class ShardSpec:
     cache_incomplete: bool = False
     # Plan answered every line from the cache and wrote the shard's outputs: the shard runs nothing
     answered: bool = False
+
+    @classmethod
+    def path(cls, name: str) -> str:
+        """The JSONPath of one field in a Map child's state, for a Choice."""
+        if name not in {f.name for f in fields(cls)}:
+            raise KeyError(f"{cls.__name__} has no field {name!r}")
+        return f"$.{SHARD_KEY}.{name}"
 
     def to_item(self) -> dict[str, Any]:
         """The manifest item: every field, so that `from_dict` reads it back exactly."""
@@ -244,11 +255,16 @@ class ShardSpec:
         return self.prefix + "refused.json"
 
 
-# where the definition puts MarkFailed's own failure: MarkFailed then records only the job's end
+# where the definition puts the failure of a step its Catch sends to MarkFailed ...
+STEP_ERROR_KEY = "error"
+# ... and MarkFailed's own failure: MarkFailed then records only the job's end
 MARK_FAILED_ERROR_KEY = "mark_failed_error"
 
-# the key of a Map child's state that holds its shard (the definition's ItemSelector)
-SHARD_KEY = "shard"
+# Plan's payload: the S3 event that started the execution, and the execution's id
+PLAN_EVENT_KEY = "event"
+PLAN_EXECUTION_KEY = "execution"
+# AwaitShard's payload holds the shard (under SHARD_KEY) and the task token that ends its wait
+TASK_TOKEN_KEY = "token"
 
 
 @dataclass(frozen=True)

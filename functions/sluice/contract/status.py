@@ -2,7 +2,21 @@
 
 from __future__ import annotations
 
-MODES = ("direct", "background", "batch", "auto")
+
+class Mode:
+    """How a job's shards send their lines (`sluice-mode`, `Settings.default_mode`)."""
+
+    # each request through the fan-out engine
+    DIRECT = "direct"
+    # Responses with `background: true`, collected as they settle
+    BACKGROUND = "background"
+    # the provider's Batch API
+    BATCH = "batch"
+    # Plan picks direct or batch for each shard by its size (`Settings.auto_batch_min_requests`)
+    AUTO = "auto"
+
+
+MODES = (Mode.DIRECT, Mode.BACKGROUND, Mode.BATCH, Mode.AUTO)
 # what happens to rows a batch did not finish: `direct` re-runs them, `error` reports them
 BATCH_INCOMPLETE_POLICIES = ("direct", "error")
 SHARED_LIMIT_CHOICES = ("on", "off")
