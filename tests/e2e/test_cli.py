@@ -260,7 +260,7 @@ class Deployed:
             key=key,
             etag=etag,
             execution=execution,
-        )
+        ).to_dict()
 
     def specs(self, state: dict[str, Any]) -> list[Any]:
         from sluice.merge import load_manifest
