@@ -323,7 +323,7 @@ def child(args: argparse.Namespace) -> None:
                 "cpu_s": time.process_time() - cpu,
                 "rss_mb": peak_rss_mb(),
                 "baseline_mb": baseline,
-                "shards": state["shards"],
+                "shards": state.shards,
                 "phases": phases,
                 "cache_reads": Counted.reads,
                 "cache_bytes": Counted.read_bytes,

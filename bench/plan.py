@@ -77,7 +77,7 @@ def child(variant: str, endpoint: str, shard_lines: int) -> None:
             etag=head["ETag"],
             execution=f"bench-{time.time_ns()}",
         )
-        shards = out["shards"]
+        shards = out.shards
     else:
         # the obvious way: read it all, parse every line, write each shard as its own object
         data = s3.get_object(Bucket=BUCKET, Key=KEY)["Body"].read()

@@ -16,7 +16,9 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     rt = runtime(context)
     plan = Planned.from_dict(event[Planned.KEY])
     summary = merge_job(s3=rt.s3, store=rt.store, state=plan.to_dict())
-    logger.info("job merged", extra={"status": summary["status"], **scalars(summary["counts"])})
+    assert summary.figures is not None
+    figures = summary.figures
+    logger.info("job merged", extra={"status": summary.status, **scalars(figures.counts.to_json())})
     # the response cache's upkeep, after the job is merged: its outcome is the job's no more
     try:
         compacted = compact_slice(
@@ -31,9 +33,9 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         job_id=plan.job_id,
         bucket=plan.bucket,
         key=plan.key,
-        status=summary["status"],
-        counts=summary["counts"],
-        error_rate=summary["error_rate"],
-        max_error_rate=summary["max_error_rate"],
-        outputs=summary["outputs"],
+        status=summary.status,
+        counts=figures.counts.to_json(),
+        error_rate=figures.error_rate,
+        max_error_rate=figures.max_error_rate,
+        outputs=figures.outputs,
     ).to_dict()

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sluice.contract import PLAN_EVENT_KEY, PLAN_EXECUTION_KEY, Planned
+from sluice.contract import PLAN_EVENT_KEY, PLAN_EXECUTION_KEY
 from sluice.plan import plan_job
 
 from .observability import instrumented, logger, scalars
@@ -13,7 +13,7 @@ from .runtime import runtime
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     rt = runtime(context)
     detail = event[PLAN_EVENT_KEY]["detail"]
-    state = plan_job(
+    planned = plan_job(
         s3=rt.s3,
         store=rt.store,
         settings=rt.settings,
@@ -24,7 +24,7 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         # only the local cloud's context carries one: `sluice run` shows the cache's hits at once
         progress=getattr(context, "progress", None),
     )
-    planned = Planned.from_dict(state)
+    state = planned.to_dict()
     logger.thread_safe_append_keys(job_id=planned.job_id)
     logger.info("job planned", extra=scalars(state))
-    return planned.to_dict()
+    return state

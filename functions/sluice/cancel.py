@@ -16,10 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-import orjson
 from botocore.exceptions import ClientError
 
-from .contract import TERMINAL_STATUSES, ExecutionStatus, JobStatus, manifest_key, summary_key
+from .contract import TERMINAL_STATUSES, ExecutionStatus, JobStatus, Summary, manifest_key
 from .engine import EngineSettings, fan_out, make_session
 from .merge import merge_job
 from .model import ErrorCode, Outcome, Request
@@ -27,6 +26,7 @@ from .plan import output_prefix
 from .retry import RetryPolicy
 from .rows import each_shard
 from .store import QUEUED_PREFIX, JobStore
+from .summary import end_job
 
 # items the provider may still be working on (or holding an answer for) in background mode
 OPEN_ITEM_STATUSES = frozenset({"submitted", "settled"})
@@ -237,7 +237,7 @@ def cancel_job(
         "output_prefix": output_prefix(key),
     }
     if _manifest_exists(s3, bucket, state["manifest_key"]):
-        report.summary = merge_job(
+        summary = merge_job(
             s3=s3,
             store=store,
             state=state,
@@ -248,18 +248,12 @@ def cancel_job(
         )
     else:
         # cancelled while planning: no shards yet, so there is nothing to account for line by line
-        summary = {
-            "job_id": job_id,
-            "status": JobStatus.CANCELLED,
-            "error": f"cancelled while planning: {reason}",
-            "input": f"s3://{bucket}/{key}",
-        }
-        s3.put_object(
-            Bucket=bucket,
-            Key=summary_key(state["output_prefix"]),
-            Body=orjson.dumps(summary, option=orjson.OPT_INDENT_2),
-            ContentType="application/json",
+        summary = Summary(
+            job_id=job_id,
+            status=JobStatus.CANCELLED,
+            input=f"s3://{bucket}/{key}",
+            error=f"cancelled while planning: {reason}",
         )
-        store.finish_job(job_id, status=JobStatus.CANCELLED, summary={"error": summary["error"]})
-        report.summary = summary
+        end_job(s3, store, summary, bucket=bucket, prefix=state["output_prefix"])
+    report.summary = summary.to_json()
     return report

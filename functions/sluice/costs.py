@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .contract import STEPS
+from .contract import STEPS, ShardCosts
 
 # USD per million tokens (input, output), standard tier; the Batch API is half of this.
 PROVIDER_PRICES = {
@@ -58,3 +58,20 @@ def aws_cost_usd(*, requests: int, shards: int, wall_seconds: float, failed: int
     writes = (failed + 3 * parts + 3 * shards) * DDB_WRITE_UNIT
     puts = (2 * parts + 6 * shards + 10) * S3_PUT
     return round(lambda_cost + transitions + writes + puts, 6)
+
+
+def provider_costs(models: dict[str, list[int]], batch_models: dict[str, list[int]]) -> ShardCosts:
+    """The provider estimate as run (rows a batch answered at the batch rate, the rest direct)
+    next to what the same tokens cost all direct and all batch."""
+    direct_models = {
+        model: [max(0, t - b) for t, b in zip(tokens, batch_models.get(model, [0, 0]), strict=True)]
+        for model, tokens in models.items()
+    }
+    direct = provider_cost_usd(direct_models)
+    batched = provider_cost_usd(batch_models, batch=True)
+    as_run = None if direct is None and batched is None else round((direct or 0.0) + (batched or 0.0), 6)
+    return ShardCosts(
+        as_run=as_run,
+        all_direct=provider_cost_usd(models),
+        all_batch=provider_cost_usd(models, batch=True),
+    )

@@ -9,11 +9,12 @@ from typing import Any
 import orjson
 from botocore.exceptions import ClientError
 
-from .contract import JobStatus, summary_key
+from .contract import JobStatus, Summary
 from .merge import Deadlines, merge_job
 from .model import ErrorCode
 from .outputs import OutOfTime
 from .plan import find_object, job_id_for, output_prefix
+from .summary import end_job
 
 # The share of an invocation's time MarkFailed spends assembling the shards that never finished.
 # Shards left over wait for the next invocation (the definition loops), which finds the ones
@@ -72,12 +73,13 @@ def mark_failed(
         )
     except OutOfTime as exc:
         return {"job_id": state["job_id"], "status": JobStatus.FAILED, "done": False, "shards_left": exc.left}
+    assert summary.figures is not None
     return {
         "job_id": state["job_id"],
         "status": JobStatus.FAILED,
         "error": reason,
-        "counts": summary["counts"],
-        "outputs": summary["outputs"],
+        "counts": summary.figures.counts.to_json(),
+        "outputs": summary.figures.outputs,
         "done": True,
     }
 
@@ -105,11 +107,9 @@ def _summary_only(s3: Any, store: Any, state: dict[str, Any], reason: str) -> di
         with contextlib.suppress(ClientError):
             key, _ = find_object(s3, bucket, key, detail["object"]["etag"])
         job_id, prefix = job_id_for(bucket, key, detail["object"]["etag"]), output_prefix(key)
-    summary_at = summary_key(prefix)
-    summary = {"job_id": job_id, "status": JobStatus.FAILED, "error": reason, "input": f"s3://{bucket}/{key}"}
-    s3.put_object(Bucket=bucket, Key=summary_at, Body=orjson.dumps(summary, option=orjson.OPT_INDENT_2))
-    if store.job(job_id) is not None:
-        store.finish_job(job_id, status=JobStatus.FAILED, summary={"error": reason, "finished_at": time.time()})
+    summary = Summary(job_id=job_id, status=JobStatus.FAILED, input=f"s3://{bucket}/{key}", error=reason)
+    # Plan may have failed before it made the job's row, or after
+    summary_at = end_job(s3, store if store.job(job_id) is not None else None, summary, bucket=bucket, prefix=prefix)
     return {
         "job_id": job_id,
         "status": JobStatus.FAILED,

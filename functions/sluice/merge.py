@@ -7,28 +7,19 @@ pass through the Lambda; only the seams between small shard files are downloaded
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from .budget import nano_to_usd
-from .contract import OUTPUT_SUFFIXES, PROVIDER_REFUSED, JobStatus, ProviderRefused, output_key
-from .costs import aws_cost_usd, provider_cost_usd
-from .model import ErrorCode
+from .contract import OUTPUT_SUFFIXES, Counts, JobStatus, ShardSpec, Summary, output_key
 from .outputs import OutOfTime, shard_outputs
 from .parts import s3_pool
-from .refusal import read_refusal
-from .shard import ShardSpec
-from .stats import Stats
 from .store import JobStore
+from .summary import InvariantError, Tally, end_job, job_figures
 
 MIN_PART = 5 << 20
 MAX_PART = 5 << 30
-
-
-class InvariantError(RuntimeError):
-    """The outputs do not account for every input line exactly once; the job must not succeed."""
 
 
 @dataclass(frozen=True)
@@ -187,44 +178,6 @@ def load_manifest(s3: Any, bucket: str, manifest_key: str) -> list[ShardSpec]:
     return [ShardSpec.from_dict(item) for item in orjson.loads(raw)]
 
 
-def provider_costs(models: dict[str, list[int]], batch_models: dict[str, list[int]]) -> dict[str, float | None]:
-    """The provider estimate as run (rows a batch answered at the batch rate, the rest direct)
-    next to what the same tokens cost all direct and all batch."""
-    direct_models = {
-        model: [max(0, t - b) for t, b in zip(tokens, batch_models.get(model, [0, 0]), strict=True)]
-        for model, tokens in models.items()
-    }
-    direct = provider_cost_usd(direct_models)
-    batched = provider_cost_usd(batch_models, batch=True)
-    as_run = None if direct is None and batched is None else round((direct or 0.0) + (batched or 0.0), 6)
-    return {
-        "as_run": as_run,
-        "all_direct": provider_cost_usd(models),
-        "all_batch": provider_cost_usd(models, batch=True),
-    }
-
-
-def _provider_summary(costs: dict[str, float | None]) -> dict[str, float | None]:
-    as_run, all_direct = costs["as_run"], costs["all_direct"]
-    return {
-        "provider": as_run,
-        "provider_all_direct": all_direct,
-        "provider_all_batch": costs["all_batch"],
-        # what batching saved against sending everything directly
-        "batch_savings": None if as_run is None or all_direct is None else round(all_direct - as_run, 6),
-    }
-
-
-def _saved_usd(direct_hits: Stats, batch_hits: Stats) -> float | None:
-    """What the hits would have cost this job: at the Batch API's rate in a shard that batches
-    (a batch job's re-run saves what the batch cost), at the direct rate in any other."""
-    direct = provider_cost_usd(direct_hits.cached_models)
-    batch = provider_cost_usd(batch_hits.cached_models, batch=True)
-    if direct is None and batch is None:
-        return None
-    return round((direct or 0.0) + (batch or 0.0), 6)
-
-
 def outcome_status(errors: int, requests: int, max_error_rate: float) -> str:
     """SUCCEEDED, or COMPLETED_WITH_ERRORS when failed lines pass the job's threshold.
 
@@ -234,6 +187,63 @@ def outcome_status(errors: int, requests: int, max_error_rate: float) -> str:
     if errors and errors > round(max_error_rate * requests, 6):
         return JobStatus.COMPLETED_WITH_ERRORS
     return JobStatus.SUCCEEDED
+
+
+def _tally(
+    s3: Any, specs: list[ShardSpec], *, missing_code: str | None, missing_message: str, deadlines: Deadlines | None
+) -> Tally:
+    """Every shard's output counted in; with `missing_code`, the ones that never finished
+    assembled first, within `deadlines`, else OutOfTime."""
+    tally = Tally()
+    outputs = shard_outputs(
+        s3,
+        specs,
+        missing_code=missing_code,
+        missing_message=missing_message,
+        deadline=None if deadlines is None else deadlines.assemble,
+    )
+    for output in outputs:
+        tally.add(s3, output)
+    if tally.assembled and deadlines is not None and time.monotonic() > deadlines.merge:
+        # a call that assembled a great deal does not merge a large job too: the next one finds
+        # every shard finished and merges from a fresh clock
+        raise OutOfTime(0)
+    return tally
+
+
+def _write_outputs(s3: Any, bucket: str, prefix: str, specs: list[ShardSpec], tally: Tally) -> dict[str, int]:
+    """The shards' results, then their errors, each concatenated into the job's output in input
+    order. Returns what the results took (requests and bytes)."""
+    moved = concatenate(
+        s3,
+        bucket,
+        [s.results_key for s in specs],
+        output_key(prefix, "results"),
+        content_type="application/jsonl",
+        sizes=tally.result_sizes,
+    )
+    concatenate(
+        s3,
+        bucket,
+        [s.errors_key for s in specs],
+        output_key(prefix, "errors"),
+        content_type="application/jsonl",
+        sizes=tally.error_sizes,
+    )
+    return moved
+
+
+def _counts(plan: dict[str, Any], specs: list[ShardSpec], tally: Tally) -> Counts:
+    """The job's lines as Plan counted them, each request a result or an error, else InvariantError."""
+    lines = plan.get("lines", sum(s.lines for s in specs))
+    blank = plan.get("blank", sum(s.blank for s in specs))
+    if tally.result_lines + tally.error_lines != lines - blank:
+        raise InvariantError(
+            f"outputs hold {tally.result_lines + tally.error_lines} lines; the input has {lines - blank} requests"
+        )
+    return Counts(
+        lines=lines, blank=blank, requests=lines - blank, results=tally.result_lines, errors=tally.error_lines
+    )
 
 
 def merge_job(
@@ -247,173 +257,37 @@ def merge_job(
     error: str | None = None,
     clock: Any = time.time,
     deadlines: Deadlines | None = None,
-) -> dict[str, Any]:
+) -> Summary:
     """Write the job's outputs and summary; raise InvariantError if any line is unaccounted for.
 
     With `missing_code`, shards that never finished are assembled first (see `shard_outputs`),
     within `deadlines`, else OutOfTime."""
-    bucket, job_id = state["bucket"], state["job_id"]
+    bucket, job_id, prefix = state["bucket"], state["job_id"], state["output_prefix"]
     specs = load_manifest(s3, bucket, state["manifest_key"])
     job = store.job(job_id) or {}
     plan = job.get("plan", {})
-    totals = Stats()
-    batch_totals = Stats()
-    # the tokens the cache answered, by the rate their shard would have paid to send them
-    direct_hits, batch_hits = Stats(), Stats()
-    shards = []
-    result_lines = error_lines = 0
-    # what each shard wrote, by the size its stats give (none before they carried one)
-    result_sizes: list[int | None] = []
-    error_sizes: list[int | None] = []
-    # what the first shard a refusing provider stopped says of it (one note read, not one a shard)
-    refused: ProviderRefused | None = None
-    assembled = 0
-    outputs = shard_outputs(
-        s3,
-        specs,
-        missing_code=missing_code,
-        missing_message=missing_message,
-        deadline=None if deadlines is None else deadlines.assemble,
-    )
-    for output in outputs:
-        spec, shard_stats, report = output.spec, output.figures, output.report
-        assembled += output.assembled
-        stats = Stats.from_dict(shard_stats["stats"])
-        totals.merge(stats)
-        if refused is None and stats.errors.get(ErrorCode.PROVIDER_REFUSED):
-            refused = read_refusal(s3, spec.bucket, spec.refusal_key)
-        (batch_hits if spec.mode == "batch" else direct_hits).merge(Stats(cached_models=stats.cached_models))
-        expected = spec.lines - spec.blank
-        got = shard_stats["result_lines"] + shard_stats["error_lines"]
-        if got != expected:
-            raise InvariantError(f"shard {spec.shard} accounts for {got} lines of {expected}")
-        result_lines += shard_stats["result_lines"]
-        error_lines += shard_stats["error_lines"]
-        result_sizes.append(shard_stats.get("results_bytes"))
-        error_sizes.append(shard_stats.get("errors_bytes"))
-        entry: dict[str, Any] = {
-            "shard": spec.shard,
-            "mode": spec.mode,
-            "first_line": spec.first_line,
-            "lines": spec.lines,
-            "results": shard_stats["result_lines"],
-            "errors": shard_stats["error_lines"],
-            # lines the last sweep sent once more, and how many of those it turned into results
-            "swept": stats.swept,
-            "recovered": stats.recovered_by_sweep,
-        }
-        batch_models: dict[str, list[int]] = report.get("batch_models", {}) if report else {}
-        batch_totals.merge(Stats(models={k: list(v) for k, v in batch_models.items()}))
-        if report:
-            entry["batch"] = {
-                "batches": [
-                    {"id": b["id"], "status": b.get("status"), "turnaround_s": b.get("turnaround_s")}
-                    for b in report.get("batches", [])
-                ],
-                # rows no batch finished that RunShard then sent directly
-                "direct_fallback_lines": report.get("fallback_lines", 0),
-                # batches the provider refused for a full queue (`token_limit_exceeded`), created again
-                "requeued": report.get("requeued", 0),
-            }
-        entry["paths"] = dict(sorted(stats.paths.items()))
-        entry["provider_cost_usd"] = provider_costs(stats.models, batch_models)
-        shards.append(entry)
-    if assembled and deadlines is not None and time.monotonic() > deadlines.merge:
-        # a call that assembled a great deal does not merge a large job too: the next one finds
-        # every shard finished and merges from a fresh clock
-        raise OutOfTime(0)
-    prefix = state["output_prefix"]
-    keys = {kind: output_key(prefix, kind) for kind in OUTPUT_SUFFIXES}
-    moved = concatenate(
-        s3,
-        bucket,
-        [s.results_key for s in specs],
-        keys["results"],
-        content_type="application/jsonl",
-        sizes=result_sizes,
-    )
-    concatenate(
-        s3, bucket, [s.errors_key for s in specs], keys["errors"], content_type="application/jsonl", sizes=error_sizes
-    )
-    lines = plan.get("lines", sum(s.lines for s in specs))
-    blank = plan.get("blank", sum(s.blank for s in specs))
-    if result_lines + error_lines != lines - blank:
-        raise InvariantError(f"outputs hold {result_lines + error_lines} lines; the input has {lines - blank} requests")
+    tally = _tally(s3, specs, missing_code=missing_code, missing_message=missing_message, deadlines=deadlines)
+    moved = _write_outputs(s3, bucket, prefix, specs, tally)
+    counts = _counts(plan, specs, tally)
     started = float(job.get("started_at", clock()))
     wall = round(clock() - started, 3)
-    requests = lines - blank
     max_error_rate = float(plan.get("max_error_rate", 0.0))
-    unsent = totals.errors.get(ErrorCode.BUDGET_EXCEEDED, 0)
     if status is None:
-        status = JobStatus.BUDGET_EXCEEDED if unsent else outcome_status(error_lines, requests, max_error_rate)
-    summary = {
-        "job_id": job_id,
-        "status": status,
-        "input": f"s3://{bucket}/{state['key']}",
-        "outputs": {k: f"s3://{bucket}/{v}" for k, v in keys.items()},
-        "counts": {
-            "lines": lines,
-            "blank": blank,
-            "requests": requests,
-            "results": result_lines,
-            "errors": error_lines,
-        },
-        "error_rate": round(error_lines / requests, 6) if requests else 0.0,
-        "max_error_rate": max_error_rate,
-        # lines the provider answered, by how they went: a background job sends the endpoints
-        # without a background form directly, a batch job sends directly what its batches left
-        "lines_by_path": dict(sorted(totals.paths.items())),
-        "errors_by_code": dict(sorted(totals.errors.items())),
-        # one message a code, so a reader sees what each means without opening the errors file
-        "error_examples": dict(sorted(totals.error_examples.items())),
-        "tokens": {"input": totals.tokens_in, "output": totals.tokens_out},
-        "attempts": totals.attempts,
-        "retries": totals.retries,
-        "throttled": totals.throttled,
-        # lines whose attempts ran out on transient failures, sent once more at the shard's end
-        "sweep": {"swept": totals.swept, "recovered": totals.recovered_by_sweep},
-        # lines the response cache answered (not sent, not paid), lines sent, and what the hits would have cost
-        "cache": {
-            "mode": (plan.get("cache") or {}).get("mode", "off"),
-            "hits": totals.cached,
-            "misses": sum(totals.paths.values()) - totals.cached,
-            "saved_usd": _saved_usd(direct_hits, batch_hits) if totals.cached else 0.0,
-        },
-        "latency_s": {q: totals.percentile_s(v) for q, v in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))},
-        # what the report draws: the latency histogram and completions over time
-        "latency_histogram": totals.latency_histogram(),
-        "timeline": totals.timeline_dict(),
-        "started_at": started,
-        "wall_seconds": wall,
-        "plan_seconds": plan.get("plan_seconds"),
-        "mode": plan.get("mode"),
-        "shards": shards,
-        "merge": moved,
-        "cost_estimate_usd": {
-            **_provider_summary(provider_costs(totals.models, batch_totals.models)),
-            "aws": aws_cost_usd(requests=lines - blank, shards=len(specs), wall_seconds=wall, failed=error_lines),
-        },
-    }
-    if job.get("budget_cap"):
-        summary["budget"] = {
-            "cap_usd": nano_to_usd(int(job["budget_cap"])),
-            # what the answers cost at list prices, as the shards counted it against the cap
-            "spent_usd": nano_to_usd(int(job.get("budget_spent", 0))),
-            "unsent_lines": unsent,
-        }
-    refused_lines = totals.errors.get(ErrorCode.PROVIDER_REFUSED, 0)
-    summary[PROVIDER_REFUSED] = replace(refused, lines=refused_lines).to_dict() if refused and refused_lines else None
-    if error:
-        summary["error"] = error
-    s3.put_object(
-        Bucket=bucket,
-        Key=keys["summary"],
-        Body=orjson.dumps(summary, option=orjson.OPT_INDENT_2),
-        ContentType="application/json",
+        status = (
+            JobStatus.BUDGET_EXCEEDED
+            if tally.unsent
+            else outcome_status(counts.errors, counts.requests, max_error_rate)
+        )
+    figures = job_figures(
+        tally,
+        counts=counts,
+        outputs={kind: f"s3://{bucket}/{output_key(prefix, kind)}" for kind in OUTPUT_SUFFIXES},
+        moved=moved,
+        job=job,
+        max_error_rate=max_error_rate,
+        started=started,
+        wall=wall,
     )
-    store.finish_job(
-        job_id,
-        status=status,
-        summary={k: summary[k] for k in ("counts", "outputs", "wall_seconds", "budget") if k in summary},
-    )
+    summary = Summary(job_id=job_id, status=status, input=f"s3://{bucket}/{state['key']}", figures=figures, error=error)
+    end_job(s3, store, summary, bucket=bucket, prefix=prefix)
     return summary

@@ -8,7 +8,7 @@ import re
 import time
 import urllib.parse
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -25,6 +25,7 @@ from .contract import (
     METADATA_PREFIX,
     MODES,
     OUTBOX_PREFIX,
+    Planned,
     Settings,
     ShardSpec,
     manifest_key,
@@ -268,25 +269,25 @@ def plan_job(
     etag: str,
     execution: str,
     progress: ProgressSink | None = None,
-) -> dict[str, Any]:
+) -> Planned:
     """Plan one input object. Returns the state the workflow carries to the Map and Merge."""
     key, head = find_object(s3, bucket, key, etag)
     job_id = job_id_for(bucket, key, etag)
     quoted = '"' + etag.strip('"') + '"'
     options = JobOptions.from_metadata(head.get("Metadata", {}), settings)
-    state = {
-        "job_id": job_id,
-        "bucket": bucket,
-        "key": key,
-        "etag": quoted,
-        "manifest_key": manifest_key(job_id),
-        "output_prefix": output_prefix(key),
-        "map_concurrency": options.map_concurrency,
-        "duplicate": False,
-    }
+    planned = Planned(
+        job_id=job_id,
+        bucket=bucket,
+        key=key,
+        etag=quoted,
+        manifest_key=manifest_key(job_id),
+        output_prefix=output_prefix(key),
+        map_concurrency=options.map_concurrency,
+        duplicate=False,
+    )
     started = time.time()
     if not store.claim_job(job_id, execution=execution, bucket=bucket, key=key, etag=quoted, started_at=started):
-        return {**state, "duplicate": True}
+        return replace(planned, duplicate=True)
 
     view: CacheView | None = None
     if options.cache in ("on", "read"):
@@ -375,7 +376,7 @@ def plan_job(
             )
         manifest.append(spec)
     items = [spec.to_item() for spec in manifest]
-    s3.put_object(Bucket=bucket, Key=state["manifest_key"], Body=orjson.dumps(items), ContentType="application/json")
+    s3.put_object(Bucket=bucket, Key=planned.manifest_key, Body=orjson.dumps(items), ContentType="application/json")
     plan_summary = {
         "lines": result.lines,
         "requests": result.requests,
@@ -399,4 +400,4 @@ def plan_job(
         cached=cached,
         answered=answered,
     )
-    return {**state, "shards": len(result.shards), "lines": result.lines}
+    return replace(planned, shards=len(result.shards), lines=result.lines)

@@ -260,7 +260,7 @@ class Deployed:
             key=key,
             etag=etag,
             execution=execution,
-        )
+        ).to_dict()
 
     def specs(self, state: dict[str, Any]) -> list[Any]:
         from sluice.merge import load_manifest
@@ -288,7 +288,7 @@ class Deployed:
     def merge(self, state: dict[str, Any]) -> dict[str, Any]:
         from sluice.merge import merge_job
 
-        return merge_job(s3=self.s3, store=self.store, state=state)
+        return merge_job(s3=self.s3, store=self.store, state=state).to_json()
 
 
 @pytest.fixture

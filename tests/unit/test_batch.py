@@ -24,8 +24,8 @@ from sluice.batch_advance import batch_wait_seconds
 from sluice.batch_collect import row_outcome
 from sluice.batch_files import BatchPart, part_key, split_parts
 from sluice.contract import Settings
+from sluice.costs import provider_costs
 from sluice.engine import make_session
-from sluice.merge import provider_costs
 from sluice.model import ErrorCode, Outcome, Request
 from sluice.parts import load_checkpoint
 from sluice.plan import JobOptions, PlanError
@@ -150,10 +150,10 @@ def test_job_options_for_batch_and_auto() -> None:
 
 def test_cost_estimate_prices_batch_answers_at_half() -> None:
     models = {"gpt-4o-mini": [1_000_000, 1_000_000]}
-    costs = provider_costs(models, {"gpt-4o-mini": [500_000, 500_000]})
+    costs = provider_costs(models, {"gpt-4o-mini": [500_000, 500_000]}).to_json()
     assert costs == {"all_direct": 0.75, "all_batch": 0.375, "as_run": pytest.approx(0.5625)}
-    assert provider_costs(models, {})["as_run"] == 0.75
-    assert provider_costs({"mystery": [1, 1]}, {}) == {"as_run": None, "all_direct": None, "all_batch": None}
+    assert provider_costs(models, {}).as_run == 0.75
+    assert provider_costs({"mystery": [1, 1]}, {}).to_json() == {"as_run": None, "all_direct": None, "all_batch": None}
 
 
 # submit and collect against the simulator

@@ -70,7 +70,7 @@ class Aws:
             key=key,
             etag=etag,
             execution=self.execution(),
-        )
+        ).to_dict()
 
     def read_lines(self, key: str) -> list[dict[str, Any]]:
         return [orjson.loads(r) for r in self.s3.get_object(Bucket=BUCKET, Key=key)["Body"].read().splitlines()]

@@ -1,10 +1,12 @@
-"""What the job's summary says beyond its counts: a provider's refusal."""
+"""The job's summary, `<name>.summary.json`: what Merge, MarkFailed and a cancel write when a job
+ends, and what the CLI, the report and a user's own tools read. The types here produce it
+(`Summary.to_json`); readers read the JSON."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
 
 from .state import strict
 
@@ -12,9 +14,37 @@ from .state import strict
 # `ProviderRefused` as a JSON object. The CLI exits 8 when it is set.
 PROVIDER_REFUSED = "provider_refused"
 
+# What the job row keeps of a merged job's summary: enough for `sluice jobs` and a cancel that
+# finds the job already ended, without reading the object.
+ROW_KEYS = ("counts", "outputs", "wall_seconds", "budget")
+
+
+class JsonRecord:
+    """A frozen dataclass written as a JSON object, its fields in order. A field in `OPTIONAL`
+    is left out while it is None: a key a reader finds only when it applies."""
+
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            f.name: _plain(getattr(self, f.name))
+            for f in fields(self)  # type: ignore[arg-type]
+            if not (f.name in self.OPTIONAL and getattr(self, f.name) is None)
+        }
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, JsonRecord):
+        return value.to_json()
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return dict(value)
+    return value
+
 
 @dataclass(frozen=True)
-class ProviderRefused:
+class ProviderRefused(JsonRecord):
     """Why a shard stopped sending: the first answers of its run were all this one non-retryable
     error. `status` is the HTTP status, `message` the provider's error message, `cause` the likely
     cause in plain words, `lines` the lines not sent because of it (in the summary, the job's)."""
@@ -25,8 +55,181 @@ class ProviderRefused:
     lines: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return self.to_json()
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ProviderRefused:
         return strict(cls, data, PROVIDER_REFUSED)
+
+
+@dataclass(frozen=True)
+class Counts(JsonRecord):
+    """Every input line: `requests` are the lines not blank, each a result or an error."""
+
+    lines: int
+    blank: int
+    requests: int
+    results: int
+    errors: int
+
+
+@dataclass(frozen=True)
+class Tokens(JsonRecord):
+    input: int
+    output: int
+
+
+@dataclass(frozen=True)
+class Sweep(JsonRecord):
+    """Lines whose attempts ran out on transient failures, sent once more at the shard's end."""
+
+    swept: int
+    recovered: int
+
+
+@dataclass(frozen=True)
+class CacheFigures(JsonRecord):
+    """Lines the response cache answered (not sent, not paid), lines sent, and what the hits
+    would have cost."""
+
+    mode: str
+    hits: int
+    misses: int
+    saved_usd: float | None
+
+
+@dataclass(frozen=True)
+class Latency(JsonRecord):
+    p50: float | None
+    p95: float | None
+    p99: float | None
+
+
+@dataclass(frozen=True)
+class Costs(JsonRecord):
+    """The job's estimate in US dollars: the provider's as run, all direct and all batch, what
+    batching saved against all direct, and AWS's."""
+
+    provider: float | None
+    provider_all_direct: float | None
+    provider_all_batch: float | None
+    batch_savings: float | None
+    aws: float
+
+
+@dataclass(frozen=True)
+class Budget(JsonRecord):
+    """The job's spending cap, what the answers cost at list prices as the shards counted it
+    against the cap, and the lines left unsent when it ran out."""
+
+    cap_usd: float
+    spent_usd: float
+    unsent_lines: int
+
+
+@dataclass(frozen=True)
+class ShardCosts(JsonRecord):
+    """A shard's provider estimate as run, and what its tokens cost all direct and all batch."""
+
+    as_run: float | None
+    all_direct: float | None
+    all_batch: float | None
+
+
+@dataclass(frozen=True)
+class BatchRun(JsonRecord):
+    id: str
+    status: str | None
+    turnaround_s: float | None
+
+
+@dataclass(frozen=True)
+class ShardBatches(JsonRecord):
+    """A batch-mode shard's batches, the rows none finished that RunShard then sent directly, and
+    the batches the provider refused for a full queue and that were created again."""
+
+    batches: list[BatchRun]
+    direct_fallback_lines: int
+    requeued: int
+
+
+@dataclass(frozen=True)
+class ShardFigures(JsonRecord):
+    """One shard's line in the summary. `swept`: lines its last sweep sent once more;
+    `recovered`: those that became results. `batch` only for a shard that ran batches."""
+
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"batch"})
+    shard: int
+    mode: str
+    first_line: int
+    lines: int
+    results: int
+    errors: int
+    swept: int
+    recovered: int
+    batch: ShardBatches | None
+    paths: dict[str, int]
+    provider_cost_usd: ShardCosts
+
+
+@dataclass(frozen=True)
+class Figures(JsonRecord):
+    """What a merge of the job's shards found, every line accounted for. `lines_by_path`: lines the
+    provider answered, by how they went; `error_examples`: one message a code; `latency_histogram`
+    and `timeline`: what the report draws; `merge`: the requests and bytes the outputs took.
+    `budget` only for a job with a cap; `provider_refused` always, null unless one refused."""
+
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"budget"})
+    outputs: dict[str, str]
+    counts: Counts
+    error_rate: float
+    max_error_rate: float
+    lines_by_path: dict[str, int]
+    errors_by_code: dict[str, int]
+    error_examples: dict[str, str]
+    tokens: Tokens
+    attempts: int
+    retries: int
+    throttled: int
+    sweep: Sweep
+    cache: CacheFigures
+    latency_s: Latency
+    latency_histogram: list[dict[str, float | int]]
+    timeline: dict[str, object]
+    started_at: float
+    wall_seconds: float
+    plan_seconds: float | None
+    mode: str | None
+    shards: list[ShardFigures]
+    merge: dict[str, int]
+    cost_estimate_usd: Costs
+    budget: Budget | None
+    provider_refused: ProviderRefused | None
+
+
+@dataclass(frozen=True)
+class Summary:
+    """A job's summary as it ended. `figures` when its shards were merged (every line accounted
+    for); None when it ended before it had any (Plan failed, or cancelled while planning), and then
+    `error` says why. A merged job carries `error` only when it failed or was cancelled."""
+
+    job_id: str
+    status: str
+    input: str
+    figures: Figures | None = None
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        if self.figures is None:
+            return {"job_id": self.job_id, "status": self.status, "error": self.error, "input": self.input}
+        merged = {"job_id": self.job_id, "status": self.status, "input": self.input, **self.figures.to_json()}
+        if self.error:
+            merged["error"] = self.error
+        return merged
+
+    def row(self) -> dict[str, Any]:
+        """What the job row keeps of it (`JobStore.finish_job`)."""
+        if self.figures is None:
+            return {"error": self.error}
+        merged = self.figures.to_json()
+        return {key: merged[key] for key in ROW_KEYS if key in merged}
