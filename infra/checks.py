@@ -10,7 +10,8 @@ finding, and every other resource pattern (`<Bucket.Arn>/jobs/*`), is cdk-nag's 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import aws_cdk as cdk
@@ -25,6 +26,35 @@ WILDCARD_FINDING = "AwsSolutions-IAM5[Resource::*]"
 def action_finding(action: str) -> str:
     """The acknowledgement, and the finding, of one action granted on every resource."""
     return f"AwsSolutions-IAM5[Action::{action}]"
+
+
+def acknowledge(construct: IConstruct, rule: str, reason: str) -> None:
+    """Records a deliberate cdk-nag (AwsSolutions) finding, with the reason, on the construct."""
+    cdk.Validations.of(construct).acknowledge(cdk.Acknowledgment(id=rule, reason=reason))
+
+
+def acknowledge_actions(construct: IConstruct, actions: Sequence[str], reason: str) -> None:
+    """Actions granted on every resource, each acknowledged by name: a statement on "*" with any
+    other action is still a finding."""
+    for action in actions:
+        acknowledge(construct, action_finding(action), reason)
+
+
+def spelled(stack: cdk.Stack, arn: str) -> str:
+    """An ARN as cdk-nag spells it in a finding: `<Logical.Arn>/jobs/*`, `<AWS::Region>`."""
+    resolved = stack.resolve(arn)
+    parts = resolved["Fn::Join"][1] if isinstance(resolved, dict) and "Fn::Join" in resolved else [resolved]
+    found = []
+    for part in parts:
+        if isinstance(part, str):
+            found.append(part)
+        elif "Ref" in part:
+            found.append(f"<{part['Ref']}>")
+        elif "Fn::GetAtt" in part:
+            found.append("<{}.{}>".format(*part["Fn::GetAtt"]))
+        else:  # e.g. the stack's instance id in a name (`stack_instance_id`): cdk-nag prints the JSON
+            found.append(json.dumps(part, separators=(",", ":")))
+    return "".join(found)
 
 
 def _listed(value: Any) -> list[Any]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, field, fields
+from collections.abc import Callable, Mapping
+from dataclasses import MISSING, Field, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -165,145 +165,171 @@ class Environment:
 
     @classmethod
     def from_context(cls, name: str, environments: Mapping[str, Any] | None) -> Environment:
-        if not environments:
-            raise ConfigError("cdk.json has no `environments` context")
-        if name not in environments:
-            known = ", ".join(sorted(environments))
-            raise ConfigError(f"unknown environment {name!r}; cdk.json defines: {known}")
-        raw = environments[name]
-        if not isinstance(raw, Mapping):
-            raise ConfigError(f"environment {name!r}: expected an object, got {type(raw).__name__}")
-        if not _ENV_NAME.match(name):
-            raise ConfigError(
-                f"environment {name!r}: name must be lowercase letters, digits and '-' (max 20),"
-                " since it is part of resource names"
-            )
-
-        known_keys = {f.name for f in fields(cls)} - {"name"}
-        retired = sorted(set(raw) & set(_RETIRED))
-        if retired:
-            raise ConfigError(f"environment {name!r}: {retired[0]} is no longer a setting: {_RETIRED[retired[0]]}")
-        unknown = sorted(set(raw) - known_keys)
-        if unknown:
-            raise ConfigError(f"environment {name!r}: unknown key(s) {', '.join(unknown)}")
-        for f in fields(cls):
-            if f.name != "name" and f.name not in raw and f.default is MISSING and f.default_factory is MISSING:
-                raise ConfigError(f"environment {name!r}: missing required key {f.name!r}")
+        raw = _environment_entry(name, environments)
+        _check_keys(name, raw, fields(cls))
 
         def fail(key: str, why: str) -> ConfigError:
             return ConfigError(f"environment {name!r}: {key} {why}, got {raw[key]!r}")
 
-        values: dict[str, Any] = dict(raw)
-        for key in (
-            "concurrency",
-            "map_concurrency",
-            "max_attempts",
-            "shard_lines",
-            "ttl_days",
-            "cache_ttl_days",
-            "poll_seconds",
-            "log_retention_days",
-            "provider_rpm",
-            "max_shards_in_flight",
-            "account_concurrency",
-        ):
-            if key in values and (type(values[key]) is not int or values[key] <= 0):
-                raise fail(key, "must be a positive integer")
-        if "batch_queue_tokens" in values:
-            limits = values["batch_queue_tokens"]
-            if not isinstance(limits, Mapping) or not all(
-                isinstance(model, str) and model and "," not in model and type(tokens) is int and tokens >= 0
-                for model, tokens in limits.items()
-            ):
-                raise fail("batch_queue_tokens", "must map model names to whole numbers of tokens (0 = no limit)")
-            values["batch_queue_tokens"] = dict(limits)
-        if "batch_queue_default_tokens" in values and (
-            type(values["batch_queue_default_tokens"]) is not int or values["batch_queue_default_tokens"] < 0
-        ):
-            raise fail("batch_queue_default_tokens", "must be a whole number of tokens (0 = no limit)")
-        for key in ("request_timeout_s", "safety_margin_s"):
-            if key in values:
-                if type(values[key]) not in (int, float) or values[key] <= 0:
-                    raise fail(key, "must be a positive number")
-                values[key] = float(values[key])
-        if "max_error_rate" in values:
-            rate = values["max_error_rate"]
-            if type(rate) not in (int, float) or not 0 <= rate <= 1:
-                raise fail("max_error_rate", "must be a number from 0 to 1 (0.01 = 1%)")
-            values["max_error_rate"] = float(rate)
-        if values.get("budget_usd") is not None:
-            budget = values["budget_usd"]
-            if type(budget) not in (int, float) or not 0 <= budget < float("inf"):
-                raise fail("budget_usd", "must be an amount of US dollars, 0 or null for no cap")
-            values["budget_usd"] = float(budget)
-        for key in ("versioning", "point_in_time_recovery"):
-            if key in values and type(values[key]) is not bool:
-                raise fail(key, "must be true or false")
-        for key in ("provider_base_url", "default_mode", "log_level", "removal_policy"):
-            if key in values and not isinstance(values[key], str):
-                raise fail(key, "must be a string")
-        for key in (
-            "default_model",
-            "alarm_email",
-            "api_key_secret_arn",
-            "webhook_secret_arn",
-            "secrets_kms_key_arn",
-            "account",
-            "region",
-        ):
-            if values.get(key) is not None and (not isinstance(values[key], str) or not values[key]):
-                raise fail(key, "must be a non-empty string or null")
-
-        if "provider_base_url" in values and not re.match(r"^https?://\S+$", values["provider_base_url"]):
-            raise fail("provider_base_url", "must be an http(s) URL")
-        if values.get("default_mode", SETTING_DEFAULTS["default_mode"]) not in MODES:
-            raise fail("default_mode", f"must be one of {', '.join(MODES)}")
-        if values.get("log_level", "INFO") not in LOG_LEVELS:
-            raise fail("log_level", f"must be one of {', '.join(LOG_LEVELS)}")
-        if values["removal_policy"] not in REMOVAL_POLICIES:
-            raise fail("removal_policy", f"must be one of {', '.join(REMOVAL_POLICIES)}")
-        if values.get("alarm_email") and not _EMAIL.match(values["alarm_email"]):
-            raise fail("alarm_email", "must be an email address")
-        for key in ("api_key_secret_arn", "webhook_secret_arn"):
-            if values.get(key) and not _SECRET_ARN.match(values[key]):
-                raise fail(key, "must be the complete ARN of a Secrets Manager secret")
-        if values.get("secrets_kms_key_arn"):
-            if not _KMS_KEY_ARN.match(values["secrets_kms_key_arn"]):
-                raise fail(
-                    "secrets_kms_key_arn", "must be the ARN of a KMS key (arn:...:kms:<region>:<account>:key/...)"
-                )
-            if not (values.get("api_key_secret_arn") or values.get("webhook_secret_arn")):
-                raise fail(
-                    "secrets_kms_key_arn",
-                    "applies only to imported secrets (api_key_secret_arn, webhook_secret_arn); the secrets the stack"
-                    " creates use aws/secretsmanager",
-                )
-        if values.get("rate_limits") is not None:
-            try:
-                parse_rate_limits(json.dumps(values["rate_limits"]))
-            except (ValueError, TypeError) as exc:
-                raise fail("rate_limits", f"must be an object of models ({exc})") from None
-        if values.get("account") and not re.match(r"^\d{12}$", values["account"]):
-            raise fail("account", "must be a 12-digit AWS account id")
-        if "log_retention_days" in values and values["log_retention_days"] not in LOG_RETENTION:
-            raise fail("log_retention_days", f"must be one of {', '.join(map(str, LOG_RETENTION))}")
+        values = _typed_values(dict(raw), fail)
+        _check_formats(values, fail)
         config = cls(name=name, **values)
-        if config.map_concurrency > config.max_shards_in_flight:
-            raise ConfigError(
-                f"environment {name!r}: map_concurrency ({config.map_concurrency}) is above max_shards_in_flight "
-                f"({config.max_shards_in_flight}); a job would start shards that can only wait for a place"
-            )
-        room = config.account_concurrency - UNRESERVED_CONCURRENCY
-        if config.reserved_concurrency > room:
-            raise ConfigError(
-                f"environment {name!r}: reserves {config.reserved_concurrency} concurrent Lambdas "
-                f"({len(SHARD_STEPS)} shard steps x max_shards_in_flight {config.max_shards_in_flight}, and "
-                f"{config.webhook_concurrency} for webhooks at provider_rpm {config.provider_rpm}), more than the "
-                f"{room} an account_concurrency of {config.account_concurrency} can reserve (Lambda keeps "
-                f"{UNRESERVED_CONCURRENCY} unreserved); lower max_shards_in_flight, or raise the account's quota "
-                "and account_concurrency"
-            )
+        _check_concurrency(config)
         return config
+
+
+Fail = Callable[[str, str], ConfigError]
+
+
+def _environment_entry(name: str, environments: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """cdk.json's entry for the environment `name`, which names resources."""
+    if not environments:
+        raise ConfigError("cdk.json has no `environments` context")
+    if name not in environments:
+        known = ", ".join(sorted(environments))
+        raise ConfigError(f"unknown environment {name!r}; cdk.json defines: {known}")
+    raw = environments[name]
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"environment {name!r}: expected an object, got {type(raw).__name__}")
+    if not _ENV_NAME.match(name):
+        raise ConfigError(
+            f"environment {name!r}: name must be lowercase letters, digits and '-' (max 20),"
+            " since it is part of resource names"
+        )
+    return raw
+
+
+def _check_keys(name: str, raw: Mapping[str, Any], declared: tuple[Field[Any], ...]) -> None:
+    """No retired or unknown key, and every required one."""
+    known_keys = {f.name for f in declared} - {"name"}
+    retired = sorted(set(raw) & set(_RETIRED))
+    if retired:
+        raise ConfigError(f"environment {name!r}: {retired[0]} is no longer a setting: {_RETIRED[retired[0]]}")
+    unknown = sorted(set(raw) - known_keys)
+    if unknown:
+        raise ConfigError(f"environment {name!r}: unknown key(s) {', '.join(unknown)}")
+    for f in declared:
+        if f.name != "name" and f.name not in raw and f.default is MISSING and f.default_factory is MISSING:
+            raise ConfigError(f"environment {name!r}: missing required key {f.name!r}")
+
+
+def _typed_values(values: dict[str, Any], fail: Fail) -> dict[str, Any]:
+    """Each value of the type its field holds: numbers in range, as floats where a float is meant."""
+    for key in (
+        "concurrency",
+        "map_concurrency",
+        "max_attempts",
+        "shard_lines",
+        "ttl_days",
+        "cache_ttl_days",
+        "poll_seconds",
+        "log_retention_days",
+        "provider_rpm",
+        "max_shards_in_flight",
+        "account_concurrency",
+    ):
+        if key in values and (type(values[key]) is not int or values[key] <= 0):
+            raise fail(key, "must be a positive integer")
+    if "batch_queue_tokens" in values:
+        limits = values["batch_queue_tokens"]
+        if not isinstance(limits, Mapping) or not all(
+            isinstance(model, str) and model and "," not in model and type(tokens) is int and tokens >= 0
+            for model, tokens in limits.items()
+        ):
+            raise fail("batch_queue_tokens", "must map model names to whole numbers of tokens (0 = no limit)")
+        values["batch_queue_tokens"] = dict(limits)
+    if "batch_queue_default_tokens" in values and (
+        type(values["batch_queue_default_tokens"]) is not int or values["batch_queue_default_tokens"] < 0
+    ):
+        raise fail("batch_queue_default_tokens", "must be a whole number of tokens (0 = no limit)")
+    for key in ("request_timeout_s", "safety_margin_s"):
+        if key in values:
+            if type(values[key]) not in (int, float) or values[key] <= 0:
+                raise fail(key, "must be a positive number")
+            values[key] = float(values[key])
+    if "max_error_rate" in values:
+        rate = values["max_error_rate"]
+        if type(rate) not in (int, float) or not 0 <= rate <= 1:
+            raise fail("max_error_rate", "must be a number from 0 to 1 (0.01 = 1%)")
+        values["max_error_rate"] = float(rate)
+    if values.get("budget_usd") is not None:
+        budget = values["budget_usd"]
+        if type(budget) not in (int, float) or not 0 <= budget < float("inf"):
+            raise fail("budget_usd", "must be an amount of US dollars, 0 or null for no cap")
+        values["budget_usd"] = float(budget)
+    for key in ("versioning", "point_in_time_recovery"):
+        if key in values and type(values[key]) is not bool:
+            raise fail(key, "must be true or false")
+    for key in ("provider_base_url", "default_mode", "log_level", "removal_policy"):
+        if key in values and not isinstance(values[key], str):
+            raise fail(key, "must be a string")
+    for key in (
+        "default_model",
+        "alarm_email",
+        "api_key_secret_arn",
+        "webhook_secret_arn",
+        "secrets_kms_key_arn",
+        "account",
+        "region",
+    ):
+        if values.get(key) is not None and (not isinstance(values[key], str) or not values[key]):
+            raise fail(key, "must be a non-empty string or null")
+    return values
+
+
+def _check_formats(values: Mapping[str, Any], fail: Fail) -> None:
+    """Each string in its form: URLs, choices, email, ARNs, account id, rate limits, log retention."""
+    if "provider_base_url" in values and not re.match(r"^https?://\S+$", values["provider_base_url"]):
+        raise fail("provider_base_url", "must be an http(s) URL")
+    if values.get("default_mode", SETTING_DEFAULTS["default_mode"]) not in MODES:
+        raise fail("default_mode", f"must be one of {', '.join(MODES)}")
+    if values.get("log_level", "INFO") not in LOG_LEVELS:
+        raise fail("log_level", f"must be one of {', '.join(LOG_LEVELS)}")
+    if values["removal_policy"] not in REMOVAL_POLICIES:
+        raise fail("removal_policy", f"must be one of {', '.join(REMOVAL_POLICIES)}")
+    if values.get("alarm_email") and not _EMAIL.match(values["alarm_email"]):
+        raise fail("alarm_email", "must be an email address")
+    for key in ("api_key_secret_arn", "webhook_secret_arn"):
+        if values.get(key) and not _SECRET_ARN.match(values[key]):
+            raise fail(key, "must be the complete ARN of a Secrets Manager secret")
+    if values.get("secrets_kms_key_arn"):
+        if not _KMS_KEY_ARN.match(values["secrets_kms_key_arn"]):
+            raise fail("secrets_kms_key_arn", "must be the ARN of a KMS key (arn:...:kms:<region>:<account>:key/...)")
+        if not (values.get("api_key_secret_arn") or values.get("webhook_secret_arn")):
+            raise fail(
+                "secrets_kms_key_arn",
+                "applies only to imported secrets (api_key_secret_arn, webhook_secret_arn); the secrets the stack"
+                " creates use aws/secretsmanager",
+            )
+    if values.get("rate_limits") is not None:
+        try:
+            parse_rate_limits(json.dumps(values["rate_limits"]))
+        except (ValueError, TypeError) as exc:
+            raise fail("rate_limits", f"must be an object of models ({exc})") from None
+    if values.get("account") and not re.match(r"^\d{12}$", values["account"]):
+        raise fail("account", "must be a 12-digit AWS account id")
+    if "log_retention_days" in values and values["log_retention_days"] not in LOG_RETENTION:
+        raise fail("log_retention_days", f"must be one of {', '.join(map(str, LOG_RETENTION))}")
+
+
+def _check_concurrency(config: Environment) -> None:
+    """The shards in flight fit the Map's concurrency, and what the environment reserves fits the account."""
+    name = config.name
+    if config.map_concurrency > config.max_shards_in_flight:
+        raise ConfigError(
+            f"environment {name!r}: map_concurrency ({config.map_concurrency}) is above max_shards_in_flight "
+            f"({config.max_shards_in_flight}); a job would start shards that can only wait for a place"
+        )
+    room = config.account_concurrency - UNRESERVED_CONCURRENCY
+    if config.reserved_concurrency > room:
+        raise ConfigError(
+            f"environment {name!r}: reserves {config.reserved_concurrency} concurrent Lambdas "
+            f"({len(SHARD_STEPS)} shard steps x max_shards_in_flight {config.max_shards_in_flight}, and "
+            f"{config.webhook_concurrency} for webhooks at provider_rpm {config.provider_rpm}), more than the "
+            f"{room} an account_concurrency of {config.account_concurrency} can reserve (Lambda keeps "
+            f"{UNRESERVED_CONCURRENCY} unreserved); lower max_shards_in_flight, or raise the account's quota "
+            "and account_concurrency"
+        )
 
 
 # The steps' settings the stack fills in itself: its bucket, table and event bus, and the ARN of

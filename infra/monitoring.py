@@ -54,24 +54,42 @@ class Monitoring(Construct):
     ) -> None:
         super().__init__(scope, id)
         self.env_name = env_name
+        self.topic_key, self.topic = self._alarm_topic(env_name, alarm_email, removal_policy)
+        self.alarms: list[cloudwatch.Alarm] = []
+        self._add_alarms(env_name, state_machine, functions, dead_letter_queue, table, table_indexes)
+        # Dashboards are global to the account; the region keeps two deployments apart.
+        self.dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=f"Sluice-{env_name}-{cdk.Aws.REGION}")
+        self._aws_widgets(state_machine, functions, dead_letter_queue)
+        self._sluice_widgets(env_name, functions, webhook_api)
+        if table is not None:
+            self.dashboard.add_widgets(
+                cloudwatch.GraphWidget(
+                    title="DynamoDB throttle events", left=list(self.throttle_metrics.values()), width=24
+                )
+            )
+
+    def _alarm_topic(
+        self, env_name: str, alarm_email: str | None, removal_policy: cdk.RemovalPolicy
+    ) -> tuple[kms.Key, sns.Topic]:
+        """The topic every alarm publishes to, its key, and its subscriber (a warning when none)."""
         # A customer managed key, because CloudWatch cannot publish to a topic encrypted with
         # the AWS managed SNS key; the stack grants CloudWatch its use.
-        self.topic_key = kms.Key(
+        key = kms.Key(
             self,
             "AlarmTopicKey",
             description=f"Sluice {env_name} alarm topic",
             enable_key_rotation=True,
             removal_policy=removal_policy,
         )
-        self.topic = sns.Topic(
+        topic = sns.Topic(
             self,
             "AlarmTopic",
             display_name=f"Sluice {env_name} alarms",
-            master_key=self.topic_key,
+            master_key=key,
             enforce_ssl=True,
         )
         if alarm_email:
-            self.topic.add_subscription(subscriptions.EmailSubscription(alarm_email))
+            topic.add_subscription(subscriptions.EmailSubscription(alarm_email))
         else:
             cdk.Annotations.of(self).add_warning_v2(
                 NO_SUBSCRIBER_WARNING,
@@ -79,8 +97,18 @@ class Monitoring(Construct):
                 f"`alarm_email` of environment {env_name!r} in cdk.json (context.environments.{env_name}.alarm_email), "
                 "or subscribe to the AlarmTopic yourself.",
             )
+        return key, topic
 
-        self.alarms: list[cloudwatch.Alarm] = []
+    def _add_alarms(
+        self,
+        env_name: str,
+        state_machine: sfn.IStateMachine,
+        functions: Mapping[str, lambda_.IFunction],
+        dead_letter_queue: sqs.IQueue,
+        table: dynamodb.ITable | None,
+        table_indexes: Sequence[str],
+    ) -> None:
+        """An alarm for each failure an operator acts on: jobs, functions, the table, starts, webhooks."""
         self._alarm(
             "ExecutionsFailed",
             state_machine.metric_failed(period=PERIOD, statistic="Sum"),
@@ -123,8 +151,13 @@ class Monitoring(Construct):
             threshold=WEBHOOK_REJECTIONS_THRESHOLD,
         )
 
-        # Dashboards are global to the account; the region keeps two deployments apart.
-        self.dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=f"Sluice-{env_name}-{cdk.Aws.REGION}")
+    def _aws_widgets(
+        self,
+        state_machine: sfn.IStateMachine,
+        functions: Mapping[str, lambda_.IFunction],
+        dead_letter_queue: sqs.IQueue,
+    ) -> None:
+        """The dashboard's rows of AWS's own metrics: the executions, then the functions."""
         self.dashboard.add_widgets(
             cloudwatch.GraphWidget(
                 title="Executions",
@@ -163,6 +196,11 @@ class Monitoring(Construct):
                 width=8,
             ),
         )
+
+    def _sluice_widgets(
+        self, env_name: str, functions: Mapping[str, lambda_.IFunction], webhook_api: apigwv2.IHttpApi | None
+    ) -> None:
+        """The dashboard's rows of the handlers' metrics: jobs, items and shard latency, then webhooks."""
         # the steps that work through a shard's lines: their duration is the shard latency
         shard_steps = [step for step in PROVIDER_STEPS if step in functions]
         self.dashboard.add_widgets(
@@ -220,12 +258,6 @@ class Monitoring(Construct):
                 )
             )
         self.dashboard.add_widgets(*webhooks)
-        if table is not None:
-            self.dashboard.add_widgets(
-                cloudwatch.GraphWidget(
-                    title="DynamoDB throttle events", left=list(self.throttle_metrics.values()), width=24
-                )
-            )
 
     def metric(self, name: str, *, period: cdk.Duration = PERIOD, label: str | None = None) -> cloudwatch.Metric:
         """One of the handlers' EMF metrics (counts), summed, for this environment."""

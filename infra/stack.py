@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
 import aws_cdk as cdk
 import aws_cdk.aws_iam as iam
-from constructs import Construct, IConstruct
+from constructs import Construct
 from sluice.contract import (
     ANY_SHARD_PREFIX,
     CACHE_PREFIX,
@@ -20,7 +19,7 @@ from sluice.contract import (
 )
 
 from infra.cdk_logs import CdkLogs, cdk_functions
-from infra.checks import action_finding
+from infra.checks import acknowledge, acknowledge_actions, spelled
 from infra.config import ConfigError, Environment
 from infra.functions import EVENT_BUS, Functions
 from infra.monitoring import Monitoring
@@ -135,11 +134,7 @@ class SluiceStack(cdk.Stack):
             table_indexes=self.storage.indexes,
         )
 
-        self._grant_functions()
-        self._grant_webhook()
-        self._grant_workflow()
-        self._grant_monitoring()
-        self._acknowledge_nag_findings()
+        self._permissions()
         # last, once every construct that brings one of CDK's own Lambdas exists
         self.cdk_logs = CdkLogs(
             self,
@@ -149,6 +144,20 @@ class SluiceStack(cdk.Stack):
             removal_policy=removal,
         )
 
+        self._outputs()
+        cdk.Tags.of(self).add("project", "sluice")
+        cdk.Tags.of(self).add("sluice:env", config.name)
+
+    def _permissions(self) -> None:
+        """Every permission between the constructs, and the cdk-nag findings acknowledged with why."""
+        self._grant_functions()
+        self._grant_webhook()
+        self._grant_workflow()
+        self._grant_monitoring()
+        self._acknowledge_nag_findings()
+
+    def _outputs(self) -> None:
+        """What `sluice submit`, `status` and the operator read of the stack, and the webhook URL to register."""
         cdk.CfnOutput(self, "BucketName", value=self.storage.bucket.bucket_name)
         cdk.CfnOutput(self, "TableName", value=self.storage.table.table_name)
         cdk.CfnOutput(self, "StateMachineArn", value=self.workflow.state_machine.state_machine_arn)
@@ -160,37 +169,9 @@ class SluiceStack(cdk.Stack):
             description="Register this endpoint with the provider for response.* and batch.* events.",
         )
         cdk.CfnOutput(self, "WebhookSecretArn", value=self.secrets.webhook_secret.secret_arn)
-        cdk.Tags.of(self).add("project", "sluice")
-        cdk.Tags.of(self).add("sluice:env", config.name)
 
     def _objects(self, *prefixes: str) -> list[str]:
         return [self.storage.bucket.arn_for_objects(f"{prefix}*") for prefix in prefixes]
-
-    def _spelled(self, arn: str) -> str:
-        """An ARN as cdk-nag spells it in a finding: `<Logical.Arn>/jobs/*`, `<AWS::Region>`."""
-        resolved = self.resolve(arn)
-        parts = resolved["Fn::Join"][1] if isinstance(resolved, dict) and "Fn::Join" in resolved else [resolved]
-        spelled = []
-        for part in parts:
-            if isinstance(part, str):
-                spelled.append(part)
-            elif "Ref" in part:
-                spelled.append(f"<{part['Ref']}>")
-            elif "Fn::GetAtt" in part:
-                spelled.append("<{}.{}>".format(*part["Fn::GetAtt"]))
-            else:  # e.g. the stack's instance id in a name (`stack_instance_id`): cdk-nag prints the JSON
-                spelled.append(json.dumps(part, separators=(",", ":")))
-        return "".join(spelled)
-
-    def _acknowledge(self, construct: IConstruct, rule: str, reason: str) -> None:
-        """Records a deliberate cdk-nag (AwsSolutions) finding, with the reason, on the construct."""
-        cdk.Validations.of(construct).acknowledge(cdk.Acknowledgment(id=rule, reason=reason))
-
-    def _acknowledge_actions(self, construct: IConstruct, actions: Sequence[str], reason: str) -> None:
-        """Actions granted on every resource, each acknowledged by name (`infra.checks`): a statement
-        on "*" with any other action is still a finding."""
-        for action in actions:
-            self._acknowledge(construct, action_finding(action), reason)
 
     def _allow(
         self,
@@ -204,14 +185,14 @@ class SluiceStack(cdk.Stack):
         """Adds one statement; a resource with a wildcard must say why, and is acknowledged for cdk-nag."""
         role.add_to_principal_policy(iam.PolicyStatement(actions=actions, resources=resources, conditions=conditions))
         for resource in resources:
-            spelled = self._spelled(resource)
-            if "*" in spelled:
+            pattern = spelled(self, resource)
+            if "*" in pattern:
                 if not wildcard_reason:
-                    raise ValueError(f"{spelled} has a wildcard; say why with wildcard_reason")
-                if spelled == "*":
-                    self._acknowledge_actions(role, actions, wildcard_reason)
+                    raise ValueError(f"{pattern} has a wildcard; say why with wildcard_reason")
+                if pattern == "*":
+                    acknowledge_actions(role, actions, wildcard_reason)
                 else:
-                    self._acknowledge(role, f"AwsSolutions-IAM5[Resource::{spelled}]", wildcard_reason)
+                    acknowledge(role, f"AwsSolutions-IAM5[Resource::{pattern}]", wildcard_reason)
 
     def _allow_secret_decrypt(self, role: iam.IRole | None, secret_arn: str) -> None:
         """An imported secret under a customer managed key: Decrypt, only through Secrets Manager, for it."""
@@ -231,22 +212,25 @@ class SluiceStack(cdk.Stack):
             },
         )
 
+    def _allow_steps(
+        self,
+        names: Sequence[str],
+        actions: list[str],
+        resources: list[str],
+        *,
+        conditions: dict[str, object] | None = None,
+        wildcard_reason: str | None = None,
+    ) -> None:
+        """`_allow` for each of the steps `names`, to its function's role."""
+        for name in names:
+            role = self.functions.by_step[name].role
+            assert role is not None
+            self._allow(role, actions, resources, conditions=conditions, wildcard_reason=wildcard_reason)
+
     def _grant_functions(self) -> None:
+        """The steps' functions: their log groups, their table actions, and the job's files in S3."""
         by_step = self.functions.by_step
-
-        def allow(
-            names: Sequence[str],
-            actions: list[str],
-            resources: list[str],
-            *,
-            conditions: dict[str, object] | None = None,
-            wildcard_reason: str | None = None,
-        ) -> None:
-            for name in names:
-                role = by_step[name].role
-                assert role is not None
-                self._allow(role, actions, resources, conditions=conditions, wildcard_reason=wildcard_reason)
-
+        allow = self._allow_steps
         inbox = "Jobs read whichever input object started them; users choose the keys under inbox/."
         jobs = "Each job's working files live under jobs/<job id>/, which exists only once the job runs."
         outbox = "Results are written under outbox/ with names taken from the input object."
@@ -306,10 +290,17 @@ class SluiceStack(cdk.Stack):
             conditions={"StringLike": {"s3:prefix": [JOBS_PREFIX, f"{JOBS_PREFIX}*"]}},
         )
 
-        # The response cache (`sluice.cache`): Plan reads the indexes and the hits' segments; the
-        # steps that get answers add a segment and its index; Merge compacts the indexes
-        # (`sluice.cache_compact`: reads, writes and deletes under cache/index/, lists segments).
-        # Nothing deletes a segment (the lifecycle rule does).
+        self._grant_cache()
+
+        # AwaitShard wakes its own shard when nothing is left to wait for; it never fails a task
+        allow(TASK_TOKEN_STEPS, ["states:SendTaskSuccess"], ["*"], wildcard_reason=CALLBACK_REASON)
+
+    def _grant_cache(self) -> None:
+        """The response cache (`sluice.cache`): Plan reads the indexes and the hits' segments; the
+        steps that get answers add a segment and its index; Merge compacts the indexes
+        (`sluice.cache_compact`: reads, writes and deletes under cache/index/, lists segments).
+        Nothing deletes a segment (the lifecycle rule does)."""
+        allow = self._allow_steps
         cache = "Response cache objects are named by the job, shard and run that wrote them, under cache/."
         cache_index = f"{CACHE_PREFIX}index/"
         allow(["plan"], ["s3:GetObject"], self._objects(CACHE_PREFIX), wildcard_reason=cache)
@@ -332,9 +323,6 @@ class SluiceStack(cdk.Stack):
             self._objects(f"{CACHE_PREFIX}segments/", cache_index),
             wildcard_reason=cache,
         )
-
-        # AwaitShard wakes its own shard when nothing is left to wait for; it never fails a task
-        allow(TASK_TOKEN_STEPS, ["states:SendTaskSuccess"], ["*"], wildcard_reason=CALLBACK_REASON)
 
     def _grant_webhook(self) -> None:
         """The webhook Lambda: its log group, its items and shards, its secret, and task tokens."""
@@ -372,13 +360,13 @@ class SluiceStack(cdk.Stack):
             workflow.execution_arns,
             wildcard_reason="The Map's child executions of this state machine, named only when they start.",
         )
-        self._acknowledge_actions(
+        acknowledge_actions(
             workflow.role,
             WORKFLOW_LOG_ACTIONS,
             "Step Functions' log delivery to CloudWatch Logs, which CDK grants: these actions support no "
             "resource-level permission.",
         )
-        self._acknowledge_actions(workflow.role, WORKFLOW_TRACING_ACTIONS, TRACING_REASON)
+        acknowledge_actions(workflow.role, WORKFLOW_TRACING_ACTIONS, TRACING_REASON)
 
     def _grant_monitoring(self) -> None:
         """CloudWatch may publish to the alarm topic, and use its key, for this account's alarms only.
@@ -416,38 +404,38 @@ class SluiceStack(cdk.Stack):
     def _acknowledge_nag_findings(self) -> None:
         """Deliberate cdk-nag findings that are not about a grant made above."""
         for function in [*self.functions.by_step.values(), self.functions.webhook]:
-            self._acknowledge(
+            acknowledge(
                 function,
                 "AwsSolutions-L1",
                 "Pinned to Python 3.12, the runtime the handlers and their bundled wheels are built for.",
             )
             assert function.role is not None
-            self._acknowledge_actions(function.role, TRACING_ACTIONS, TRACING_REASON)
-        self._acknowledge(
+            acknowledge_actions(function.role, TRACING_ACTIONS, TRACING_REASON)
+        acknowledge(
             self.workflow.state_machine,
             "AwsSolutions-SF1",
             "A Distributed Map runs thousands of child executions, so logging ALL events costs more than the "
             "work; ERROR level without execution data also keeps request bodies out of the logs.",
         )
-        self._acknowledge(
+        acknowledge(
             self.workflow.dead_letter_queue,
             "AwsSolutions-SQS3",
             "This queue is itself the dead-letter queue of the EventBridge rule.",
         )
         if self.secrets.created:
-            self._acknowledge(
+            acknowledge(
                 self.secrets.api_key,
                 "AwsSolutions-SMG4",
                 "A provider API key is issued and rotated at the provider, which Secrets Manager cannot call.",
             )
         if self.secrets.webhook_secret_created:
-            self._acknowledge(
+            acknowledge(
                 self.secrets.webhook_secret,
                 "AwsSolutions-SMG4",
                 "The webhook signing secret is issued and rotated in the provider's dashboard, which Secrets "
                 "Manager cannot call; the Lambda re-reads it every few minutes, so a new value takes effect.",
             )
-        self._acknowledge(
+        acknowledge(
             self.webhooks.route,
             "AwsSolutions-APIG4",
             "The webhook signature is the authorization: the provider signs each delivery (Standard Webhooks, "
@@ -456,7 +444,7 @@ class SluiceStack(cdk.Stack):
             "or JWT credentials; unsigned requests get a 4xx and change nothing.",
         )
         if not self.config.point_in_time_recovery:
-            self._acknowledge(
+            acknowledge(
                 self.storage.table,
                 "AwsSolutions-DDB3",
                 "Job state can be rebuilt by uploading the input again; environments that need PITR enable it.",
@@ -464,7 +452,7 @@ class SluiceStack(cdk.Stack):
         for child in self.node.children:
             # The singleton Lambda behind `event_bridge_enabled`, created and owned by CDK.
             if child.node.id.startswith("BucketNotificationsHandler"):
-                self._acknowledge(
+                acknowledge(
                     child,
                     "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"
                     "AWSLambdaBasicExecutionRole]",

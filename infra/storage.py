@@ -52,38 +52,6 @@ class Storage(Construct):
             auto_delete_objects=destroy,
         )
 
-        jobs_rule = s3.LifecycleRule(
-            id="expire-jobs",
-            prefix=JOBS_PREFIX,
-            expiration=cdk.Duration.days(ttl_days),
-            noncurrent_version_expiration=cdk.Duration.days(1) if versioned else None,
-        )
-        # The response cache outlives jobs (a re-run weeks later is the point) but not forever:
-        # an answer is kept this long after it was written, then paid for again if asked again.
-        cache_rule = s3.LifecycleRule(
-            id="expire-cache",
-            prefix=CACHE_PREFIX,
-            expiration=cdk.Duration.days(cache_ttl_days),
-            noncurrent_version_expiration=cdk.Duration.days(1) if versioned else None,
-        )
-        # Inputs and results are the users' to delete. With versioning on, a replaced or deleted one
-        # stays restorable as long as a job's files are kept, then goes, as does the delete marker
-        # left alone once its versions have.
-        kept_rules = [
-            s3.LifecycleRule(
-                id=f"expire-noncurrent-{prefix.strip('/')}",
-                prefix=prefix,
-                noncurrent_version_expiration=cdk.Duration.days(ttl_days),
-                expired_object_delete_marker=True,
-            )
-            for prefix in (INBOX_PREFIX, OUTBOX_PREFIX)
-            if versioned
-        ]
-        # Merge writes outbox/ objects with multipart uploads; a failed one would bill forever.
-        abort_uploads = s3.LifecycleRule(
-            id="abort-incomplete-uploads",
-            abort_incomplete_multipart_upload_after=cdk.Duration.days(1),
-        )
         self.bucket = s3.Bucket(
             self,
             "Bucket",
@@ -95,7 +63,7 @@ class Storage(Construct):
             versioned=versioned,
             server_access_logs_bucket=self.access_logs,
             server_access_logs_prefix="bucket/",
-            lifecycle_rules=[jobs_rule, cache_rule, *kept_rules, abort_uploads],
+            lifecycle_rules=_lifecycle_rules(ttl_days=ttl_days, cache_ttl_days=cache_ttl_days, versioned=versioned),
             removal_policy=removal_policy,
             auto_delete_objects=destroy,
         )
@@ -127,3 +95,41 @@ class Storage(Construct):
                 partition_key=dynamodb.Attribute(name=PROVIDER_ID_ATTRIBUTE, type=dynamodb.AttributeType.STRING),
                 projection_type=dynamodb.ProjectionType[PROVIDER_ID_PROJECTION],
             )
+
+
+def _lifecycle_rules(*, ttl_days: int, cache_ttl_days: int, versioned: bool) -> list[s3.LifecycleRule]:
+    """What the bucket expires, by prefix: a job's files, the response cache, replaced inputs and
+    results, and multipart uploads left incomplete."""
+    jobs_rule = s3.LifecycleRule(
+        id="expire-jobs",
+        prefix=JOBS_PREFIX,
+        expiration=cdk.Duration.days(ttl_days),
+        noncurrent_version_expiration=cdk.Duration.days(1) if versioned else None,
+    )
+    # The response cache outlives jobs (a re-run weeks later is the point) but not forever:
+    # an answer is kept this long after it was written, then paid for again if asked again.
+    cache_rule = s3.LifecycleRule(
+        id="expire-cache",
+        prefix=CACHE_PREFIX,
+        expiration=cdk.Duration.days(cache_ttl_days),
+        noncurrent_version_expiration=cdk.Duration.days(1) if versioned else None,
+    )
+    # Inputs and results are the users' to delete. With versioning on, a replaced or deleted one
+    # stays restorable as long as a job's files are kept, then goes, as does the delete marker
+    # left alone once its versions have.
+    kept_rules = [
+        s3.LifecycleRule(
+            id=f"expire-noncurrent-{prefix.strip('/')}",
+            prefix=prefix,
+            noncurrent_version_expiration=cdk.Duration.days(ttl_days),
+            expired_object_delete_marker=True,
+        )
+        for prefix in (INBOX_PREFIX, OUTBOX_PREFIX)
+        if versioned
+    ]
+    # Merge writes outbox/ objects with multipart uploads; a failed one would bill forever.
+    abort_uploads = s3.LifecycleRule(
+        id="abort-incomplete-uploads",
+        abort_incomplete_multipart_upload_after=cdk.Duration.days(1),
+    )
+    return [jobs_rule, cache_rule, *kept_rules, abort_uploads]

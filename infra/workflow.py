@@ -91,7 +91,13 @@ class Workflow(Construct):
             removal_policy=removal_policy,
         )
 
-        self.dead_letter_queue = sqs.Queue(
+        self.dead_letter_queue, self.rule = self._start_rule(env_name, bucket, removal_policy)
+
+    def _start_rule(
+        self, env_name: str, bucket: s3.IBucket, removal_policy: cdk.RemovalPolicy
+    ) -> tuple[sqs.Queue, events.Rule]:
+        """The rule that starts a job for each JSONL object put in inbox/, and the queue of the starts that failed."""
+        dead_letter_queue = sqs.Queue(
             self,
             "DeadLetterQueue",
             encryption=sqs.QueueEncryption.SQS_MANAGED,
@@ -101,7 +107,7 @@ class Workflow(Construct):
         )
         # S3 does not filter EventBridge events by key; the rule does. One field cannot AND a
         # prefix with a suffix, a wildcard can.
-        self.rule = events.Rule(
+        rule = events.Rule(
             self,
             "ObjectCreated",
             description=f"Start a Sluice {env_name} job for each JSONL object in inbox/",
@@ -116,11 +122,12 @@ class Workflow(Construct):
         )
         # A start that fails (throttling, a quota) is retried for a day, then kept in the DLQ
         # so that no uploaded file is silently ignored.
-        self.rule.add_target(
+        rule.add_target(
             targets.SfnStateMachine(
                 self.state_machine,
-                dead_letter_queue=self.dead_letter_queue,
+                dead_letter_queue=dead_letter_queue,
                 retry_attempts=185,
                 max_event_age=cdk.Duration.hours(24),
             )
         )
+        return dead_letter_queue, rule

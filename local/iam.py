@@ -38,7 +38,7 @@ import boto3
 import botocore.session
 from moto.core.authorization import enable_iam_authentication
 
-from local.cloud import ACCOUNT, PREFIX, REGION, function_arn, function_name
+from local.cloud.names import ACCOUNT, PREFIX, REGION, function_arn, function_name
 
 POLICIES = Path(__file__).with_name("policies.json")
 # The stack the snapshot is taken from: the environment a developer deploys and `sluice run` stands in for.

@@ -462,7 +462,7 @@ def eventbridge_entry_size(entry: dict[str, Any]) -> int:
 def enforced(ledger: Ledger) -> Iterator[Ledger]:
     """What a Lambda's sandbox refuses, measured per invocation while the local cloud runs: its
     file descriptors and its /tmp. The quotas of the AWS services themselves are checked inside
-    moto, by `local.moto_patches.quota_checks`."""
+    moto, by `local.moto_quotas.quota_checks`."""
     with (
         mock.patch.object(socket.socket, "__init__", _counted_socket_init),
         # SpooledTemporaryFile spills into tempfile.TemporaryFile

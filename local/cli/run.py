@@ -8,8 +8,9 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +85,27 @@ def usable_cache_dir(path: Path, *, given: bool) -> None:
 
 def _run(args: argparse.Namespace, signals: Signals) -> int:
     started = getattr(args, "started", None) or time.monotonic()
+    path, settings = _checked(args)
+    out = out_dir(Path(args.out))
+    # with --quiet, only how the job ended is said (and why, when it did not succeed)
+    tell = (lambda _text: None) if args.quiet else say
+    with provider(args.latency) as (base_url, api_key, label):
+        tell(label)
+        ran = _through_local_cloud(args, signals, path, out, settings, base_url, api_key)
+    command_s = time.monotonic() - started
+    facts = RunFacts(
+        input_path=path,
+        provider=_provider_name(base_url, args.latency),
+        settings=_settings_shown(args),
+        command_seconds=command_s,
+        cache=not args.no_cache,
+    )
+    return _ended(args, ran, facts, command_s, out, tell)
+
+
+def _checked(args: argparse.Namespace) -> tuple[Path, LocalSettings]:
+    """What is refused before anything is sent: the input, the --out directory, a budget with
+    no price to hold it to, a cache directory the shards could not write."""
     path = need_file(Path(args.file))
     usable_out_dir(Path(args.out))
     # the models the lines name, for a budget that needs a price for each (none to read with --model)
@@ -97,7 +119,11 @@ def _run(args: argparse.Namespace, signals: Signals) -> int:
         budget_needs_prices(args.model, models, settings.default_model)
     if not args.no_cache:
         usable_cache_dir(Path(str(settings.cache_dir)), given=bool(args.cache_dir))
-    out = out_dir(Path(args.out))
+    return path, settings
+
+
+def _job_metadata(args: argparse.Namespace) -> dict[str, str]:
+    """The job's own options, as the input object's metadata carries them (as `submit` sets them)."""
     metadata = {"sluice-mode": args.mode} if args.mode else {}
     if args.model:
         metadata["sluice-model"] = args.model
@@ -105,69 +131,89 @@ def _run(args: argparse.Namespace, signals: Signals) -> int:
         metadata["sluice-max-error-rate"] = str(args.max_error_rate)
     if args.budget_usd is not None:
         metadata["sluice-budget-usd"] = str(args.budget_usd)
+    return metadata
+
+
+@dataclass
+class _Ran:
+    job_id: str
+    stem: str
+    final: dict[str, Any]
+    # the signal that stopped the job, if one did
+    interrupted: int | None
+    written: dict[str, Path]
+
+
+def _through_local_cloud(
+    args: argparse.Namespace,
+    signals: Signals,
+    path: Path,
+    out: Path,
+    settings: LocalSettings,
+    base_url: str,
+    api_key: str,
+) -> _Ran:
+    """The job from upload to its outputs in `out`, shown as it goes; a signal stops it and
+    keeps what was answered."""
     interrupted: int | None = None
-    # with --quiet, only how the job ended is said (and why, when it did not succeed)
-    tell = (lambda _text: None) if args.quiet else say
-    with provider(args.latency) as (base_url, api_key, label):
-        tell(label)
-        counts = LiveCounts()
-        cloud = LocalCloud(provider_base_url=base_url, api_key=api_key, settings=settings, progress=counts)
-        display = Display(counts, quiet=args.quiet)
-        with display.starting("starting the local cloud (moto, in this process)"), cloud.running():
-            key, etag = cloud.upload(path, metadata=metadata)
-            job_id = job_id_for(cloud.bucket, key, etag)
-            execution = cloud.start(cloud.object_created_event(key, etag), name=job_id)
-            signals.job_started()
-            if not args.quiet:
-                display.note(f"job {job_id} started (Ctrl-C cancels it and keeps every answer so far)")
-            with display:
+    counts = LiveCounts()
+    cloud = LocalCloud(provider_base_url=base_url, api_key=api_key, settings=settings, progress=counts)
+    display = Display(counts, quiet=args.quiet)
+    with display.starting("starting the local cloud (moto, in this process)"), cloud.running():
+        key, etag = cloud.upload(path, metadata=_job_metadata(args))
+        job_id = job_id_for(cloud.bucket, key, etag)
+        execution = cloud.start(cloud.object_created_event(key, etag), name=job_id)
+        signals.job_started()
+        if not args.quiet:
+            display.note(f"job {job_id} started (Ctrl-C cancels it and keeps every answer so far)")
+        with display:
 
-                def read_total() -> None:
-                    # the display redraws on its own thread; the job row is read only until Plan has counted the lines
-                    if counts.total is None:
-                        requests = (cloud.job(job_id) or {}).get("requests")
-                        counts.total = int(requests) if requests is not None else None
+            def read_total() -> None:
+                # the display redraws on its own thread; the job row is read only until Plan has counted the lines
+                if counts.total is None:
+                    requests = (cloud.job(job_id) or {}).get("requests")
+                    counts.total = int(requests) if requests is not None else None
 
-                def tick() -> None:
-                    # a signal is only recorded while the job runs: here is where it stops the wait
-                    signals.check()
-                    read_total()
-
-                try:
-                    final = cloud.wait(execution, on_tick=tick)
-                except Interrupted as exc:
-                    interrupted = exc.signum
-                    final = stop_run(cloud, job_id, execution, base_url, api_key, signals)
-                signals.doing(writing_note())
+            def tick() -> None:
+                # a signal is only recorded while the job runs: here is where it stops the wait
+                signals.check()
                 read_total()
-            stem = key.removeprefix(INBOX_PREFIX).removesuffix(".jsonl")
-            written: dict[str, Path] = {}
-            for kind, suffix in OUTPUT_SUFFIXES.items():
-                try:
-                    data = cloud.read(output_key(OUTBOX_PREFIX + stem, kind))
-                except Exception:
-                    continue
-                target = out / f"{stem}{suffix}"
-                target.write_bytes(data)
-                written[kind] = target
-    command_s = time.monotonic() - started
-    facts = RunFacts(
-        input_path=path,
-        provider=_provider_name(base_url, args.latency),
-        settings=_settings_shown(args),
-        command_seconds=command_s,
-        cache=not args.no_cache,
-    )
-    summary = local_summary(written, facts) if "summary" in written else {}
+
+            try:
+                final = cloud.wait(execution, on_tick=tick)
+            except Interrupted as exc:
+                interrupted = exc.signum
+                final = stop_run(cloud, job_id, execution, base_url, api_key, signals)
+            signals.doing(writing_note())
+            read_total()
+        stem = key.removeprefix(INBOX_PREFIX).removesuffix(".jsonl")
+        written: dict[str, Path] = {}
+        for kind, suffix in OUTPUT_SUFFIXES.items():
+            try:
+                data = cloud.read(output_key(OUTBOX_PREFIX + stem, kind))
+            except Exception:
+                continue
+            target = out / f"{stem}{suffix}"
+            target.write_bytes(data)
+            written[kind] = target
+    return _Ran(job_id, stem, final, interrupted, written)
+
+
+def _ended(
+    args: argparse.Namespace, ran: _Ran, facts: RunFacts, command_s: float, out: Path, tell: Callable[[str], None]
+) -> int:
+    """How the job ended, said, and its report written; the exit code."""
+    summary = local_summary(ran.written, facts) if "summary" in ran.written else {}
     counts_of = summary.get("counts", {})
     # the job's own word; the execution's (ABORTED for a cancelled job) only when there is none
     status = str(
-        summary.get("status") or {ExecutionStatus.ABORTED: JobStatus.CANCELLED}.get(final["status"], final["status"])
+        summary.get("status")
+        or {ExecutionStatus.ABORTED: JobStatus.CANCELLED}.get(ran.final["status"], ran.final["status"])
     )
-    code = exit_code(summary, status, interrupted)
+    code = exit_code(summary, status, ran.interrupted)
     results, errors = int(counts_of.get("results", 0)), int(counts_of.get("errors", 0))
     say(
-        f"job {job_id}: {status} {timing(summary, command_s)} — "
+        f"job {ran.job_id}: {status} {timing(summary, command_s)} — "
         f"{results:,} results, {errors:,} errors{swept(summary)}{usage(summary)}"
     )
     why = refusal_lines(summary) + budget_lines(summary, cache=not args.no_cache)
@@ -178,9 +224,11 @@ def _run(args: argparse.Namespace, signals: Signals) -> int:
         (say if code else tell)(line)
     report = None
     if summary:
-        report = write_report(summary, out / f"{stem}.report.html", files={k: p.name for k, p in written.items()})
+        report = write_report(
+            summary, out / f"{ran.stem}.report.html", files={k: p.name for k, p in ran.written.items()}
+        )
     if not args.quiet:
-        for kind, target in written.items():
+        for kind, target in ran.written.items():
             print(f"{kind}: {target}")
         if report is not None:
             print(f"report: {file_link(report)}")

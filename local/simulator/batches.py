@@ -108,22 +108,7 @@ class Batches:
 
     async def create(self, request: web.Request) -> web.StreamResponse:
         _, data = await read_json(request)
-        input_file_id = data.get("input_file_id")
-        endpoint = data.get("endpoint")
-        window = data.get("completion_window")
-        metadata = data.get("metadata")
-        if not isinstance(input_file_id, str) or input_file_id not in self._files.files:
-            raise ApiError(
-                400, f"Invalid 'input_file_id': {input_file_id!r}.", param="input_file_id", code="invalid_value"
-            )
-        if endpoint not in BATCH_ENDPOINTS:
-            raise ApiError(400, f"Invalid 'endpoint': {endpoint!r}.", param="endpoint", code="invalid_value")
-        if not isinstance(window, str) or not window:
-            raise ApiError(
-                400, "Missing 'completion_window'.", param="completion_window", code="missing_required_parameter"
-            )
-        if metadata is not None and not isinstance(metadata, dict):
-            raise ApiError(400, "'metadata' must be an object.", param="metadata", code="invalid_value")
+        input_file_id, endpoint, window, metadata = self._fields(data)
         cfg = self._core.config
         content = self._files.files[input_file_id].content
         digest = hashlib.blake2b(content, digest_size=16).hexdigest()
@@ -141,24 +126,7 @@ class Batches:
         model = next((row.model for row in rows if row.model), None)
         tokens = sum(row.tokens for row in rows)
         if not errors:
-            held = self.enqueued(model, now)
-            limit = cfg.batch_queue_limit
-            if limit and held + tokens > limit:
-                self.limit_refusals += 1
-                errors.append(
-                    {
-                        "code": "token_limit_exceeded",
-                        "message": (
-                            f"Enqueued token limit reached for {model} in organization org-simulator. "
-                            f"Limit: {limit:,} enqueued tokens. "
-                            "Please try again once some in_progress batches have been completed."
-                        ),
-                        "param": None,
-                        "line": None,
-                    }
-                )
-            else:
-                self.peak_enqueued[model or ""] = max(self.peak_enqueued.get(model or "", 0), held + tokens)
+            errors.extend(self._enqueue(model, tokens, now))
         if errors:
             outcome = "failed"
         elif draws(cfg.seed, f"batch:{digest}", 0)[0] < cfg.batch_expire_fraction:
@@ -187,6 +155,49 @@ class Batches:
         self.batches[batch.id] = batch
         request[NOTES]["batch_id"] = batch.id
         return json_response(self._describe(batch, now))
+
+    def _fields(self, data: dict[str, Any]) -> tuple[str, str, str, dict[str, Any] | None]:
+        """The request's file, endpoint, window and metadata, refused as the Batch API refuses
+        them before it reads the file."""
+        input_file_id = data.get("input_file_id")
+        endpoint = data.get("endpoint")
+        window = data.get("completion_window")
+        metadata = data.get("metadata")
+        if not isinstance(input_file_id, str) or input_file_id not in self._files.files:
+            raise ApiError(
+                400, f"Invalid 'input_file_id': {input_file_id!r}.", param="input_file_id", code="invalid_value"
+            )
+        if endpoint not in BATCH_ENDPOINTS:
+            raise ApiError(400, f"Invalid 'endpoint': {endpoint!r}.", param="endpoint", code="invalid_value")
+        if not isinstance(window, str) or not window:
+            raise ApiError(
+                400, "Missing 'completion_window'.", param="completion_window", code="missing_required_parameter"
+            )
+        if metadata is not None and not isinstance(metadata, dict):
+            raise ApiError(400, "'metadata' must be an object.", param="metadata", code="invalid_value")
+        return input_file_id, str(endpoint), window, metadata
+
+    def _enqueue(self, model: str | None, tokens: int, now: float) -> list[dict[str, Any]]:
+        """The model's enqueued-token limit: the batch's tokens counted in the queue's peak, or the
+        error that fails the batch when they would pass the limit."""
+        held = self.enqueued(model, now)
+        limit = self._core.config.batch_queue_limit
+        if limit and held + tokens > limit:
+            self.limit_refusals += 1
+            return [
+                {
+                    "code": "token_limit_exceeded",
+                    "message": (
+                        f"Enqueued token limit reached for {model} in organization org-simulator. "
+                        f"Limit: {limit:,} enqueued tokens. "
+                        "Please try again once some in_progress batches have been completed."
+                    ),
+                    "param": None,
+                    "line": None,
+                }
+            ]
+        self.peak_enqueued[model or ""] = max(self.peak_enqueued.get(model or "", 0), held + tokens)
+        return []
 
     def _parse(self, content: bytes, endpoint: str) -> tuple[list[Row], list[dict[str, Any]]]:
         cfg = self._core.config

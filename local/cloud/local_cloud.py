@@ -1,15 +1,10 @@
-"""The embedded default: the deployed state machine and Lambda code, run on moto in-process.
-
-moto runs the Amazon States Language through its interpreter; its Lambda service would need
-Docker to run functions, so the interpreter's Lambda call is routed to the same handler
-modules that the CDK stack deploys, with a context that reports the remaining time.
-"""
+"""The local cloud itself: moto's services in this process, the deployed state machine on them,
+and its Lambda calls answered by the handlers here, as each step's role, within AWS's quotas."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import dataclasses
 import functools
 import importlib
@@ -19,169 +14,49 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from unittest import mock
 
 import boto3
-import orjson
-from botocore.exceptions import ClientError
 from moto import mock_aws
 from sluice.contract import (
     INBOX_PREFIX,
-    LOCAL_SETTING_DEFAULTS,
     PROVIDER_STEPS,
     STEPS,
     ExecutionStatus,
     Settings,
     WebhookSettings,
-    create_table_request,
-    output_key,
 )
-from sluice.engine import make_session
 from sluice.progress import ProgressSink
 from sluice.store import JobStore
-from sluice.verify import Report, verify
 
-from infra.definition import definition_json, substitute
 from local import ledger, moto_patches, quotas
+from local.cloud.lambdas import (
+    Invocation,
+    LambdaContext,
+    LambdaOutOfMemory,
+    LambdaTimeout,
+    RunInterrupted,
+    lambda_error,
+)
+from local.cloud.names import (
+    ACCOUNT,
+    LOCAL_TTL_DAYS,
+    PREFIX,
+    REGION,
+    create_table,
+    function_arn,
+    function_name,
+    local_definition,
+)
+from local.cloud.settings import LocalSettings
 from local.dynamo_meter import MotoTables
 from local.quotas import MemoryBudget
 from local.receiver import WebhookReceiver
-
-REGION = "us-east-1"
-ACCOUNT = "123456789012"
-PREFIX = "sluice-local"
-# a local run's rows need not outlive the run by much
-LOCAL_TTL_DAYS = 7
-
-
-def create_table(ddb: Any, name: str) -> None:
-    """The jobs table as infra/storage.py declares it: pk/sk, and the sparse provider-id index."""
-    ddb.create_table(**create_table_request(name))
-
-
-def function_name(step: str) -> str:
-    return f"{PREFIX}-{step.replace('_', '-')}"
-
-
-def function_arn(step: str) -> str:
-    return f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{function_name(step)}"
-
-
-def local_definition() -> str:
-    """The deployed definition with the local functions' ARNs put in, as CloudFormation would."""
-    return substitute(definition_json(), {step.placeholder: function_arn(name) for name, step in STEPS.items()})
-
-
-class LambdaTimeout(Exception):
-    """Raised by tests to play a Lambda killed at its timeout, mid-run."""
-
-
-class LambdaOutOfMemory(Exception):
-    """The function used more memory than configured: Lambda stops it and reports this."""
-
-
-class LambdaContext:
-    """The parts of the Lambda context object the handlers use, the local progress sink, and
-    the sessions a shard sends through (`session_factory`), which an interrupted run abandons."""
-
-    def __init__(self, name: str, timeout_s: float, progress: ProgressSink | None = None) -> None:
-        self.function_name = name
-        self.aws_request_id = f"local-{time.monotonic_ns()}"
-        self._deadline = time.monotonic() + timeout_s
-        self.progress = progress
-        self._lock = threading.Lock()
-        # the loop and task sending through a session now, while its session is open
-        self._sending: tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]] | None = None
-
-    def get_remaining_time_in_millis(self) -> int:
-        return max(0, int((self._deadline - time.monotonic()) * 1000))
-
-    def end_now(self) -> None:
-        """As if the timeout were here: a shard takes no new line, lets those in flight finish and checkpoints."""
-        self._deadline = time.monotonic()
-
-    @asynccontextmanager
-    async def session_factory(self, concurrency: int) -> AsyncIterator[Any]:
-        """The shard's HTTP session (`sluice.engine.make_session`); while it is open, `abandon`
-        can cut the task sending through it short."""
-        task = asyncio.current_task()
-        sending = (asyncio.get_running_loop(), task) if task is not None else None
-        with self._lock:
-            self._sending = sending
-        try:
-            async with make_session(concurrency) as session:
-                yield session
-        finally:
-            with self._lock:
-                self._sending = None
-
-    def abandon(self) -> None:
-        """Cancel the task sending now, if one is: the requests in flight get no answer, and the
-        shard checkpoints what it was answered before it ends (`sluice.direct.run_direct`)."""
-        with self._lock:
-            sending = self._sending
-        if sending is None:
-            return
-        loop, task = sending
-
-        def cancel() -> None:
-            # on the loop's own thread: only while that task still sends, never in what follows
-            if self._sending is sending:
-                task.cancel()
-
-        with contextlib.suppress(RuntimeError):  # its loop has closed: the run has ended
-            loop.call_soon_threadsafe(cancel)
-
-
-class RunInterrupted(Exception):
-    """A provider step asked to start after `sluice run` was interrupted: it sends nothing."""
-
-
-@dataclass
-class Invocation:
-    step: str
-    seconds: float
-    error: str | None
-    ended_at: float = field(default_factory=time.time)
-    payload: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class LocalSettings:
-    """The steps' settings a local run may choose (`sluice.contract.Settings`), and the Lambda timeout."""
-
-    concurrency: int = LOCAL_SETTING_DEFAULTS["concurrency"]
-    # fewer shards at once than deployed: they share this machine's cores
-    map_concurrency: int = LOCAL_SETTING_DEFAULTS["map_concurrency"]
-    max_attempts: int = LOCAL_SETTING_DEFAULTS["max_attempts"]
-    request_timeout_s: float = LOCAL_SETTING_DEFAULTS["request_timeout_s"]
-    shard_lines: int = LOCAL_SETTING_DEFAULTS["shard_lines"]
-    # the simulator answers in seconds: a background shard need not wait 10 s to look again
-    poll_seconds: int = LOCAL_SETTING_DEFAULTS["poll_seconds"]
-    lambda_timeout_s: float = 900.0
-    safety_margin_s: float = LOCAL_SETTING_DEFAULTS["safety_margin_s"]
-    retry_base_delay_s: float = LOCAL_SETTING_DEFAULTS["retry_base_delay_s"]
-    batch_max_requests: int = LOCAL_SETTING_DEFAULTS["batch_max_requests"]
-    auto_batch_min_requests: int = LOCAL_SETTING_DEFAULTS["auto_batch_min_requests"]
-    on_batch_incomplete: str = LOCAL_SETTING_DEFAULTS["on_batch_incomplete"]
-    default_mode: str = LOCAL_SETTING_DEFAULTS["default_mode"]
-    default_model: str | None = LOCAL_SETTING_DEFAULTS["default_model"]
-    shared_limit: str = LOCAL_SETTING_DEFAULTS["shared_limit"]
-    batch_queue_tokens: str = LOCAL_SETTING_DEFAULTS["batch_queue_tokens"]
-    batch_queue_default_tokens: int = LOCAL_SETTING_DEFAULTS["batch_queue_default_tokens"]
-    # the provider's limits per model, as cdk.json's `rate_limits` (`sluice.contract.parse_rate_limits`)
-    rate_limits: str | None = LOCAL_SETTING_DEFAULTS["rate_limits"]
-    cache: str = LOCAL_SETTING_DEFAULTS["cache"]
-    # None: the response cache lives in the (moto) bucket, as deployed; `sluice run` gives a directory
-    cache_dir: str | None = None
-    cache_provider: str | None = None
-    # moto keeps every object: a test makes answers old to see them expire
-    cache_ttl_days: int = LOCAL_SETTING_DEFAULTS["cache_ttl_days"]
 
 
 @dataclass
@@ -324,15 +199,7 @@ class LocalCloud:
             if self.before_invoke is not None:
                 self.before_invoke(step, payload)
             context = LambdaContext(function_name(step), timeout, self.calls.progress(self.progress))
-            if step in PROVIDER_STEPS:
-                with self._lock:
-                    draining = self._draining
-                    if not draining:
-                        self._provider_runs.add(context)
-                if draining:
-                    # held until the execution is stopped, so the error reaches no state that would handle it
-                    self._stopped.wait(timeout=60)
-                    raise RunInterrupted(f"{step} not started: the run was interrupted")
+            self._admit(step, context)
             begun, cpu = time.monotonic(), time.thread_time()
             try:
                 with (
@@ -350,17 +217,7 @@ class LocalCloud:
                 with self._lock:
                     self._provider_runs.discard(context)
             elapsed, cpu = time.monotonic() - begun, time.thread_time() - cpu
-            if memory.message:
-                raise LambdaOutOfMemory(memory.message)
-            if fds.message or tmp.message:
-                raise OSError(fds.message or tmp.message)
-            if elapsed > timeout:
-                raise LambdaTimeout(
-                    self.quotas.breach(
-                        f"AWS quota: Lambda timeout for {step} is {timeout:g} s as configured; "
-                        f"the handler ran {elapsed:.1f} s"
-                    )
-                )
+            self._within_limits(step, timeout, elapsed, memory, fds.message or tmp.message)
             answer = json.loads(json.dumps(result))
             response = quotas.json_size(answer)
             if response > quotas.LAMBDA_PAYLOAD_BYTES:
@@ -369,18 +226,42 @@ class LocalCloud:
             with self._lock:
                 self.invocations.append(Invocation(step, time.monotonic() - started, repr(exc), payload=payload))
             self._ledgered(caller, at, time.monotonic() - started, measured, type(exc).__name__)
-            # the shape Lambda gives Step Functions for an unhandled error, or for a timeout
-            kind = "Sandbox.Timedout" if isinstance(exc, LambdaTimeout) else type(exc).__name__
-            if isinstance(exc, LambdaOutOfMemory):
-                kind = "Runtime.OutOfMemory"
-            if isinstance(exc, quotas.QuotaExceeded):
-                kind = "Function.ResponseSizeTooLarge" if "response" in str(exc) else "RequestTooLargeException"
-            error = {"errorType": kind, "errorMessage": str(exc)}
-            return {"StatusCode": 200, "FunctionError": "Unhandled", "Payload": error}
+            return {"StatusCode": 200, "FunctionError": "Unhandled", "Payload": lambda_error(exc)}
         with self._lock:
             self.invocations.append(Invocation(step, time.monotonic() - started, None, payload=payload))
         self._ledgered(caller, at, time.monotonic() - started, measured, "", cpu)
         return {"StatusCode": 200, "Payload": answer}
+
+    def _admit(self, step: str, context: LambdaContext) -> None:
+        """A provider step counts among those running (`stop_sending`), unless the run was
+        interrupted: then it starts nothing, and fails once the execution is stopped."""
+        if step not in PROVIDER_STEPS:
+            return
+        with self._lock:
+            draining = self._draining
+            if not draining:
+                self._provider_runs.add(context)
+        if draining:
+            # held until the execution is stopped, so the error reaches no state that would handle it
+            self._stopped.wait(timeout=60)
+            raise RunInterrupted(f"{step} not started: the run was interrupted")
+
+    def _within_limits(
+        self, step: str, timeout: float, elapsed: float, memory: MemoryBudget, sandbox: str | None
+    ) -> None:
+        """What Lambda would have stopped the handler for: its memory, its sandbox's descriptors
+        or /tmp (`sandbox`, the message), its timeout."""
+        if memory.message:
+            raise LambdaOutOfMemory(memory.message)
+        if sandbox:
+            raise OSError(sandbox)
+        if elapsed > timeout:
+            raise LambdaTimeout(
+                self.quotas.breach(
+                    f"AWS quota: Lambda timeout for {step} is {timeout:g} s as configured; "
+                    f"the handler ran {elapsed:.1f} s"
+                )
+            )
 
     def _ledgered(
         self,
@@ -517,53 +398,3 @@ def _identities(local_iam: Any) -> dict[str, str]:
     if local_iam.workflow is not None:
         found[local_iam.workflow.get_credentials().access_key] = "workflow"
     return found
-
-
-@dataclass
-class JobRun:
-    job_id: str
-    execution: dict[str, Any]
-    results: list[dict[str, Any]]
-    errors: list[dict[str, Any]]
-    summary: dict[str, Any]
-
-    @property
-    def status(self) -> str:
-        return str(self.execution["status"])
-
-    def verify(self, input_path: Path) -> Report:
-        """Invariant 1, checked the way `sluice verify` checks it."""
-        with input_path.open("rb") as fh:
-            return verify(
-                fh,
-                (orjson.dumps(r) for r in self.results),
-                (orjson.dumps(e) for e in self.errors),
-                self.summary or None,
-            )
-
-
-def run_job(cloud: LocalCloud, path: Path, *, metadata: dict[str, str] | None = None, key: str | None = None) -> JobRun:
-    """Upload, start the execution the way the EventBridge rule would, wait, read the outputs."""
-    from sluice.plan import job_id_for, output_prefix
-
-    key, etag = cloud.upload(path, key=key, metadata=metadata)
-    job_id = job_id_for(cloud.bucket, key, etag)
-    execution = cloud.wait(cloud.start(cloud.object_created_event(key, etag), name=f"{job_id}-{time.time_ns()}"))
-    prefix = output_prefix(key)
-    succeeded = execution["status"] == ExecutionStatus.SUCCEEDED
-
-    def read(kind: str) -> bytes | None:
-        """The output, or None when a job that did not succeed wrote none; anything else is raised,
-        so that no test reads a missing file as an empty one."""
-        try:
-            return cloud.read(output_key(prefix, kind))
-        except ClientError as exc:
-            if succeeded or exc.response["Error"]["Code"] not in ("NoSuchKey", "404"):
-                raise
-            return None
-
-    def lines(kind: str) -> list[dict[str, Any]]:
-        return [json.loads(row) for row in (read(kind) or b"").splitlines()]
-
-    summary = read("summary")
-    return JobRun(job_id, execution, lines("results"), lines("errors"), json.loads(summary) if summary else {})
