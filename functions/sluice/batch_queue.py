@@ -72,8 +72,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .limit_local import limit_key
 from .model import Request
-from .shared_limit import limit_key
 
 QUEUE_SORT_KEY = "QUEUE"
 TOKEN_LIMIT_EXCEEDED = "token_limit_exceeded"

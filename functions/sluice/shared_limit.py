@@ -33,11 +33,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hashlib
 import math
 import random
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -50,27 +48,20 @@ from .lease import (
     drained,
     followed,
     give_back,
-    joined,
     lease,
 )
+from .limit_local import Joining, LocalKey, chained, limit_key
 from .limit_table import OFF, OPEN, BucketTable
 from .limits import learned_rate, learned_token_rate, parse_reset_s, remaining, spent
 from .model import Request
 from .retry import retry_after_s, table_retry_delay_s
 from .tokens import estimate_tokens, parsed_body, used_tokens
 
+# limit_key is named here too: callers reach the limiter's key where they reach the limiter
+__all__ = ["SharedLimit", "Ticket", "limit_key"]
+
 # the weight of the newest request in a key's moving average of token costs
 _COST_WEIGHT = 0.05
-# the requests a shard sent before it knew the rate, kept (when, tokens) to debit them from the
-# item it then finds: more than a shard's connections can hold at once
-_UNPACED_KEPT = 4096
-
-
-def limit_key(base_url: str, api_key: str, model: str) -> str:
-    """The limiter's partition key. Only a hash prefix of the key is stored: a table reader
-    can tell two keys apart but learns nothing that lets them call the provider."""
-    digest = hashlib.sha256(f"{base_url.rstrip('/')}|{api_key}".encode()).hexdigest()[:16]
-    return f"LIMIT#{digest}#{model}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,51 +72,6 @@ class Ticket:
     model: str
     tokens: int = 0
     unpaced_at: float = 0.0
-
-
-class _Local:
-    """One limiter key as one shard sees it: the unspent rest of its lease (`tokens` may be a
-    debt), when it may be sent, the end of the shard's period, and the rates it knows."""
-
-    def __init__(self, pk: str) -> None:
-        self.pk = pk
-        self.requests = 0
-        self.tokens = 0.0
-        self.rate: float | None = None
-        self.token_rate = 0.0
-        self.window_s = 0.0
-        self.paused_until = 0.0
-        # the pause this shard last wrote to the item
-        self.paused_written = 0.0
-        # the lease's requests may go from here (a lease taken into debt), until the period's end
-        self.ready_at = 0.0
-        self.until = 0.0
-        # what the last lease set the shard's seat to, and whether the bucket held surplus after it
-        self.seat_until = 0.0
-        self.more = False
-        # what a request of this key has cost lately, in estimated tokens (a moving average)
-        self.cost = 0.0
-        # the provider answers without rate headers: nothing to share
-        self.off = False
-        # when to look for the item (again): without it, requests go unpaced until an answer or
-        # another shard tells the rate
-        self.look_at = 0.0
-        self.look_every = 0.0
-        # the first answer with rate headers is being written to the item: requests wait for it
-        self.joining: asyncio.Task[None] | None = None
-        # this shard claimed the placeholder: its answers say what the others wait for
-        self.learner = False
-        self.opened = False
-        # what went unpaced: (when, estimated tokens) of each request sent before the rate was known
-        self.unpaced: deque[tuple[float, int]] = deque(maxlen=_UNPACED_KEPT)
-        # workers waiting in `take`: how much of a surplus the shard could use at once
-        self.waiting = 0
-        self.lock = asyncio.Lock()
-
-    def unpaced_since(self, since: float) -> tuple[int, float]:
-        """The requests and tokens sent unpaced from `since` on: not in a level set then."""
-        sent = [tokens for when, tokens in self.unpaced if when >= since]
-        return len(sent), float(sum(sent))
 
 
 class SharedLimit:
@@ -163,14 +109,14 @@ class SharedLimit:
         self._clock = clock
         self._sleep = sleep
         self._rand = rand
-        self._keys: dict[str, _Local] = {}
+        self._keys: dict[str, LocalKey] = {}
         self._writes: set[asyncio.Task[Any]] = set()
         self.waited_s = 0.0
 
-    def _local(self, model: str) -> _Local:
+    def _local(self, model: str) -> LocalKey:
         local = self._keys.get(model)
         if local is None:
-            local = self._keys[model] = _Local(limit_key(self._base_url, self._api_key, model))
+            local = self._keys[model] = LocalKey(limit_key(self._base_url, self._api_key, model))
         return local
 
     def seed_for(self, model: str) -> RateSeed | None:
@@ -191,7 +137,7 @@ class SharedLimit:
         finally:
             local.waiting -= 1
 
-    async def _take(self, local: _Local, model: str, cost: int) -> Ticket:
+    async def _take(self, local: LocalKey, model: str, cost: int) -> Ticket:
         while True:
             if local.off:
                 return Ticket(model)
@@ -226,7 +172,7 @@ class SharedLimit:
                 if local.requests == 0 or (local.token_rate > 0 and local.tokens <= 0 and cost > 0):
                     await self._lease(local)
 
-    async def _look(self, local: _Local, model: str) -> None:
+    async def _look(self, local: LocalKey, model: str) -> None:
         """Find the key's item, or create it from the configured limits. Without either, the first
         shard to look learns the rate, sending at its own concurrency, while the others wait for
         it: a wave of every shard's requests before anyone knows the rate would overshoot it."""
@@ -245,7 +191,7 @@ class SharedLimit:
             if isinstance(found, Bucket):
                 if local.unpaced:
                     # another shard learned the rate while this one sent unpaced
-                    how = _Joining(local, self._clock, policy)
+                    how = Joining(local, self._clock, policy)
                     await asyncio.to_thread(self.table.change, local.pk, how)
                     local.unpaced.clear()
                 self._know(local, found)
@@ -285,12 +231,12 @@ class SharedLimit:
             return bucket
         return self.table.load(pk)
 
-    def _know(self, local: _Local, bucket: Bucket) -> None:
+    def _know(self, local: LocalKey, bucket: Bucket) -> None:
         local.rate = bucket.rate
         local.token_rate = bucket.token_rate
         local.window_s = bucket.window_s
 
-    async def _lease(self, local: _Local) -> None:
+    async def _lease(self, local: LocalKey) -> None:
         """Top the shard's balance up once its period is over, or bite the bucket's surplus
         before then; a lost write is tried again after a jittered wait."""
         tries = 0
@@ -367,9 +313,9 @@ class SharedLimit:
             left = (_said(headers, "requests"), _said(headers, "tokens")) if window else (None, None)
             changes.append(lambda b: followed(b, self._clock(), self.policy, rate, token_rate, window, left))
         if changes:
-            self._write_later(functools.partial(self.table.change, local.pk, _chained(changes)))
+            self._write_later(functools.partial(self.table.change, local.pk, chained(changes)))
 
-    def _learn(self, local: _Local, ticket: Ticket, status: int | None, headers: Mapping[str, str] | None) -> None:
+    def _learn(self, local: LocalKey, ticket: Ticket, status: int | None, headers: Mapping[str, str] | None) -> None:
         if local.joining is not None:
             return
         rate = learned_rate(headers) if headers is not None else None
@@ -409,20 +355,20 @@ class SharedLimit:
         local.joining = asyncio.get_running_loop().create_task(self._join(local, bucket))
         self._writes.add(local.joining)
 
-    async def _join(self, local: _Local, bucket: Bucket) -> None:
+    async def _join(self, local: LocalKey, bucket: Bucket) -> None:
         """Make the key's item from what the first answer with rate headers said; when another
         shard made it first, debit what this one sent unpaced since, within what its answer says
         remains."""
         try:
             if not await asyncio.to_thread(self.table.save, local.pk, bucket):
-                how = _Joining(local, self._clock, self.policy, (bucket.level, bucket.token_level))
+                how = Joining(local, self._clock, self.policy, (bucket.level, bucket.token_level))
                 await asyncio.to_thread(self.table.change, local.pk, how)
             local.unpaced.clear()
             self._know(local, bucket)
         finally:
             local.joining = None
 
-    def _on_throttled(self, local: _Local, ticket: Ticket, headers: Mapping[str, str]) -> float | None:
+    def _on_throttled(self, local: LocalKey, ticket: Ticket, headers: Mapping[str, str]) -> float | None:
         """When the bucket must pause until, if the 429 says the quota is spent and this shard
         has not paused it that long already."""
         if not (spent(headers, "requests", 1) or (ticket.tokens > 0 and spent(headers, "tokens", ticket.tokens))):
@@ -477,38 +423,6 @@ class SharedLimit:
             return give_back(bucket, self.lessee, self._clock(), self.policy, requests, tokens, seat_until=seat_until)
 
         return how
-
-
-class _Joining:
-    """The change a shard that sent unpaced makes to the item it finds (`lease.joined`)."""
-
-    def __init__(
-        self,
-        local: _Local,
-        clock: Callable[[], float],
-        policy: LeasePolicy,
-        remaining: tuple[float, float] | None = None,
-    ) -> None:
-        self._local = local
-        self._clock = clock
-        self._policy = policy
-        self._remaining = remaining
-
-    def __call__(self, bucket: Bucket) -> Bucket | None:
-        unpaced = self._local.unpaced_since(bucket.since)
-        return joined(bucket, self._clock(), self._policy, unpaced, self._remaining)
-
-
-def _chained(changes: list[Callable[[Bucket], Bucket | None]]) -> Callable[[Bucket], Bucket | None]:
-    """The changes one after the other, as one write (one version more than the item read)."""
-
-    def how(bucket: Bucket) -> Bucket | None:
-        changed = None
-        for change in changes:
-            changed = change(changed or bucket) or changed
-        return None if changed is None else replace(changed, version=bucket.version + 1)
-
-    return how
 
 
 def _said(headers: Mapping[str, str], kind: str) -> float | None:
