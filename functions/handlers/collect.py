@@ -4,7 +4,6 @@ import asyncio
 from typing import Any
 
 from sluice.background import collect_background
-from sluice.contract import Collected
 
 from .observability import instrumented, shard_run
 from .runtime import runtime
@@ -14,6 +13,6 @@ from .shard_state import shard_spec_from_state
 @instrumented
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     spec = shard_spec_from_state(event)
-    outcome = asyncio.run(collect_background(runtime(context).shard_context(context), spec))
+    outcome = asyncio.run(collect_background(runtime(context).shard_context(context), spec)).to_dict()
     shard_run(outcome)
-    return Collected.from_dict(outcome).to_dict()
+    return outcome

@@ -3,7 +3,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from sluice.contract import DirectRun
 from sluice.direct import run_direct
 
 from .observability import instrumented, shard_run
@@ -14,6 +13,6 @@ from .shard_state import shard_spec_from_state
 @instrumented
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     spec = shard_spec_from_state(event)
-    outcome = asyncio.run(run_direct(runtime(context).shard_context(context), spec))
+    outcome = asyncio.run(run_direct(runtime(context).shard_context(context), spec)).to_dict()
     shard_run(outcome)
-    return DirectRun.from_dict(outcome).to_dict()
+    return outcome

@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from .cache import fill_for
+from .contract import Collected, Submitted
 from .model import BACKGROUND_URLS, ErrorCode, Outcome, Request
 from .parts import PartWriter, assemble, load_checkpoint
 from .shard import (
@@ -150,7 +151,7 @@ def settle(response_body: dict[str, Any]) -> Settled | None:
     )
 
 
-async def submit_background(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any]:
+async def submit_background(ctx: ShardContext, spec: ShardSpec) -> Submitted:
     """Create a background response per pending line and remember its id in the item row.
 
     Lines for an endpoint with no background form (chat completions, embeddings, completions)
@@ -224,12 +225,12 @@ async def submit_background(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any
     if out_of_budget:
         await asyncio.to_thread(write_unsent, ctx.s3, spec, source, skip | seen, writer.add_invalid)
     await writer.aflush(finished=False)
-    return {
-        "submitted": out_of_budget or not stats.stopped_early,
-        "run": checkpoint.runs + 1,
-        "wait_seconds": ctx.settings.poll_seconds,
-        "waiting_since": spec.waiting_since or time.time(),
-    }
+    return Submitted(
+        submitted=out_of_budget or not stats.stopped_early,
+        run=checkpoint.runs + 1,
+        wait_seconds=ctx.settings.poll_seconds,
+        waiting_since=spec.waiting_since or time.time(),
+    )
 
 
 def _settled_outcome(outcome: Outcome, settled: Any) -> Outcome:
@@ -248,7 +249,7 @@ def _settled_outcome(outcome: Outcome, settled: Any) -> Outcome:
     )
 
 
-async def collect_background(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any]:
+async def collect_background(ctx: ShardContext, spec: ShardSpec) -> Collected:
     """Poll every submitted response once; settle the finished ones, keep waiting for the rest."""
     checkpoint = load_checkpoint(ctx.s3, spec)
     waiting = {
@@ -302,4 +303,4 @@ async def collect_background(ctx: ShardContext, spec: ShardSpec) -> dict[str, An
     await writer.aflush(finished=finished, waiting=-unsettled_done)
     if finished:
         assemble(ctx.s3, spec)
-    return {"done": finished, "waiting": left, "wait_seconds": poll_wait_seconds(ctx.settings, elapsed)}
+    return Collected(done=finished, waiting=left, wait_seconds=poll_wait_seconds(ctx.settings, elapsed))

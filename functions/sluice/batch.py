@@ -35,6 +35,7 @@ from .batch_collect import collect_batch as collect_batch
 from .batch_files import BatchPart, part_key, split_parts
 from .batch_queue_table import QueueTable
 from .budget import Budget, worst_case_nano
+from .contract import BatchSubmitted
 from .model import Request
 from .parts import PartWriter, load_checkpoint
 from .shard import ShardContext, ShardSpec, pending, shard_budget, unsent
@@ -74,7 +75,7 @@ def _unsent_since(
 
 async def submit_batch(
     ctx: ShardContext, spec: ShardSpec, *, client: openai.AsyncOpenAI | None = None
-) -> dict[str, Any]:
+) -> BatchSubmitted:
     """Cut the shard into files and create the batches the queue has room for, or find the ones
     an earlier attempt already created."""
     ctx.store.begin_batch_submit(spec.job_id, spec.shard, time.time())
@@ -128,9 +129,9 @@ async def submit_batch(
         if budget is not None:
             budget.close()
     writer.flush(finished=False)
-    return {
-        "batch_ids": [batch_id for batch_id in state.batch_ids if batch_id],
-        "batches_created": created,
-        "requests": sum(len(p.lines) for p in parts),
-        "wait_seconds": batch_wait_seconds(settings, 0.0),
-    }
+    return BatchSubmitted(
+        batch_ids=[batch_id for batch_id in state.batch_ids if batch_id],
+        batches_created=created,
+        requests=sum(len(p.lines) for p in parts),
+        wait_seconds=batch_wait_seconds(settings, 0.0),
+    )

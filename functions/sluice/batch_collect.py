@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import openai
@@ -17,6 +18,7 @@ from .batch_files import BatchPart, part_key
 from .batch_queue import Hold, limit_exceeded
 from .batch_queue_table import QueueTable
 from .cache import fill_for
+from .contract import BatchCollected
 from .model import ErrorCode, Outcome
 from .parts import PartWriter, assemble, load_checkpoint, parts_stats
 from .shard import ShardContext, ShardSpec
@@ -189,7 +191,7 @@ async def _collect_one(
 
 async def collect_batch(
     ctx: ShardContext, spec: ShardSpec, *, client: openai.AsyncOpenAI | None = None
-) -> dict[str, Any]:
+) -> BatchCollected:
     """Collect every batch that ended and create the files still waiting for room in the queue;
     finish, fall back to direct for leftovers, or wait on."""
     row = ctx.store.shard(spec.job_id, spec.shard) or {}
@@ -253,20 +255,16 @@ async def collect_batch(
             await delete_files(api, [*ended, *refused])
     elapsed = time.time() - float(row.get("batch_submit_at") or time.time())
     wait_seconds = batch_wait_seconds(settings, elapsed)
-    outcome = {
-        "done": done,
-        "fallback": fallback,
-        "waiting": len(waiting),
-        "collected": len(collected),
-        "wait_seconds": wait_seconds,
-    }
+    outcome = BatchCollected(
+        done=done, fallback=fallback, waiting=len(waiting), collected=len(collected), wait_seconds=wait_seconds
+    )
     if waiting:
         if row.get("provider_id") != waiting[0] or "batch_settled" in row:
             ctx.store.await_batch(spec.job_id, spec.shard, waiting[0])
         return outcome
     if queued:
         # nothing runs to wake the shard: it sleeps until the queue may have room
-        outcome["wait_seconds"] = max(wait_seconds, math.ceil(state.retry_at - time.time()))
+        outcome = replace(outcome, wait_seconds=max(wait_seconds, math.ceil(state.retry_at - time.time())))
         if row.get("provider_id") != queued_marker(spec) or "batch_settled" in row:
             ctx.store.await_batch(spec.job_id, spec.shard, queued_marker(spec))
         return outcome

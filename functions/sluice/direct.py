@@ -12,10 +12,9 @@ import asyncio
 import time
 from collections.abc import Iterator
 from dataclasses import replace
-from typing import Any
 
 from .cache import fill_for
-from .contract import ProviderRefused
+from .contract import DirectRun, ProviderRefused
 from .lines import LineError
 from .model import ErrorCode, Outcome, Request
 from .parts import PartWriter, assemble, load_checkpoint
@@ -28,7 +27,7 @@ class ShardStalled(RuntimeError):
     """A run ended before sending anything: the Lambda timeout leaves no room for a request."""
 
 
-async def run_direct(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any]:
+async def run_direct(ctx: ShardContext, spec: ShardSpec) -> DirectRun:
     started = time.monotonic()
     checkpoint = load_checkpoint(ctx.s3, spec)
     fill = fill_for(ctx, spec, run=checkpoint.runs + 1, path="direct")
@@ -73,7 +72,7 @@ async def run_direct(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any]:
     finished = not stats.stopped_early or out_of_budget or refused is not None
     if stopper.stopped:
         await writer.aflush(finished=False)
-        return {"done": False, "cancelled": True, "run": checkpoint.runs + 1, "sent": writer.done + writer.failed}
+        return DirectRun(done=False, cancelled=True, run=checkpoint.runs + 1, sent=writer.done + writer.failed)
     if not finished and stats.sent == 0:
         raise ShardStalled(
             f"shard {spec.shard} stopped before sending anything: {ctx.remaining_s():.0f} s left is under the "
@@ -82,12 +81,12 @@ async def run_direct(ctx: ShardContext, spec: ShardSpec) -> dict[str, Any]:
     await writer.aflush(finished=finished)
     if finished:
         assemble(ctx.s3, spec)
-    return {
-        "done": finished,
-        "run": checkpoint.runs + 1,
-        "sent": writer.done + writer.failed,
-        "seconds": round(time.monotonic() - started, 3),
-    }
+    return DirectRun(
+        done=finished,
+        run=checkpoint.runs + 1,
+        sent=writer.done + writer.failed,
+        seconds=round(time.monotonic() - started, 3),
+    )
 
 
 def _write_refused(

@@ -283,7 +283,7 @@ class Deployed:
     def run_shard(self, spec: Any) -> None:
         from sluice.direct import run_direct
 
-        assert asyncio.run(run_direct(self.context(), spec))["done"]
+        assert asyncio.run(run_direct(self.context(), spec)).done
 
     def merge(self, state: dict[str, Any]) -> dict[str, Any]:
         from sluice.merge import merge_job
@@ -537,7 +537,7 @@ def test_cancel_stops_the_execution_cancels_provider_work_and_keeps_what_finishe
     ctx = deployed.context()
     asyncio.run(submit_background(ctx, done_shard))
     deadline = time.monotonic() + 10
-    while not asyncio.run(collect_background(ctx, done_shard))["done"]:
+    while not asyncio.run(collect_background(ctx, done_shard)).done:
         assert time.monotonic() < deadline, "the first shard should settle quickly"
         time.sleep(0.05)
     # the second shard's responses (and a batch of it) are still running when the user cancels

@@ -23,7 +23,7 @@ from sluice.batch import collect_batch, submit_batch
 from sluice.batch_advance import batch_wait_seconds
 from sluice.batch_collect import row_outcome
 from sluice.batch_files import BatchPart, part_key, split_parts
-from sluice.contract import Settings
+from sluice.contract import BatchCollected, Settings
 from sluice.costs import provider_costs
 from sluice.engine import make_session
 from sluice.model import ErrorCode, Outcome, Request
@@ -192,11 +192,11 @@ class Env:
     def creates(self) -> list[dict[str, Any]]:
         return [e for e in self.sim.log if e["method"] == "POST" and e["path"] == "/v1/batches"]
 
-    def wait_ended(self, spec: ShardSpec) -> dict[str, Any]:
+    def wait_ended(self, spec: ShardSpec) -> BatchCollected:
         deadline = time.monotonic() + 10
         while True:
             outcome = asyncio.run(collect_batch(self.ctx, spec))
-            if outcome["done"] or outcome["fallback"]:
+            if outcome.done or outcome.fallback:
                 return outcome
             assert time.monotonic() < deadline, "the batches never ended"
             time.sleep(0.05)
@@ -246,17 +246,17 @@ def test_submit_records_every_batch_and_a_retry_creates_none(env: Env) -> None:
     env.ctx = replace(env.ctx, settings=replace(env.ctx.settings, batch_max_requests=3))
     first = asyncio.run(submit_batch(env.ctx, spec))
     # 4 valid chat rows in files of at most 3, then the embeddings
-    assert first["batches_created"] == 3 and first["requests"] == 7
+    assert first.batches_created == 3 and first.requests == 7
     row = env.store.shard(JOB, 0) or {}
-    assert row["batch_ids"] == first["batch_ids"] and row["provider_id"] == first["batch_ids"][0]
-    batch_ids = first["batch_ids"]
+    assert row["batch_ids"] == first.batch_ids and row["provider_id"] == first.batch_ids[0]
+    batch_ids = first.batch_ids
     described = env.sim.call(lambda sim: [sim.batches[b] for b in batch_ids])
     assert [b.endpoint for b in described] == ["/v1/chat/completions", "/v1/chat/completions", "/v1/embeddings"]
     assert [b.metadata for b in described] == [{"job": JOB, "shard": "0", "part": str(n)} for n in range(3)]
     assert load_checkpoint(env.s3, spec).done == {3}  # the broken line is already an error
 
     again = asyncio.run(submit_batch(env.ctx, spec))
-    assert again["batch_ids"] == first["batch_ids"] and again["batches_created"] == 0
+    assert again.batch_ids == first.batch_ids and again.batches_created == 0
     assert len(env.creates()) == 3
 
 
@@ -275,9 +275,9 @@ def test_a_submit_that_died_before_recording_its_batch_finds_it_at_the_provider(
     assert len(env.creates()) == 1
     monkeypatch.setattr(JobStore, "set_shard_batches", original)
     retried = asyncio.run(submit_batch(env.ctx, spec))
-    assert retried["batches_created"] == 0
-    assert retried["batch_ids"] == [env.creates()[0]["batch_id"]]
-    assert (env.store.shard(JOB, 0) or {})["batch_ids"] == retried["batch_ids"]
+    assert retried.batches_created == 0
+    assert retried.batch_ids == [env.creates()[0]["batch_id"]]
+    assert (env.store.shard(JOB, 0) or {})["batch_ids"] == retried.batch_ids
 
 
 def test_collect_waits_then_writes_results_in_input_order_with_row_errors(env: Env) -> None:
@@ -285,8 +285,8 @@ def test_collect_waits_then_writes_results_in_input_order_with_row_errors(env: E
     spec = env.shard(lines(30))
     asyncio.run(submit_batch(env.ctx, spec))
     early = asyncio.run(collect_batch(env.ctx, spec))
-    assert early == {"done": False, "fallback": False, "waiting": 1, "collected": 0, "wait_seconds": 1}
-    assert env.wait_ended(spec)["done"] is True
+    assert early.to_dict() == {"done": False, "fallback": False, "waiting": 1, "collected": 0, "wait_seconds": 1}
+    assert env.wait_ended(spec).done is True
     results, errors = env.outputs(spec)
     assert len(results) + len(errors) == 30 and errors
     order = [int(r["custom_id"].split("-")[1]) for r in results]
@@ -298,7 +298,7 @@ def test_collect_waits_then_writes_results_in_input_order_with_row_errors(env: E
     assert report["fallback_lines"] == 0 and report["batches"][0]["status"] == "completed"
     assert report["batch_models"]["gpt-4o-mini"][0] > 0
     # collecting again is harmless: nothing is written twice
-    assert asyncio.run(collect_batch(env.ctx, spec))["done"] is True
+    assert asyncio.run(collect_batch(env.ctx, spec)).done is True
     assert env.outputs(spec) == (results, errors)
 
 
@@ -306,7 +306,7 @@ def test_the_webhook_index_follows_the_batch_still_running(env: Env) -> None:
     spec = env.shard(lines(4))
     env.ctx = replace(env.ctx, settings=replace(env.ctx.settings, batch_max_requests=2))
     env.sim.configure(batch_phase_s=0.05)
-    first_id, second_id = asyncio.run(submit_batch(env.ctx, spec))["batch_ids"]
+    first_id, second_id = asyncio.run(submit_batch(env.ctx, spec)).batch_ids
 
     # hold the second batch back: it stays in progress while the first one completes
     def hold(sim: Any) -> None:
@@ -316,7 +316,7 @@ def test_the_webhook_index_follows_the_batch_still_running(env: Env) -> None:
     env.store.settle_batch(first_id, "completed")
     time.sleep(0.3)
     outcome = asyncio.run(collect_batch(env.ctx, spec))
-    assert (outcome["done"], outcome["waiting"], outcome["collected"]) == (False, 1, 1)
+    assert (outcome.done, outcome.waiting, outcome.collected) == (False, 1, 1)
     row = env.store.shard(JOB, 0) or {}
     assert row["provider_id"] == second_id and "batch_settled" not in row
     assert row["batch_states"][first_id]["results"] == 2
@@ -328,13 +328,13 @@ def test_expired_rows_follow_the_policy(env: Env) -> None:
     direct = env.shard(lines(20), shard=0)
     asyncio.run(submit_batch(env.ctx, direct))
     outcome = env.wait_ended(direct)
-    assert (outcome["done"], outcome["fallback"]) == (False, True)
+    assert (outcome.done, outcome.fallback) == (False, True)
     done = load_checkpoint(env.s3, direct).done
     assert 0 < len(done) < 20  # the finished half is kept; the rest is left for RunShard
 
     reported = env.shard(lines(20), shard=1, on_batch_incomplete="error")
     asyncio.run(submit_batch(env.ctx, reported))
-    assert env.wait_ended(reported)["done"] is True
+    assert env.wait_ended(reported).done is True
     results, errors = env.outputs(reported)
     assert len(results) + len(errors) == 20 and errors
     assert {e["error"]["code"] for e in errors} == {"batch_expired"}
@@ -344,7 +344,7 @@ def test_a_validation_failure_puts_the_providers_errors_on_the_rows(env: Env) ->
     env.sim.configure(batch_validation_error=True)
     spec = env.shard(lines(6), on_batch_incomplete="error")
     asyncio.run(submit_batch(env.ctx, spec))
-    assert env.wait_ended(spec)["done"] is True
+    assert env.wait_ended(spec).done is True
     results, errors = env.outputs(spec)
     assert results == [] and len(errors) == 6
     assert {e["error"]["code"] for e in errors} == {"batch_failed"}
@@ -354,23 +354,23 @@ def test_a_validation_failure_puts_the_providers_errors_on_the_rows(env: Env) ->
 
     direct = env.shard(lines(6), shard=1)
     asyncio.run(submit_batch(env.ctx, direct))
-    assert env.wait_ended(direct)["fallback"] is True
+    assert env.wait_ended(direct).fallback is True
     assert load_checkpoint(env.s3, direct).done == {1}  # only the row the provider blamed has an outcome
 
 
 def test_a_shard_with_nothing_to_send_needs_no_batch(env: Env) -> None:
     spec = env.shard([b"not json\n", b"\n"])
     submitted = asyncio.run(submit_batch(env.ctx, spec))
-    assert submitted["batch_ids"] == [] and env.creates() == []
+    assert submitted.batch_ids == [] and env.creates() == []
     assert env.store.arm_shard(JOB, 0, "token") is True  # wakes at once
-    assert asyncio.run(collect_batch(env.ctx, spec))["done"] is True
+    assert asyncio.run(collect_batch(env.ctx, spec)).done is True
     results, errors = env.outputs(spec)
     assert results == [] and [e["error"]["code"] for e in errors] == ["invalid_json"]
 
 
 def test_part_maps_are_written_before_the_batch_exists(env: Env) -> None:
     spec = env.shard(lines(3))
-    batch_ids = asyncio.run(submit_batch(env.ctx, spec))["batch_ids"]
+    batch_ids = asyncio.run(submit_batch(env.ctx, spec)).batch_ids
     part = BatchPart.from_manifest(env.s3.get_object(Bucket=env.bucket, Key=part_key(spec, 0))["Body"].read())
     assert (part.lines, part.custom_ids) == ([1, 2, 3], ["u-0", "u-1", "u-2"])
     batch = env.sim.call(lambda s: s.batches[batch_ids[0]])
@@ -392,4 +392,4 @@ def test_a_create_whose_answer_is_lost_is_found_not_repeated(env: Env, monkeypat
     monkeypatch.setattr(AsyncBatches, "create", answer_lost)
     spec = env.shard(lines(3))
     submitted = asyncio.run(submit_batch(env.ctx, spec))
-    assert submitted["batch_ids"] == lost and len(env.creates()) == 1
+    assert submitted.batch_ids == lost and len(env.creates()) == 1

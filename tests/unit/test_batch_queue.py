@@ -16,7 +16,7 @@ from openai.resources.batches import AsyncBatches
 from sluice.batch import collect_batch, split_parts, submit_batch
 from sluice.batch_queue import HOLD_GRACE_S, Hold, caught_up, estimate_tokens, queue_key, window_of
 from sluice.batch_queue_table import QueueTable
-from sluice.contract import Settings, SettingsError
+from sluice.contract import BatchCollected, Settings, SettingsError
 from sluice.model import Request
 
 from local.simulator import SimConfig, SimulatorServer
@@ -110,17 +110,17 @@ def test_the_simulator_fails_a_batch_over_the_queue_limit_as_openai_does() -> No
         )
 
 
-def _run_shards(env: Env, specs: list[Any]) -> list[dict[str, Any]]:
+def _run_shards(env: Env, specs: list[Any]) -> list[BatchCollected]:
     for spec in specs:
         asyncio.run(submit_batch(env.ctx, spec))
-    finished: dict[int, dict[str, Any]] = {}
+    finished: dict[int, BatchCollected] = {}
     deadline = time.monotonic() + 60
     while len(finished) < len(specs):
         assert time.monotonic() < deadline, "the shards never finished"
         for spec in specs:
             if spec.shard not in finished:
                 outcome = asyncio.run(collect_batch(env.ctx, spec))
-                if outcome["done"] or outcome["fallback"]:
+                if outcome.done or outcome.fallback:
                     finished[spec.shard] = outcome
         time.sleep(0.05)
     return [finished[spec.shard] for spec in specs]
@@ -134,7 +134,7 @@ def test_two_shards_never_hold_more_than_the_limit_and_finish_every_line(batch_e
     env.ctx = replace(env.ctx, settings=replace(env.ctx.settings, batch_queue_tokens=f"gpt-4o-mini={limit}"))
     specs = [env.shard(lines(20), shard=s) for s in (0, 1)]
     outcomes = _run_shards(env, specs)
-    assert all(o["done"] for o in outcomes)
+    assert all(o.done for o in outcomes)
     for spec in specs:
         results, errors = env.outputs(spec)
         assert len(results) == 20 and errors == []
@@ -168,11 +168,11 @@ def test_a_batch_refused_for_a_full_queue_is_created_again_and_leaves_no_file(ba
     env.sim.configure(batch_phase_s=0.2)
     spec = env.shard(lines(8))
     submitted = asyncio.run(submit_batch(env.ctx, spec))
-    assert submitted["batches_created"] == 1
-    refused_id = submitted["batch_ids"][0]
+    assert submitted.batches_created == 1
+    refused_id = submitted.batch_ids[0]
     refused = env.sim.call(lambda s: s.batches[refused_id])
     outcome = _run_shards(env, [spec])[0]
-    assert outcome["done"] is True
+    assert outcome.done is True
     results, errors = env.outputs(spec)
     assert [r["custom_id"] for r in results] == [f"u-{n}" for n in range(8)] and errors == []
     creates = env.sim.call(lambda s: list(s.batches.values()))
@@ -215,9 +215,9 @@ def test_a_hold_left_by_a_shard_that_died_is_reconciled_away_and_the_queue_moves
     env.sim.call(lambda s: setattr(s.batches[batch.id], "created_at", int(long_ago)))
     spec = env.shard(lines(5))
     submitted = asyncio.run(submit_batch(env.ctx, spec))
-    assert submitted["batches_created"] == 1
+    assert submitted.batches_created == 1
     assert _queue_left(env, 300, [("dead-job", 0), (JOB, 0)])[0] == [Hold(JOB, 0, 0, 1)]
-    assert _run_shards(env, [spec])[0]["done"] is True
+    assert _run_shards(env, [spec])[0].done is True
     assert _queue_left(env, 300, [("dead-job", 0), (JOB, 0)]) == ([], 300)
 
 
@@ -246,14 +246,14 @@ def test_a_create_refused_outright_for_a_full_queue_waits_and_goes_again(
     spec = env.shard(lines(12))
     submitted = asyncio.run(submit_batch(env.ctx, spec))
     # the first file was refused: the rest of the shard's files wait with it, holding nothing
-    assert submitted["batches_created"] == 0 and submitted["batch_ids"] == []
+    assert submitted.batches_created == 0 and submitted.batch_ids == []
     assert env.sim.call(lambda s: list(s.files)) == []
     assert _queue_left(env, 300, [(JOB, 0)]) == ([], 300)
     row = env.store.shard(JOB, 0) or {}
     assert row["batch_tries"] == {"0": 2} and row["batch_requeued"] == 1
     assert row["provider_id"] == f"QUEUED#{JOB}#0"
     assert env.store.arm_shard(JOB, 0, "token") is False  # the wait is the backoff, not a busy loop
-    assert _run_shards(env, [spec])[0]["done"] is True
+    assert _run_shards(env, [spec])[0].done is True
     results, errors = env.outputs(spec)
     assert len(results) == 12 and errors == []
     metadata = env.sim.call(lambda s: [b.metadata for b in s.batches.values()])

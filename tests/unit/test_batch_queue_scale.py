@@ -66,7 +66,7 @@ def test_the_queues_items_and_their_writes_stay_the_same_size_however_many_shard
     for count in (8, 48):
         while shard < count:
             spec = env.shard(lines(2), shard=shard)
-            assert asyncio.run(submit_batch(env.ctx, spec))["batches_created"] == 1
+            assert asyncio.run(submit_batch(env.ctx, spec)).batches_created == 1
             shard += 1
         sizes.append(_queue_item_bytes())
         busiest.append(calls.shared(calls.writes))

@@ -160,7 +160,7 @@ def test_a_cancel_marks_every_shard_so_a_run_still_starting_sends_nothing(aws: A
     spec = load_manifest(aws.s3, BUCKET, state["manifest_key"])[1]
     ctx = ShardContext(aws.s3, aws.store, aws.settings, "sk-test", lambda: 900.0, make_session)
     ran = asyncio.run(run_direct(ctx, spec))
-    assert ran["cancelled"] and ran["sent"] == 0
+    assert ran.cancelled and ran.sent == 0
     assert simulator.log == []
 
 

@@ -51,7 +51,7 @@ def run(
         async with serve(provider):
             settings = replace(aws.settings, provider_base_url=provider.base_url, retry_base_delay_s=0.001)
             ctx = ShardContext(aws.s3, aws.store, settings, "sk-test", remaining_s, make_session)
-            return await run_direct(ctx, spec)
+            return (await run_direct(ctx, spec)).to_dict()
 
     return asyncio.run(go())
 
