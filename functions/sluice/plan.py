@@ -289,92 +289,10 @@ def plan_job(
     if not store.claim_job(job_id, execution=execution, bucket=bucket, key=key, etag=quoted, started_at=started):
         return replace(planned, duplicate=True)
 
-    view: CacheView | None = None
-    if options.cache in ("on", "read"):
-        view = CacheView.load(cache_store(s3, settings), now=started, ttl_days=settings.cache_ttl_days)
-    # an empty cache costs Plan one LIST: no line is encoded or hashed for it
-    keys = (
-        JobKeys(settings.cache_provider_name, view.digits, model=options.model, default_model=settings.default_model)
-        if view is not None and len(view)
-        else None
-    )
-    body = s3.get_object(Bucket=bucket, Key=key, IfMatch=quoted)["Body"]
-    # a budget needs a price for every model the job sends to; the job's model replaces the lines'
-    models: set[str | None] | None = set() if options.budget_usd and not options.model else None
-    table = read_lines(
-        split_lines(body.iter_chunks(READ_CHUNK)),
-        model=options.model,
-        default_model=settings.default_model,
-        keys=keys,
-        models=models,
-    )
-    if options.budget_usd:
-        check_budget_models(options, settings, models or set())
-    answers: CacheAnswers | None = None
-    if view is not None and keys is not None:
-        view.read_level0()
-        hits = find_hits(view, keys, table.lines)
-        answers = CacheAnswers(view, hits, table, keys, s3=s3, bucket=bucket, key=key, etag=quoted, job_id=job_id)
-    try:
-        shards = cut_shards(
-            table,
-            shard_lines=settings.shard_lines,
-            answer=answers.answer if answers is not None else None,
-            closed=answers.closed if answers is not None else None,
-        )
-    finally:
-        if answers is not None:
-            answers.finish()
-    result = PlanResult(shards, table.lines, table.requests, table.invalid, table.blank, sum(table.lengths))
-    cached = answers.shard_hits if answers is not None else {}
-    answered = answers.answered if answers is not None else set()
+    result, cached, answered = _cut(s3, settings, options, planned, started)
     if progress is not None and cached:
         progress.cached(sum(cached.values()))
-
-    running = max(1, min(len(result.shards), options.map_concurrency))
-    # every running shard gets an equal share of the job's budgets; one Lambda holds at most
-    # MAX_SHARD_CONNECTIONS sockets, so that its file descriptors last (however few shards run)
-    per_shard = min(MAX_SHARD_CONNECTIONS, max(1, math.ceil(options.concurrency / running)))
-    rpm_share = options.rpm / running if options.rpm else 0
-    tpm_share = options.tpm / running if options.tpm else 0
-    manifest = []
-    for shard in result.shards:
-        spec = ShardSpec(
-            job_id=job_id,
-            shard=shard.index,
-            bucket=bucket,
-            key=key,
-            etag=quoted,
-            start=shard.start,
-            end=shard.end,
-            first_line=shard.first_line,
-            lines=shard.lines,
-            mode=options.shard_mode(shard.requests, settings),
-            on_batch_incomplete=options.on_batch_incomplete,
-            concurrency=per_shard,
-            running=running,
-            rpm=rpm_share,
-            tpm=tpm_share,
-            job_rpm=options.rpm,
-            job_tpm=options.tpm,
-            max_attempts=options.max_attempts,
-            model=options.model,
-            default_model=settings.default_model,
-            duplicates_key=f"{shard_prefix(job_id, shard.index)}duplicates.json" if shard.duplicates else None,
-            blank=shard.blank,
-            budget_usd=options.budget_usd,
-            cache=options.cache,
-            cache_incomplete=options.cache_incomplete,
-            answered=shard.index in answered,
-        )
-        if spec.duplicates_key is not None:
-            s3.put_object(
-                Bucket=bucket,
-                Key=spec.duplicates_key,
-                Body=orjson.dumps({str(k): v for k, v in shard.duplicates.items()}),
-                ContentType="application/json",
-            )
-        manifest.append(spec)
+    manifest = _shard_specs(s3, settings, options, planned, result, answered)
     items = [spec.to_item() for spec in manifest]
     s3.put_object(Bucket=bucket, Key=planned.manifest_key, Body=orjson.dumps(items), ContentType="application/json")
     plan_summary = {
@@ -401,3 +319,113 @@ def plan_job(
         answered=answered,
     )
     return replace(planned, shards=len(result.shards), lines=result.lines)
+
+
+def _cut(
+    s3: Any, settings: Settings, options: JobOptions, planned: Planned, started: float
+) -> tuple[PlanResult, dict[int, int], set[int]]:
+    """Read the object's lines and cut them into shards, answering from the cache what it holds.
+    Also returns the cache hits per shard and the shards the cache answered whole."""
+    view: CacheView | None = None
+    if options.cache in ("on", "read"):
+        view = CacheView.load(cache_store(s3, settings), now=started, ttl_days=settings.cache_ttl_days)
+    # an empty cache costs Plan one LIST: no line is encoded or hashed for it
+    keys = (
+        JobKeys(settings.cache_provider_name, view.digits, model=options.model, default_model=settings.default_model)
+        if view is not None and len(view)
+        else None
+    )
+    body = s3.get_object(Bucket=planned.bucket, Key=planned.key, IfMatch=planned.etag)["Body"]
+    # a budget needs a price for every model the job sends to; the job's model replaces the lines'
+    models: set[str | None] | None = set() if options.budget_usd and not options.model else None
+    table = read_lines(
+        split_lines(body.iter_chunks(READ_CHUNK)),
+        model=options.model,
+        default_model=settings.default_model,
+        keys=keys,
+        models=models,
+    )
+    if options.budget_usd:
+        check_budget_models(options, settings, models or set())
+    answers: CacheAnswers | None = None
+    if view is not None and keys is not None:
+        view.read_level0()
+        hits = find_hits(view, keys, table.lines)
+        answers = CacheAnswers(
+            view,
+            hits,
+            table,
+            keys,
+            s3=s3,
+            bucket=planned.bucket,
+            key=planned.key,
+            etag=planned.etag,
+            job_id=planned.job_id,
+        )
+    try:
+        shards = cut_shards(
+            table,
+            shard_lines=settings.shard_lines,
+            answer=answers.answer if answers is not None else None,
+            closed=answers.closed if answers is not None else None,
+        )
+    finally:
+        if answers is not None:
+            answers.finish()
+    result = PlanResult(shards, table.lines, table.requests, table.invalid, table.blank, sum(table.lengths))
+    if answers is None:
+        return result, {}, set()
+    return result, answers.shard_hits, answers.answered
+
+
+def _shard_specs(
+    s3: Any, settings: Settings, options: JobOptions, planned: Planned, result: PlanResult, answered: set[int]
+) -> list[ShardSpec]:
+    """One spec per shard, each with an equal share of the job's limits; a shard's duplicate
+    custom ids are written to a file of its own, which its spec names."""
+    job_id = planned.job_id
+    running = max(1, min(len(result.shards), options.map_concurrency))
+    # every running shard gets an equal share of the job's budgets; one Lambda holds at most
+    # MAX_SHARD_CONNECTIONS sockets, so that its file descriptors last (however few shards run)
+    per_shard = min(MAX_SHARD_CONNECTIONS, max(1, math.ceil(options.concurrency / running)))
+    rpm_share = options.rpm / running if options.rpm else 0
+    tpm_share = options.tpm / running if options.tpm else 0
+    manifest = []
+    for shard in result.shards:
+        spec = ShardSpec(
+            job_id=job_id,
+            shard=shard.index,
+            bucket=planned.bucket,
+            key=planned.key,
+            etag=planned.etag,
+            start=shard.start,
+            end=shard.end,
+            first_line=shard.first_line,
+            lines=shard.lines,
+            mode=options.shard_mode(shard.requests, settings),
+            on_batch_incomplete=options.on_batch_incomplete,
+            concurrency=per_shard,
+            running=running,
+            rpm=rpm_share,
+            tpm=tpm_share,
+            job_rpm=options.rpm,
+            job_tpm=options.tpm,
+            max_attempts=options.max_attempts,
+            model=options.model,
+            default_model=settings.default_model,
+            duplicates_key=f"{shard_prefix(job_id, shard.index)}duplicates.json" if shard.duplicates else None,
+            blank=shard.blank,
+            budget_usd=options.budget_usd,
+            cache=options.cache,
+            cache_incomplete=options.cache_incomplete,
+            answered=shard.index in answered,
+        )
+        if spec.duplicates_key is not None:
+            s3.put_object(
+                Bucket=planned.bucket,
+                Key=spec.duplicates_key,
+                Body=orjson.dumps({str(k): v for k, v in shard.duplicates.items()}),
+                ContentType="application/json",
+            )
+        manifest.append(spec)
+    return manifest
