@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import AsyncIterator
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import openai
@@ -104,6 +104,35 @@ def _ended_at(batch: Any) -> int | None:
     return None
 
 
+def _validation_errors(batch: Any, part: BatchPart, pending: set[int]) -> tuple[list[Outcome], list[str]]:
+    """A batch that failed validation: an error for each pending row its errors name (once),
+    and the errors that name no row of the file."""
+    if batch.status != "failed":
+        return [], []
+    rejected: dict[int, Outcome] = {}
+    general: list[str] = []
+    for problem in (batch.errors.data if batch.errors else None) or []:
+        described = f"{problem.code or 'invalid'}: {problem.message or 'no message'}"
+        if problem.param:
+            described += f" (param {problem.param})"
+        row = problem.line
+        if row is None or not 1 <= row <= len(part.lines):
+            general.append(described)
+            continue
+        line = part.lines[row - 1]
+        if line in pending and line not in rejected:
+            rejected[line] = Outcome(
+                line,
+                part.custom_ids[row - 1],
+                None,
+                None,
+                None,
+                error_code=ErrorCode.BATCH_FAILED,
+                error_message=f"batch {batch.id} failed validation on this row: {described}",
+            )
+    return list(rejected.values()), general
+
+
 async def _collect_one(
     api: openai.AsyncOpenAI,
     spec: ShardSpec,
@@ -129,30 +158,9 @@ async def _collect_one(
         results += outcome.ok
         errors += not outcome.ok
 
-    general: list[str] = []
-    if batch.status == "failed":
-        problems = (batch.errors.data if batch.errors else None) or []
-        for problem in problems:
-            described = f"{problem.code or 'invalid'}: {problem.message or 'no message'}"
-            if problem.param:
-                described += f" (param {problem.param})"
-            row = problem.line
-            if row is None or not 1 <= row <= len(part.lines):
-                general.append(described)
-                continue
-            line = part.lines[row - 1]
-            if line in pending and line not in written:
-                write(
-                    Outcome(
-                        line,
-                        part.custom_ids[row - 1],
-                        None,
-                        None,
-                        None,
-                        error_code=ErrorCode.BATCH_FAILED,
-                        error_message=f"batch {batch.id} failed validation on this row: {described}",
-                    )
-                )
+    rejected, general = _validation_errors(batch, part, pending)
+    for outcome in rejected:
+        write(outcome)
     for file_id in (batch.output_file_id, batch.error_file_id):
         if not file_id:
             continue
@@ -189,6 +197,57 @@ async def _collect_one(
     }
 
 
+@dataclass
+class _Seen:
+    """What one look at the shard's batches found: the states of those collected now (by id), the
+    batches that ended (collected) or were refused (to requeue), and the ids still running."""
+
+    collected: dict[str, dict[str, Any]] = field(default_factory=dict)
+    ended: list[Any] = field(default_factory=list)
+    refused: list[Any] = field(default_factory=list)
+    waiting: list[str] = field(default_factory=list)
+
+
+async def _look_at_batches(
+    api: openai.AsyncOpenAI,
+    ctx: ShardContext,
+    spec: ShardSpec,
+    state: ShardBatches,
+    states: dict[str, dict[str, Any]],
+    done: set[int],
+    writer: PartWriter,
+) -> _Seen:
+    """Ask the provider about every batch not collected yet: collect the ended ones, requeue the
+    ones its full queue refused, then create the files still waiting for room."""
+    queue = QueueTable(ctx.store.table)
+    seen = _Seen()
+    for index, batch_id in enumerate(list(state.batch_ids)):
+        if not batch_id or batch_id in states:
+            continue
+        batch = await api.batches.retrieve(batch_id)
+        if batch.status not in TERMINAL:
+            seen.waiting.append(batch_id)
+            continue
+        # the provider's queue let go of these tokens: so does ours
+        queue.release(Hold(spec.job_id, spec.shard, index, state.attempt(index)))
+        if limit_exceeded(batch):
+            # the queue was full: nothing ran, so the file waits and goes again later
+            requeue(ctx, spec, state, index)
+            seen.refused.append(batch)
+            if ctx.progress is not None:
+                ctx.progress.waiting(-state.lines[index])
+            continue
+        raw = ctx.s3.get_object(Bucket=spec.bucket, Key=part_key(spec, index))["Body"].read()
+        part = BatchPart.from_manifest(raw)
+        seen.collected[batch_id] = await _collect_one(api, spec, batch, part, done, writer)
+        seen.ended.append(batch)
+    await advance(api, ctx, spec, state, None, queue)
+    seen.waiting += [
+        b for b in state.batch_ids if b and b not in states and b not in seen.collected and b not in seen.waiting
+    ]
+    return seen
+
+
 async def collect_batch(
     ctx: ShardContext, spec: ShardSpec, *, client: openai.AsyncOpenAI | None = None
 ) -> BatchCollected:
@@ -210,35 +269,9 @@ async def collect_batch(
         progress=ctx.progress,
         cache=fill_for(ctx, spec, run=checkpoint.runs + 1, path="batch"),
     )
-    queue = QueueTable(ctx.store.table)
-    settings = ctx.settings
-    collected: dict[str, dict[str, Any]] = {}
-    ended: list[Any] = []
-    refused: list[Any] = []
-    waiting: list[str] = []
     async with provider_api(ctx, client) as api:
-        for index, batch_id in enumerate(list(state.batch_ids)):
-            if not batch_id or batch_id in states:
-                continue
-            batch = await api.batches.retrieve(batch_id)
-            if batch.status not in TERMINAL:
-                waiting.append(batch_id)
-                continue
-            # the provider's queue let go of these tokens: so does ours
-            queue.release(Hold(spec.job_id, spec.shard, index, state.attempt(index)))
-            if limit_exceeded(batch):
-                # the queue was full: nothing ran, so the file waits and goes again later
-                requeue(ctx, spec, state, index)
-                refused.append(batch)
-                if ctx.progress is not None:
-                    ctx.progress.waiting(-state.lines[index])
-                continue
-            raw = ctx.s3.get_object(Bucket=spec.bucket, Key=part_key(spec, index))["Body"].read()
-            part = BatchPart.from_manifest(raw)
-            collected[batch_id] = await _collect_one(api, spec, batch, part, checkpoint.done, writer)
-            ended.append(batch)
-        await advance(api, ctx, spec, state, None, queue)
-        waiting += [b for b in state.batch_ids if b and b not in states and b not in collected and b not in waiting]
+        seen = await _look_at_batches(api, ctx, spec, state, states, checkpoint.done, writer)
+    collected, ended, refused, waiting = seen.collected, seen.ended, seen.refused, seen.waiting
     states.update(collected)
     if ctx.progress is not None:
         ctx.progress.waiting(-sum(int(one.get("left", 0)) for one in collected.values()))
@@ -254,7 +287,7 @@ async def collect_batch(
         async with provider_api(ctx, client) as api:
             await delete_files(api, [*ended, *refused])
     elapsed = time.time() - float(row.get("batch_submit_at") or time.time())
-    wait_seconds = batch_wait_seconds(settings, elapsed)
+    wait_seconds = batch_wait_seconds(ctx.settings, elapsed)
     outcome = BatchCollected(
         done=done, fallback=fallback, waiting=len(waiting), collected=len(collected), wait_seconds=wait_seconds
     )
