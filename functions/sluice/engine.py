@@ -340,22 +340,7 @@ class _Run:
                 limiter.on_success(token)
                 if shared is not None and ticket is not None:
                     shared.settle(ticket, verdict.body)
-                stats.succeeded += 1
-                request_id = answer.get("x-request-id") if answer is not None else None
-                body = verdict.body
-                if request_id is None and isinstance(body, dict):
-                    rid = body.get("id")
-                    request_id = rid if isinstance(rid, str) else None
-                return Outcome(
-                    line=req.line,
-                    custom_id=req.custom_id,
-                    status_code=status,
-                    body=body,
-                    request_id=request_id,
-                    attempts=attempt,
-                    latency_s=time.monotonic() - started,
-                    throttled=throttled,
-                )
+                return self.finish_ok(req, verdict, status, answer, attempt, started, throttled)
             if verdict.throttled:
                 throttled += 1
                 if status == 429:
@@ -372,6 +357,34 @@ class _Run:
                 held[0] = False
                 self.gate.leave()
             await self.sleep(verdict.delay_s)
+
+    def finish_ok(
+        self,
+        req: Request,
+        verdict: AttemptVerdict,
+        status: int | None,
+        headers: Mapping[str, str] | None,
+        attempts: int,
+        started: float,
+        throttled: int,
+    ) -> Outcome:
+        """An answered request's Outcome; its id is the answer's `x-request-id`, else the body's `id`."""
+        self.stats.succeeded += 1
+        request_id = headers.get("x-request-id") if headers is not None else None
+        body = verdict.body
+        if request_id is None and isinstance(body, dict):
+            rid = body.get("id")
+            request_id = rid if isinstance(rid, str) else None
+        return Outcome(
+            line=req.line,
+            custom_id=req.custom_id,
+            status_code=status,
+            body=body,
+            request_id=request_id,
+            attempts=attempts,
+            latency_s=time.monotonic() - started,
+            throttled=throttled,
+        )
 
     def finish_error(
         self,
