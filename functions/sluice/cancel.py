@@ -172,6 +172,39 @@ def _manifest_exists(s3: Any, bucket: str, key: str) -> bool:
     return True
 
 
+def _cancel_provider_work(
+    report: CancelReport,
+    work: ProviderWork,
+    *,
+    base_url: str,
+    api_key: str,
+    concurrency: int,
+    session_factory: Callable[[int], aiohttp.ClientSession],
+) -> None:
+    """Cancel the job's open batches and responses at the provider, and count in `report` what
+    was cancelled, what had already ended, and what the provider refused."""
+    cancels, checks = asyncio.run(
+        cancel_at_provider(
+            work, base_url=base_url, api_key=api_key, concurrency=concurrency, session_factory=session_factory
+        )
+    )
+    ended = {
+        check.line
+        for check in checks
+        if check.ok and isinstance(check.body, dict) and check.body.get("status") in ENDED_AT_PROVIDER
+    }
+    for outcome in cancels:
+        if outcome.ok:
+            if outcome.line < 0:
+                report.batches_cancelled += 1
+            else:
+                report.responses_cancelled += 1
+        elif outcome.line in ended:
+            report.already_ended += 1
+        else:
+            report.provider_failures.append(f"{outcome.custom_id}: {outcome.error_message}")
+
+
 def cancel_job(
     *,
     s3: Any,
@@ -207,26 +240,9 @@ def cancel_job(
         report.left_open = len(work.batches) + len(work.responses)
     elif work:
         base_url, api_key = provider()
-        cancels, checks = asyncio.run(
-            cancel_at_provider(
-                work, base_url=base_url, api_key=api_key, concurrency=concurrency, session_factory=session_factory
-            )
+        _cancel_provider_work(
+            report, work, base_url=base_url, api_key=api_key, concurrency=concurrency, session_factory=session_factory
         )
-        ended = {
-            check.line
-            for check in checks
-            if check.ok and isinstance(check.body, dict) and check.body.get("status") in ENDED_AT_PROVIDER
-        }
-        for outcome in cancels:
-            if outcome.ok:
-                if outcome.line < 0:
-                    report.batches_cancelled += 1
-                else:
-                    report.responses_cancelled += 1
-            elif outcome.line in ended:
-                report.already_ended += 1
-            else:
-                report.provider_failures.append(f"{outcome.custom_id}: {outcome.error_message}")
 
     bucket, key = job["bucket"], job["key"]
     state = {
