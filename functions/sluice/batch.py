@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import Any
 
 import openai
 
@@ -35,7 +34,7 @@ from .batch_collect import collect_batch as collect_batch
 from .batch_files import BatchPart, part_key, split_parts
 from .batch_queue_table import QueueTable
 from .budget import Budget, worst_case_nano
-from .contract import BatchSubmitted
+from .contract import BatchSubmitted, ShardRow
 from .model import Request
 from .parts import PartWriter, load_checkpoint
 from .shard import ShardContext, ShardSpec, pending, shard_budget, unsent
@@ -60,11 +59,11 @@ async def _within_budget(
 
 
 def _unsent_since(
-    ctx: ShardContext, spec: ShardSpec, row: dict[str, Any], parts: list[BatchPart], writer: PartWriter
+    ctx: ShardContext, spec: ShardSpec, row: ShardRow, parts: list[BatchPart], writer: PartWriter
 ) -> None:
     """Lines an earlier attempt's budget left out of the plan but that died before writing them."""
     planned: set[int] = set()
-    for index in range(len(row.get("batch_parts") or [])):
+    for index in range(len(row.batch_parts or ())):
         raw = ctx.s3.get_object(Bucket=spec.bucket, Key=part_key(spec, index))["Body"].read()
         planned.update(BatchPart.from_manifest(raw).lines)
     for part in parts:
@@ -79,7 +78,7 @@ async def submit_batch(
     """Cut the shard into files and create the batches the queue has room for, or find the ones
     an earlier attempt already created."""
     ctx.store.begin_batch_submit(spec.job_id, spec.shard, time.time())
-    row = ctx.store.shard(spec.job_id, spec.shard) or {}
+    row = ctx.store.shard(spec.job_id, spec.shard)
     checkpoint = load_checkpoint(ctx.s3, spec)
     writer = PartWriter(s3=ctx.s3, store=ctx.store, spec=spec, run=checkpoint.runs + 1, progress=ctx.progress)
     settings = ctx.settings
@@ -102,7 +101,7 @@ async def submit_batch(
     created = 0
     try:
         files: dict[int, BatchPart] | None
-        if "batch_parts" not in row:
+        if row is None or row.batch_parts is None:
             if budget is not None:
                 parts = await _within_budget(parts, costs, budget, spec, writer)
             # the row maps go first: a batch must never exist without a way to read its answers
@@ -110,7 +109,7 @@ async def submit_batch(
                 ctx.s3.put_object(Bucket=spec.bucket, Key=part_key(spec, part.index), Body=part.manifest())
             plan = [{"model": part.model or "", "tokens": part.tokens, "lines": len(part.lines)} for part in parts]
             ctx.store.plan_batch_parts(spec.job_id, spec.shard, plan)
-            row = ctx.store.shard(spec.job_id, spec.shard) or {}
+            row = ctx.store.shard(spec.job_id, spec.shard)
             files = {part.index: part for part in parts}
         else:
             # an earlier attempt planned the files: its row maps say which lines each holds

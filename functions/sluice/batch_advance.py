@@ -6,7 +6,6 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import openai
 
@@ -14,7 +13,7 @@ from .batch_api import CLOCK_SLACK_S, CREATE_JITTER_FLOOR, QueueFull, create_bat
 from .batch_files import BatchPart, batch_row, part_key
 from .batch_queue import HOLD_MAX_S, Hold, queue_key
 from .batch_queue_table import QueueTable
-from .contract import Settings
+from .contract import Settings, ShardRow
 from .model import Request
 from .retry import RetryPolicy, backoff_s
 from .shard import ShardContext, ShardSpec, poll_wait_seconds, read_shard_lines
@@ -40,18 +39,18 @@ class ShardBatches:
     requeued: int = 0
 
     @classmethod
-    def from_row(cls, row: dict[str, Any]) -> ShardBatches:
-        plan = list(row.get("batch_parts") or [])
-        batch_ids = list(row.get("batch_ids") or [])
+    def from_row(cls, row: ShardRow | None) -> ShardBatches:
+        plan = list(row.batch_parts or []) if row else []
+        batch_ids = list(row.batch_ids or []) if row else []
         batch_ids += [""] * (len(plan) - len(batch_ids))
         return cls(
             batch_ids=batch_ids,
             models=[str(p.get("model") or "") for p in plan],
             tokens=[int(p.get("tokens", 0)) for p in plan],
             lines=[int(p.get("lines", 0)) for p in plan],
-            tries={str(k): int(v) for k, v in dict(row.get("batch_tries") or {}).items()},
-            retry_at=float(row.get("batch_retry_at") or 0.0),
-            requeued=int(row.get("batch_requeued") or 0),
+            tries={str(k): int(v) for k, v in dict((row and row.batch_tries) or {}).items()},
+            retry_at=float((row and row.batch_retry_at) or 0.0),
+            requeued=int((row and row.batch_requeued) or 0),
         )
 
     def attempt(self, index: int) -> int:

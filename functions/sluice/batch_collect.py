@@ -253,9 +253,9 @@ async def collect_batch(
 ) -> BatchCollected:
     """Collect every batch that ended and create the files still waiting for room in the queue;
     finish, fall back to direct for leftovers, or wait on."""
-    row = ctx.store.shard(spec.job_id, spec.shard) or {}
+    row = ctx.store.shard(spec.job_id, spec.shard)
     state = ShardBatches.from_row(row)
-    states: dict[str, dict[str, Any]] = dict(row.get("batch_states") or {})
+    states: dict[str, dict[str, Any]] = {k: dict(v) for k, v in ((row and row.batch_states) or {}).items()}
     checkpoint = load_checkpoint(ctx.s3, spec)
     writer = PartWriter(
         s3=ctx.s3,
@@ -286,19 +286,21 @@ async def collect_batch(
     if ended or refused:
         async with provider_api(ctx, client) as api:
             await delete_files(api, [*ended, *refused])
-    elapsed = time.time() - float(row.get("batch_submit_at") or time.time())
+    elapsed = time.time() - float((row and row.batch_submit_at) or time.time())
+    pointed = row.provider_id if row else None
+    settled = row is not None and row.batch_settled is not None
     wait_seconds = batch_wait_seconds(ctx.settings, elapsed)
     outcome = BatchCollected(
         done=done, fallback=fallback, waiting=len(waiting), collected=len(collected), wait_seconds=wait_seconds
     )
     if waiting:
-        if row.get("provider_id") != waiting[0] or "batch_settled" in row:
+        if pointed != waiting[0] or settled:
             ctx.store.await_batch(spec.job_id, spec.shard, waiting[0])
         return outcome
     if queued:
         # nothing runs to wake the shard: it sleeps until the queue may have room
         outcome = replace(outcome, wait_seconds=max(wait_seconds, math.ceil(state.retry_at - time.time())))
-        if row.get("provider_id") != queued_marker(spec) or "batch_settled" in row:
+        if pointed != queued_marker(spec) or settled:
             ctx.store.await_batch(spec.job_id, spec.shard, queued_marker(spec))
         return outcome
     report = {

@@ -75,10 +75,10 @@ def open_provider_work(store: JobStore, job_id: str, *, shards: int | None = Non
     batches: list[str] = []
     for shard in rows:
         # collected batches have a state; the one a webhook said has ended is settled
-        ended = set(shard.get("batch_states") or {})
-        if shard.get("batch_settled") and shard.get("provider_id"):
-            ended.add(shard["provider_id"])
-        for batch_id in [*(shard.get("batch_ids") or []), shard.get("provider_id")]:
+        ended = set(shard.batch_states or {})
+        if shard.batch_settled and shard.provider_id:
+            ended.add(shard.provider_id)
+        for batch_id in [*(shard.batch_ids or ()), shard.provider_id]:
             if (
                 batch_id
                 and batch_id not in ended
@@ -94,7 +94,7 @@ def open_provider_work(store: JobStore, job_id: str, *, shards: int | None = Non
             if item.status in OPEN_ITEM_STATUSES and item.provider_id
         ]
 
-    found = each_shard(open_items, [int(row["shard"]) for row in rows])
+    found = each_shard(open_items, [row.shard for row in rows])
     return ProviderWork(batches=batches, responses=[response for shard in found for response in shard])
 
 

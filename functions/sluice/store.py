@@ -19,7 +19,7 @@ from botocore.exceptions import ClientError
 
 from .batch_rows import BatchRows
 from .budget import BudgetState
-from .contract import PARTITION_KEY, SORT_KEY, JobStatus, ShardStatus
+from .contract import PARTITION_KEY, SORT_KEY, JobStatus, ShardRow, ShardStatus
 from .keys import (
     ITEM_PREFIX,
     item_key,
@@ -300,12 +300,12 @@ class JobStore(WebhookRows, BatchRows):
         )
         return int(row.get("shards", 0))
 
-    def shards(self, job_id: str, *, count: int | None = None, consistent: bool = False) -> list[dict[str, Any]]:
+    def shards(self, job_id: str, *, count: int | None = None, consistent: bool = False) -> list[ShardRow]:
         """Every shard row of the job, in shard order; `count` is the job row's `shards`, read
         when not given. Eventually consistent unless asked (a cancel looking for open batches)."""
         count = self._shard_count(job_id) if count is None else count
         rows = self._batch_get([shard_key(job_id, shard) for shard in range(count)], consistent=consistent)
-        return sorted((plain(row) for row in rows), key=lambda row: int(row["shard"]))
+        return sorted((ShardRow.from_item(plain(row)) for row in rows), key=lambda row: row.shard)
 
     def counts(self, job_id: str, shards: int) -> JobCounts:
         """The job's lines done and failed: its `shards` rows summed, eventually consistent (a
@@ -330,9 +330,10 @@ class JobStore(WebhookRows, BatchRows):
             ExpressionAttributeValues=dynamo({":s": status, ":summary": summary, ":t": self._clock()}),
         )
 
-    def shard(self, job_id: str, shard: int) -> dict[str, Any] | None:
+    def shard(self, job_id: str, shard: int) -> ShardRow | None:
+        """The shard's row, strongly consistent; None before Plan wrote it."""
         row = self._shard_row(shard_key(job_id, shard))
-        return plain(row) if row else None
+        return ShardRow.from_item(plain(row)) if row else None
 
     def stop_shards(self, job_id: str | None, reason: str, *, shards: int | None = None) -> int:
         """Tell every running shard of the job to stop sending: `reason` (the job's status,

@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         rows = job_shards(dep, job)
         # a shard's task token completes its wait; it has no use outside the workflow, so leave it out
-        shards = [{k: v for k, v in s.items() if k != "token"} for s in rows]
+        shards = [{k: v for k, v in s.as_dict().items() if k != "token"} for s in rows]
         print(orjson.dumps({"job": with_counts(job, rows), "shards": shards}, option=orjson.OPT_INDENT_2).decode())
     else:
         print("\n".join(describe_job(dep, job)))

@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 from botocore.exceptions import ClientError
-from sluice.contract import TERMINAL_STATUSES, JobStatus, ShardStatus
+from sluice.contract import TERMINAL_STATUSES, JobStatus, ShardRow, ShardStatus
 from sluice.plan import job_id_for
 
 from local.console import EXIT_NOT_FOUND, CliError, human_seconds, human_usd, job_exit_code, progress, say
@@ -24,13 +24,12 @@ def total_lines(job: dict[str, Any]) -> int | None:
     return int(job["requests"]) if job.get("requests") is not None else None
 
 
-def with_counts(job: dict[str, Any], shards: list[dict[str, Any]]) -> dict[str, Any]:
+def with_counts(job: dict[str, Any], shards: list[ShardRow]) -> dict[str, Any]:
     """The job row with its lines done and failed: the sum of its shard rows (the job row keeps none)."""
-    done = sum(int(s.get("done", 0)) for s in shards)
-    return {**job, "done": done, "failed": sum(int(s.get("failed", 0)) for s in shards)}
+    return {**job, "done": sum(s.done for s in shards), "failed": sum(s.failed for s in shards)}
 
 
-def job_shards(dep: Deployment, job: dict[str, Any]) -> list[dict[str, Any]]:
+def job_shards(dep: Deployment, job: dict[str, Any]) -> list[ShardRow]:
     return dep.store.shards(str(job["job_id"]), count=int(job.get("shards", 0)))
 
 
@@ -99,12 +98,10 @@ def describe_job(dep: Deployment, job: dict[str, Any], *, now: float | None = No
     if shards:
         by_state: dict[str, int] = {}
         for shard in shards:
-            by_state[str(shard.get("status"))] = by_state.get(str(shard.get("status")), 0) + 1
+            by_state[shard.status] = by_state.get(shard.status, 0) + 1
         lines.append("  shards: " + ", ".join(f"{n} {state}" for state, n in sorted(by_state.items())))
         shown = (
-            shards
-            if len(shards) <= max_shards
-            else [s for s in shards if s.get("status") != ShardStatus.DONE][:max_shards]
+            shards if len(shards) <= max_shards else [s for s in shards if s.status != ShardStatus.DONE][:max_shards]
         )
         if shown:
             lines.append(
@@ -112,9 +109,7 @@ def describe_job(dep: Deployment, job: dict[str, Any], *, now: float | None = No
             )
             for s in shown:
                 lines.append(
-                    f"  {int(s.get('shard', 0)):>6}  {s.get('status', '?')!s:<8} {int(s.get('done', 0)):>7,} "
-                    f"{int(s.get('failed', 0)):>7,} {int(s.get('lines', 0)):>7,}  "
-                    f"{s.get('mode', '')!s:<10} {int(s.get('runs', 0)):>4}"
+                    f"  {s.shard:>6}  {s.status:<8} {s.done:>7,} {s.failed:>7,} {s.lines:>7,}  {s.mode:<10} {s.runs:>4}"
                 )
             if len(shown) < len(shards):
                 lines.append(f"  … {len(shards) - len(shown):,} more shards not shown")

@@ -247,8 +247,8 @@ def test_submit_records_every_batch_and_a_retry_creates_none(env: Env) -> None:
     first = asyncio.run(submit_batch(env.ctx, spec))
     # 4 valid chat rows in files of at most 3, then the embeddings
     assert first.batches_created == 3 and first.requests == 7
-    row = env.store.shard(JOB, 0) or {}
-    assert row["batch_ids"] == first.batch_ids and row["provider_id"] == first.batch_ids[0]
+    row = env.store.shard(JOB, 0)
+    assert row is not None and row.batch_ids == tuple(first.batch_ids) and row.provider_id == first.batch_ids[0]
     batch_ids = first.batch_ids
     described = env.sim.call(lambda sim: [sim.batches[b] for b in batch_ids])
     assert [b.endpoint for b in described] == ["/v1/chat/completions", "/v1/chat/completions", "/v1/embeddings"]
@@ -277,7 +277,8 @@ def test_a_submit_that_died_before_recording_its_batch_finds_it_at_the_provider(
     retried = asyncio.run(submit_batch(env.ctx, spec))
     assert retried.batches_created == 0
     assert retried.batch_ids == [env.creates()[0]["batch_id"]]
-    assert (env.store.shard(JOB, 0) or {})["batch_ids"] == retried.batch_ids
+    row = env.store.shard(JOB, 0)
+    assert row is not None and row.batch_ids == tuple(retried.batch_ids)
 
 
 def test_collect_waits_then_writes_results_in_input_order_with_row_errors(env: Env) -> None:
@@ -317,9 +318,9 @@ def test_the_webhook_index_follows_the_batch_still_running(env: Env) -> None:
     time.sleep(0.3)
     outcome = asyncio.run(collect_batch(env.ctx, spec))
     assert (outcome.done, outcome.waiting, outcome.collected) == (False, 1, 1)
-    row = env.store.shard(JOB, 0) or {}
-    assert row["provider_id"] == second_id and "batch_settled" not in row
-    assert row["batch_states"][first_id]["results"] == 2
+    row = env.store.shard(JOB, 0)
+    assert row is not None and row.provider_id == second_id and row.batch_settled is None
+    assert row.batch_states is not None and row.batch_states[first_id]["results"] == 2
     assert env.store.arm_shard(JOB, 0, "token") is False  # a settled first batch must not wake it again
 
 

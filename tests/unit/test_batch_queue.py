@@ -184,8 +184,8 @@ def test_a_batch_refused_for_a_full_queue_is_created_again_and_leaves_no_file(ba
     # the refused batches' uploaded files are gone from the provider
     assert env.sim.call(lambda s: any(b.input_file_id in s.files for b in refusals)) is False
     assert refused.id == refusals[0].id
-    row = env.store.shard(JOB, 0) or {}
-    assert row["batch_ids"] == [last.id] and row["batch_requeued"] == len(refusals)
+    row = env.store.shard(JOB, 0)
+    assert row is not None and row.batch_ids == (last.id,) and row.batch_requeued == len(refusals)
     report = orjson.loads(env.s3.get_object(Bucket=env.bucket, Key=spec.batch_report_key)["Body"].read())
     assert report["requeued"] == len(refusals) and [b["id"] for b in report["batches"]] == [last.id]
 
@@ -249,9 +249,9 @@ def test_a_create_refused_outright_for_a_full_queue_waits_and_goes_again(
     assert submitted.batches_created == 0 and submitted.batch_ids == []
     assert env.sim.call(lambda s: list(s.files)) == []
     assert _queue_left(env, 300, [(JOB, 0)]) == ([], 300)
-    row = env.store.shard(JOB, 0) or {}
-    assert row["batch_tries"] == {"0": 2} and row["batch_requeued"] == 1
-    assert row["provider_id"] == f"QUEUED#{JOB}#0"
+    row = env.store.shard(JOB, 0)
+    assert row is not None and row.batch_tries == {"0": 2} and row.batch_requeued == 1
+    assert row.provider_id == f"QUEUED#{JOB}#0"
     assert env.store.arm_shard(JOB, 0, "token") is False  # the wait is the backoff, not a busy loop
     assert _run_shards(env, [spec])[0].done is True
     results, errors = env.outputs(spec)

@@ -11,6 +11,8 @@ from typing import Any
 import boto3
 import pytest
 from moto import mock_aws
+from sluice.contract import StateError
+from sluice.keys import shard_key
 from sluice.store import ItemState, JobStore
 
 from local.cloud import create_table
@@ -104,7 +106,7 @@ def test_the_job_counts_are_its_shard_rows_summed_and_no_checkpoint_writes_the_j
     progress = store.job_progress("job") or {}
     assert (progress["done"], progress["failed"], progress["status"]) == (9, 9, "RUNNING")
     assert store.counts("job", 3).done == 9
-    assert [s["shard"] for s in store.shards("job")] == [0, 1, 2]
+    assert [s.shard for s in store.shards("job")] == [0, 1, 2]
     assert store.job_progress("nope") is None
 
 
@@ -124,6 +126,24 @@ def test_stop_marks_reach_every_shard_row_and_each_shard_reads_only_its_own(moto
     assert store.stop_shards("job", "FAILED", shards=32) == 30
     assert store.shard("job", 31) is None
     assert store.stop_shards(None, "FAILED") == 0
+
+
+def test_a_shard_row_reads_as_its_attributes_and_refuses_one_the_store_never_writes(moto_table: Any) -> None:
+    store = JobStore(moto_table, ttl_days=1)
+    store.claim_job("job", execution="e", bucket="b", key="k", etag="t", started_at=0.0)
+    store.record_plan("job", plan={"requests": 20}, shards=[(0, 10, 10), (1, 10, 10)], mode="batch")
+    store.set_shard_batches("job", 1, ["batch_1", ""])
+    row = store.shard("job", 1)
+    assert row is not None and (row.shard, row.lines, row.mode, row.status) == (1, 10, "batch", "PENDING")
+    assert row.batch_ids == ("batch_1", "") and row.provider_id == "batch_1" and row.batch_settled is None
+    # what `sluice status --json` shows: the attributes the row holds, none invented
+    assert "batch_ids" not in store.shards("job")[0].as_dict()
+    assert row.as_dict()["batch_ids"] == ["batch_1", ""]
+    moto_table.update_item(
+        Key=shard_key("job", 0), UpdateExpression="SET stray = :v", ExpressionAttributeValues={":v": 1}
+    )
+    with pytest.raises(StateError, match="stray"):
+        store.shard("job", 0)
 
 
 @pytest.fixture
@@ -247,7 +267,8 @@ def test_a_batch_webhook_finds_its_shard_through_an_index_of_keys_only() -> None
         store.set_shard_batches("job", 1, ["batch_1"])
         assert store.arm_shard("job", 1, "token-1") is False
         assert store.settle_batch("batch_1", "completed") == "token-1"
-        assert (store.shard("job", 1) or {})["batch_settled"] == "completed"
+        settled = store.shard("job", 1)
+        assert settled is not None and settled.batch_settled == "completed"
         # a repeat wakes again (the first wake may have failed); an unknown batch changes nothing
         assert store.settle_batch("batch_1", "completed") == "token-1"
         assert store.settle_batch("batch_other", "completed") is None

@@ -157,7 +157,7 @@ def test_a_webhook_that_beats_the_item_row_still_settles_it(store: JobStore) -> 
     settled = store.item("job", 0, 3)
     assert settled is not None and settled["status"] == "settled"
     shard = store.shards("job")[0]
-    assert shard["waiting"] == 2  # a and b still out; c counted off
+    assert shard.waiting == 2  # a and b still out; c counted off
 
 
 def test_a_delivery_whose_wake_failed_is_retried_in_full_and_wakes_the_shard(store: JobStore) -> None:

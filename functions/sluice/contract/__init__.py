@@ -4,7 +4,8 @@ The CDK app imports this package to synthesize the stack, the Lambdas and the lo
 at run time: the steps and their functions (`steps`), the modes, job options and statuses
 (`status`), the table's keys and index, the S3 key layout and the metric namespace (`layout`), the
 settings, the environment variables that carry them and their defaults (`settings`), what each
-step returns into the workflow's state (`state`), and the job summary's own types (`summary`).
+step returns into the workflow's state (`state`), the job summary's own types (`summary`) and the
+store's shard row (`rows`).
 Standard library only, so that `cdk synth` needs nothing of the Lambda code's dependencies, and
 nothing here creates a client or reads the environment at import. Import from the package itself:
 `from sluice.contract import Settings`.
@@ -36,6 +37,7 @@ from .layout import (
     shard_prefix,
     summary_key,
 )
+from .rows import ShardRow
 from .settings import (
     DEFAULT_BATCH_QUEUE_DEFAULT_TOKENS,
     DEFAULT_BATCH_QUEUE_TOKENS,
@@ -178,6 +180,7 @@ __all__ = [
     "ShardBatches",
     "ShardCosts",
     "ShardFigures",
+    "ShardRow",
     "ShardSpec",
     "ShardState",
     "ShardStatus",
