@@ -364,7 +364,9 @@ def _cloud(spec: CloudSpec, sim: SimulatorServer, *, trace_memory: bool) -> Iter
         safety_margin_s=spec.safety_margin_s,
         request_timeout_s=spec.request_timeout_s,
         retry_base_delay_s=0.05,
-        poll_seconds=1,
+        # a shard's collect runs no closer than a window, as on AWS (every shipped environment waits
+        # 10 s and more): at 1 s, a window would hold several, which no shard on AWS makes
+        poll_seconds=int(WINDOW_S),
     )
     cloud = LocalCloud(provider_base_url=sim.base_url, api_key=API_KEY, settings=settings)
     cloud.calls.trace_memory = trace_memory
