@@ -38,21 +38,21 @@ comes from measured runs, not from counts typed by hand.
    busiest five seconds any one shard had beyond its lines happen in every shard at once (windows
    of runs made to loop every few seconds hold two runs' ends and are left out), but for its
    opening: a shard's calls within a second of its first. A job's first wave opens 20 shards a
-   second (`sluice.shard.opening_delay_s`: 1,000 shards over 50 s), so on a key every shard
-   shares, the openings of at most 120 shards fall in one five-second window, at the busiest
-   opening any shard had, and every other shard is at its busiest window past its opening. Reads the code spaces out as more shards make them (the shards waiting
-   for the others' budget pools read the job row about 200 times a second together, however many
-   wait) are paced as the code paces them at the scenario. An item's size is fitted against the
-   shards in flight, the shards or the lines, and its units follow its size. Plan, Merge, Notify
-   and MarkFailed are fitted against the lines, shards, shard-seconds and cache (Merge against the
-   lines and shards by mode), and their time on AWS is their CPU plus each call at AWS's latency
-   (S3 20 ms, DynamoDB 10 ms) over as many at once as the runs saw the step keep in flight, plus
-   their bytes at one stream's 90 MB/s. Merge's compaction of the response cache runs in a slice
-   of time the code bounds (60 s), so it counts as that slice, not as the cache's backlog.
-   MarkFailed runs as a loop of invocations, each assembling for at most 40% of its time: one
-   invocation is held to the timeout, the loop to the execution's history. History events, state
-   transitions, Merge's parts and the Map's gathered result come from the definition and Merge's
-   planner (`bench/capacity_definition.py`).
+   second (`sluice.shard.opening_delay_s`: 1,000 shards over 50 s), so on a key every shard shares,
+   the openings of at most 120 shards fall in one five-second window, at the busiest opening any
+   shard had, and every other shard is at its busiest window past its opening. Reads the code
+   spaces out as more shards make them (the shards waiting for the others' budget pools read the
+   job row about 200 times a second together, however many wait) are paced as the code paces them
+   at the scenario. An item's size is fitted against the shards in flight, the shards or the lines,
+   and its units follow its size. Plan, Merge, Notify and MarkFailed are fitted against the lines,
+   shards, shard-seconds and cache (Merge against the lines and shards by mode), and their time on
+   AWS is their CPU plus each call at AWS's latency (S3 20 ms, DynamoDB 10 ms) over as many at once
+   as the runs saw the step keep in flight, plus their bytes at one stream's 90 MB/s. Merge's
+   compaction of the response cache runs in a slice of time the code bounds (60 s), so it counts as
+   that slice, not as the cache's backlog. MarkFailed runs as a loop of invocations, each
+   assembling for at most 40% of its time: one invocation is held to the timeout, the loop to the
+   execution's history. History events, state transitions, Merge's parts and the Map's gathered
+   result come from the definition and Merge's planner (`bench/capacity_definition.py`).
 4. **The check.** `bench/capacity.py check` prints every figure at the documented maximum
    (10,000,000 lines, 1,000 shards in flight, a 100,000,000-answer cache) above half its limit,
    and exits 1 if there is one. `tests/unit/test_capacity.py` fails when any figure passes half
