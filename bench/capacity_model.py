@@ -9,9 +9,10 @@ ran), per mode, per DynamoDB item, partition key and index key and per S3 prefix
 shape (`capacity_runs.shape`). At a scenario's size the lines come at the job's pace, the shards
 in flight each add what a shard does beyond its lines, and the busiest few seconds of any one
 shard beyond its lines (`capacity_runs.WINDOW_S`) are taken to happen in every shard at once, as
-they do when a job ends together, except its opening (its first second on): the first wave opens
-`OPENINGS_PER_S` shards a second (`sluice.shard.opening_delay_s`), so at most `OPENINGS_PER_S *
-WINDOW_S` shards are in their opening window at once, and the others at their busiest later one. A key
+they do when a job ends together, except its opening (its calls within `capacity_runs.OPENING_S` of
+its first): the first wave opens `OPENINGS_PER_S` shards a second (`sluice.shard.opening_delay_s`),
+so a window holds the openings of at most `OPENINGS_PER_S * (WINDOW_S + OPENING_S)` shards, and the
+others are at their busiest later window. A key
 the runs saw written from several shards takes all the shards in flight; a key of one shard
 takes one shard's; a key per line (an item row, a response id) holds what one line does to it.
 An item's size is fitted against the shards in flight, the shards or the lines, whichever
@@ -46,6 +47,8 @@ SHARD_PHASE = "shard"
 # the job's own steps, once a job each
 JOB_STEPS = ("plan", "merge", "notify", "mark_failed")
 WINDOW_S = 5.0
+# a shard's calls within this long of its first are its opening (`capacity_runs.OPENING_S`)
+OPENING_S = 1.0
 # the fastest a shard may go, lines a second, for its busiest windows to count (`near_the_keys_share`)
 SHARD_PACE_MAX = 2.0
 # an item's size that moved less than this over the runs did not grow with them
@@ -471,7 +474,7 @@ def _on_one_key(fit: Fit, bursts: tuple[float, float], scenario: Scenario, scope
     burst, later = bursts
     per_shard = max(beyond_lines / running, burst)
     if scope == "shared":
-        opening = min(running, OPENINGS_PER_S * WINDOW_S)
+        opening = min(running, OPENINGS_PER_S * (WINDOW_S + OPENING_S))
         rest = (running - opening) * max(beyond_lines / running, later)
         return fit.of("lines") * scenario.pace + opening * per_shard + rest
     return fit.of("lines") * scenario.pace / running + per_shard

@@ -43,6 +43,9 @@ from local.simulator import SimConfig, SimulatorServer
 # a shard's busiest stretch is measured over windows this long, sliding by a second: long enough
 # to hold one period of the slowest per-shard loop the code runs (a read every few seconds)
 WINDOW_S = 5.0
+# a shard's opening: its calls within this long of its first, which the first wave spreads out
+# (`sluice.shard.opening_delay_s`); its later windows leave them out
+OPENING_S = 1.0
 # the input's key: a real upload's length, since the job id (and every key holding it) derives from it
 INPUT_KEY = "inbox/team/product-reviews-2026-11-{name}.jsonl"
 API_KEY = "sk-capacity"
@@ -163,18 +166,28 @@ class _Resource:
     shards: dict[str, set[tuple[str | None, int]]] = field(default_factory=lambda: defaultdict(set))
     size: int = 0
     by: dict[str, dict[str, float]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(float)))
-    # per (execution, shard): window start -> (write, read) units
+    # per (execution, shard): second -> (write, read) units; `later`: past the shard's opening
     series: dict[tuple[str | None, int], dict[int, list[float]]] = field(
         default_factory=lambda: defaultdict(lambda: defaultdict(lambda: [0.0, 0.0]))
     )
+    later: dict[tuple[str | None, int], dict[int, list[float]]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(lambda: [0.0, 0.0]))
+    )
 
-    def add(self, key: str, call: Call, phase: str, write: float, read: float, *, kind: str) -> None:
+    def add(
+        self, key: str, call: Call, phase: str, write: float, read: float, *, kind: str, opened: float = math.inf
+    ) -> None:
+        """`opened`: when the calling shard made its first call of the run."""
         self.keys.add(key)
         if call.shard is not None:
             self.shards[key].add((call.execution, call.shard))
             slot = self.series[(call.execution, call.shard)][int(call.at)]
             slot[0] += write
             slot[1] += read
+            if call.at - opened >= OPENING_S:
+                past = self.later[(call.execution, call.shard)][int(call.at)]
+                past[0] += write
+                past[1] += read
         entry = self.by[f"{phase} {call.step} {call.operation}"]
         entry["calls"] += 1
         entry["write"] += write
@@ -191,26 +204,21 @@ class _Resource:
             "size": self.size,
             "by": {name: dict(entry) for name, entry in sorted(self.by.items())},
             "windows": _busiest(self.series, lines),
-            "later_windows": _busiest(self.series, lines, later=True),
+            "later_windows": _busiest(self.later, lines),
         }
 
 
 def _busiest(
     series: dict[tuple[str | None, int], dict[int, list[float]]],
     lines: dict[tuple[str | None, int], dict[int, int]],
-    *,
-    later: bool = False,
 ) -> dict[str, list[list[float]]]:
     """Per metric, a shard's (units, lines) in each window of WINDOW_S, kept where no other window
-    has as many units with fewer lines: whatever a line costs, the busiest window is among them.
-    `later`: only the windows after the shard's first second (its opening, which the first wave
-    spreads out: `sluice.shard.opening_delay_s`)."""
+    has as many units with fewer lines: whatever a line costs, the busiest window is among them."""
     width = int(WINDOW_S)
     found: dict[str, set[tuple[float, int]]] = {"write": set(), "read": set()}
     for shard, slots in series.items():
         ended = lines.get(shard, {})
-        first = min(slots) + 1 if later else min(slots) - width + 1
-        for start in range(first, max(slots) + 1):
+        for start in range(min(slots) - width + 1, max(slots) + 1):
             span = range(start, start + width)
             done = sum(ended.get(s, 0) for s in span)
             for index, metric in enumerate(("write", "read")):
@@ -245,29 +253,40 @@ def summarize(
             ended[(line.execution, line.shard)][int(line.at)] += 1
     resources: dict[str, _Resource] = defaultdict(_Resource)
     services: dict[str, float] = defaultdict(float)
+    opened: dict[tuple[str | None, int], float] = {}
+    for call in calls:
+        if call.shard is not None:
+            opened[(call.execution, call.shard)] = min(opened.get((call.execution, call.shard), math.inf), call.at)
     for call in calls:
         if call.step == CLOUD and call.operation != "StartExecution":
             continue
         phase = _phase(call.step, call.shard)
+        first = opened.get((call.execution, call.shard), math.inf) if call.shard is not None else math.inf
         if not call.more:
             services[f"{phase} {call.step} {call.service} {call.operation}"] += 1
         if call.service == "dynamodb":
             kind = "writes" if call.write_units else "reads_strong" if call.read_units >= 1 else "reads_eventual"
             if call.index:
                 resources[f"ddb-index {call.index} {shape(call.pk, job_id)}"].add(
-                    call.pk, call, phase, call.write_units, call.read_units, kind=kind
+                    call.pk, call, phase, call.write_units, call.read_units, kind=kind, opened=first
                 )
                 continue
             pk = shape(call.pk, job_id)
-            resources[f"ddb-partition {pk}"].add(call.pk, call, phase, call.write_units, call.read_units, kind=kind)
+            resources[f"ddb-partition {pk}"].add(
+                call.pk, call, phase, call.write_units, call.read_units, kind=kind, opened=first
+            )
             if call.sk or call.operation not in ("Query", "Scan"):
                 item = f"ddb-item {pk} {shape(call.sk, job_id)}"
-                resources[item].add(f"{call.pk} {call.sk}", call, phase, call.write_units, call.read_units, kind=kind)
+                resources[item].add(
+                    f"{call.pk} {call.sk}", call, phase, call.write_units, call.read_units, kind=kind, opened=first
+                )
         elif call.service == "s3":
             write, read = (1.0, 0.0) if call.s3_write else (0.0, 1.0)
             kind = "puts" if call.s3_write else "gets"
             for prefix in prefixes(call.key):
-                resources[f"s3-prefix {shape(prefix, job_id)}"].add(prefix, call, phase, write, read, kind=kind)
+                resources[f"s3-prefix {shape(prefix, job_id)}"].add(
+                    prefix, call, phase, write, read, kind=kind, opened=first
+                )
     provider = [i for i in invocations if i.step in PROVIDER_STEPS]
     first_shard = min((i.at for i in provider), default=math.inf)
     steps: dict[str, dict[str, Any]] = {}
@@ -345,7 +364,9 @@ def _cloud(spec: CloudSpec, sim: SimulatorServer, *, trace_memory: bool) -> Iter
         safety_margin_s=spec.safety_margin_s,
         request_timeout_s=spec.request_timeout_s,
         retry_base_delay_s=0.05,
-        poll_seconds=1,
+        # a shard's collect runs no closer than a window, as on AWS (every shipped environment waits
+        # 10 s and more): at 1 s, a window would hold several, which no shard on AWS makes
+        poll_seconds=int(WINDOW_S),
     )
     cloud = LocalCloud(provider_base_url=sim.base_url, api_key=API_KEY, settings=settings)
     cloud.calls.trace_memory = trace_memory
