@@ -156,7 +156,7 @@ def test_the_simulator_knows_nothing_of_sluice() -> None:
 
 
 def test_the_deployed_stack_client_never_starts_the_local_cloud() -> None:
-    forbidden = ("handlers", "infra", "local.cloud", "local.iam", "local.moto_patches", "moto")
+    forbidden = ("handlers", "infra", "local.cloud", "local.iam", "local.moto_patches", "local.moto_quotas", "moto")
     assert not violations("local", forbidden, only="local.deployed")
 
 
