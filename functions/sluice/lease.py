@@ -162,8 +162,8 @@ def lease(
     of either share: of requests, and of tokens at `tokens_per_request` each (what the lessee's
     requests have cost so far), so a token-bound lessee writes no more often. At any time, with
     `demand` workers waiting: a bite of the bucket's surplus, at most `demand` requests. A lessee
-    that will ask for at most `most` more requests (a run that knows its count) takes no more: what
-    it would give back unspent is a write of the item saved."""
+    that will ask for at most `most` (1 or more) requests more (a run that knows its count) takes
+    no more: what it would give back unspent is a write of the item saved."""
     seats = _seats(bucket)
     seat = seat_of(lessee)
     start = max(now, bucket.stamp)
@@ -181,8 +181,8 @@ def lease(
     want = max(1, min(math.floor(share * period), math.floor(bucket.capacity(policy))))
     if most is not None and most < want:
         # a period as long as the smaller lease lasts at the share: a retry past the count waits no longer
-        period *= max(1, most) / want
-        want = max(1, most)
+        period *= most / want
+        want = most
     take = max(0, want - held) if steady else 0
     level = refill(bucket, now, policy)
     take_tokens = token_level = 0.0

@@ -159,9 +159,7 @@ class SharedLimit:
                 self.waited_s += wait
                 await self._sleep(wait)
                 continue
-            # a request estimated at no tokens (a poll) needs none from the balance
-            tokens_ok = local.token_rate <= 0 or local.tokens > 0 or cost == 0
-            if local.requests > 0 and tokens_ok:
+            if local.requests > 0 and not _short_of_tokens(local, cost):
                 local.requests -= 1
                 self._taken += 1
                 if local.token_rate <= 0:
@@ -169,7 +167,7 @@ class SharedLimit:
                 local.tokens -= cost
                 return Ticket(model, cost)
             async with local.lock:
-                if local.requests == 0 or (local.token_rate > 0 and local.tokens <= 0 and cost > 0):
+                if local.requests == 0 or _short_of_tokens(local, cost):
                     await self._lease(local)
 
     async def _look(self, local: LocalKey, model: str) -> None:
@@ -423,6 +421,12 @@ class SharedLimit:
             return give_back(bucket, self.lessee, self._clock(), self.policy, requests, tokens, seat_until=seat_until)
 
         return how
+
+
+def _short_of_tokens(local: LocalKey, cost: int) -> bool:
+    """The key has a token limit, the request is estimated at some (a poll is not), and the balance
+    is spent."""
+    return local.token_rate > 0 and cost > 0 and local.tokens <= 0
 
 
 def _said(headers: Mapping[str, str], kind: str) -> float | None:
