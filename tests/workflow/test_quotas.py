@@ -228,9 +228,10 @@ def test_more_connections_than_descriptors_fail_the_shard_loudly(make_cloud, sim
 
     monkeypatch.setattr(plan, "MAX_SHARD_CONNECTIONS", 1000)
     # answers slow enough that no connection is free for reuse before the shard has opened them
-    # all, however slowly a busy machine opens them (the breach ends the shard long before)
+    # all, however slowly a busy machine opens them (the breach ends the shard long before); and a
+    # request timeout past the latency, or the first requests time out and free their connections
     simulator.configure(latency_s=20.0)
-    cloud = make_cloud(shard_lines=3000, concurrency=1000, map_concurrency=1, max_attempts=1)
+    cloud = make_cloud(shard_lines=3000, concurrency=1000, map_concurrency=1, max_attempts=1, request_timeout_s=60.0)
     run = run_job(cloud, write_jsonl(tmp_path / "one.jsonl", [request_line(f"f-{n}") for n in range(1500)]))
 
     assert run.status == "FAILED"
