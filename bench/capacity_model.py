@@ -345,14 +345,15 @@ class KeyClass:
 
 
 def _budget_wait(waiters: int) -> float:
-    """The mean wait between a waiting shard's reads of the job row when `waiters` shards wait."""
+    """The mean wait between a waiting shard's reads of the job row when `waiters` shards may wait
+    (the job's shards in flight)."""
     return holders_poll_s(waiters, lambda: 0.5)
 
 
 # Reads the code spaces out as more shards make them: the shards waiting for the others' budget
 # pools read the job row (its META item) about HOLDERS_READS_PER_S times a second all together,
-# however many wait (`sluice.budget.holders_poll_s`). A run shows a few shards waiting; the model
-# paces a shard's burst as the code does at the scenario's shards in flight.
+# however many wait (`sluice.budget.holders_poll_s`). A run has a few shards in flight; the model
+# paces a shard's burst as the code does at the scenario's.
 PACED_READS: dict[str, Callable[[int], float]] = {"JOB#{job} META": _budget_wait, "JOB#{job}": _budget_wait}
 
 

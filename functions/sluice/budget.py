@@ -10,9 +10,12 @@ flight rather than write again, and with none left hands its pool back and takes
 still has, once that covers the next request. It stops sending only when the table cannot and no
 other shard holds a pool (`budget_holders`), so the last shard to stop has seen every refund:
 the job ends with less than one request's worst case unspent, and never spends more than the cap
-as long as the worst-case estimates hold. The shards that wait so count themselves on the job row
-too (`budget_waiters`), and each reads the row again only after a jittered wait that grows with
-that count: together they read it about HOLDERS_READS_PER_S times a second, however many wait.
+as long as the worst-case estimates hold. A waiting shard reads the row again only after a
+jittered wait that grows with the job's shards in flight (all of them may wait at once when the cap
+runs out): together they read it about HOLDERS_READS_PER_S times a second, however many wait. The
+row does not count the waiting shards: at the cap's end every shard would write it twice more, to
+join the count and to leave it, and a thousand shards ending at once would take most of the
+partition's writes for it.
 
 A request's worst case: the prompt at one token per 4 bytes of its body (JSON keys included,
 which more than covers English text) plus its output cap (`max_tokens`,
@@ -46,7 +49,7 @@ CHUNK_REQUESTS = 50
 # a shard the table refuses waits for the shards that still hold a pool to hand it back, for at
 # most HOLDERS_WAIT_S (a shard that died holding a pool never hands it back; a shard's run keeps
 # it within its safety margin, so a request still has its timeout to run). It reads the job row
-# every HOLDERS_POLL_S, or, when many wait, about every waiters / HOLDERS_READS_PER_S seconds (at
+# every HOLDERS_POLL_S, or, when many may wait, about every shards / HOLDERS_READS_PER_S seconds (at
 # most HOLDERS_POLL_MAX_S): all of them together then read the one item about HOLDERS_READS_PER_S
 # times a second (a strongly consistent read of a small item is 1 RCU; the partition serves 3,000)
 HOLDERS_POLL_S = 0.25
@@ -133,9 +136,9 @@ def actual_nano(outcome: Outcome, request_model: str, reserved: int, *, batch: b
 
 def holders_poll_s(waiters: int, rand: Callable[[], float]) -> float:
     """How long a shard waiting for the others' pools sleeps before it reads the job row again,
-    when `waiters` shards wait (the last read's count): uniform in [0.5, 1.5] times a spread that
-    keeps the waiting shards' reads together near HOLDERS_READS_PER_S a second, so shards that
-    began waiting at once do not read in step."""
+    when `waiters` shards may wait (the job's shards in flight): uniform in [0.5, 1.5] times a
+    spread that keeps their reads together near HOLDERS_READS_PER_S a second, so shards that began
+    waiting at once do not read in step."""
     spread = min(HOLDERS_POLL_MAX_S, max(HOLDERS_POLL_S, waiters / HOLDERS_READS_PER_S))
     return spread * (0.5 + rand())
 
@@ -145,20 +148,17 @@ class BudgetState(NamedTuple):
 
     committed: int
     holders: int
-    waiters: int
 
 
 class BudgetTable(Protocol):
-    """The job row's figures (`JobStore` implements it): committed, spent, how many shards hold a
-    pool, and how many wait for the others' pools."""
+    """The job row's figures (`JobStore` implements it): committed, spent, and how many shards
+    hold a pool."""
 
-    def reserve_budget(
-        self, job_id: str, amount: int, cap: int, spent: int, *, join: bool, waited: bool = False
-    ) -> BudgetState | None: ...
+    def reserve_budget(self, job_id: str, amount: int, cap: int, spent: int, *, join: bool) -> BudgetState | None: ...
 
     def budget_state(self, job_id: str) -> BudgetState: ...
 
-    def release_budget(self, job_id: str, amount: int, spent: int, *, leave: bool, waiting: int = 0) -> BudgetState: ...
+    def release_budget(self, job_id: str, amount: int, spent: int, *, leave: bool) -> BudgetState: ...
 
 
 @dataclass
@@ -190,6 +190,8 @@ class Budget:
     holding: bool = False
     # how long a refused shard waits for the others' pools (see HOLDERS_WAIT_S)
     wait_s: float = HOLDERS_WAIT_S
+    # the job's shards that may wait for the others' pools at once: its shards in flight
+    waiters: int = 1
     # the jitter of that wait's reads (`holders_poll_s`)
     rand: Callable[[], float] = random.random
     # the table refused a chunk: from now on the shard lives on its refunds, asking only when empty
@@ -243,28 +245,25 @@ class Budget:
                 self._settled.clear()
                 await self._settled.wait()
                 continue
-            # give the pool back and join the waiting shards, then ask for exactly this request
-            # until no other shard holds a pool: only then has every refund reached the table,
-            # and a refusal is final
-            state = await self._wait_among(1)
+            # give the pool back, then ask for exactly this request until no other shard holds a
+            # pool: only then has every refund reached the table, and a refusal is final
+            state = await self._hand_back()
             if not await self._last_ask(need, state):
                 self.exhausted = True
         return False
 
     async def _last_ask(self, need: int, state: BudgetState) -> bool:
-        """With an empty pool, counted among the waiting shards, and the figures as `state`: take
-        what is left (up to a chunk) once it covers `need`; False once it does not and no other
-        shard holds a pool, or after `wait_s`. Either way the shard stops waiting."""
+        """With an empty pool and the figures as `state`: take what is left (up to a chunk) once it
+        covers `need`; False once it does not and no other shard holds a pool, or after `wait_s`."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.wait_s
         while True:
             left = self.cap - state.committed
-            if left >= need and await self._write_reserve(min(left, need * self.chunk_requests), waited=True):
+            if left >= need and await self._write_reserve(min(left, need * self.chunk_requests)):
                 return True
             if state.holders <= 0 or loop.time() >= deadline:
-                await self._wait_among(-1)
                 return False
-            await asyncio.sleep(holders_poll_s(state.waiters, self.rand))
+            await asyncio.sleep(holders_poll_s(self.waiters, self.rand))
             state = await asyncio.to_thread(self.table.budget_state, self.job_id)
 
     def _left_no_room(self, amount: int) -> bool:
@@ -272,14 +271,12 @@ class Budget:
         cap (refunds since may have made room: the wait for the others' pools finds them)."""
         return self.known is not None and self.cap - self.known.committed < amount
 
-    async def _write_reserve(self, amount: int, *, waited: bool = False) -> bool:
+    async def _write_reserve(self, amount: int) -> bool:
         # the write runs on a thread while answers settle on the loop: the figures it carries
         # are taken before it and changed only here, on the loop, after it
         self.figures.reserved_writes += 1
         join, recorded = not self.holding, self._unrecorded
-        granted = await asyncio.to_thread(
-            self.table.reserve_budget, self.job_id, amount, self.cap, recorded, join=join, waited=waited
-        )
+        granted = await asyncio.to_thread(self.table.reserve_budget, self.job_id, amount, self.cap, recorded, join=join)
         if granted is None:
             self.figures.refused += 1
             return False
@@ -300,14 +297,11 @@ class Budget:
         self.spent += nano
         self._unrecorded += nano
 
-    async def _wait_among(self, waiting: int) -> BudgetState:
-        """Hand the pool back and join (`waiting` 1) or leave (-1) the shards waiting for the
-        others' pools, in one write; the figures as the write left them."""
+    async def _hand_back(self) -> BudgetState:
+        """Hand the pool back and stop holding one, in one write; the figures as it left them."""
         held, recorded, holding = self.held, self._unrecorded, self.holding
         self.figures.releases += 1
-        state = await asyncio.to_thread(
-            self.table.release_budget, self.job_id, -held, recorded, leave=holding, waiting=waiting
-        )
+        state = await asyncio.to_thread(self.table.release_budget, self.job_id, -held, recorded, leave=holding)
         self.held -= held
         self._unrecorded -= recorded
         self.holding = False

@@ -233,7 +233,9 @@ def shard_budget(ctx: ShardContext, spec: ShardSpec, *, batch: bool = False) -> 
     if not spec.budget_usd:
         return None
     wait_s = min(HOLDERS_WAIT_S, ctx.settings.safety_margin_s)
-    return Budget(ctx.store, spec.job_id, usd_to_nano(spec.budget_usd), batch=batch, wait_s=wait_s)
+    return Budget(
+        ctx.store, spec.job_id, usd_to_nano(spec.budget_usd), batch=batch, wait_s=wait_s, waiters=spec.running
+    )
 
 
 def pending(s3: Any, spec: ShardSpec, skip: set[int], on_invalid: Callable[[LineError], None]) -> Iterator[Request]:

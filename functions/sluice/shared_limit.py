@@ -149,6 +149,9 @@ class SharedLimit:
                 if now < local.look_at:
                     # nobody knows the rate yet: the shard's own concurrency until an answer tells it
                     local.unpaced.append((now, cost))
+                    # counted against the run's expected requests: a lease after learning asks
+                    # only for the rest, so the run has nothing to give back
+                    self._taken += 1
                     return Ticket(model, unpaced_at=now)
                 async with local.lock:
                     if local.rate is None and local.joining is None and self._clock() >= local.look_at:

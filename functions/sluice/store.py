@@ -135,26 +135,19 @@ class JobStore(WebhookRows, BatchRows):
             ExpressionAttributeValues=dynamo({**values, ":cap": budget_cap, ":z": 0} if budget_cap else values),
         )
 
-    def reserve_budget(
-        self, job_id: str, amount: int, cap: int, spent: int, *, join: bool, waited: bool = False
-    ) -> BudgetState | None:
+    def reserve_budget(self, job_id: str, amount: int, cap: int, spent: int, *, join: bool) -> BudgetState | None:
         """Add `amount` (nano-USD) to the job's committed spend if that keeps it within `cap`,
         with `spent` (what answers cost since the last write) added to its spend; count the shard
-        among the holders of a pool when it `join`s, and no longer among the waiting shards when
-        it `waited`. The figures as the write left them; None if the cap refuses."""
+        among the holders of a pool when it `join`s. The figures as the write left them; None if
+        the cap refuses."""
         if amount > cap:
             return None
         try:
             row = self._table.update_item(
                 Key=job_key(job_id),
-                UpdateExpression="ADD budget_committed :a, budget_spent :s, budget_holders :h, budget_waiters :w",
+                UpdateExpression="ADD budget_committed :a, budget_spent :s, budget_holders :h",
                 ConditionExpression=Attr("budget_committed").lte(cap - amount),
-                ExpressionAttributeValues={
-                    ":a": amount,
-                    ":s": spent,
-                    ":h": 1 if join else 0,
-                    ":w": -1 if waited else 0,
-                },
+                ExpressionAttributeValues={":a": amount, ":s": spent, ":h": 1 if join else 0},
                 # ALL_NEW: UPDATED_NEW may leave out a figure the ADD did not change
                 ReturnValues="ALL_NEW",
             ).get("Attributes", {})
@@ -165,24 +158,23 @@ class JobStore(WebhookRows, BatchRows):
         return _budget_state(row)
 
     def budget_state(self, job_id: str) -> BudgetState:
-        """The job's committed spend (nano-USD), how many shards hold a pool of it, and how many
-        wait for those pools; strongly consistent, so no refund that reached the table is missed."""
+        """The job's committed spend (nano-USD) and how many shards hold a pool of it; strongly
+        consistent, so no refund that reached the table is missed."""
         row = self._table.get_item(
             Key=job_key(job_id),
-            ProjectionExpression="budget_committed, budget_holders, budget_waiters",
+            ProjectionExpression="budget_committed, budget_holders",
             ConsistentRead=True,
         ).get("Item", {})
         return _budget_state(row)
 
-    def release_budget(self, job_id: str, amount: int, spent: int, *, leave: bool, waiting: int = 0) -> BudgetState:
-        """Give back (negative `amount`) or add to the committed spend, record `spent`, stop
-        counting the shard among the holders when it `leave`s, and add `waiting` (1: it starts
-        waiting for the others' pools, -1: it stops) to the waiting shards; unconditional.
-        Returns the figures as the write left them."""
+    def release_budget(self, job_id: str, amount: int, spent: int, *, leave: bool) -> BudgetState:
+        """Give back (negative `amount`) or add to the committed spend, record `spent`, and stop
+        counting the shard among the holders when it `leave`s; unconditional. Returns the figures
+        as the write left them."""
         row = self._table.update_item(
             Key=job_key(job_id),
-            UpdateExpression="ADD budget_committed :a, budget_spent :s, budget_holders :h, budget_waiters :w",
-            ExpressionAttributeValues={":a": amount, ":s": spent, ":h": -1 if leave else 0, ":w": waiting},
+            UpdateExpression="ADD budget_committed :a, budget_spent :s, budget_holders :h",
+            ExpressionAttributeValues={":a": amount, ":s": spent, ":h": -1 if leave else 0},
             # ALL_NEW: UPDATED_NEW may leave out a figure the ADD did not change
             ReturnValues="ALL_NEW",
         ).get("Attributes", {})
@@ -375,6 +367,4 @@ class JobStore(WebhookRows, BatchRows):
 
 
 def _budget_state(row: Mapping[str, Any]) -> BudgetState:
-    return BudgetState(
-        int(row.get("budget_committed", 0)), int(row.get("budget_holders", 0)), int(row.get("budget_waiters", 0))
-    )
+    return BudgetState(int(row.get("budget_committed", 0)), int(row.get("budget_holders", 0)))

@@ -53,34 +53,29 @@ class Ledger:
         self.committed = 0
         self.spent = 0
         self.holders = 0
-        self.waiters = 0
         self.writes = 0
         # when each read of the figures came (the event loop's clock)
         self.reads: list[float] = []
 
-    def reserve_budget(
-        self, job_id: str, amount: int, cap: int, spent: int, *, join: bool, waited: bool = False
-    ) -> BudgetState | None:
+    def reserve_budget(self, job_id: str, amount: int, cap: int, spent: int, *, join: bool) -> BudgetState | None:
         self.writes += 1
         if self.committed > cap - amount:
             return None
         self.committed += amount
         self.spent += spent
         self.holders += join
-        self.waiters -= waited
-        return BudgetState(self.committed, self.holders, self.waiters)
+        return BudgetState(self.committed, self.holders)
 
     def budget_state(self, job_id: str) -> BudgetState:
         self.reads.append(time.monotonic())
-        return BudgetState(self.committed, self.holders, self.waiters)
+        return BudgetState(self.committed, self.holders)
 
-    def release_budget(self, job_id: str, amount: int, spent: int, *, leave: bool, waiting: int = 0) -> BudgetState:
+    def release_budget(self, job_id: str, amount: int, spent: int, *, leave: bool) -> BudgetState:
         self.writes += 1
         self.committed += amount
         self.spent += spent
         self.holders -= leave
-        self.waiters += waiting
-        return BudgetState(self.committed, self.holders, self.waiters)
+        return BudgetState(self.committed, self.holders)
 
 
 def test_worst_case_is_the_body_at_four_bytes_a_token_plus_the_output_cap() -> None:
@@ -234,13 +229,14 @@ def test_the_job_row_refuses_a_reservation_past_its_cap(store: JobStore) -> None
     assert store.reserve_budget("job", 600, 1000, 0, join=True)
     assert not store.reserve_budget("job", 401, 1000, 5, join=True)
     assert store.reserve_budget("job", 400, 1000, 7, join=False)
-    assert store.budget_state("job") == (1000, 1, 0)
+    assert store.budget_state("job") == (1000, 1)
     # a refused shard hands its pool back and waits; the write says what it left
-    assert store.release_budget("job", -300, 2, leave=True, waiting=1) == (700, 0, 1)
-    assert store.reserve_budget("job", 100, 1000, 0, join=True, waited=True)
+    assert store.release_budget("job", -300, 2, leave=True) == (700, 0)
+    assert store.reserve_budget("job", 100, 1000, 0, join=True)
     job = store.job("job") or {}
-    figures = ("budget_cap", "budget_committed", "budget_spent", "budget_holders", "budget_waiters")
-    assert tuple(job[name] for name in figures) == (1000, 800, 9, 1, 0)
+    figures = ("budget_cap", "budget_committed", "budget_spent", "budget_holders")
+    assert tuple(job[name] for name in figures) == (1000, 800, 9, 1)
+    assert "budget_waiters" not in job
 
 
 def test_a_refused_shard_waits_for_the_pool_a_finishing_shard_hands_back() -> None:
@@ -290,7 +286,7 @@ def test_hundreds_of_refused_shards_read_the_job_row_no_faster_than_a_few_do() -
     need = worst_case_nano(request)
     hold_s, waiting = 2.0, 300
     holder = Budget(ledger, "job", need)
-    waiters = [Budget(ledger, "job", need, wait_s=30.0) for _ in range(waiting)]
+    waiters = [Budget(ledger, "job", need, wait_s=30.0, waiters=waiting + 1) for _ in range(waiting)]
     window: list[float] = []
 
     async def hold(held: asyncio.Event) -> None:
@@ -316,14 +312,14 @@ def test_hundreds_of_refused_shards_read_the_job_row_no_faster_than_a_few_do() -
     start, end = window
     during = [t for t in ledger.reads if start <= t <= end]
     assert len(during) <= 1.5 * HOLDERS_READS_PER_S * (end - start), len(during)
-    # each stopped only once the holder was gone, and none is counted as waiting any more
-    assert ledger.holders == 0 and ledger.waiters == 0
+    # each stopped only once the holder was gone
+    assert ledger.holders == 0
     assert ledger.committed == ledger.spent == need
 
 
 def test_a_shard_with_nothing_held_waits_on_the_table_for_the_pool_another_hands_back() -> None:
-    """Against the table itself: the write that counts a refused shard among the waiting ones
-    must tell it the job's real figures, or it stops at once with the cap still unspent."""
+    """Against the table itself: the write that hands a refused shard's pool back must tell it
+    the job's real figures, or it stops at once with the cap still unspent."""
     request = chat(1, max_tokens=100)
     need = worst_case_nano(request)
     cap = 3 * need
@@ -359,4 +355,30 @@ def test_a_shard_with_nothing_held_waits_on_the_table_for_the_pool_another_hands
         job = store.job("job") or {}
     assert sent["holder"] == 1 and sent["waiter"] > 0
     assert cap - need < job["budget_spent"] == job["budget_committed"] <= cap
-    assert (job["budget_holders"], job["budget_waiters"]) == (0, 0)
+    assert job["budget_holders"] == 0
+
+
+def test_a_shard_that_finds_the_cap_spent_writes_the_job_row_once_at_its_end() -> None:
+    """A thousand shards reach the cap's end together: each hands its pool back in one write and,
+    with no other shard holding one and no room left, stops without another (it once joined a
+    count of waiting shards and left it again: two writes more each, 60% of the partition's
+    writes at a thousand shards)."""
+    ledger = Ledger()
+    request = chat(1, max_tokens=100)
+    need = worst_case_nano(request)
+    budget = Budget(ledger, "job", 3 * need, chunk_requests=2)
+
+    async def run() -> list[bool]:
+        sent = []
+        for line in range(4):
+            req = chat(line, max_tokens=100)
+            sent.append(await budget.reserve(req))
+            if sent[-1]:
+                budget.settle(req, Outcome(line, f"c{line}", 200, {"id": f"resp_{line}"}, None))
+        return sent
+
+    assert asyncio.run(run()) == [True, True, True, False]
+    budget.close()
+    # the chunk of two; the pool handed back and the last request taken; the pool handed back
+    assert budget.exhausted and ledger.holders == 0
+    assert ledger.writes == 4

@@ -473,6 +473,33 @@ def test_a_collect_runs_polls_under_a_token_limit_take_no_tokens_and_leave_nothi
     assert asyncio.run(run()) == (0, 0)
 
 
+def test_a_collect_run_that_learns_the_rate_leases_only_the_polls_it_has_left(table: Any) -> None:
+    """The first collect run of a key creates its item from its first answer while its other polls
+    go unpaced: those count against its expected polls, so its lease asks for the rest alone and
+    the run writes nothing at the end (it once leased its whole count again and gave most back:
+    four writes to a new item in a second where three do)."""
+    at = FakeTime()
+    headers = {"x-ratelimit-limit-requests": "1200", "x-ratelimit-remaining-requests": "1199"}
+    polls = [Request(n, f"c{n}", "GET", f"/v1/responses/resp_{n}", None) for n in range(6)]
+
+    async def run() -> tuple[int, int, int]:
+        limit = _limit(table, "job#0", at, expected=6)
+        first = [await limit.take(poll) for poll in polls[:4]]
+        limit.observe(first[0], 200, headers)
+        while limit._local("").joining is not None:
+            await asyncio.sleep(0)
+        for poll in polls[4:]:
+            await asyncio.wait_for(limit.take(poll), timeout=5)
+        before = limit.table.writes
+        await limit.close()
+        return limit._local("").requests, limit.table.writes - before, limit.table.writes
+
+    left, at_close, writes = asyncio.run(run())
+    assert (left, at_close) == (0, 0)
+    # the claim, the item made from the answer, one lease of the two polls left
+    assert writes == 3
+
+
 def test_a_429_with_quota_left_is_the_requests_alone(table: Any) -> None:
     at = FakeTime()
     overloaded = {"x-ratelimit-limit-requests": "1200", "x-ratelimit-remaining-requests": "900", "retry-after": "2"}
