@@ -43,6 +43,7 @@ from typing import Any
 from .contract import RateSeed
 from .lease import (
     Bucket,
+    Grant,
     LeasePolicy,
     differs,
     drained,
@@ -255,32 +256,39 @@ class SharedLimit:
                 local.look_at = local.look_every = 0.0
                 return
             self._know(local, bucket)
-            grant = lease(
-                bucket,
-                self.lessee,
-                self._clock(),
-                self.policy,
-                held=local.requests,
-                held_tokens=local.tokens,
-                tokens_per_request=local.cost,
-                own_until=local.until,
-                demand=local.waiting,
-                most=self._most(),
-            )
+            grant = self._grant(local, bucket)
             if grant.bucket is None:
                 local.more = False
                 continue
             if await asyncio.to_thread(self.table.save, local.pk, grant.bucket):
-                local.requests += grant.requests
-                if bucket.token_rate > 0:
-                    local.tokens += grant.tokens
-                local.ready_at = max(local.ready_at, self._clock() + grant.wait_s)
-                local.until = grant.until
-                local.seat_until = grant.until + self.policy.idle_s
-                local.more = grant.more
+                self._granted(local, grant, bucket)
                 return
             tries += 1
             await self._sleep(table_retry_delay_s(tries, self._rand))
+
+    def _grant(self, local: LocalKey, bucket: Bucket) -> Grant:
+        return lease(
+            bucket,
+            self.lessee,
+            self._clock(),
+            self.policy,
+            held=local.requests,
+            held_tokens=local.tokens,
+            tokens_per_request=local.cost,
+            own_until=local.until,
+            demand=local.waiting,
+            most=self._most(),
+        )
+
+    def _granted(self, local: LocalKey, grant: Grant, bucket: Bucket) -> None:
+        """The shard's balance, once the item took `grant` (leased from `bucket`)."""
+        local.requests += grant.requests
+        if bucket.token_rate > 0:
+            local.tokens += grant.tokens
+        local.ready_at = max(local.ready_at, self._clock() + grant.wait_s)
+        local.until = grant.until
+        local.seat_until = grant.until + self.policy.idle_s
+        local.more = grant.more
 
     def _most(self) -> int | None:
         """The requests this run will still ask for, while it knows (retries past its count: not)."""
@@ -359,11 +367,19 @@ class SharedLimit:
     async def _join(self, local: LocalKey, bucket: Bucket) -> None:
         """Make the key's item from what the first answer with rate headers said; when another
         shard made it first, debit what this one sent unpaced since, within what its answer says
-        remains."""
+        remains. When requests of this shard wait for the rate, or a run that knows its count has
+        more to send, their lease is in the same write: the item's first moment is one write fewer
+        (claim, make, lease were three at once)."""
         try:
-            if not await asyncio.to_thread(self.table.save, local.pk, bucket):
+            # leased from the item as it would be before its first write, so the write is its first
+            wanted = local.waiting > 0 or (self._most() or 0) > 0
+            grant = self._grant(local, replace(bucket, version=bucket.version - 1)) if wanted else None
+            made = grant.bucket if grant is not None and grant.bucket is not None else bucket
+            if not await asyncio.to_thread(self.table.save, local.pk, made):
                 how = Joining(local, self._clock, self.policy, (bucket.level, bucket.token_level))
                 await asyncio.to_thread(self.table.change, local.pk, how)
+            elif grant is not None and made is grant.bucket:
+                self._granted(local, grant, bucket)
             local.unpaced.clear()
             self._know(local, bucket)
         finally:

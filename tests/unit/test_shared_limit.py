@@ -496,8 +496,8 @@ def test_a_collect_run_that_learns_the_rate_leases_only_the_polls_it_has_left(ta
 
     left, at_close, writes = asyncio.run(run())
     assert (left, at_close) == (0, 0)
-    # the claim, the item made from the answer, one lease of the two polls left
-    assert writes == 3
+    # the claim, and the item made from the answer with the lease of the polls left in it
+    assert writes == 2
 
 
 def test_a_429_with_quota_left_is_the_requests_alone(table: Any) -> None:
@@ -583,6 +583,30 @@ def test_one_shard_learns_the_rate_while_the_others_wait_for_it(table: Any) -> N
     # it leased from the learned bucket: nothing went unpaced, and the item counts its lease
     assert local.rate == pytest.approx(20.0) and not local.unpaced
     assert set(seated(_item(table), at.now)) == {seat_of("job-b#0")}
+
+
+def test_the_learner_leases_for_its_waiting_requests_in_the_write_that_makes_the_item(table: Any) -> None:
+    """A collect run of four polls: its first answer with rate headers makes the key's item while
+    three polls are still to go, and the item is made with their lease in it, one write (it was
+    the claim, the item and then the lease: three writes to a new item at once)."""
+    at = FakeTime()
+    headers = {"x-ratelimit-limit-requests": "1200", "x-ratelimit-remaining-requests": "1199"}
+    polls = [Request(n, f"c{n}", "GET", f"/v1/responses/resp_{n}", None) for n in range(4)]
+
+    async def run() -> tuple[int, int]:
+        limit = _limit(table, "job-a#0", at, expected=4)
+        first = await limit.take(polls[0])
+        claimed = limit.table.writes
+        limit.observe(first, 200, headers)
+        for poll in polls[1:]:
+            await asyncio.wait_for(limit.take(poll), timeout=5)
+        await limit.close()
+        return claimed, limit.table.writes - claimed
+
+    claimed, after = asyncio.run(run())
+    assert claimed == 1
+    assert after == 1
+    assert set(BucketTable(table).load(limit_key("http://p/v1", "sk-x", "")).seats) != {0.0}
 
 
 def test_the_learned_level_leaves_out_what_was_sent_after_the_answered_request(table: Any) -> None:
