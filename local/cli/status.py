@@ -12,7 +12,7 @@ from sluice.lines import LineError
 
 from local.console import EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, CliError, need_file, say
 from local.deployed import Deployment, aws_errors, environment, jobs
-from local.deployed.jobs import describe_job, job_or_fail, job_shards, watch, when, with_counts
+from local.deployed.jobs import describe_job, job_or_fail, status_json, watch, when
 from local.deployed.lines import find_in_lines, input_chunks, line_outcome, local_chunks
 
 
@@ -29,10 +29,7 @@ def run(args: argparse.Namespace) -> int:
         return watch(dep, args.job, interval=args.interval, quiet=args.quiet)
     job = job_or_fail(dep, args.job)
     if args.json:
-        rows = job_shards(dep, job)
-        # a shard's task token completes its wait; it has no use outside the workflow, so leave it out
-        shards = [{k: v for k, v in s.as_dict().items() if k != "token"} for s in rows]
-        print(orjson.dumps({"job": with_counts(job, rows), "shards": shards}, option=orjson.OPT_INDENT_2).decode())
+        print(status_json(dep, job))
     else:
         print("\n".join(describe_job(dep, job)))
     return EXIT_OK

@@ -122,6 +122,14 @@ def describe_job(dep: Deployment, job: dict[str, Any], *, now: float | None = No
     return lines
 
 
+def status_json(dep: Deployment, job: dict[str, Any]) -> str:
+    """`sluice status JOB --json`: the job row with its counts, and its shard rows."""
+    rows = job_shards(dep, job)
+    # a shard's task token completes its wait; it has no use outside the workflow, so leave it out
+    shards = [{k: v for k, v in s.as_dict().items() if k != "token"} for s in rows]
+    return orjson.dumps({"job": with_counts(job, rows), "shards": shards}, option=orjson.OPT_INDENT_2).decode()
+
+
 def watch(dep: Deployment, job_id: str, *, interval: float, quiet: bool, start_timeout_s: float = 120.0) -> int:
     """Follow a job until it ends; the exit code says how it ended."""
     deadline = time.monotonic() + start_timeout_s
