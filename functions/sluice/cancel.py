@@ -224,15 +224,14 @@ def cancel_job(
     job = store.job(job_id)
     if job is None:
         raise JobNotFound(job_id)
-    if job.get("status") in TERMINAL_STATUSES:
-        return CancelReport(job_id, str(job["status"]), already_finished=True, summary=job.get("summary"))
+    if job.status in TERMINAL_STATUSES:
+        kept = job.summary.to_json() if job.summary else None
+        return CancelReport(job_id, job.status, already_finished=True, summary=kept)
 
     # stop first: once the execution is stopped no new shard run starts and sends more, and once
     # the shard rows are marked the runs still going stop within one poll period
-    report = CancelReport(
-        job_id, JobStatus.CANCELLED, execution_stopped=_stop_execution(sfn, job.get("execution"), reason)
-    )
-    shards = int(job.get("shards", 0))
+    report = CancelReport(job_id, JobStatus.CANCELLED, execution_stopped=_stop_execution(sfn, job.execution, reason))
+    shards = job.shards or 0
     store.stop_shards(job_id, JobStatus.CANCELLED, shards=shards)
 
     work = open_provider_work(store, job_id, shards=shards)
@@ -244,7 +243,7 @@ def cancel_job(
             report, work, base_url=base_url, api_key=api_key, concurrency=concurrency, session_factory=session_factory
         )
 
-    bucket, key = job["bucket"], job["key"]
+    bucket, key = job.bucket, job.key
     state = {
         "job_id": job_id,
         "bucket": bucket,

@@ -559,7 +559,8 @@ def test_cancel_stops_the_execution_cancels_provider_work_and_keeps_what_finishe
 
     execution = deployed.sfn.list_executions(stateMachineArn=deployed.state_machine_arn)["executions"][0]
     assert execution["status"] == "ABORTED"
-    assert deployed.store.job(job_id)["status"] == "CANCELLED"
+    job = deployed.store.job(job_id)
+    assert job is not None and job.status == "CANCELLED"
     read = deployed.s3.get_object
     results = [
         orjson.loads(r) for r in read(Bucket=BUCKET, Key="outbox/long.results.jsonl")["Body"].read().splitlines()

@@ -109,6 +109,11 @@ def failed_job(s3: Any, store: JobStore, *, shards: int, done: dict[int, int], p
     }
 
 
+def job_status(store: JobStore) -> str | None:
+    job = store.job(JOB)
+    return job.status if job else None
+
+
 def outputs(s3: Any, kind: str) -> list[dict[str, Any]]:
     body = s3.get_object(Bucket=BUCKET, Key=f"outbox/failed.{kind}.jsonl")["Body"].read()
     return [orjson.loads(row) for row in body.splitlines()]
@@ -155,14 +160,14 @@ def test_mark_failed_out_of_time_leaves_the_shards_left_for_its_next_call(aws: t
     first = mark_failed(s3=s3, store=store, state=state, error="States.TaskFailed", cause="", remaining_s=0.0)
 
     assert first == {"job_id": JOB, "status": "FAILED", "done": False, "shards_left": 2}
-    assert (store.job(JOB) or {})["status"] == "PLANNING"
+    assert job_status(store) == "PLANNING"
     assert "Contents" not in s3.list_objects_v2(Bucket=BUCKET, Prefix="outbox/")
 
     second = mark_failed(s3=s3, store=store, state=state, error="States.TaskFailed", cause="", remaining_s=900.0)
 
     assert second["done"] and second["counts"]["results"] == LINES + 3
     assert len(outputs(s3, "results")) + len(outputs(s3, "errors")) == 3 * LINES
-    assert (store.job(JOB) or {})["status"] == "FAILED"
+    assert job_status(store) == "FAILED"
 
 
 def test_a_mark_failed_call_that_assembled_for_long_leaves_the_merge_to_the_next(
@@ -214,7 +219,7 @@ def test_when_mark_failed_fails_its_last_resort_still_ends_the_job_with_a_summar
     summary = orjson.loads(s3.get_object(Bucket=BUCKET, Key="outbox/failed.summary.json")["Body"].read())
     assert summary == {"job_id": JOB, "status": "FAILED", "error": reason, "input": f"s3://{BUCKET}/{state['key']}"}
     job = store.job(JOB)
-    assert job is not None and job["status"] == "FAILED" and job["summary"]["error"] == reason
+    assert job is not None and job.status == "FAILED" and job.summary is not None and job.summary.error == reason
     # no shard is read: a last resort costs the same whatever the job's size
     assert not [k for _, k in counted.calls if k.startswith("jobs/")]
 
