@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 from botocore.exceptions import ClientError
 
-from .contract import TERMINAL_STATUSES, ExecutionStatus, JobStatus, Summary, manifest_key
+from .contract import TERMINAL_STATUSES, ExecutionStatus, JobStatus, Planned, Summary, manifest_key
 from .engine import EngineSettings, fan_out, make_session
 from .merge import merge_job
 from .model import ErrorCode, Outcome, Request
@@ -244,14 +244,19 @@ def cancel_job(
         )
 
     bucket, key = job.bucket, job.key
-    state = {
-        "job_id": job_id,
-        "bucket": bucket,
-        "key": key,
-        "manifest_key": manifest_key(job_id),
-        "output_prefix": output_prefix(key),
-    }
-    if _manifest_exists(s3, bucket, state["manifest_key"]):
+    # the job as Plan handed it to the Map and Merge; the Map's concurrency is the Map's alone
+    state = Planned(
+        job_id=job_id,
+        bucket=bucket,
+        key=key,
+        etag=job.etag,
+        manifest_key=manifest_key(job_id),
+        output_prefix=output_prefix(key),
+        map_concurrency=0,
+        duplicate=False,
+        shards=shards,
+    )
+    if _manifest_exists(s3, bucket, state.manifest_key):
         summary = merge_job(
             s3=s3,
             store=store,
@@ -269,6 +274,6 @@ def cancel_job(
             input=f"s3://{bucket}/{key}",
             error=f"cancelled while planning: {reason}",
         )
-        end_job(s3, store, summary, bucket=bucket, prefix=state["output_prefix"])
+        end_job(s3, store, summary, bucket=bucket, prefix=state.output_prefix)
     report.summary = summary.to_json()
     return report

@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from .contract import OUTPUT_SUFFIXES, Counts, JobStatus, PlanFigures, ShardSpec, Summary, output_key
+from .contract import OUTPUT_SUFFIXES, Counts, JobStatus, PlanFigures, Planned, ShardSpec, Summary, output_key
 from .outputs import OutOfTime, shard_outputs
 from .parts import s3_pool
 from .store import JobStore
@@ -251,7 +251,7 @@ def merge_job(
     *,
     s3: Any,
     store: JobStore,
-    state: dict[str, Any],
+    state: Planned,
     status: str | None = None,
     missing_code: str | None = None,
     missing_message: str = "",
@@ -263,8 +263,8 @@ def merge_job(
 
     With `missing_code`, shards that never finished are assembled first (see `shard_outputs`),
     within `deadlines`, else OutOfTime."""
-    bucket, job_id, prefix = state["bucket"], state["job_id"], state["output_prefix"]
-    specs = load_manifest(s3, bucket, state["manifest_key"])
+    bucket, job_id, prefix = state.bucket, state.job_id, state.output_prefix
+    specs = load_manifest(s3, bucket, state.manifest_key)
     job = store.job(job_id)
     plan = job.plan if job else None
     tally = _tally(s3, specs, missing_code=missing_code, missing_message=missing_message, deadlines=deadlines)
@@ -289,6 +289,6 @@ def merge_job(
         started=started,
         wall=wall,
     )
-    summary = Summary(job_id=job_id, status=status, input=f"s3://{bucket}/{state['key']}", figures=figures, error=error)
+    summary = Summary(job_id=job_id, status=status, input=f"s3://{bucket}/{state.key}", figures=figures, error=error)
     end_job(s3, store, summary, bucket=bucket, prefix=prefix)
     return summary

@@ -286,9 +286,10 @@ class Deployed:
         assert asyncio.run(run_direct(self.context(), spec)).done
 
     def merge(self, state: dict[str, Any]) -> dict[str, Any]:
+        from sluice.contract import Planned
         from sluice.merge import merge_job
 
-        return merge_job(s3=self.s3, store=self.store, state=state).to_json()
+        return merge_job(s3=self.s3, store=self.store, state=Planned.from_dict(state)).to_json()
 
 
 @pytest.fixture
