@@ -214,6 +214,7 @@ class Job:
 
     def __init__(self, s3: Any, store: Any, job_id: str, kinds: list[str], *, lines: int, part_rows: int) -> None:
         import orjson
+        from sluice.contract import Planned
         from sluice.model import Outcome
         from sluice.parts import write_outputs
         from sluice.records import outcome_record
@@ -253,14 +254,16 @@ class Job:
             offset += size
         manifest = f"jobs/{job_id}/manifest.json"
         s3.put_object(Bucket=BUCKET, Key=manifest, Body=orjson.dumps([dataclasses.asdict(s) for s in self.specs]))
-        self.state = {
-            "job_id": job_id,
-            "bucket": BUCKET,
-            "key": key,
-            "etag": etag,
-            "manifest_key": manifest,
-            "output_prefix": f"outbox/{job_id}",
-        }
+        self.state = Planned(
+            job_id=job_id,
+            bucket=BUCKET,
+            key=key,
+            etag=etag,
+            manifest_key=manifest,
+            output_prefix=f"outbox/{job_id}",
+            map_concurrency=len(kinds),
+            duplicate=False,
+        )
         store.claim_job(job_id, execution="bench", bucket=BUCKET, key=key, etag=etag, started_at=time.time())
         pad = "y" * 700
         for spec, kind in zip(self.specs, kinds, strict=True):
@@ -298,7 +301,7 @@ class Job:
             return None
         if key.startswith(marker):
             return self.kinds[int(key[len(marker) :].split("/", 1)[0])]
-        if key == self.state["key"] and "Range" in params:
+        if key == self.state.key and "Range" in params:
             start = int(str(params["Range"]).removeprefix("bytes=").split("-")[0])
             return next(self.kinds[s.shard] for s in self.specs if s.start == start)
         return None

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
+from sluice.contract import PlanCache, PlanFigures
 
 from local.cloud import LocalCloud, LocalSettings
 from local.simulator import SimConfig, SimulatorServer
@@ -77,3 +80,21 @@ def request_line(custom_id: str, text: str = "The kettle is great", url: str = "
 def write_jsonl(path: Path, lines: list[bytes]) -> Path:
     path.write_bytes(b"".join(lines))
     return path
+
+
+def plan_figures(requests: int, *, mode: str = "direct", **changes: Any) -> PlanFigures:
+    """What Plan records of a job of `requests` lines, none blank or invalid, as `record_plan` takes it."""
+    figures = PlanFigures(
+        lines=requests,
+        requests=requests,
+        invalid={},
+        blank=0,
+        bytes=requests * 200,
+        shards=1,
+        mode=mode,
+        concurrency=4,
+        max_error_rate=0.0,
+        cache=PlanCache(mode="off", hits=0),
+        plan_seconds=0.1,
+    )
+    return replace(figures, **changes)

@@ -16,7 +16,7 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     error = event.get(STEP_ERROR_KEY) or {}
     # after Plan, the job it planned; before, the S3 event the execution started with
     plan = event.get(Planned.KEY)
-    state = event if plan is None else Planned.from_dict(plan).to_dict()
+    state = event if plan is None else Planned.from_dict(plan)
     failed, cause = str(error.get("Error", "Unknown")), str(error.get("Cause", ""))
     # MarkFailed's own failure, caught by the definition: only the job's end is recorded
     failed_again = event.get(MARK_FAILED_ERROR_KEY)

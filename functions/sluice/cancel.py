@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 from botocore.exceptions import ClientError
 
-from .contract import TERMINAL_STATUSES, ExecutionStatus, JobStatus, Summary, manifest_key
+from .contract import TERMINAL_STATUSES, ExecutionStatus, JobStatus, Planned, Summary, manifest_key
 from .engine import EngineSettings, fan_out, make_session
 from .merge import merge_job
 from .model import ErrorCode, Outcome, Request
@@ -224,15 +224,14 @@ def cancel_job(
     job = store.job(job_id)
     if job is None:
         raise JobNotFound(job_id)
-    if job.get("status") in TERMINAL_STATUSES:
-        return CancelReport(job_id, str(job["status"]), already_finished=True, summary=job.get("summary"))
+    if job.status in TERMINAL_STATUSES:
+        kept = job.summary.to_json() if job.summary else None
+        return CancelReport(job_id, job.status, already_finished=True, summary=kept)
 
     # stop first: once the execution is stopped no new shard run starts and sends more, and once
     # the shard rows are marked the runs still going stop within one poll period
-    report = CancelReport(
-        job_id, JobStatus.CANCELLED, execution_stopped=_stop_execution(sfn, job.get("execution"), reason)
-    )
-    shards = int(job.get("shards", 0))
+    report = CancelReport(job_id, JobStatus.CANCELLED, execution_stopped=_stop_execution(sfn, job.execution, reason))
+    shards = job.shards or 0
     store.stop_shards(job_id, JobStatus.CANCELLED, shards=shards)
 
     work = open_provider_work(store, job_id, shards=shards)
@@ -244,15 +243,20 @@ def cancel_job(
             report, work, base_url=base_url, api_key=api_key, concurrency=concurrency, session_factory=session_factory
         )
 
-    bucket, key = job["bucket"], job["key"]
-    state = {
-        "job_id": job_id,
-        "bucket": bucket,
-        "key": key,
-        "manifest_key": manifest_key(job_id),
-        "output_prefix": output_prefix(key),
-    }
-    if _manifest_exists(s3, bucket, state["manifest_key"]):
+    bucket, key = job.bucket, job.key
+    # the job as Plan handed it to the Map and Merge; the Map's concurrency is the Map's alone
+    state = Planned(
+        job_id=job_id,
+        bucket=bucket,
+        key=key,
+        etag=job.etag,
+        manifest_key=manifest_key(job_id),
+        output_prefix=output_prefix(key),
+        map_concurrency=0,
+        duplicate=False,
+        shards=shards,
+    )
+    if _manifest_exists(s3, bucket, state.manifest_key):
         summary = merge_job(
             s3=s3,
             store=store,
@@ -270,6 +274,6 @@ def cancel_job(
             input=f"s3://{bucket}/{key}",
             error=f"cancelled while planning: {reason}",
         )
-        end_job(s3, store, summary, bucket=bucket, prefix=state["output_prefix"])
+        end_job(s3, store, summary, bucket=bucket, prefix=state.output_prefix)
     report.summary = summary.to_json()
     return report

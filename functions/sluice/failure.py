@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
 from botocore.exceptions import ClientError
 
-from .contract import JobStatus, Summary
+from .contract import JobStatus, Planned, Summary
 from .merge import Deadlines, merge_job
 from .model import ErrorCode
 from .outputs import OutOfTime
@@ -42,18 +43,19 @@ def _reason(error: str, cause: str) -> str:
 
 
 def mark_failed(
-    *, s3: Any, store: Any, state: dict[str, Any], error: str, cause: str, remaining_s: float | None = None
+    *, s3: Any, store: Any, state: Planned | Mapping[str, Any], error: str, cause: str, remaining_s: float | None = None
 ) -> dict[str, Any]:
-    """Account for every line and write the outputs, status FAILED. `done` is False when the
-    shards left to assemble, or the merge, wait for another call (`remaining_s`: the time this
-    invocation has; None: no limit)."""
+    """Account for every line and write the outputs, status FAILED. `state` is the job Plan
+    planned, or the execution's input (the S3 event) when Plan itself failed. `done` is False
+    when the shards left to assemble, or the merge, wait for another call (`remaining_s`: the
+    time this invocation has; None: no limit)."""
+    reason = _reason(error, cause)
+    if not isinstance(state, Planned):
+        # Plan itself failed: no shards and no manifest, so the job is the input object and the reason
+        return _summary_only(s3, store, state, reason)
     # first: the shards still running stop sending (and drawing on the budget) within one poll
     # period; every call of the loop marks again, which changes nothing once they are marked
-    store.stop_shards(state.get("job_id"), JobStatus.FAILED, shards=state.get("shards"))
-    reason = _reason(error, cause)
-    if "job_id" not in state:
-        # Plan itself failed: no manifest, so the job is the input object and the reason
-        return _summary_only(s3, store, state, reason)
+    store.stop_shards(state.job_id, JobStatus.FAILED, shards=state.shards)
     now = time.monotonic()
     deadlines = (
         None
@@ -72,10 +74,10 @@ def mark_failed(
             deadlines=deadlines,
         )
     except OutOfTime as exc:
-        return {"job_id": state["job_id"], "status": JobStatus.FAILED, "done": False, "shards_left": exc.left}
+        return {"job_id": state.job_id, "status": JobStatus.FAILED, "done": False, "shards_left": exc.left}
     assert summary.figures is not None
     return {
-        "job_id": state["job_id"],
+        "job_id": state.job_id,
         "status": JobStatus.FAILED,
         "error": reason,
         "counts": summary.figures.counts.to_json(),
@@ -85,20 +87,27 @@ def mark_failed(
 
 
 def record_failure(
-    *, s3: Any, store: Any, state: dict[str, Any], error: str, cause: str, failed_again: dict[str, Any]
+    *,
+    s3: Any,
+    store: Any,
+    state: Planned | Mapping[str, Any],
+    error: str,
+    cause: str,
+    failed_again: Mapping[str, Any],
 ) -> dict[str, Any]:
     """MarkFailed's last resort, once MarkFailed itself failed: only the job row and a summary
-    that says why, a few requests whatever the job's size."""
-    store.stop_shards(state.get("job_id"), JobStatus.FAILED, shards=state.get("shards"))
+    that says why, a few requests whatever the job's size. `state` as `mark_failed`'s."""
+    if isinstance(state, Planned):
+        store.stop_shards(state.job_id, JobStatus.FAILED, shards=state.shards)
     reason = _reason(error, cause)
     again = _reason(str(failed_again.get("Error", "Unknown")), str(failed_again.get("Cause", "")))
     return _summary_only(s3, store, state, f"{reason}; accounting for its lines failed too: {again}")
 
 
-def _summary_only(s3: Any, store: Any, state: dict[str, Any], reason: str) -> dict[str, Any]:
+def _summary_only(s3: Any, store: Any, state: Planned | Mapping[str, Any], reason: str) -> dict[str, Any]:
     """The job FAILED with a summary in outbox/ that says why, and no other output."""
-    if "job_id" in state:
-        job_id, bucket, key, prefix = state["job_id"], state["bucket"], state["key"], state["output_prefix"]
+    if isinstance(state, Planned):
+        job_id, bucket, key, prefix = state.job_id, state.bucket, state.key, state.output_prefix
     else:
         detail = state["event"]["detail"] if "event" in state else state["detail"]
         bucket, key = detail["bucket"]["name"], detail["object"]["key"]

@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from .contract import OUTPUT_SUFFIXES, Counts, JobStatus, ShardSpec, Summary, output_key
+from .contract import OUTPUT_SUFFIXES, Counts, JobStatus, PlanFigures, Planned, ShardSpec, Summary, output_key
 from .outputs import OutOfTime, shard_outputs
 from .parts import s3_pool
 from .store import JobStore
@@ -233,10 +233,11 @@ def _write_outputs(s3: Any, bucket: str, prefix: str, specs: list[ShardSpec], ta
     return moved
 
 
-def _counts(plan: dict[str, Any], specs: list[ShardSpec], tally: Tally) -> Counts:
-    """The job's lines as Plan counted them, each request a result or an error, else InvariantError."""
-    lines = plan.get("lines", sum(s.lines for s in specs))
-    blank = plan.get("blank", sum(s.blank for s in specs))
+def _counts(plan: PlanFigures | None, specs: list[ShardSpec], tally: Tally) -> Counts:
+    """The job's lines as Plan counted them (as its shards did, with no plan on the row), each
+    request a result or an error, else InvariantError."""
+    lines = plan.lines if plan else sum(s.lines for s in specs)
+    blank = plan.blank if plan else sum(s.blank for s in specs)
     if tally.result_lines + tally.error_lines != lines - blank:
         raise InvariantError(
             f"outputs hold {tally.result_lines + tally.error_lines} lines; the input has {lines - blank} requests"
@@ -250,7 +251,7 @@ def merge_job(
     *,
     s3: Any,
     store: JobStore,
-    state: dict[str, Any],
+    state: Planned,
     status: str | None = None,
     missing_code: str | None = None,
     missing_message: str = "",
@@ -262,16 +263,16 @@ def merge_job(
 
     With `missing_code`, shards that never finished are assembled first (see `shard_outputs`),
     within `deadlines`, else OutOfTime."""
-    bucket, job_id, prefix = state["bucket"], state["job_id"], state["output_prefix"]
-    specs = load_manifest(s3, bucket, state["manifest_key"])
-    job = store.job(job_id) or {}
-    plan = job.get("plan", {})
+    bucket, job_id, prefix = state.bucket, state.job_id, state.output_prefix
+    specs = load_manifest(s3, bucket, state.manifest_key)
+    job = store.job(job_id)
+    plan = job.plan if job else None
     tally = _tally(s3, specs, missing_code=missing_code, missing_message=missing_message, deadlines=deadlines)
     moved = _write_outputs(s3, bucket, prefix, specs, tally)
     counts = _counts(plan, specs, tally)
-    started = float(job.get("started_at", clock()))
+    started = float(job.started_at) if job else float(clock())
     wall = round(clock() - started, 3)
-    max_error_rate = float(plan.get("max_error_rate", 0.0))
+    max_error_rate = float(plan.max_error_rate) if plan else 0.0
     if status is None:
         status = (
             JobStatus.BUDGET_EXCEEDED
@@ -288,6 +289,6 @@ def merge_job(
         started=started,
         wall=wall,
     )
-    summary = Summary(job_id=job_id, status=status, input=f"s3://{bucket}/{state['key']}", figures=figures, error=error)
+    summary = Summary(job_id=job_id, status=status, input=f"s3://{bucket}/{state.key}", figures=figures, error=error)
     end_job(s3, store, summary, bucket=bucket, prefix=prefix)
     return summary

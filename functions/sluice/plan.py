@@ -25,6 +25,8 @@ from .contract import (
     METADATA_PREFIX,
     MODES,
     OUTBOX_PREFIX,
+    PlanCache,
+    PlanFigures,
     Planned,
     Settings,
     ShardSpec,
@@ -295,22 +297,22 @@ def plan_job(
     manifest = _shard_specs(s3, settings, options, planned, result, answered)
     items = [spec.to_item() for spec in manifest]
     s3.put_object(Bucket=bucket, Key=planned.manifest_key, Body=orjson.dumps(items), ContentType="application/json")
-    plan_summary = {
-        "lines": result.lines,
-        "requests": result.requests,
-        "invalid": result.invalid,
-        "blank": result.blank,
-        "bytes": result.size,
-        "shards": len(result.shards),
-        "mode": options.mode,
-        "concurrency": options.concurrency,
-        "max_error_rate": options.max_error_rate,
-        "cache": {"mode": options.cache, "hits": sum(cached.values())},
-        "plan_seconds": round(time.time() - started, 3),
-    }
+    figures = PlanFigures(
+        lines=result.lines,
+        requests=result.requests,
+        invalid=result.invalid,
+        blank=result.blank,
+        bytes=result.size,
+        shards=len(result.shards),
+        mode=options.mode,
+        concurrency=options.concurrency,
+        max_error_rate=options.max_error_rate,
+        cache=PlanCache(mode=options.cache, hits=sum(cached.values())),
+        plan_seconds=round(time.time() - started, 3),
+    )
     store.record_plan(
         job_id,
-        plan=plan_summary,
+        plan=figures,
         shards=[(s.index, s.lines, s.requests) for s in result.shards],
         mode=options.mode,
         shard_modes={spec.shard: spec.mode for spec in manifest},

@@ -19,7 +19,18 @@ from botocore.exceptions import ClientError
 
 from .batch_rows import BatchRows
 from .budget import BudgetState
-from .contract import PARTITION_KEY, SORT_KEY, JobStatus, ShardRow, ShardStatus
+from .contract import (
+    PARTITION_KEY,
+    SORT_KEY,
+    ItemRow,
+    JobProgress,
+    JobRow,
+    JobStatus,
+    PlanFigures,
+    ShardRow,
+    ShardStatus,
+    Summary,
+)
 from .keys import (
     ITEM_PREFIX,
     item_key,
@@ -49,15 +60,15 @@ class JobCounts:
     failed: int = 0
 
 
-def _item(row: Mapping[str, Any]) -> ItemState:
+def _item(row: ItemRow) -> ItemState:
     return ItemState(
-        line=int(row["line"]),
-        custom_id=row["custom_id"],
-        status=row["status"],
-        provider_id=row.get("provider_id"),
-        attempts=int(row.get("attempts", 0)),
-        error=row.get("error"),
-        swept=bool(row.get("swept", False)),
+        line=row.line,
+        custom_id=row.custom_id,
+        status=row.status,
+        provider_id=row.provider_id,
+        attempts=row.attempts,
+        error=row.error,
+        swept=row.swept,
     )
 
 
@@ -96,7 +107,7 @@ class JobStore(WebhookRows, BatchRows):
         self,
         job_id: str,
         *,
-        plan: dict[str, Any],
+        plan: PlanFigures,
         shards: list[tuple[int, int, int]],
         mode: str,
         shard_modes: Mapping[int, str] | None = None,
@@ -127,7 +138,7 @@ class JobStore(WebhookRows, BatchRows):
                     }
                 )
         budget = ", budget_cap = :cap, budget_committed = :z, budget_spent = :z" if budget_cap else ""
-        values = {":s": JobStatus.RUNNING, ":p": plan, ":n": len(shards), ":r": plan["requests"]}
+        values = {":s": JobStatus.RUNNING, ":p": plan.to_json(), ":n": len(shards), ":r": plan.requests}
         self._table.update_item(
             Key=job_key(job_id),
             UpdateExpression="SET #s = :s, #p = :p, shards = :n, requests = :r" + budget,
@@ -250,13 +261,13 @@ class JobStore(WebhookRows, BatchRows):
         """The item rows of one shard, in line order: its partition, strongly consistent."""
         condition = Key(PARTITION_KEY).eq(shard_partition(job_id, shard)) & Key(SORT_KEY).begins_with(ITEM_PREFIX)
         for row in self._query(KeyConditionExpression=condition, ConsistentRead=True):
-            yield _item(row)
+            yield _item(ItemRow.from_item(plain(row)))
 
-    def item(self, job_id: str, shard: int, line: int) -> dict[str, Any] | None:
+    def item(self, job_id: str, shard: int, line: int) -> ItemRow | None:
         row = self._table.get_item(Key=item_key(job_id, shard, line)).get("Item")
-        return plain(row) if row else None
+        return ItemRow.from_item(plain(row)) if row else None
 
-    def item_by_custom_id(self, job_id: str, custom_id: str) -> dict[str, Any] | None:
+    def item_by_custom_id(self, job_id: str, custom_id: str) -> ItemRow | None:
         """The item row of one request, if it has one (failures, background and batch requests do).
 
         The shards' partitions, a few at a time in shard order, filtered: it reads only this job's
@@ -264,12 +275,12 @@ class JobStore(WebhookRows, BatchRows):
         """
         count = self._shard_count(job_id)
 
-        def lookup(shard: int) -> dict[str, Any] | None:
+        def lookup(shard: int) -> ItemRow | None:
             condition = Key(PARTITION_KEY).eq(shard_partition(job_id, shard)) & Key(SORT_KEY).begins_with(ITEM_PREFIX)
             found = next(
                 self._query(KeyConditionExpression=condition, FilterExpression=Attr("custom_id").eq(custom_id)), None
             )
-            return dict(plain(found)) if found else None
+            return ItemRow.from_item(plain(found)) if found else None
 
         for start in range(0, count, SHARD_WORKERS):
             for row in each_shard(lookup, range(start, min(count, start + SHARD_WORKERS))):
@@ -277,11 +288,11 @@ class JobStore(WebhookRows, BatchRows):
                     return row
         return None
 
-    def job(self, job_id: str) -> dict[str, Any] | None:
+    def job(self, job_id: str) -> JobRow | None:
         """The job row alone: its status, plan, budget figures and summary, but no line counts
         (`counts`, `job_progress`)."""
         row = self._table.get_item(Key=job_key(job_id)).get("Item")
-        return plain(row) if row else None
+        return JobRow.from_item(plain(row)) if row else None
 
     def _shard_count(self, job_id: str) -> int:
         row = (
@@ -306,20 +317,23 @@ class JobStore(WebhookRows, BatchRows):
         rows = self._batch_get(keys, projection="#d, #f", names={"#d": "done", "#f": "failed"})
         return JobCounts(sum(int(r.get("done", 0)) for r in rows), sum(int(r.get("failed", 0)) for r in rows))
 
-    def job_progress(self, job_id: str) -> dict[str, Any] | None:
+    def job_progress(self, job_id: str) -> JobProgress | None:
         """The job row with `done` and `failed` summed from its shard rows, for status and progress."""
         job = self.job(job_id)
         if job is None:
             return None
-        counts = self.counts(job_id, int(job.get("shards", 0)))
-        return {**job, "done": counts.done, "failed": counts.failed}
+        counts = self.counts(job_id, job.shards or 0)
+        return JobProgress(job, done=counts.done, failed=counts.failed)
 
-    def finish_job(self, job_id: str, *, status: str, summary: dict[str, Any]) -> None:
+    def finish_job(self, summary: Summary) -> None:
+        """The job's final status, and what its row keeps of its summary (`Summary.row`)."""
         self._table.update_item(
-            Key=job_key(job_id),
+            Key=job_key(summary.job_id),
             UpdateExpression="SET #s = :s, summary = :summary, finished_at = :t",
             ExpressionAttributeNames={"#s": "status"},
-            ExpressionAttributeValues=dynamo({":s": status, ":summary": summary, ":t": self._clock()}),
+            ExpressionAttributeValues=dynamo(
+                {":s": summary.status, ":summary": summary.row().to_json(), ":t": self._clock()}
+            ),
         )
 
     def shard(self, job_id: str, shard: int) -> ShardRow | None:

@@ -19,6 +19,7 @@ from .contract import (
     Costs,
     Counts,
     Figures,
+    JobRow,
     Latency,
     ProviderRefused,
     ShardBatches,
@@ -145,13 +146,11 @@ def _costs(tally: Tally, counts: Counts, *, shards: int, wall: float) -> Costs:
     )
 
 
-def _budget(job: Mapping[str, Any], unsent: int) -> Budget | None:
-    if not job.get("budget_cap"):
+def _budget(job: JobRow | None, unsent: int) -> Budget | None:
+    if job is None or not job.budget_cap:
         return None
     return Budget(
-        cap_usd=nano_to_usd(int(job["budget_cap"])),
-        spent_usd=nano_to_usd(int(job.get("budget_spent", 0))),
-        unsent_lines=unsent,
+        cap_usd=nano_to_usd(job.budget_cap), spent_usd=nano_to_usd(job.budget_spent or 0), unsent_lines=unsent
     )
 
 
@@ -161,14 +160,14 @@ def job_figures(
     counts: Counts,
     outputs: dict[str, str],
     moved: dict[str, int],
-    job: Mapping[str, Any],
+    job: JobRow | None,
     max_error_rate: float,
     started: float,
     wall: float,
 ) -> Figures:
     """What the merge found: `job` is the job row, whose `plan` says how it was planned."""
     totals = tally.totals
-    plan = job.get("plan", {})
+    plan = job.plan if job else None
     refused_lines = totals.errors.get(ErrorCode.PROVIDER_REFUSED, 0)
     return Figures(
         outputs=outputs,
@@ -184,7 +183,7 @@ def job_figures(
         throttled=totals.throttled,
         sweep=Sweep(swept=totals.swept, recovered=totals.recovered_by_sweep),
         cache=CacheFigures(
-            mode=(plan.get("cache") or {}).get("mode", "off"),
+            mode=plan.cache.mode if plan else "off",
             hits=totals.cached,
             misses=sum(totals.paths.values()) - totals.cached,
             saved_usd=_saved_usd(tally.direct_hits, tally.batch_hits) if totals.cached else 0.0,
@@ -194,8 +193,8 @@ def job_figures(
         timeline=totals.timeline_dict(),
         started_at=started,
         wall_seconds=wall,
-        plan_seconds=plan.get("plan_seconds"),
-        mode=plan.get("mode"),
+        plan_seconds=plan.plan_seconds if plan else None,
+        mode=plan.mode if plan else None,
         shards=tally.shards,
         merge=moved,
         cost_estimate_usd=_costs(tally, counts, shards=len(tally.shards), wall=wall),
@@ -216,5 +215,5 @@ def end_job(s3: Any, store: JobStore | None, summary: Summary, *, bucket: str, p
         ContentType="application/json",
     )
     if store is not None:
-        store.finish_job(summary.job_id, status=summary.status, summary=summary.row())
+        store.finish_job(summary)
     return key

@@ -22,14 +22,14 @@ def run(args: argparse.Namespace) -> int:
     out_dir(Path(args.out))
     dep = environment(args.env, region=args.region, profile=args.profile, job_id=args.job)
     job = job_or_fail(dep, args.job)
-    status_ = str(job.get("status"))
+    status_ = job.status
     if status_ not in TERMINAL_STATUSES:
         raise CliError(
             f"job {args.job} is {status_}: its outputs are written when it ends "
             f"(`sluice status {args.job} --env {dep.env} --watch` waits for that)",
             EXIT_NOT_READY,
         )
-    prefix = output_prefix(str(job["key"]))
+    prefix = output_prefix(job.key)
     stem = prefix.rsplit("/", 1)[-1]
     out = out_dir(Path(args.out))
     written: dict[str, Path] = {}

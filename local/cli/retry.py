@@ -21,9 +21,9 @@ from local.deployed.submit import options_metadata, start_job
 def run(args: argparse.Namespace) -> int:
     dep = environment(args.env, region=args.region, profile=args.profile, job_id=args.job)
     job = job_or_fail(dep, args.job)
-    if job.get("status") not in TERMINAL_STATUSES:
-        raise CliError(f"job {args.job} is {job.get('status')}: retry it once it has ended", EXIT_NOT_READY)
-    errors_key = output_key(output_prefix(str(job["key"])), "errors")
+    if job.status not in TERMINAL_STATUSES:
+        raise CliError(f"job {args.job} is {job.status}: retry it once it has ended", EXIT_NOT_READY)
+    errors_key = output_key(output_prefix(job.key), "errors")
     if output_size(dep, errors_key) is None:
         raise CliError(f"job {args.job} has no errors file (s3://{dep.bucket}/{errors_key})", EXIT_NOT_FOUND)
     picked, skipped = failed_lines(dep, errors_key, set(args.code) if args.code else None)
@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="sluice-retry-") as tmp:
         path = Path(tmp) / "retry.jsonl"
         write_lines(chunks, picked, path)
-        key = retry_key(dep, str(job["key"]))
+        key = retry_key(dep, job.key)
         new_id = start_job(
             dep, path, key, metadata, quiet=args.quiet, what=f"{len(picked):,} failed lines of {args.job}"
         )

@@ -171,8 +171,8 @@ def _through_local_cloud(
             def read_total() -> None:
                 # the display redraws on its own thread; the job row is read only until Plan has counted the lines
                 if counts.total is None:
-                    requests = (cloud.job(job_id) or {}).get("requests")
-                    counts.total = int(requests) if requests is not None else None
+                    job = cloud.job(job_id)
+                    counts.total = job.job.requests if job else None
 
             def tick() -> None:
                 # a signal is only recorded while the job runs: here is where it stops the wait

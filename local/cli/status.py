@@ -12,7 +12,7 @@ from sluice.lines import LineError
 
 from local.console import EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, CliError, need_file, say
 from local.deployed import Deployment, aws_errors, environment, jobs
-from local.deployed.jobs import describe_job, job_or_fail, job_shards, watch, when, with_counts
+from local.deployed.jobs import describe_job, job_or_fail, status_json, watch, when
 from local.deployed.lines import find_in_lines, input_chunks, line_outcome, local_chunks
 
 
@@ -29,10 +29,7 @@ def run(args: argparse.Namespace) -> int:
         return watch(dep, args.job, interval=args.interval, quiet=args.quiet)
     job = job_or_fail(dep, args.job)
     if args.json:
-        rows = job_shards(dep, job)
-        # a shard's task token completes its wait; it has no use outside the workflow, so leave it out
-        shards = [{k: v for k, v in s.as_dict().items() if k != "token"} for s in rows]
-        print(orjson.dumps({"job": with_counts(job, rows), "shards": shards}, option=orjson.OPT_INDENT_2).decode())
+        print(status_json(dep, job))
     else:
         print("\n".join(describe_job(dep, job)))
     return EXIT_OK
@@ -63,7 +60,7 @@ def recent_jobs(dep: Deployment, *, limit: int, as_json: bool) -> int:
 def item_status(dep: Deployment, job_id: str, custom_id: str, input_path: Path | None, *, as_json: bool) -> int:
     job = job_or_fail(dep, job_id)
     row = dep.store.item_by_custom_id(job_id, custom_id)
-    line: int | None = int(row["line"]) if row else None
+    line: int | None = row.line if row else None
     invalid: str | None = None
     if line is None:
         chunks = local_chunks(need_file(input_path)) if input_path is not None else input_chunks(dep, job)
@@ -78,11 +75,11 @@ def item_status(dep: Deployment, job_id: str, custom_id: str, input_path: Path |
         "job_id": job_id,
         "custom_id": custom_id,
         "line": line,
-        "shard": outcome[0] if outcome else (row or {}).get("shard"),
+        "shard": outcome[0] if outcome else (row.shard if row else None),
         "state": None,
-        "attempts": (row or {}).get("attempts"),
-        "provider_id": (row or {}).get("provider_id"),
-        "error": (row or {}).get("error") or invalid,
+        "attempts": row.attempts if row else None,
+        "provider_id": row.provider_id if row else None,
+        "error": (row.error if row else None) or invalid,
     }
     if outcome is not None:
         record = outcome[1]
@@ -96,12 +93,12 @@ def item_status(dep: Deployment, job_id: str, custom_id: str, input_path: Path |
         if error:
             info["error"] = info["error"] or f"{error.get('code')}: {error.get('message')}"
     elif row is not None:
-        info["state"] = str(row.get("status"))
+        info["state"] = row.status
     elif invalid is not None:
         info["state"] = "invalid"
-    elif job.get("status") in TERMINAL_STATUSES:
+    elif job.status in TERMINAL_STATUSES:
         info["state"] = "never sent"
-        info["error"] = f"the job ended {job.get('status')} before this line was sent"
+        info["error"] = f"the job ended {job.status} before this line was sent"
     else:
         info["state"] = "pending"
     if as_json:

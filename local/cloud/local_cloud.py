@@ -28,6 +28,7 @@ from sluice.contract import (
     PROVIDER_STEPS,
     STEPS,
     ExecutionStatus,
+    JobProgress,
     Settings,
     WebhookSettings,
 )
@@ -381,7 +382,7 @@ class LocalCloud:
         # read as the cloud's admin, like the rest of the cloud's own calls
         return JobStore(boto3.resource("dynamodb", region_name=REGION).Table(self.table_name), ttl_days=1)
 
-    def job(self, job_id: str) -> dict[str, Any] | None:
+    def job(self, job_id: str) -> JobProgress | None:
         """The job row, with `done` and `failed` summed from its shard rows."""
         return self._store.job_progress(job_id)
 

@@ -8,7 +8,8 @@ from typing import Any
 
 import orjson
 from botocore.exceptions import ClientError
-from sluice.contract import TERMINAL_STATUSES, JobStatus, ShardRow, ShardStatus
+from sluice.contract import TERMINAL_STATUSES, JobProgress, JobRow, JobStatus, ShardRow, ShardStatus
+from sluice.keys import job_key
 from sluice.plan import job_id_for
 
 from local.console import EXIT_NOT_FOUND, CliError, human_seconds, human_usd, job_exit_code, progress, say
@@ -16,21 +17,20 @@ from local.deployed.local_jobs import LOCAL_JOB_HINT
 from local.deployed.stack import Deployment, error_code
 
 
-def total_lines(job: dict[str, Any]) -> int | None:
+def total_lines(job: JobRow) -> int | None:
     """Lines the job will account for: every non-blank line ends in results or errors."""
-    plan = job.get("plan") or {}
-    if "lines" in plan:
-        return int(plan["lines"]) - int(plan.get("blank", 0))
-    return int(job["requests"]) if job.get("requests") is not None else None
+    if job.plan is not None:
+        return job.plan.lines - job.plan.blank
+    return job.requests
 
 
-def with_counts(job: dict[str, Any], shards: list[ShardRow]) -> dict[str, Any]:
+def with_counts(job: JobRow, shards: list[ShardRow]) -> JobProgress:
     """The job row with its lines done and failed: the sum of its shard rows (the job row keeps none)."""
-    return {**job, "done": sum(s.done for s in shards), "failed": sum(s.failed for s in shards)}
+    return JobProgress(job, done=sum(s.done for s in shards), failed=sum(s.failed for s in shards))
 
 
-def job_shards(dep: Deployment, job: dict[str, Any]) -> list[ShardRow]:
-    return dep.store.shards(str(job["job_id"]), count=int(job.get("shards", 0)))
+def job_shards(dep: Deployment, job: JobRow) -> list[ShardRow]:
+    return dep.store.shards(job.job_id, count=job.shards or 0)
 
 
 def when(epoch: float | None) -> str:
@@ -39,7 +39,7 @@ def when(epoch: float | None) -> str:
     return datetime.fromtimestamp(float(epoch), tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def job_or_fail(dep: Deployment, job_id: str) -> dict[str, Any]:
+def job_or_fail(dep: Deployment, job_id: str) -> JobRow:
     job = dep.store.job(job_id)
     if job is None:
         raise CliError(
@@ -60,29 +60,28 @@ def output_size(dep: Deployment, key: str) -> int | None:
         raise
 
 
-def describe_job(dep: Deployment, job: dict[str, Any], *, now: float | None = None, max_shards: int = 20) -> list[str]:
+def describe_job(dep: Deployment, job: JobRow, *, now: float | None = None, max_shards: int = 20) -> list[str]:
     now = time.time() if now is None else now
     shards = job_shards(dep, job)
-    job = with_counts(job, shards)
-    status = str(job.get("status", "?"))
-    started = job.get("started_at")
-    finished_at = job.get("finished_at")
+    counted = with_counts(job, shards)
+    status = job.status
+    started = job.started_at
+    finished_at = job.finished_at
     total = total_lines(job)
-    done, failed = int(job.get("done", 0)), int(job.get("failed", 0))
-    plan = job.get("plan") or {}
-    lines = [f"job {job['job_id']}  {status}  (s3://{job.get('bucket')}/{job.get('key')})"]
+    done, failed = counted.done, counted.failed
+    lines = [f"job {job.job_id}  {status}  (s3://{job.bucket}/{job.key})"]
     elapsed = (float(finished_at) if finished_at else now) - float(started) if started else None
     lines.append(
         f"  started {when(started)}"
         + (f", ran {human_seconds(elapsed)}" if finished_at else f", {human_seconds(elapsed)} ago")
-        + (f"; mode {plan['mode']}" if plan.get("mode") else "")
+        + (f"; mode {job.plan.mode}" if job.plan and job.plan.mode else "")
     )
-    if job.get("budget_cap"):
+    if job.budget_cap:
         # figures in nano-USD (`sluice.budget`): spent is what answers cost, committed adds reservations
-        cap, spent = int(job["budget_cap"]) / 1e9, int(job.get("budget_spent", 0)) / 1e9
+        cap, spent = job.budget_cap / 1e9, (job.budget_spent or 0) / 1e9
         lines.append(f"  budget {human_usd(cap)}: spent {human_usd(spent)} ({spent / cap:.0%})")
         if status == JobStatus.BUDGET_EXCEEDED:
-            lines.append(f"  `sluice retry {job['job_id']} --budget USD` sends the lines the budget kept back")
+            lines.append(f"  `sluice retry {job.job_id} --budget USD` sends the lines the budget kept back")
     if total is not None:
         pending = max(total - done - failed, 0)
         share = f"{(done + failed) / total:.0%}" if total else "100%"
@@ -113,13 +112,23 @@ def describe_job(dep: Deployment, job: dict[str, Any], *, now: float | None = No
                 )
             if len(shown) < len(shards):
                 lines.append(f"  … {len(shards) - len(shown):,} more shards not shown")
-    summary = job.get("summary") or {}
-    if summary.get("error"):
-        lines.append(f"  error: {summary['error']}")
-    if status in TERMINAL_STATUSES and summary.get("outputs"):
-        lines.append(f"  outputs: {summary['outputs'].get('results')} (+ errors, summary)")
-        lines.append(f"  download: sluice results {job['job_id']} --env {dep.env}")
+    summary = job.summary
+    if summary is not None and summary.error:
+        lines.append(f"  error: {summary.error}")
+    if status in TERMINAL_STATUSES and summary is not None and summary.outputs:
+        lines.append(f"  outputs: {summary.outputs.get('results')} (+ errors, summary)")
+        lines.append(f"  download: sluice results {job.job_id} --env {dep.env}")
     return lines
+
+
+def status_json(dep: Deployment, job: JobRow) -> str:
+    """`sluice status JOB --json`: the job row (its keys as well, as it always showed them) with
+    its counts, and its shard rows."""
+    rows = job_shards(dep, job)
+    # a shard's task token completes its wait; it has no use outside the workflow, so leave it out
+    shards = [{k: v for k, v in s.as_dict().items() if k != "token"} for s in rows]
+    shown = {**job_key(job.job_id), **with_counts(job, rows).as_dict()}
+    return orjson.dumps({"job": shown, "shards": shards}, option=orjson.OPT_INDENT_2).decode()
 
 
 def watch(dep: Deployment, job_id: str, *, interval: float, quiet: bool, start_timeout_s: float = 120.0) -> int:
@@ -135,19 +144,19 @@ def watch(dep: Deployment, job_id: str, *, interval: float, quiet: bool, start_t
                     f"job {job_id} did not start within {start_timeout_s:.0f} s: is it in {dep.stack}?", EXIT_NOT_FOUND
                 )
             if job is not None:
-                total = total_lines(job)
+                total = total_lines(job.job)
                 if total is not None and bar.total != total:
                     bar.total = total
                     bar.refresh()
-                bar.update(int(job.get("done", 0)) + int(job.get("failed", 0)) - bar.n)
-                bar.set_postfix(status=job.get("status"), failed=int(job.get("failed", 0)), refresh=False)
-                if job.get("status") in TERMINAL_STATUSES:
+                bar.update(job.done + job.failed - bar.n)
+                bar.set_postfix(status=job.job.status, failed=job.failed, refresh=False)
+                if job.job.status in TERMINAL_STATUSES:
                     break
             time.sleep(interval)
             job = dep.store.job_progress(job_id)
     assert job is not None
-    print("\n".join(describe_job(dep, job)))
-    return job_exit_code(str(job.get("status")))
+    print("\n".join(describe_job(dep, job.job)))
+    return job_exit_code(job.job.status)
 
 
 def _event_job(description: dict[str, Any]) -> tuple[str, str] | None:
@@ -173,19 +182,17 @@ def recent_jobs(dep: Deployment, *, limit: int) -> list[dict[str, Any]]:
                 continue
             job_id, key = found
             job = dep.store.job_progress(job_id)
-            if job is not None and job.get("execution") not in (None, arn):
+            if job is not None and job.job.execution != arn:
                 continue  # a redelivered event: the job belongs to another execution
             seen.add(job_id)
-            job = job or {}
-            started = job.get("started_at") or execution["startDate"].timestamp()
             rows.append(
                 {
                     "job_id": job_id,
-                    "status": job.get("status") or execution["status"],
-                    "started_at": started,
-                    "lines": total_lines(job) if job else None,
-                    "done": job.get("done"),
-                    "failed": job.get("failed"),
+                    "status": job.job.status if job else execution["status"],
+                    "started_at": (job.job.started_at if job else None) or execution["startDate"].timestamp(),
+                    "lines": total_lines(job.job) if job else None,
+                    "done": job.done if job else None,
+                    "failed": job.failed if job else None,
                     "key": key,
                 }
             )

@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 from botocore.exceptions import ClientError
-from sluice.contract import manifest_key
+from sluice.contract import JobRow, manifest_key
 from sluice.lines import READ_CHUNK, LineError, parse_line, split_lines
 from sluice.merge import load_manifest
 
@@ -27,14 +27,14 @@ def local_chunks(path: Path) -> Iterator[bytes]:
             yield chunk
 
 
-def input_chunks(dep: Deployment, job: dict[str, Any]) -> Iterator[bytes]:
+def input_chunks(dep: Deployment, job: JobRow) -> Iterator[bytes]:
     """The job's input object, exactly the version the job ran (its ETag), streamed."""
     try:
-        body = dep.s3.get_object(Bucket=job["bucket"], Key=job["key"], IfMatch=job["etag"])["Body"]
+        body = dep.s3.get_object(Bucket=job.bucket, Key=job.key, IfMatch=job.etag)["Body"]
     except ClientError as exc:
         if error_code(exc) in ("PreconditionFailed", "412", "NoSuchKey", "404"):
             raise CliError(
-                f"s3://{job['bucket']}/{job['key']} is gone or changed since job {job['job_id']} ran; "
+                f"s3://{job.bucket}/{job.key} is gone or changed since job {job.job_id} ran; "
                 "pass --input FILE with the original file",
                 EXIT_NOT_FOUND,
             ) from exc
@@ -79,13 +79,13 @@ def _first_record(dep: Deployment, bucket: str, key: str, field: str, value: Any
     return None
 
 
-def line_outcome(dep: Deployment, job: dict[str, Any], line: int) -> tuple[int, dict[str, Any]] | None:
+def line_outcome(dep: Deployment, job: JobRow, line: int) -> tuple[int, dict[str, Any]] | None:
     """(shard, output record) of a line that has a terminal outcome, from its shard's checkpoints.
 
     Direct mode keeps no item row for a success, so this is where a finished line is found.
     """
     try:
-        specs = load_manifest(dep.s3, str(job["bucket"]), manifest_key(str(job["job_id"])))
+        specs = load_manifest(dep.s3, job.bucket, manifest_key(job.job_id))
     except ClientError as exc:
         if error_code(exc) in ("NoSuchKey", "404"):
             return None  # still planning

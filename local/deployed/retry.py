@@ -6,11 +6,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import orjson
 from botocore.exceptions import ClientError
-from sluice.contract import METADATA_PREFIX, job_option_key
+from sluice.contract import METADATA_PREFIX, JobRow, job_option_key
 from sluice.lines import READ_CHUNK, parse_line, split_lines
 
 from local.console import EXIT_INPUT, CliError
@@ -64,10 +63,10 @@ def retry_key(dep: Deployment, key: str) -> str:
     return f"{base}.retry-{max(used) + 1}.jsonl"
 
 
-def carried_metadata(dep: Deployment, job: dict[str, Any]) -> dict[str, str]:
+def carried_metadata(dep: Deployment, job: JobRow) -> dict[str, str]:
     """The parent's options (mode, model, ...), so the retry runs the way the original did."""
     try:
-        head = dep.s3.head_object(Bucket=job["bucket"], Key=job["key"])
+        head = dep.s3.head_object(Bucket=job.bucket, Key=job.key)
     except ClientError:
         return {}
     return {

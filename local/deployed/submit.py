@@ -60,7 +60,7 @@ def start_job(dep: Deployment, path: Path, key: str, metadata: dict[str, str], *
     existing = dep.store.job(job_id)
     if existing is not None:
         say(
-            f"s3://{dep.bucket}/{key} has exactly this content already: job {job_id} is {existing.get('status')} "
+            f"s3://{dep.bucket}/{key} has exactly this content already: job {job_id} is {existing.status} "
             "and will not run again (upload changed content to start a new job)"
         )
     else:

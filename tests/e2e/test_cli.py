@@ -286,9 +286,10 @@ class Deployed:
         assert asyncio.run(run_direct(self.context(), spec)).done
 
     def merge(self, state: dict[str, Any]) -> dict[str, Any]:
+        from sluice.contract import Planned
         from sluice.merge import merge_job
 
-        return merge_job(s3=self.s3, store=self.store, state=state).to_json()
+        return merge_job(s3=self.s3, store=self.store, state=Planned.from_dict(state)).to_json()
 
 
 @pytest.fixture
@@ -559,7 +560,8 @@ def test_cancel_stops_the_execution_cancels_provider_work_and_keeps_what_finishe
 
     execution = deployed.sfn.list_executions(stateMachineArn=deployed.state_machine_arn)["executions"][0]
     assert execution["status"] == "ABORTED"
-    assert deployed.store.job(job_id)["status"] == "CANCELLED"
+    job = deployed.store.job(job_id)
+    assert job is not None and job.status == "CANCELLED"
     read = deployed.s3.get_object
     results = [
         orjson.loads(r) for r in read(Bucket=BUCKET, Key="outbox/long.results.jsonl")["Body"].read().splitlines()

@@ -34,7 +34,7 @@ from sluice.store import JobStore
 
 from local.cloud import LocalCloud
 from local.simulator import SimConfig, SimulatorServer
-from tests.conftest import request_line
+from tests.conftest import plan_figures, request_line
 
 JOB = "unit-batch-job"
 
@@ -172,7 +172,7 @@ class Env:
         data = b"".join(lines)
         etag = self.s3.put_object(Bucket=self.bucket, Key=key, Body=data)["ETag"]
         count = len(lines)
-        self.store.record_plan(JOB, plan={"requests": count}, shards=[(shard, count, count)], mode="batch")
+        self.store.record_plan(JOB, plan=plan_figures(count), shards=[(shard, count, count)], mode="batch")
         spec = ShardSpec(
             job_id=JOB,
             shard=shard,

@@ -28,6 +28,7 @@ from sluice.model import Outcome, Request
 from sluice.store import JobStore
 
 from local.cloud import create_table
+from tests.conftest import plan_figures
 
 MINI = (0.15, 0.60)  # gpt-4o-mini, USD per million tokens
 
@@ -221,7 +222,7 @@ def store() -> Iterator[JobStore]:
         create_table(boto3.client("dynamodb", region_name="us-east-1"), "jobs")
         store = JobStore(boto3.resource("dynamodb", region_name="us-east-1").Table("jobs"), ttl_days=1)
         store.claim_job("job", execution="e", bucket="b", key="k", etag="t", started_at=0.0)
-        store.record_plan("job", plan={"requests": 1}, shards=[(0, 1, 1)], mode="direct", budget_cap=1000)
+        store.record_plan("job", plan=plan_figures(1), shards=[(0, 1, 1)], mode="direct", budget_cap=1000)
         yield store
 
 
@@ -233,10 +234,10 @@ def test_the_job_row_refuses_a_reservation_past_its_cap(store: JobStore) -> None
     # a refused shard hands its pool back and waits; the write says what it left
     assert store.release_budget("job", -300, 2, leave=True) == (700, 0)
     assert store.reserve_budget("job", 100, 1000, 0, join=True)
-    job = store.job("job") or {}
-    figures = ("budget_cap", "budget_committed", "budget_spent", "budget_holders")
-    assert tuple(job[name] for name in figures) == (1000, 800, 9, 1)
-    assert "budget_waiters" not in job
+    # the row parses strictly: a figure the store no longer keeps (`budget_waiters`) would refuse it
+    job = store.job("job")
+    assert job is not None
+    assert (job.budget_cap, job.budget_committed, job.budget_spent, job.budget_holders) == (1000, 800, 9, 1)
 
 
 def test_a_refused_shard_waits_for_the_pool_a_finishing_shard_hands_back() -> None:
@@ -327,7 +328,7 @@ def test_a_shard_with_nothing_held_waits_on_the_table_for_the_pool_another_hands
         create_table(boto3.client("dynamodb", region_name="us-east-1"), "jobs")
         store = JobStore(boto3.resource("dynamodb", region_name="us-east-1").Table("jobs"), ttl_days=1)
         store.claim_job("job", execution="e", bucket="b", key="k", etag="t", started_at=0.0)
-        store.record_plan("job", plan={"requests": 1}, shards=[(0, 1, 1), (1, 1, 1)], mode="direct", budget_cap=cap)
+        store.record_plan("job", plan=plan_figures(1), shards=[(0, 1, 1), (1, 1, 1)], mode="direct", budget_cap=cap)
         holder, waiter = Budget(store, "job", cap), Budget(store, "job", cap)
         sent = {"holder": 0, "waiter": 0}
 
@@ -352,10 +353,11 @@ def test_a_shard_with_nothing_held_waits_on_the_table_for_the_pool_another_hands
             await asyncio.gather(shard(holder, "holder", held), shard(waiter, "waiter", held))
 
         asyncio.run(run())
-        job = store.job("job") or {}
+        job = store.job("job")
+    assert job is not None and job.budget_spent is not None and job.budget_committed is not None
     assert sent["holder"] == 1 and sent["waiter"] > 0
-    assert cap - need < job["budget_spent"] == job["budget_committed"] <= cap
-    assert job["budget_holders"] == 0
+    assert cap - need < job.budget_spent == job.budget_committed <= cap
+    assert job.budget_holders == 0
 
 
 def test_a_shard_that_finds_the_cap_spent_writes_the_job_row_once_at_its_end() -> None:

@@ -16,7 +16,7 @@ import pytest
 from aiohttp import web
 from moto import mock_aws
 from sluice.cancel import JobNotFound, cancel_job
-from sluice.contract import Settings
+from sluice.contract import Settings, Summary
 from sluice.direct import run_direct
 from sluice.engine import make_session
 from sluice.merge import load_manifest
@@ -86,6 +86,11 @@ def aws(simulator: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Aws]:
         yield Aws(simulator.base_url)
 
 
+def job_status(aws: Aws, job_id: str) -> str | None:
+    job = aws.store.job(job_id)
+    return job.status if job else None
+
+
 def no_provider() -> tuple[str, str]:
     raise AssertionError("a job with no open provider work must not need the API key")
 
@@ -97,10 +102,11 @@ def test_an_unknown_job_is_not_found(aws: Aws) -> None:
 
 def test_a_finished_job_is_left_as_it_is(aws: Aws) -> None:
     aws.store.claim_job("done-1", execution="x", bucket=BUCKET, key="inbox/done.jsonl", etag='"e"', started_at=1.0)
-    aws.store.finish_job("done-1", status="SUCCEEDED", summary={"counts": {"results": 3}})
+    aws.store.finish_job(Summary(job_id="done-1", status="FAILED", input="s3://b/inbox/done.jsonl", error="it broke"))
     report = cancel_job(s3=aws.s3, store=aws.store, sfn=aws.sfn, job_id="done-1", provider=no_provider)
-    assert report.already_finished and report.status == "SUCCEEDED"
-    assert (aws.store.job("done-1") or {}).get("status") == "SUCCEEDED"
+    # what the job row kept of its summary
+    assert report.already_finished and report.status == "FAILED" and report.summary == {"error": "it broke"}
+    assert job_status(aws, "done-1") == "FAILED"
     assert "Contents" not in aws.s3.list_objects_v2(Bucket=BUCKET, Prefix="outbox/")
 
 
@@ -117,7 +123,7 @@ def test_cancelled_while_planning_writes_a_cancelled_summary(aws: Aws) -> None:
     assert aws.sfn.describe_execution(executionArn=execution)["status"] == "ABORTED"
     summary = orjson.loads(aws.s3.get_object(Bucket=BUCKET, Key="outbox/early.summary.json")["Body"].read())
     assert summary["status"] == "CANCELLED" and "wrong file" in summary["error"]
-    assert (aws.store.job("early-1") or {}).get("status") == "CANCELLED"
+    assert job_status(aws, "early-1") == "CANCELLED"
 
 
 def test_direct_work_needs_no_provider_call_and_every_line_is_accounted_for(
@@ -183,7 +189,7 @@ def test_a_cancel_the_provider_refuses_is_reported_and_the_job_still_ends(aws: A
     assert report.responses_cancelled == 0
     assert len(report.provider_failures) == 1
     assert report.provider_failures[0].startswith("resp_unknown_to_the_provider: HTTP 404")
-    assert (aws.store.job(job_id) or {}).get("status") == "CANCELLED"
+    assert job_status(aws, job_id) == "CANCELLED"
     assert [e["error"]["code"] for e in aws.read_lines("outbox/bg.errors.jsonl")] == ["cancelled"] * 3
 
 
@@ -227,7 +233,7 @@ def test_a_refused_cancel_of_work_that_already_ended_is_not_a_failure(aws: Aws) 
 
     assert report.already_ended == 2 and report.responses_cancelled == 0
     assert report.provider_failures == []
-    assert (aws.store.job(job_id) or {}).get("status") == "CANCELLED"
+    assert job_status(aws, job_id) == "CANCELLED"
 
 
 def test_only_batches_that_have_not_ended_are_cancelled(aws: Aws) -> None:

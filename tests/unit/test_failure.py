@@ -12,6 +12,7 @@ import orjson
 import pytest
 from moto import mock_aws
 from sluice import failure
+from sluice.contract import Planned
 from sluice.failure import mark_failed, record_failure
 from sluice.model import Outcome
 from sluice.parts import PartWriter, assemble
@@ -63,7 +64,7 @@ def answer(line: int) -> Outcome:
     return Outcome(line, f"c-{line}", 200, body, f"req-{line}")
 
 
-def failed_job(s3: Any, store: JobStore, *, shards: int, done: dict[int, int], part_rows: int) -> dict[str, Any]:
+def failed_job(s3: Any, store: JobStore, *, shards: int, done: dict[int, int], part_rows: int) -> Planned:
     """A job of `shards` shards of LINES lines whose shards in `done` wrote that many lines in
     parts of `part_rows` rows; the ones that wrote every line finished (their outputs assembled)."""
     data = b"".join(request_line(f"c-{n}") for n in range(1, shards * LINES + 1))
@@ -99,14 +100,23 @@ def failed_job(s3: Any, store: JobStore, *, shards: int, done: dict[int, int], p
     manifest = f"jobs/{JOB}/manifest.json"
     s3.put_object(Bucket=BUCKET, Key=manifest, Body=orjson.dumps([dataclasses.asdict(s) for s in specs]))
     store.claim_job(JOB, execution="x", bucket=BUCKET, key=key, etag=etag, started_at=0.0)
-    return {
-        "job_id": JOB,
-        "bucket": BUCKET,
-        "key": key,
-        "etag": etag,
-        "manifest_key": manifest,
-        "output_prefix": "outbox/failed",
-    }
+    return Planned(
+        job_id=JOB,
+        bucket=BUCKET,
+        key=key,
+        etag=etag,
+        manifest_key=manifest,
+        output_prefix="outbox/failed",
+        map_concurrency=shards,
+        duplicate=False,
+        shards=shards,
+        lines=shards * LINES,
+    )
+
+
+def job_status(store: JobStore) -> str | None:
+    job = store.job(JOB)
+    return job.status if job else None
 
 
 def outputs(s3: Any, kind: str) -> list[dict[str, Any]]:
@@ -155,14 +165,14 @@ def test_mark_failed_out_of_time_leaves_the_shards_left_for_its_next_call(aws: t
     first = mark_failed(s3=s3, store=store, state=state, error="States.TaskFailed", cause="", remaining_s=0.0)
 
     assert first == {"job_id": JOB, "status": "FAILED", "done": False, "shards_left": 2}
-    assert (store.job(JOB) or {})["status"] == "PLANNING"
+    assert job_status(store) == "PLANNING"
     assert "Contents" not in s3.list_objects_v2(Bucket=BUCKET, Prefix="outbox/")
 
     second = mark_failed(s3=s3, store=store, state=state, error="States.TaskFailed", cause="", remaining_s=900.0)
 
     assert second["done"] and second["counts"]["results"] == LINES + 3
     assert len(outputs(s3, "results")) + len(outputs(s3, "errors")) == 3 * LINES
-    assert (store.job(JOB) or {})["status"] == "FAILED"
+    assert job_status(store) == "FAILED"
 
 
 def test_a_mark_failed_call_that_assembled_for_long_leaves_the_merge_to_the_next(
@@ -212,9 +222,9 @@ def test_when_mark_failed_fails_its_last_resort_still_ends_the_job_with_a_summar
         "done": True,
     }
     summary = orjson.loads(s3.get_object(Bucket=BUCKET, Key="outbox/failed.summary.json")["Body"].read())
-    assert summary == {"job_id": JOB, "status": "FAILED", "error": reason, "input": f"s3://{BUCKET}/{state['key']}"}
+    assert summary == {"job_id": JOB, "status": "FAILED", "error": reason, "input": f"s3://{BUCKET}/{state.key}"}
     job = store.job(JOB)
-    assert job is not None and job["status"] == "FAILED" and job["summary"]["error"] == reason
+    assert job is not None and job.status == "FAILED" and job.summary is not None and job.summary.error == reason
     # no shard is read: a last resort costs the same whatever the job's size
     assert not [k for _, k in counted.calls if k.startswith("jobs/")]
 

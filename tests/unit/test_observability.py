@@ -24,6 +24,7 @@ from moto import mock_aws
 from sluice.store import ItemState, JobStore
 
 from local.cloud import LambdaContext, LocalCloud
+from tests.conftest import plan_figures
 
 SECRET = "whsec_" + base64.b64encode(b"0123456789abcdef0123456789abcdef").decode()
 
@@ -95,7 +96,7 @@ def deployed_webhook(monkeypatch: pytest.MonkeyPatch) -> Iterator[JobStore]:
         monkeypatch.setenv("SLUICE_TTL_DAYS", "1")
         webhook._clients.cache_clear()
         store = JobStore(boto3.resource("dynamodb").Table(cloud.table_name), ttl_days=1)
-        store.record_plan("job", plan={"requests": 1}, shards=[(0, 1, 1), (1, 1, 1)], mode="background")
+        store.record_plan("job", plan=plan_figures(1), shards=[(0, 1, 1), (1, 1, 1)], mode="background")
         store.record_progress(
             "job", 0, [ItemState(1, "a", "submitted", "resp_a")], done=0, failed=0, finished=False, run=1, waiting=1
         )

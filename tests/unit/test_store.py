@@ -12,10 +12,11 @@ import boto3
 import pytest
 from moto import mock_aws
 from sluice.contract import StateError
-from sluice.keys import shard_key
+from sluice.keys import item_key, job_key, shard_key
 from sluice.store import ItemState, JobStore
 
 from local.cloud import create_table
+from tests.conftest import plan_figures
 
 
 class PartitionLedger:
@@ -73,7 +74,7 @@ def run_checkpoints(table: Any, job_id: str, shards: int, *, checkpoints: int = 
     with PartitionLedger(table.meta.client) as ledger:
         store.claim_job(job_id, execution="e", bucket="b", key="k", etag="t", started_at=0.0)
         store.record_plan(
-            job_id, plan={"requests": shards * 10}, shards=[(s, 10, 10) for s in range(shards)], mode="background"
+            job_id, plan=plan_figures(shards * 10), shards=[(s, 10, 10) for s in range(shards)], mode="background"
         )
         for run in range(1, checkpoints + 1):
             for shard in range(shards):
@@ -101,10 +102,10 @@ def test_the_job_counts_are_its_shard_rows_summed_and_no_checkpoint_writes_the_j
     run_checkpoints(moto_table, "job", 3)
     store = JobStore(moto_table, ttl_days=1)
 
-    row = store.job("job") or {}
+    row = moto_table.get_item(Key=job_key("job"))["Item"]
     assert "done" not in row and "failed" not in row
-    progress = store.job_progress("job") or {}
-    assert (progress["done"], progress["failed"], progress["status"]) == (9, 9, "RUNNING")
+    progress = store.job_progress("job")
+    assert progress is not None and (progress.done, progress.failed, progress.job.status) == (9, 9, "RUNNING")
     assert store.counts("job", 3).done == 9
     assert [s.shard for s in store.shards("job")] == [0, 1, 2]
     assert store.job_progress("nope") is None
@@ -113,7 +114,7 @@ def test_the_job_counts_are_its_shard_rows_summed_and_no_checkpoint_writes_the_j
 def test_stop_marks_reach_every_shard_row_and_each_shard_reads_only_its_own(moto_table: Any) -> None:
     store = JobStore(moto_table, ttl_days=1)
     store.claim_job("job", execution="e", bucket="b", key="k", etag="t", started_at=0.0)
-    store.record_plan("job", plan={"requests": 300}, shards=[(s, 10, 10) for s in range(30)], mode="direct")
+    store.record_plan("job", plan=plan_figures(300), shards=[(s, 10, 10) for s in range(30)], mode="direct")
     with PartitionLedger(moto_table.meta.client) as ledger:
         assert [store.stop_mark("job", s) for s in range(30)] == [None] * 30
         assert store.stop_shards("job", "FAILED") == 30
@@ -131,7 +132,7 @@ def test_stop_marks_reach_every_shard_row_and_each_shard_reads_only_its_own(moto
 def test_a_shard_row_reads_as_its_attributes_and_refuses_one_the_store_never_writes(moto_table: Any) -> None:
     store = JobStore(moto_table, ttl_days=1)
     store.claim_job("job", execution="e", bucket="b", key="k", etag="t", started_at=0.0)
-    store.record_plan("job", plan={"requests": 20}, shards=[(0, 10, 10), (1, 10, 10)], mode="batch")
+    store.record_plan("job", plan=plan_figures(20), shards=[(0, 10, 10), (1, 10, 10)], mode="batch")
     store.set_shard_batches("job", 1, ["batch_1", ""])
     row = store.shard("job", 1)
     assert row is not None and (row.shard, row.lines, row.mode, row.status) == (1, 10, "batch", "PENDING")
@@ -149,7 +150,7 @@ def test_a_shard_row_reads_as_its_attributes_and_refuses_one_the_store_never_wri
 @pytest.fixture
 def table(moto_table: Any) -> Any:
     store = JobStore(moto_table, ttl_days=1)
-    store.record_plan("job", plan={"requests": 6}, shards=[(0, 3, 3), (1, 3, 3)], mode="background")
+    store.record_plan("job", plan=plan_figures(6), shards=[(0, 3, 3), (1, 3, 3)], mode="background")
     failed = ItemState(5, "b", "failed", attempts=6, error="retries_exhausted: HTTP 500")
     store.record_progress(
         "job",
@@ -164,7 +165,7 @@ def table(moto_table: Any) -> Any:
     store.record_progress(
         "job", 1, [ItemState(4, "y", "submitted", "resp_y"), failed], done=0, failed=1, finished=False, run=1
     )
-    store.record_plan("other", plan={"requests": 1}, shards=[(0, 1, 1)], mode="background")
+    store.record_plan("other", plan=plan_figures(1), shards=[(0, 1, 1)], mode="background")
     store.record_progress(
         "other", 0, [ItemState(1, "c", "submitted", "resp_c")], done=0, failed=0, finished=False, run=1
     )
@@ -175,15 +176,10 @@ def test_a_request_is_found_by_its_custom_id_in_its_own_job_only(table: Any) -> 
     store = JobStore(table, ttl_days=1)
     row = store.item_by_custom_id("job", "b")
     assert row is not None
-    assert (row["line"], row["shard"], row["status"], row["attempts"], row["error"]) == (
-        5,
-        1,
-        "failed",
-        6,
-        "retries_exhausted: HTTP 500",
-    )
+    assert (row.line, row.shard, row.status, row.attempts) == (5, 1, "failed", 6)
+    assert row.error == "retries_exhausted: HTTP 500"
     # numbers come back as JSON numbers, not DynamoDB's Decimal
-    assert type(row["attempts"]) is int and type(row["shard"]) is int
+    assert type(row.attempts) is int and type(row.shard) is int
     assert store.item_by_custom_id("job", "c") is None  # a request of another job
     assert store.item_by_custom_id("job", "nope") is None
 
@@ -208,7 +204,7 @@ class OneRowPages:
 def test_the_lookup_follows_the_pages_of_each_shard_and_reads_only_the_job_s_own(table: Any) -> None:
     pages = OneRowPages(table)
     row = JobStore(pages, ttl_days=1).item_by_custom_id("job", "y")
-    assert row is not None and row["line"] == 4
+    assert row is not None and row.line == 4
     # every page of both shards' partitions (the first has two rows), never another job's
     assert sorted(pages.queried) == ["JOB#job#00000"] * 3 + ["JOB#job#00001"] * 1
 
@@ -220,7 +216,9 @@ def test_a_line_the_sweep_submitted_keeps_its_mark_until_collected(moto_table: A
     marks = {item.line: item.swept for item in store.items("swept", 2)}
     assert marks == {7: True, 8: False}
     # an unswept row carries no attribute for it
-    assert "swept" not in (store.item("swept", 2, 8) or {})
+    assert "swept" not in moto_table.get_item(Key=item_key("swept", 2, 8))["Item"]
+    swept, unswept = store.item("swept", 2, 7), store.item("swept", 2, 8)
+    assert swept is not None and swept.swept and unswept is not None and not unswept.swept
     assert list(store.items("swept", 1)) == []
 
 
@@ -263,7 +261,7 @@ def test_a_batch_webhook_finds_its_shard_through_an_index_of_keys_only() -> None
             index["Projection"] = {"ProjectionType": "KEYS_ONLY"}
         boto3.client("dynamodb", region_name="us-east-1").create_table(**request)
         store = JobStore(boto3.resource("dynamodb", region_name="us-east-1").Table("keys-only"), ttl_days=1)
-        store.record_plan("job", plan={"requests": 20}, shards=[(0, 10, 10), (1, 10, 10)], mode="batch")
+        store.record_plan("job", plan=plan_figures(20), shards=[(0, 10, 10), (1, 10, 10)], mode="batch")
         store.set_shard_batches("job", 1, ["batch_1"])
         assert store.arm_shard("job", 1, "token-1") is False
         assert store.settle_batch("batch_1", "completed") == "token-1"

@@ -111,7 +111,7 @@ def end(how: Callable[[Any, JobStore], None]) -> tuple[list[dict[str, Any]], dic
         how(s3, store)
         summary = orjson.loads(s3.get_object(Bucket=BUCKET, Key="outbox/failed.summary.json")["Body"].read())
         row = store.job(summary["job_id"])
-        return writes, summary, None if row is None else row["summary"]
+        return writes, summary, None if row is None or row.summary is None else row.summary.to_json()
 
 
 @pytest.mark.parametrize("how", [*MERGED.values(), *STUBS.values()], ids=[*MERGED, *STUBS])

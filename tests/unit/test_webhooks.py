@@ -17,6 +17,7 @@ from sluice.store import ItemState, JobStore
 from sluice.webhooks import MAX_BODY_BYTES, handle_webhook
 
 from local.cloud import LocalCloud
+from tests.conftest import plan_figures
 
 SECRET = "whsec_" + base64.b64encode(b"0123456789abcdef0123456789abcdef").decode()
 OTHER_SECRET = "whsec_" + base64.b64encode(b"fedcba9876543210fedcba9876543210").decode()
@@ -45,7 +46,7 @@ def store() -> Iterator[JobStore]:
         cloud._create_resources()
         table = boto3.resource("dynamodb", region_name="us-east-1").Table(cloud.table_name)
         job_store = JobStore(table, ttl_days=1)
-        job_store.record_plan("job", plan={"requests": 2}, shards=[(0, 2, 2)], mode="background")
+        job_store.record_plan("job", plan=plan_figures(2), shards=[(0, 2, 2)], mode="background")
         job_store.record_progress(
             "job",
             0,
@@ -111,7 +112,7 @@ def test_accepted_webhook_settles_the_item_and_a_replay_is_a_no_op(store: JobSto
     headers = sign(GOOD)
     assert call(store, GOOD, headers).outcome == "accepted"
     item = store.item("job", 0, 1)
-    assert item is not None and item["status"] == "settled"
+    assert item is not None and item.status == "settled"
     after_first = snapshot(store)
     assert call(store, GOOD, headers).outcome == "duplicate"
     # the same event under a new webhook id (a provider retry) cannot settle twice either
@@ -155,7 +156,7 @@ def test_a_webhook_that_beats_the_item_row_still_settles_it(store: JobStore) -> 
     store.record_progress("job", 0, [item], done=0, failed=0, finished=False, run=2, waiting=1)
     assert store.settle_early("job", 0, [item]) == 1
     settled = store.item("job", 0, 3)
-    assert settled is not None and settled["status"] == "settled"
+    assert settled is not None and settled.status == "settled"
     shard = store.shards("job")[0]
     assert shard.waiting == 2  # a and b still out; c counted off
 
@@ -201,4 +202,4 @@ def test_a_delivery_that_failed_before_settling_is_not_taken_for_a_duplicate(sto
         handle_webhook(body=GOOD, headers=headers, secret=SECRET, store=flaky, wake=print)
     assert handle_webhook(body=GOOD, headers=headers, secret=SECRET, store=flaky, wake=print).outcome == "accepted"
     item = store.item("job", 0, 1)
-    assert item is not None and item["status"] == "settled"
+    assert item is not None and item.status == "settled"

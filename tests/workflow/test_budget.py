@@ -64,7 +64,8 @@ def test_the_budget_stops_the_job_within_one_request_of_its_cap_and_a_retry_fini
     assert {e["error"]["code"] for e in run.errors} == {"budget_exceeded"}
     assert budget["unsent_lines"] == len(run.errors) > 0
     assert len(run.results) + len(run.errors) == LINES
-    assert (cloud.job(run.job_id) or {})["status"] == "BUDGET_EXCEEDED"
+    job = cloud.job(run.job_id)
+    assert job is not None and job.job.status == "BUDGET_EXCEEDED"
 
     # resume: the failed lines, copied the way `sluice retry` copies them, with a higher budget
     picked = {e["line"]: e["custom_id"] for e in run.errors if e["error"]["code"] not in INPUT_ERROR_CODES}

@@ -96,7 +96,7 @@ def test_shards_the_cache_answers_whole_never_run_and_the_rest_send_only_their_m
     assert [r["custom_id"] for r in run.results] == [f"c-{i}" for i in range(60)]
     assert [r["custom_id"] for r in run.results if not r.get("cached")] == ["c-50"]
     job = cloud.job(run.job_id)
-    assert job is not None and job["done"] == 60
+    assert job is not None and job.done == 60
 
     # `sluice status --item` finds a line of a shard that never ran in its results
     from types import SimpleNamespace
@@ -109,7 +109,7 @@ def test_shards_the_cache_answers_whole_never_run_and_the_rest_send_only_their_m
     s3 = boto3.client("s3", region_name=REGION)
     assert [s.answered for s in load_manifest(s3, cloud.bucket, manifest_key(run.job_id))] == [True, False]
     deployment: Any = SimpleNamespace(s3=s3)
-    shard, record = line_outcome(deployment, {"bucket": cloud.bucket, "job_id": run.job_id}, 7) or (None, {})
+    shard, record = line_outcome(deployment, job.job, 7) or (None, {})
     assert shard == 0 and record["custom_id"] == "c-5" and record["cached"] is True
 
 

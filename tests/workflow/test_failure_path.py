@@ -69,7 +69,7 @@ def test_a_job_whose_mark_failed_times_out_still_ends_failed_with_its_summary_an
     assert any(reason in first for reason in ("disk on fire", "States.ExceedToleratedFailureThreshold"))
     assert again == "Sandbox.Timedout: Task timed out after 900.00 seconds"
     job = cloud.job(run.job_id)
-    assert job is not None and job["status"] == "FAILED"
+    assert job is not None and job.job.status == "FAILED"
     # a timeout would only come back: MarkFailed is not run again, its last resort is
     marked = [i for i in cloud.invocations if i.step == "mark_failed"]
     assert [i.error is None for i in marked] == [False, True]

@@ -112,7 +112,8 @@ def test_failed_lines_past_the_threshold_end_the_job_completed_with_errors(make_
     assert run.summary["status"] == "COMPLETED_WITH_ERRORS"
     assert run.summary["error_rate"] == pytest.approx(0.04) and run.summary["max_error_rate"] == 0
     assert len(run.results) == 48 and len(run.errors) == 2
-    assert (cloud.job(run.job_id) or {})["status"] == "COMPLETED_WITH_ERRORS"
+    job = cloud.job(run.job_id)
+    assert job is not None and job.job.status == "COMPLETED_WITH_ERRORS"
     [event] = received(queue)
     assert event["detail-type"] == "Sluice Job Completed With Errors"
     assert event["detail"]["status"] == "COMPLETED_WITH_ERRORS"
@@ -126,7 +127,8 @@ def test_failed_lines_within_the_jobs_max_error_rate_succeed(make_cloud, tmp_pat
     run = run_job(cloud, path, metadata={"sluice-max-error-rate": "0.04"})
 
     assert run.summary["status"] == "SUCCEEDED" and run.summary["max_error_rate"] == 0.04
-    assert (cloud.job(run.job_id) or {})["status"] == "SUCCEEDED"
+    job = cloud.job(run.job_id)
+    assert job is not None and job.job.status == "SUCCEEDED"
     [event] = received(queue)
     assert event["detail-type"] == "Sluice Job Completed" and event["detail"]["status"] == "SUCCEEDED"
 

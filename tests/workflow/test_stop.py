@@ -66,8 +66,8 @@ def test_a_failed_job_stops_its_running_shards_within_one_poll_period(
     runs = [i for i in cloud.invocations if i.step == "run_shard"]
     assert all(i.error is None for i in runs)
     assert detail["status"] == "FAILED"
-    job = cloud.job(detail["job_id"]) or {}
-    assert job["status"] == "FAILED"
+    job = cloud.job(detail["job_id"])
+    assert job is not None and job.job.status == "FAILED"
     # what the shards had not sent when MarkFailed wrote the outputs is an error of the failed job
     errors = [orjson.loads(line) for line in cloud.read(detail["outputs"]["errors"].split("/", 3)[3]).splitlines()]
     assert len(errors) >= LINES - len(sent) and {e["error"]["code"] for e in errors} == {"job_failed"}

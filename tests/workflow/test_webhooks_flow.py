@@ -86,6 +86,6 @@ def test_duplicated_delayed_and_reordered_webhooks_change_no_count(make_cloud, s
     assert run.status == "SUCCEEDED"
     assert run.summary["counts"] == {"lines": LINES, "blank": 0, "requests": LINES, "results": LINES, "errors": 0}
     job = cloud.job(run.job_id)
-    assert (job["done"], job["failed"]) == (LINES, 0)
+    assert job is not None and (job.done, job.failed) == (LINES, 0)
     ids = [r["custom_id"] for r in run.results]
     assert ids == [f"w-{n}" for n in range(LINES)]

@@ -5,7 +5,7 @@ at run time: the steps and their functions (`steps`), the modes, job options and
 (`status`), the table's keys and index, the S3 key layout and the metric namespace (`layout`), the
 settings, the environment variables that carry them and their defaults (`settings`), what each
 step returns into the workflow's state (`state`), the job summary's own types (`summary`) and the
-store's shard row (`rows`).
+store's job, shard and item rows (`rows`).
 Standard library only, so that `cdk synth` needs nothing of the Lambda code's dependencies, and
 nothing here creates a client or reads the environment at import. Import from the package itself:
 `from sluice.contract import Settings`.
@@ -37,7 +37,7 @@ from .layout import (
     shard_prefix,
     summary_key,
 )
-from .rows import ShardRow
+from .rows import ItemRow, JobProgress, JobRow, PlanCache, PlanFigures, ShardRow
 from .settings import (
     DEFAULT_BATCH_QUEUE_DEFAULT_TOKENS,
     DEFAULT_BATCH_QUEUE_TOKENS,
@@ -111,6 +111,7 @@ from .summary import (
     ShardCosts,
     ShardFigures,
     Summary,
+    SummaryRow,
     Sweep,
     Tokens,
 )
@@ -167,11 +168,16 @@ __all__ = [
     "DirectRun",
     "ExecutionStatus",
     "Figures",
+    "ItemRow",
+    "JobProgress",
+    "JobRow",
     "JobStatus",
     "Latency",
     "MarkedFailed",
     "Merged",
     "Mode",
+    "PlanCache",
+    "PlanFigures",
     "Planned",
     "ProviderRefused",
     "RateSeed",
@@ -189,6 +195,7 @@ __all__ = [
     "StepResult",
     "Submitted",
     "Summary",
+    "SummaryRow",
     "Sweep",
     "Tokens",
     "WebhookSettings",

@@ -1,9 +1,11 @@
 """The store's rows as the core, the CLI and the local cloud read them, parsed strictly.
 
-A shard row is written by the store alone (`sluice.store`, `sluice.batch_rows`,
-`sluice.webhook_rows`): Plan writes its figures, the shard's runs, a webhook and a stop the rest.
-An attribute those writes never make is an error here, never a silent default; one a shard's
-path has not written yet (a direct shard has no batches) is None.
+Every row is written by the store alone (`sluice.store`, `sluice.batch_rows`,
+`sluice.webhook_rows`). The job row: Plan's claim, then its plan, the shards' budget figures, and
+how the job ended. A shard row: Plan's figures, the shard's runs, a webhook and a stop the rest.
+An item row: a line a shard checkpointed (failed, or out at the provider), settled by a webhook.
+An attribute those writes never make is an error here, never a silent default; one a path has
+not written yet (a job still planning has no plan, a direct shard no batches) is None.
 """
 
 from __future__ import annotations
@@ -14,6 +16,12 @@ from typing import Any
 
 from .layout import PARTITION_KEY, SORT_KEY
 from .state import strict
+from .summary import JsonRecord, SummaryRow
+
+
+def _attributes(item: Mapping[str, Any]) -> dict[str, Any]:
+    """A row's attributes, its keys aside (numbers already plain)."""
+    return {k: v for k, v in item.items() if k not in (PARTITION_KEY, SORT_KEY)}
 
 
 @dataclass(frozen=True)
@@ -49,7 +57,7 @@ class ShardRow:
     @classmethod
     def from_item(cls, item: Mapping[str, Any]) -> ShardRow:
         """The row from its item (numbers already plain), keys aside; an unknown attribute is an error."""
-        data = {k: v for k, v in item.items() if k not in (PARTITION_KEY, SORT_KEY)}
+        data = _attributes(item)
         for name in ("batch_parts", "batch_ids"):
             if data.get(name) is not None:
                 data[name] = tuple(data[name])
@@ -59,3 +67,117 @@ class ShardRow:
         """The attributes the row holds, as JSON would show them (`sluice status --json`)."""
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items() if v is not None}
+
+
+@dataclass(frozen=True)
+class PlanCache(JsonRecord):
+    """The response cache as Plan used it: the job's cache mode and the lines it answered."""
+
+    mode: str
+    hits: int
+
+
+@dataclass(frozen=True)
+class PlanFigures(JsonRecord):
+    """What Plan found in the input and how it runs the job: the job row's `plan`. `lines`
+    counts every input line, `requests` the ones not blank, `invalid` the lines Plan refused by
+    error code (errors from the start), `bytes` the object's size; `mode`, `concurrency` and
+    `max_error_rate` are the job's options as Plan resolved them."""
+
+    lines: int
+    requests: int
+    invalid: dict[str, int]
+    blank: int
+    bytes: int
+    shards: int
+    mode: str
+    concurrency: int
+    max_error_rate: float
+    cache: PlanCache
+    plan_seconds: float
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PlanFigures:
+        parsed = dict(data)
+        if parsed.get("cache") is not None:
+            parsed["cache"] = strict(PlanCache, parsed["cache"], "the plan's cache")
+        return strict(cls, parsed, "the job's plan")
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """The job row: Plan's claim (`JobStore.claim_job`), its plan (`record_plan`), the budget
+    figures its shards write (`sluice.budget`, nano-USD), and how it ended (`finish_job`). It
+    holds no line counts: those are its shard rows' (`JobProgress`)."""
+
+    job_id: str
+    # the Step Functions execution that owns the job
+    execution: str
+    bucket: str
+    key: str
+    etag: str
+    status: str
+    started_at: float
+    expires_at: int
+    plan: PlanFigures | None = None
+    shards: int | None = None
+    requests: int | None = None
+    # only for a job with a spending cap: the cap, what its shards spent plus hold reserved, and
+    # what answers cost; `budget_holders` once a shard has reserved (the shards holding a pool)
+    budget_cap: int | None = None
+    budget_committed: int | None = None
+    budget_spent: int | None = None
+    budget_holders: int | None = None
+    summary: SummaryRow | None = None
+    finished_at: float | None = None
+
+    @classmethod
+    def from_item(cls, item: Mapping[str, Any]) -> JobRow:
+        """The row from its item (numbers already plain), keys aside; an unknown attribute is an error."""
+        data = _attributes(item)
+        if data.get("plan") is not None:
+            data["plan"] = PlanFigures.from_dict(data["plan"])
+        if data.get("summary") is not None:
+            data["summary"] = SummaryRow.from_dict(data["summary"])
+        return strict(cls, data, "job row")
+
+    def as_dict(self) -> dict[str, Any]:
+        """The attributes the row holds, as JSON would show them (`sluice status --json`)."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {k: v.to_json() if isinstance(v, JsonRecord) else v for k, v in values.items() if v is not None}
+
+
+@dataclass(frozen=True)
+class JobProgress:
+    """The job row with the lines its shards have checkpointed, done and failed (their rows summed)."""
+
+    job: JobRow
+    done: int
+    failed: int
+
+    def as_dict(self) -> dict[str, Any]:
+        """The row's attributes, then the counts, as `sluice status --json` shows them."""
+        return {**self.job.as_dict(), "done": self.done, "failed": self.failed}
+
+
+@dataclass(frozen=True)
+class ItemRow:
+    """One line's row (`JobStore.record_progress`): a line that failed, or one out at the provider
+    (`provider_id`, a background response or a batch request) until a webhook or a collect settles
+    it. A direct line that succeeded has none."""
+
+    shard: int
+    line: int
+    custom_id: str
+    status: str
+    attempts: int
+    expires_at: int
+    provider_id: str | None = None
+    error: str | None = None
+    # sent again by the shard's last sweep (`sluice.sweep`); the store writes only a True
+    swept: bool = False
+
+    @classmethod
+    def from_item(cls, item: Mapping[str, Any]) -> ItemRow:
+        """The row from its item (numbers already plain), keys aside; an unknown attribute is an error."""
+        return strict(cls, _attributes(item), "item row")

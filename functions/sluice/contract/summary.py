@@ -14,10 +14,6 @@ from .state import strict
 # `ProviderRefused` as a JSON object. The CLI exits 8 when it is set.
 PROVIDER_REFUSED = "provider_refused"
 
-# What the job row keeps of a merged job's summary: enough for `sluice jobs` and a cancel that
-# finds the job already ended, without reading the object.
-ROW_KEYS = ("counts", "outputs", "wall_seconds", "budget")
-
 
 class JsonRecord:
     """A frozen dataclass written as a JSON object, its fields in order. A field in `OPTIONAL`
@@ -208,6 +204,30 @@ class Figures(JsonRecord):
 
 
 @dataclass(frozen=True)
+class SummaryRow(JsonRecord):
+    """What the job row keeps of its summary (`JobStore.finish_job`): enough for `sluice status`
+    and a cancel that finds the job already ended, without reading the object. A merged job's
+    counts, outputs, wall time and budget (`budget` only with a cap); else why it ended before
+    it had any (`error`)."""
+
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"counts", "outputs", "wall_seconds", "budget", "error"})
+    counts: Counts | None = None
+    outputs: dict[str, str] | None = None
+    wall_seconds: float | None = None
+    budget: Budget | None = None
+    error: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SummaryRow:
+        parsed = dict(data)
+        if parsed.get("counts") is not None:
+            parsed["counts"] = strict(Counts, parsed["counts"], "the job row's counts")
+        if parsed.get("budget") is not None:
+            parsed["budget"] = strict(Budget, parsed["budget"], "the job row's budget")
+        return strict(cls, parsed, "the job row's summary")
+
+
+@dataclass(frozen=True)
 class Summary:
     """A job's summary as it ended. `figures` when its shards were merged (every line accounted
     for); None when it ended before it had any (Plan failed, or cancelled while planning), and then
@@ -227,9 +247,11 @@ class Summary:
             merged["error"] = self.error
         return merged
 
-    def row(self) -> dict[str, Any]:
+    def row(self) -> SummaryRow:
         """What the job row keeps of it (`JobStore.finish_job`)."""
         if self.figures is None:
-            return {"error": self.error}
-        merged = self.figures.to_json()
-        return {key: merged[key] for key in ROW_KEYS if key in merged}
+            return SummaryRow(error=self.error)
+        figures = self.figures
+        return SummaryRow(
+            counts=figures.counts, outputs=figures.outputs, wall_seconds=figures.wall_seconds, budget=figures.budget
+        )
