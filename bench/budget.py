@@ -32,6 +32,7 @@ import orjson  # noqa: E402
 from sluice.budget import worst_case_nano  # noqa: E402
 from sluice.lines import parse_line  # noqa: E402
 from sluice.model import Request  # noqa: E402
+from sluice.providers import OPENAI  # noqa: E402
 from sluice.store import JobStore  # noqa: E402
 
 from local.cloud import JobRun, LocalCloud, LocalSettings, run_job  # noqa: E402
@@ -89,7 +90,7 @@ def one_request_usd(path: Path) -> float:
     for number, raw in enumerate(path.read_bytes().splitlines(keepends=True), start=1):
         parsed = parse_line(raw, number)
         if isinstance(parsed, Request):
-            worst = max(worst, worst_case_nano(parsed))
+            worst = max(worst, worst_case_nano(parsed, OPENAI))
     return worst / 1e9
 
 

@@ -425,9 +425,10 @@ def main() -> None:
         print(f"  built in {time.perf_counter() - started:.0f} s", flush=True)
     from sluice.cache_lookup import CacheView
     from sluice.cache_store import DirStore
+    from sluice.providers import OPENAI
 
     # what the index holds now: an earlier run's --compact added its answers to it
-    answers = len(CacheView.load(DirStore(cache), now=time.time(), ttl_days=0))
+    answers = len(CacheView.load(DirStore(cache), now=time.time(), ttl_days=0, request_format=OPENAI))
     size = sum(p.stat().st_size for p in (cache / "index").rglob("*") if p.is_file())
     print(
         f"job: {args.lines:,} lines ({input_path.stat().st_size / 1e6:.0f} MB), {args.hits:.0%} answered by the cache; "

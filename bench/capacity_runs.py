@@ -35,6 +35,7 @@ from sluice.budget import worst_case_nano
 from sluice.contract import PROVIDER_STEPS
 from sluice.lines import parse_line
 from sluice.model import Request
+from sluice.providers import OPENAI
 
 from local.cloud import LocalCloud, LocalSettings, run_job
 from local.ledger import CLOUD, Call, CallLedger
@@ -380,7 +381,7 @@ def _worst_case(rows: list[bytes]) -> float:
     for number, raw in enumerate(rows, start=1):
         parsed = parse_line(raw, number)
         assert isinstance(parsed, Request)
-        total += worst_case_nano(parsed)
+        total += worst_case_nano(parsed, OPENAI)
     return total / 1e9
 
 

@@ -217,6 +217,7 @@ class Job:
         from sluice.contract import Planned
         from sluice.model import Outcome
         from sluice.parts import write_outputs
+        from sluice.providers import OPENAI
         from sluice.records import outcome_record
         from sluice.shard import ShardSpec
         from sluice.stats import Stats
@@ -280,7 +281,7 @@ class Job:
                 outcome = Outcome(line, f"l-{line}", 200, body, f"req-{line}", latency_s=2.0)
                 records.append((line, outcome_record(job_id, outcome)))
                 if len(records) <= part_rows:
-                    part_stats.add_outcome(outcome, at=time.time(), path="direct")
+                    part_stats.add_outcome(outcome, at=time.time(), path="direct", request_format=OPENAI)
             if kind == FINISHED:
                 write_outputs(s3, BUCKET, spec.prefix, [r + b"\n" for _, r in records], [], Stats())
             # a part's rows in the order they completed (not the input's), as a shard writes them

@@ -20,9 +20,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from sluice.contract import DEFAULT_PROVIDER
 from sluice.costs import provider_cost_usd
 from sluice.model import Outcome
-from sluice.stats import usage_tokens
+from sluice.providers import RequestFormat, family
 
 from local.console import human_usd
 
@@ -67,8 +68,12 @@ class Snapshot:
 class LiveCounts:
     """A thread-safe `ProgressSink`: shards on several threads report, the display reads."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, clock: Callable[[], float] = time.monotonic, *, request_format: RequestFormat | None = None
+    ) -> None:
         self._clock = clock
+        # how the answers read: a local run's provider (the simulator, or OPENAI_BASE_URL) speaks the default family
+        self._format = request_format or family(DEFAULT_PROVIDER)
         self._started = clock()
         self._lock = threading.Lock()
         self.total: int | None = None
@@ -81,8 +86,9 @@ class LiveCounts:
         self._tokens: dict[tuple[str, bool], list[int]] = {}
 
     def outcome(self, outcome: Outcome, *, batch: bool, waited: bool) -> None:
-        tokens_in, tokens_out = usage_tokens(outcome.body) if outcome.ok else (0, 0)
-        model = outcome.body.get("model") if isinstance(outcome.body, dict) else None
+        used = self._format.usage(outcome.body) if outcome.ok else None
+        tokens_in, tokens_out = (used.tokens_in, used.tokens_out) if used is not None else (0, 0)
+        model = self._format.answered_model(outcome.body)
         with self._lock:
             self._throttled += outcome.throttled
             self._waiting -= waited
@@ -91,7 +97,7 @@ class LiveCounts:
                 return
             self._results += 1
             if tokens_in or tokens_out:
-                per_model = self._tokens.setdefault((model if isinstance(model, str) else "", batch), [0, 0])
+                per_model = self._tokens.setdefault((model or "", batch), [0, 0])
                 per_model[0] += tokens_in
                 per_model[1] += tokens_out
 

@@ -37,6 +37,7 @@ from .budget import Budget, worst_case_nano
 from .contract import BatchSubmitted, ShardRow
 from .model import Request
 from .parts import PartWriter, load_checkpoint
+from .providers import family
 from .shard import ShardContext, ShardSpec, pending, shard_budget, unsent
 
 
@@ -88,7 +89,7 @@ async def submit_batch(
 
     def priced(requests: Iterable[Request]) -> Iterable[Request]:
         for request in requests:
-            costs[request.line] = worst_case_nano(request, batch=True)
+            costs[request.line] = worst_case_nano(request, family(spec.provider), batch=True)
             yield request
 
     source = pending(ctx.s3, spec, checkpoint.done, writer.add_invalid)

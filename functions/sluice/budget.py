@@ -18,8 +18,8 @@ join the count and to leave it, and a thousand shards ending at once would take 
 partition's writes for it.
 
 A request's worst case: the prompt at one token per 4 bytes of its body (JSON keys included,
-which more than covers English text) plus its output cap (`max_tokens`,
-`max_completion_tokens` or `max_output_tokens`, times `n`), or DEFAULT_OUTPUT_TOKENS when the
+which more than covers English text) plus its output cap (the request format's `output_cap`: the
+most output its body allows, times the answers it asks for), or DEFAULT_OUTPUT_TOKENS when the
 body sets none; at the Batch API's half price in batch mode. An answer without usage (a
 background response still running) keeps its worst case as spent.
 """
@@ -29,17 +29,18 @@ from __future__ import annotations
 import asyncio
 import math
 import random
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
 import orjson
 
 from .costs import price_per_million
 from .model import Outcome, Request
+from .providers import RequestFormat
 
 NANO = 1_000_000_000
-# the output a request may produce when its body sets no cap; set max_tokens for a hard bound.
+# the output a request may produce when its body sets no cap; set one for a hard bound.
 # Larger than the shared limiter's guess on purpose: this one is held against a cap that must
 # not be passed, and a direct answer's real usage gives the difference back
 DEFAULT_OUTPUT_TOKENS = 1024
@@ -56,8 +57,6 @@ HOLDERS_POLL_S = 0.25
 HOLDERS_POLL_MAX_S = 5.0
 HOLDERS_READS_PER_S = 200.0
 HOLDERS_WAIT_S = 20.0
-_OUTPUT_CAPS = ("max_completion_tokens", "max_tokens", "max_output_tokens")
-_EMBEDDINGS = "/v1/embeddings"
 
 
 def usd_to_nano(usd: float) -> int:
@@ -68,69 +67,40 @@ def nano_to_usd(nano: int) -> float:
     return round(nano / NANO, 9)
 
 
-def _model_of(body: Mapping[str, Any]) -> str:
-    model = body.get("model")
-    return model if isinstance(model, str) else ""
-
-
-def output_cap(body: Mapping[str, Any], path: str) -> int:
-    """The most output tokens the request may be billed for."""
-    if path == _EMBEDDINGS:
-        return 0
-    for name in _OUTPUT_CAPS:
-        value = body.get(name)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            cap = value
-            break
-    else:
-        cap = DEFAULT_OUTPUT_TOKENS
-    n = body.get("n")
-    return cap * (n if isinstance(n, int) and not isinstance(n, bool) and n > 1 else 1)
-
-
 def unpriced_model(model: str | None) -> bool:
     return price_per_million(model or "") is None
 
 
-def worst_case_nano(request: Request, *, batch: bool = False) -> int:
+def worst_case_nano(request: Request, request_format: RequestFormat, *, batch: bool = False) -> int:
     """The most this request may cost, in nano-USD; raises KeyError for a model with no price."""
     raw = request.body or b"{}"
     body = orjson.loads(raw)
-    model = _model_of(body)
+    model = request_format.model(body)
     price = price_per_million(model)
     if price is None:
         raise KeyError(model)
     tokens_in = math.ceil(len(raw) / 4)
-    nano = math.ceil(tokens_in * price[0] * 1000 + output_cap(body, request.path) * price[1] * 1000)
+    tokens_out = request_format.output_cap(body, request.path, default=DEFAULT_OUTPUT_TOKENS)
+    nano = math.ceil(tokens_in * price[0] * 1000 + tokens_out * price[1] * 1000)
     return math.ceil(nano / 2) if batch else nano
 
 
-def usage_tokens(body: Any) -> tuple[int, int] | None:
-    """(input, output) tokens an answer reports, across the endpoints' two spellings; None if none."""
-    usage = body.get("usage") if isinstance(body, dict) else None
-    if not isinstance(usage, dict):
-        return None
-    tokens_in = usage.get("prompt_tokens", usage.get("input_tokens"))
-    tokens_out = usage.get("completion_tokens", usage.get("output_tokens", 0))
-    if not isinstance(tokens_in, int):
-        return None
-    return tokens_in, tokens_out if isinstance(tokens_out, int) else 0
-
-
-def actual_nano(outcome: Outcome, request_model: str, reserved: int, *, batch: bool = False) -> int:
+def actual_nano(
+    outcome: Outcome, request_model: str, reserved: int, request_format: RequestFormat, *, batch: bool = False
+) -> int:
     """What an answer cost: its usage at its model's price; a failed request costs nothing, an
     answer without usage (a background response still running) its reservation."""
     if not outcome.ok:
         return 0
-    tokens = usage_tokens(outcome.body)
-    if tokens is None:
+    usage = request_format.usage(outcome.body)
+    if usage is None:
         return reserved
-    answered = outcome.body.get("model") if isinstance(outcome.body, dict) else None
-    price = price_per_million(answered) if isinstance(answered, str) else None
+    answered = request_format.answered_model(outcome.body)
+    price = price_per_million(answered) if answered is not None else None
     price = price or price_per_million(request_model)
     if price is None:
         return reserved
-    nano = math.ceil(tokens[0] * price[0] * 1000 + tokens[1] * price[1] * 1000)
+    nano = math.ceil(usage.tokens_in * price[0] * 1000 + usage.tokens_out * price[1] * 1000)
     return math.ceil(nano / 2) if batch else nano
 
 
@@ -180,6 +150,8 @@ class Budget:
     table: BudgetTable
     job_id: str
     cap: int
+    # how its requests and answers read (`sluice.providers`)
+    request_format: RequestFormat = field(kw_only=True)
     batch: bool = False
     chunk_requests: int = CHUNK_REQUESTS
     held: int = 0
@@ -206,7 +178,7 @@ class Budget:
 
     def cost(self, request: Request) -> tuple[int, str]:
         body = orjson.loads(request.body or b"{}")
-        return worst_case_nano(request, batch=self.batch), _model_of(body)
+        return worst_case_nano(request, self.request_format, batch=self.batch), self.request_format.model(body)
 
     async def reserve(self, request: Request) -> bool:
         need, model = self.cost(request)
@@ -288,7 +260,7 @@ class Budget:
 
     def settle(self, request: Request, outcome: Outcome) -> None:
         reserved, model = self._reserved.pop(request.line, (0, ""))
-        cost = actual_nano(outcome, model, reserved, batch=self.batch)
+        cost = actual_nano(outcome, model, reserved, self.request_format, batch=self.batch)
         self.held += reserved - cost
         self.spend(cost)
         self._settled.set()

@@ -47,6 +47,7 @@ from .cache_index import (
 )
 from .cache_store import INDEXES, SEGMENTS, Appender, CacheStore, DirStore, S3Store, cache_store, default_cache_dir
 from .model import Outcome, Request
+from .providers import CUT_SHORT, UNFINISHED, RequestFormat, family
 from .shard import ShardContext, ShardSpec, read_shard_lines
 
 __all__ = [
@@ -99,25 +100,24 @@ def cache_key(base_url: str, path: str, body: bytes | None, *, canonical: bool =
 
 
 def filed_usage(
-    outcome: Outcome, *, keep_incomplete: bool, usage: tuple[str, int, int] | None = None
+    outcome: Outcome,
+    request_format: RequestFormat,
+    *,
+    keep_incomplete: bool,
+    usage: tuple[str, int, int] | None = None,
 ) -> tuple[str, int, int] | None:
     """What the index keeps of an answer the cache may keep, (model, tokens in, tokens out); None
     for any other. The cache keeps a provider's 200 answer, finished, or cut short (a response
-    `incomplete`, a completion stopped by its token limit) when the job asks for those too.
-    `usage`: what the shard's figures already read of the body (`Stats.add_outcome`)."""
+    `incomplete`, a completion stopped by its token limit) when the job asks for those too, as
+    `request_format` reads its body. `usage`: what the shard's figures already read of the body
+    (`Stats.add_outcome`)."""
     body = outcome.body
     if not outcome.ok or outcome.status_code != 200 or not isinstance(body, dict):
         return None
-    get = body.get
-    status = get("status")
-    if status is not None and status != "completed" and (status != "incomplete" or not keep_incomplete):
+    finish = request_format.finish(body)
+    if finish == UNFINISHED or (finish == CUT_SHORT and not keep_incomplete):
         return None
-    choices = get("choices")
-    if not keep_incomplete and isinstance(choices, list):
-        for choice in choices:
-            if isinstance(choice, dict) and choice.get("finish_reason") == "length":
-                return None
-    return usage or answer_usage(body)
+    return usage or answer_usage(body, request_format)
 
 
 def line_tag(custom_id: str) -> bytes:
@@ -189,6 +189,7 @@ class CacheFill:
         *,
         base_url: str,
         name: str,
+        request_format: RequestFormat,
         keep_incomplete: bool = False,
         keys_for: Any = None,
         canonical: bool = False,
@@ -200,6 +201,7 @@ class CacheFill:
         self._canonical = canonical
         self._base_url = base_url
         self._name = name
+        self._format = request_format
         self._keep_incomplete = keep_incomplete
         self._keys: dict[int, bytes | None] = {}
         self._keys_for = keys_for
@@ -230,7 +232,7 @@ class CacheFill:
     def add(self, outcome: Outcome, record: bytes, usage: tuple[str, int, int] | None = None) -> None:
         """File `outcome`'s answer; `record` is its result line, as the shard writes it; `usage`
         its model and tokens, if already read."""
-        usage = filed_usage(outcome, keep_incomplete=self._keep_incomplete, usage=usage)
+        usage = filed_usage(outcome, self._format, keep_incomplete=self._keep_incomplete, usage=usage)
         if usage is None:
             self._keys.pop(outcome.line, None)
             return
@@ -297,6 +299,7 @@ def fill_for(ctx: ShardContext, spec: ShardSpec, *, run: int, path: str) -> Cach
         cache_store(ctx.s3, ctx.settings),
         base_url=ctx.settings.cache_provider_name,
         name=segment_name(spec.job_id, spec.shard, run, path),
+        request_format=family(spec.provider),
         keep_incomplete=spec.cache_incomplete,
         keys_for=keys_for,
         # `read_shard_lines` sorted the bodies' keys, as it does for every job that fills the cache

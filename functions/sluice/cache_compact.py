@@ -53,6 +53,7 @@ from .cache_lookup import (
     read_table,
 )
 from .cache_store import INDEXES, SEGMENTS, CacheStore, Listed
+from .providers import RequestFormat
 
 # level-0 indexes, or rows, that start a new generation: what a reader takes in whole each time
 COMPACT_AT = 64
@@ -364,9 +365,10 @@ def _merged(rows: bytes, new: bytes) -> bytes:
     return b"".join(pieces)
 
 
-def stats(store: CacheStore) -> dict[str, int]:
-    """Answers held and the distinct requests they answer, and the objects and bytes they take."""
-    view = CacheView.load(store, now=time.time(), ttl_days=0)
+def stats(store: CacheStore, request_format: RequestFormat) -> dict[str, int]:
+    """Answers held and the distinct requests they answer, and the objects and bytes they take
+    (`request_format`: how the answers of a segment with no index yet read)."""
+    view = CacheView.load(store, now=time.time(), ttl_days=0, request_format=request_format)
     view.read_level0()
     keys = {rows[at : at + 16] for rows in view.level0 for at in range(0, len(rows), ROW.size)}
     if view.manifest is not None:

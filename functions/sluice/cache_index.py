@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from .cache_store import INDEXES, SEGMENTS
-from .stats import usage_tokens
+from .providers import RequestFormat
 
 INDEX_SUFFIX = ".idx"
 SEGMENT_SUFFIX = ".seg"
@@ -88,10 +88,13 @@ class Ref(NamedTuple):
     tokens_out: int = 0
 
 
-def answer_usage(body: Any) -> tuple[str, int, int]:
+def answer_usage(body: Any, request_format: RequestFormat) -> tuple[str, int, int]:
     """(model, input tokens, output tokens) of an answer's body, as the index keeps them."""
-    model = body.get("model") if isinstance(body, dict) else None
-    return (model, *usage_tokens(body)) if isinstance(model, str) else ("", 0, 0)
+    model = request_format.answered_model(body)
+    if model is None:
+        return "", 0, 0
+    used = request_format.usage(body)
+    return (model, used.tokens_in, used.tokens_out) if used is not None else (model, 0, 0)
 
 
 def index_bytes(segments: Iterable[str], models: Iterable[str], count: int, rows: bytes) -> bytes:
@@ -173,9 +176,10 @@ def decode_index(data: bytes) -> Iterator[tuple[bytes, Ref]]:
         yield table.body[row * table.entry.size : row * table.entry.size + KEY_PART], table.ref(row)
 
 
-def segment_rows(data: bytes, segment: str) -> Iterator[tuple[bytes, Ref]]:
+def segment_rows(data: bytes, segment: str, request_format: RequestFormat) -> Iterator[tuple[bytes, Ref]]:
     """(key, ref) of each whole row of a local segment; a row a kill cut short has no newline and
-    is skipped. Only a segment a killed run left without an index is read this way."""
+    is skipped. Only a segment a killed run left without an index is read this way, its answers'
+    bodies as `request_format` reads them."""
     at = 0
     while True:
         end = data.find(b"\n", at)
@@ -185,7 +189,8 @@ def segment_rows(data: bytes, segment: str) -> Iterator[tuple[bytes, Ref]]:
             with contextlib.suppress(ValueError):
                 key = bytes.fromhex(data[at : at + KEY_BYTES * 2].decode())
                 tag = bytes.fromhex(data[at + KEY_BYTES * 2 + 1 : at + ANSWER_AT - 1].decode())
-                model, tokens_in, tokens_out = answer_usage(orjson.loads(data[at + ANSWER_AT : end]).get("body"))
+                body = orjson.loads(data[at + ANSWER_AT : end]).get("body")
+                model, tokens_in, tokens_out = answer_usage(body, request_format)
                 yield key, Ref(segment, at, end + 1 - at, tag, model, tokens_in, tokens_out)
         at = end + 1
 

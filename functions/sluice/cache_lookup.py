@@ -48,6 +48,7 @@ from .cache_index import (
     segments_name,
 )
 from .cache_store import INDEXES, SEGMENTS, CacheStore, DirStore, Listed
+from .providers import RequestFormat
 
 LOOKUP_THREADS = 16
 # level-0 rows a reader takes at most, newest first: compaction keeps far fewer, but a job of the
@@ -115,7 +116,9 @@ def read_table(store: CacheStore, generation: str) -> SegmentTable:
     return SegmentTable() if data is None else SegmentTable.decode(data)
 
 
-def index_killed_segments(store: DirStore, listing: IndexListing, known: Iterable[str]) -> None:
+def index_killed_segments(
+    store: DirStore, listing: IndexListing, known: Iterable[str], request_format: RequestFormat
+) -> None:
     """A local run killed mid-way left segments with no index: index them from their rows."""
     indexed = {entry.name for entry in listing.level0} | set(known)
     for entry in store.listing(SEGMENTS):
@@ -123,7 +126,7 @@ def index_killed_segments(store: DirStore, listing: IndexListing, known: Iterabl
         name = index_of_segment(segment)
         if not segment.endswith(SEGMENT_SUFFIX) or name in indexed or segment in indexed:
             continue
-        encoded = encode_index(segment_rows(store.read(segment) or b"", segment))
+        encoded = encode_index(segment_rows(store.read(segment) or b"", segment, request_format))
         store.write(name, encoded)
         listing.level0.append(Listed(name, len(encoded), entry.modified))
 
@@ -211,6 +214,8 @@ class CacheView:
 
     store: CacheStore
     cutoff: float = 0.0
+    # how the answers' bodies read, where an index does not say their model and tokens
+    request_format: RequestFormat = field(kw_only=True)
     manifest: Manifest | None = None
     # the generation's segment slots, then level 0's segments
     table: SegmentTable = field(default_factory=SegmentTable)
@@ -226,9 +231,17 @@ class CacheView:
     _partitions: dict[int, _Rows] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, store: CacheStore, *, now: float, ttl_days: int, max_level0_rows: int = MAX_LEVEL0_ROWS) -> CacheView:
+    def load(
+        cls,
+        store: CacheStore,
+        *,
+        now: float,
+        ttl_days: int,
+        request_format: RequestFormat,
+        max_level0_rows: int = MAX_LEVEL0_ROWS,
+    ) -> CacheView:
         """The newest generation's manifest and segment table, and which level-0 indexes to read."""
-        view = cls(store, expiry_cutoff(now, ttl_days))
+        view = cls(store, expiry_cutoff(now, ttl_days), request_format=request_format)
         listing = IndexListing.read(store)
         view.reads += 1
         newest = listing.newest
@@ -240,7 +253,7 @@ class CacheView:
                 consumed = set(view.manifest.consumed)
                 view.reads += 2
         if isinstance(store, DirStore):
-            index_killed_segments(store, listing, view.table.names)
+            index_killed_segments(store, listing, view.table.names, request_format)
         fresh = [e for e in listing.level0 if e.name not in consumed and e.modified >= view.cutoff]
         view.pending = newest_first(fresh, max_level0_rows)
         view.level0_rows = sum(map(index_rows, view.pending))

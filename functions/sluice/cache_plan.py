@@ -362,7 +362,7 @@ def fetch_answers(
                 continue
             name = view.model(model) if model != UNKNOWN_MODEL else None
             if name is None:
-                name, tokens_in, tokens_out = answer_usage(orjson.loads(answer).get("body"))
+                name, tokens_in, tokens_out = answer_usage(orjson.loads(answer).get("body"), view.request_format)
             found[line] = (answer, name, tokens_in, tokens_out)
     return found
 

@@ -2,7 +2,8 @@
 
 Pure: the engine hands over what came back (or how the connection was lost) and acts on the
 verdict. The wall clock and the randomness of the jitter are passed in, so a test pins every
-number, and the engine's loop holds no policy of its own.
+number, and the engine's loop holds no policy of its own. What an error body says, and which
+statuses and codes mean the provider is throttling, are the provider's request format's.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any, Final
 import orjson
 
 from .model import ErrorCode
+from .providers import RequestFormat
 from .retry import RetryPolicy, is_retryable, next_delay_s, should_retry
 
 EXCERPT = 300
@@ -36,7 +38,7 @@ class AttemptVerdict:
     code: str | None = None
     # RETRY only: how long to wait before the next attempt
     delay_s: float = 0.0
-    # a 429 or a congestion code in the body: the caller's limiter backs off
+    # a throttling status (429) or a congestion code in the body: the caller's limiter backs off
     throttled: bool = False
     # a 5xx that is not throttling
     server_error: bool = False
@@ -48,22 +50,6 @@ def describe_lost(exc: BaseException) -> str:
     return type(exc).__name__ + (": " + text[:EXCERPT] if text else "")
 
 
-def provider_error(parsed: Any) -> tuple[str | None, str | None]:
-    """(code, message) from an OpenAI-style error body; tolerant of every other shape."""
-    if not isinstance(parsed, dict):
-        return None, None
-    error = parsed.get("error")
-    if isinstance(error, dict):
-        code = error.get("code") or error.get("type")
-        message = error.get("message")
-        return (str(code) if code else None), (str(message) if message else None)
-    if isinstance(error, str):
-        return error, None
-    code = parsed.get("code")
-    message = parsed.get("message") or parsed.get("detail")
-    return (str(code) if code else None), (str(message) if message else None)
-
-
 def classify(
     status: int | None,
     headers: Mapping[str, str] | None,
@@ -72,6 +58,7 @@ def classify(
     *,
     attempt: int,
     policy: RetryPolicy,
+    request_format: RequestFormat,
     now: float,
     rand: Callable[[], float],
 ) -> AttemptVerdict:
@@ -82,7 +69,7 @@ def classify(
     seconds, for a Retry-After given as an HTTP date.
     """
     if lost is not None:
-        return _failed(None, None, lost, None, attempt, policy, headers, now, rand)
+        return _failed(None, False, lost, None, attempt, policy, headers, now, rand)
     assert status is not None
     if 200 <= status < 300:
         try:
@@ -90,25 +77,29 @@ def classify(
         except orjson.JSONDecodeError:
             # a mangled success is a transient fault, not an answer
             failure = f"HTTP {status} with a body that is not JSON: {raw[:EXCERPT]!r}"
-            return _failed(None, None, failure, None, attempt, policy, headers, now, rand)
+            return _failed(None, False, failure, None, attempt, policy, headers, now, rand)
     parsed: Any
     try:
         parsed = orjson.loads(raw) if raw else None
     except orjson.JSONDecodeError:
         parsed = raw.decode("utf-8", "replace")[:EXCERPT]
-    body_code, message = provider_error(parsed)
+    said = request_format.error(parsed)
+    body_code, message = said.code, said.message
     failure = f"HTTP {status}" + (f": {message}" if message else "")
     if body_code and (not message or body_code not in message):
         failure += f" ({body_code})"
-    verdict = _failed(status, body_code, failure, parsed, attempt, policy, headers, now, rand)
-    verdict.throttled = status == 429 or (body_code is not None and body_code in policy.retryable_body_codes)
-    verdict.server_error = not verdict.throttled and status >= 500
+    congested = status in request_format.throttle_statuses or (
+        body_code is not None and body_code in request_format.congestion_codes
+    )
+    verdict = _failed(status, congested, failure, parsed, attempt, policy, headers, now, rand)
+    verdict.throttled = congested
+    verdict.server_error = not congested and status >= 500
     return verdict
 
 
 def _failed(
     status: int | None,
-    body_code: str | None,
+    congested: bool,
     failure: str,
     body: Any,
     attempt: int,
@@ -118,8 +109,8 @@ def _failed(
     rand: Callable[[], float],
 ) -> AttemptVerdict:
     """Retry or give up; `status` None stands for a transient fault (lost connection, garbled body)."""
-    if not should_retry(status, body_code, attempt, policy):
-        if not is_retryable(status, body_code, policy):
+    if not should_retry(status, congested, attempt, policy):
+        if not is_retryable(status, congested, policy):
             return AttemptVerdict(FAIL, body, failure, ErrorCode.PROVIDER_ERROR)
         return AttemptVerdict(
             FAIL, body, f"gave up after {attempt} attempts; last: {failure}", ErrorCode.RETRIES_EXHAUSTED

@@ -29,9 +29,10 @@ from yarl import URL
 
 from .budget import Budget
 from .classify import FAIL, OK, AttemptVerdict, classify, describe_lost
-from .contract import ProviderRefused
+from .contract import DEFAULT_PROVIDER, ProviderRefused
 from .limits import AdaptiveLimit, Gate, RatePacer
 from .model import Outcome, Request
+from .providers import RequestFormat, family
 from .refusal import RefusalWatch
 from .retry import DEFAULT_POLICY, RetryPolicy
 from .shared_limit import SharedLimit, Ticket
@@ -65,6 +66,8 @@ class EngineSettings:
     # when the first this many answers are all the same non-retryable error, stop taking requests
     # (`sluice.refusal`); 0 never stops
     fail_fast_after: int = 0
+    # the provider's request format (`sluice.providers`): a shard's is its spec's family
+    request_format: RequestFormat = field(default_factory=lambda: family(DEFAULT_PROVIDER))
 
 
 @dataclass(slots=True)
@@ -85,16 +88,6 @@ class EngineStats:
     error_codes: dict[str, int] = field(default_factory=dict)
     # the run stopped because the provider refused its first answers (`fail_fast_after`)
     refused: ProviderRefused | None = None
-
-
-def join_url(base_url: str, path: str) -> str:
-    """Base URLs conventionally end in /v1 and request paths start with it; say it once."""
-    base = base_url.rstrip("/")
-    if not path.startswith("/"):
-        path = "/" + path
-    if base.endswith("/v1") and (path == "/v1" or path.startswith("/v1/")):
-        path = path[3:]
-    return base + path
 
 
 def _orjson_str(obj: Any) -> str:
@@ -248,6 +241,7 @@ class _Run:
         budget: Budget | None = None,
     ) -> None:
         self.settings = settings
+        self.format = settings.request_format
         self.shared = shared
         self.budget = budget
         self.policy = settings.policy
@@ -258,10 +252,10 @@ class _Run:
         self.stats.limit_min = self.limiter.limit
         self.pacer = RatePacer(settings.rpm, settings.tpm)
         self.gate = Gate(settings.concurrency)
-        self.refusals = RefusalWatch(settings.fail_fast_after) if settings.fail_fast_after > 0 else None
+        self.refusals = RefusalWatch(settings.fail_fast_after, self.format) if settings.fail_fast_after > 0 else None
         self.timeout = aiohttp.ClientTimeout(total=self.policy.request_timeout_s)
         self.base_headers = {
-            "Authorization": f"Bearer {api_key}",
+            **self.format.auth_headers(api_key),
             "Content-Type": "application/json",
             "User-Agent": settings.user_agent,
         }
@@ -279,7 +273,7 @@ class _Run:
     def url_for(self, path: str) -> URL:
         url = self.url_cache.get(path)
         if url is None:
-            url = URL(join_url(self.base_url, path))
+            url = URL(self.format.url(self.base_url, path))
             if len(self.url_cache) < _URL_CACHE_MAX:
                 self.url_cache[path] = url
         return url
@@ -331,10 +325,18 @@ class _Run:
                 # pauses it until the reset. With it, the shared bucket paces, and such a pause
                 # (OpenAI's reset is until the bucket is full again, a minute) would idle a shard
                 # that holds a lease.
-                pacer.observe_headers(answer)
+                pacer.observe_headers(answer, self.format)
 
             verdict = classify(
-                status, answer, raw, lost, attempt=attempt, policy=policy, now=time.time(), rand=self.rand
+                status,
+                answer,
+                raw,
+                lost,
+                attempt=attempt,
+                policy=policy,
+                request_format=self.format,
+                now=time.time(),
+                rand=self.rand,
             )
             if verdict.kind == OK:
                 limiter.on_success(token)
@@ -368,13 +370,10 @@ class _Run:
         started: float,
         throttled: int,
     ) -> Outcome:
-        """An answered request's Outcome; its id is the answer's `x-request-id`, else the body's `id`."""
+        """An answered request's Outcome, with the provider's id of the answer."""
         self.stats.succeeded += 1
-        request_id = headers.get("x-request-id") if headers is not None else None
         body = verdict.body
-        if request_id is None and isinstance(body, dict):
-            rid = body.get("id")
-            request_id = rid if isinstance(rid, str) else None
+        request_id = self.format.request_id(headers, body)
         return Outcome(
             line=req.line,
             custom_id=req.custom_id,
@@ -405,7 +404,7 @@ class _Run:
             custom_id=req.custom_id,
             status_code=status,
             body=verdict.body,
-            request_id=headers.get("x-request-id") if headers is not None else None,
+            request_id=self.format.request_id(headers, None),
             error_code=code,
             error_message=verdict.message,
             attempts=attempts,

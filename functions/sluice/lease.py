@@ -18,7 +18,7 @@ nothing refills, and no lease is ready, before the provider's reset.
 
 The bucket holds `window_s` of the rate: `burst_s` when the limits came from a seed, a minute
 (`headroom_s`) when they came from the provider's headers, whose own bucket holds a minute's worth
-and whose `x-ratelimit-remaining-*` said how full it was. Whatever the bucket holds beyond the
+and whose remaining-requests and -tokens headers said how full it was. Whatever the bucket holds beyond the
 leases is surplus: a lessee whose workers wait may take a bite of it besides its share (its part
 of the surplus, about one request per waiting worker), so a full provider bucket is spent at once
 rather than paced from zero, and a share a lessee leaves unused goes to those that can use it.

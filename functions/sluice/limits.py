@@ -10,10 +10,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import re
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
+
+from .providers import RATE_KINDS, RequestFormat
 
 
 class AdaptiveLimit:
@@ -231,77 +232,11 @@ class _Bucket:
         return 0.0 if level >= 0 else -level / self.rate
 
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
-_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def parse_reset_s(text: str) -> float | None:
-    """OpenAI-style reset durations: "1s", "6m0s", "20ms", "1h2m3.5s", or bare seconds."""
-    text = text.strip()
-    if not text:
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        pass
-    else:
-        return value if math.isfinite(value) and value >= 0 else None
-    total = 0.0
-    end = 0
-    for match in _DURATION_PART.finditer(text):
-        if match.start() != end:
-            return None
-        total += float(match.group(1)) * _UNIT_S[match.group(2)]
-        end = match.end()
-    return total if end == len(text) and end > 0 else None
-
-
-def _per_second(headers: Mapping[str, str], name: str) -> float | None:
-    raw = headers.get(name)
-    if raw is None:
-        return None
-    try:
-        per_minute = float(raw)
-    except ValueError:
-        return None
-    return per_minute / 60.0 if math.isfinite(per_minute) and per_minute > 0 else None
-
-
-def learned_rate(headers: Mapping[str, str]) -> float | None:
-    """Requests a second from the provider's `x-ratelimit-limit-requests` (a per-minute figure)."""
-    return _per_second(headers, "x-ratelimit-limit-requests")
-
-
-def learned_token_rate(headers: Mapping[str, str]) -> float | None:
-    """Tokens a second from the provider's `x-ratelimit-limit-tokens` (a per-minute figure)."""
-    return _per_second(headers, "x-ratelimit-limit-tokens")
-
-
-def spent(headers: Mapping[str, str], kind: str, need: float) -> bool:
-    """Whether `x-ratelimit-remaining-<kind>` says less than `need` is left."""
-    raw = headers.get(f"x-ratelimit-remaining-{kind}")
-    if raw is None:
-        return False
-    try:
-        return float(raw) < need
-    except ValueError:
-        return False
-
-
-def remaining(headers: Mapping[str, str] | None, kind: str, capacity: float) -> float:
-    """What `x-ratelimit-remaining-<kind>` says is left, within `capacity` (all of it if it says nothing)."""
-    raw = headers.get(f"x-ratelimit-remaining-{kind}") if headers is not None else None
-    try:
-        return min(capacity, max(0.0, float(raw))) if raw is not None else capacity
-    except ValueError:
-        return capacity
-
-
 class RatePacer:
     """Requests-per-minute and tokens-per-minute pacing; 0 means unlimited.
 
-    Also honours the provider's own view: when an `x-ratelimit-remaining-*` header says 0,
-    every sender waits until the matching `x-ratelimit-reset-*` has passed.
+    Also honours the provider's own view: when an answer's rate-limit headers say a limit has
+    nothing left, every sender waits until they say it resets.
     """
 
     __slots__ = (
@@ -353,13 +288,12 @@ class RatePacer:
             await self._sleep(wait)
         return wait
 
-    def observe_headers(self, headers: Mapping[str, str]) -> None:
-        for kind in ("requests", "tokens"):
-            remaining = headers.get("x-ratelimit-remaining-" + kind)
-            if remaining is None or remaining.strip() not in ("0", "0.0"):
+    def observe_headers(self, headers: Mapping[str, str], request_format: RequestFormat) -> None:
+        """Block every sender until the reset of a limit the answer's headers say is spent."""
+        for kind in RATE_KINDS:
+            if request_format.left(headers, kind) != 0:
                 continue
-            reset_text = headers.get("x-ratelimit-reset-" + kind)
-            reset = parse_reset_s(reset_text) if reset_text is not None else None
+            reset = request_format.reset_s(headers, kind, time.time())
             if reset is None:
                 # exhausted with no reset hint: a short pause beats hammering into 429s
                 reset = 1.0

@@ -26,6 +26,7 @@ from .cache import CacheFill, FilledSegment
 from .lines import LineError
 from .model import Outcome
 from .progress import ProgressSink
+from .providers import family
 from .records import error_record, outcome_record
 from .shard import ShardSpec, read_shard_lines
 from .stats import Stats
@@ -172,6 +173,7 @@ class PartWriter:
         self._item_rows_for_results = item_rows_for_results
         self._store = store
         self._spec = spec
+        self._format = family(spec.provider)
         self._run = run
         self._every = every
         self._seq = 0
@@ -191,7 +193,7 @@ class PartWriter:
         batch = path == "batch"
         # only an answer that came back on its own request has a latency: a batch's rows, and a
         # background response fetched by a poll, took what the provider's queue and the polling took
-        usage = chunk.stats.add_outcome(outcome, path=path, timed=path == "direct")
+        usage = chunk.stats.add_outcome(outcome, path=path, request_format=self._format, timed=path == "direct")
         if self._cache is not None:
             self._cache.add(outcome, record, usage)
         self._count(outcome.ok)

@@ -40,6 +40,7 @@ from .limits import MAX_SHARD_CONNECTIONS
 from .line_pass import MAX_SHARD_BYTES, ShardRange, cut_shards, read_lines
 from .lines import READ_CHUNK, split_lines
 from .progress import ProgressSink
+from .providers import family
 from .store import JobStore
 
 __all__ = ["MAX_SHARD_BYTES", "ShardRange", "shard_prefix"]
@@ -78,7 +79,7 @@ class JobOptions:
     budget_usd: float = 0.0
     # the response cache: `on` answers from it and fills it, `read`/`write` one of the two
     cache: str = "on"
-    # keep answers cut short (an `incomplete` response, `finish_reason: length`) too
+    # keep answers cut short (an `incomplete` response, a completion stopped at its token limit) too
     cache_incomplete: bool = False
 
     @classmethod
@@ -330,7 +331,12 @@ def _cut(
     Also returns the cache hits per shard and the shards the cache answered whole."""
     view: CacheView | None = None
     if options.cache in ("on", "read"):
-        view = CacheView.load(cache_store(s3, settings), now=started, ttl_days=settings.cache_ttl_days)
+        view = CacheView.load(
+            cache_store(s3, settings),
+            now=started,
+            ttl_days=settings.cache_ttl_days,
+            request_format=family(settings.provider),
+        )
     # an empty cache costs Plan one LIST: no line is encoded or hashed for it
     keys = (
         JobKeys(settings.cache_provider_name, view.digits, model=options.model, default_model=settings.default_model)
@@ -421,6 +427,7 @@ def _shard_specs(
             cache=options.cache,
             cache_incomplete=options.cache_incomplete,
             answered=shard.index in answered,
+            provider=settings.provider,
         )
         if spec.duplicates_key is not None:
             s3.put_object(

@@ -15,9 +15,9 @@ from typing import Any
 import orjson
 
 from .aws_errors import read_json_if_any
-from .classify import provider_error
 from .contract import ProviderRefused
 from .model import ErrorCode, Outcome
+from .providers import RequestFormat
 
 # how many answers of a run must all be the same non-retryable error before it stops sending
 REFUSAL_ANSWERS = 20
@@ -40,11 +40,12 @@ def likely_cause(status: int, code: str | None, message: str) -> str:
     return f"request refused: HTTP {status} on every request"
 
 
-def refusal_of(outcome: Outcome) -> tuple[int, str | None, str] | None:
+def refusal_of(outcome: Outcome, request_format: RequestFormat) -> tuple[int, str | None, str] | None:
     """(status, provider code, provider message) of an answer retrying cannot change, else None."""
     if outcome.error_code != ErrorCode.PROVIDER_ERROR or outcome.status_code is None:
         return None
-    code, message = provider_error(outcome.body)
+    said = request_format.error(outcome.body)
+    code, message = said.code, said.message
     if message is None and isinstance(outcome.body, str) and outcome.body.strip():
         # not JSON (a web server's own 404 page, say): its text is the message
         message = outcome.body.strip()
@@ -55,8 +56,9 @@ class RefusalWatch:
     """Watches the first `answers` outcomes of a run: `see` is True once they all were the same
     non-retryable error, which `refused` then describes. Any other outcome among them ends the watch."""
 
-    def __init__(self, answers: int = REFUSAL_ANSWERS) -> None:
+    def __init__(self, answers: int, request_format: RequestFormat) -> None:
         self.answers = answers
+        self.format = request_format
         self.refused: ProviderRefused | None = None
         self._seen = 0
         self._first: tuple[int, str | None, str] | None = None
@@ -65,7 +67,7 @@ class RefusalWatch:
     def see(self, outcome: Outcome) -> bool:
         if not self._watching:
             return False
-        error = refusal_of(outcome)
+        error = refusal_of(outcome, self.format)
         if error is None or (self._first is not None and error != self._first):
             self._watching = False
             return False

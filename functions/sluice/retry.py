@@ -12,18 +12,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 
-# Body error codes that mean "the provider is congested": retried like a 429 (and counted as
-# throttling) whatever status code the provider chose to send them with.
-RETRYABLE_BODY_CODES = frozenset(
-    {
-        "queue_wait_exceeded",
-        "max_queue_wait_exceeded",
-        "rate_limit_exceeded",
-        "server_overloaded",
-        "overloaded",
-    }
-)
-
 
 def _default_statuses() -> frozenset[int]:
     return frozenset({408, 409, 429, *range(500, 600)})
@@ -39,14 +27,15 @@ class RetryPolicy:
     # outlive the Lambda, so the line goes to errors with the reason instead.
     max_retry_after_s: float = 300.0
     retryable_statuses: frozenset[int] = field(default_factory=_default_statuses)
-    retryable_body_codes: frozenset[str] = RETRYABLE_BODY_CODES
 
 
 DEFAULT_POLICY = RetryPolicy()
 
 
-def is_retryable(status: int | None, error_code_in_body: str | None, policy: RetryPolicy) -> bool:
-    """Whether another attempt could succeed, attempts left aside."""
+def is_retryable(status: int | None, congested: bool, policy: RetryPolicy) -> bool:
+    """Whether another attempt could succeed, attempts left aside. `congested`: the answer says the
+    provider is throttling or congested (a status or body code its request format counts as such),
+    whatever its status."""
     if status is None:
         # connection refused/reset, timeout, truncated body: the request may never have landed
         return True
@@ -54,17 +43,17 @@ def is_retryable(status: int | None, error_code_in_body: str | None, policy: Ret
         return False
     if status in policy.retryable_statuses:
         return True
-    return error_code_in_body is not None and error_code_in_body in policy.retryable_body_codes
+    return congested
 
 
 def should_retry(
     status: int | None,
-    error_code_in_body: str | None,
+    congested: bool,
     attempt: int,
     policy: RetryPolicy,
 ) -> bool:
     """`attempt` is how many attempts have been made, counting the one that just failed."""
-    return attempt < policy.max_attempts and is_retryable(status, error_code_in_body, policy)
+    return attempt < policy.max_attempts and is_retryable(status, congested, policy)
 
 
 def _header(headers: Mapping[str, str], name: str) -> str | None:

@@ -23,6 +23,7 @@ from .limit_table import BucketTable
 from .lines import READ_CHUNK, LineError, parse_line, split_lines
 from .model import ErrorCode, Outcome, Request
 from .progress import ProgressSink
+from .providers import family
 from .refusal import REFUSAL_ANSWERS
 from .retry import RetryPolicy
 from .shared_limit import SharedLimit
@@ -90,7 +91,12 @@ def _engine_settings(spec: ShardSpec, settings: Settings) -> EngineSettings:
     # responses and a batch's rows are answered later, not in the order they were sent)
     fail_fast = REFUSAL_ANSWERS if spec.mode == "direct" else 0
     return EngineSettings(
-        concurrency=spec.concurrency, policy=policy, rpm=spec.rpm, tpm=spec.tpm, fail_fast_after=fail_fast
+        concurrency=spec.concurrency,
+        policy=policy,
+        rpm=spec.rpm,
+        tpm=spec.tpm,
+        fail_fast_after=fail_fast,
+        request_format=family(spec.provider),
     )
 
 
@@ -171,6 +177,7 @@ async def send_requests(
             base_url=ctx.settings.provider_base_url,
             api_key=ctx.api_key,
             lessee=f"{spec.job_id}#{spec.shard}",
+            request_format=family(spec.provider),
             seeds=parse_rate_limits(ctx.settings.rate_limits),
             default_seed=RateSeed(spec.job_rpm, spec.job_tpm) if spec.job_rpm else None,
             expected=expected,
@@ -234,7 +241,13 @@ def shard_budget(ctx: ShardContext, spec: ShardSpec, *, batch: bool = False) -> 
         return None
     wait_s = min(HOLDERS_WAIT_S, ctx.settings.safety_margin_s)
     return Budget(
-        ctx.store, spec.job_id, usd_to_nano(spec.budget_usd), batch=batch, wait_s=wait_s, waiters=spec.running
+        ctx.store,
+        spec.job_id,
+        usd_to_nano(spec.budget_usd),
+        request_format=family(spec.provider),
+        batch=batch,
+        wait_s=wait_s,
+        waiters=spec.running,
     )
 
 

@@ -11,19 +11,20 @@ surplus of a full bucket. The item stays about 1 KB, and its reads and writes a 
 key's rate, not the number of shards (issue 30).
 
 A request goes while the shard's token balance is positive; one bigger than the balance leaves a
-debt the next lease repays. The answer's `usage` settles the estimate in the shard's balance (no
-write).
+debt the next lease repays. The answer's usage settles the estimate in the shard's balance (no
+write). What a request is estimated at, what an answer used and what its rate-limit headers say
+are the provider's request format's to read (`sluice.providers`).
 
 The rates: a seed (the environment's `rate_limits` for the model, else the job's `sluice-rpm` /
 `sluice-tpm`) creates the item before any answer, so the first seconds do not overshoot. Without
-one, a shard sends at its own concurrency until an answer's `x-ratelimit-limit-requests` (and
-`-tokens`) sets them, with the level the answer's `x-ratelimit-remaining-*` reports (less what
-the shard sent after that request): what the provider says remains is spent at once. Headers
+one, a shard sends at its own concurrency until an answer's headers state the key's limits of
+requests (and tokens) and set them, with the level the answer says remains (less what the shard
+sent after that request): what the provider says remains is spent at once. Headers
 win over a seed, and when they later report a different limit the item follows. A provider that
 answers without such headers is not limited here, and neither are errors and timeouts: they say
 nothing about the key's rate (issue 31).
 
-A 429 that says the quota is spent (`x-ratelimit-remaining-*` used up) drains the item and pauses
+A 429 whose headers say the quota is spent (nothing remains) drains the item and pauses
 it until the provider's Retry-After: every shard stops leasing until then, rather than each
 finding out alone. At the end of a run (done, or stopped for the Lambda's time) a shard gives
 back what it holds unspent and leaves the shares, so a short shard strands no capacity.
@@ -40,6 +41,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+import orjson
+
 from .contract import RateSeed
 from .lease import (
     Bucket,
@@ -53,16 +56,19 @@ from .lease import (
 )
 from .limit_local import Joining, LocalKey, chained, limit_key
 from .limit_table import OFF, OPEN, BucketTable
-from .limits import learned_rate, learned_token_rate, parse_reset_s, remaining, spent
 from .model import Request
+from .providers import REQUESTS, TOKENS, RateKind, RequestFormat
 from .retry import retry_after_s, table_retry_delay_s
-from .tokens import estimate_tokens, parsed_body, used_tokens
 
 # limit_key is named here too: callers reach the limiter's key where they reach the limiter
 __all__ = ["SharedLimit", "Ticket", "limit_key"]
 
 # the weight of the newest request in a key's moving average of token costs
 _COST_WEIGHT = 0.05
+# the output a request that sets no limit on it is assumed to ask for, until its answer settles it.
+# Smaller than the budget's reservation on purpose: this one only paces, and a guess too large
+# would hold every shard below the quota it could use
+DEFAULT_OUTPUT_TOKENS = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +94,7 @@ class SharedLimit:
         base_url: str,
         api_key: str,
         lessee: str,
+        request_format: RequestFormat,
         policy: LeasePolicy | None = None,
         seeds: Mapping[str, RateSeed] | None = None,
         default_seed: RateSeed | None = None,
@@ -104,6 +111,7 @@ class SharedLimit:
         self._base_url = base_url
         self._api_key = api_key
         self.lessee = lessee
+        self.format = request_format
         self.policy = policy or LeasePolicy()
         self._seeds = dict(seeds or {})
         self._default_seed = default_seed
@@ -127,9 +135,11 @@ class SharedLimit:
 
     async def take(self, req: Request) -> Ticket:
         """Wait until `req` may be sent; returns the ticket to pass to `observe` and `settle`."""
-        body = parsed_body(req)
-        model = str(body["model"]) if body is not None and isinstance(body.get("model"), str) else ""
-        cost = estimate_tokens(body, req.path) if body is not None else 0
+        body = _parsed_body(req)
+        model = self.format.model(body) if body is not None else ""
+        cost = (
+            self.format.estimate_tokens(body, req.path, default_output=DEFAULT_OUTPUT_TOKENS) if body is not None else 0
+        )
         local = self._local(model)
         local.cost = cost if local.cost == 0 else local.cost + (cost - local.cost) * _COST_WEIGHT
         local.waiting += 1
@@ -313,13 +323,14 @@ class SharedLimit:
         if until is not None:
             policy = self.policy
             changes.append(lambda b: drained(b, self._clock(), until, policy) if b.paused_until < until else None)
-        rate, token_rate = learned_rate(headers), learned_token_rate(headers)
+        limits = self.format.rate_limits(headers)
+        rate, token_rate = limits.requests_per_s, limits.tokens_per_s
         window = self.policy.headroom_s if rate is not None and local.window_s < self.policy.headroom_s else None
         if differs(rate, local.rate) or differs(token_rate, local.token_rate) or window:
             local.rate = rate or local.rate
             local.token_rate = token_rate or local.token_rate
             local.window_s = window or local.window_s
-            left = (_said(headers, "requests"), _said(headers, "tokens")) if window else (None, None)
+            left = (self._said(headers, REQUESTS), self._said(headers, TOKENS)) if window else (None, None)
             changes.append(lambda b: followed(b, self._clock(), self.policy, rate, token_rate, window, left))
         if changes:
             self._write_later(functools.partial(self.table.change, local.pk, chained(changes)))
@@ -327,8 +338,9 @@ class SharedLimit:
     def _learn(self, local: LocalKey, ticket: Ticket, status: int | None, headers: Mapping[str, str] | None) -> None:
         if local.joining is not None:
             return
-        rate = learned_rate(headers) if headers is not None else None
-        if rate is None:
+        limits = self.format.rate_limits(headers) if headers is not None else None
+        rate = limits.requests_per_s if limits is not None else None
+        if limits is None or rate is None:
             if status is not None and status < 400:
                 # answered without a rate header: this provider tells nothing to share
                 local.off = True
@@ -338,7 +350,7 @@ class SharedLimit:
                 local.opened = True
                 self._write_later(functools.partial(self.table.mark, local.pk, OPEN))
             return
-        token_rate = (learned_token_rate(headers) if headers is not None else None) or 0.0
+        token_rate = limits.tokens_per_s or 0.0
         now = self._clock()
         bucket = Bucket(
             rate=rate,
@@ -354,9 +366,9 @@ class SharedLimit:
         after = max(0, requests - 1)
         bucket = replace(
             bucket,
-            level=remaining(headers, "requests", bucket.capacity(self.policy)) - after,
+            level=self._remaining(headers, REQUESTS, bucket.capacity(self.policy)) - after,
             token_level=(
-                remaining(headers, "tokens", bucket.token_capacity(self.policy)) - tokens * after / max(1, requests)
+                self._remaining(headers, TOKENS, bucket.token_capacity(self.policy)) - tokens * after / max(1, requests)
                 if token_rate
                 else 0.0
             ),
@@ -388,14 +400,16 @@ class SharedLimit:
     def _on_throttled(self, local: LocalKey, ticket: Ticket, headers: Mapping[str, str]) -> float | None:
         """When the bucket must pause until, if the 429 says the quota is spent and this shard
         has not paused it that long already."""
-        if not (spent(headers, "requests", 1) or (ticket.tokens > 0 and spent(headers, "tokens", ticket.tokens))):
+        if not (
+            self._spent(headers, REQUESTS, 1) or (ticket.tokens > 0 and self._spent(headers, TOKENS, ticket.tokens))
+        ):
             # a 429 with quota left (an overloaded server, a random fault) is this request's alone
             return None
         now = self._clock()
         wait = retry_after_s(headers, now)
         if wait is None:
-            reset = headers.get("x-ratelimit-reset-requests") or headers.get("x-ratelimit-reset-tokens")
-            wait = (parse_reset_s(reset) if reset else None) or 1.0
+            fmt = self.format
+            wait = fmt.reset_s(headers, REQUESTS, now) or fmt.reset_s(headers, TOKENS, now) or 1.0
         until = now + wait
         # what this shard holds was leased against a quota the provider says is gone
         local.requests = 0
@@ -413,9 +427,24 @@ class SharedLimit:
         """The answer's usage replaces the request's token estimate in the shard's balance."""
         if ticket.tokens <= 0:
             return
-        used = used_tokens(body)
+        used = self.format.counted_tokens(body)
         if used is not None:
             self._local(ticket.model).tokens += ticket.tokens - used
+
+    def _spent(self, headers: Mapping[str, str], kind: RateKind, need: float) -> bool:
+        """Whether the answer's headers say less than `need` of the key's `kind` limit is left."""
+        left = self.format.left(headers, kind)
+        return left is not None and left < need
+
+    def _remaining(self, headers: Mapping[str, str] | None, kind: RateKind, capacity: float) -> float:
+        """What the answer's headers say is left of `kind`, within `capacity` (all of it if they say nothing)."""
+        left = self.format.left(headers, kind) if headers is not None else None
+        return capacity if left is None else min(capacity, max(0.0, left))
+
+    def _said(self, headers: Mapping[str, str], kind: RateKind) -> float | None:
+        """What the answer's headers say is left of `kind`, None when they say nothing readable."""
+        left = self._remaining(headers, kind, math.inf)
+        return left if math.isfinite(left) else None
 
     def _write_later(self, write: Callable[[], object]) -> None:
         """`write` (to the item) on a thread, without waiting for it; `close` waits."""
@@ -448,7 +477,12 @@ def _short_of_tokens(local: LocalKey, cost: int) -> bool:
     return local.token_rate > 0 and cost > 0 and local.tokens <= 0
 
 
-def _said(headers: Mapping[str, str], kind: str) -> float | None:
-    """What `x-ratelimit-remaining-<kind>` says is left, None when it says nothing readable."""
-    left = remaining(headers, kind, math.inf)
-    return left if math.isfinite(left) else None
+def _parsed_body(req: Request) -> dict[str, Any] | None:
+    if req.body:
+        try:
+            body = orjson.loads(req.body)
+        except orjson.JSONDecodeError:
+            return None
+        if isinstance(body, dict):
+            return body
+    return None

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .model import Outcome
+from .providers import RequestFormat
 
 # 20 buckets a decade from 1 ms: 5% resolution is plenty for p50/p95/p99 and the
 # histogram stays a few hundred integers whatever the job size.
@@ -57,17 +58,6 @@ def _fold(timeline: dict[int, list[int]], step: int) -> dict[int, list[int]]:
     return folded
 
 
-def usage_tokens(body: Any) -> tuple[int, int]:
-    if not isinstance(body, dict):
-        return 0, 0
-    usage = body.get("usage")
-    if not isinstance(usage, dict):
-        return 0, 0
-    tokens_in = usage.get("prompt_tokens", usage.get("input_tokens", 0)) or 0
-    tokens_out = usage.get("completion_tokens", usage.get("output_tokens", 0)) or 0
-    return int(tokens_in), int(tokens_out)
-
-
 @dataclass
 class Stats:
     results: int = 0
@@ -106,12 +96,19 @@ class Stats:
             per_model[1] += tokens_out
 
     def add_outcome(
-        self, outcome: Outcome, at: float | None = None, path: str | None = None, *, timed: bool = True
+        self,
+        outcome: Outcome,
+        at: float | None = None,
+        path: str | None = None,
+        *,
+        request_format: RequestFormat,
+        timed: bool = True,
     ) -> tuple[str, int, int] | None:
-        """`timed=False` for answers without a latency of their own (a batch's rows are answered
-        together: their turnaround is the batch's, reported per batch instead). Returns an answer's
-        (model, tokens in, tokens out) as `cache.answer_usage` would, for the cache to keep it
-        without reading the body again; None for a failure."""
+        """`request_format`: how the answer's body reads. `timed=False` for answers without a
+        latency of their own (a batch's rows are answered together: their turnaround is the batch's,
+        reported per batch instead). Returns an answer's (model, tokens in, tokens out) as
+        `cache.answer_usage` would, for the cache to keep it without reading the body again; None
+        for a failure."""
         usage: tuple[str, int, int] | None = None
         if path is not None:
             self.paths[path] = self.paths.get(path, 0) + 1
@@ -123,18 +120,19 @@ class Stats:
             self.recovered_by_sweep += outcome.ok
         if outcome.ok:
             self.results += 1
-            tokens_in, tokens_out = usage_tokens(outcome.body)
+            used = request_format.usage(outcome.body)
+            tokens_in, tokens_out = (used.tokens_in, used.tokens_out) if used is not None else (0, 0)
             self.tokens_in += tokens_in
             self.tokens_out += tokens_out
-            model = outcome.body.get("model") if isinstance(outcome.body, dict) else None
-            if isinstance(model, str):
+            model = request_format.answered_model(outcome.body)
+            if model is not None:
                 per_model = self.models.setdefault(model, [0, 0])
                 per_model[0] += tokens_in
                 per_model[1] += tokens_out
             if timed:
                 key = _bucket(outcome.latency_s)
                 self.latency[key] = self.latency.get(key, 0) + 1
-            usage = (model, tokens_in, tokens_out) if isinstance(model, str) else ("", 0, 0)
+            usage = (model, tokens_in, tokens_out) if model is not None else ("", 0, 0)
         else:
             self.add_error(outcome.error_code or "unknown", outcome.error_message)
         # the sink sees an outcome the moment it is final, so now is its completion time; its

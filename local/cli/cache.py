@@ -7,6 +7,8 @@ from pathlib import Path
 
 import orjson
 from sluice.cache import DirStore, clear, default_cache_dir, stats
+from sluice.contract import DEFAULT_PROVIDER
+from sluice.providers import family
 
 from local.console import say
 
@@ -21,7 +23,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             say(f"cache {where}: removed {removed:,} files")
         return 0
-    figures = stats(store)
+    # the local cache holds what `sluice run` filled, from a provider of the default family
+    figures = stats(store, family(DEFAULT_PROVIDER))
     if args.json:
         print(orjson.dumps({"dir": str(where), **figures}).decode())
         return 0

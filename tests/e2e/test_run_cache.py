@@ -144,12 +144,13 @@ def test_a_run_killed_with_sigkill_resumes_sending_each_line_once(tmp_path: Path
 def test_cache_stats_and_clear(tmp_path: Path, capsys: Any) -> None:
     from sluice.cache import CacheFill, DirStore
     from sluice.model import Outcome, Request
+    from sluice.providers import OPENAI
     from sluice.records import result_record
 
     from local.cli.app import main
 
     cache = tmp_path / "cache"
-    fill = CacheFill(DirStore(cache), base_url="http://p/v1", name="seg")
+    fill = CacheFill(DirStore(cache), base_url="http://p/v1", name="seg", request_format=OPENAI)
     requests = [Request(n, f"c-{n}", "POST", "/v1/chat/completions", b'{"q":%d}' % (n % 3)) for n in range(1, 7)]
     for _ in fill.track(requests):
         pass

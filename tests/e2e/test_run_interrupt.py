@@ -12,6 +12,7 @@ from pathlib import Path
 
 import orjson
 from sluice.cache import SEGMENTS, DirStore, stats
+from sluice.providers import OPENAI
 from sluice.verify import verify
 
 from local.simulator import SimConfig, SimulatorServer
@@ -86,7 +87,7 @@ def _check_outputs(path: Path, out: Path, cache: Path) -> tuple[list[bytes], lis
     assert 0 < len(results) < LINES
     assert {orjson.loads(e)["error"]["code"] for e in errors} == {"cancelled"}
     # every answer the provider gave is in the results: the cache holds no answer they lack
-    assert _answers_filed(cache) == stats(DirStore(cache))["answers"] == len(results)
+    assert _answers_filed(cache) == stats(DirStore(cache), OPENAI)["answers"] == len(results)
     report = verify(path.read_bytes().splitlines(keepends=True), results, errors, summary)
     assert report.ok, report.describe()
     return results, errors

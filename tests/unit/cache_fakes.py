@@ -13,6 +13,7 @@ from sluice.cache_lookup import CacheView
 from sluice.cache_plan import JobKeys, fetch_answers, find_hits
 from sluice.cache_store import Listed
 from sluice.model import Outcome, Request
+from sluice.providers import OPENAI
 from sluice.records import result_record
 
 BASE = "https://api.example.com/v1"
@@ -76,7 +77,7 @@ class WholeObjects:
 def fill(store: CacheStore, name: str, pairs: Iterable[tuple[Request, Outcome]], *, base_url: str = BASE) -> CacheFill:
     """What a shard run files: every answer, then its segment and index written (closed)."""
     pairs = list(pairs)
-    cache = CacheFill(store, base_url=base_url, name=name, canonical=True)
+    cache = CacheFill(store, base_url=base_url, name=name, request_format=OPENAI, canonical=True)
     for _ in cache.track(r for r, _ in pairs):
         pass
     for _, outcome in pairs:
@@ -90,7 +91,7 @@ def ask(
     store: CacheStore, asked: Iterable[Request], *, now: float = NOW, ttl_days: int = 0
 ) -> dict[int, tuple[bytes, str | None, int, int]]:
     """What Plan gets from the cache for `asked`: (answer, model, tokens in, tokens out) by line."""
-    view = CacheView.load(store, now=now, ttl_days=ttl_days)
+    view = CacheView.load(store, now=now, ttl_days=ttl_days, request_format=OPENAI)
     view.read_level0()
     asked = list(asked)
     keys = JobKeys(BASE, view.digits)

@@ -165,6 +165,107 @@ def test_bench_is_imported_by_no_product_code() -> None:
         assert not violations(package, ("bench",))
 
 
+# Providers are a seam (issue 32): only `sluice.providers` imports a provider's SDK or builds a client
+# of a provider's AWS service, and only it names a field or header of a provider's wire.
+PROVIDERS_PACKAGE = "sluice.providers"
+PROVIDER_SDKS = ("openai", "anthropic")
+PROVIDER_AWS_SERVICES = re.compile(r"bedrock(-.+)?")
+# The Batch API's modules import the openai SDK until the batch seam moves it into
+# `sluice.providers` (`providers/openai/batch.py`), which removes them from this list.
+BATCH_SEAM_PENDING = frozenset(
+    {
+        "functions/sluice/batch.py",
+        "functions/sluice/batch_advance.py",
+        "functions/sluice/batch_api.py",
+        "functions/sluice/batch_collect.py",
+    }
+)
+# OpenAI's headers, usage fields and answer shape, as they appear in code that reads them
+OPENAI_WIRE_NAMES = re.compile(
+    r"x-ratelimit-|Bearer |prompt_tokens|completion_tokens|input_tokens|output_tokens"
+    r"|[\"'](?:max_tokens|total_tokens|usage|choices|finish_reason|x-request-id)[\"']"
+)
+
+
+def provider_clients(source: str) -> Iterator[tuple[int, str]]:
+    """(line, service) of each `<x>.client("bedrock...")` or `.resource(...)` call: a provider's
+    AWS service, by its name string."""
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+        if name not in ("client", "resource"):
+            continue
+        named = [node.args[0]] if node.args else []
+        named += [k.value for k in node.keywords if k.arg == "service_name"]
+        for arg in named:
+            if (
+                isinstance(arg, ast.Constant)
+                and isinstance(arg.value, str)
+                and PROVIDER_AWS_SERVICES.fullmatch(arg.value)
+            ):
+                yield node.lineno, arg.value
+
+
+def provider_sdk_users(package: str) -> dict[str, list[str]]:
+    """Files of `package` outside `sluice.providers` that import a provider SDK or build a client of a
+    provider's AWS service, with what each does where."""
+    found: dict[str, list[str]] = {}
+    for where, module, imported in imports_of(package):
+        if not within(module, PROVIDERS_PACKAGE) and any(within(imported, sdk) for sdk in PROVIDER_SDKS):
+            found.setdefault(where.rsplit(":", 1)[0], []).append(f"{where}: imports {imported}")
+    for path in files(package):
+        if within(module_name(path), PROVIDERS_PACKAGE):
+            continue
+        shown = str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)
+        for line, service in provider_clients(path.read_text()):
+            found.setdefault(shown, []).append(f"{shown}:{line}: a {service} client")
+    return found
+
+
+def test_only_the_providers_package_speaks_to_a_provider_through_its_sdk() -> None:
+    outside = {
+        path: uses
+        for package in ("sluice", "handlers", "infra", "local")
+        for path, uses in provider_sdk_users(package).items()
+        if path not in BATCH_SEAM_PENDING
+    }
+    assert not outside, f"a provider's SDK or AWS client outside sluice.providers: {outside}"
+
+
+def test_no_lambda_code_outside_the_providers_names_openais_wire() -> None:
+    hits = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for package in ("sluice", "handlers")
+        for path in files(package)
+        if not within(module_name(path), PROVIDERS_PACKAGE)
+        for number, line in enumerate(path.read_text().splitlines(), start=1)
+        if OPENAI_WIRE_NAMES.search(line)
+    ]
+    assert not hits, "OpenAI's wire names belong in sluice.providers.openai:\n" + "\n".join(hits)
+
+
+def test_the_seam_rules_catch_a_provider_sdk_client_or_wire_name_outside_the_providers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = tmp_path / "sluice"
+    (fake / "providers" / "openai").mkdir(parents=True)
+    (fake / "providers" / "openai" / "batch.py").write_text("import openai\nBEARER = 'Bearer '\n")
+    (fake / "sdk.py").write_text("def late():\n    from anthropic import AsyncAnthropic\n")
+    (fake / "aws.py").write_text("import boto3\nrt = boto3.client('bedrock-runtime')\ns3 = boto3.client('s3')\n")
+    (fake / "wire.py").write_text("def used(body):\n    return body['usage']['prompt_tokens']\n")
+    monkeypatch.setitem(PACKAGES, "sluice", fake)
+    assert provider_sdk_users("sluice") == {
+        f"{fake}/aws.py": [f"{fake}/aws.py:2: a bedrock-runtime client"],
+        f"{fake}/sdk.py": [f"{fake}/sdk.py:2: imports anthropic.AsyncAnthropic"],
+    }
+    wire = [p.name for p in files("sluice") if not within(module_name(p), PROVIDERS_PACKAGE)]
+    assert [name for name in wire if any(map(OPENAI_WIRE_NAMES.search, (fake / name).read_text().splitlines()))] == [
+        "wire.py"
+    ]
+
+
 @pytest.mark.parametrize(
     ("source", "module", "expected"),
     [

@@ -25,6 +25,7 @@ from sluice.budget import (
 )
 from sluice.contract import parse_budget
 from sluice.model import Outcome, Request
+from sluice.providers import OPENAI
 from sluice.store import JobStore
 
 from local.cloud import create_table
@@ -82,32 +83,32 @@ class Ledger:
 def test_worst_case_is_the_body_at_four_bytes_a_token_plus_the_output_cap() -> None:
     request = chat(1, max_tokens=100)
     tokens_in = -(-len(request.body or b"") // 4)
-    assert worst_case_nano(request) == nano(tokens_in, 100)
-    assert worst_case_nano(request, batch=True) == -(-nano(tokens_in, 100) // 2)
+    assert worst_case_nano(request, OPENAI) == nano(tokens_in, 100)
+    assert worst_case_nano(request, OPENAI, batch=True) == -(-nano(tokens_in, 100) // 2)
     # max_completion_tokens wins over the legacy max_tokens; n answers cost n times
-    assert worst_case_nano(chat(1, max_completion_tokens=10, max_tokens=500)) == nano(
+    assert worst_case_nano(chat(1, max_completion_tokens=10, max_tokens=500), OPENAI) == nano(
         -(-len(chat(1, max_completion_tokens=10, max_tokens=500).body or b"") // 4), 10
     )
     two = chat(1, max_tokens=100, n=2)
-    assert worst_case_nano(two) == nano(-(-len(two.body or b"") // 4), 200)
+    assert worst_case_nano(two, OPENAI) == nano(-(-len(two.body or b"") // 4), 200)
     bare = chat(1)
-    assert worst_case_nano(bare) == nano(-(-len(bare.body or b"") // 4), DEFAULT_OUTPUT_TOKENS)
+    assert worst_case_nano(bare, OPENAI) == nano(-(-len(bare.body or b"") // 4), DEFAULT_OUTPUT_TOKENS)
 
 
 def test_a_model_with_no_price_cannot_be_estimated() -> None:
     with pytest.raises(KeyError):
-        worst_case_nano(chat(1, model="my-finetune"))
+        worst_case_nano(chat(1, model="my-finetune"), OPENAI)
 
 
 def test_an_answer_costs_its_usage_a_failure_nothing_and_an_answer_without_usage_its_reservation() -> None:
     request = chat(1, max_tokens=100)
-    assert actual_nano(answer(request, 120, 7), "gpt-4o-mini", 999) == nano(120, 7)
+    assert actual_nano(answer(request, 120, 7), "gpt-4o-mini", 999, OPENAI) == nano(120, 7)
     failed = Outcome(1, "c1", 500, None, None, error_code="retries_exhausted")
-    assert actual_nano(failed, "gpt-4o-mini", 999) == 0
+    assert actual_nano(failed, "gpt-4o-mini", 999, OPENAI) == 0
     queued = Outcome(1, "c1", 200, {"id": "resp_1", "status": "queued", "usage": None}, None)
-    assert actual_nano(queued, "gpt-4o-mini", 999) == 999
+    assert actual_nano(queued, "gpt-4o-mini", 999, OPENAI) == 999
     responses = Outcome(1, "c1", 200, {"model": "gpt-4o", "usage": {"input_tokens": 10, "output_tokens": 2}}, None)
-    assert actual_nano(responses, "gpt-4o-mini", 999) == round(10 * 2.5 * 1000 + 2 * 10.0 * 1000)
+    assert actual_nano(responses, "gpt-4o-mini", 999, OPENAI) == round(10 * 2.5 * 1000 + 2 * 10.0 * 1000)
 
 
 def test_budgets_are_dollars_above_zero() -> None:
@@ -119,9 +120,9 @@ def test_budgets_are_dollars_above_zero() -> None:
 
 def test_a_shard_reserves_in_chunks_and_gives_back_what_answers_did_not_use() -> None:
     ledger = Ledger()
-    budget = Budget(ledger, "job", usd_to_nano(1.0))
+    budget = Budget(ledger, "job", usd_to_nano(1.0), request_format=OPENAI)
     request = chat(1, max_tokens=100)
-    need = worst_case_nano(request)
+    need = worst_case_nano(request, OPENAI)
 
     async def one(line: int) -> None:
         req = chat(line, max_tokens=100)
@@ -146,10 +147,10 @@ def test_a_shard_reserves_in_chunks_and_gives_back_what_answers_did_not_use() ->
 def test_the_stop_comes_within_one_request_of_the_cap_across_shards() -> None:
     ledger = Ledger()
     request = chat(1, max_tokens=100)
-    need = worst_case_nano(request)
+    need = worst_case_nano(request, OPENAI)
     cost = nano(90, 100)  # each answer uses most of its worst case
     cap = 37 * need + need // 3
-    shards = [Budget(ledger, "job", cap) for _ in range(3)]
+    shards = [Budget(ledger, "job", cap, request_format=OPENAI) for _ in range(3)]
     sent = [0, 0, 0]
 
     async def shard(index: int) -> None:
@@ -182,9 +183,9 @@ def test_a_chunk_the_last_figures_leave_no_room_for_is_not_asked() -> None:
     says a chunk no longer fits goes straight to the end's wait, and still spends to the cap."""
     ledger = Ledger()
     request = chat(1, max_tokens=100)
-    need = worst_case_nano(request)
+    need = worst_case_nano(request, OPENAI)
     cap = need * CHUNK_REQUESTS * 3 // 2
-    budget = Budget(ledger, "job", cap)
+    budget = Budget(ledger, "job", cap, request_format=OPENAI)
 
     async def run() -> int:
         sent = 0
@@ -206,7 +207,7 @@ def test_a_chunk_the_last_figures_leave_no_room_for_is_not_asked() -> None:
 def test_a_request_bigger_than_what_is_left_is_not_sent() -> None:
     ledger = Ledger()
     small, big = chat(1, max_tokens=10), chat(2, max_tokens=5000)
-    budget = Budget(ledger, "job", worst_case_nano(small) * 2)
+    budget = Budget(ledger, "job", worst_case_nano(small, OPENAI) * 2, request_format=OPENAI)
 
     async def run() -> tuple[bool, bool]:
         return await budget.reserve(big), budget.exhausted
@@ -242,9 +243,9 @@ def test_the_job_row_refuses_a_reservation_past_its_cap(store: JobStore) -> None
 
 def test_a_refused_shard_waits_for_the_pool_a_finishing_shard_hands_back() -> None:
     ledger = Ledger()
-    need = worst_case_nano(chat(1, max_tokens=100))
+    need = worst_case_nano(chat(1, max_tokens=100), OPENAI)
     cap = 60 * need
-    small, large = Budget(ledger, "job", cap), Budget(ledger, "job", cap)
+    small, large = Budget(ledger, "job", cap, request_format=OPENAI), Budget(ledger, "job", cap, request_format=OPENAI)
     sent = {"small": 0, "large": 0}
 
     async def shard(budget: Budget, name: str, lines: int, pause: float, latency: float) -> None:
@@ -284,10 +285,12 @@ def test_hundreds_of_refused_shards_read_the_job_row_no_faster_than_a_few_do() -
     read the job row about HOLDERS_READS_PER_S times a second, not four times a second each."""
     ledger = Ledger()
     request = chat(1, max_tokens=100)
-    need = worst_case_nano(request)
+    need = worst_case_nano(request, OPENAI)
     hold_s, waiting = 2.0, 300
-    holder = Budget(ledger, "job", need)
-    waiters = [Budget(ledger, "job", need, wait_s=30.0, waiters=waiting + 1) for _ in range(waiting)]
+    holder = Budget(ledger, "job", need, request_format=OPENAI)
+    waiters = [
+        Budget(ledger, "job", need, request_format=OPENAI, wait_s=30.0, waiters=waiting + 1) for _ in range(waiting)
+    ]
     window: list[float] = []
 
     async def hold(held: asyncio.Event) -> None:
@@ -322,14 +325,17 @@ def test_a_shard_with_nothing_held_waits_on_the_table_for_the_pool_another_hands
     """Against the table itself: the write that hands a refused shard's pool back must tell it
     the job's real figures, or it stops at once with the cap still unspent."""
     request = chat(1, max_tokens=100)
-    need = worst_case_nano(request)
+    need = worst_case_nano(request, OPENAI)
     cap = 3 * need
     with mock_aws():
         create_table(boto3.client("dynamodb", region_name="us-east-1"), "jobs")
         store = JobStore(boto3.resource("dynamodb", region_name="us-east-1").Table("jobs"), ttl_days=1)
         store.claim_job("job", execution="e", bucket="b", key="k", etag="t", started_at=0.0)
         store.record_plan("job", plan=plan_figures(1), shards=[(0, 1, 1), (1, 1, 1)], mode="direct", budget_cap=cap)
-        holder, waiter = Budget(store, "job", cap), Budget(store, "job", cap)
+        holder, waiter = (
+            Budget(store, "job", cap, request_format=OPENAI),
+            Budget(store, "job", cap, request_format=OPENAI),
+        )
         sent = {"holder": 0, "waiter": 0}
 
         async def shard(budget: Budget, name: str, held: asyncio.Event) -> None:
@@ -367,8 +373,8 @@ def test_a_shard_that_finds_the_cap_spent_writes_the_job_row_once_at_its_end() -
     writes at a thousand shards)."""
     ledger = Ledger()
     request = chat(1, max_tokens=100)
-    need = worst_case_nano(request)
-    budget = Budget(ledger, "job", 3 * need, chunk_requests=2)
+    need = worst_case_nano(request, OPENAI)
+    budget = Budget(ledger, "job", 3 * need, request_format=OPENAI, chunk_requests=2)
 
     async def run() -> list[bool]:
         sent = []

@@ -28,13 +28,14 @@ from sluice.contract import Settings
 from sluice.lines import parse_line
 from sluice.model import Outcome, Request
 from sluice.plan import JobOptions, PlanError
+from sluice.providers import OPENAI
 from sluice.records import result_record
 
 from tests.unit.cache_fakes import BASE, PATH, WholeObjects, answer, ask, fill, request, text
 
 
 def cacheable(outcome: Outcome, *, keep_incomplete: bool) -> bool:
-    return filed_usage(outcome, keep_incomplete=keep_incomplete) is not None
+    return filed_usage(outcome, OPENAI, keep_incomplete=keep_incomplete) is not None
 
 
 def test_the_key_is_the_request_not_its_spelling() -> None:
@@ -63,8 +64,10 @@ def test_the_key_follows_the_jobs_model_override_as_plan_and_shards_see_it() -> 
     assert cache_key(BASE, as_sent.path, as_sent.body) == cache_key(BASE, in_plan.path, in_plan.body, canonical=True)
     assert cache_key(BASE, plain.path, plain.body) != cache_key(BASE, as_sent.path, as_sent.body)
     # a filling shard reads its bodies sorted and hashes them as they are: still Plan's key
-    filling = CacheFill(DirStore(Path("/nonexistent")), base_url=BASE, name="n", canonical=True)
-    assert filling.key(in_plan) == CacheFill(DirStore(Path("/nonexistent")), base_url=BASE, name="n").key(as_sent)
+    filling = CacheFill(DirStore(Path("/nonexistent")), base_url=BASE, name="n", request_format=OPENAI, canonical=True)
+    assert filling.key(in_plan) == CacheFill(
+        DirStore(Path("/nonexistent")), base_url=BASE, name="n", request_format=OPENAI
+    ).key(as_sent)
 
 
 def test_a_line_can_opt_out_beside_its_custom_id_without_changing_the_body() -> None:
@@ -95,15 +98,18 @@ def test_the_usage_a_shards_figures_read_is_the_usage_the_index_keeps() -> None:
     stats = Stats()
     for body in ({"model": "m", "usage": {"input_tokens": 3, "output_tokens": 4}}, {"usage": {"prompt_tokens": 5}}):
         outcome = Outcome(1, "c", 200, body, "r")
-        usage = stats.add_outcome(outcome)
-        assert usage == answer_usage(body)
-        assert filed_usage(outcome, keep_incomplete=False, usage=usage) == usage
-    assert stats.add_outcome(Outcome(2, "d", 500, {"error": "x"}, "r", error_code="server_error")) is None
+        usage = stats.add_outcome(outcome, request_format=OPENAI)
+        assert usage == answer_usage(body, OPENAI)
+        assert filed_usage(outcome, OPENAI, keep_incomplete=False, usage=usage) == usage
+    assert (
+        stats.add_outcome(Outcome(2, "d", 500, {"error": "x"}, "r", error_code="server_error"), request_format=OPENAI)
+        is None
+    )
 
 
 def local_fill(store: DirStore, name: str, pairs: list[tuple[Request, Outcome]]) -> CacheFill:
     """A local shard's filling, appended answer by answer; not closed (as after a SIGKILL)."""
-    cache = CacheFill(store, base_url=BASE, name=name, canonical=True)
+    cache = CacheFill(store, base_url=BASE, name=name, request_format=OPENAI, canonical=True)
     for _ in cache.track(r for r, _ in pairs):
         pass
     for _, outcome in pairs:
@@ -165,9 +171,9 @@ def test_index_round_trip_and_stats_and_clear(tmp_path: Path) -> None:
     store = DirStore(tmp_path)
     fill(store, "s", [(request(n, {"q": n}), answer(n, str(n))) for n in range(3)])
     fill(store, "t", [(request(n, {"q": n}, "other"), answer(n, str(n), "other")) for n in range(1)])
-    assert (stats(store)["answers"], stats(store)["requests"]) == (4, 3)
+    assert (stats(store, OPENAI)["answers"], stats(store, OPENAI)["requests"]) == (4, 3)
     assert clear(store) == 4
-    assert stats(store)["answers"] == 0
+    assert stats(store, OPENAI)["answers"] == 0
 
 
 @pytest.mark.parametrize("value", ["sometimes", "ON", ""])
@@ -211,7 +217,7 @@ def test_a_segment_written_whole_is_cut_at_its_size_and_is_the_answers_result_li
 
     monkeypatch.setattr(sluice.cache, "SEGMENT_ROWS", 3)
     store = WholeObjects()
-    cache = CacheFill(store, base_url=BASE, name="shard", canonical=True)
+    cache = CacheFill(store, base_url=BASE, name="shard", request_format=OPENAI, canonical=True)
     pairs = [(request(n, {"q": n}), answer(n, f"a{n}", model="m", usage={"input_tokens": n})) for n in range(1, 6)]
     for _ in cache.track(r for r, _ in pairs):
         pass

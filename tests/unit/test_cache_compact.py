@@ -12,6 +12,7 @@ from sluice.cache_compact import GRACE_S, Compacted, GenerationPlan, compact
 from sluice.cache_index import ROW, Manifest, generation_folder, is_level0, manifest_name
 from sluice.cache_lookup import CacheView, IndexListing, read_manifest
 from sluice.cache_store import INDEXES, SEGMENTS, CacheStore, DirStore
+from sluice.providers import OPENAI
 
 from tests.unit.cache_fakes import DAY, NOW, WholeObjects, answer, ask, fill, request, text
 
@@ -193,7 +194,7 @@ def test_a_generation_keeps_the_newest_answer_a_line_got(tmp_path: Path) -> None
     assert newest(store).answers == 10
     assert text(ask(store, asked([1]))[1]) == "new"
     # the rows are one a line: the local store's files stay as the generation left them
-    view = CacheView.load(store, now=NOW, ttl_days=0)
+    view = CacheView.load(store, now=NOW, ttl_days=0, request_format=OPENAI)
     view.read_level0()
     assert view.level0_rows == 0 and len(view) == 10
     assert sum(e.size for e in store.listing(INDEXES, recursive=True) if e.name.endswith(".rows")) == 10 * ROW.size

@@ -8,6 +8,8 @@ import orjson
 import pytest
 from sluice.classify import FAIL, OK, RETRY, AttemptVerdict, classify, describe_lost
 from sluice.model import ErrorCode
+from sluice.providers import OPENAI, RequestFormat
+from sluice.providers.openai import OpenAIFormat
 from sluice.retry import RetryPolicy
 
 POLICY = RetryPolicy(max_attempts=3, base_delay_s=1.0, max_delay_s=30.0, max_retry_after_s=60.0)
@@ -21,8 +23,19 @@ def verdict(
     headers: Mapping[str, str] | None = None,
     lost: str | None = None,
     attempt: int = 1,
+    request_format: RequestFormat = OPENAI,
 ) -> AttemptVerdict:
-    return classify(status, headers, body, lost, attempt=attempt, policy=POLICY, now=NOW, rand=lambda: 0.5)
+    return classify(
+        status,
+        headers,
+        body,
+        lost,
+        attempt=attempt,
+        policy=POLICY,
+        request_format=request_format,
+        now=NOW,
+        rand=lambda: 0.5,
+    )
 
 
 def test_a_json_success_is_the_answer() -> None:
@@ -54,6 +67,28 @@ def test_throttling_is_flagged_for_the_limiter_and_retried_no_sooner_than_asked(
     # a congestion code in the body is throttling whatever the status
     queued = verdict(400, orjson.dumps({"error": {"code": "queue_wait_exceeded"}}))
     assert (queued.kind, queued.throttled) == (RETRY, True)
+
+
+class _Overloading(OpenAIFormat):
+    """A family that throttles with 529 and says so in its body's error type."""
+
+    throttle_statuses = frozenset({429, 529})
+    congestion_codes = frozenset({"overloaded_error"})
+
+
+def test_which_statuses_and_codes_are_throttling_is_the_request_formats() -> None:
+    overloaded = orjson.dumps({"error": {"type": "overloaded_error", "message": "Overloaded"}})
+    plain = verdict(529, overloaded)
+    assert (plain.kind, plain.throttled, plain.server_error) == (RETRY, False, True)
+    theirs = verdict(529, overloaded, request_format=_Overloading())
+    assert (theirs.kind, theirs.throttled, theirs.server_error) == (RETRY, True, False)
+    # a congestion code is retried whatever the status, by the format that names it only
+    refused = orjson.dumps({"error": {"type": "overloaded_error"}})
+    assert verdict(400, refused).kind == FAIL
+    assert (verdict(400, refused, request_format=_Overloading()).kind, verdict(400, refused).throttled) == (
+        RETRY,
+        False,
+    )
 
 
 def test_a_server_error_is_retried_until_the_attempts_run_out() -> None:

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 import pytest
 from aiohttp import web
-from sluice.engine import EngineSettings, EngineStats, fan_out, join_url, make_session
+from sluice.engine import EngineSettings, EngineStats, fan_out, make_session
 from sluice.model import ErrorCode, Outcome, Request
 from sluice.retry import RetryPolicy
 
@@ -150,21 +150,6 @@ def scenario(provider: Scripted, requests: Any, **kw: Any) -> Run:
             return await run(provider, requests, **kw)
 
     return asyncio.run(go())
-
-
-@pytest.mark.parametrize(
-    ("base", "path", "expected"),
-    [
-        ("http://h:8000/v1", "/v1/chat/completions", "http://h:8000/v1/chat/completions"),
-        ("http://h:8000/v1/", "/v1/chat/completions", "http://h:8000/v1/chat/completions"),
-        ("http://h:8000", "/v1/chat/completions", "http://h:8000/v1/chat/completions"),
-        ("https://h/openai/v1", "/v1/responses/resp_1", "https://h/openai/v1/responses/resp_1"),
-        ("https://h/api", "/v1/embeddings", "https://h/api/v1/embeddings"),
-        ("https://h/v1", "/v1beta/x", "https://h/v1/v1beta/x"),
-    ],
-)
-def test_join_url(base: str, path: str, expected: str) -> None:
-    assert join_url(base, path) == expected
 
 
 def test_success_path_sends_body_untouched_and_records_outcome() -> None:

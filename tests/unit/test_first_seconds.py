@@ -17,6 +17,7 @@ from aiohttp import web
 from sluice.engine import EngineSettings, EngineStats, fan_out, make_session
 from sluice.limit_table import BucketTable
 from sluice.model import ErrorCode, Outcome, Request
+from sluice.providers import OPENAI
 from sluice.refusal import REFUSAL_ANSWERS, RefusalWatch, likely_cause
 from sluice.retry import RetryPolicy
 from sluice.shared_limit import SharedLimit
@@ -118,7 +119,13 @@ def run(
 
 def shared_limit() -> SharedLimit:
     """The shared limit on, with no seed: nothing says the rate before an answer does."""
-    return SharedLimit(BucketTable(RecordingTable(time.time)), base_url="http://p/v1", api_key="sk-x", lessee="job#0")
+    return SharedLimit(
+        BucketTable(RecordingTable(time.time)),
+        base_url="http://p/v1",
+        api_key="sk-x",
+        lessee="job#0",
+        request_format=OPENAI,
+    )
 
 
 def test_errors_without_rate_headers_do_not_hold_the_run_to_one_request() -> None:
@@ -174,18 +181,18 @@ def _refusal(status: int, message: str, line: int = 1) -> Outcome:
 
 
 def test_the_watch_trips_only_on_the_same_refusal_every_time() -> None:
-    watch = RefusalWatch(3)
+    watch = RefusalWatch(3, OPENAI)
     assert not watch.see(_refusal(404, "no such path"))
     assert not watch.see(_refusal(404, "no such path"))
     assert watch.see(_refusal(404, "no such path"))
     assert watch.refused is not None and watch.refused.status == 404
     # two different messages: a problem of the lines, not of the provider
-    mixed = RefusalWatch(3)
+    mixed = RefusalWatch(3, OPENAI)
     for outcome in (_refusal(400, "line one is bad"), _refusal(400, "line two is bad"), _refusal(400, "x")):
         assert not mixed.see(outcome)
     assert mixed.refused is None
     # a retried failure that ran out is not a refusal
-    late = RefusalWatch(1)
+    late = RefusalWatch(1, OPENAI)
     exhausted = Outcome(1, "r1", 503, None, None, ErrorCode.RETRIES_EXHAUSTED, "gave up")
     assert not late.see(exhausted) and not late.see(_refusal(404, "no such path"))
 
@@ -222,6 +229,7 @@ def test_a_full_provider_bucket_is_spent_at_once() -> None:
         base_url="http://p/v1",
         api_key="sk-x",
         lessee="job#0",
+        request_format=OPENAI,
         clock=lambda: now[0],
         sleep=sleep,
     )

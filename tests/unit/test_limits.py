@@ -3,7 +3,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from sluice.limits import AdaptiveLimit, RatePacer, parse_reset_s
+from sluice.limits import AdaptiveLimit, RatePacer
+from sluice.providers import OPENAI
 
 
 class FakeClock:
@@ -224,38 +225,19 @@ def test_tpm_paces_by_tokens_and_lets_oversized_requests_through() -> None:
     asyncio.run(scenario())
 
 
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ("1s", 1.0),
-        ("20ms", 0.02),
-        ("6m0s", 360.0),
-        ("1h2m3.5s", 3723.5),
-        ("0.5", 0.5),
-        ("2", 2.0),
-        ("", None),
-        ("soon", None),
-        ("1s junk", None),
-        ("-1", None),
-    ],
-)
-def test_parse_reset(text: str, expected: float | None) -> None:
-    got = parse_reset_s(text)
-    assert got == (pytest.approx(expected) if expected is not None else None)
-
-
 def test_remaining_zero_blocks_until_reset() -> None:
     async def scenario() -> None:
         clock = FakeClock()
         pacer = RatePacer(clock=clock, sleep=clock.sleep)
-        pacer.observe_headers({"x-ratelimit-remaining-requests": "5", "x-ratelimit-reset-requests": "9s"})
+        pacer.observe_headers({"x-ratelimit-remaining-requests": "5", "x-ratelimit-reset-requests": "9s"}, OPENAI)
         assert not pacer.active
         pacer.observe_headers(
             {
                 "x-ratelimit-remaining-requests": "3",
                 "x-ratelimit-remaining-tokens": "0",
                 "x-ratelimit-reset-tokens": "2.5s",
-            }
+            },
+            OPENAI,
         )
         assert pacer.active
         assert await pacer.take() == pytest.approx(2.5)
@@ -270,7 +252,7 @@ def test_remaining_zero_without_reset_pauses_briefly() -> None:
     async def scenario() -> None:
         clock = FakeClock()
         pacer = RatePacer(clock=clock, sleep=clock.sleep)
-        pacer.observe_headers({"x-ratelimit-remaining-requests": "0"})
+        pacer.observe_headers({"x-ratelimit-remaining-requests": "0"}, OPENAI)
         assert await pacer.take() == pytest.approx(1.0)
 
     asyncio.run(scenario())

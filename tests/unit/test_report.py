@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from sluice.model import Outcome
+from sluice.providers import OPENAI
 from sluice.stats import TIMELINE_MAX_POINTS, Stats
 
 from local.report import render_report
@@ -82,7 +83,7 @@ def test_one_bar_per_latency_bucket_tallest_where_most_requests_are() -> None:
     stats = Stats()
     latencies = [0.012] * 3 + [0.1] * 5 + [1.0] * 2
     for n, latency in enumerate(latencies):
-        stats.add_outcome(outcome(n, latency), at=1000.0)
+        stats.add_outcome(outcome(n, latency), at=1000.0, request_format=OPENAI)
     page = parse(render_report(summary_of(stats)))
 
     bars = page.of("rect", "bar")
@@ -100,8 +101,8 @@ def test_one_bar_per_latency_bucket_tallest_where_most_requests_are() -> None:
 def test_one_bar_per_step_of_a_short_job_including_idle_ones() -> None:
     stats = Stats()
     for n, at in enumerate([1000.05, 1000.15, 1000.16, 1000.55]):
-        stats.add_outcome(outcome(n, 0.1), at=at)
-    stats.add_outcome(outcome(9, 0.1, ok=False), at=1000.31)
+        stats.add_outcome(outcome(n, 0.1), at=at, request_format=OPENAI)
+    stats.add_outcome(outcome(9, 0.1, ok=False), at=1000.31, request_format=OPENAI)
     summary = summary_of(stats)
     assert summary["timeline"]["step_s"] == 0.1
 
@@ -127,10 +128,10 @@ def _axis(page: str) -> tuple[list[str], str]:
 def test_a_job_of_a_few_minutes_gets_round_bars_and_ticks_in_one_unit() -> None:
     stats = Stats()
     for n in range(1560):
-        stats.add_outcome(outcome(n, 0.5, ok=n % 50 != 0), at=1000 + n / 10)  # 2.6 minutes
+        stats.add_outcome(outcome(n, 0.5, ok=n % 50 != 0), at=1000 + n / 10, request_format=OPENAI)  # 2.6 minutes
     throttled = outcome(9999, 0.5)
     throttled.throttled = 40
-    stats.add_outcome(throttled, at=1100.0)
+    stats.add_outcome(throttled, at=1100.0, request_format=OPENAI)
     assert stats.timeline_step_ms <= 1000
     page = render_report(summary_of(stats))
     tags = parse(page)
@@ -145,7 +146,7 @@ def test_a_job_of_a_few_minutes_gets_round_bars_and_ticks_in_one_unit() -> None:
 def test_a_long_job_coarsens_its_timeline_and_its_chart_stays_readable() -> None:
     stats = Stats()
     for n in range(2000):
-        stats.add_outcome(outcome(n, 0.5), at=10_000 + n)  # one a second for 2000 s
+        stats.add_outcome(outcome(n, 0.5), at=10_000 + n, request_format=OPENAI)  # one a second for 2000 s
     assert len(stats.timeline) <= TIMELINE_MAX_POINTS
     assert stats.timeline_step_ms == 5_000
     assert sum(slot[0] for slot in stats.timeline.values()) == 2000
@@ -159,9 +160,9 @@ def test_a_long_job_coarsens_its_timeline_and_its_chart_stays_readable() -> None
 def test_merging_shards_with_different_steps_keeps_every_completion() -> None:
     fine, coarse = Stats(), Stats()
     for n in range(10):
-        fine.add_outcome(outcome(n, 0.2), at=500.0 + n / 10)
+        fine.add_outcome(outcome(n, 0.2), at=500.0 + n / 10, request_format=OPENAI)
     for n in range(3000):
-        coarse.add_outcome(outcome(n, 0.2), at=500.0 + n)
+        coarse.add_outcome(outcome(n, 0.2), at=500.0 + n, request_format=OPENAI)
     merged = Stats.from_dict(fine.to_dict())
     merged.merge(Stats.from_dict(coarse.to_dict()))
     assert merged.timeline_step_ms == coarse.timeline_step_ms > fine.timeline_step_ms
@@ -171,7 +172,7 @@ def test_merging_shards_with_different_steps_keeps_every_completion() -> None:
 
 def test_the_page_is_self_contained_and_escapes_what_it_shows() -> None:
     stats = Stats()
-    stats.add_outcome(outcome(1, 0.2), at=1000.0)
+    stats.add_outcome(outcome(1, 0.2), at=1000.0, request_format=OPENAI)
     page = render_report(summary_of(stats, job_id='<script>alert("x")</script>', error="bad & <b>worse</b>"))
 
     assert "<script" not in page.lower()
@@ -195,7 +196,7 @@ def test_a_job_that_failed_before_any_request_still_gets_a_page() -> None:
 
 def test_files_next_to_the_report_are_linked_relatively() -> None:
     stats = Stats()
-    stats.add_outcome(outcome(1, 0.2), at=1000.0)
+    stats.add_outcome(outcome(1, 0.2), at=1000.0, request_format=OPENAI)
     tags = parse(
         render_report(summary_of(stats), files={"results": "reviews.results.jsonl", "errors": "reviews.errors.jsonl"})
     )
@@ -234,8 +235,8 @@ def test_the_badge_is_never_green_when_lines_failed(status: str, results: int, e
 
 def test_the_throughput_chart_names_its_lines() -> None:
     stats = Stats()
-    stats.add_outcome(outcome(1, 0.1), at=1000.0)
-    stats.add_outcome(outcome(2, 0.1, ok=False), at=1000.2)
+    stats.add_outcome(outcome(1, 0.1), at=1000.0, request_format=OPENAI)
+    stats.add_outcome(outcome(2, 0.1, ok=False), at=1000.2, request_format=OPENAI)
     html = render_report(summary_of(stats))
     page = parse(html)
     labels = re.findall(r'<text class="legend-label"[^>]*>([^<]*)</text>', html)
@@ -243,7 +244,7 @@ def test_the_throughput_chart_names_its_lines() -> None:
     # each name sits next to a stroke drawn like its bars
     assert len(page.of("line", "legend-ok")) == 1 and len(page.of("line", "legend-err")) == 1
     only_results = Stats()
-    only_results.add_outcome(outcome(1, 0.1), at=1000.0)
+    only_results.add_outcome(outcome(1, 0.1), at=1000.0, request_format=OPENAI)
     assert not parse(render_report(summary_of(only_results))).of("line", "legend-err")
 
 
@@ -251,7 +252,7 @@ def test_each_error_code_shows_one_example_message_that_survives_the_merge() -> 
     first, second = Stats(), Stats()
     failed = outcome(1, 0.1, ok=False)
     failed.error_message = "line 1: gave up after 6 attempts: HTTP 500 from the provider"
-    first.add_outcome(failed, at=1000.0)
+    first.add_outcome(failed, at=1000.0, request_format=OPENAI)
     second.add_error("invalid_json", "line 7, column 12: invalid JSON: unexpected character")
     second.add_error("invalid_json", "line 9: a later one")
     merged = Stats.from_dict(first.to_dict())
@@ -269,7 +270,7 @@ def test_each_error_code_shows_one_example_message_that_survives_the_merge() -> 
 def test_a_batch_job_shows_turnaround_and_says_why_there_is_no_request_latency() -> None:
     stats = Stats()
     for n in range(4):
-        stats.add_outcome(outcome(n, 0.0), at=1000.0, timed=False)
+        stats.add_outcome(outcome(n, 0.0), at=1000.0, timed=False, request_format=OPENAI)
     assert stats.latency_histogram() == [] and stats.results == 4
     summary = summary_of(stats, mode="batch")
     summary["shards"] = [
@@ -291,7 +292,7 @@ def test_a_batch_job_shows_turnaround_and_says_why_there_is_no_request_latency()
 
 def test_the_batch_saving_is_shown_and_a_direct_job_learns_what_batch_would_cost() -> None:
     stats = Stats()
-    stats.add_outcome(outcome(1, 0.1), at=1000.0)
+    stats.add_outcome(outcome(1, 0.1), at=1000.0, request_format=OPENAI)
     costs = {
         "provider": 0.006,
         "provider_all_direct": 0.010,
@@ -367,7 +368,7 @@ def test_a_run_the_cache_answered_whole_shows_no_rate_and_says_why_there_is_no_l
 
 def test_the_page_shows_how_the_job_ran_and_its_budget() -> None:
     stats = Stats()
-    stats.add_outcome(outcome(1, 0.1), at=1000.0)
+    stats.add_outcome(outcome(1, 0.1), at=1000.0, request_format=OPENAI)
     run = {
         "provider": "http://127.0.0.1:8000/v1",
         "mode": "direct",

@@ -66,36 +66,36 @@ def test_retry_after_reads_aiohttp_headers() -> None:
 
 
 @pytest.mark.parametrize(
-    ("status", "code", "attempt", "expected"),
+    ("status", "congested", "attempt", "expected"),
     [
-        (None, None, 1, True),
-        (408, None, 1, True),
-        (409, None, 1, True),
-        (429, None, 1, True),
-        (500, None, 1, True),
-        (502, None, 5, True),
-        (503, None, 6, False),
-        (599, None, 1, True),
-        (429, None, 6, False),
-        (None, None, 6, False),
-        (200, None, 1, False),
-        (400, None, 1, False),
-        (401, None, 1, False),
-        (404, None, 1, False),
-        (422, None, 1, False),
-        (400, "queue_wait_exceeded", 1, True),
-        (503, "queue_wait_exceeded", 1, True),
-        (400, "queue_wait_exceeded", 6, False),
-        (400, "invalid_request_error", 1, False),
+        (None, False, 1, True),
+        (408, False, 1, True),
+        (409, False, 1, True),
+        (429, False, 1, True),
+        (500, False, 1, True),
+        (502, False, 5, True),
+        (503, False, 6, False),
+        (599, False, 1, True),
+        (429, False, 6, False),
+        (None, False, 6, False),
+        (200, False, 1, False),
+        (400, False, 1, False),
+        (401, False, 1, False),
+        (404, False, 1, False),
+        (422, False, 1, False),
+        # an answer the request format reads as congestion is retried whatever its status
+        (400, True, 1, True),
+        (503, True, 1, True),
+        (400, True, 6, False),
     ],
 )
-def test_should_retry_table(status: int | None, code: str | None, attempt: int, expected: bool) -> None:
-    assert should_retry(status, code, attempt, DEFAULT_POLICY) is expected
+def test_should_retry_table(status: int | None, congested: bool, attempt: int, expected: bool) -> None:
+    assert should_retry(status, congested, attempt, DEFAULT_POLICY) is expected
 
 
 def test_retryable_ignores_budget() -> None:
-    assert is_retryable(429, None, DEFAULT_POLICY)
-    assert not is_retryable(400, None, DEFAULT_POLICY)
+    assert is_retryable(429, False, DEFAULT_POLICY)
+    assert not is_retryable(400, False, DEFAULT_POLICY)
 
 
 def test_policy_defaults() -> None:

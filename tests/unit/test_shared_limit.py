@@ -16,10 +16,9 @@ from moto import mock_aws
 from sluice.contract import RateSeed
 from sluice.lease import SEATS, Bucket, LeasePolicy, drained, give_back, lease, refill, retuned, seat_of
 from sluice.limit_table import BucketTable
-from sluice.limits import learned_rate, learned_token_rate
 from sluice.model import Request
-from sluice.shared_limit import SharedLimit, Ticket, limit_key
-from sluice.tokens import DEFAULT_OUTPUT_TOKENS, estimate_tokens, request_model, used_tokens
+from sluice.providers import OPENAI
+from sluice.shared_limit import DEFAULT_OUTPUT_TOKENS, SharedLimit, Ticket, limit_key
 
 from local.cloud import create_table
 from local.moto_patches import consistent
@@ -101,13 +100,6 @@ def test_a_slow_rate_still_leases_one_request() -> None:
     assert grant.requests == 1
 
 
-def test_rate_is_read_from_the_per_minute_header() -> None:
-    assert learned_rate({"x-ratelimit-limit-requests": "1200"}) == pytest.approx(20.0)
-    assert learned_rate({"x-ratelimit-limit-requests": "nan"}) is None
-    assert learned_rate({"x-ratelimit-limit-requests": "zero"}) is None
-    assert learned_rate({}) is None
-
-
 def test_key_names_the_model_and_never_holds_the_api_key() -> None:
     api_key = "sk-proj-AbCdEf0123456789xyz"
     key = limit_key("https://api.openai.com/v1/", api_key, "gpt-4o-mini")
@@ -119,12 +111,6 @@ def test_key_names_the_model_and_never_holds_the_api_key() -> None:
     assert key != limit_key("https://api.openai.com/v1", api_key + "2", "gpt-4o-mini")
     assert key != limit_key("https://other.example/v1", api_key, "gpt-4o-mini")
     assert key != limit_key("https://api.openai.com/v1", api_key, "gpt-4o")
-
-
-def test_model_comes_from_the_body() -> None:
-    assert request_model(Request(1, "a", "POST", "/v1/chat/completions", b'{"model":"m1"}')) == "m1"
-    assert request_model(Request(1, "a", "POST", "/v1/chat/completions", b"[1]")) == ""
-    assert request_model(Request(1, "a", "GET", "/v1/models")) == ""
 
 
 @pytest.fixture
@@ -148,7 +134,14 @@ def test_two_shards_drawing_at_once_never_exceed_the_bucket(table: Any) -> None:
     headers = {"x-ratelimit-limit-requests": str(int(rate * 60)), "x-ratelimit-remaining-requests": "10"}
     taken: dict[str, list[float]] = {"job-a#0": [], "job-b#0": []}
     shared = {
-        lessee: SharedLimit(BucketTable(table), base_url="http://p/v1", api_key="sk-x", lessee=lessee, policy=policy)
+        lessee: SharedLimit(
+            BucketTable(table),
+            base_url="http://p/v1",
+            api_key="sk-x",
+            lessee=lessee,
+            request_format=OPENAI,
+            policy=policy,
+        )
         for lessee in taken
     }
     window_s = 2.0
@@ -196,31 +189,6 @@ def test_two_shards_drawing_at_once_never_exceed_the_bucket(table: Any) -> None:
 def _chat(n: int, content: str = "x" * 40, **extra: Any) -> Request:
     body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": content}], **extra}
     return Request(n, f"r{n}", "POST", "/v1/chat/completions", orjson.dumps(body))
-
-
-def test_a_requests_token_cost_is_its_input_estimate_plus_its_most_output() -> None:
-    messages = [{"role": "user", "content": "x" * 40}]
-    # "user" and the content: 44 characters, 11 tokens; 16 out
-    assert estimate_tokens({"model": "m", "messages": messages, "max_tokens": 16}) == 11 + 16
-    # max_completion_tokens is read first; n answers each may take it
-    assert estimate_tokens({"messages": messages, "max_completion_tokens": 10, "max_tokens": 99, "n": 3}) == 11 + 30
-    assert estimate_tokens({"input": "y" * 80, "max_output_tokens": 5}, "/v1/responses") == 20 + 5
-    # no limit on the output: the default until the answer settles it
-    assert estimate_tokens({"messages": messages}) == 11 + DEFAULT_OUTPUT_TOKENS
-    # an embedding produces no output
-    assert estimate_tokens({"input": ["a" * 8, "b" * 8]}, "/v1/embeddings") == 4
-
-
-def test_usage_says_what_an_answer_took() -> None:
-    assert used_tokens({"usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}) == 15
-    assert used_tokens({"usage": {"input_tokens": 7, "output_tokens": 3}}) == 10
-    assert used_tokens({"id": "x"}) is None
-    assert used_tokens(None) is None
-
-
-def test_the_token_rate_is_read_from_its_header() -> None:
-    assert learned_token_rate({"x-ratelimit-limit-tokens": "150000"}) == pytest.approx(2500.0)
-    assert learned_token_rate({"x-ratelimit-limit-requests": "500"}) is None
 
 
 def test_a_lease_takes_a_period_of_the_token_share_too() -> None:
@@ -308,6 +276,7 @@ def _limit(table: Any, lessee: str, at: FakeTime, **kwargs: Any) -> SharedLimit:
         base_url="http://p/v1",
         api_key="sk-x",
         lessee=lessee,
+        request_format=OPENAI,
         policy=POLICY,
         clock=at.clock,
         sleep=at.sleep,
@@ -338,6 +307,22 @@ def test_a_configured_limit_seeds_the_bucket_before_any_answer(table: Any) -> No
     assert set(seated(bucket, at.now)) == {seat_of("job#0")}
     assert bucket.level == pytest.approx(200.0 - 40)
     assert [t.tokens for t in tickets] == [11 + 16] * 3
+
+
+def test_a_request_that_caps_no_output_is_charged_the_pacing_guess_until_its_answer_settles(table: Any) -> None:
+    at = FakeTime()
+
+    async def run() -> tuple[Ticket, float]:
+        limit = _limit(table, "job#0", at, seeds=SEEDS)
+        ticket = await limit.take(_chat(1))
+        before = limit._local("gpt-4o-mini").tokens
+        limit.settle(ticket, {"usage": {"prompt_tokens": 11, "completion_tokens": 5}})
+        return ticket, limit._local("gpt-4o-mini").tokens - before
+
+    ticket, refund = asyncio.run(run())
+    assert ticket == Ticket("gpt-4o-mini", 11 + DEFAULT_OUTPUT_TOKENS)
+    # the answer took 16 tokens: the rest of the guess goes back to the shard's balance
+    assert refund == pytest.approx(11 + DEFAULT_OUTPUT_TOKENS - 16)
 
 
 def test_the_jobs_own_rpm_seeds_when_the_environment_has_none(table: Any) -> None:

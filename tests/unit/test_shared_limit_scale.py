@@ -17,6 +17,7 @@ from sluice.contract import RateSeed
 from sluice.lease import LeasePolicy
 from sluice.limit_table import BucketTable
 from sluice.model import Request
+from sluice.providers import OPENAI
 from sluice.retry import table_retry_delay_s
 from sluice.shared_limit import SharedLimit
 
@@ -164,6 +165,7 @@ def _limit(table: Any, lessee: str, time: VirtualTime, **kwargs: Any) -> SharedL
         base_url="http://p/v1",
         api_key="sk-x",
         lessee=lessee,
+        request_format=OPENAI,
         policy=POLICY,
         clock=time.clock,
         sleep=time.sleep,

@@ -11,6 +11,7 @@ import orjson
 from sluice.budget import worst_case_nano
 from sluice.lines import parse_line
 from sluice.model import Request
+from sluice.providers import OPENAI
 
 from local.cloud import run_job
 from local.deployed.retry import INPUT_ERROR_CODES, write_lines
@@ -23,7 +24,7 @@ LINES = 240
 def worst_case(raw: bytes, number: int, *, batch: bool = False) -> int:
     request = parse_line(raw, number)
     assert isinstance(request, Request)
-    return worst_case_nano(request, batch=batch)
+    return worst_case_nano(request, OPENAI, batch=batch)
 
 
 def line(i: int) -> bytes:

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
-from .status import BATCH_INCOMPLETE_POLICIES, CACHE_MODES, MODES, SHARED_LIMIT_CHOICES
+from .status import BATCH_INCOMPLETE_POLICIES, CACHE_MODES, DEFAULT_PROVIDER, MODES, PROVIDERS, SHARED_LIMIT_CHOICES
 
 DEFAULT_PROVIDER_BASE_URL = "https://api.openai.com/v1"
 
@@ -115,7 +115,7 @@ def _variable(name: str) -> str:
 # how a setting's value is read from its variable: `positive` numbers, whole-number `limit`s
 # (0 = no limit), a `choice` of a few words, a `rate` from 0 to 1, or `text`
 _KIND = "kind"
-_CHOICES = "choices"
+_CHOICES = "one_of"
 
 
 @dataclass(frozen=True)
@@ -129,6 +129,8 @@ class Settings:
     table: str
     provider_base_url: str
     api_key_secret_arn: str
+    # the provider family `provider_base_url` speaks (`sluice.providers`): its request format
+    provider: str = field(default=DEFAULT_PROVIDER, metadata={_KIND: "choice", _CHOICES: PROVIDERS})
     default_mode: str = field(default="direct", metadata={_KIND: "choice", _CHOICES: MODES})
     # the model of a line whose body names none; a job's `sluice-model` replaces every line's
     default_model: str | None = None

@@ -8,6 +8,7 @@ from dataclasses import MISSING, asdict, dataclass, fields, replace
 from typing import Any, ClassVar, Self, TypeVar
 
 from .layout import shard_prefix
+from .status import DEFAULT_PROVIDER
 
 T = TypeVar("T")
 
@@ -203,6 +204,8 @@ class ShardSpec:
     cache_incomplete: bool = False
     # Plan answered every line from the cache and wrote the shard's outputs: the shard runs nothing
     answered: bool = False
+    # the provider family the shard sends to (`Settings.provider`): how its requests and answers read
+    provider: str = DEFAULT_PROVIDER
 
     @classmethod
     def path(cls, name: str) -> str:

@@ -22,6 +22,9 @@ BATCH_INCOMPLETE_POLICIES = ("direct", "error")
 SHARED_LIMIT_CHOICES = ("on", "off")
 # the response cache per job: `on` reads and fills it, `read` only reads, `write` only fills
 CACHE_MODES = ("on", "read", "write", "off")
+# the provider families Sluice speaks (`sluice.providers.family`): `Settings.provider` picks one
+DEFAULT_PROVIDER = "openai"
+PROVIDERS = (DEFAULT_PROVIDER,)
 
 
 # A job's own options: each input object may override its environment's settings with S3 object

@@ -1,0 +1,53 @@
+"""Providers as a seam (issue 32): for each provider family, its request format (and, where the
+family has them, its batch and background APIs), behind small protocols.
+
+Only this package knows a provider's wire shape or imports a provider's SDK: the core asks the
+family a shard runs against (`ShardSpec.provider`, from `Settings.provider`) through `family`.
+"""
+
+from __future__ import annotations
+
+from ..contract import PROVIDERS
+from .format import (
+    COMPLETE,
+    CUT_SHORT,
+    RATE_KINDS,
+    REQUESTS,
+    TOKENS,
+    UNFINISHED,
+    Finish,
+    ProviderError,
+    RateKind,
+    RateLimits,
+    RequestFormat,
+    Usage,
+)
+from .openai import OPENAI
+
+_FORMATS: dict[str, RequestFormat] = {OPENAI.name: OPENAI}
+
+
+def family(name: str) -> RequestFormat:
+    """The request format of the provider family `name` (one of `sluice.contract.PROVIDERS`)."""
+    try:
+        return _FORMATS[name]
+    except KeyError:
+        raise ValueError(f"unknown provider family {name!r}; expected one of {', '.join(PROVIDERS)}") from None
+
+
+__all__ = [
+    "COMPLETE",
+    "CUT_SHORT",
+    "OPENAI",
+    "RATE_KINDS",
+    "REQUESTS",
+    "TOKENS",
+    "UNFINISHED",
+    "Finish",
+    "ProviderError",
+    "RateKind",
+    "RateLimits",
+    "RequestFormat",
+    "Usage",
+    "family",
+]

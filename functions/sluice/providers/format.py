@@ -1,0 +1,118 @@
+"""A provider family's request format: what the core asks of a provider's wire shape.
+
+The engine, the limits, the budget, the figures and the cache speak to a provider only through a
+`RequestFormat`: how a request authenticates and where it goes, what it asks for (its model, the
+most output it may produce, the tokens a rate limit counts for it), what an answer says it took
+(usage, the model that answered, whether it finished), what an error body says and which of its
+codes mean congestion, and what the rate-limit headers say. Each family (`sluice.providers`)
+implements it once; nothing outside this package names a field or header of a provider's wire.
+
+Every method is pure and cheap: the engine calls `url`, `request_id` and `left` on its hot path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Literal, Protocol
+
+# the two limits a provider puts on a key, each a minute: requests, and tokens
+RateKind = Literal["requests", "tokens"]
+REQUESTS: Final = "requests"
+TOKENS: Final = "tokens"
+RATE_KINDS: tuple[RateKind, ...] = (REQUESTS, TOKENS)
+
+# how an answer ended (`RequestFormat.finish`): whole, cut short at its output limit (a result all
+# the same), or not finished at all (still running, failed or cancelled)
+Finish = Literal["complete", "cut_short", "unfinished"]
+COMPLETE: Final = "complete"
+CUT_SHORT: Final = "cut_short"
+UNFINISHED: Final = "unfinished"
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """The tokens an answer says it took."""
+
+    tokens_in: int
+    tokens_out: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderError:
+    """What an error body says: its code and message, each None when it does not say."""
+
+    code: str | None = None
+    message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimits:
+    """The key's limits an answer's headers state, a second; None where they state none."""
+
+    requests_per_s: float | None = None
+    tokens_per_s: float | None = None
+
+
+class RequestFormat(Protocol):
+    """One provider family's wire shape, as the core asks for it."""
+
+    @property
+    def name(self) -> str:
+        """The family's name, as `Settings.provider` and `ShardSpec.provider` give it."""
+
+    @property
+    def throttle_statuses(self) -> frozenset[int]:
+        """HTTP statuses that mean the provider is throttling: retried, and the limiter backs off."""
+
+    @property
+    def congestion_codes(self) -> frozenset[str]:
+        """Error codes in a body that mean the provider is congested, whatever the status: retried
+        like a throttle, and counted as one."""
+
+    def auth_headers(self, api_key: str) -> dict[str, str]:
+        """The headers that authenticate every request of a run with `api_key`."""
+
+    def url(self, base_url: str, path: str) -> str:
+        """The URL of a request for `path` (the input line's `url`) at `base_url`."""
+
+    def model(self, body: Mapping[str, Any]) -> str:
+        """The model a request body asks for; "" when it names none."""
+
+    def output_cap(self, body: Mapping[str, Any], path: str, *, default: int) -> int:
+        """The most output tokens a request may be billed for: its cap (`default` when its body sets
+        none) times the answers it asks for; 0 for an endpoint that produces no output."""
+
+    def estimate_tokens(self, body: Mapping[str, Any], path: str, *, default_output: int) -> int:
+        """What the provider counts against a tokens-a-minute limit when it admits the request
+        (`default_output`: the output assumed when the body sets no cap)."""
+
+    def usage(self, body: Any) -> Usage | None:
+        """The tokens an answer's body says it took; None when it does not say."""
+
+    def counted_tokens(self, body: Any) -> int | None:
+        """The tokens an answer counted against the key's tokens-a-minute limit, as its body says;
+        None when it does not say."""
+
+    def answered_model(self, body: Any) -> str | None:
+        """The model an answer's body says answered; None when it names none."""
+
+    def finish(self, body: Mapping[str, Any]) -> Finish:
+        """How a successful answer ended: whole, cut short at its output limit, or unfinished."""
+
+    def request_id(self, headers: Mapping[str, str] | None, body: Any) -> str | None:
+        """The provider's id of one answer: from its headers, else its body (None: neither says)."""
+
+    def error(self, body: Any) -> ProviderError:
+        """What an error answer's body (parsed JSON, or text) says; tolerant of any shape."""
+
+    def rate_limits(self, headers: Mapping[str, str]) -> RateLimits:
+        """The key's limits an answer's headers state."""
+
+    def left(self, headers: Mapping[str, str], kind: RateKind) -> float | None:
+        """What an answer's headers say is left of the key's `kind` limit; None when they say
+        nothing readable."""
+
+    def reset_s(self, headers: Mapping[str, str], kind: RateKind, now: float) -> float | None:
+        """Seconds until the key's `kind` limit is full again, as an answer's headers say; None when
+        they say nothing readable. `now`: wall-clock epoch seconds, for a provider that gives a time."""
