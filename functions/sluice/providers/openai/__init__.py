@@ -1,0 +1,4 @@
+"""The OpenAI family: OpenAI and the providers that copy its API.
+
+`batch` imports the SDK (about a second): nothing here imports it, so only batch runs pay for it.
+"""
