@@ -1,14 +1,15 @@
-"""Batch mode: a shard's rows go through the provider's Files and Batch APIs.
+"""Batch mode: a shard's rows go through the provider's Batch API.
 
-SubmitBatch cuts the rows that have no terminal outcome yet into JSONL files — one endpoint
+SubmitBatch cuts the rows that have no terminal outcome yet into files — one endpoint
 and one model per file, within the provider's request and byte limits and its model's Batch
 queue limit — and creates a batch per file for as many files as the queue has room for
 (`batch_queue`: tokens are reserved in the table first, since every shard of every job on the
-key shares the queue). CollectBatch streams back the output and error files of the batches
-that ended and writes their outcomes as shard parts, exactly like a direct run, so checkpoints,
-assembly and merge work unchanged; then it creates the files still waiting, as the ended
-batches made room. A batch the provider failed with `token_limit_exceeded` answered nothing:
-its file goes back to waiting and is created again after a backoff, under a new attempt number.
+key shares the queue). CollectBatch streams back the answered rows of the batches that ended
+and writes their outcomes as shard parts, exactly like a direct run, so checkpoints, assembly
+and merge work unchanged; then it creates the files still waiting, as the ended batches made
+room. A batch the provider failed because its queue was full (OpenAI's `token_limit_exceeded`)
+answered nothing: its file goes back to waiting and is created again after a backoff, under a
+new attempt number.
 Rows a batch did not finish get no outcome when the job's policy is `direct` (RunShard then
 sends them, as it sends every line missing from the parts), or an error line when it is `error`.
 

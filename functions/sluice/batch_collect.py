@@ -248,7 +248,7 @@ async def collect_batch(ctx: ShardContext, spec: ShardSpec) -> BatchCollected:
         "batches": [{"id": batch_id, **states.get(batch_id, {})} for batch_id in state.batch_ids],
         "on_batch_incomplete": spec.on_batch_incomplete,
         "fallback_lines": left,
-        # batches the provider failed with `token_limit_exceeded` and Sluice created again
+        # batches the provider failed for a full queue (`token_limit_exceeded`) and Sluice created again
         "requeued": state.requeued,
         # tokens the batches answered (priced at the batch rate); later direct parts are not in here
         "batch_models": parts_stats(ctx.s3, spec).models,
