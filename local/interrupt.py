@@ -157,7 +157,7 @@ def _cancel_at_provider(job_id: str, base_url: str, api_key: str, signals: Signa
     still run."""
     import asyncio
 
-    from sluice.cancel import ENDED_AT_PROVIDER, cancel_at_provider, open_provider_work
+    from sluice.cancel import cancel_at_provider, open_provider_work
 
     work = open_provider_work(_admin_runtime().store, job_id)
     if not work:
@@ -178,9 +178,7 @@ def _cancel_at_provider(job_id: str, base_url: str, api_key: str, signals: Signa
     if not answers:
         _tell(f"left open at the provider: up to {count:,} batch(es) or response(s); they may still run and be billed")
         return
-    cancels, checks = answers[0]
-    ended = {c.line for c in checks if c.ok and isinstance(c.body, dict) and c.body.get("status") in ENDED_AT_PROVIDER}
-    refused = [o for o in cancels if not o.ok and o.line not in ended]
+    refused = answers[0].failures
     if refused:
         _tell(f"the provider refused {len(refused):,} of {count:,} cancels: they may still run and be billed")
 

@@ -17,6 +17,7 @@ import boto3
 from aws_lambda_powertools.utilities.parameters import SecretsProvider
 from sluice.contract import Settings
 from sluice.engine import make_session
+from sluice.providers import apis
 from sluice.shard import ShardContext
 from sluice.store import JobStore
 
@@ -89,16 +90,19 @@ class Runtime:
         return secret
 
     def shard_context(self, context: Any) -> ShardContext:
+        api_key = self.api_key
         return ShardContext(
             s3=self.s3,
             store=self.store,
             settings=self.settings,
-            api_key=self.api_key,
+            api_key=api_key,
             remaining_s=lambda: context.get_remaining_time_in_millis() / 1000.0,
             # the local cloud's context opens sessions it can abandon when `sluice run` is interrupted
             session_factory=getattr(context, "session_factory", make_session),
             # only the local cloud's context carries one: it draws `sluice run`'s live progress
             progress=getattr(context, "progress", None),
+            batch_api=apis.batch_api_for(self.settings, api_key),
+            background_api=apis.background_api(self.settings.provider_base_url),
         )
 
 

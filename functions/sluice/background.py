@@ -1,23 +1,20 @@
 """Background mode: each line becomes a background response, submitted once and polled to its end.
 
-The first half is the protocol (a request into a submission, a poll, and a final answer);
-the second the runners: SubmitShard creates the responses and remembers their ids in item
-rows, CollectShard polls them until every one has settled (or webhooks settle them first).
+SubmitShard creates the responses and remembers their ids in item rows, CollectShard polls them
+until every one has settled (or webhooks settle them first). The requests and what a poll's body
+says are the provider's (`providers.background.BackgroundApi`, the shard context's).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, replace
-from typing import Any
-
-import orjson
 
 from .cache import fill_for
 from .contract import Collected, Submitted
-from .model import BACKGROUND_URLS, ErrorCode, Outcome, Request
+from .model import ErrorCode, Outcome, Request
 from .parts import PartWriter, assemble, load_checkpoint
+from .providers.background import Settled
 from .shard import (
     ShardContext,
     ShardSpec,
@@ -31,124 +28,9 @@ from .shard import (
 from .store import ItemState
 from .sweep import send_with_sweep
 
-PENDING_STATUSES = frozenset({"queued", "in_progress", "cancelling"})
 # A background response still running after this long is reported expired: every wait loop
 # adds history events to the shard's execution, which AWS caps at 25,000.
 BACKGROUND_MAX_WAIT_S = 24 * 3600.0
-
-
-@dataclass(frozen=True, slots=True)
-class Settled:
-    """A terminal background response: either a result (`error_code is None`) or an error."""
-
-    status: str
-    body: dict[str, Any]
-    error_code: str | None = None
-    error_message: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error_code is None
-
-
-def submit_request(req: Request) -> Request:
-    """The same request with `"background": true`, every other body field kept as sent."""
-    body: dict[str, Any] = orjson.loads(req.body) if req.body else {}
-    if not isinstance(body, dict):
-        raise TypeError(f"line {req.line}: body must be a JSON object")
-    body["background"] = True
-    return replace(req, body=orjson.dumps(body))
-
-
-def poll_request(line: int, custom_id: str, response_id: str) -> Request:
-    return Request(
-        line=line,
-        custom_id=custom_id,
-        method="GET",
-        path=f"/v1/responses/{response_id}",
-    )
-
-
-def output_text(body: dict[str, Any]) -> str:
-    """All assistant text in a response, joined; empty when there is none.
-
-    Reasoning items don't count: a response that spent its whole budget thinking has
-    nothing for the user.
-    """
-    direct = body.get("output_text")
-    if isinstance(direct, str) and direct:
-        return direct
-    parts: list[str] = []
-    output = body.get("output")
-    if not isinstance(output, list):
-        return ""
-    for item in output:
-        if not isinstance(item, dict) or item.get("type") != "message":
-            continue
-        content = item.get("content")
-        if not isinstance(content, list):
-            continue
-        for piece in content:
-            if isinstance(piece, dict) and piece.get("type") == "output_text":
-                text = piece.get("text")
-                if isinstance(text, str) and text:
-                    parts.append(text)
-    return "".join(parts)
-
-
-def _error_message(body: dict[str, Any], fallback: str) -> str:
-    error = body.get("error")
-    if isinstance(error, dict):
-        message = error.get("message")
-        code = error.get("code")
-        if message and code:
-            return f"{code}: {message}"
-        if message or code:
-            return str(message or code)
-    return fallback
-
-
-def settle(response_body: dict[str, Any]) -> Settled | None:
-    """None while the response is still queued or running; otherwise how it ended.
-
-    Settles on the finish reason, not the status alone: `incomplete` with output text is a
-    result (its `incomplete_details` stay in the body), not an error.
-    """
-    status = response_body.get("status")
-    if status in PENDING_STATUSES:
-        return None
-    status_text = str(status)
-    if status == "completed":
-        return Settled(status_text, response_body)
-    if status == "incomplete":
-        if output_text(response_body):
-            return Settled(status_text, response_body)
-        details = response_body.get("incomplete_details")
-        reason = details.get("reason") if isinstance(details, dict) else None
-        return Settled(
-            status_text,
-            response_body,
-            ErrorCode.RESPONSE_FAILED,
-            f"response incomplete with no output (reason: {reason or 'unknown'})",
-        )
-    if status == "failed":
-        return Settled(
-            status_text,
-            response_body,
-            ErrorCode.RESPONSE_FAILED,
-            _error_message(response_body, "response failed without an error message"),
-        )
-    if status == "cancelled":
-        return Settled(status_text, response_body, ErrorCode.CANCELLED, "response was cancelled")
-    if status == "expired":
-        return Settled(status_text, response_body, ErrorCode.EXPIRED, "response expired")
-    # a status this code has never heard of is still an answer; surfacing it beats waiting forever
-    return Settled(
-        status_text,
-        response_body,
-        ErrorCode.RESPONSE_FAILED,
-        f"unexpected response status {status!r}",
-    )
 
 
 async def submit_background(ctx: ShardContext, spec: ShardSpec) -> Submitted:
@@ -174,10 +56,11 @@ async def submit_background(ctx: ShardContext, spec: ShardSpec) -> Submitted:
     direct: set[int] = set()
     # every line this run ended or handed to the provider, to know which the budget kept back
     seen: set[int] = set()
+    api = ctx.background
 
     def prepare(request: Request) -> Request:
-        if request.path in BACKGROUND_URLS:
-            return submit_request(request)
+        if api.runs_in_background(request):
+            return api.submit_request(request)
         direct.add(request.line)
         return request
 
@@ -190,7 +73,7 @@ async def submit_background(ctx: ShardContext, spec: ShardSpec) -> Submitted:
         if not outcome.ok or not isinstance(outcome.body, dict):
             writer.add_outcome(outcome)
             return
-        settled = settle(outcome.body)
+        settled = api.settle(outcome.body)
         if settled is not None:
             writer.add_outcome(_settled_outcome(outcome, settled))
             return
@@ -199,7 +82,7 @@ async def submit_background(ctx: ShardContext, spec: ShardSpec) -> Submitted:
                 outcome.line,
                 outcome.custom_id,
                 "submitted",
-                str(outcome.body.get("id")),
+                api.response_id(outcome.body),
                 outcome.attempts,
                 swept=outcome.swept,
             )
@@ -233,7 +116,7 @@ async def submit_background(ctx: ShardContext, spec: ShardSpec) -> Submitted:
     )
 
 
-def _settled_outcome(outcome: Outcome, settled: Any) -> Outcome:
+def _settled_outcome(outcome: Outcome, settled: Settled) -> Outcome:
     return Outcome(
         line=outcome.line,
         custom_id=outcome.custom_id,
@@ -271,18 +154,20 @@ async def collect_background(ctx: ShardContext, spec: ShardSpec) -> Collected:
     unsettled_done = 0
     elapsed = time.time() - (spec.waiting_since or time.time())
     expired = elapsed > BACKGROUND_MAX_WAIT_S
+    api = ctx.background
 
     def sink(outcome: Outcome) -> None:
         nonlocal unsettled_done
         if outcome.ok and isinstance(outcome.body, dict):
-            settled = settle(outcome.body)
+            settled = api.settle(outcome.body)
             if settled is None and not expired:
                 still.append(outcome.line)
                 return
             if settled is None:
                 hours = BACKGROUND_MAX_WAIT_S / 3600
-                message = f"background response still {outcome.body.get('status')} after {hours:g} hours"
-                settled = Settled(str(outcome.body.get("status")), outcome.body, ErrorCode.EXPIRED, message)
+                status = api.status(outcome.body)
+                message = f"background response still {status} after {hours:g} hours"
+                settled = Settled(status, outcome.body, ErrorCode.EXPIRED, message)
             outcome = _settled_outcome(outcome, settled)
         item = waiting[outcome.line]
         # the line's sends are its submission's; a poll is not one, but a poll sent again is a retry
@@ -292,7 +177,7 @@ async def collect_background(ctx: ShardContext, spec: ShardSpec) -> Collected:
         unsettled_done += item.status == "submitted"
         writer.add_outcome(outcome, provider_id=item.provider_id)
 
-    requests = [poll_request(i.line, i.custom_id, i.provider_id or "") for i in waiting.values()]
+    requests = [api.poll_request(i.line, i.custom_id, i.provider_id or "") for i in waiting.values()]
     try:
         stats = await send_requests(ctx, spec, requests, sink, expected=len(requests))
     except asyncio.CancelledError:

@@ -1,14 +1,15 @@
-"""Batch mode: a shard's rows go through the provider's Files and Batch APIs.
+"""Batch mode: a shard's rows go through the provider's Batch API.
 
-SubmitBatch cuts the rows that have no terminal outcome yet into JSONL files — one endpoint
+SubmitBatch cuts the rows that have no terminal outcome yet into files — one endpoint
 and one model per file, within the provider's request and byte limits and its model's Batch
 queue limit — and creates a batch per file for as many files as the queue has room for
 (`batch_queue`: tokens are reserved in the table first, since every shard of every job on the
-key shares the queue). CollectBatch streams back the output and error files of the batches
-that ended and writes their outcomes as shard parts, exactly like a direct run, so checkpoints,
-assembly and merge work unchanged; then it creates the files still waiting, as the ended
-batches made room. A batch the provider failed with `token_limit_exceeded` answered nothing:
-its file goes back to waiting and is created again after a backoff, under a new attempt number.
+key shares the queue). CollectBatch streams back the answered rows of the batches that ended
+and writes their outcomes as shard parts, exactly like a direct run, so checkpoints, assembly
+and merge work unchanged; then it creates the files still waiting, as the ended batches made
+room. A batch the provider failed because its queue was full (OpenAI's `token_limit_exceeded`)
+answered nothing: its file goes back to waiting and is created again after a backoff, under a
+new attempt number.
 Rows a batch did not finish get no outcome when the job's policy is `direct` (RunShard then
 sends them, as it sends every line missing from the parts), or an error line when it is `error`.
 
@@ -16,9 +17,10 @@ Which input line a batch row answers is kept in S3 per batch file (`batch-<part>
 for every file before any batch exists: providers return rows in any order, validation errors
 name rows by their line in the uploaded file, and a file created later is rebuilt from it.
 
-SubmitBatch is here; the rest of the mode: the files and their row maps (`batch_files`), the
-provider's Files and Batch APIs (`batch_api`), creating files as the queue makes room
-(`batch_advance`), and CollectBatch (`batch_collect`, whose `collect_batch` this module exports).
+SubmitBatch is here; the rest of the mode: the files and their row maps (`batch_files`), creating
+files as the queue makes room (`batch_advance`), and CollectBatch (`batch_collect`, whose
+`collect_batch` this module exports). The provider's Batch API is the shard context's
+(`providers.batch.BatchApi`): its rows, limits and calls are the only provider this mode knows.
 """
 
 from __future__ import annotations
@@ -26,10 +28,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-import openai
-
 from .batch_advance import ShardBatches, advance, batch_wait_seconds, queued_marker
-from .batch_api import provider_api
 from .batch_collect import collect_batch as collect_batch
 from .batch_files import BatchPart, part_key, split_parts
 from .batch_queue_table import QueueTable
@@ -38,6 +37,7 @@ from .contract import BatchSubmitted, ShardRow
 from .model import Request
 from .parts import PartWriter, load_checkpoint
 from .providers import family
+from .providers.batch import BatchApi
 from .shard import ShardContext, ShardSpec, pending, shard_budget, unsent
 
 
@@ -73,12 +73,15 @@ def _unsent_since(
                 writer.add_invalid(unsent(spec, line, custom_id))
 
 
-async def submit_batch(
-    ctx: ShardContext, spec: ShardSpec, *, client: openai.AsyncOpenAI | None = None
-) -> BatchSubmitted:
+async def submit_batch(ctx: ShardContext, spec: ShardSpec) -> BatchSubmitted:
     """Cut the shard into files and create the batches the queue has room for, or find the ones
     an earlier attempt already created."""
     ctx.store.begin_batch_submit(spec.job_id, spec.shard, time.time())
+    async with ctx.batches() as api:
+        return await _submit(api, ctx, spec)
+
+
+async def _submit(api: BatchApi, ctx: ShardContext, spec: ShardSpec) -> BatchSubmitted:
     row = ctx.store.shard(spec.job_id, spec.shard)
     checkpoint = load_checkpoint(ctx.s3, spec)
     writer = PartWriter(s3=ctx.s3, store=ctx.store, spec=spec, run=checkpoint.runs + 1, progress=ctx.progress)
@@ -95,8 +98,9 @@ async def submit_batch(
     source = pending(ctx.s3, spec, checkpoint.done, writer.add_invalid)
     parts = split_parts(
         priced(source) if budget is not None else source,
-        max_requests=settings.batch_max_requests,
-        max_bytes=settings.batch_max_bytes,
+        max_requests=api.limits.max_records,
+        max_bytes=api.limits.max_bytes,
+        encode=api.encode,
         max_tokens=settings.batch_queue_limit,
     )
     created = 0
@@ -119,8 +123,7 @@ async def submit_batch(
                 _unsent_since(ctx, spec, row, parts, writer)
         state = ShardBatches.from_row(row)
         if state.batch_ids:
-            async with provider_api(ctx, client) as api:
-                created = await advance(api, ctx, spec, state, files, QueueTable(ctx.store.table))
+            created = await advance(api, ctx, spec, state, files, QueueTable(ctx.store.table))
             if not any(state.batch_ids):
                 ctx.store.await_batch(spec.job_id, spec.shard, queued_marker(spec))
     finally:

@@ -7,14 +7,12 @@ import random
 import time
 from dataclasses import dataclass
 
-import openai
-
-from .batch_api import CLOCK_SLACK_S, CREATE_JITTER_FLOOR, QueueFull, create_batch, created_batches, listed_batches
-from .batch_files import BatchPart, batch_row, part_key
-from .batch_queue import HOLD_MAX_S, Hold, queue_key
+from .batch_files import BatchPart, part_key
+from .batch_queue import HOLD_MAX_S, Hold, listed_batches, queue_key
 from .batch_queue_table import QueueTable
 from .contract import Settings, ShardRow
 from .model import Request
+from .providers.batch import CLOCK_SLACK_S, CREATE_JITTER_FLOOR, BatchApi, BatchTag, QueueFull
 from .retry import RetryPolicy, backoff_s
 from .shard import ShardContext, ShardSpec, poll_wait_seconds, read_shard_lines
 from .store import QUEUED_PREFIX
@@ -60,7 +58,7 @@ class ShardBatches:
         return [index for index, batch_id in enumerate(self.batch_ids) if not batch_id]
 
 
-def _rebuild(ctx: ShardContext, spec: ShardSpec, indexes: list[int]) -> list[BatchPart]:
+def _rebuild(api: BatchApi, ctx: ShardContext, spec: ShardSpec, indexes: list[int]) -> list[BatchPart]:
     """The files of parts created after SubmitBatch, from their row maps and the shard's input."""
     maps = {
         index: BatchPart.from_manifest(ctx.s3.get_object(Bucket=spec.bucket, Key=part_key(spec, index))["Body"].read())
@@ -71,7 +69,7 @@ def _rebuild(ctx: ShardContext, spec: ShardSpec, indexes: list[int]) -> list[Bat
     for item in read_shard_lines(ctx.s3, spec):
         index = owner.get(item.line)
         if index is not None and isinstance(item, Request):
-            rebuilt[index].add(item, batch_row(item))
+            rebuilt[index].add(item, api.encode(item))
     for index, part in rebuilt.items():
         if part.lines != maps[index].lines:
             raise RuntimeError(f"part {index} of shard {spec.shard} no longer matches its row map")
@@ -94,7 +92,7 @@ def requeue(ctx: ShardContext, spec: ShardSpec, state: ShardBatches, index: int)
 
 
 async def advance(
-    api: openai.AsyncOpenAI,
+    api: BatchApi,
     ctx: ShardContext,
     spec: ShardSpec,
     state: ShardBatches,
@@ -127,15 +125,15 @@ async def advance(
         if not got.granted and model not in reconciled and queue.claim_reconcile(name, got.checked):
             # holds of shards that died are released here, from the provider's own list
             reconciled.add(model)
-            listed = await listed_batches(api, since=time.time() - HOLD_MAX_S - CLOCK_SLACK_S)
-            if queue.forget(name, listed):
+            listed = await api.listed(since=time.time() - HOLD_MAX_S - CLOCK_SLACK_S)
+            if queue.forget(name, listed_batches(listed)):
                 got = queue.reserve(name, hold, state.tokens[index], limit)
         if not got.granted:
             full.add(model)
             continue
         if got.held_since is not None:
-            found = await created_batches(api, spec, since=got.held_since - CLOCK_SLACK_S)
-            batch_id = found.get((index, state.attempt(index)))
+            found = await api.find(spec.job_id, spec.shard, since=got.held_since - CLOCK_SLACK_S)
+            batch_id = found.get(BatchTag(spec.job_id, spec.shard, index, state.attempt(index)))
             if batch_id is not None:
                 state.batch_ids[index] = batch_id
                 ctx.store.set_shard_batches(spec.job_id, spec.shard, state.batch_ids)
@@ -143,7 +141,7 @@ async def advance(
         granted.append(index)
     if not granted:
         return 0
-    parts = _rebuild(ctx, spec, granted) if files is None else [files[index] for index in granted]
+    parts = _rebuild(api, ctx, spec, granted) if files is None else [files[index] for index in granted]
 
     def release(index: int) -> None:
         queue.release(Hold(spec.job_id, spec.shard, index, state.attempt(index)))
@@ -151,9 +149,9 @@ async def advance(
     created = 0
     try:
         for position, part in enumerate(parts):
-            attempt = state.attempt(part.index)
+            tag = BatchTag(spec.job_id, spec.shard, part.index, state.attempt(part.index))
             try:
-                batch_id = await create_batch(api, ctx, spec, part, attempt)
+                batch_id = await api.submit(part.upload(), tag)
             except QueueFull:
                 # the provider's queue is fuller than ours says: this file and the rest wait
                 for later in parts[position:]:

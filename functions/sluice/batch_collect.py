@@ -5,117 +5,63 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import openai
 import orjson
 
 from .batch_advance import ShardBatches, advance, batch_wait_seconds, queued_marker, requeue
-from .batch_api import delete_files, provider_api
 from .batch_files import BatchPart, part_key
-from .batch_queue import Hold, limit_exceeded
+from .batch_queue import Hold
 from .batch_queue_table import QueueTable
 from .cache import fill_for
 from .contract import BatchCollected
 from .model import ErrorCode, Outcome
 from .parts import PartWriter, assemble, load_checkpoint, parts_stats
+from .providers.batch import BatchApi, BatchRow, BatchState, BatchStatus
 from .shard import ShardContext, ShardSpec
 
-TERMINAL = frozenset({"completed", "failed", "expired", "cancelled"})
-# error codes a provider puts on rows it never ran: these rows follow the job's policy
-UNFINISHED_CODES = frozenset({ErrorCode.BATCH_EXPIRED, ErrorCode.BATCH_CANCELLED})
 # the code for a row left unfinished, by how its batch ended
 _LEFTOVER_CODE = {
-    "expired": ErrorCode.BATCH_EXPIRED,
-    "cancelled": ErrorCode.BATCH_CANCELLED,
-    "failed": ErrorCode.BATCH_FAILED,
-    "completed": ErrorCode.BATCH_FAILED,
+    BatchState.EXPIRED: ErrorCode.BATCH_EXPIRED,
+    BatchState.CANCELLED: ErrorCode.BATCH_CANCELLED,
+    BatchState.FAILED: ErrorCode.BATCH_FAILED,
+    BatchState.COMPLETED: ErrorCode.BATCH_FAILED,
 }
 _EXCERPT = 300
 
 
-async def _file_records(api: openai.AsyncOpenAI, file_id: str) -> AsyncIterator[dict[str, Any]]:
-    async with api.files.with_streaming_response.content(file_id) as response:
-        async for text in response.iter_lines():
-            if not text.strip():
-                continue
-            try:
-                record = orjson.loads(text)
-            except orjson.JSONDecodeError:
-                # a mangled line answers nothing: its row stays unfinished
-                continue
-            if isinstance(record, dict):
-                yield record
-
-
-def _provider_message(status: int, body: Any) -> str:
-    message = code = None
-    error = body.get("error") if isinstance(body, dict) else None
-    if isinstance(error, dict):
-        message, code = error.get("message"), error.get("code") or error.get("type")
-    text = f"HTTP {status}"
-    if message:
-        text += f": {str(message)[:_EXCERPT]}"
-    if code:
-        text += f" ({code})"
-    return text
-
-
-def row_outcome(record: dict[str, Any], line: int, latency_s: float) -> Outcome | str | None:
-    """One output or error file line as an Outcome; the provider's code for a row it never ran
-    (batch_expired, batch_cancelled); None when the line says nothing usable."""
-    custom_id = str(record.get("custom_id"))
-    response = record.get("response")
-    error = record.get("error")
-    if isinstance(response, dict) and isinstance(response.get("status_code"), int):
-        status = int(response["status_code"])
-        body = response.get("body")
-        request_id = response.get("request_id")
-        request_id = request_id if isinstance(request_id, str) else None
-        if 200 <= status < 300:
-            return Outcome(line, custom_id, status, body, request_id, latency_s=latency_s)
+def row_outcome(row: BatchRow, line: int, custom_id: str, latency_s: float) -> Outcome | str:
+    """A batch row's answer as the Outcome of input line `line`; the code of a row the provider never
+    ran (batch_expired, batch_cancelled), which follows the job's policy."""
+    if row.unfinished:
+        return row.error_code or ErrorCode.BATCH_FAILED
+    if row.status_code is not None:
         return Outcome(
             line,
             custom_id,
-            status,
-            body,
-            request_id,
-            error_code=ErrorCode.PROVIDER_ERROR,
-            error_message=_provider_message(status, body),
+            row.status_code,
+            row.body,
+            row.request_id,
+            error_code=row.error_code,
+            error_message=row.error_message,
             latency_s=latency_s,
         )
-    if isinstance(error, dict):
-        code = str(error.get("code") or "")
-        if code in UNFINISHED_CODES:
-            return code
-        message = str(error.get("message") or "the provider reported an error without a message")
-        code = code or ErrorCode.PROVIDER_ERROR
-        return Outcome(line, custom_id, None, None, None, error_code=code, error_message=message)
-    return None
+    return Outcome(line, custom_id, None, None, None, error_code=row.error_code, error_message=row.error_message)
 
 
-def _ended_at(batch: Any) -> int | None:
-    for name in ("completed_at", "failed_at", "expired_at", "cancelled_at", "finalizing_at", "in_progress_at"):
-        value = getattr(batch, name, None)
-        if value:
-            return int(value)
-    return None
-
-
-def _validation_errors(batch: Any, part: BatchPart, pending: set[int]) -> tuple[list[Outcome], list[str]]:
+def _validation_errors(batch: BatchStatus, part: BatchPart, pending: set[int]) -> tuple[list[Outcome], list[str]]:
     """A batch that failed validation: an error for each pending row its errors name (once),
     and the errors that name no row of the file."""
-    if batch.status != "failed":
+    if batch.state != BatchState.FAILED:
         return [], []
     rejected: dict[int, Outcome] = {}
     general: list[str] = []
-    for problem in (batch.errors.data if batch.errors else None) or []:
+    for problem in batch.problems:
         described = f"{problem.code or 'invalid'}: {problem.message or 'no message'}"
         if problem.param:
             described += f" (param {problem.param})"
-        row = problem.line
+        row = problem.row
         if row is None or not 1 <= row <= len(part.lines):
             general.append(described)
             continue
@@ -134,19 +80,20 @@ def _validation_errors(batch: Any, part: BatchPart, pending: set[int]) -> tuple[
 
 
 async def _collect_one(
-    api: openai.AsyncOpenAI,
+    api: BatchApi,
     spec: ShardSpec,
-    batch: Any,
+    batch: BatchStatus,
     part: BatchPart,
     done: set[int],
     writer: PartWriter,
 ) -> dict[str, Any]:
     """Write the outcomes of one ended batch; returns what it did, for the shard row and summary."""
-    by_custom_id = {cid: line for line, cid in zip(part.lines, part.custom_ids, strict=True) if line not in done}
-    pending = set(by_custom_id.values())
-    ended = _ended_at(batch)
+    custom_ids = dict(zip(part.lines, part.custom_ids, strict=True))
+    by_ref = {api.row_ref(line, cid): line for line, cid in custom_ids.items() if line not in done}
+    pending = set(by_ref.values())
+    ended = batch.ended_at
     # a batch's rows are answered together: its turnaround is every row's latency
-    latency_s = float(max(0, ended - batch.created_at)) if ended else 0.0
+    latency_s = max(0.0, ended - batch.created_at) if ended else 0.0
     written: set[int] = set()
     unfinished: dict[int, str] = {}
     results = errors = 0
@@ -161,31 +108,27 @@ async def _collect_one(
     rejected, general = _validation_errors(batch, part, pending)
     for outcome in rejected:
         write(outcome)
-    for file_id in (batch.output_file_id, batch.error_file_id):
-        if not file_id:
+    async for row in api.rows(batch):
+        line = by_ref.get(row.ref)
+        if line is None or line in written:
             continue
-        async for record in _file_records(api, file_id):
-            line = by_custom_id.get(str(record.get("custom_id")))
-            if line is None or line in written:
-                continue
-            answer = row_outcome(record, line, latency_s)
-            if isinstance(answer, Outcome):
-                write(answer)
-            elif isinstance(answer, str):
-                unfinished[line] = answer
+        answer = row_outcome(row, line, custom_ids[line], latency_s)
+        if isinstance(answer, Outcome):
+            write(answer)
+        else:
+            unfinished[line] = answer
     left = [line for line in part.lines if line in pending and line not in written]
     not_run = len(left)
     if spec.on_batch_incomplete == "error":
-        reason = f"batch {batch.id} ended {batch.status} before running this row"
+        reason = f"batch {batch.id} ended {batch.state} before running this row"
         if general:
             reason += "; the provider said: " + "; ".join(general)[:_EXCERPT]
-        custom_ids = dict(zip(part.lines, part.custom_ids, strict=True))
         for line in left:
-            code = unfinished.get(line, _LEFTOVER_CODE.get(batch.status, ErrorCode.BATCH_FAILED))
+            code = unfinished.get(line, _LEFTOVER_CODE.get(batch.state, ErrorCode.BATCH_FAILED))
             write(Outcome(line, custom_ids[line], None, None, None, error_code=code, error_message=reason))
         left = []
     return {
-        "status": batch.status,
+        "status": batch.state,
         "requests": len(part.lines),
         "results": results,
         "errors": errors,
@@ -203,13 +146,13 @@ class _Seen:
     batches that ended (collected) or were refused (to requeue), and the ids still running."""
 
     collected: dict[str, dict[str, Any]] = field(default_factory=dict)
-    ended: list[Any] = field(default_factory=list)
-    refused: list[Any] = field(default_factory=list)
+    ended: list[BatchStatus] = field(default_factory=list)
+    refused: list[BatchStatus] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)
 
 
 async def _look_at_batches(
-    api: openai.AsyncOpenAI,
+    api: BatchApi,
     ctx: ShardContext,
     spec: ShardSpec,
     state: ShardBatches,
@@ -224,13 +167,13 @@ async def _look_at_batches(
     for index, batch_id in enumerate(list(state.batch_ids)):
         if not batch_id or batch_id in states:
             continue
-        batch = await api.batches.retrieve(batch_id)
-        if batch.status not in TERMINAL:
+        batch = await api.status(batch_id)
+        if not batch.ended:
             seen.waiting.append(batch_id)
             continue
         # the provider's queue let go of these tokens: so does ours
         queue.release(Hold(spec.job_id, spec.shard, index, state.attempt(index)))
-        if limit_exceeded(batch):
+        if batch.queue_full:
             # the queue was full: nothing ran, so the file waits and goes again later
             requeue(ctx, spec, state, index)
             seen.refused.append(batch)
@@ -248,9 +191,7 @@ async def _look_at_batches(
     return seen
 
 
-async def collect_batch(
-    ctx: ShardContext, spec: ShardSpec, *, client: openai.AsyncOpenAI | None = None
-) -> BatchCollected:
+async def collect_batch(ctx: ShardContext, spec: ShardSpec) -> BatchCollected:
     """Collect every batch that ended and create the files still waiting for room in the queue;
     finish, fall back to direct for leftovers, or wait on."""
     row = ctx.store.shard(spec.job_id, spec.shard)
@@ -269,7 +210,7 @@ async def collect_batch(
         progress=ctx.progress,
         cache=fill_for(ctx, spec, run=checkpoint.runs + 1, path="batch"),
     )
-    async with provider_api(ctx, client) as api:
+    async with ctx.batches() as api:
         seen = await _look_at_batches(api, ctx, spec, state, states, checkpoint.done, writer)
     collected, ended, refused, waiting = seen.collected, seen.ended, seen.refused, seen.waiting
     states.update(collected)
@@ -284,8 +225,8 @@ async def collect_batch(
     for batch_id, collected_state in collected.items():
         ctx.store.mark_batch_collected(spec.job_id, spec.shard, batch_id, collected_state)
     if ended or refused:
-        async with provider_api(ctx, client) as api:
-            await delete_files(api, [*ended, *refused])
+        async with ctx.batches() as api:
+            await api.clean_up([*ended, *refused])
     elapsed = time.time() - float((row and row.batch_submit_at) or time.time())
     pointed = row.provider_id if row else None
     settled = row is not None and row.batch_settled is not None
@@ -307,7 +248,7 @@ async def collect_batch(
         "batches": [{"id": batch_id, **states.get(batch_id, {})} for batch_id in state.batch_ids],
         "on_batch_incomplete": spec.on_batch_incomplete,
         "fallback_lines": left,
-        # batches the provider failed with `token_limit_exceeded` and Sluice created again
+        # batches the provider failed for a full queue (`token_limit_exceeded`) and Sluice created again
         "requeued": state.requeued,
         # tokens the batches answered (priced at the batch rate); later direct parts are not in here
         "batch_models": parts_stats(ctx.s3, spec).models,

@@ -1,5 +1,5 @@
-"""A batch shard's input files: its rows cut into JSONL files, one endpoint and model each, within
-the provider's request, byte and queue limits, and the row map that says which line each row is."""
+"""A batch shard's input files: its rows cut into files, one endpoint and model each, within the
+provider's request, byte and queue limits, and the row map that says which line each row is."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import orjson
 
 from .batch_queue import estimate_tokens
 from .model import Request
+from .providers.batch import BatchUpload
 from .shard import ShardSpec
 
 # a batch file stays in memory up to this size, then spills to /tmp
@@ -46,6 +47,11 @@ class BatchPart:
         if self.file is not None:
             self.file.close()
             self.file = None
+
+    def upload(self) -> BatchUpload:
+        """The file as the provider's `submit` takes it."""
+        assert self.file is not None
+        return BatchUpload(self.file, self.endpoint, self.model, rows=len(self.lines), size=self.size)
 
     def content(self) -> bytes:
         """The whole file (tests and small parts); uploads stream `file` instead."""
@@ -83,15 +89,6 @@ def part_key(spec: ShardSpec, index: int) -> str:
     return f"{spec.prefix}batch-{index:05d}.json"
 
 
-def batch_row(request: Request) -> bytes:
-    """The request as a Batch API input line; the body bytes pass through untouched."""
-    return b'{"custom_id":%s,"method":"POST","url":%s,"body":%s}\n' % (
-        orjson.dumps(request.custom_id),
-        orjson.dumps(request.path),
-        request.body or b"{}",
-    )
-
-
 def request_model(request: Request) -> str | None:
     if not request.body:
         return None
@@ -104,11 +101,12 @@ def split_parts(
     *,
     max_requests: int,
     max_bytes: int,
+    encode: Callable[[Request], bytes],
     max_tokens: Callable[[str | None], int] | None = None,
 ) -> list[BatchPart]:
-    """Cut the requests into batch files: one per (endpoint, model), a new one at any limit:
-    requests, bytes, or the model's queue limit in tokens (`max_tokens`, 0 = none), since a
-    file over the queue limit could never be enqueued.
+    """Cut the requests into batch files, each row as the provider's `encode` writes it: one file
+    per (endpoint, model), a new one at any limit: requests, bytes, or the model's queue limit in
+    tokens (`max_tokens`, 0 = none), since a file over the queue limit could never be enqueued.
 
     Deterministic for the same requests, so a retried submit numbers its parts the same way
     and recognises the batches it created before.
@@ -117,7 +115,7 @@ def split_parts(
     current: dict[tuple[str, str | None], BatchPart] = {}
     limits: dict[str | None, int] = {}
     for request in requests:
-        row = batch_row(request)
+        row = encode(request)
         group = (request.path, request_model(request))
         if group[1] not in limits:
             limits[group[1]] = max_tokens(group[1]) if max_tokens is not None else 0

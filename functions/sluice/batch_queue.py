@@ -58,7 +58,8 @@ was read and rewritten whole by each: about 86 KB there, 51,600 WCU/s and 8,800 
 A part larger than the whole limit (one huge row) goes when the queue is otherwise empty: it
 takes every slot's tokens, so nothing goes beside it, and the provider's own count may be lower
 than the estimate. The provider's `token_limit_exceeded` stays the backstop for batches the key
-runs outside Sluice: the file waits and is created again (`batch.QueueFull`).
+runs outside Sluice: the file waits and is created again (`providers.batch.QueueFull`, or a batch
+whose status says `queue_full`).
 
 Tokens are estimated as a quarter of the request body's bytes, rounded up. Tokenizers give about
 four characters a token of English; counting the whole body (field names, quotes, the model) as
@@ -70,13 +71,12 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from .limit_local import limit_key
 from .model import Request
+from .providers.batch import BatchStatus
 
 QUEUE_SORT_KEY = "QUEUE"
-TOKEN_LIMIT_EXCEEDED = "token_limit_exceeded"
 # the slot items' suffixes; letters, so that no two slots read as one key with a number in it
 SLOT_NAMES = "abcdefgh"
 QUEUE_SLOTS = len(SLOT_NAMES)
@@ -92,10 +92,6 @@ HOLD_GRACE_S = 900.0
 RECONCILE_EVERY_S = 300.0
 # a slot outlives its last write by a day more than its longest hold
 QUEUE_TTL_S = 86_400
-# batches that hold their tokens at the provider
-ACTIVE_STATUSES = frozenset({"validating", "in_progress", "finalizing", "cancelling"})
-# when a batch ended, by the first of these it has
-_ENDED = ("completed_at", "failed_at", "expired_at", "cancelled_at")
 # lost races before a reservation gives up for this round (the shard asks again later)
 MAX_RACES = 8
 # the slot of a hold that took nothing (a model without a limit)
@@ -283,18 +279,15 @@ class Listed:
     ended: float
 
 
-def listed_batches(batches: Iterable[Any]) -> dict[tuple[str, int], dict[tuple[int, int], Listed]]:
-    """The provider's Sluice batches by (job, shard), then by (part, attempt), from their metadata."""
+def listed_batches(batches: Iterable[BatchStatus]) -> dict[tuple[str, int], dict[tuple[int, int], Listed]]:
+    """The provider's Sluice batches by (job, shard), then by (part, attempt), from their tags."""
     found: dict[tuple[str, int], dict[tuple[int, int], Listed]] = {}
     for batch in batches:
-        metadata = getattr(batch, "metadata", None) or {}
-        numbers = [str(metadata.get(name, "")) for name in ("shard", "part")] + [str(metadata.get("try", "1"))]
-        if "job" not in metadata or not all(n.isdigit() for n in numbers):
+        tag = batch.tag
+        if tag is None:
             continue
-        shard, part, attempt = map(int, numbers)
-        ended = next((getattr(batch, name, None) for name in _ENDED if getattr(batch, name, None)), None)
-        listed = Listed(batch.status in ACTIVE_STATUSES, float(ended or batch.created_at))
-        found.setdefault((str(metadata["job"]), shard), {})[(part, attempt)] = listed
+        listed = Listed(batch.queued, batch.ended_at or batch.created_at)
+        found.setdefault((tag.job, tag.shard), {})[(tag.part, tag.attempt)] = listed
     return found
 
 
@@ -314,10 +307,3 @@ def dead(since: float, batch: Listed | None, now: float) -> bool:
     if batch is None:
         return since + HOLD_GRACE_S <= now
     return not batch.active and batch.ended + HOLD_GRACE_S <= now
-
-
-def limit_exceeded(batch: Any) -> bool:
-    """Whether the provider failed `batch` because its queue was full: wait and resubmit."""
-    if batch.status != "failed" or not batch.errors:
-        return False
-    return any((problem.code or "") == TOKEN_LIMIT_EXCEEDED for problem in batch.errors.data or [])

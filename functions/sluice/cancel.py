@@ -21,8 +21,11 @@ from botocore.exceptions import ClientError
 from .contract import TERMINAL_STATUSES, ExecutionStatus, JobStatus, Planned, Summary, manifest_key
 from .engine import EngineSettings, fan_out, make_session
 from .merge import merge_job
-from .model import ErrorCode, Outcome, Request
+from .model import ErrorCode, Outcome
 from .plan import output_prefix
+from .providers import apis
+from .providers.background import BackgroundApi
+from .providers.batch import BatchApiOpener, CancelRefused
 from .retry import RetryPolicy
 from .rows import each_shard
 from .store import QUEUED_PREFIX, JobStore
@@ -30,8 +33,6 @@ from .summary import end_job
 
 # items the provider may still be working on (or holding an answer for) in background mode
 OPEN_ITEM_STATUSES = frozenset({"submitted", "settled"})
-# a refused cancel is harmless when the work had ended anyway (providers answer 4xx for those)
-ENDED_AT_PROVIDER = frozenset({"completed", "failed", "cancelled", "cancelling", "incomplete", "expired"})
 # a cancel either lands or it doesn't; a long retry budget would only delay the user
 CANCEL_POLICY = RetryPolicy(max_attempts=3, request_timeout_s=30.0)
 
@@ -98,21 +99,79 @@ def open_provider_work(store: JobStore, job_id: str, *, shards: int | None = Non
     return ProviderWork(batches=batches, responses=[response for shard in found for response in shard])
 
 
-def _object_path(request: Request) -> str:
-    return request.path.removesuffix("/cancel")
+@dataclass
+class ProviderCancels:
+    """What the provider said to a job's cancels."""
+
+    batches_cancelled: int = 0
+    responses_cancelled: int = 0
+    # cancels the provider refused because that work had already ended
+    already_ended: int = 0
+    # "<id>: <why>" for each cancel the provider did not accept
+    failures: list[str] = field(default_factory=list)
 
 
-def _cancel_requests(work: ProviderWork) -> list[Request]:
-    # the engine keys outcomes by line; batches get negative ones so they never collide with items
-    requests = [
-        Request(line=-n, custom_id=batch_id, method="POST", path=f"/v1/batches/{batch_id}/cancel", body=b"{}")
-        for n, batch_id in enumerate(work.batches, start=1)
-    ]
-    requests.extend(
-        Request(line=line, custom_id=response_id, method="POST", path=f"/v1/responses/{response_id}/cancel", body=b"{}")
-        for line, _custom_id, response_id in work.responses
-    )
-    return requests
+async def _cancel_batches(
+    batch_ids: list[str], opener: BatchApiOpener, concurrency: int, answers: ProviderCancels
+) -> None:
+    """Cancel every batch through the provider's Batch API, `concurrency` at a time; its client
+    retries 429/5xx as the engine would, and a refusal says whether the batch had ended anyway."""
+    gate = asyncio.Semaphore(concurrency)
+    async with opener() as api:
+
+        async def cancel(batch_id: str) -> None:
+            async with gate:
+                try:
+                    await api.cancel(batch_id)
+                except CancelRefused as refused:
+                    if refused.ended:
+                        answers.already_ended += 1
+                    else:
+                        answers.failures.append(f"{batch_id}: {refused}")
+                else:
+                    answers.batches_cancelled += 1
+
+        await asyncio.gather(*(cancel(batch_id) for batch_id in batch_ids))
+
+
+async def _cancel_responses(
+    responses: list[tuple[int, str, str]],
+    background: BackgroundApi,
+    *,
+    base_url: str,
+    api_key: str,
+    concurrency: int,
+    session_factory: Callable[[int], aiohttp.ClientSession],
+    answers: ProviderCancels,
+) -> None:
+    """POST a cancel for every response with the engine's retries on 429/5xx; each refused one is
+    followed by a poll, so a response that simply ended before the cancel is no failure."""
+    settings = EngineSettings(concurrency=concurrency, policy=CANCEL_POLICY, user_agent="sluice-cancel/0.1")
+    ids = {line: response_id for line, _custom_id, response_id in responses}
+    cancels: list[Outcome] = []
+    checks: list[Outcome] = []
+    async with session_factory(concurrency) as session:
+        await fan_out(
+            (background.cancel_request(line, response_id, response_id) for line, response_id in ids.items()),
+            session=session,
+            base_url=base_url,
+            api_key=api_key,
+            settings=settings,
+            sink=cancels.append,
+        )
+        refused = {o.line for o in cancels if not o.ok}
+        lookups = (background.poll_request(line, ids[line], ids[line]) for line in ids if line in refused)
+        await fan_out(
+            lookups, session=session, base_url=base_url, api_key=api_key, settings=settings, sink=checks.append
+        )
+    ended = {check.line for check in checks if check.ok and background.ended(check.body)}
+    for outcome in cancels:
+        if outcome.ok:
+            answers.responses_cancelled += 1
+        elif outcome.line in ended:
+            answers.already_ended += 1
+        else:
+            answers.failures.append(f"{outcome.custom_id}: {outcome.error_message}")
 
 
 async def cancel_at_provider(
@@ -122,30 +181,32 @@ async def cancel_at_provider(
     api_key: str,
     concurrency: int = 32,
     session_factory: Callable[[int], aiohttp.ClientSession] = make_session,
-) -> tuple[list[Outcome], list[Outcome]]:
-    """POST a cancel for every open batch and response, with the engine's retries on 429/5xx.
-
-    Returns (cancel outcomes, status checks): each refused cancel is followed by a GET of the
-    object, so work that simply ended before the cancel is not reported as a failure.
-    """
-    requests = _cancel_requests(work)
-    settings = EngineSettings(concurrency=concurrency, policy=CANCEL_POLICY, user_agent="sluice-cancel/0.1")
-    cancels: list[Outcome] = []
-    checks: list[Outcome] = []
-    async with session_factory(concurrency) as session:
-        await fan_out(
-            requests, session=session, base_url=base_url, api_key=api_key, settings=settings, sink=cancels.append
+    batch_api: BatchApiOpener | None = None,
+    background: BackgroundApi | None = None,
+) -> ProviderCancels:
+    """Cancel every open batch (through the provider's Batch API) and background response at the
+    provider at `base_url`; `batch_api` and `background` default to its family's."""
+    answers = ProviderCancels()
+    opener = batch_api or apis.batch_api(
+        base_url, api_key, timeout_s=CANCEL_POLICY.request_timeout_s, max_retries=CANCEL_POLICY.max_attempts - 1
+    )
+    jobs = []
+    if work.batches:
+        jobs.append(_cancel_batches(work.batches, opener, concurrency, answers))
+    if work.responses:
+        jobs.append(
+            _cancel_responses(
+                work.responses,
+                background or apis.background_api(base_url),
+                base_url=base_url,
+                api_key=api_key,
+                concurrency=concurrency,
+                session_factory=session_factory,
+                answers=answers,
+            )
         )
-        refused = {o.line for o in cancels if not o.ok}
-        lookups = (
-            Request(line=r.line, custom_id=r.custom_id, method="GET", path=_object_path(r))
-            for r in requests
-            if r.line in refused
-        )
-        await fan_out(
-            lookups, session=session, base_url=base_url, api_key=api_key, settings=settings, sink=checks.append
-        )
-    return cancels, checks
+    await asyncio.gather(*jobs)
+    return answers
 
 
 def _stop_execution(sfn: Any, execution_arn: str | None, reason: str) -> bool:
@@ -183,26 +244,15 @@ def _cancel_provider_work(
 ) -> None:
     """Cancel the job's open batches and responses at the provider, and count in `report` what
     was cancelled, what had already ended, and what the provider refused."""
-    cancels, checks = asyncio.run(
+    answers = asyncio.run(
         cancel_at_provider(
             work, base_url=base_url, api_key=api_key, concurrency=concurrency, session_factory=session_factory
         )
     )
-    ended = {
-        check.line
-        for check in checks
-        if check.ok and isinstance(check.body, dict) and check.body.get("status") in ENDED_AT_PROVIDER
-    }
-    for outcome in cancels:
-        if outcome.ok:
-            if outcome.line < 0:
-                report.batches_cancelled += 1
-            else:
-                report.responses_cancelled += 1
-        elif outcome.line in ended:
-            report.already_ended += 1
-        else:
-            report.provider_failures.append(f"{outcome.custom_id}: {outcome.error_message}")
+    report.batches_cancelled = answers.batches_cancelled
+    report.responses_cancelled = answers.responses_cancelled
+    report.already_ended = answers.already_ended
+    report.provider_failures = answers.failures
 
 
 def cancel_job(

@@ -6,8 +6,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 SUPPORTED_URLS = frozenset({"/v1/chat/completions", "/v1/responses", "/v1/embeddings", "/v1/completions"})
-# Only the Responses API can run a request in the background; background mode sends the others directly
-BACKGROUND_URLS = frozenset({"/v1/responses"})
 
 
 class ErrorCode:

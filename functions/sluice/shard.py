@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +24,9 @@ from .limit_table import BucketTable
 from .lines import READ_CHUNK, LineError, parse_line, split_lines
 from .model import ErrorCode, Outcome, Request
 from .progress import ProgressSink
-from .providers import family
+from .providers import apis, family
+from .providers.background import BackgroundApi
+from .providers.batch import BatchApi, BatchApiOpener
 from .refusal import REFUSAL_ANSWERS
 from .retry import RetryPolicy
 from .shared_limit import SharedLimit
@@ -79,6 +82,18 @@ class ShardContext:
     session_factory: Callable[[int], aiohttp.ClientSession]
     # in-process listener for live progress (the local cloud's display); deployed, there is none
     progress: ProgressSink | None = None
+    # the provider's Batch API and background responses (`sluice.providers`), as the handler chose
+    # them; None: those of the family the settings name
+    batch_api: BatchApiOpener | None = None
+    background_api: BackgroundApi | None = None
+
+    def batches(self) -> AbstractAsyncContextManager[BatchApi]:
+        """The provider's Batch API, open for one run."""
+        return (self.batch_api or apis.batch_api_for(self.settings, self.api_key))()
+
+    @property
+    def background(self) -> BackgroundApi:
+        return self.background_api or apis.background_api(self.settings.provider_base_url)
 
 
 def _engine_settings(spec: ShardSpec, settings: Settings) -> EngineSettings:

@@ -160,6 +160,20 @@ def test_the_deployed_stack_client_never_starts_the_local_cloud() -> None:
     assert not violations("local", forbidden, only="local.deployed")
 
 
+# provider SDKs: only `sluice.providers` knows a provider's API (issue 32)
+PROVIDER_SDKS = ("openai", "anthropic")
+
+
+def test_only_the_providers_package_imports_a_provider_sdk() -> None:
+    wrong = [
+        f"{where}: {module} imports {imported}"
+        for package in ("sluice", "handlers")
+        for where, module, imported in imports_of(package)
+        if top(imported) in PROVIDER_SDKS and not within(module, "sluice.providers")
+    ]
+    assert not wrong
+
+
 def test_bench_is_imported_by_no_product_code() -> None:
     for package in ("sluice", "handlers", "infra", "local"):
         assert not violations(package, ("bench",))

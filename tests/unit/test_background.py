@@ -5,8 +5,9 @@ from typing import Any
 
 import orjson
 import pytest
-from sluice.background import Settled, output_text, poll_request, settle, submit_request
 from sluice.model import ErrorCode, Request
+from sluice.providers.background import Settled
+from sluice.providers.openai.background import output_text, poll_request, settle, submit_request
 
 from local.cloud import run_job
 from tests.conftest import request_line, write_jsonl

@@ -29,6 +29,7 @@ from sluice.engine import make_session
 from sluice.model import ErrorCode, Outcome, Request
 from sluice.parts import load_checkpoint
 from sluice.plan import JobOptions, PlanError
+from sluice.providers.openai.batch import batch_row, parse_row
 from sluice.shard import ShardContext, ShardSpec
 from sluice.store import JobStore
 
@@ -55,7 +56,7 @@ def test_one_endpoint_and_one_model_per_file_in_request_order() -> None:
         request(4),
         request(5, url="/v1/embeddings"),
     ]
-    parts = split_parts(requests, max_requests=100, max_bytes=1 << 20)
+    parts = split_parts(requests, max_requests=100, max_bytes=1 << 20, encode=batch_row)
     assert [(p.index, p.endpoint, p.model, p.lines) for p in parts] == [
         (0, "/v1/chat/completions", "gpt-4o-mini", [1, 4]),
         (1, "/v1/embeddings", "gpt-4o-mini", [2, 5]),
@@ -74,14 +75,14 @@ def test_one_endpoint_and_one_model_per_file_in_request_order() -> None:
 
 
 def test_files_split_at_the_request_and_byte_limits() -> None:
-    by_count = split_parts([request(n) for n in range(1, 8)], max_requests=3, max_bytes=1 << 20)
+    by_count = split_parts([request(n) for n in range(1, 8)], max_requests=3, max_bytes=1 << 20, encode=batch_row)
     assert [p.lines for p in by_count] == [[1, 2, 3], [4, 5, 6], [7]]
     one_row = len(by_count[0].content().splitlines()[0]) + 1
-    by_size = split_parts([request(n) for n in range(1, 6)], max_requests=100, max_bytes=2 * one_row)
+    by_size = split_parts([request(n) for n in range(1, 6)], max_requests=100, max_bytes=2 * one_row, encode=batch_row)
     assert [p.lines for p in by_size] == [[1, 2], [3, 4], [5]]
     assert all(p.size <= 2 * one_row for p in by_size)
     # a row larger than the limit still gets a file of its own: the provider will say why it is too big
-    huge = split_parts([request(1, pad=500), request(2)], max_requests=100, max_bytes=100)
+    huge = split_parts([request(1, pad=500), request(2)], max_requests=100, max_bytes=100, encode=batch_row)
     assert [p.lines for p in huge] == [[1], [2]]
     part = by_count[0]
     restored = BatchPart.from_manifest(part.manifest())
@@ -97,8 +98,12 @@ def test_files_split_at_the_request_and_byte_limits() -> None:
 
 
 def test_output_lines_become_outcomes() -> None:
+    def outcome(record: dict[str, Any], line: int, latency_s: float) -> Outcome | str | None:
+        row = parse_row(record)
+        return None if row is None else row_outcome(row, line, str(record["custom_id"]), latency_s)
+
     ok = {"custom_id": "a", "response": {"status_code": 200, "request_id": "req_1", "body": {"id": "x"}}, "error": None}
-    answer = row_outcome(ok, 7, 3.0)
+    answer = outcome(ok, 7, 3.0)
     assert isinstance(answer, Outcome) and answer.ok
     assert (answer.line, answer.custom_id, answer.status_code, answer.body, answer.request_id, answer.latency_s) == (
         7,
@@ -109,15 +114,15 @@ def test_output_lines_become_outcomes() -> None:
         3.0,
     )
     failed_body = {"error": {"message": "The server had an error", "type": "server_error", "code": None}}
-    failed = row_outcome({"custom_id": "b", "response": {"status_code": 500, "body": failed_body}}, 8, 0.0)
+    failed = outcome({"custom_id": "b", "response": {"status_code": 500, "body": failed_body}}, 8, 0.0)
     assert isinstance(failed, Outcome)
     assert (failed.error_code, failed.status_code) == (ErrorCode.PROVIDER_ERROR, 500)
     assert failed.error_message == "HTTP 500: The server had an error (server_error)"
     expired = {"custom_id": "c", "response": None, "error": {"code": "batch_expired", "message": "not run"}}
-    assert row_outcome(expired, 9, 0.0) == "batch_expired"
-    other = row_outcome({"custom_id": "d", "response": None, "error": {"code": "too_long", "message": "m"}}, 10, 0.0)
+    assert outcome(expired, 9, 0.0) == "batch_expired"
+    other = outcome({"custom_id": "d", "response": None, "error": {"code": "too_long", "message": "m"}}, 10, 0.0)
     assert isinstance(other, Outcome) and (other.error_code, other.error_message) == ("too_long", "m")
-    assert row_outcome({"custom_id": "e"}, 11, 0.0) is None
+    assert outcome({"custom_id": "e"}, 11, 0.0) is None
 
 
 def test_polling_backs_off_as_the_batch_ages() -> None:

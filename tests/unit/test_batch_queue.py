@@ -18,6 +18,7 @@ from sluice.batch_queue import HOLD_GRACE_S, Hold, caught_up, estimate_tokens, q
 from sluice.batch_queue_table import QueueTable
 from sluice.contract import BatchCollected, Settings, SettingsError
 from sluice.model import Request
+from sluice.providers.openai.batch import batch_row
 
 from local.simulator import SimConfig, SimulatorServer
 from tests.unit.test_batch import JOB, Env, lines, request
@@ -34,7 +35,9 @@ def test_no_file_is_larger_than_its_models_queue_limit() -> None:
     requests = [request(n, pad=396) for n in range(1, 11)] + [request(11, model="gpt-4o", pad=396)]
     each = estimate_tokens(requests[0])
     limits = {"gpt-4o-mini": each * 3, "gpt-4o": 0}
-    parts = split_parts(requests, max_requests=50, max_bytes=1 << 20, max_tokens=lambda m: limits[m or ""])
+    parts = split_parts(
+        requests, max_requests=50, max_bytes=1 << 20, encode=batch_row, max_tokens=lambda m: limits[m or ""]
+    )
     mini = [p for p in parts if p.model == "gpt-4o-mini"]
     assert [len(p.lines) for p in mini] == [3, 3, 3, 1]
     assert all(p.tokens <= limits["gpt-4o-mini"] for p in mini)

@@ -34,6 +34,7 @@ from sluice.batch_queue import (
 )
 from sluice.batch_queue_table import QueueTable, slot_key
 from sluice.contract import create_table_request
+from sluice.providers.openai.batch import batch_status
 from sluice.retry import TABLE_RETRY, table_retry_delay_s
 
 QUEUE = "LIMIT#0123456789abcdef#gpt-4o-mini"
@@ -128,7 +129,7 @@ def test_a_slot_that_owes_tokens_after_the_limit_shrank_is_paid_by_the_others() 
 
 def test_the_providers_batches_are_read_by_their_metadata() -> None:
     def batch(status: str, ended: int | None, metadata: dict[str, str]) -> Any:
-        return SimpleNamespace(status=status, created_at=10, completed_at=ended, metadata=metadata)
+        return batch_status(SimpleNamespace(status=status, created_at=10, completed_at=ended, metadata=metadata))
 
     listed = listed_batches(
         [
@@ -316,7 +317,8 @@ def test_a_dead_shards_holds_are_released_unless_the_provider_still_runs_their_b
 
     def batch(status: str, part: int, shard: int, ended_at: float | None = None) -> Any:
         metadata = {"job": "j", "shard": str(shard), "part": str(part)}
-        return SimpleNamespace(status=status, created_at=int(old), completed_at=ended_at, metadata=metadata)
+        namespace = SimpleNamespace(status=status, created_at=int(old), completed_at=ended_at, metadata=metadata)
+        return batch_status(namespace)
 
     listed = listed_batches([batch("completed", 0, 0, old + 1), batch("in_progress", 0, 1)])
     assert queue.forget(QUEUE, listed) == 2

@@ -123,7 +123,8 @@ def test_full_jitter_bounds(attempt: int, r: float) -> None:
 
 def test_batch_create_waits_at_least_half_of_each_step() -> None:
     """Creating a batch backs off with equal jitter through the same formula as the engine."""
-    from sluice.batch_api import CREATE_JITTER_FLOOR, CREATE_POLICY
+    from sluice.providers.batch import CREATE_JITTER_FLOOR
+    from sluice.providers.openai.batch import CREATE_POLICY
 
     assert CREATE_POLICY.max_attempts == 5
     waits = [

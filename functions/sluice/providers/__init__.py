@@ -1,5 +1,6 @@
-"""Providers as a seam (issue 32): for each provider family, its request format (and, where the
-family has them, its batch and background APIs), behind small protocols.
+"""Providers as a seam: for each provider family, its request format and, where the family has
+them, its Batch and background APIs, behind small protocols (`format.RequestFormat`,
+`batch.BatchApi`, `background.BackgroundApi`).
 
 Only this package knows a provider's wire shape or imports a provider's SDK: the core asks the
 family a shard runs against (`ShardSpec.provider`, from `Settings.provider`) through `family`.
@@ -8,6 +9,8 @@ family a shard runs against (`ShardSpec.provider`, from `Settings.provider`) thr
 from __future__ import annotations
 
 from ..contract import PROVIDERS
+from .background import BackgroundApi, Settled
+from .batch import BatchApi, BatchApiOpener, BatchLimits, BatchRow, BatchStatus, BatchTag, BatchUpload
 from .format import (
     COMPLETE,
     CUT_SHORT,
@@ -43,11 +46,20 @@ __all__ = [
     "REQUESTS",
     "TOKENS",
     "UNFINISHED",
+    "BackgroundApi",
+    "BatchApi",
+    "BatchApiOpener",
+    "BatchLimits",
+    "BatchRow",
+    "BatchStatus",
+    "BatchTag",
+    "BatchUpload",
     "Finish",
     "ProviderError",
     "RateKind",
     "RateLimits",
     "RequestFormat",
+    "Settled",
     "Usage",
     "family",
 ]

@@ -1,4 +1,7 @@
-"""OpenAI and every provider that speaks its API."""
+"""The OpenAI family: OpenAI and the providers that copy its API.
+
+`batch` imports the SDK (about a second): nothing here imports it, so only batch runs pay for it.
+"""
 
 from __future__ import annotations
 

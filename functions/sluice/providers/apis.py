@@ -1,0 +1,44 @@
+"""Which provider family a deployment talks to: its Batch and background APIs.
+
+Every provider Sluice runs today is OpenAI's or copies its API (sference, KiosAPI, vLLM, the
+simulator), so every base URL names the OpenAI family; the handlers pass what these return to the
+runners, which never ask which family it is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+from ..contract import Settings
+from .background import BackgroundApi
+from .batch import BatchApi, BatchApiOpener, BatchLimits
+from .openai.background import OpenAIBackground
+
+
+def batch_api(
+    base_url: str, api_key: str, *, timeout_s: float, limits: BatchLimits | None = None, max_retries: int | None = None
+) -> BatchApiOpener:
+    """Opens the Batch API at `base_url` for one run. The SDK takes about a second to import, so
+    it is imported when a run opens the API, not by every step that builds a shard context."""
+
+    @contextlib.asynccontextmanager
+    async def opened() -> AsyncIterator[BatchApi]:
+        from .openai.batch import SDK_MAX_RETRIES, opener
+
+        retries = SDK_MAX_RETRIES if max_retries is None else max_retries
+        async with opener(base_url, api_key, timeout_s=timeout_s, limits=limits, max_retries=retries)() as api:
+            yield api
+
+    return opened
+
+
+def batch_api_for(settings: Settings, api_key: str) -> BatchApiOpener:
+    """The Batch API the settings name, within their limits for one batch."""
+    limits = BatchLimits(max_records=settings.batch_max_requests, max_bytes=settings.batch_max_bytes)
+    return batch_api(settings.provider_base_url, api_key, timeout_s=settings.request_timeout_s, limits=limits)
+
+
+def background_api(base_url: str) -> BackgroundApi:
+    """The background responses of the family at `base_url`."""
+    return OpenAIBackground()

@@ -1,0 +1,212 @@
+"""A provider's Batch API as the batch runners use it: what they ask of it, and what it answers.
+
+The runners (`sluice.batch`, `batch_advance`, `batch_collect`) cut a shard into input files, keep
+the row maps and the queue's accounting, and write outcomes; a `BatchApi` is everything they
+need from one provider family: how a request is written as a row of an input file, submitting a
+file as a batch (tagged so that it can be found again), finding the batches a lost answer or a
+dead run hid, a batch's status, its rows' answers, cancelling it and deleting its files.
+
+The shapes fit the families Sluice runs or will run: OpenAI's Files and Batch APIs (an uploaded
+JSONL file, metadata on the batch, output and error files), Anthropic's Message Batches (inline
+requests, `custom_id`s of at most 64 of `[a-zA-Z0-9_-]`, hence `row_ref`; results streamed in any
+order from one URL), and Amazon Bedrock's batch inference (`{recordId, modelInput}` JSONL in S3,
+a minimum and maximum of records per job, `.jsonl.out` files). Their states are read into
+OpenAI's words (`BatchState`), which the shard row, the report and the webhooks already use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from typing import IO, Any, Protocol
+
+from ..model import Request
+
+# provider and Lambda clocks differ: a search for batches an earlier attempt created looks this far
+# before that attempt
+CLOCK_SLACK_S = 600
+# equal jitter (at least half of each step) for the waits around creating a batch: a shard creates
+# its batches alone, so there is no crowd to spread out
+CREATE_JITTER_FLOOR = 0.5
+
+
+class BatchState:
+    """A batch's state, in OpenAI's words."""
+
+    VALIDATING = "validating"
+    IN_PROGRESS = "in_progress"
+    FINALIZING = "finalizing"
+    CANCELLING = "cancelling"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+
+
+# a batch in one of these has ended: its rows will not change
+ENDED = frozenset({BatchState.COMPLETED, BatchState.FAILED, BatchState.EXPIRED, BatchState.CANCELLED})
+# a batch in one of these still holds its input tokens in the provider's queue
+QUEUED = frozenset({BatchState.VALIDATING, BatchState.IN_PROGRESS, BatchState.FINALIZING, BatchState.CANCELLING})
+
+
+class QueueFull(Exception):
+    """The provider refused to create a batch because its queue is full: try again later."""
+
+
+class CancelRefused(Exception):
+    """The provider did not accept a cancel; `status` is the batch as a look after it showed
+    (None when that failed too)."""
+
+    def __init__(self, message: str, status: BatchStatus | None) -> None:
+        super().__init__(message)
+        self.status = status
+
+    @property
+    def ended(self) -> bool:
+        """Whether the batch had ended (or was being cancelled) anyway: nothing was left to cancel."""
+        return self.status is not None and (self.status.ended or self.status.state == BatchState.CANCELLING)
+
+
+@dataclass(frozen=True)
+class BatchLimits:
+    """What one batch may hold, and how long the provider takes at most to run it."""
+
+    max_records: int
+    max_bytes: int
+    # Bedrock refuses a job of fewer records than this; OpenAI and Anthropic take one
+    min_records: int = 1
+    completion_window_s: int = 86_400
+
+
+@dataclass(frozen=True)
+class BatchTag:
+    """What a Sluice batch carries to be found again: its shard's part at one attempt (a file the
+    provider's full queue refused goes again under the next)."""
+
+    job: str
+    shard: int
+    part: int
+    attempt: int = 1
+
+
+@dataclass(frozen=True)
+class BatchUpload:
+    """One input file to submit: rows written by `BatchApi.encode`, one endpoint and model."""
+
+    file: IO[bytes]
+    endpoint: str
+    model: str | None
+    rows: int
+    size: int
+
+
+@dataclass(frozen=True)
+class BatchProblem:
+    """An error the provider gave the batch as a whole (it failed validation, or its queue was full):
+    `row` is the 1-based row of the input file it names, if it names one."""
+
+    code: str
+    message: str
+    param: str | None = None
+    row: int | None = None
+
+
+@dataclass(frozen=True)
+class BatchCounts:
+    total: int = 0
+    completed: int = 0
+    failed: int = 0
+
+
+@dataclass(frozen=True)
+class BatchStatus:
+    """A batch as the provider describes it. `ended_at`: when it ended (the last step it recorded,
+    for one that ended naming no end), None while it runs. `files`: the provider's references to
+    its input, output and error files, whatever `clean_up` deletes and `rows` reads."""
+
+    id: str
+    state: str
+    created_at: float
+    ended_at: float | None = None
+    tag: BatchTag | None = None
+    counts: BatchCounts = field(default_factory=BatchCounts)
+    input_file: str | None = None
+    output_file: str | None = None
+    error_file: str | None = None
+    problems: tuple[BatchProblem, ...] = ()
+    # failed because the provider's queue was full: nothing ran, the file goes again later
+    queue_full: bool = False
+
+    @property
+    def ended(self) -> bool:
+        return self.state in ENDED
+
+    @property
+    def queued(self) -> bool:
+        return self.state in QUEUED
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        return tuple(ref for ref in (self.input_file, self.output_file, self.error_file) if ref)
+
+
+@dataclass(frozen=True)
+class BatchRow:
+    """One row of a batch's results, named by the `row_ref` it was submitted under: the provider's
+    HTTP answer (`status_code`, `body`; `error_code` set when it is not a 2xx), or an error with no
+    answer. `unfinished`: the provider never ran the row, and `error_code` says why."""
+
+    ref: str
+    status_code: int | None = None
+    body: Any = None
+    request_id: str | None = None
+    error_code: str | None = None
+    error_message: str | None = None
+    unfinished: bool = False
+
+
+class BatchApi(Protocol):
+    """One provider family's Batch API, open for one run of a batch step."""
+
+    @property
+    def limits(self) -> BatchLimits: ...
+
+    def encode(self, request: Request) -> bytes:
+        """`request` as one row of an input file, newline included."""
+        ...
+
+    def row_ref(self, line: int, custom_id: str) -> str:
+        """The id the provider's answer names the row of input line `line` by."""
+        ...
+
+    async def submit(self, upload: BatchUpload, tag: BatchTag) -> str:
+        """Create a batch of `upload`, tagged, and return its id; raises `QueueFull` when the
+        provider's queue refused it outright (nothing is left at the provider then)."""
+        ...
+
+    async def find(self, job: str, shard: int, since: float) -> dict[BatchTag, str]:
+        """The shard's batches created since `since`, by tag (the older, should a tag have two)."""
+        ...
+
+    async def listed(self, since: float) -> list[BatchStatus]:
+        """Every batch of the key created since `since`, Sluice's with their tags."""
+        ...
+
+    async def status(self, batch_id: str) -> BatchStatus: ...
+
+    def rows(self, status: BatchStatus) -> AsyncIterator[BatchRow]:
+        """The answered rows of an ended batch, in the provider's order; rows it cannot read are skipped."""
+        ...
+
+    async def cancel(self, batch_id: str) -> BatchStatus:
+        """Ask the provider to stop the batch; raises `CancelRefused` when it does not accept."""
+        ...
+
+    async def clean_up(self, statuses: Iterable[BatchStatus]) -> None:
+        """Delete the batches' files at the provider, best effort: a refusal costs only storage there."""
+        ...
+
+
+# opens the Batch API for one run (a client to close), the way the handler's settings say
+BatchApiOpener = Callable[[], AbstractAsyncContextManager[BatchApi]]

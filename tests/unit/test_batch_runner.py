@@ -1,0 +1,199 @@
+"""The batch runners against an in-memory provider (`fake_batch_api.FakeBatchApi`), on moto.
+
+What SubmitBatch and CollectBatch do whatever the provider: submit each file once, match answers
+to lines by the provider's row refs (here `r<line>`, never the custom_id), keep input order,
+leave unfinished lines to RunShard, requeue a batch its full queue refused, and cancel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import boto3
+import orjson
+import pytest
+from moto import mock_aws
+from sluice.batch import collect_batch, submit_batch
+from sluice.cancel import ProviderWork, cancel_at_provider
+from sluice.contract import Settings
+from sluice.engine import make_session
+from sluice.parts import load_checkpoint
+from sluice.shard import ShardContext, ShardSpec, pending
+from sluice.store import JobStore
+
+from local.cloud import create_table
+from tests.conftest import plan_figures, request_line
+from tests.unit.fake_batch_api import FakeBatchApi
+
+REGION = "us-east-1"
+BUCKET = "jobs-bucket"
+JOB = "fake-batch-job"
+
+
+@dataclass
+class Env:
+    ctx: ShardContext
+    api: FakeBatchApi
+    store: JobStore
+    s3: Any
+
+    def shard(self, count: int, *, shard: int = 0, **fields: Any) -> ShardSpec:
+        key = f"inbox/{JOB}-{shard}.jsonl"
+        data = b"".join(request_line(f"u-{n}", "great" if n % 2 else "awful") for n in range(count))
+        etag = self.s3.put_object(Bucket=BUCKET, Key=key, Body=data)["ETag"]
+        self.store.record_plan(
+            JOB, plan=plan_figures(count, mode="batch"), shards=[(shard, count, count)], mode="batch"
+        )
+        spec = ShardSpec(
+            job_id=JOB,
+            shard=shard,
+            bucket=BUCKET,
+            key=key,
+            etag=etag,
+            start=0,
+            end=len(data),
+            first_line=1,
+            lines=count,
+            mode="batch",
+            concurrency=8,
+            max_attempts=2,
+        )
+        return replace(spec, **fields)
+
+    def outputs(self, spec: ShardSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        def read(key: str) -> list[dict[str, Any]]:
+            return [orjson.loads(r) for r in self.s3.get_object(Bucket=BUCKET, Key=key)["Body"].read().splitlines()]
+
+        return read(spec.results_key), read(spec.errors_key)
+
+    def report(self, spec: ShardSpec) -> dict[str, Any]:
+        return dict(orjson.loads(self.s3.get_object(Bucket=BUCKET, Key=spec.batch_report_key)["Body"].read()))
+
+
+@pytest.fixture
+def env(monkeypatch: pytest.MonkeyPatch) -> Iterator[Env]:
+    for name in ("AWS_ENDPOINT_URL", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    with mock_aws():
+        s3 = boto3.client("s3", region_name=REGION)
+        s3.create_bucket(Bucket=BUCKET)
+        create_table(boto3.client("dynamodb", region_name=REGION), "jobs")
+        store = JobStore(boto3.resource("dynamodb", region_name=REGION).Table("jobs"), ttl_days=1)
+        # no provider listens here: every batch call goes to the fake
+        settings = Settings(bucket=BUCKET, table="jobs", provider_base_url="http://127.0.0.1:9", api_key_secret_arn="-")
+        api = FakeBatchApi()
+        ctx = ShardContext(s3, store, settings, "sk-test", lambda: 900.0, make_session, batch_api=api.opener())
+        yield Env(ctx, api, store, s3)
+
+
+def test_a_part_is_submitted_once_however_often_its_submit_is_retried(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = env.shard(4)
+    recorded = JobStore.set_shard_batches
+
+    def lost(self: JobStore, job_id: str, shard: int, batch_ids: list[str]) -> None:
+        raise ConnectionError("the Lambda died before DynamoDB heard of the batch")
+
+    monkeypatch.setattr(JobStore, "set_shard_batches", lost)
+    with pytest.raises(ConnectionError):
+        asyncio.run(submit_batch(env.ctx, spec))
+    (created,) = env.api.batches
+    monkeypatch.setattr(JobStore, "set_shard_batches", recorded)
+
+    for _ in range(2):
+        again = asyncio.run(submit_batch(env.ctx, spec))
+        assert again.batches_created == 0 and again.batch_ids == [created]
+    assert len(env.api.submitted) == 1
+    row = env.store.shard(JOB, 0)
+    assert row is not None and row.batch_ids == (created,)
+
+
+def test_a_completed_batchs_rows_become_outcomes_in_input_order(env: Env) -> None:
+    spec = env.shard(6)
+    (batch_id,) = asyncio.run(submit_batch(env.ctx, spec)).batch_ids
+    assert asyncio.run(collect_batch(env.ctx, spec)).waiting == 1
+    # the provider answers in its own order, and one row with a 500
+    env.api.complete(batch_id, order=[f"r{n}" for n in (4, 1, 6, 3, 2, 5)], failing=["r3"])
+
+    assert asyncio.run(collect_batch(env.ctx, spec)).done is True
+    results, errors = env.outputs(spec)
+    assert [r["custom_id"] for r in results] == ["u-0", "u-1", "u-3", "u-4", "u-5"]
+    # each answer is its own line's: the fake echoes the body it was given
+    assert all(r["response"]["body"]["echo"]["messages"][0]["content"].endswith(("great", "awful")) for r in results)
+    assert [r["response"]["request_id"] for r in results] == ["req_r1", "req_r2", "req_r4", "req_r5", "req_r6"]
+    assert [(e["custom_id"], e["error"]["code"], e["response"]["status_code"]) for e in errors] == [
+        ("u-2", "provider_error", 500)
+    ]
+    assert env.report(spec)["batches"] == [
+        {"id": batch_id, "status": "completed", "requests": 6, "results": 5, "errors": 1, "unfinished": 0,
+         "left": 0, "turnaround_s": 60.0}
+    ]  # fmt: skip
+    # the files at the provider are deleted once the answers are in S3
+    assert env.api.deleted == [f"in_{batch_id.removeprefix('fb_')}", f"out_{batch_id}"]
+
+
+def test_an_expired_batchs_missing_lines_are_left_to_go_direct(env: Env) -> None:
+    spec = env.shard(6)
+    (batch_id,) = asyncio.run(submit_batch(env.ctx, spec)).batch_ids
+    env.api.expire(batch_id, answered=2, marked=2)
+
+    outcome = asyncio.run(collect_batch(env.ctx, spec))
+    assert (outcome.done, outcome.fallback) == (False, True)
+    done = load_checkpoint(env.s3, spec).done
+    assert done == {1, 2}
+    # what RunShard sends next: the four lines the batch did not answer, whether it named them or not
+    assert [r.custom_id for r in pending(env.s3, spec, done, lambda e: None)] == ["u-2", "u-3", "u-4", "u-5"]
+    assert env.report(spec)["fallback_lines"] == 4
+
+    reported = env.shard(6, shard=1, on_batch_incomplete="error")
+    (second,) = asyncio.run(submit_batch(env.ctx, reported)).batch_ids
+    env.api.expire(second, answered=2, marked=2)
+    assert asyncio.run(collect_batch(env.ctx, reported)).done is True
+    results, errors = env.outputs(reported)
+    assert len(results) == 2 and [e["error"]["code"] for e in errors] == ["batch_expired"] * 4
+
+
+def test_a_batch_refused_for_a_full_queue_is_submitted_again_under_its_next_attempt(env: Env) -> None:
+    env.ctx = replace(env.ctx, settings=replace(env.ctx.settings, poll_seconds=0, batch_poll_max_s=0))
+    spec = env.shard(3)
+    (refused,) = asyncio.run(submit_batch(env.ctx, spec)).batch_ids
+    env.api.refuse_for_full_queue(refused)
+
+    assert asyncio.run(collect_batch(env.ctx, spec)).waiting == 1
+    assert [(tag.part, tag.attempt) for tag in env.api.submitted] == [(0, 1), (0, 2)]
+    row = env.store.shard(JOB, 0)
+    assert row is not None and row.batch_requeued == 1 and row.batch_ids is not None
+    (again,) = row.batch_ids
+    env.api.complete(again)
+    assert asyncio.run(collect_batch(env.ctx, spec)).done is True
+    assert [r["custom_id"] for r in env.outputs(spec)[0]] == ["u-0", "u-1", "u-2"]
+
+
+def test_a_cancel_stops_running_batches_and_their_unrun_lines_are_cancelled(env: Env) -> None:
+    spec = env.shard(4, on_batch_incomplete="error")
+    (running,) = asyncio.run(submit_batch(env.ctx, spec)).batch_ids
+    ended = env.shard(2, shard=1)
+    (finished,) = asyncio.run(submit_batch(env.ctx, ended)).batch_ids
+    env.api.complete(finished)
+
+    work = ProviderWork(batches=[running, finished, "fb_unknown"])
+    answers = asyncio.run(cancel_at_provider(work, base_url="-", api_key="-", batch_api=env.api.opener()))
+    assert (answers.batches_cancelled, answers.already_ended) == (1, 1)
+    assert answers.failures == ["fb_unknown: HTTP 404: no such batch"]
+    assert env.api.cancelled == [running]
+
+    env.api.finish_cancel(running, answered=1)
+    assert asyncio.run(collect_batch(env.ctx, spec)).done is True
+    results, errors = env.outputs(spec)
+    assert [r["custom_id"] for r in results] == ["u-0"]
+    assert [(e["custom_id"], e["error"]["code"]) for e in errors] == [
+        ("u-1", "batch_cancelled"),
+        ("u-2", "batch_cancelled"),
+        ("u-3", "batch_cancelled"),
+    ]
