@@ -18,6 +18,7 @@ from .providers.background import Settled
 from .shard import (
     ShardContext,
     ShardSpec,
+    left_to_send,
     opening_delay_s,
     pending,
     poll_wait_seconds,
@@ -95,7 +96,7 @@ async def submit_background(ctx: ShardContext, spec: ShardSpec) -> Submitted:
         await asyncio.sleep(opening_delay_s(spec))
     budget = shard_budget(ctx, spec)
     try:
-        stats = await send_with_sweep(ctx, spec, requests, sink, budget=budget)
+        stats = await send_with_sweep(ctx, spec, requests, sink, budget=budget, expected=left_to_send(spec, skip))
     except asyncio.CancelledError:
         # given up mid-flight (an interrupted local run): the responses created so far are
         # stored, so a cancel finds them, and every direct answer is in the outputs

@@ -19,7 +19,17 @@ from .lines import LineError
 from .model import ErrorCode, Outcome, Request
 from .parts import PartWriter, assemble, load_checkpoint
 from .refusal import unsent_message, write_refusal
-from .shard import ShardContext, ShardSpec, Stopper, margin_s, opening_delay_s, pending, shard_budget, write_unsent
+from .shard import (
+    ShardContext,
+    ShardSpec,
+    Stopper,
+    left_to_send,
+    margin_s,
+    opening_delay_s,
+    pending,
+    shard_budget,
+    write_unsent,
+)
 from .sweep import send_with_sweep
 
 
@@ -54,7 +64,8 @@ async def run_direct(ctx: ShardContext, spec: ShardSpec) -> DirectRun:
         writer.add_outcome(outcome)
 
     try:
-        stats = await send_with_sweep(ctx, spec, requests, sink, stopper, budget)
+        expected = left_to_send(spec, checkpoint.done)
+        stats = await send_with_sweep(ctx, spec, requests, sink, stopper, budget, expected=expected)
     except asyncio.CancelledError:
         # the requests in flight were given up (an interrupted local run): what was answered is
         # checkpointed as a run that stops early would, so the outputs have every answer there was

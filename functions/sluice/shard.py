@@ -266,6 +266,14 @@ def shard_budget(ctx: ShardContext, spec: ShardSpec, *, batch: bool = False) -> 
     )
 
 
+def left_to_send(spec: ShardSpec, skip: set[int]) -> int:
+    """At most how many requests a run of the shard sends before retries: its lines without an
+    outcome. The shared limit leases no more than that, so a run's last lease leaves nothing to
+    give back at its end (a lease and a give-back a moment apart were two writes of the key's item
+    for every run's end)."""
+    return max(0, spec.lines - spec.blank - len(skip))
+
+
 def pending(s3: Any, spec: ShardSpec, skip: set[int], on_invalid: Callable[[LineError], None]) -> Iterator[Request]:
     """Requests still to send; invalid lines go to `on_invalid` as they stream past.
 

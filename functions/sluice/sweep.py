@@ -69,8 +69,11 @@ async def send_with_sweep(
     sink: Callable[[Outcome], None],
     stopper: Stopper | None = None,
     budget: Budget | None = None,
+    *,
+    expected: int | None = None,
 ) -> EngineStats:
-    """`send_requests`, then one more pass over the lines that failed transiently.
+    """`send_requests`, then one more pass over the lines that failed transiently. `expected`: at
+    most how many `requests` there are, when the caller knows.
 
     Once the job's `budget` is spent, a held line keeps the outcome it had: it is not sent again.
 
@@ -96,7 +99,8 @@ async def send_with_sweep(
             return
         sink(outcome)
 
-    stats = await send_requests(ctx, replace(spec, max_attempts=first_pass), tracked(), hold_or_pass, stopper, budget)
+    first = replace(spec, max_attempts=first_pass)
+    stats = await send_requests(ctx, first, tracked(), hold_or_pass, stopper, budget, expected=expected)
     in_flight.clear()
     if not held:
         return stats
@@ -113,7 +117,7 @@ async def send_with_sweep(
 
     again = [request for request, _ in held.values()]
     sweep = replace(spec, concurrency=sweep_concurrency(spec.concurrency), max_attempts=last_pass)
-    await send_requests(ctx, sweep, again, swept, stopper, budget)
+    await send_requests(ctx, sweep, again, swept, stopper, budget, expected=len(again))
     if stopper.stopped or (budget is not None and budget.exhausted):
         for _, outcome in held.values():
             sink(outcome)
