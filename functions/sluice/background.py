@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 from .cache import fill_for
-from .contract import Collected, Submitted
+from .contract import Collected, Mode, Submitted
 from .model import ErrorCode, Outcome, Request
 from .parts import PartWriter, assemble, load_checkpoint
-from .providers.background import Settled
+from .providers.background import BackgroundApi, Settled
 from .shard import (
     ShardContext,
     ShardSpec,
@@ -43,13 +44,13 @@ async def submit_background(ctx: ShardContext, spec: ShardSpec) -> Submitted:
     checkpoint = load_checkpoint(ctx.s3, spec)
     skip = set(checkpoint.done)
     skip.update(i.line for i in ctx.store.items(spec.job_id, spec.shard) if i.provider_id)
-    fill = fill_for(ctx, spec, run=checkpoint.runs + 1, path="background")
+    fill = fill_for(ctx, spec, run=checkpoint.runs + 1, path=Mode.BACKGROUND)
     writer = PartWriter(
         s3=ctx.s3,
         store=ctx.store,
         spec=spec,
         run=checkpoint.runs + 1,
-        path="background",
+        path=Mode.BACKGROUND,
         progress=ctx.progress,
         cache=fill,
     )
@@ -65,29 +66,7 @@ async def submit_background(ctx: ShardContext, spec: ShardSpec) -> Submitted:
         direct.add(request.line)
         return request
 
-    def sink(outcome: Outcome) -> None:
-        seen.add(outcome.line)
-        if outcome.line in direct:
-            direct.discard(outcome.line)
-            writer.add_outcome(outcome, path="direct")
-            return
-        if not outcome.ok or not isinstance(outcome.body, dict):
-            writer.add_outcome(outcome)
-            return
-        settled = api.settle(outcome.body)
-        if settled is not None:
-            writer.add_outcome(_settled_outcome(outcome, settled))
-            return
-        writer.add_pending(
-            ItemState(
-                outcome.line,
-                outcome.custom_id,
-                "submitted",
-                api.response_id(outcome.body),
-                outcome.attempts,
-                swept=outcome.swept,
-            )
-        )
+    sink = _submit_sink(api, writer, direct, seen)
 
     source = pending(ctx.s3, spec, skip, writer.add_invalid)
     # keyed as the line asks, before `background: true` is added: a direct run of it shares the answer
@@ -115,6 +94,37 @@ async def submit_background(ctx: ShardContext, spec: ShardSpec) -> Submitted:
         wait_seconds=ctx.settings.poll_seconds,
         waiting_since=spec.waiting_since or time.time(),
     )
+
+
+def _submit_sink(api: BackgroundApi, writer: PartWriter, direct: set[int], seen: set[int]) -> Callable[[Outcome], None]:
+    """Where a submit run's outcomes go: a direct line's answer and a failure to the outputs, a
+    response that settled at once as its answer, one still running to the item rows."""
+
+    def sink(outcome: Outcome) -> None:
+        seen.add(outcome.line)
+        if outcome.line in direct:
+            direct.discard(outcome.line)
+            writer.add_outcome(outcome, path=Mode.DIRECT)
+            return
+        if not outcome.ok or not isinstance(outcome.body, dict):
+            writer.add_outcome(outcome)
+            return
+        settled = api.settle(outcome.body)
+        if settled is not None:
+            writer.add_outcome(_settled_outcome(outcome, settled))
+            return
+        writer.add_pending(
+            ItemState(
+                outcome.line,
+                outcome.custom_id,
+                "submitted",
+                api.response_id(outcome.body),
+                outcome.attempts,
+                swept=outcome.swept,
+            )
+        )
+
+    return sink
 
 
 def _settled_outcome(outcome: Outcome, settled: Settled) -> Outcome:
@@ -146,9 +156,9 @@ async def collect_background(ctx: ShardContext, spec: ShardSpec) -> Collected:
         store=ctx.store,
         spec=spec,
         run=checkpoint.runs + 1,
-        path="background",
+        path=Mode.BACKGROUND,
         progress=ctx.progress,
-        cache=fill_for(ctx, spec, run=checkpoint.runs + 1, path="background"),
+        cache=fill_for(ctx, spec, run=checkpoint.runs + 1, path=Mode.BACKGROUND),
     )
     still: list[int] = []
     # items a webhook settled were already counted off the shard's wait; the rest are counted here

@@ -15,7 +15,7 @@ from .batch_files import BatchPart, part_key
 from .batch_queue import Hold
 from .batch_queue_table import QueueTable
 from .cache import fill_for
-from .contract import BatchCollected
+from .contract import BatchCollected, Mode
 from .model import ErrorCode, Outcome
 from .parts import PartWriter, assemble, load_checkpoint, parts_stats
 from .providers.batch import BatchApi, BatchRow, BatchState, BatchStatus
@@ -206,9 +206,9 @@ async def collect_batch(ctx: ShardContext, spec: ShardSpec) -> BatchCollected:
         # a batch's answers are found through its row map and the results file, never by item
         # row: a row per answered line was most of a batch job's DynamoDB writes
         item_rows_for_results=False,
-        path="batch",
+        path=Mode.BATCH,
         progress=ctx.progress,
-        cache=fill_for(ctx, spec, run=checkpoint.runs + 1, path="batch"),
+        cache=fill_for(ctx, spec, run=checkpoint.runs + 1, path=Mode.BATCH),
     )
     async with ctx.batches() as api:
         seen = await _look_at_batches(api, ctx, spec, state, states, checkpoint.done, writer)

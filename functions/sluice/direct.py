@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 from .cache import fill_for
-from .contract import DirectRun, ProviderRefused
+from .contract import DirectRun, Mode, ProviderRefused
 from .lines import LineError
 from .model import ErrorCode, Outcome, Request
 from .parts import PartWriter, assemble, load_checkpoint
@@ -40,7 +40,7 @@ class ShardStalled(RuntimeError):
 async def run_direct(ctx: ShardContext, spec: ShardSpec) -> DirectRun:
     started = time.monotonic()
     checkpoint = load_checkpoint(ctx.s3, spec)
-    fill = fill_for(ctx, spec, run=checkpoint.runs + 1, path="direct")
+    fill = fill_for(ctx, spec, run=checkpoint.runs + 1, path=Mode.DIRECT)
     writer = PartWriter(
         s3=ctx.s3,
         store=ctx.store,

@@ -163,7 +163,11 @@ def lease(
     requests have cost so far), so a token-bound lessee writes no more often. At any time, with
     `demand` workers waiting: a bite of the bucket's surplus, at most `demand` requests. A lessee
     that will ask for at most `most` (1 or more) requests more (a run that knows its count) takes
-    no more: what it would give back unspent is a write of the item saved."""
+    no more: what it would give back unspent is a write of the item saved.
+
+    Longer than 80 lines on purpose: one pure computation of a grant from one reading of the
+    bucket, whose steps share the lessee count, the share and the period; split, each part
+    would take and return most of them."""
     seats = _seats(bucket)
     seat = seat_of(lessee)
     start = max(now, bucket.stamp)

@@ -15,6 +15,7 @@ from itertools import islice
 from typing import Any
 
 from .aws_errors import read_json_if_any
+from .contract import Mode
 from .parts import S3_IN_FLIGHT, assemble_outputs, s3_pool
 from .shard import ShardSpec
 
@@ -47,7 +48,7 @@ def _read_json(s3: Any, bucket: str, key: str) -> dict[str, Any] | None:
 
 def batch_report(s3: Any, spec: ShardSpec) -> dict[str, Any] | None:
     """What a batch shard's batches did (CollectBatch writes it once they have all ended)."""
-    return _read_json(s3, spec.bucket, spec.batch_report_key) if spec.mode == "batch" else None
+    return _read_json(s3, spec.bucket, spec.batch_report_key) if spec.mode == Mode.BATCH else None
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from typing import Any
 import orjson
 
 from .cache import CacheFill, FilledSegment
+from .contract import Mode
 from .lines import LineError
 from .model import Outcome
 from .progress import ProgressSink
@@ -158,7 +159,7 @@ class PartWriter:
         run: int,
         every: int = 1000,
         item_rows_for_results: bool = True,
-        path: str = "direct",
+        path: str = Mode.DIRECT,
         progress: ProgressSink | None = None,
         cache: CacheFill | None = None,
     ) -> None:
@@ -190,17 +191,17 @@ class PartWriter:
         record = outcome_record(self._spec.job_id, outcome)
         chunk.rows.append(b"%d\t%s\t%s\n" % (outcome.line, kind, record))
         path = path or self._path
-        batch = path == "batch"
+        batch = path == Mode.BATCH
         # only an answer that came back on its own request has a latency: a batch's rows, and a
         # background response fetched by a poll, took what the provider's queue and the polling took
-        usage = chunk.stats.add_outcome(outcome, path=path, request_format=self._format, timed=path == "direct")
+        usage = chunk.stats.add_outcome(outcome, path=path, request_format=self._format, timed=path == Mode.DIRECT)
         if self._cache is not None:
             self._cache.add(outcome, record, usage)
         self._count(outcome.ok)
         if self._progress is not None:
             self._progress.outcome(outcome, batch=batch, waited=batch or provider_id is not None)
         # nothing looks up a result that was sent directly by its row (no webhook, no cancel)
-        if outcome.ok and (not self._item_rows_for_results or path == "direct"):
+        if outcome.ok and (not self._item_rows_for_results or path == Mode.DIRECT):
             self._maybe_cut(len(chunk.rows))
             return
         chunk.items.append(

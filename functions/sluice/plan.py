@@ -25,6 +25,7 @@ from .contract import (
     METADATA_PREFIX,
     MODES,
     OUTBOX_PREFIX,
+    Mode,
     PlanCache,
     PlanFigures,
     Planned,
@@ -109,7 +110,7 @@ class JobOptions:
                 deadline = -1.0
             if not math.isfinite(deadline) or deadline <= 0:
                 raise PlanError(f"{METADATA_PREFIX}deadline-hours={raw_deadline!r}; expected a positive number")
-        if mode == "batch" and deadline is not None and deadline < BATCH_WINDOW_HOURS:
+        if mode == Mode.BATCH and deadline is not None and deadline < BATCH_WINDOW_HOURS:
             raise PlanError(
                 f"{METADATA_PREFIX}mode=batch cannot promise {METADATA_PREFIX}deadline-hours={meta['deadline-hours']}: "
                 f"the Batch API may take up to {BATCH_WINDOW_HOURS:g} hours; use direct or auto"
@@ -167,8 +168,8 @@ class JobOptions:
         if self.mode != "auto":
             return self.mode
         if self.deadline_hours is not None and self.deadline_hours < BATCH_WINDOW_HOURS:
-            return "direct"
-        return "batch" if requests >= settings.auto_batch_min_requests else "direct"
+            return Mode.DIRECT
+        return Mode.BATCH if requests >= settings.auto_batch_min_requests else Mode.DIRECT
 
 
 @dataclass

@@ -17,7 +17,7 @@ import aiohttp
 import orjson
 
 from .budget import HOLDERS_WAIT_S, Budget, usd_to_nano
-from .contract import RateSeed, Settings, parse_rate_limits
+from .contract import Mode, RateSeed, Settings, parse_rate_limits
 from .contract import ShardSpec as ShardSpec  # the contract's, which the modes import from here
 from .engine import EngineSettings, EngineStats, fan_out
 from .limit_table import BucketTable
@@ -104,7 +104,7 @@ def _engine_settings(spec: ShardSpec, settings: Settings) -> EngineSettings:
     )
     # a direct shard stops sending when the provider refuses everything (a background shard's
     # responses and a batch's rows are answered later, not in the order they were sent)
-    fail_fast = REFUSAL_ANSWERS if spec.mode == "direct" else 0
+    fail_fast = REFUSAL_ANSWERS if spec.mode == Mode.DIRECT else 0
     return EngineSettings(
         concurrency=spec.concurrency,
         policy=policy,

@@ -21,6 +21,7 @@ from .contract import (
     Figures,
     JobRow,
     Latency,
+    Mode,
     ProviderRefused,
     ShardBatches,
     ShardFigures,
@@ -71,7 +72,9 @@ class Tally:
         self.totals.merge(stats)
         if self.refused is None and stats.errors.get(ErrorCode.PROVIDER_REFUSED):
             self.refused = read_refusal(s3, spec.bucket, spec.refusal_key)
-        (self.batch_hits if spec.mode == "batch" else self.direct_hits).merge(Stats(cached_models=stats.cached_models))
+        (self.batch_hits if spec.mode == Mode.BATCH else self.direct_hits).merge(
+            Stats(cached_models=stats.cached_models)
+        )
         results, errors = figures["result_lines"], figures["error_lines"]
         if results + errors != spec.lines - spec.blank:
             raise InvariantError(
