@@ -18,7 +18,6 @@ from decimal import Decimal
 from typing import Any
 
 from boto3.dynamodb.conditions import Key
-from botocore.exceptions import ClientError
 
 from .batch_queue import (
     HOLD_MAX_S,
@@ -45,7 +44,7 @@ from .batch_queue import (
 from .contract import PARTITION_KEY, SORT_KEY
 from .keys import HOLD_PREFIX, hold_key, shard_partition
 from .retry import table_retry_delay_s
-from .rows import Rows, lost_race
+from .rows import Rows, conditional
 
 # the slot that records when the key's queue was last reconciled
 CHECK_SLOT = 0
@@ -130,13 +129,7 @@ class QueueTable(Rows):
     def _update(self, key: dict[str, str], **kwargs: Any) -> dict[str, Any] | None:
         """One conditional update: its attributes (`ReturnValues`), or None when its condition failed."""
         self.writes[key[PARTITION_KEY]] += 1
-        try:
-            answer: dict[str, Any] = self._table.update_item(Key=key, **kwargs)
-        except ClientError as exc:
-            if lost_race(exc):
-                return None
-            raise
-        return answer
+        return conditional(self._table.update_item, Key=key, **kwargs)
 
     # ---- the slots
 

@@ -21,12 +21,10 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from botocore.exceptions import ClientError
-
 from .contract import PARTITION_KEY, SORT_KEY
 from .lease import SEAT_MAX_S, SEATS, Bucket, LeasePolicy
 from .retry import table_retry_delay_s
-from .rows import lost_race
+from .rows import conditional
 
 LIMIT_SORT_KEY = "LIMIT"
 # the item outlives a job by this much: long enough for the next job to find the learned rate
@@ -165,19 +163,15 @@ class BucketTable:
         self, pk: str, expression: str, condition: str, values: dict[str, Any], names: dict[str, str] | None = None
     ) -> bool:
         """The conditional update; False if its condition failed (another shard wrote first)."""
-        try:
-            self._table.update_item(
-                Key={PARTITION_KEY: pk, SORT_KEY: LIMIT_SORT_KEY},
-                UpdateExpression=expression,
-                ConditionExpression=condition,
-                ExpressionAttributeValues=values,
-                **({"ExpressionAttributeNames": names} if names else {}),
-            )
-        except ClientError as exc:
-            if lost_race(exc):
-                return False
-            raise
-        return True
+        answer = conditional(
+            self._table.update_item,
+            Key={PARTITION_KEY: pk, SORT_KEY: LIMIT_SORT_KEY},
+            UpdateExpression=expression,
+            ConditionExpression=condition,
+            ExpressionAttributeValues=values,
+            **({"ExpressionAttributeNames": names} if names else {}),
+        )
+        return answer is not None
 
     def change(self, pk: str, how: Callable[[Bucket], Bucket | None]) -> bool:
         """Read, change and write the item, again after a jittered wait if another shard wrote in

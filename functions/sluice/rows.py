@@ -47,8 +47,21 @@ def dynamo(value: Any) -> Any:
     return value
 
 
-def lost_race(exc: ClientError) -> bool:
+def _lost_race(exc: ClientError) -> bool:
     return bool(exc.response["Error"]["Code"] == "ConditionalCheckFailedException")
+
+
+def conditional(write: Callable[..., Any], **request: Any) -> dict[str, Any] | None:
+    """One conditional write (a Table's `put_item` or `update_item` with `request`): what it
+    answered, or None when its condition failed (another writer came first). Every conditional
+    write of the store goes through here: a lost race is an answer, any other error is raised."""
+    try:
+        answer: dict[str, Any] = write(**request)
+    except ClientError as exc:
+        if _lost_race(exc):
+            return None
+        raise
+    return answer
 
 
 def each_shard(call: Callable[[int], T], shards: Iterable[int]) -> list[T]:

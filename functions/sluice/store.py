@@ -39,7 +39,7 @@ from .keys import (
     shard_key,
     shard_partition,
 )
-from .rows import SHARD_WORKERS, ItemState, dynamo, each_shard, lost_race, plain
+from .rows import SHARD_WORKERS, ItemState, conditional, dynamo, each_shard, plain
 from .webhook_rows import WebhookRows
 
 __all__ = ["QUEUED_PREFIX", "ItemState", "JobCounts", "JobStore"]
@@ -80,8 +80,9 @@ class JobStore(WebhookRows, BatchRows):
 
         The same execution may claim again: a retried Plan must not mistake itself for a duplicate.
         """
-        try:
-            self._table.put_item(
+        return (
+            conditional(
+                self._table.put_item,
                 Item=dynamo(
                     {
                         **job_key(job_id),
@@ -97,11 +98,8 @@ class JobStore(WebhookRows, BatchRows):
                 ),
                 ConditionExpression=Attr(PARTITION_KEY).not_exists() | Attr("execution").eq(execution),
             )
-        except ClientError as exc:
-            if lost_race(exc):
-                return False
-            raise
-        return True
+            is not None
+        )
 
     def record_plan(
         self,
@@ -153,20 +151,16 @@ class JobStore(WebhookRows, BatchRows):
         the cap refuses."""
         if amount > cap:
             return None
-        try:
-            row = self._table.update_item(
-                Key=job_key(job_id),
-                UpdateExpression="ADD budget_committed :a, budget_spent :s, budget_holders :h",
-                ConditionExpression=Attr("budget_committed").lte(cap - amount),
-                ExpressionAttributeValues={":a": amount, ":s": spent, ":h": 1 if join else 0},
-                # ALL_NEW: UPDATED_NEW may leave out a figure the ADD did not change
-                ReturnValues="ALL_NEW",
-            ).get("Attributes", {})
-        except ClientError as exc:
-            if lost_race(exc):
-                return None
-            raise
-        return _budget_state(row)
+        answer = conditional(
+            self._table.update_item,
+            Key=job_key(job_id),
+            UpdateExpression="ADD budget_committed :a, budget_spent :s, budget_holders :h",
+            ConditionExpression=Attr("budget_committed").lte(cap - amount),
+            ExpressionAttributeValues={":a": amount, ":s": spent, ":h": 1 if join else 0},
+            # ALL_NEW: UPDATED_NEW may leave out a figure the ADD did not change
+            ReturnValues="ALL_NEW",
+        )
+        return None if answer is None else _budget_state(answer.get("Attributes", {}))
 
     def budget_state(self, job_id: str) -> BudgetState:
         """The job's committed spend (nano-USD) and how many shards hold a pool of it; strongly

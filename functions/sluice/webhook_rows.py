@@ -7,11 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 from boto3.dynamodb.conditions import Attr, Key
-from botocore.exceptions import ClientError
 
 from .contract import PARTITION_KEY, PROVIDER_ID_ATTRIBUTE, PROVIDER_ID_INDEX, SORT_KEY
 from .keys import SHARD_SORT_KEY, early_key, item_key, response_key, shard_key, webhook_key
-from .rows import ItemState, Rows, lost_race
+from .rows import ItemState, Rows, conditional
 
 
 def _token(shard_row: dict[str, Any]) -> str | None:
@@ -26,16 +25,12 @@ def _token_if_nothing_waits(shard_row: dict[str, Any]) -> str | None:
 class WebhookRows(Rows):
     def remember_webhook(self, webhook_id: str, now: float) -> bool:
         """Record a webhook id once; False when it was seen before (a replay or a duplicate)."""
-        try:
-            self._table.put_item(
-                Item={**webhook_key(webhook_id), "seen_at": int(now), "expires_at": int(now) + 7 * 86400},
-                ConditionExpression=Attr(PARTITION_KEY).not_exists(),
-            )
-        except ClientError as exc:
-            if lost_race(exc):
-                return False
-            raise
-        return True
+        seen = conditional(
+            self._table.put_item,
+            Item={**webhook_key(webhook_id), "seen_at": int(now), "expires_at": int(now) + 7 * 86400},
+            ConditionExpression=Attr(PARTITION_KEY).not_exists(),
+        )
+        return seen is not None
 
     def _by_provider_id(self, provider_id: str) -> dict[str, Any] | None:
         """The key of the row that names `provider_id`: the index holds keys only."""
@@ -72,20 +67,18 @@ class WebhookRows(Rows):
         return settled
 
     def _settle_row(self, job_id: str, shard: int, line: int) -> str | None:
-        try:
-            self._table.update_item(
-                Key=item_key(job_id, shard, line),
-                UpdateExpression="SET #s = :settled",
-                ConditionExpression=Attr("status").eq("submitted"),
-                ExpressionAttributeNames={"#s": "status"},
-                ExpressionAttributeValues={":settled": "settled"},
-            )
-        except ClientError as exc:
-            if lost_race(exc):
-                # settled before, perhaps by a delivery whose wake then failed: wake again if
-                # the shard has nothing left to wait for (a used token is refused harmlessly)
-                return _token_if_nothing_waits(self._shard_row(shard_key(job_id, shard)))
-            raise
+        settled = conditional(
+            self._table.update_item,
+            Key=item_key(job_id, shard, line),
+            UpdateExpression="SET #s = :settled",
+            ConditionExpression=Attr("status").eq("submitted"),
+            ExpressionAttributeNames={"#s": "status"},
+            ExpressionAttributeValues={":settled": "settled"},
+        )
+        if settled is None:
+            # settled before, perhaps by a delivery whose wake then failed: wake again if the
+            # shard has nothing left to wait for (a used token is refused harmlessly)
+            return _token_if_nothing_waits(self._shard_row(shard_key(job_id, shard)))
         row = self._table.update_item(
             Key=shard_key(job_id, shard),
             UpdateExpression="ADD waiting :minus",
@@ -98,20 +91,18 @@ class WebhookRows(Rows):
         key = self._by_provider_id(batch_id)
         if key is None or key[SORT_KEY] != SHARD_SORT_KEY:
             return None
-        try:
-            shard = self._table.update_item(
-                Key=key,
-                UpdateExpression="SET batch_settled = :s",
-                ConditionExpression=Attr("batch_settled").not_exists(),
-                ExpressionAttributeValues={":s": status},
-                ReturnValues="ALL_NEW",
-            )["Attributes"]
-        except ClientError as exc:
-            if lost_race(exc):
-                # reported before, perhaps by a delivery whose wake then failed: wake again
-                return _token(self._shard_row(key))
-            raise
-        return _token(shard)
+        answer = conditional(
+            self._table.update_item,
+            Key=key,
+            UpdateExpression="SET batch_settled = :s",
+            ConditionExpression=Attr("batch_settled").not_exists(),
+            ExpressionAttributeValues={":s": status},
+            ReturnValues="ALL_NEW",
+        )
+        if answer is None:
+            # reported before, perhaps by a delivery whose wake then failed: wake again
+            return _token(self._shard_row(key))
+        return _token(answer["Attributes"])
 
     def _shard_row(self, key: dict[str, str]) -> dict[str, Any]:
         return dict(self._table.get_item(Key=key, ConsistentRead=True).get("Item") or {})

@@ -9,10 +9,12 @@ from typing import Any
 
 import boto3
 import pytest
+from boto3.dynamodb.conditions import Attr
+from botocore.exceptions import ClientError
 from moto import mock_aws
 from sluice.contract import ItemRow, JobProgress, JobRow, PlanCache, StateError, Summary, SummaryRow
 from sluice.keys import item_key, job_key
-from sluice.rows import plain
+from sluice.rows import conditional, plain
 from sluice.store import ItemState, JobStore
 
 from local.cloud import create_table
@@ -158,3 +160,15 @@ def test_an_item_row_with_an_attribute_the_store_never_writes_is_refused(store: 
         store.item("job", 0, 4)
     with pytest.raises(StateError, match="stray"):
         list(store.items("job", 0))
+
+
+def test_a_conditional_write_that_loses_its_race_answers_none_and_any_other_error_is_raised() -> None:
+    with mock_aws():
+        create_table(boto3.client("dynamodb", region_name="us-east-1"), "jobs")
+        table = boto3.resource("dynamodb", region_name="us-east-1").Table("jobs")
+        item = {"pk": "A", "sk": "B", "n": 1}
+        first = conditional(table.put_item, Item=item, ConditionExpression=Attr("pk").not_exists())
+        again = conditional(table.put_item, Item=item, ConditionExpression=Attr("pk").not_exists())
+        assert first is not None and again is None
+        with pytest.raises(ClientError, match="ValidationException"):
+            conditional(table.update_item, Key={"pk": "A", "sk": "B"}, UpdateExpression="SET n = :missing")
