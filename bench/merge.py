@@ -365,8 +365,8 @@ def run_job(args: argparse.Namespace) -> None:
 
         def fail() -> None:
             while True:
-                detail = mark_failed(s3=s3, store=store, state=failed.state, error="States.TaskFailed", cause="")
-                if detail.get("done", True):
+                failure = mark_failed(s3=s3, store=store, state=failed.state, error="States.TaskFailed", cause="")
+                if failure.result.done:
                     return
 
         marked = measure("MarkFailed", meter, latency_s, fail)

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sluice.contract import MARK_FAILED_ERROR_KEY, STEP_ERROR_KEY, MarkedFailed, Planned
+from sluice.contract import MARK_FAILED_ERROR_KEY, STEP_ERROR_KEY, Planned
 from sluice.failure import mark_failed, record_failure
 from sluice.notify import publish
 
@@ -21,7 +21,7 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     # MarkFailed's own failure, caught by the definition: only the job's end is recorded
     failed_again = event.get(MARK_FAILED_ERROR_KEY)
     if failed_again is None:
-        detail = mark_failed(
+        failure = mark_failed(
             s3=rt.s3,
             store=rt.store,
             state=state,
@@ -30,12 +30,12 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
             remaining_s=context.get_remaining_time_in_millis() / 1000,
         )
     else:
-        detail = record_failure(
+        failure = record_failure(
             s3=rt.s3, store=rt.store, state=state, error=failed, cause=cause, failed_again=failed_again
         )
-    logger.thread_safe_append_keys(job_id=detail["job_id"])
-    result = MarkedFailed(done=detail.pop("done"), shards_left=detail.pop("shards_left", 0))
-    if result.done:
+    logger.thread_safe_append_keys(job_id=failure.job_id)
+    if failure.event is not None:
+        detail = failure.event.to_json()
         publish(rt.events, bus=rt.settings.event_bus, detail_type="Sluice Job Failed", detail=detail)
         job_finished(detail, failed=True)
-    return {**detail, **result.to_dict()}
+    return failure.to_dict()

@@ -5,12 +5,13 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 from botocore.exceptions import ClientError
 
-from .contract import JobStatus, Planned, Summary
+from .contract import JobFailed, JobStatus, MarkedFailed, Planned, Summary
 from .merge import Deadlines, merge_job
 from .model import ErrorCode
 from .outputs import OutOfTime
@@ -29,6 +30,25 @@ MERGE_AFTER_SHARE = 0.1
 USER_ERRORS = frozenset({"PlanError"})
 
 
+@dataclass(frozen=True)
+class Failure:
+    """What one MarkFailed call did: once the job ended FAILED, the event that says so; until
+    then the `shards_left` to assemble (0: only the merge) wait for its next call."""
+
+    job_id: str
+    event: JobFailed | None
+    shards_left: int = 0
+
+    @property
+    def result(self) -> MarkedFailed:
+        return MarkedFailed(done=self.event is not None, shards_left=self.shards_left)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The step's answer: the event's detail (the job alone while it waits), then its result."""
+        detail = self.event.to_json() if self.event else {"job_id": self.job_id, "status": JobStatus.FAILED}
+        return {**detail, **self.result.to_dict()}
+
+
 def _reason(error: str, cause: str) -> str:
     """Step Functions hands over a Lambda failure as a JSON cause; users want its message."""
     try:
@@ -44,11 +64,11 @@ def _reason(error: str, cause: str) -> str:
 
 def mark_failed(
     *, s3: Any, store: Any, state: Planned | Mapping[str, Any], error: str, cause: str, remaining_s: float | None = None
-) -> dict[str, Any]:
+) -> Failure:
     """Account for every line and write the outputs, status FAILED. `state` is the job Plan
     planned, or the execution's input (the S3 event) when Plan itself failed. `done` is False
     when the shards left to assemble, or the merge, wait for another call (`remaining_s`: the
-    time this invocation has; None: no limit)."""
+    time this invocation has; None: no limit), and the event comes with the call that is done."""
     reason = _reason(error, cause)
     if not isinstance(state, Planned):
         # Plan itself failed: no shards and no manifest, so the job is the input object and the reason
@@ -74,16 +94,16 @@ def mark_failed(
             deadlines=deadlines,
         )
     except OutOfTime as exc:
-        return {"job_id": state.job_id, "status": JobStatus.FAILED, "done": False, "shards_left": exc.left}
+        return Failure(job_id=state.job_id, event=None, shards_left=exc.left)
     assert summary.figures is not None
-    return {
-        "job_id": state.job_id,
-        "status": JobStatus.FAILED,
-        "error": reason,
-        "counts": summary.figures.counts.to_json(),
-        "outputs": summary.figures.outputs,
-        "done": True,
-    }
+    event = JobFailed(
+        job_id=state.job_id,
+        status=JobStatus.FAILED,
+        error=reason,
+        counts=summary.figures.counts,
+        outputs=summary.figures.outputs,
+    )
+    return Failure(job_id=state.job_id, event=event)
 
 
 def record_failure(
@@ -94,7 +114,7 @@ def record_failure(
     error: str,
     cause: str,
     failed_again: Mapping[str, Any],
-) -> dict[str, Any]:
+) -> Failure:
     """MarkFailed's last resort, once MarkFailed itself failed: only the job row and a summary
     that says why, a few requests whatever the job's size. `state` as `mark_failed`'s."""
     if isinstance(state, Planned):
@@ -104,7 +124,7 @@ def record_failure(
     return _summary_only(s3, store, state, f"{reason}; accounting for its lines failed too: {again}")
 
 
-def _summary_only(s3: Any, store: Any, state: Planned | Mapping[str, Any], reason: str) -> dict[str, Any]:
+def _summary_only(s3: Any, store: Any, state: Planned | Mapping[str, Any], reason: str) -> Failure:
     """The job FAILED with a summary in outbox/ that says why, and no other output."""
     if isinstance(state, Planned):
         job_id, bucket, key, prefix = state.job_id, state.bucket, state.key, state.output_prefix
@@ -119,10 +139,5 @@ def _summary_only(s3: Any, store: Any, state: Planned | Mapping[str, Any], reaso
     summary = Summary(job_id=job_id, status=JobStatus.FAILED, input=f"s3://{bucket}/{key}", error=reason)
     # Plan may have failed before it made the job's row, or after
     summary_at = end_job(s3, store if store.job(job_id) is not None else None, summary, bucket=bucket, prefix=prefix)
-    return {
-        "job_id": job_id,
-        "status": JobStatus.FAILED,
-        "error": reason,
-        "summary": f"s3://{bucket}/{summary_at}",
-        "done": True,
-    }
+    event = JobFailed(job_id=job_id, status=JobStatus.FAILED, error=reason, summary=f"s3://{bucket}/{summary_at}")
+    return Failure(job_id=job_id, event=event)

@@ -134,15 +134,20 @@ def test_mark_failed_reads_no_part_of_a_shard_that_finished(aws: tuple[Counted, 
     state = failed_job(s3, store, shards=5, done={0: LINES, 1: LINES, 2: LINES, 3: 5}, part_rows=part_rows)
     counted.calls.clear()
 
-    detail = mark_failed(s3=s3, store=store, state=state, error="States.TaskFailed", cause="")
+    failed = mark_failed(s3=s3, store=store, state=state, error="States.TaskFailed", cause="")
     calls = list(counted.calls)
 
-    assert detail["counts"] == {
-        "lines": 60,
-        "blank": 0,
-        "requests": 60,
-        "results": 41,
-        "errors": 19,
+    # the "Sluice Job Failed" event's detail
+    assert failed.event is not None and failed.event.to_json() == {
+        "job_id": JOB,
+        "status": "FAILED",
+        "error": "States.TaskFailed",
+        "counts": {"lines": 60, "blank": 0, "requests": 60, "results": 41, "errors": 19},
+        "outputs": {
+            "results": f"s3://{BUCKET}/outbox/failed.results.jsonl",
+            "errors": f"s3://{BUCKET}/outbox/failed.errors.jsonl",
+            "summary": f"s3://{BUCKET}/outbox/failed.summary.json",
+        },
     }
     assert [r["custom_id"] for r in outputs(s3, "results")] == [f"c-{n}" for n in range(1, 42)]
     assert {e["error"]["code"] for e in outputs(s3, "errors")} == {"job_failed"}
@@ -154,7 +159,7 @@ def test_mark_failed_reads_no_part_of_a_shard_that_finished(aws: tuple[Counted, 
     # for the two shards cut short a list, their input and 3 writes, a read of each non-empty
     # shard output and a write of each output, and the summary
     assert len(calls) - len(parts_read) == 1 + 5 + 2 * 5 + (4 + 1) + (2 + 1) + 1
-    assert detail["done"]
+    assert failed.result.done
 
 
 def test_mark_failed_out_of_time_leaves_the_shards_left_for_its_next_call(aws: tuple[Counted, JobStore]) -> None:
@@ -164,13 +169,14 @@ def test_mark_failed_out_of_time_leaves_the_shards_left_for_its_next_call(aws: t
 
     first = mark_failed(s3=s3, store=store, state=state, error="States.TaskFailed", cause="", remaining_s=0.0)
 
-    assert first == {"job_id": JOB, "status": "FAILED", "done": False, "shards_left": 2}
+    assert first.to_dict() == {"job_id": JOB, "status": "FAILED", "done": False, "shards_left": 2}
     assert job_status(store) == "PLANNING"
     assert "Contents" not in s3.list_objects_v2(Bucket=BUCKET, Prefix="outbox/")
 
     second = mark_failed(s3=s3, store=store, state=state, error="States.TaskFailed", cause="", remaining_s=900.0)
 
-    assert second["done"] and second["counts"]["results"] == LINES + 3
+    assert second.event is not None and second.event.counts is not None
+    assert second.result.done and second.event.counts.results == LINES + 3
     assert len(outputs(s3, "results")) + len(outputs(s3, "errors")) == 3 * LINES
     assert job_status(store) == "FAILED"
 
@@ -187,13 +193,14 @@ def test_a_mark_failed_call_that_assembled_for_long_leaves_the_merge_to_the_next
 
     first = mark_failed(s3=s3, store=store, state=state, error="States.TaskFailed", cause="", remaining_s=900.0)
 
-    assert first == {"job_id": JOB, "status": "FAILED", "done": False, "shards_left": 0}
+    assert first.to_dict() == {"job_id": JOB, "status": "FAILED", "done": False, "shards_left": 0}
     assert "Contents" not in s3.list_objects_v2(Bucket=BUCKET, Prefix="outbox/")
     counted.calls.clear()
 
     second = mark_failed(s3=s3, store=store, state=state, error="States.TaskFailed", cause="", remaining_s=900.0)
 
-    assert second["done"] and second["counts"]["results"] == LINES + 3
+    assert second.event is not None and second.event.counts is not None
+    assert second.result.done and second.event.counts.results == LINES + 3
     assert not [k for _, k in counted.calls if "/part-" in k]
 
 
@@ -206,7 +213,7 @@ def test_when_mark_failed_fails_its_last_resort_still_ends_the_job_with_a_summar
     timed_out = {"Error": "Sandbox.Timedout", "Cause": '{"errorMessage": "Task timed out after 900.00 seconds"}'}
     counted.calls.clear()
 
-    detail = record_failure(
+    failed = record_failure(
         s3=s3, store=store, state=state, error="States.TaskFailed", cause="shard 1 failed", failed_again=timed_out
     )
 
@@ -214,12 +221,13 @@ def test_when_mark_failed_fails_its_last_resort_still_ends_the_job_with_a_summar
         "States.TaskFailed: shard 1 failed; accounting for its lines failed too: "
         "Sandbox.Timedout: Task timed out after 900.00 seconds"
     )
-    assert detail == {
+    assert failed.to_dict() == {
         "job_id": JOB,
         "status": "FAILED",
         "error": reason,
         "summary": f"s3://{BUCKET}/outbox/failed.summary.json",
         "done": True,
+        "shards_left": 0,
     }
     summary = orjson.loads(s3.get_object(Bucket=BUCKET, Key="outbox/failed.summary.json")["Body"].read())
     assert summary == {"job_id": JOB, "status": "FAILED", "error": reason, "input": f"s3://{BUCKET}/{state.key}"}

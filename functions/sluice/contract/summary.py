@@ -228,6 +228,21 @@ class SummaryRow(JsonRecord):
 
 
 @dataclass(frozen=True)
+class JobFailed(JsonRecord):
+    """The detail of the "Sluice Job Failed" event MarkFailed publishes once the job ended FAILED:
+    why (`error`), then what it left: a merged job's `counts` and `outputs`, or the `summary`
+    alone of one that ended before it had any."""
+
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"counts", "outputs", "summary"})
+    job_id: str
+    status: str
+    error: str
+    counts: Counts | None = None
+    outputs: dict[str, str] | None = None
+    summary: str | None = None
+
+
+@dataclass(frozen=True)
 class Summary:
     """A job's summary as it ended. `figures` when its shards were merged (every line accounted
     for); None when it ended before it had any (Plan failed, or cancelled while planning), and then
