@@ -15,7 +15,7 @@ from itertools import islice
 from typing import Any
 
 from .aws_errors import read_json_if_any
-from .contract import Mode
+from .contract import Mode, ShardStats
 from .parts import S3_IN_FLIGHT, assemble_outputs, s3_pool
 from .shard import ShardSpec
 
@@ -54,8 +54,7 @@ def batch_report(s3: Any, spec: ShardSpec) -> dict[str, Any] | None:
 @dataclass(frozen=True)
 class ShardOutput:
     spec: ShardSpec
-    # the shard's stats.json: its line counts, output sizes and figures
-    figures: dict[str, Any]
+    figures: ShardStats
     report: dict[str, Any] | None
     # assembled by this call
     assembled: bool = False
@@ -78,15 +77,15 @@ def shard_outputs(
     """
 
     def read(spec: ShardSpec, fetch: Executor) -> ShardOutput | None:
-        figures = _read_json(s3, spec.bucket, spec.stats_key)
-        if figures is None:
-            if missing_code is None:
-                raise ShardIncomplete(f"shard {spec.shard} (lines {spec.first_line}-{spec.last_line}) did not finish")
-            if deadline is not None and time.monotonic() > deadline:
-                return None
-            figures = assemble_outputs(s3, spec, missing_code=missing_code, missing_message=missing_message, pool=fetch)
-            return ShardOutput(spec, figures, batch_report(s3, spec), assembled=True)
-        return ShardOutput(spec, figures, batch_report(s3, spec))
+        found = _read_json(s3, spec.bucket, spec.stats_key)
+        if found is not None:
+            return ShardOutput(spec, ShardStats.from_dict(found), batch_report(s3, spec))
+        if missing_code is None:
+            raise ShardIncomplete(f"shard {spec.shard} (lines {spec.first_line}-{spec.last_line}) did not finish")
+        if deadline is not None and time.monotonic() > deadline:
+            return None
+        figures = assemble_outputs(s3, spec, missing_code=missing_code, missing_message=missing_message, pool=fetch)
+        return ShardOutput(spec, figures, batch_report(s3, spec), assembled=True)
 
     left = 0
     # the shards' own requests and their assemblies' together keep S3_IN_FLIGHT in flight

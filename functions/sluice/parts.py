@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 
 from .cache import CacheFill, FilledSegment
-from .contract import Mode
+from .contract import Mode, ShardStats
 from .lines import LineError
 from .model import Outcome
 from .progress import ProgressSink
@@ -302,21 +302,21 @@ class PartWriter:
 
 def write_outputs(
     s3: Any, bucket: str, prefix: str, results: list[bytes], errors: list[bytes], stats: Stats
-) -> dict[str, Any]:
+) -> ShardStats:
     """A finished shard's results and errors (lines in input order), then its stats: the line
     counts are what Merge checks against the plan (every line accounted for), and the sizes
     spare Merge a HEAD of each file. Returns the stats as written."""
     results_body, errors_body = b"".join(results), b"".join(errors)
     s3.put_object(Bucket=bucket, Key=prefix + "results.jsonl", Body=results_body)
     s3.put_object(Bucket=bucket, Key=prefix + "errors.jsonl", Body=errors_body)
-    shard_stats = {
-        "result_lines": len(results),
-        "error_lines": len(errors),
-        "results_bytes": len(results_body),
-        "errors_bytes": len(errors_body),
-        "stats": stats.to_dict(),
-    }
-    s3.put_object(Bucket=bucket, Key=prefix + "stats.json", Body=orjson.dumps(shard_stats))
+    shard_stats = ShardStats(
+        result_lines=len(results),
+        error_lines=len(errors),
+        results_bytes=len(results_body),
+        errors_bytes=len(errors_body),
+        stats=stats.to_dict(),
+    )
+    s3.put_object(Bucket=bucket, Key=prefix + "stats.json", Body=orjson.dumps(shard_stats.to_json()))
     return shard_stats
 
 
@@ -327,7 +327,7 @@ def assemble_outputs(
     missing_code: str | None = None,
     missing_message: str = "",
     pool: Executor | None = None,
-) -> dict[str, Any]:
+) -> ShardStats:
     """Write the shard's results and errors in input order from its parts; return its stats as written.
 
     With `missing_code`, every request line that has no terminal outcome is written to the
@@ -366,4 +366,4 @@ def assemble_outputs(
 def assemble(s3: Any, spec: ShardSpec, *, missing_code: str | None = None, missing_message: str = "") -> Stats:
     """`assemble_outputs`, returning the shard's figures."""
     shard_stats = assemble_outputs(s3, spec, missing_code=missing_code, missing_message=missing_message)
-    return Stats.from_dict(shard_stats["stats"])
+    return Stats.from_dict(shard_stats.stats)

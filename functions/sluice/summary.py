@@ -68,22 +68,22 @@ class Tally:
         """Count one shard's output in; InvariantError if it does not account for its lines."""
         spec, figures = output.spec, output.figures
         self.assembled += output.assembled
-        stats = Stats.from_dict(figures["stats"])
+        stats = Stats.from_dict(figures.stats)
         self.totals.merge(stats)
         if self.refused is None and stats.errors.get(ErrorCode.PROVIDER_REFUSED):
             self.refused = read_refusal(s3, spec.bucket, spec.refusal_key)
         (self.batch_hits if spec.mode == Mode.BATCH else self.direct_hits).merge(
             Stats(cached_models=stats.cached_models)
         )
-        results, errors = figures["result_lines"], figures["error_lines"]
+        results, errors = figures.result_lines, figures.error_lines
         if results + errors != spec.lines - spec.blank:
             raise InvariantError(
                 f"shard {spec.shard} accounts for {results + errors} lines of {spec.lines - spec.blank}"
             )
         self.result_lines += results
         self.error_lines += errors
-        self.result_sizes.append(figures.get("results_bytes"))
-        self.error_sizes.append(figures.get("errors_bytes"))
+        self.result_sizes.append(figures.results_bytes)
+        self.error_sizes.append(figures.errors_bytes)
         batch_models: dict[str, list[int]] = output.report.get("batch_models", {}) if output.report else {}
         self.batch_totals.merge(Stats(models={k: list(v) for k, v in batch_models.items()}))
         self.shards.append(shard_figures(spec, stats, (results, errors), output.report, batch_models))

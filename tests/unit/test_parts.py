@@ -9,9 +9,10 @@ import boto3
 import orjson
 import pytest
 from moto import mock_aws
+from sluice.contract import ShardStats, StateError
 from sluice.lines import LineError
 from sluice.model import ErrorCode, Outcome
-from sluice.parts import PartWriter, assemble, load_checkpoint, part_keys, parts_stats, read_part
+from sluice.parts import PartWriter, assemble, assemble_outputs, load_checkpoint, part_keys, parts_stats, read_part
 from sluice.shard import ShardSpec
 from sluice.store import ItemState
 
@@ -106,6 +107,23 @@ def test_a_resumed_run_sees_every_checkpointed_line_and_assembly_keeps_input_ord
     assert [orjson.loads(e)["line"] for e in errors] == [2, 4]
     figures = orjson.loads(s3.get_object(Bucket=BUCKET, Key=spec.stats_key)["Body"].read())
     assert (figures["result_lines"], figures["error_lines"]) == (2, 2)
+
+
+def test_a_shards_stats_read_back_as_written_and_an_unknown_key_is_refused(s3: Any) -> None:
+    spec = shard_of(s3, 2)
+    write_run(s3, spec, 1, RecordingStore(), answer(1), failure(2))
+
+    written = assemble_outputs(s3, spec)
+
+    raw = s3.get_object(Bucket=BUCKET, Key=spec.stats_key)["Body"].read()
+    assert orjson.dumps(written.to_json()) == raw
+    assert ShardStats.from_dict(orjson.loads(raw)) == written
+    assert (written.result_lines, written.error_lines) == (1, 1)
+    with pytest.raises(StateError, match=r"stats\.json: unknown key.*stray"):
+        ShardStats.from_dict({**orjson.loads(raw), "stray": 1})
+    # a shard that finished before its stats carried the sizes: Merge HEADs its outputs instead
+    unsized = {k: v for k, v in orjson.loads(raw).items() if not k.endswith("_bytes")}
+    assert ShardStats.from_dict(unsized).results_bytes is None
 
 
 def test_assembly_of_an_unfinished_shard_accounts_for_every_line(s3: Any) -> None:

@@ -1,6 +1,7 @@
 """The job's summary, `<name>.summary.json`: what Merge, MarkFailed and a cancel write when a job
 ends, and what the CLI, the report and a user's own tools read. The types here produce it
-(`Summary.to_json`); readers read the JSON."""
+(`Summary.to_json`); readers read the JSON. Merge adds it up from each shard's `stats.json`
+(`ShardStats`)."""
 
 from __future__ import annotations
 
@@ -147,6 +148,25 @@ class ShardBatches(JsonRecord):
     batches: list[BatchRun]
     direct_fallback_lines: int
     requeued: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShardStats(JsonRecord):
+    """A finished shard's `stats.json` (`ShardSpec.stats_key`): its line counts, which Merge
+    checks against the plan, the sizes of its results and errors, which spare Merge a HEAD of
+    each (None in a file written before it had them), and its figures as `sluice.stats.Stats`
+    writes them (this package reads no further: it imports the standard library only)."""
+
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"results_bytes", "errors_bytes"})
+    result_lines: int
+    error_lines: int
+    results_bytes: int | None = None
+    errors_bytes: int | None = None
+    stats: dict[str, Any]
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ShardStats:
+        return strict(cls, data, "a shard's stats.json")
 
 
 @dataclass(frozen=True)
