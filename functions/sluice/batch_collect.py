@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import orjson
 
@@ -15,7 +15,7 @@ from .batch_files import BatchPart, part_key
 from .batch_queue import Hold
 from .batch_queue_table import QueueTable
 from .cache import fill_for
-from .contract import BatchCollected, Mode
+from .contract import BatchCollected, CollectedBatch, Mode
 from .model import ErrorCode, Outcome
 from .parts import PartWriter, assemble, load_checkpoint, parts_stats
 from .providers.batch import BatchApi, BatchRow, BatchState, BatchStatus
@@ -86,7 +86,7 @@ async def _collect_one(
     part: BatchPart,
     done: set[int],
     writer: PartWriter,
-) -> dict[str, Any]:
+) -> CollectedBatch:
     """Write the outcomes of one ended batch; returns what it did, for the shard row and summary."""
     custom_ids = dict(zip(part.lines, part.custom_ids, strict=True))
     by_ref = {api.row_ref(line, cid): line for line, cid in custom_ids.items() if line not in done}
@@ -127,17 +127,15 @@ async def _collect_one(
             code = unfinished.get(line, _LEFTOVER_CODE.get(batch.state, ErrorCode.BATCH_FAILED))
             write(Outcome(line, custom_ids[line], None, None, None, error_code=code, error_message=reason))
         left = []
-    return {
-        "status": batch.state,
-        "requests": len(part.lines),
-        "results": results,
-        "errors": errors,
-        "unfinished": not_run,
-        # rows left for RunShard to send directly
-        "left": len(left),
-        # created to ended, in the provider's whole seconds: what a batch row waits instead of a latency
-        "turnaround_s": latency_s if ended else None,
-    }
+    return CollectedBatch(
+        status=batch.state,
+        requests=len(part.lines),
+        results=results,
+        errors=errors,
+        unfinished=not_run,
+        left=len(left),
+        turnaround_s=latency_s if ended else None,
+    )
 
 
 @dataclass
@@ -145,7 +143,7 @@ class _Seen:
     """What one look at the shard's batches found: the states of those collected now (by id), the
     batches that ended (collected) or were refused (to requeue), and the ids still running."""
 
-    collected: dict[str, dict[str, Any]] = field(default_factory=dict)
+    collected: dict[str, CollectedBatch] = field(default_factory=dict)
     ended: list[BatchStatus] = field(default_factory=list)
     refused: list[BatchStatus] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)
@@ -156,7 +154,7 @@ async def _look_at_batches(
     ctx: ShardContext,
     spec: ShardSpec,
     state: ShardBatches,
-    states: dict[str, dict[str, Any]],
+    states: Mapping[str, CollectedBatch],
     done: set[int],
     writer: PartWriter,
 ) -> _Seen:
@@ -196,7 +194,7 @@ async def collect_batch(ctx: ShardContext, spec: ShardSpec) -> BatchCollected:
     finish, fall back to direct for leftovers, or wait on."""
     row = ctx.store.shard(spec.job_id, spec.shard)
     state = ShardBatches.from_row(row)
-    states: dict[str, dict[str, Any]] = {k: dict(v) for k, v in ((row and row.batch_states) or {}).items()}
+    states = {k: CollectedBatch.from_dict(v) for k, v in ((row and row.batch_states) or {}).items()}
     checkpoint = load_checkpoint(ctx.s3, spec)
     writer = PartWriter(
         s3=ctx.s3,
@@ -215,15 +213,15 @@ async def collect_batch(ctx: ShardContext, spec: ShardSpec) -> BatchCollected:
     collected, ended, refused, waiting = seen.collected, seen.ended, seen.refused, seen.waiting
     states.update(collected)
     if ctx.progress is not None:
-        ctx.progress.waiting(-sum(int(one.get("left", 0)) for one in collected.values()))
+        ctx.progress.waiting(-sum(one.left for one in collected.values()))
     queued = state.waiting_for_room()
-    left = sum(int(one.get("left", 0)) for one in states.values())
+    left = sum(one.left for one in states.values())
     fallback = not waiting and not queued and left > 0
     done = not waiting and not queued and not fallback
     # outcomes first: a batch marked collected must have its rows in the parts
     writer.flush(finished=done)
     for batch_id, collected_state in collected.items():
-        ctx.store.mark_batch_collected(spec.job_id, spec.shard, batch_id, collected_state)
+        ctx.store.mark_batch_collected(spec.job_id, spec.shard, batch_id, collected_state.as_dict())
     if ended or refused:
         async with ctx.batches() as api:
             await api.clean_up([*ended, *refused])
@@ -245,7 +243,10 @@ async def collect_batch(ctx: ShardContext, spec: ShardSpec) -> BatchCollected:
             ctx.store.await_batch(spec.job_id, spec.shard, queued_marker(spec))
         return outcome
     report = {
-        "batches": [{"id": batch_id, **states.get(batch_id, {})} for batch_id in state.batch_ids],
+        "batches": [
+            {"id": batch_id, **(states[batch_id].as_dict() if batch_id in states else {})}
+            for batch_id in state.batch_ids
+        ],
         "on_batch_incomplete": spec.on_batch_incomplete,
         "fallback_lines": left,
         # batches the provider failed for a full queue (`token_limit_exceeded`) and Sluice created again

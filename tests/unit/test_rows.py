@@ -12,8 +12,17 @@ import pytest
 from boto3.dynamodb.conditions import Attr
 from botocore.exceptions import ClientError
 from moto import mock_aws
-from sluice.contract import ItemRow, JobProgress, JobRow, PlanCache, StateError, Summary, SummaryRow
-from sluice.keys import item_key, job_key
+from sluice.contract import (
+    CollectedBatch,
+    ItemRow,
+    JobProgress,
+    JobRow,
+    PlanCache,
+    StateError,
+    Summary,
+    SummaryRow,
+)
+from sluice.keys import item_key, job_key, shard_key
 from sluice.rows import conditional, plain
 from sluice.store import ItemState, JobStore
 
@@ -160,6 +169,31 @@ def test_an_item_row_with_an_attribute_the_store_never_writes_is_refused(store: 
         store.item("job", 0, 4)
     with pytest.raises(StateError, match="stray"):
         list(store.items("job", 0))
+
+
+def test_a_collected_batch_reads_back_from_its_shard_row_and_a_key_it_never_has_is_refused(
+    store: JobStore, table: Any
+) -> None:
+    store.claim_job("job", execution="e", bucket="b", key="k", etag="t", started_at=0.0)
+    store.record_plan("job", plan=plan_figures(10), shards=[(0, 10, 10)], mode="batch")
+    store.set_shard_batches("job", 0, ["batch_a", "batch_b"])
+    ended = CollectedBatch(status="completed", requests=6, results=5, errors=1, unfinished=0, left=0, turnaround_s=60.0)
+    # a batch the provider gave no end: the row holds no turnaround
+    endless = CollectedBatch(status="expired", requests=4, results=0, errors=0, unfinished=4, left=4)
+    store.mark_batch_collected("job", 0, "batch_a", ended.as_dict())
+    store.mark_batch_collected("job", 0, "batch_b", endless.as_dict())
+
+    row = store.shard("job", 0)
+    assert row is not None and row.batch_states is not None
+    assert {k: CollectedBatch.from_dict(v) for k, v in row.batch_states.items()} == {
+        "batch_a": ended,
+        "batch_b": endless,
+    }
+    stray(table, shard_key("job", 0), "batch_states", "batch_a", "stray")
+    row = store.shard("job", 0)
+    assert row is not None and row.batch_states is not None
+    with pytest.raises(StateError, match=r"a collected batch: unknown key.*stray"):
+        CollectedBatch.from_dict(row.batch_states["batch_a"])
 
 
 def test_a_conditional_write_that_loses_its_race_answers_none_and_any_other_error_is_raised() -> None:

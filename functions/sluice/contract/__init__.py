@@ -37,7 +37,7 @@ from .layout import (
     shard_prefix,
     summary_key,
 )
-from .rows import ItemRow, JobProgress, JobRow, PlanCache, PlanFigures, ShardRow
+from .rows import CollectedBatch, ItemRow, JobProgress, JobRow, PlanCache, PlanFigures, ShardRow
 from .settings import (
     DEFAULT_BATCH_QUEUE_DEFAULT_TOKENS,
     DEFAULT_BATCH_QUEUE_TOKENS,
@@ -169,6 +169,7 @@ __all__ = [
     "Budget",
     "CacheFigures",
     "Collected",
+    "CollectedBatch",
     "Costs",
     "Counts",
     "DirectRun",

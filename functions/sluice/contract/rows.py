@@ -11,7 +11,7 @@ not written yet (a job still planning has no plan, a direct shard no batches) is
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from .layout import PARTITION_KEY, SORT_KEY
@@ -67,6 +67,30 @@ class ShardRow:
         """The attributes the row holds, as JSON would show them (`sluice status --json`)."""
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items() if v is not None}
+
+
+@dataclass(frozen=True)
+class CollectedBatch:
+    """What CollectBatch did with one batch that ended: the shard row keeps it under the batch's
+    id (`ShardRow.batch_states`), and the shard's batch report lists it. `unfinished`: rows the
+    provider never ran; `left`: those of them RunShard sends directly (the job's policy);
+    `turnaround_s`: created to ended in the provider's whole seconds, what a batch row waits
+    instead of a latency (None when the provider gave no end: the row then holds none)."""
+
+    status: str
+    requests: int
+    results: int
+    errors: int
+    unfinished: int
+    left: int
+    turnaround_s: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CollectedBatch:
+        return strict(cls, data, "a collected batch")
 
 
 @dataclass(frozen=True)
