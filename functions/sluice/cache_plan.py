@@ -35,6 +35,7 @@ from .line_pass import LineTable, ShardRange
 from .lines import BOM, parse_line
 from .model import Request
 from .parts import write_cached_part, write_outputs
+from .providers import OPENAI, RequestFormat
 from .stats import Stats
 
 # a window of lines fetched at once: at most this many lines, input bytes or answer bytes
@@ -54,13 +55,20 @@ _ID_FIRST = (b'{"custom_id":"', b'{"custom_id": "')
 
 class JobKeys:
     """Each request line's key, line tag and line, packed by the partition its key falls in.
-    `model` and `default_model` are the job's, as Plan's pass reads the lines with them."""
+    `model`, `default_model` and `request_format` are the job's, as Plan's pass reads the lines with them."""
 
     def __init__(
-        self, base_url: str, digits: int, *, model: str | None = None, default_model: str | None = None
+        self,
+        base_url: str,
+        digits: int,
+        *,
+        model: str | None = None,
+        default_model: str | None = None,
+        request_format: RequestFormat = OPENAI,
     ) -> None:
         self._base_url = base_url
         self._model, self._default_model = model, default_model
+        self._format = request_format
         self._digits = digits
         self._shift = 32 - 4 * digits
         self.buckets = [bytearray() for _ in range(partitions(digits))]
@@ -73,7 +81,14 @@ class JobKeys:
 
     def key_of(self, raw: bytes, line: int) -> bytes:
         """A request line's key again, from the line (Plan keeps only its first 16 bytes)."""
-        request = parse_line(raw, line, model=self._model, default_model=self._default_model, sort_keys=True)
+        request = parse_line(
+            raw,
+            line,
+            model=self._model,
+            default_model=self._default_model,
+            sort_keys=True,
+            request_format=self._format,
+        )
         assert isinstance(request, Request)
         return cache_key(self._base_url, request.path, request.body, canonical=True)
 

@@ -374,10 +374,12 @@ class _Run:
         started: float,
         throttled: int,
     ) -> Outcome:
-        """An answered request's Outcome, with the provider's id of the answer."""
+        """An answered request's Outcome, with the provider's id of the answer, its body in the shape
+        the line was written in."""
         self.stats.succeeded += 1
         body = verdict.body
         request_id = self.format.request_id(headers, body)
+        body = self.format.from_wire(req.path, body, int(time.time()))
         return Outcome(
             line=req.line,
             custom_id=req.custom_id,

@@ -23,6 +23,7 @@ import orjson
 
 from .lines import LineError, parse_line
 from .model import ErrorCode, Request
+from .providers import OPENAI, RequestFormat
 
 MAX_SHARD_BYTES = 256 << 20
 # the answers a shard the cache answers whole may grow to: Plan holds them (and their result
@@ -84,12 +85,14 @@ def read_lines(
     default_model: str | None = None,
     keys: KeySink | None = None,
     models: set[str | None] | None = None,
+    request_format: RequestFormat = OPENAI,
 ) -> LineTable:
     """Pass 1: validate each line, hash its custom_id, and hand each request to `keys`.
 
     With `models`, the model each valid request names (None: none) is added to it. Validation
     happens here, so that duplicates (which need the whole file) are known before any shard
-    runs; shards re-validate their own lines with the same function.
+    runs; shards re-validate their own lines with the same function. `request_format`: the job's
+    provider family, which refuses what it cannot send.
     """
     table = LineTable()
     lengths, kinds = table.lengths, table.kinds
@@ -100,7 +103,13 @@ def read_lines(
         number += 1
         lengths.append(len(raw))
         parsed = parse_line(
-            raw, number, keep_body=keep_body, model=model, default_model=default_model, sort_keys=keys is not None
+            raw,
+            number,
+            keep_body=keep_body,
+            model=model,
+            default_model=default_model,
+            sort_keys=keys is not None,
+            request_format=request_format,
         )
         if parsed is None:
             kinds.append(BLANK)

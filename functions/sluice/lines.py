@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 import orjson
 
-from .model import SUPPORTED_URLS, ErrorCode, Request
+from .model import ErrorCode, Request
+from .providers import OPENAI, RequestFormat, Unsupported
 
 MAX_LINE_BYTES = 1_000_000
 BOM = b"\xef\xbb\xbf"
@@ -40,13 +41,15 @@ def parse_line(
     model: str | None = None,
     default_model: str | None = None,
     sort_keys: bool = False,
+    request_format: RequestFormat = OPENAI,
 ) -> Request | LineError | None:
     """Validate one input line; None for a blank line, which is not a request.
 
     `model`, when given, replaces the body's model (a per-job override), and `default_model`
     fills it in where the body names none (the environment's default), in the one encode the
     body needs anyway. `sort_keys` encodes it canonically (the response cache's key), for Plan,
-    which sends nothing.
+    which sends nothing. The body kept is the one `request_format`'s provider is sent
+    (`RequestFormat.to_wire`: a line in another family's shape translated); the path, the line's.
     """
     if line == 1 and raw.startswith(BOM):
         raw = raw[len(BOM) :]
@@ -80,8 +83,8 @@ def parse_line(
     if method != "POST":
         return LineError(line, ErrorCode.INVALID_METHOD, f"line {line}: method must be POST, got {method!r}", custom_id)
     url = doc.get("url")
-    if url not in SUPPORTED_URLS:
-        supported = ", ".join(sorted(SUPPORTED_URLS))
+    if url not in request_format.paths:
+        supported = ", ".join(sorted(request_format.paths))
         return LineError(
             line, ErrorCode.UNSUPPORTED_URL, f"line {line}: unsupported url {url!r}; use one of {supported}", custom_id
         )
@@ -92,6 +95,10 @@ def parse_line(
         body["model"] = model
     elif default_model is not None and not body.get("model"):
         body["model"] = default_model
+    try:
+        body = request_format.to_wire(url, body)
+    except Unsupported as exc:
+        return LineError(line, ErrorCode.UNSUPPORTED_FIELD, f"line {line}: {exc}", custom_id)
     encoded = None
     if keep_body:
         encoded = orjson.dumps(body, option=orjson.OPT_SORT_KEYS) if sort_keys else orjson.dumps(body)

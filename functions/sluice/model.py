@@ -5,8 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-SUPPORTED_URLS = frozenset({"/v1/chat/completions", "/v1/responses", "/v1/embeddings", "/v1/completions"})
-
 
 class ErrorCode:
     """Stable strings users filter the errors file on."""
@@ -18,6 +16,8 @@ class ErrorCode:
     INVALID_METHOD = "invalid_method"
     UNSUPPORTED_URL = "unsupported_url"
     INVALID_BODY = "invalid_body"
+    # a field the job's provider cannot honour (`n` above 1 sent to Anthropic, ...)
+    UNSUPPORTED_FIELD = "unsupported_field"
     LINE_TOO_LARGE = "line_too_large"
     INVALID_ENCODING = "invalid_encoding"
     # the provider answered with a status that retrying cannot fix (400, 401, 404, 422, ...)

@@ -340,7 +340,13 @@ def _cut(
         )
     # an empty cache costs Plan one LIST: no line is encoded or hashed for it
     keys = (
-        JobKeys(settings.cache_provider_name, view.digits, model=options.model, default_model=settings.default_model)
+        JobKeys(
+            settings.cache_provider_name,
+            view.digits,
+            model=options.model,
+            default_model=settings.default_model,
+            request_format=family(settings.provider),
+        )
         if view is not None and len(view)
         else None
     )
@@ -353,6 +359,7 @@ def _cut(
         default_model=settings.default_model,
         keys=keys,
         models=models,
+        request_format=family(settings.provider),
     )
     if options.budget_usd:
         check_budget_models(options, settings, models or set())

@@ -42,7 +42,9 @@ def poll_wait_seconds(settings: Settings, elapsed_s: float) -> int:
 
 
 def read_shard_lines(s3: Any, spec: ShardSpec) -> Iterator[Request | LineError]:
-    """The shard's lines, validated, straight from its byte range of the input object."""
+    """The shard's lines, validated, straight from its byte range of the input object, each body
+    as the shard's provider family is sent it."""
+    request_format = family(spec.provider)
     duplicates: dict[int, int] = {}
     if spec.duplicates_key:
         raw = s3.get_object(Bucket=spec.bucket, Key=spec.duplicates_key)["Body"].read()
@@ -54,7 +56,14 @@ def read_shard_lines(s3: Any, spec: ShardSpec) -> Iterator[Request | LineError]:
         number = spec.first_line + offset
         # a job that fills the cache sends each body with its keys sorted: the one encode the body
         # needs anyway is then also its canonical form, which the cache key hashes as it is
-        parsed = parse_line(raw, number, model=spec.model, default_model=spec.default_model, sort_keys=spec.fills_cache)
+        parsed = parse_line(
+            raw,
+            number,
+            model=spec.model,
+            default_model=spec.default_model,
+            sort_keys=spec.fills_cache,
+            request_format=request_format,
+        )
         if parsed is None:
             continue
         if isinstance(parsed, LineError):

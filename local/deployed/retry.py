@@ -25,6 +25,7 @@ INPUT_ERROR_CODES = frozenset(
         "invalid_method",
         "unsupported_url",
         "invalid_body",
+        "unsupported_field",
         "line_too_large",
         "invalid_encoding",
     }

@@ -199,6 +199,11 @@ OPENAI_WIRE_NAMES = re.compile(
     r"x-ratelimit-|Bearer |prompt_tokens|completion_tokens|input_tokens|output_tokens"
     r"|[\"'](?:max_tokens|total_tokens|usage|choices|finish_reason|x-request-id)[\"']"
 )
+# Anthropic's headers and answer fields, likewise
+ANTHROPIC_WIRE_NAMES = re.compile(
+    r"anthropic-ratelimit-|anthropic-version|x-api-key|stop_reason|stop_sequences|cache_read_input_tokens"
+    r"|[\"'](?:request-id|overloaded_error|end_turn)[\"']"
+)
 
 
 def provider_clients(source: str) -> Iterator[tuple[int, str]]:
@@ -248,16 +253,16 @@ def test_only_the_providers_package_speaks_to_a_provider_through_its_sdk() -> No
     assert not outside, f"a provider's SDK or AWS client outside sluice.providers: {outside}"
 
 
-def test_no_lambda_code_outside_the_providers_names_openais_wire() -> None:
+def test_no_lambda_code_outside_the_providers_names_a_providers_wire() -> None:
     hits = [
         f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
         for package in ("sluice", "handlers")
         for path in files(package)
         if not within(module_name(path), PROVIDERS_PACKAGE)
         for number, line in enumerate(path.read_text().splitlines(), start=1)
-        if OPENAI_WIRE_NAMES.search(line)
+        if OPENAI_WIRE_NAMES.search(line) or ANTHROPIC_WIRE_NAMES.search(line)
     ]
-    assert not hits, "OpenAI's wire names belong in sluice.providers.openai:\n" + "\n".join(hits)
+    assert not hits, "A provider's wire names belong in its package of sluice.providers:\n" + "\n".join(hits)
 
 
 def test_the_seam_rules_catch_a_provider_sdk_client_or_wire_name_outside_the_providers(

@@ -14,11 +14,19 @@ from sluice.providers.openai.format import join_url, parse_reset_s
 MESSAGES = [{"role": "user", "content": "x" * 40}]
 
 
-def test_openai_is_the_family_of_its_name_and_the_only_one() -> None:
+def test_openai_is_the_family_of_its_name_and_the_default() -> None:
     assert family("openai") is OPENAI
-    assert [family(name).name for name in PROVIDERS] == ["openai"] == [DEFAULT_PROVIDER]
-    with pytest.raises(ValueError, match="unknown provider family 'anthropic'; expected one of openai"):
-        family("anthropic")
+    assert [family(name).name for name in PROVIDERS] == ["openai", "anthropic"]
+    assert family(DEFAULT_PROVIDER) is OPENAI
+    with pytest.raises(ValueError, match="unknown provider family 'bedrock'; expected one of openai, anthropic"):
+        family("bedrock")
+
+
+def test_an_openai_line_goes_and_comes_back_as_it_is() -> None:
+    body = {"model": "m", "messages": MESSAGES, "n": 3, "logprobs": True}
+    assert OPENAI.to_wire("/v1/chat/completions", body) is body
+    answer = {"id": "chatcmpl-1", "choices": []}
+    assert OPENAI.from_wire("/v1/chat/completions", answer, 0) is answer
 
 
 def test_every_request_authenticates_with_a_bearer_key() -> None:

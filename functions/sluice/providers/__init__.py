@@ -9,6 +9,7 @@ family a shard runs against (`ShardSpec.provider`, from `Settings.provider`) thr
 from __future__ import annotations
 
 from ..contract import PROVIDERS
+from .anthropic import ANTHROPIC
 from .background import BackgroundApi, Settled
 from .batch import BatchApi, BatchApiOpener, BatchLimits, BatchRow, BatchStatus, BatchTag, BatchUpload
 from .format import (
@@ -23,11 +24,12 @@ from .format import (
     RateKind,
     RateLimits,
     RequestFormat,
+    Unsupported,
     Usage,
 )
 from .openai import OPENAI
 
-_FORMATS: dict[str, RequestFormat] = {OPENAI.name: OPENAI}
+_FORMATS: dict[str, RequestFormat] = {f.name: f for f in (OPENAI, ANTHROPIC)}
 
 
 def family(name: str) -> RequestFormat:
@@ -39,6 +41,7 @@ def family(name: str) -> RequestFormat:
 
 
 __all__ = [
+    "ANTHROPIC",
     "COMPLETE",
     "CUT_SHORT",
     "OPENAI",
@@ -60,6 +63,7 @@ __all__ = [
     "RateLimits",
     "RequestFormat",
     "Settled",
+    "Unsupported",
     "Usage",
     "family",
 ]

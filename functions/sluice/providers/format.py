@@ -7,7 +7,11 @@ most output it may produce, the tokens a rate limit counts for it), what an answ
 codes mean congestion, and what the rate-limit headers say. Each family (`sluice.providers`)
 implements it once; nothing outside this package names a field or header of a provider's wire.
 
-Every method is pure and cheap: the engine calls `url`, `request_id` and `left` on its hot path.
+A line may be written in another family's shape (OpenAI's chat completions, which every family
+answers): `to_wire` translates its body when it is read, and `from_wire` its answer back.
+
+Every method is pure and cheap: the engine calls `url`, `request_id`, `left` and `from_wire` on
+its hot path.
 """
 
 from __future__ import annotations
@@ -46,6 +50,11 @@ class ProviderError:
     message: str | None = None
 
 
+class Unsupported(ValueError):
+    """A request a family's format cannot send as it was written: what it asks for that the provider
+    cannot honour (`RequestFormat.to_wire`). The line is an error; nothing is sent."""
+
+
 @dataclass(frozen=True, slots=True)
 class RateLimits:
     """The key's limits an answer's headers state, a second; None where they state none."""
@@ -69,6 +78,10 @@ class RequestFormat(Protocol):
     def congestion_codes(self) -> frozenset[str]:
         """Error codes in a body that mean the provider is congested, whatever the status: retried
         like a throttle, and counted as one."""
+
+    @property
+    def paths(self) -> frozenset[str]:
+        """The request paths (an input line's `url`) the family answers."""
 
     def auth_headers(self, api_key: str) -> dict[str, str]:
         """The headers that authenticate every request of a run with `api_key`."""
@@ -116,3 +129,11 @@ class RequestFormat(Protocol):
     def reset_s(self, headers: Mapping[str, str], kind: RateKind, now: float) -> float | None:
         """Seconds until the key's `kind` limit is full again, as an answer's headers say; None when
         they say nothing readable. `now`: wall-clock epoch seconds, for a provider that gives a time."""
+
+    def to_wire(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """The body the provider is sent for a line's `body` to `path`: a line written in another
+        family's shape translated, else `body` itself. Raises `Unsupported` for a field it cannot honour."""
+
+    def from_wire(self, path: str, body: Any, created: int) -> Any:
+        """A successful answer's body as the line's `path` has it answered: translated back to the
+        shape the line was written in, else `body` itself (`created`: epoch seconds, now)."""

@@ -18,6 +18,8 @@ from typing import Any, Final, TypeGuard
 from ..format import COMPLETE, CUT_SHORT, UNFINISHED, Finish, ProviderError, RateKind, RateLimits, Usage
 
 NAME: Final = "openai"
+# the endpoints a line may name: those of OpenAI's Batch API
+PATHS = frozenset({"/v1/chat/completions", "/v1/responses", "/v1/embeddings", "/v1/completions"})
 # OpenAI estimates a request's input tokens from its characters, about 4 a token
 CHARS_PER_TOKEN = 4
 # the request body's fields that hold its input text, by endpoint
@@ -113,6 +115,7 @@ class OpenAIFormat:
     name = NAME
     throttle_statuses = frozenset({429})
     congestion_codes = CONGESTION_CODES
+    paths = PATHS
 
     def auth_headers(self, api_key: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {api_key}"}
@@ -216,6 +219,12 @@ class OpenAIFormat:
     def reset_s(self, headers: Mapping[str, str], kind: RateKind, now: float) -> float | None:
         raw = headers.get(_RESET[kind])
         return parse_reset_s(raw) if raw else None
+
+    def to_wire(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        return body
+
+    def from_wire(self, path: str, body: Any, created: int) -> Any:
+        return body
 
 
 _NO_LIMITS = RateLimits()

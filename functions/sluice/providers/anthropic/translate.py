@@ -1,0 +1,222 @@
+"""One file, any provider: a line in OpenAI's chat-completions shape sent as a Messages request, and
+its answer given back as a chat.completion, so switching a job to Anthropic changes no line of the
+input and no reader of the results. A `/v1/messages` line goes as it is and comes back native.
+
+A request field Messages has no equivalent for (`n` above 1, `logprobs`, a `response_format`
+other than text, tools, penalties, a `temperature` above Anthropic's 1) is refused with its name:
+the line is an error at Plan, before anything is sent, rather than an answer to another question.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+import orjson
+
+from ..format import Unsupported
+
+MESSAGES: Final = "/v1/messages"
+CHAT: Final = "/v1/chat/completions"
+PATHS = frozenset({MESSAGES, CHAT})
+# Messages requires a cap; a chat line may set none. The most every Claude model can produce
+# since Claude 3 Haiku, so a line without one is not cut shorter than it would be elsewhere
+DEFAULT_MAX_TOKENS = 4096
+MAX_TEMPERATURE = 1.0
+PROMPT_TOKENS: Final = "prompt_tokens"
+COMPLETION_TOKENS: Final = "completion_tokens"
+STOP: Final = "stop"
+LENGTH: Final = "length"
+TOOL_CALLS: Final = "tool_calls"
+CONTENT_FILTER: Final = "content_filter"
+FINISH_REASONS: Mapping[str, str] = {
+    "end_turn": STOP,
+    "stop_sequence": STOP,
+    "pause_turn": STOP,
+    "max_tokens": LENGTH,
+    "model_context_window_exceeded": LENGTH,
+    "tool_use": TOOL_CALLS,
+    "refusal": CONTENT_FILTER,
+}
+_SYSTEM_ROLES = frozenset({"system", "developer"})
+_TURN_ROLES = frozenset({"user", "assistant"})
+# fields that change nothing Messages answers: OpenAI's storage and routing
+_DROPPED = frozenset({"store", "metadata", "service_tier", "stream_options", "parallel_tool_calls"})
+# fields that ask for what Messages cannot give, each unless it holds its no-op value
+_REFUSED: Mapping[str, tuple[Any, ...]] = {
+    "n": (None, 1),
+    "logprobs": (None, False),
+    "top_logprobs": (None, 0),
+    "presence_penalty": (None, 0, 0.0),
+    "frequency_penalty": (None, 0, 0.0),
+    "logit_bias": (None, {}),
+    "seed": (None,),
+    "stream": (None, False),
+    "tools": (None, []),
+    "tool_choice": (None, "none"),
+    "functions": (None, []),
+    "function_call": (None, "none"),
+    "audio": (None,),
+    "modalities": (None, ["text"]),
+    "prediction": (None,),
+    "reasoning_effort": (None,),
+    "web_search_options": (None,),
+}
+_MAPPED = frozenset(
+    {"model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "stop", "user"}
+)
+
+
+def _refuse(field: str, why: str) -> Unsupported:
+    return Unsupported(f"{field}: {why}; the Messages API has no equivalent (send it to an OpenAI provider)")
+
+
+def _text_blocks(content: Any, role: str) -> str | list[dict[str, Any]]:
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise _refuse(f"a {role} message's content", "neither text nor a list of parts")
+    blocks: list[dict[str, Any]] = []
+    for part in content:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text" and isinstance(part.get("text"), str):
+            blocks.append({"type": "text", "text": part["text"]})
+        elif kind == "image_url" and isinstance(part.get("image_url"), dict):
+            blocks.append(_image(part["image_url"].get("url")))
+        else:
+            raise _refuse(f"a {role} message's {kind or 'untyped'} part", "not text or an image")
+    return blocks
+
+
+def _image(url: Any) -> dict[str, Any]:
+    if not isinstance(url, str):
+        raise _refuse("an image_url part", "its url is not a string")
+    if url.startswith("data:"):
+        head, _, data = url.partition(",")
+        media_type, _, encoding = head.removeprefix("data:").partition(";")
+        if encoding != "base64" or not data:
+            raise _refuse("an image_url part", "a data URL that is not base64")
+        return {"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}}
+    return {"type": "image", "source": {"type": "url", "url": url}}
+
+
+def _system_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    blocks = _text_blocks(content, "system")
+    texts = [b.get("text") for b in blocks if isinstance(b, dict)]
+    if not all(isinstance(t, str) for t in texts):
+        raise _refuse("a system message's image", "Messages takes text only as its system prompt")
+    return "\n".join(t for t in texts if isinstance(t, str))
+
+
+def to_messages(path: str, body: dict[str, Any]) -> dict[str, Any]:
+    """The Messages body of a line's `body` sent to `path`: a chat body translated, a Messages body as
+    it is. Raises `Unsupported` naming the first field Messages cannot honour."""
+    if path != CHAT:
+        return body
+    for field in body:
+        if field in _REFUSED:
+            if body[field] not in _REFUSED[field]:
+                raise _refuse(field, f"{orjson.dumps(body[field]).decode()[:80]} asked for")
+        elif field == "response_format":
+            if body[field] not in (None, {"type": "text"}):
+                raise _refuse(field, "structured output")
+        elif field not in _MAPPED and field not in _DROPPED:
+            raise _refuse(field, "an unknown field")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise Unsupported("messages: a chat line needs a non-empty list of messages")
+    system: list[str] = []
+    turns: list[dict[str, Any]] = []
+    for message in messages:
+        role = message.get("role") if isinstance(message, dict) else None
+        if role in _SYSTEM_ROLES:
+            system.append(_system_text(message.get("content")))
+        elif role in _TURN_ROLES:
+            if message.get("tool_calls"):
+                raise _refuse("an assistant message's tool_calls", "tool use")
+            turns.append({"role": role, "content": _text_blocks(message.get("content"), role)})
+        else:
+            raise _refuse(f"a message with role {role!r}", "only system, developer, user and assistant translate")
+    cap = body.get("max_completion_tokens", body.get("max_tokens"))
+    wire: dict[str, Any] = {
+        "model": body.get("model"),
+        "max_tokens": cap if cap is not None else DEFAULT_MAX_TOKENS,
+        "messages": turns,
+    }
+    if system:
+        wire["system"] = "\n\n".join(system)
+    temperature = body.get("temperature")
+    if temperature is not None:
+        if isinstance(temperature, (int, float)) and temperature > MAX_TEMPERATURE:
+            raise _refuse("temperature", f"{temperature} is above Anthropic's {MAX_TEMPERATURE}")
+        wire["temperature"] = temperature
+    if body.get("top_p") is not None:
+        wire["top_p"] = body["top_p"]
+    stop = body.get("stop")
+    if stop is not None:
+        wire["stop_sequences"] = [stop] if isinstance(stop, str) else stop
+    if body.get("user") is not None:
+        wire["metadata"] = {"user_id": body["user"]}
+    return wire
+
+
+def finish_reason_of(body: Mapping[str, Any]) -> str | None:
+    """The finish reason of a chat.completion's first choice; None when it has none."""
+    choices = body.get("choices")
+    first = choices[0] if isinstance(choices, list) and choices else None
+    reason = first.get("finish_reason") if isinstance(first, dict) else None
+    return reason if isinstance(reason, str) else None
+
+
+def _count(usage: Mapping[str, Any], name: str) -> int:
+    value = usage.get(name)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def to_chat_completion(path: str, body: Any, created: int) -> Any:
+    """A chat line's Messages answer as the chat.completion an OpenAI provider would have given
+    (`created`: epoch seconds, which a Messages answer does not state); any other answer as it is."""
+    if path != CHAT or not isinstance(body, dict) or not isinstance(body.get("content"), list):
+        return body
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for block in body["content"]:
+        if not isinstance(block, dict):
+            continue
+        if block.get("type") == "text" and isinstance(block.get("text"), str):
+            texts.append(block["text"])
+        elif block.get("type") == "tool_use":
+            function = {"name": block.get("name"), "arguments": orjson.dumps(block.get("input", {})).decode()}
+            calls.append({"id": block.get("id"), "type": "function", "function": function})
+    reason = body.get("stop_reason")
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts or not calls else None}
+    message["refusal"] = None
+    if calls:
+        message["tool_calls"] = calls
+    found = body.get("usage")
+    usage: Mapping[str, Any] = found if isinstance(found, dict) else {}
+    cached = _count(usage, "cache_read_input_tokens")
+    prompt = _count(usage, "input_tokens") + _count(usage, "cache_creation_input_tokens") + cached
+    completion = _count(usage, "output_tokens")
+    return {
+        "id": body.get("id"),
+        "object": "chat.completion",
+        "created": created,
+        "model": body.get("model"),
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "logprobs": None,
+                "finish_reason": FINISH_REASONS.get(reason, STOP) if isinstance(reason, str) else STOP,
+            }
+        ],
+        "usage": {
+            PROMPT_TOKENS: prompt,
+            COMPLETION_TOKENS: completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": cached},
+        },
+    }
