@@ -1,7 +1,8 @@
 """The simulator as an aiohttp application: its parts wired together, the /v1 and /sim routes.
 
 Every /v1 answer is labelled (`Server: sluice-simulator`, an x-request-id), carries the
-x-ratelimit-* headers and is written to the request log. Admin endpoints outside /v1:
+x-ratelimit-* headers and is written to the request log; `/v1/messages` speaks Anthropic's dialect
+instead (`messages`: x-api-key, request-id, anthropic-ratelimit-*, its error body). Admin endpoints outside /v1:
 GET/DELETE /sim/log, GET/DELETE /sim/webhooks, GET/POST /sim/config (partial update),
 GET /sim/health, POST /sim/reset.
 """
@@ -29,6 +30,8 @@ from local.simulator.core import Core
 from local.simulator.files import File, Files
 from local.simulator.inference import Inference
 from local.simulator.limits import Limiter
+from local.simulator.messages import MESSAGES_PATH, REQUEST_ID_HEADER, error_response, speaks
+from local.simulator.messages import ratelimit_headers as messages_ratelimit_headers
 from local.simulator.plans import BATCH_ENDPOINTS
 from local.simulator.requestlog import NOTES
 from local.simulator.webhooks import Webhooks
@@ -100,13 +103,15 @@ class Simulator:
         await self.webhooks.close()
 
     def _admit(self, request: web.Request, tokens: int) -> None:
-        self.limiter.admit(self.config, _bearer(request), tokens)
+        self.limiter.admit(self.config, _api_key(request), tokens)
 
     def ratelimit_headers(self, request: web.Request) -> dict[str, str]:
-        return self.limiter.headers(self.config, _bearer(request))
+        if speaks(request):
+            return messages_ratelimit_headers(self.limiter.levels(self.config, _api_key(request)))
+        return self.limiter.headers(self.config, _api_key(request))
 
     def check_auth(self, request: web.Request) -> None:
-        token = _bearer(request)
+        token = _api_key(request)
         if not token:
             raise ApiError(
                 401,
@@ -166,8 +171,11 @@ SIM_KEY = web.AppKey("sluice_simulator", Simulator)
 MODELS = ("gpt-4o-mini", "gpt-4o", "gpt-4.1-mini", "gpt-4.1-nano", "text-embedding-3-small")
 
 
-def _bearer(request: web.Request) -> str:
-    """The bearer token of the Authorization header, "" when there is none."""
+def _api_key(request: web.Request) -> str:
+    """The request's key: Anthropic's x-api-key header on the Messages path, else the bearer token
+    of the Authorization header; "" when there is none."""
+    if speaks(request):
+        return request.headers.get("x-api-key", "").strip()
     scheme, _, token = request.headers.get("Authorization", "").partition(" ")
     return token.strip() if scheme.lower() == "bearer" else ""
 
@@ -186,7 +194,7 @@ async def _middleware(request: web.Request, handler: Callable[[web.Request], Any
         sim.check_auth(request)
         response = await handler(request)
     except ApiError as err:
-        response = err.response()
+        response = error_response(err, request_id) if speaks(request) else err.response()
     except web.HTTPException as exc:
         response = ApiError(exc.status, f"Invalid URL ({request.method} {request.path})", code="unknown_url").response()
     except Dropped:
@@ -200,7 +208,7 @@ async def _middleware(request: web.Request, handler: Callable[[web.Request], Any
         response = ApiError(500, "The simulator failed.", type="server_error", code="simulator_error").response()
     headers = response.headers
     headers["Server"] = SERVER_HEADER
-    headers["x-request-id"] = request_id
+    headers[REQUEST_ID_HEADER if speaks(request) else "x-request-id"] = request_id
     headers.update(sim.ratelimit_headers(request))
     sim.log.append(requestlog.entry(request, started, response.status, request_id))
     return response
@@ -215,6 +223,7 @@ def create_app(config: SimConfig | None = None, *, clock: Callable[[], float] | 
     app.on_cleanup.append(sim.close)
     for path in BATCH_ENDPOINTS:
         app.router.add_post(path, sim.inference.infer)
+    app.router.add_post(MESSAGES_PATH, sim.inference.infer)
     app.router.add_get("/v1/models", sim.list_models)
     app.router.add_get("/v1/responses/{id}", sim.background.retrieve)
     app.router.add_delete("/v1/responses/{id}", sim.background.delete)

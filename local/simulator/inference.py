@@ -1,4 +1,5 @@
-"""The inference endpoints (chat/completions, completions, responses, embeddings) and their faults.
+"""The inference endpoints (chat/completions, completions, responses, embeddings; Anthropic's messages)
+and their faults.
 
 Every inference POST has a fault key: the x-sluice-custom-id header, else
 `metadata.custom_id` / `metadata.sluice_custom_id` in the body, else the path plus a hash of
@@ -26,6 +27,7 @@ from local.simulator.faults import (
     draws,
     pick_fault,
 )
+from local.simulator.messages import OVERLOADED, plan_messages, speaks
 from local.simulator.plans import plan_for
 from local.simulator.requestlog import NOTES
 from local.simulator.wire import CUSTOM_ID_HEADER, ApiError, Dropped, json_response, read_json, retry_headers
@@ -53,7 +55,11 @@ class Inference:
                     custom_id = found
                     request[NOTES]["custom_id"] = found
         cfg = self._core.config
-        plan = plan_for(request.path, data, self._core.new_id, cfg.embedding_dims)
+        messages = speaks(request)
+        if messages:
+            plan = plan_messages(data, self._core.new_id)
+        else:
+            plan = plan_for(request.path, data, self._core.new_id, cfg.embedding_dims)
         try:
             self._admit(request, plan.prompt_tokens + plan.completion_tokens)
         except ApiError:
@@ -93,7 +99,8 @@ class Inference:
         if fault == FAULT_DROP:
             raise Dropped()
         if fault == FAULT_QUEUE_WAIT:
-            status = cfg.queue_wait_status
+            # Anthropic's congestion: overloaded for everyone
+            status = OVERLOADED if messages else cfg.queue_wait_status
             raise ApiError(
                 status,
                 "The request waited in the queue longer than allowed (simulated fault).",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from local.simulator.config import SimConfig
 from local.simulator.wire import ApiError, retry_headers
@@ -84,6 +85,16 @@ class _Pair:
         return requests, tokens
 
 
+@dataclass(frozen=True, slots=True)
+class Level:
+    """Where one kind of limit stands for a key: its limit a minute, what is left, and the seconds
+    until it is full again (each dialect writes its own headers from it)."""
+
+    limit: int
+    remaining: int
+    reset_s: float
+
+
 def key_id(api_key: str) -> str:
     """What a quota is kept under: a digest, so the key itself is not held."""
     return hashlib.blake2b(api_key.encode(), digest_size=12).hexdigest()
@@ -124,23 +135,28 @@ class Limiter:
         for bucket in (*requests, *tokens):
             bucket.level = 0.0
 
-    def headers(self, config: SimConfig, api_key: str) -> dict[str, str]:
-        """x-ratelimit-* for `api_key`: of each kind, the bucket with the least left (the one that binds)."""
+    def levels(self, config: SimConfig, api_key: str) -> dict[str, Level]:
+        """Requests and tokens for `api_key`: of each kind, the bucket with the least left (the one that binds)."""
         requests, tokens = self._buckets(config, api_key)
-        headers: dict[str, str] = {}
-        for suffix, buckets, unlimited in (
+        levels: dict[str, Level] = {}
+        for kind, buckets, unlimited in (
             ("requests", requests, UNLIMITED_REQUESTS),
             ("tokens", tokens, UNLIMITED_TOKENS),
         ):
             if not buckets:
-                limit, remaining, reset = unlimited, unlimited, "0s"
+                levels[kind] = Level(unlimited, unlimited, 0.0)
             else:
                 bucket = min(buckets, key=lambda b: b.level)
-                limit, remaining = int(bucket.capacity), max(0, int(bucket.level))
-                reset = fmt_duration(bucket.reset_s())
-            headers[f"x-ratelimit-limit-{suffix}"] = str(limit)
-            headers[f"x-ratelimit-remaining-{suffix}"] = str(remaining)
-            headers[f"x-ratelimit-reset-{suffix}"] = reset
+                levels[kind] = Level(int(bucket.capacity), max(0, int(bucket.level)), bucket.reset_s())
+        return levels
+
+    def headers(self, config: SimConfig, api_key: str) -> dict[str, str]:
+        """x-ratelimit-* for `api_key` (`levels`)."""
+        headers: dict[str, str] = {}
+        for suffix, level in self.levels(config, api_key).items():
+            headers[f"x-ratelimit-limit-{suffix}"] = str(level.limit)
+            headers[f"x-ratelimit-remaining-{suffix}"] = str(level.remaining)
+            headers[f"x-ratelimit-reset-{suffix}"] = fmt_duration(level.reset_s) if level.reset_s > 0 else "0s"
         return headers
 
     def admit(self, config: SimConfig, api_key: str, tokens: int) -> None:
