@@ -36,5 +36,7 @@ class LocalSettings:
     # None: the response cache lives in the (moto) bucket, as deployed; `sluice run` gives a directory
     cache_dir: str | None = None
     cache_provider: str | None = None
+    # the provider family the provider base URL speaks (`sluice.contract.PROVIDERS`)
+    provider: str = LOCAL_SETTING_DEFAULTS["provider"]
     # moto keeps every object: a test makes answers old to see them expire
     cache_ttl_days: int = LOCAL_SETTING_DEFAULTS["cache_ttl_days"]
