@@ -15,9 +15,9 @@ from typing import Any
 
 import boto3
 from aws_lambda_powertools.utilities.parameters import SecretsProvider
-from sluice.contract import Settings
+from sluice.contract import Mode, Settings
 from sluice.engine import make_session
-from sluice.providers import apis
+from sluice.providers import apis, modes
 from sluice.shard import ShardContext
 from sluice.store import JobStore
 
@@ -91,6 +91,7 @@ class Runtime:
 
     def shard_context(self, context: Any) -> ShardContext:
         api_key = self.api_key
+        offered = modes(self.settings.provider)
         return ShardContext(
             s3=self.s3,
             store=self.store,
@@ -101,8 +102,9 @@ class Runtime:
             session_factory=getattr(context, "session_factory", make_session),
             # only the local cloud's context carries one: it draws `sluice run`'s live progress
             progress=getattr(context, "progress", None),
-            batch_api=apis.batch_api_for(self.settings, api_key),
-            background_api=apis.background_api(self.settings.provider_base_url),
+            # a family without a Batch API or background responses gets none: Plan never runs those modes for it
+            batch_api=apis.batch_api_for(self.settings, api_key) if Mode.BATCH in offered else None,
+            background_api=apis.background_api(self.settings.provider) if Mode.BACKGROUND in offered else None,
         )
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 from botocore.exceptions import ClientError
 
-from .contract import TERMINAL_STATUSES, ExecutionStatus, JobStatus, Planned, Summary, manifest_key
+from .contract import DEFAULT_PROVIDER, TERMINAL_STATUSES, ExecutionStatus, JobStatus, Planned, Summary, manifest_key
 from .engine import EngineSettings, fan_out, make_session
 from .merge import merge_job
 from .model import ErrorCode, Outcome
@@ -183,9 +183,10 @@ async def cancel_at_provider(
     session_factory: Callable[[int], aiohttp.ClientSession] = make_session,
     batch_api: BatchApiOpener | None = None,
     background: BackgroundApi | None = None,
+    provider: str = DEFAULT_PROVIDER,
 ) -> ProviderCancels:
     """Cancel every open batch (through the provider's Batch API) and background response at the
-    provider at `base_url`; `batch_api` and `background` default to its family's."""
+    provider at `base_url`; `batch_api` and `background` default to those of its family, `provider`."""
     answers = ProviderCancels()
     opener = batch_api or apis.batch_api(
         base_url, api_key, timeout_s=CANCEL_POLICY.request_timeout_s, max_retries=CANCEL_POLICY.max_attempts - 1
@@ -197,7 +198,7 @@ async def cancel_at_provider(
         jobs.append(
             _cancel_responses(
                 work.responses,
-                background or apis.background_api(base_url),
+                background or apis.background_api(provider),
                 base_url=base_url,
                 api_key=api_key,
                 concurrency=concurrency,

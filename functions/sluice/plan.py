@@ -41,12 +41,14 @@ from .limits import MAX_SHARD_CONNECTIONS
 from .line_pass import MAX_SHARD_BYTES, ShardRange, cut_shards, read_lines
 from .lines import READ_CHUNK, split_lines
 from .progress import ProgressSink
-from .providers import family
+from .providers import family, modes
 from .store import JobStore
 
 __all__ = ["MAX_SHARD_BYTES", "ShardRange", "shard_prefix"]
 # the Batch API's completion window: a job that must finish sooner cannot wait on a batch
 BATCH_WINDOW_HOURS = 24.0
+# what a mode asks of the provider, for a refusal's message
+_MODE_APIS = {Mode.BATCH: "Batch API", Mode.BACKGROUND: "background responses"}
 
 
 def capped_map_concurrency(asked: int, settings: Settings) -> int:
@@ -97,6 +99,13 @@ class JobOptions:
         mode = meta.get("mode", settings.default_mode)
         if mode not in MODES:
             raise PlanError(f"{METADATA_PREFIX}mode={mode!r}; expected one of {', '.join(MODES)}")
+        offered = modes(settings.provider)
+        if mode != Mode.AUTO and mode not in offered:
+            usable = ", ".join(m for m in MODES if m in offered or m == Mode.AUTO)
+            raise PlanError(
+                f"{METADATA_PREFIX}mode={mode}: the {settings.provider} provider has no {_MODE_APIS.get(mode, mode)} "
+                f"Sluice can run; use one of {usable}"
+            )
         incomplete = meta.get("on-batch-incomplete", settings.on_batch_incomplete)
         if incomplete not in BATCH_INCOMPLETE_POLICIES:
             expected = ", ".join(BATCH_INCOMPLETE_POLICIES)
@@ -168,6 +177,8 @@ class JobOptions:
         if self.mode != "auto":
             return self.mode
         if self.deadline_hours is not None and self.deadline_hours < BATCH_WINDOW_HOURS:
+            return Mode.DIRECT
+        if Mode.BATCH not in modes(settings.provider):
             return Mode.DIRECT
         return Mode.BATCH if requests >= settings.auto_batch_min_requests else Mode.DIRECT
 

@@ -102,7 +102,7 @@ class ShardContext:
 
     @property
     def background(self) -> BackgroundApi:
-        return self.background_api or apis.background_api(self.settings.provider_base_url)
+        return self.background_api or apis.background_api(self.settings.provider)
 
 
 def _engine_settings(spec: ShardSpec, settings: Settings) -> EngineSettings:

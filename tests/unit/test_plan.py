@@ -104,6 +104,25 @@ def test_options_from_object_metadata() -> None:
         JobOptions.from_metadata({"sluice-colour": "red"}, SETTINGS)
 
 
+@pytest.mark.parametrize(("mode", "what"), [("batch", "Batch API"), ("background", "background responses")])
+def test_a_mode_the_provider_has_no_api_for_is_refused_at_plan(mode: str, what: str) -> None:
+    anthropic = replace(SETTINGS, provider="anthropic")
+    expected = f"sluice-mode={mode}: the anthropic provider has no {what} Sluice can run; use one of direct, auto"
+    with pytest.raises(PlanError, match=expected):
+        JobOptions.from_metadata({"sluice-mode": mode}, anthropic)
+    with pytest.raises(PlanError, match=expected):
+        JobOptions.from_metadata({}, replace(anthropic, default_mode=mode))
+    assert JobOptions.from_metadata({"sluice-mode": mode}, SETTINGS).mode == mode
+
+
+def test_auto_never_batches_a_shard_of_a_provider_without_a_batch_api() -> None:
+    anthropic = replace(SETTINGS, provider="anthropic")
+    options = JobOptions.from_metadata({"sluice-mode": "auto"}, anthropic)
+    big = SETTINGS.auto_batch_min_requests
+    assert options.shard_mode(big, anthropic) == "direct"
+    assert options.shard_mode(big, SETTINGS) == "batch"
+
+
 @pytest.mark.parametrize(("raw", "rate"), [("0", 0.0), ("0.001", 0.001), ("1", 1.0), ("1e-4", 0.0001)])
 def test_max_error_rate_from_object_metadata(raw: str, rate: float) -> None:
     assert JobOptions.from_metadata({"sluice-max-error-rate": raw}, SETTINGS).max_error_rate == rate

@@ -3,14 +3,16 @@ errors, and a chat-completions line translated to a Messages request and its ans
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 import pytest
+from sluice.contract import Settings
 from sluice.lines import LineError, parse_line
 from sluice.model import ErrorCode, Request
-from sluice.providers import ANTHROPIC, COMPLETE, CUT_SHORT, ProviderError, RateLimits, Unsupported, Usage, family
+from sluice.providers import ANTHROPIC, COMPLETE, CUT_SHORT, ProviderError, RateLimits, Unsupported, Usage, apis, family
 from sluice.providers.anthropic.format import parse_reset
 from sluice.providers.anthropic.translate import DEFAULT_MAX_TOKENS
 
@@ -34,6 +36,17 @@ def answer(stop_reason: str = "end_turn", **usage: int) -> dict[str, Any]:
 
 def test_anthropic_is_the_family_of_its_name() -> None:
     assert family("anthropic") is ANTHROPIC
+
+
+def test_anthropic_has_no_batch_api_or_background_responses_to_open() -> None:
+    settings = Settings(bucket="b", table="t", provider_base_url="http://x", api_key_secret_arn="arn")
+    anthropic = replace(settings, provider="anthropic")
+    with pytest.raises(ValueError, match="the anthropic provider has no Batch API"):
+        apis.batch_api_for(anthropic, "sk-ant-x")
+    with pytest.raises(ValueError, match="the anthropic provider has no background responses"):
+        apis.background_api("anthropic")
+    assert apis.batch_api_for(settings, "sk-x") is not None
+    assert apis.background_api("openai") is not None
 
 
 def test_every_request_authenticates_with_a_key_header_and_the_api_version() -> None:

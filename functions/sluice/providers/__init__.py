@@ -8,7 +8,7 @@ family a shard runs against (`ShardSpec.provider`, from `Settings.provider`) thr
 
 from __future__ import annotations
 
-from ..contract import PROVIDERS
+from ..contract import PROVIDERS, Mode
 from .anthropic import ANTHROPIC
 from .background import BackgroundApi, Settled
 from .batch import BatchApi, BatchApiOpener, BatchLimits, BatchRow, BatchStatus, BatchTag, BatchUpload
@@ -30,6 +30,12 @@ from .format import (
 from .openai import OPENAI
 
 _FORMATS: dict[str, RequestFormat] = {f.name: f for f in (OPENAI, ANTHROPIC)}
+# how each family's shards may send their lines: direct always; batch and background where Sluice
+# runs the family's Batch API and background responses (`apis`), which Anthropic's are not yet
+_MODES: dict[str, frozenset[str]] = {
+    OPENAI.name: frozenset({Mode.DIRECT, Mode.BATCH, Mode.BACKGROUND}),
+    ANTHROPIC.name: frozenset({Mode.DIRECT}),
+}
 
 
 def family(name: str) -> RequestFormat:
@@ -38,6 +44,12 @@ def family(name: str) -> RequestFormat:
         return _FORMATS[name]
     except KeyError:
         raise ValueError(f"unknown provider family {name!r}; expected one of {', '.join(PROVIDERS)}") from None
+
+
+def modes(name: str) -> frozenset[str]:
+    """The modes a shard of the provider family `name` may run in (`Mode`, never `auto`, which
+    picks among them)."""
+    return _MODES[family(name).name]
 
 
 __all__ = [
@@ -66,4 +78,5 @@ __all__ = [
     "Unsupported",
     "Usage",
     "family",
+    "modes",
 ]

@@ -1,8 +1,8 @@
 """Which provider family a deployment talks to: its Batch and background APIs.
 
-Every provider Sluice runs today is OpenAI's or copies its API (sference, KiosAPI, vLLM, the
-simulator), so every base URL names the OpenAI family; the handlers pass what these return to the
-runners, which never ask which family it is.
+Only OpenAI's family (and what copies its API: sference, KiosAPI, vLLM, the simulator) has them
+here; for a family without one (`sluice.providers.modes`) these raise rather than hand over
+OpenAI's. The handlers pass what these return to the runners, which never ask which family it is.
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 
-from ..contract import Settings
+from ..contract import DEFAULT_PROVIDER, Mode, Settings
+from . import modes
 from .background import BackgroundApi
 from .batch import BatchApi, BatchApiOpener, BatchLimits
 from .openai.background import OpenAIBackground
@@ -35,10 +36,17 @@ def batch_api(
 
 def batch_api_for(settings: Settings, api_key: str) -> BatchApiOpener:
     """The Batch API the settings name, within their limits for one batch."""
+    _require(settings.provider, Mode.BATCH, "Batch API")
     limits = BatchLimits(max_records=settings.batch_max_requests, max_bytes=settings.batch_max_bytes)
     return batch_api(settings.provider_base_url, api_key, timeout_s=settings.request_timeout_s, limits=limits)
 
 
-def background_api(base_url: str) -> BackgroundApi:
-    """The background responses of the family at `base_url`."""
+def background_api(provider: str = DEFAULT_PROVIDER) -> BackgroundApi:
+    """The background responses of the provider family `provider`."""
+    _require(provider, Mode.BACKGROUND, "background responses")
     return OpenAIBackground()
+
+
+def _require(provider: str, mode: str, what: str) -> None:
+    if mode not in modes(provider):
+        raise ValueError(f"the {provider} provider has no {what} Sluice can run ({mode} mode)")
