@@ -46,6 +46,7 @@ from .cache_index import (
     index_bytes,
 )
 from .cache_store import INDEXES, SEGMENTS, Appender, CacheStore, DirStore, S3Store, cache_store, default_cache_dir
+from .contract import DEFAULT_PROVIDER
 from .model import Outcome, Request
 from .providers import CUT_SHORT, UNFINISHED, RequestFormat, family
 from .shard import ShardContext, ShardSpec, read_shard_lines
@@ -85,14 +86,20 @@ def canonical_body(body: bytes) -> bytes:
 
 
 @functools.lru_cache(maxsize=64)
-def _asked_of(base_url: str, path: str) -> bytes:
-    """Whom a line asks, which every line of a job shares."""
-    return base_url.rstrip("/").encode() + b"\n" + path.encode() + b"\n"
+def _asked_of(base_url: str, path: str, provider: str) -> bytes:
+    """Whom a line asks, which every line of a job shares. The family is named only when it is
+    not OpenAI's: the keys caches filled before there were other families stay what they were,
+    and a body another family is sent as it was written is never answered with OpenAI's answer."""
+    asked = base_url.rstrip("/").encode() + b"\n" + path.encode() + b"\n"
+    return asked if provider == DEFAULT_PROVIDER else provider.encode() + b"\n" + asked
 
 
-def cache_key(base_url: str, path: str, body: bytes | None, *, canonical: bool = False) -> bytes:
-    """What a line asks, and of whom: base URL, endpoint, canonical body (`canonical`: it already is)."""
-    asked = _asked_of(base_url, path)
+def cache_key(
+    base_url: str, path: str, body: bytes | None, *, canonical: bool = False, provider: str = DEFAULT_PROVIDER
+) -> bytes:
+    """What a line asks, and of whom: provider family (`provider`), base URL, endpoint, canonical body
+    (`canonical`: it already is)."""
+    asked = _asked_of(base_url, path, provider)
     if body:
         asked += body if canonical else canonical_body(body)
     # one call per line: a filling shard hashes every request it sends
@@ -219,7 +226,9 @@ class CacheFill:
 
     def key(self, request: Request) -> bytes | None:
         return (
-            cache_key(self._base_url, request.path, request.body, canonical=self._canonical) if request.cache else None
+            cache_key(self._base_url, request.path, request.body, canonical=self._canonical, provider=self._format.name)
+            if request.cache
+            else None
         )
 
     def _key_of(self, line: int) -> bytes | None:

@@ -74,7 +74,7 @@ class JobKeys:
         self.buckets = [bytearray() for _ in range(partitions(digits))]
 
     def add(self, request: Request) -> None:
-        key = cache_key(self._base_url, request.path, request.body, canonical=True)
+        key = cache_key(self._base_url, request.path, request.body, canonical=True, provider=self._format.name)
         # `cache_index.partition_of`, inline: this runs for every line
         partition = int.from_bytes(key[:4], "big") >> self._shift if self._digits else 0
         self.buckets[partition] += WANTED.pack(key, line_tag(request.custom_id), request.line)
@@ -90,7 +90,7 @@ class JobKeys:
             request_format=self._format,
         )
         assert isinstance(request, Request)
-        return cache_key(self._base_url, request.path, request.body, canonical=True)
+        return cache_key(self._base_url, request.path, request.body, canonical=True, provider=self._format.name)
 
 
 @dataclass

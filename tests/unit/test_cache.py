@@ -54,6 +54,15 @@ def test_the_key_is_the_request_not_its_spelling() -> None:
     )
 
 
+def test_the_key_names_the_provider_family_and_an_openai_key_stays_as_it_was() -> None:
+    body = b'{"b":1,"a":2}'
+    openai = cache_key("https://a/v1/", "/v1/chat/completions", body, provider="openai")
+    assert openai.hex() == "34cc3096adcc18546c787bc3ea6de47357d077a8e2b8621bbacf0242fe9eea26"
+    anthropic = cache_key("https://a/v1/", "/v1/chat/completions", body, provider="anthropic")
+    assert anthropic != openai
+    assert anthropic == cache_key("https://a/v1", "/v1/chat/completions", b'{"a":2,"b":1}', provider="anthropic")
+
+
 def test_the_key_follows_the_jobs_model_override_as_plan_and_shards_see_it() -> None:
     raw = b'{"custom_id":"x","method":"POST","url":"/v1/chat/completions","body":{"messages":[],"model":"a"}}'
     as_sent = parse_line(raw, 1, model="b")

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import orjson
 
-from local.cloud import run_job
+from local.cloud import JobRun, LocalCloud, run_job
+from local.cloud.settings import LocalSettings
 from tests.conftest import request_line, write_jsonl
 
 MODEL = "claude-3-5-haiku-latest"
@@ -61,3 +62,40 @@ def test_a_batch_job_on_anthropic_is_refused_at_plan_naming_the_provider(make_cl
     assert run.status == "FAILED"
     assert "sluice-mode=batch: the anthropic provider has no Batch API" in run.summary["error"]
     assert [entry for entry in simulator.log if entry["path"].startswith("/v1/")] == []
+
+
+def run_on(simulator, path: Path, key: str, **settings: object) -> JobRun:
+    """One job on a local cloud of its own, which is gone when it ends: what it keeps is in `cache_dir`."""
+    cloud = LocalCloud(
+        provider_base_url=simulator.base_url,
+        api_key="sk-test",
+        settings=LocalSettings(request_timeout_s=5.0, **settings),  # type: ignore[arg-type]
+    )
+    with cloud.running():
+        return run_job(cloud, path, key=key)
+
+
+def test_an_openai_answer_in_the_cache_is_not_served_to_an_anthropic_job(simulator, tmp_path: Path) -> None:
+    # chat lines that Messages takes as they are: the same bodies go to either family
+    def line(n: int) -> bytes:
+        body = {"model": MODEL, "max_tokens": 50, "messages": [{"role": "user", "content": f"review {n}"}]}
+        return orjson.dumps({"custom_id": f"c-{n}", "method": "POST", "url": "/v1/chat/completions", "body": body})
+
+    path = write_jsonl(tmp_path / "same.jsonl", [line(n) + b"\n" for n in range(5)])
+    cache_dir = str(tmp_path / "cache")
+    simulator.reset()
+    first = run_on(simulator, path, "inbox/same.jsonl", cache_dir=cache_dir)
+    assert first.status == "SUCCEEDED"
+    assert [e["path"] for e in simulator.log if e["path"].startswith("/v1/")] == ["/v1/chat/completions"] * 5
+    assert run_on(simulator, path, "inbox/twice/same.jsonl", cache_dir=cache_dir).summary["cache"]["hits"] == 5
+
+    simulator.clear_log()
+    again = run_on(simulator, path, "inbox/again/same.jsonl", cache_dir=cache_dir, provider="anthropic")
+    assert again.status == "SUCCEEDED" and again.summary["cache"]["hits"] == 0
+    assert [e["path"] for e in simulator.log if e["path"].startswith("/v1/")] == ["/v1/messages"] * 5
+    assert all(r["response"]["request_id"].startswith("req_") for r in again.results)
+    # what the Anthropic job filled answers its own re-run
+    simulator.clear_log()
+    third = run_on(simulator, path, "inbox/third/same.jsonl", cache_dir=cache_dir, provider="anthropic")
+    assert third.summary["cache"]["hits"] == 5 and not [e for e in simulator.log if e["path"].startswith("/v1/")]
+    assert [r["response"]["body"] for r in third.results] == [r["response"]["body"] for r in again.results]
