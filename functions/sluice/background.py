@@ -28,7 +28,7 @@ from .shard import (
     write_unsent,
 )
 from .store import ItemState
-from .sweep import send_with_sweep
+from .sweep import send_and_hand_back
 
 # A background response still running after this long is reported expired: every wait loop
 # adds history events to the shard's execution, which AWS caps at 25,000.
@@ -74,16 +74,8 @@ async def submit_background(ctx: ShardContext, spec: ShardSpec) -> Submitted:
     if checkpoint.runs == 0:
         await asyncio.sleep(opening_delay_s(spec))
     budget = shard_budget(ctx, spec)
-    try:
-        stats = await send_with_sweep(ctx, spec, requests, sink, budget=budget, expected=left_to_send(spec, skip))
-    except asyncio.CancelledError:
-        # given up mid-flight (an interrupted local run): the responses created so far are
-        # stored, so a cancel finds them, and every direct answer is in the outputs
-        await writer.aflush(finished=False)
-        raise
-    finally:
-        if budget is not None:
-            await asyncio.to_thread(budget.close)
+    expected = left_to_send(spec, skip)
+    stats = await send_and_hand_back(ctx, spec, requests, sink, writer, budget, expected=expected)
     out_of_budget = budget is not None and budget.exhausted
     if out_of_budget:
         await asyncio.to_thread(write_unsent, ctx.s3, spec, source, skip | seen, writer.add_invalid)

@@ -30,7 +30,7 @@ from .shard import (
     shard_budget,
     write_unsent,
 )
-from .sweep import send_with_sweep
+from .sweep import send_and_hand_back
 
 
 class ShardStalled(RuntimeError):
@@ -63,17 +63,8 @@ async def run_direct(ctx: ShardContext, spec: ShardSpec) -> DirectRun:
         ended.add(outcome.line)
         writer.add_outcome(outcome)
 
-    try:
-        expected = left_to_send(spec, checkpoint.done)
-        stats = await send_with_sweep(ctx, spec, requests, sink, stopper, budget, expected=expected)
-    except asyncio.CancelledError:
-        # the requests in flight were given up (an interrupted local run): what was answered is
-        # checkpointed as a run that stops early would, so the outputs have every answer there was
-        await writer.aflush(finished=False)
-        raise
-    finally:
-        if budget is not None:
-            await asyncio.to_thread(budget.close)
+    expected = left_to_send(spec, checkpoint.done)
+    stats = await send_and_hand_back(ctx, spec, requests, sink, writer, budget, stopper, expected=expected)
     out_of_budget = budget is not None and budget.exhausted and not stopper.stopped
     refused = stats.refused if not stopper.stopped and not out_of_budget else None
     if out_of_budget:

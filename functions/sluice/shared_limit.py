@@ -390,7 +390,7 @@ class SharedLimit:
             if not await asyncio.to_thread(self.table.save, local.pk, made):
                 how = Joining(local, self._clock, self.policy, (bucket.level, bucket.token_level))
                 await asyncio.to_thread(self.table.change, local.pk, how)
-            elif grant is not None and made is grant.bucket:
+            elif grant is not None and made is not bucket:
                 self._granted(local, grant, bucket)
             local.unpaced.clear()
             self._know(local, bucket)

@@ -16,12 +16,14 @@ its final outcome, or re-read; never lost and never counted twice.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 
 from .budget import Budget
 from .engine import EngineStats
 from .model import ErrorCode, Outcome, Request
+from .parts import PartWriter
 from .shard import ShardContext, ShardSpec, Stopper, send_requests
 
 # the sweep's concurrency: a tenth of the shard's (at least this, at most the shard's own)
@@ -125,3 +127,27 @@ async def send_with_sweep(
     stats.stopped_early = bool(held)
     stats.remaining = len(held)
     return stats
+
+
+async def send_and_hand_back(
+    ctx: ShardContext,
+    spec: ShardSpec,
+    requests: Iterable[Request],
+    sink: Callable[[Outcome], None],
+    writer: PartWriter,
+    budget: Budget | None,
+    stopper: Stopper | None = None,
+    *,
+    expected: int | None = None,
+) -> EngineStats:
+    """A run's `send_with_sweep`: given up mid-flight (an interrupted local run), what was answered
+    (and, in background, the responses created) is checkpointed first, as a run that stops early
+    would; however it ends, the budget's pool goes back to the job row."""
+    try:
+        return await send_with_sweep(ctx, spec, requests, sink, stopper, budget, expected=expected)
+    except asyncio.CancelledError:
+        await writer.aflush(finished=False)
+        raise
+    finally:
+        if budget is not None:
+            await asyncio.to_thread(budget.close)
