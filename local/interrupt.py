@@ -159,7 +159,8 @@ def _cancel_at_provider(job_id: str, base_url: str, api_key: str, signals: Signa
 
     from sluice.cancel import cancel_at_provider, open_provider_work
 
-    work = open_provider_work(_admin_runtime().store, job_id)
+    runtime = _admin_runtime()
+    work = open_provider_work(runtime.store, job_id)
     if not work:
         return
     count = len(work.batches) + len(work.responses)
@@ -167,7 +168,11 @@ def _cancel_at_provider(job_id: str, base_url: str, api_key: str, signals: Signa
     signals.doing("skipping the provider's cancels")
     answers: list[Any] = []
     worker = threading.Thread(
-        target=lambda: answers.append(asyncio.run(cancel_at_provider(work, base_url=base_url, api_key=api_key))),
+        target=lambda: answers.append(
+            asyncio.run(
+                cancel_at_provider(work, base_url=base_url, api_key=api_key, provider=runtime.settings.provider)
+            )
+        ),
         name="provider-cancels",
         daemon=True,
     )

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import orjson
 from botocore.exceptions import ClientError
 
 from .contract import DEFAULT_PROVIDER, TERMINAL_STATUSES, ExecutionStatus, JobStatus, Planned, Summary, manifest_key
@@ -189,7 +190,11 @@ async def cancel_at_provider(
     provider at `base_url`; `batch_api` and `background` default to those of its family, `provider`."""
     answers = ProviderCancels()
     opener = batch_api or apis.batch_api(
-        base_url, api_key, timeout_s=CANCEL_POLICY.request_timeout_s, max_retries=CANCEL_POLICY.max_attempts - 1
+        base_url,
+        api_key,
+        timeout_s=CANCEL_POLICY.request_timeout_s,
+        max_retries=CANCEL_POLICY.max_attempts - 1,
+        provider=provider,
     )
     jobs = []
     if work.batches:
@@ -208,6 +213,17 @@ async def cancel_at_provider(
         )
     await asyncio.gather(*jobs)
     return answers
+
+
+def planned_provider(s3: Any, bucket: str, job_id: str) -> str:
+    """The provider family Plan gave the job's shards: the job's open work is that family's."""
+    try:
+        raw = s3.get_object(Bucket=bucket, Key=manifest_key(job_id))["Body"].read()
+    except ClientError:
+        return DEFAULT_PROVIDER
+    items = orjson.loads(raw)
+    provider = items[0].get("provider") if isinstance(items, list) and items and isinstance(items[0], dict) else None
+    return provider if isinstance(provider, str) and provider else DEFAULT_PROVIDER
 
 
 def _stop_execution(sfn: Any, execution_arn: str | None, reason: str) -> bool:
@@ -242,12 +258,18 @@ def _cancel_provider_work(
     api_key: str,
     concurrency: int,
     session_factory: Callable[[int], aiohttp.ClientSession],
+    provider: str,
 ) -> None:
     """Cancel the job's open batches and responses at the provider, and count in `report` what
     was cancelled, what had already ended, and what the provider refused."""
     answers = asyncio.run(
         cancel_at_provider(
-            work, base_url=base_url, api_key=api_key, concurrency=concurrency, session_factory=session_factory
+            work,
+            base_url=base_url,
+            api_key=api_key,
+            concurrency=concurrency,
+            session_factory=session_factory,
+            provider=provider,
         )
     )
     report.batches_cancelled = answers.batches_cancelled
@@ -291,7 +313,13 @@ def cancel_job(
     elif work:
         base_url, api_key = provider()
         _cancel_provider_work(
-            report, work, base_url=base_url, api_key=api_key, concurrency=concurrency, session_factory=session_factory
+            report,
+            work,
+            base_url=base_url,
+            api_key=api_key,
+            concurrency=concurrency,
+            session_factory=session_factory,
+            provider=planned_provider(s3, job.bucket, job_id),
         )
 
     bucket, key = job.bucket, job.key

@@ -1,8 +1,9 @@
 """The simulator as an aiohttp application: its parts wired together, the /v1 and /sim routes.
 
 Every /v1 answer is labelled (`Server: sluice-simulator`, an x-request-id), carries the
-x-ratelimit-* headers and is written to the request log; `/v1/messages` speaks Anthropic's dialect
-instead (`messages`: x-api-key, request-id, anthropic-ratelimit-*, its error body). Admin endpoints outside /v1:
+x-ratelimit-* headers and is written to the request log; `/v1/messages` and its Message Batches
+(`message_batches`) speak Anthropic's dialect instead (`messages`: x-api-key, request-id,
+anthropic-ratelimit-*, its error body). Admin endpoints outside /v1:
 GET/DELETE /sim/log, GET/DELETE /sim/webhooks, GET/POST /sim/config (partial update),
 GET /sim/health, POST /sim/reset.
 """
@@ -30,6 +31,7 @@ from local.simulator.core import Core
 from local.simulator.files import File, Files
 from local.simulator.inference import Inference
 from local.simulator.limits import Limiter
+from local.simulator.message_batches import MessageBatches
 from local.simulator.messages import MESSAGES_PATH, REQUEST_ID_HEADER, error_response, speaks
 from local.simulator.messages import ratelimit_headers as messages_ratelimit_headers
 from local.simulator.plans import BATCH_ENDPOINTS
@@ -50,6 +52,7 @@ class Simulator:
         self.file_api = Files(self.core)
         self.background = Background(self.core, self.webhooks.emit)
         self.batch_api = Batches(self.core, self.file_api, self.webhooks.emit)
+        self.message_batches = MessageBatches(self.core)
         self.limiter = Limiter(clock or self.core.now)
         self.inference = Inference(self.core, self._admit, self.background)
 
@@ -93,6 +96,7 @@ class Simulator:
     def reset(self) -> None:
         self.background.reset()
         self.batch_api.reset()
+        self.message_batches.reset()
         self.file_api.reset()
         self.log.clear()
         self.webhooks.log.clear()
@@ -224,6 +228,7 @@ def create_app(config: SimConfig | None = None, *, clock: Callable[[], float] | 
     for path in BATCH_ENDPOINTS:
         app.router.add_post(path, sim.inference.infer)
     app.router.add_post(MESSAGES_PATH, sim.inference.infer)
+    sim.message_batches.routes(app)
     app.router.add_get("/v1/models", sim.list_models)
     app.router.add_get("/v1/responses/{id}", sim.background.retrieve)
     app.router.add_delete("/v1/responses/{id}", sim.background.delete)

@@ -38,8 +38,8 @@ _ERROR_TYPES = {
 
 
 def speaks(request: web.Request) -> bool:
-    """Whether a request is in Anthropic's dialect: the Messages path."""
-    return request.path == MESSAGES_PATH
+    """Whether a request is in Anthropic's dialect: the Messages path and those under it (batches)."""
+    return request.path == MESSAGES_PATH or request.path.startswith(MESSAGES_PATH + "/")
 
 
 def plan_messages(data: dict[str, Any], new_id: NewId) -> Plan:

@@ -104,22 +104,26 @@ def test_options_from_object_metadata() -> None:
         JobOptions.from_metadata({"sluice-colour": "red"}, SETTINGS)
 
 
-@pytest.mark.parametrize(("mode", "what"), [("batch", "Batch API"), ("background", "background responses")])
-def test_a_mode_the_provider_has_no_api_for_is_refused_at_plan(mode: str, what: str) -> None:
+def test_a_mode_the_provider_has_no_api_for_is_refused_at_plan() -> None:
     anthropic = replace(SETTINGS, provider="anthropic")
-    expected = f"sluice-mode={mode}: the anthropic provider has no {what} Sluice can run; use one of direct, auto"
+    expected = (
+        "sluice-mode=background: the anthropic provider has no background responses Sluice can run; "
+        "use one of direct, batch, auto"
+    )
     with pytest.raises(PlanError, match=expected):
-        JobOptions.from_metadata({"sluice-mode": mode}, anthropic)
+        JobOptions.from_metadata({"sluice-mode": "background"}, anthropic)
     with pytest.raises(PlanError, match=expected):
-        JobOptions.from_metadata({}, replace(anthropic, default_mode=mode))
-    assert JobOptions.from_metadata({"sluice-mode": mode}, SETTINGS).mode == mode
+        JobOptions.from_metadata({}, replace(anthropic, default_mode="background"))
+    assert JobOptions.from_metadata({"sluice-mode": "background"}, SETTINGS).mode == "background"
+    assert JobOptions.from_metadata({"sluice-mode": "batch"}, anthropic).mode == "batch"
 
 
-def test_auto_never_batches_a_shard_of_a_provider_without_a_batch_api() -> None:
+def test_auto_batches_a_big_shard_of_a_provider_with_a_batch_api() -> None:
     anthropic = replace(SETTINGS, provider="anthropic")
     options = JobOptions.from_metadata({"sluice-mode": "auto"}, anthropic)
     big = SETTINGS.auto_batch_min_requests
-    assert options.shard_mode(big, anthropic) == "direct"
+    assert options.shard_mode(big, anthropic) == "batch"
+    assert options.shard_mode(big - 1, anthropic) == "direct"
     assert options.shard_mode(big, SETTINGS) == "batch"
 
 

@@ -3,6 +3,7 @@ errors, and a chat-completions line translated to a Messages request and its ans
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -13,6 +14,7 @@ from sluice.contract import Settings
 from sluice.lines import LineError, parse_line
 from sluice.model import ErrorCode, Request
 from sluice.providers import ANTHROPIC, COMPLETE, CUT_SHORT, ProviderError, RateLimits, Unsupported, Usage, apis, family
+from sluice.providers.anthropic.batch import AnthropicBatchApi
 from sluice.providers.anthropic.format import parse_reset
 from sluice.providers.anthropic.translate import DEFAULT_MAX_TOKENS
 
@@ -38,11 +40,15 @@ def test_anthropic_is_the_family_of_its_name() -> None:
     assert family("anthropic") is ANTHROPIC
 
 
-def test_anthropic_has_no_batch_api_or_background_responses_to_open() -> None:
+def test_anthropic_opens_its_message_batches_but_has_no_background_responses() -> None:
     settings = Settings(bucket="b", table="t", provider_base_url="http://x", api_key_secret_arn="arn")
     anthropic = replace(settings, provider="anthropic")
-    with pytest.raises(ValueError, match="the anthropic provider has no Batch API"):
-        apis.batch_api_for(anthropic, "sk-ant-x")
+
+    async def opened() -> object:
+        async with apis.batch_api_for(anthropic, "sk-ant-x")() as api:
+            return api
+
+    assert isinstance(asyncio.run(opened()), AnthropicBatchApi)
     with pytest.raises(ValueError, match="the anthropic provider has no background responses"):
         apis.background_api("anthropic")
     assert apis.batch_api_for(settings, "sk-x") is not None

@@ -53,17 +53,6 @@ def test_a_job_on_anthropic_answers_chat_lines_as_chat_completions(make_cloud, s
     assert len(sent) == 20
 
 
-def test_a_batch_job_on_anthropic_is_refused_at_plan_naming_the_provider(make_cloud, simulator, tmp_path: Path) -> None:
-    simulator.reset()
-    cloud = make_cloud(provider="anthropic")
-    path = write_jsonl(tmp_path / "claude.jsonl", [messages_line("a", "hi")])
-    run = run_job(cloud, path, metadata={"sluice-mode": "batch"})
-
-    assert run.status == "FAILED"
-    assert "sluice-mode=batch: the anthropic provider has no Batch API" in run.summary["error"]
-    assert [entry for entry in simulator.log if entry["path"].startswith("/v1/")] == []
-
-
 def run_on(simulator, path: Path, key: str, **settings: object) -> JobRun:
     """One job on a local cloud of its own, which is gone when it ends: what it keeps is in `cache_dir`."""
     cloud = LocalCloud(

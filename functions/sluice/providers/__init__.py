@@ -31,10 +31,10 @@ from .openai import OPENAI
 
 _FORMATS: dict[str, RequestFormat] = {f.name: f for f in (OPENAI, ANTHROPIC)}
 # how each family's shards may send their lines: direct always; batch and background where Sluice
-# runs the family's Batch API and background responses (`apis`), which Anthropic's are not yet
+# runs the family's Batch API and background responses (`apis`); Anthropic has no background API
 _MODES: dict[str, frozenset[str]] = {
     OPENAI.name: frozenset({Mode.DIRECT, Mode.BATCH, Mode.BACKGROUND}),
-    ANTHROPIC.name: frozenset({Mode.DIRECT}),
+    ANTHROPIC.name: frozenset({Mode.DIRECT, Mode.BATCH}),
 }
 
 

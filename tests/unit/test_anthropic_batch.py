@@ -1,0 +1,171 @@
+"""Anthropic's Message Batches as a `BatchApi` (`sluice.providers.anthropic.batch`), against the
+simulator's Message Batches (`local.simulator.message_batches`)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import io
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+import pytest
+from sluice.model import ErrorCode, Request
+from sluice.providers.anthropic.batch import AnthropicBatchApi, opener
+from sluice.providers.batch import BatchRow, BatchState, BatchStatus, BatchTag, BatchUpload
+
+from local.simulator import SimConfig, SimulatorServer
+
+BASE = SimConfig(latency_s=0.0, seed=7, batch_phase_s=0.0)
+MODEL = "claude-3-5-haiku-latest"
+TAG = BatchTag("reviews-0123456789ab", 3, 1)
+ID_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[SimulatorServer]:
+    with SimulatorServer(BASE) as running:
+        yield running
+
+
+@pytest.fixture
+def sim(server: SimulatorServer) -> SimulatorServer:
+    server.reset()
+    server.configure(**dataclasses.asdict(BASE))
+    return server
+
+
+def chat(line: int, custom_id: str, text: str = "I loved it") -> Request:
+    body = {"model": MODEL, "messages": [{"role": "user", "content": f"positive or negative: {text}"}]}
+    return Request(line, custom_id, "POST", "/v1/chat/completions", orjson.dumps(body))
+
+
+def native(line: int, custom_id: str) -> Request:
+    body = {"model": MODEL, "max_tokens": 50, "messages": [{"role": "user", "content": "positive or negative: great"}]}
+    return Request(line, custom_id, "POST", "/v1/messages", orjson.dumps(body))
+
+
+def upload(api: AnthropicBatchApi, requests: list[Request]) -> BatchUpload:
+    rows = b"".join(api.encode(r) for r in requests)
+    return BatchUpload(io.BytesIO(rows), requests[0].path, MODEL, rows=len(requests), size=len(rows))
+
+
+async def until_ended(api: AnthropicBatchApi, batch_id: str) -> BatchStatus:
+    status = await api.status(batch_id)
+    while not status.ended:
+        await asyncio.sleep(0.01)
+        status = await api.status(batch_id)
+    return status
+
+
+def run_batch(sim: SimulatorServer, requests: list[Request]) -> tuple[BatchStatus, list[BatchRow]]:
+    async def go() -> tuple[BatchStatus, list[BatchRow]]:
+        async with opener(sim.url, "sk-ant-test", timeout_s=5.0)() as api:
+            assert isinstance(api, AnthropicBatchApi)
+            batch_id = await api.submit(upload(api, requests), TAG)
+            status = await until_ended(api, batch_id)
+            return status, [row async for row in api.rows(status)]
+
+    return asyncio.run(go())
+
+
+def test_a_batch_answers_chat_lines_as_chat_completions_and_native_lines_natively(sim: SimulatorServer) -> None:
+    user_ids = ["avis-client-é€-" + "x" * 85, "ünïcødé id", "native"]
+    requests = [chat(7, user_ids[0]), chat(8, user_ids[1], "awful"), native(9, user_ids[2])]
+
+    status, rows = run_batch(sim, requests)
+
+    assert status.state == BatchState.COMPLETED and status.counts.completed == 3
+    sent = sim.call(lambda s: [[r.custom_id for r in b.requests] for b in s.message_batches.batches.values()])
+    assert all(ID_PATTERN.match(custom_id) for custom_id in sent[0])
+    api = AnthropicBatchApi.__new__(AnthropicBatchApi)
+    by_ref = {row.ref: row for row in rows}
+    assert set(by_ref) == {api.row_ref(r.line, r.custom_id) for r in requests}
+    first, second, third = (by_ref[api.row_ref(r.line, r.custom_id)] for r in requests)
+    assert first.status_code == 200 and first.error_code is None
+    assert first.body["object"] == "chat.completion"
+    assert first.body["choices"][0]["message"]["content"] == "positive"
+    assert second.body["choices"][0]["message"]["content"] == "negative"
+    assert first.body["usage"]["total_tokens"] > 0
+    assert third.body["type"] == "message" and third.body["content"] == [{"type": "text", "text": "positive"}]
+
+
+def test_an_expired_batch_keeps_its_answers_and_names_the_rest_unfinished(sim: SimulatorServer) -> None:
+    sim.configure(batch_expire_fraction=1.0, batch_expire_done_fraction=0.5)
+    requests = [chat(n, f"c-{n}", f"review {n}") for n in range(1, 41)]
+
+    status, rows = run_batch(sim, requests)
+
+    assert status.state == BatchState.EXPIRED
+    answered = [row for row in rows if not row.unfinished]
+    left = [row for row in rows if row.unfinished]
+    assert answered and left and len(answered) + len(left) == 40
+    assert {row.error_code for row in left} == {ErrorCode.BATCH_EXPIRED}
+    assert all(row.body["object"] == "chat.completion" for row in answered)
+    assert status.counts.completed == len(answered) and status.counts.failed == len(left)
+
+
+def test_errored_requests_come_back_as_provider_errors(sim: SimulatorServer) -> None:
+    sim.configure(batch_row_error_rate=1.0)
+    bad = Request(2, "bad", "POST", "/v1/messages", orjson.dumps({"model": MODEL, "messages": []}))
+
+    _, rows = run_batch(sim, [native(1, "ok"), bad])
+
+    by_ref = {row.ref: row for row in rows}
+    assert by_ref["1"].status_code == 500 and by_ref["1"].error_code == ErrorCode.PROVIDER_ERROR
+    assert "api_error" in (by_ref["1"].error_message or "")
+    assert by_ref["2"].status_code == 400 and "invalid_request_error" in (by_ref["2"].error_message or "")
+    assert not any(row.unfinished for row in rows)
+
+
+def test_find_recognises_an_ended_batch_of_the_shard_from_its_results(sim: SimulatorServer) -> None:
+    async def go() -> tuple[dict[BatchTag, str], dict[BatchTag, str], str, list[Any]]:
+        async with opener(sim.url, "sk-ant-test", timeout_s=5.0)() as api:
+            assert isinstance(api, AnthropicBatchApi)
+            batch_id = await api.submit(upload(api, [native(1, "a"), native(2, "b")]), TAG)
+            await until_ended(api, batch_id)
+        # a run that died before recording the batch: a new process, which never saw it created
+        async with opener(sim.url, "sk-ant-test", timeout_s=5.0)() as fresh:
+            mine = await fresh.find(TAG.job, TAG.shard, since=0.0)
+            other = await fresh.find(TAG.job, TAG.shard + 1, since=0.0)
+            listed = await fresh.listed(since=0.0)
+        return mine, other, batch_id, listed
+
+    mine, other, batch_id, listed = asyncio.run(go())
+
+    assert mine == {TAG: batch_id}
+    assert other == {}
+    assert [status.id for status in listed] == [batch_id]
+
+
+def shift(batch: Any, seconds: float) -> None:
+    """Move a simulated batch `seconds` into its past."""
+    batch.t0 -= seconds
+    batch.cancel_t -= seconds
+
+
+def test_a_cancelled_batch_ends_with_its_unrun_requests_unfinished(sim: SimulatorServer) -> None:
+    sim.configure(batch_phase_s=60.0)
+
+    async def go() -> tuple[BatchStatus, BatchStatus, list[BatchRow], list[str]]:
+        async with opener(sim.url, "sk-ant-test", timeout_s=5.0)() as api:
+            assert isinstance(api, AnthropicBatchApi)
+            batch_id = await api.submit(upload(api, [native(n, f"n{n}") for n in range(1, 6)]), TAG)
+            cancelling = await api.cancel(batch_id)
+            # the simulator ends a cancel one phase later: a phase passes now
+            sim.call(lambda s: shift(s.message_batches.batches[batch_id], 60.0))
+            ended = await api.status(batch_id)
+            rows = [row async for row in api.rows(ended)]
+            await api.clean_up([ended])
+            deleted = sim.call(lambda s: list(s.message_batches.deleted))
+            return cancelling, ended, rows, deleted
+
+    cancelling, ended, rows, deleted = asyncio.run(go())
+
+    assert cancelling.state == BatchState.CANCELLING
+    assert ended.state == BatchState.CANCELLED
+    assert len(rows) == 5 and {row.error_code for row in rows} == {ErrorCode.BATCH_CANCELLED}
+    assert all(row.unfinished for row in rows)
+    assert deleted == [ended.id]
