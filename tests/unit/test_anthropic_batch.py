@@ -7,13 +7,14 @@ import asyncio
 import dataclasses
 import io
 import re
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
+import aiohttp
 import orjson
 import pytest
 from sluice.model import ErrorCode, Request
-from sluice.providers.anthropic.batch import AnthropicBatchApi, opener
+from sluice.providers.anthropic.batch import AnthropicBatchApi, ProviderUnavailable, opener
 from sluice.providers.batch import BatchRow, BatchState, BatchStatus, BatchTag, BatchUpload
 
 from local.simulator import SimConfig, SimulatorServer
@@ -169,3 +170,61 @@ def test_a_cancelled_batch_ends_with_its_unrun_requests_unfinished(sim: Simulato
     assert len(rows) == 5 and {row.error_code for row in rows} == {ErrorCode.BATCH_CANCELLED}
     assert all(row.unfinished for row in rows)
     assert deleted == [ended.id]
+
+
+class LosesCreateAnswers(AnthropicBatchApi):
+    """A connection that drops the answer to the first `lost` creates, after the batch exists;
+    `meanwhile` runs once the batches before the create were listed (another shard's create)."""
+
+    def __init__(self, api: AnthropicBatchApi, lost: int, meanwhile: Callable[[], Awaitable[object]] | None = None):
+        self.__dict__.update(api.__dict__)
+        self.lost = lost
+        self.meanwhile = meanwhile
+
+    async def _newest(self, since: float) -> set[str]:
+        before = await super()._newest(since)
+        if self.meanwhile is not None:
+            await self.meanwhile()
+        return before
+
+    async def _once(self, method: str, url: str, *, data: bytes | None = None, **options: Any) -> Any:
+        answer = await super()._once(method, url, data=data, **options)
+        if method == "POST" and url.endswith("/batches") and self.lost:
+            self.lost -= 1
+            raise aiohttp.ServerDisconnectedError()
+        return answer
+
+
+def test_a_create_whose_answer_was_lost_takes_the_batch_it_created_instead_of_paying_twice(
+    sim: SimulatorServer,
+) -> None:
+    async def go() -> tuple[str, dict[BatchTag, str]]:
+        async with opener(sim.url, "sk-ant-test", timeout_s=5.0)() as opened:
+            assert isinstance(opened, AnthropicBatchApi)
+            api = LosesCreateAnswers(opened, lost=1)
+            batch_id = await api.submit(upload(api, [native(1, "a"), native(2, "b")]), TAG)
+            return batch_id, await api.find(TAG.job, TAG.shard, since=0.0)
+
+    batch_id, found = asyncio.run(go())
+
+    assert sim.call(lambda s: list(s.message_batches.batches)) == [batch_id]
+    assert found == {TAG: batch_id}
+
+
+def test_a_lost_create_that_cannot_tell_its_batch_from_anothers_raises_rather_than_guess(
+    sim: SimulatorServer,
+) -> None:
+    async def go() -> None:
+        async with opener(sim.url, "sk-ant-test", timeout_s=5.0)() as opened:
+            assert isinstance(opened, AnthropicBatchApi)
+            other = BatchTag(TAG.job, TAG.shard + 1, 0)
+
+            async def another_shard_creates() -> str:
+                return await opened.submit(upload(opened, [native(1, "x"), native(2, "y")]), other)
+
+            api = LosesCreateAnswers(opened, lost=1, meanwhile=another_shard_creates)
+            await api.submit(upload(api, [native(1, "a"), native(2, "b")]), TAG)
+
+    with pytest.raises(ProviderUnavailable, match="2 batches of 2 requests appeared"):
+        asyncio.run(go())
+    assert len(sim.call(lambda s: list(s.message_batches.batches))) == 2

@@ -18,8 +18,10 @@ Message Batches carry no metadata, so what a lost answer hid is harder to find t
   process created; a batch still running whose creation was never recorded cannot be told from
   another's, so its file goes again and both are paid for. The window is one Lambda's death
   between two calls;
-- `listed` gives no tags (a tag names the job, and a request id has no room for it): the queue's
-  reconciliation of dead shards' holds (`batch_queue`) sees Anthropic's batches as untagged.
+- `listed` tags only the batches this process created (a tag names the job, and a request id has
+  no room for it), so the queue's reconciliation (`batch_queue`), which frees the holds of shards
+  whose tagged batches ended long ago, frees none from Anthropic's list: a dead shard's hold
+  lasts until it times out, and the queue is under-used meanwhile, never over-filled.
 """
 
 from __future__ import annotations
