@@ -190,10 +190,12 @@ class AnthropicBatchApi:
         """The id of any one request of an ended batch, from its results."""
         if not status.output_file:
             return None
-        async for record in self._records(status.output_file):
-            custom_id = record.get("custom_id")
-            if isinstance(custom_id, str):
-                return custom_id
+        # closed at once: the rest of the results is not read
+        async with contextlib.aclosing(self._records(status.output_file)) as records:
+            async for record in records:
+                custom_id = record.get("custom_id")
+                if isinstance(custom_id, str):
+                    return custom_id
         return None
 
     async def find(self, job: str, shard: int, since: float) -> dict[BatchTag, str]:
