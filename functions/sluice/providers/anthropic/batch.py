@@ -30,7 +30,7 @@ import asyncio
 import contextlib
 import random
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -278,7 +278,7 @@ class AnthropicBatchApi:
         tag = self._created.get(batch_id)
         return status if tag is None else _tagged(status, tag)
 
-    async def _records(self, url: str) -> AsyncIterator[dict[str, Any]]:
+    async def _records(self, url: str) -> AsyncGenerator[dict[str, Any], None]:
         async with self._session.get(url) as response:
             if response.status >= 300:
                 raise ProviderUnavailable(f"GET {url}: HTTP {response.status}")
