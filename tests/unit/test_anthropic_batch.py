@@ -14,6 +14,7 @@ import aiohttp
 import orjson
 import pytest
 from sluice.model import ErrorCode, Request
+from sluice.providers.anthropic import batch as batch_module
 from sluice.providers.anthropic.batch import AnthropicBatchApi, ProviderUnavailable, opener
 from sluice.providers.batch import BatchRow, BatchState, BatchStatus, BatchTag, BatchUpload
 
@@ -170,6 +171,37 @@ def test_a_cancelled_batch_ends_with_its_unrun_requests_unfinished(sim: Simulato
     assert len(rows) == 5 and {row.error_code for row in rows} == {ErrorCode.BATCH_CANCELLED}
     assert all(row.unfinished for row in rows)
     assert deleted == [ended.id]
+
+
+def test_message_batches_refuse_an_id_outside_the_pattern_which_sluice_never_sends(sim: SimulatorServer) -> None:
+    async def go() -> tuple[int, Any]:
+        async with opener(sim.url, "sk-ant-test", timeout_s=5.0)() as api:
+            assert isinstance(api, AnthropicBatchApi)
+            params = {"model": MODEL, "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
+            body = orjson.dumps({"requests": [{"custom_id": "ünïcødé id", "params": params}]})
+            answer = await api._once("POST", api._url, data=body)
+            return answer.status, answer.body
+
+    status, body = asyncio.run(go())
+
+    assert status == 400 and body["error"]["type"] == "invalid_request_error"
+    assert "custom_id" in body["error"]["message"]
+
+
+def test_listed_walks_every_page_newest_first(sim: SimulatorServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(batch_module, "PAGE", 2)
+
+    async def go() -> tuple[list[str], list[str]]:
+        async with opener(sim.url, "sk-ant-test", timeout_s=5.0)() as api:
+            assert isinstance(api, AnthropicBatchApi)
+            created = [
+                await api.submit(upload(api, [native(1, "a")]), BatchTag(TAG.job, TAG.shard, part)) for part in range(5)
+            ]
+            return created, [status.id for status in await api.listed(since=0.0)]
+
+    created, listed = asyncio.run(go())
+
+    assert listed == created[::-1]
 
 
 class LosesCreateAnswers(AnthropicBatchApi):
