@@ -10,6 +10,7 @@ from typing import Any
 
 import boto3
 import orjson
+import pytest
 from sluice.cancel import cancel_job
 from sluice.plan import job_id_for
 from sluice.store import JobStore
@@ -67,6 +68,22 @@ def test_a_batch_job_on_anthropic_answers_every_line_under_the_users_own_ids(
     assert run.summary["tokens"]["input"] > 0 and run.summary["tokens"]["output"] > 0
     # collected batches are deleted at the provider
     assert simulator.call(lambda sim: list(sim.message_batches.batches)) == []
+
+
+def test_auto_mode_on_anthropic_batches_the_big_shard_and_sends_the_small_one_direct(
+    make_cloud, simulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    simulator.reset()
+    cloud = make_cloud(provider="anthropic", shard_lines=30, poll_seconds=1)
+    monkeypatch.setenv("SLUICE_AUTO_BATCH_MIN_REQUESTS", "25")
+    simulator.configure(batch_phase_s=0.1)
+    path = write_jsonl(tmp_path / "auto.jsonl", [chat_line(f"a-{n}", n) for n in range(50)])
+    run = run_job(cloud, path, metadata={"sluice-mode": "auto"})
+
+    assert run.status == "SUCCEEDED", run.summary.get("error")
+    assert [r["custom_id"] for r in run.results] == [f"a-{n}" for n in range(50)] and run.errors == []
+    assert [(s["mode"], s["lines"]) for s in run.summary["shards"]] == [("batch", 30), ("direct", 20)]
+    assert len(posts(simulator, BATCHES)) == 1 and len(posts(simulator, "/v1/messages")) == 20
 
 
 def test_an_expired_anthropic_batch_keeps_its_answers_and_sends_the_rest_direct(
