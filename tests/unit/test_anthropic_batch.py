@@ -219,7 +219,7 @@ class LosesCreateAnswers(AnthropicBatchApi):
             await self.meanwhile()
         return before
 
-    async def _once(self, method: str, url: str, *, data: bytes | None = None, **options: Any) -> Any:
+    async def _once(self, method: str, url: str, *, data: bytes | bytearray | None = None, **options: Any) -> Any:
         answer = await super()._once(method, url, data=data, **options)
         if method == "POST" and url.endswith("/batches") and self.lost:
             self.lost -= 1

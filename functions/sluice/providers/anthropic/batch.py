@@ -105,11 +105,21 @@ def batch_row(request: Request) -> bytes:
     return b'%s%s","params":%s}\n' % (_ROW_START, custom_id.encode(), orjson.dumps(params))
 
 
-def _requests_body(upload: BatchUpload, tag: BatchTag) -> bytes:
+def _requests_body(upload: BatchUpload, tag: BatchTag) -> bytearray:
+    """The create request's body: the file's rows, each id prefixed with the tag, written into one
+    buffer as the file is read, so a 256 MB batch costs its body and no copies of it."""
     upload.file.seek(0)
     prefixed = _ROW_START + row_prefix(tag).encode()
-    rows = [prefixed + row.removeprefix(_ROW_START) for row in upload.file.read().splitlines() if row.strip()]
-    return b'{"requests":[' + b",".join(rows) + b"]}"
+    body = bytearray(b'{"requests":[')
+    for row in upload.file:
+        if not row.strip():
+            continue
+        if len(body) > len(b'{"requests":['):
+            body += b","
+        body += prefixed
+        body += row.rstrip(b"\n").removeprefix(_ROW_START)
+    body += b"]}"
+    return body
 
 
 class AnthropicBatchApi:
@@ -133,7 +143,7 @@ class AnthropicBatchApi:
     def row_ref(self, line: int, custom_id: str) -> str:
         return line_ref(line)
 
-    async def _once(self, method: str, url: str, *, data: bytes | None = None, **options: Any) -> _Answer:
+    async def _once(self, method: str, url: str, *, data: bytes | bytearray | None = None, **options: Any) -> _Answer:
         headers = {"content-type": "application/json"} if data is not None else None
         async with self._session.request(method, url, data=data, headers=headers, **options) as response:
             raw = await response.read()
