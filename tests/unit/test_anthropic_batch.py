@@ -16,6 +16,7 @@ import pytest
 from sluice.model import ErrorCode, Request
 from sluice.providers.anthropic import batch as batch_module
 from sluice.providers.anthropic.batch import AnthropicBatchApi, ProviderUnavailable, opener
+from sluice.providers.anthropic.batch_wire import batch_status, parse_row
 from sluice.providers.batch import BatchRow, BatchState, BatchStatus, BatchTag, BatchUpload
 
 from local.simulator import SimConfig, SimulatorServer
@@ -260,3 +261,49 @@ def test_a_lost_create_that_cannot_tell_its_batch_from_anothers_raises_rather_th
     with pytest.raises(ProviderUnavailable, match="2 batches of 2 requests appeared"):
         asyncio.run(go())
     assert len(sim.call(lambda s: list(s.message_batches.batches))) == 2
+
+
+def message_batch(**fields: Any) -> dict[str, Any]:
+    counts = {"processing": 0, "succeeded": 0, "errored": 0, "canceled": 0, "expired": 0}
+    counts.update(fields.pop("counts", {}))
+    return {
+        "id": "msgbatch_1",
+        "type": "message_batch",
+        "processing_status": "ended",
+        "request_counts": counts,
+        "created_at": "2026-01-01T00:00:00.5Z",
+        "ended_at": "2026-01-01T01:00:00Z",
+        "cancel_initiated_at": None,
+        "results_url": "https://api.anthropic.com/v1/messages/batches/msgbatch_1/results",
+        **fields,
+    }
+
+
+@pytest.mark.parametrize(
+    ("fields", "state"),
+    [
+        ({"processing_status": "in_progress", "counts": {"processing": 3}, "ended_at": None}, BatchState.IN_PROGRESS),
+        ({"processing_status": "canceling", "counts": {"processing": 3}}, BatchState.CANCELLING),
+        ({"counts": {"succeeded": 2, "errored": 1}}, BatchState.COMPLETED),
+        ({"counts": {"succeeded": 2, "expired": 1}}, BatchState.EXPIRED),
+        (
+            {"counts": {"succeeded": 2, "canceled": 1}, "cancel_initiated_at": "2026-01-01T00:30:00Z"},
+            BatchState.CANCELLED,
+        ),
+    ],
+)
+def test_a_message_batch_reads_in_openais_words(fields: dict[str, Any], state: str) -> None:
+    status = batch_status(message_batch(**fields))
+
+    assert status.state == state
+    assert status.created_at == pytest.approx(1767225600.5)
+    assert status.ended_at == (None if state in (BatchState.IN_PROGRESS, BatchState.CANCELLING) else 1767229200.0)
+    assert status.counts.total == 3
+
+
+def test_results_lines_that_are_not_sluices_rows_are_skipped() -> None:
+    message = {"type": "message", "content": [], "usage": {}}
+    assert parse_row({"custom_id": "someone-elses", "result": {"type": "succeeded", "message": message}}, 0) is None
+    assert parse_row({"custom_id": "0123456789ab-0-1-7m", "result": "mangled"}, 0) is None
+    row = parse_row({"custom_id": "0123456789ab-0-1-7m", "result": {"type": "succeeded", "message": message}}, 0)
+    assert row is not None and (row.ref, row.status_code, row.body) == ("7", 200, message)
