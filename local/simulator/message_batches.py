@@ -7,7 +7,9 @@ ends with batch_expire_done_fraction of its requests answered and the rest `expi
 drawn under batch_row_error_rate is `errored` with an api_error, as is one whose params
 /v1/messages would refuse (invalid_request_error). A cancel ends the batch one phase later with
 the requests done by then answered and the rest `canceled`. Each request is answered as
-/v1/messages answers it.
+/v1/messages answers it. batch_queue_limit holds the input tokens of the batches in progress (a
+row's tokens counted as the Batch API's are): a batch that would pass it is refused with a 429
+`rate_limit_error`, as Anthropic refuses a batch when its processing queue is full.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from local.simulator.batches import row_tokens
 from local.simulator.core import Core
 from local.simulator.faults import draws
 from local.simulator.messages import plan_messages
@@ -62,6 +65,7 @@ class MessageBatch:
     cancel_at: float | None = None  # wall clock
     results: bytes | None = None
     counts: dict[str, int] = field(default_factory=dict)
+    tokens: int = 0
 
 
 class MessageBatches:
@@ -75,6 +79,11 @@ class MessageBatches:
     def reset(self) -> None:
         self.batches.clear()
         self.deleted.clear()
+
+    def enqueued(self) -> int:
+        """Input tokens the batches still in progress hold in the queue."""
+        now = self._core.now()
+        return sum(b.tokens for b in self.batches.values() if not self._ended(b, now))
 
     def routes(self, app: web.Application) -> None:
         app.router.add_post(BATCHES_PATH, self.create)
@@ -113,6 +122,10 @@ class MessageBatches:
             if row.plan is not None and u_error < cfg.batch_row_error_rate:
                 row.plan, row.error = None, {"type": "api_error", "message": "Internal server error (simulated fault)."}
             requests.append(row)
+        tokens = sum(row_tokens(item["params"]) for item in items)
+        limit = cfg.batch_queue_limit
+        if limit and self.enqueued() + tokens > limit:
+            raise ApiError(429, f"Message batch queue full: {limit:,} input tokens may be in progress at once.")
         digest = hashlib.blake2b(raw, digest_size=16).hexdigest()
         expire = draws(cfg.seed, f"msgbatch:{digest}", 0)[0] < cfg.batch_expire_fraction
         batch = MessageBatch(
@@ -124,6 +137,7 @@ class MessageBatches:
             expire=expire,
             done_fraction=cfg.batch_expire_done_fraction if expire else 1.0,
             shuffle_seed=f"{cfg.seed}:{digest}",
+            tokens=tokens,
         )
         self.batches[batch.id] = batch
         request[NOTES]["batch_id"] = batch.id

@@ -17,7 +17,7 @@ from sluice.model import ErrorCode, Request
 from sluice.providers.anthropic import batch as batch_module
 from sluice.providers.anthropic.batch import AnthropicBatchApi, ProviderUnavailable, opener
 from sluice.providers.anthropic.batch_wire import batch_status, parse_row
-from sluice.providers.batch import BatchRow, BatchState, BatchStatus, BatchTag, BatchUpload
+from sluice.providers.batch import BatchRow, BatchState, BatchStatus, BatchTag, BatchUpload, QueueFull
 
 from local.simulator import SimConfig, SimulatorServer
 
@@ -307,3 +307,20 @@ def test_results_lines_that_are_not_sluices_rows_are_skipped() -> None:
     assert parse_row({"custom_id": "0123456789ab-0-1-7m", "result": "mangled"}, 0) is None
     row = parse_row({"custom_id": "0123456789ab-0-1-7m", "result": {"type": "succeeded", "message": message}}, 0)
     assert row is not None and (row.ref, row.status_code, row.body) == ("7", 200, message)
+
+
+def test_a_batch_the_full_queue_refuses_is_queue_full_and_leaves_nothing_behind(sim: SimulatorServer) -> None:
+    async def go() -> str:
+        async with opener(sim.url, "sk-ant-test", timeout_s=5.0)() as api:
+            assert isinstance(api, AnthropicBatchApi)
+            first = await api.submit(upload(api, [native(1, "a")]), TAG)
+            with pytest.raises(QueueFull, match="HTTP 429"):
+                await api.submit(upload(api, [native(2, "b")]), BatchTag(TAG.job, TAG.shard, 2))
+            return first
+
+    sim.configure(batch_phase_s=60.0, batch_queue_limit=30)
+    first = asyncio.run(go())
+
+    assert sim.call(lambda s: list(s.message_batches.batches)) == [first]
+    refused = [e for e in sim.log if e["method"] == "POST" and e["status"] == 429]
+    assert len(refused) == 1

@@ -66,7 +66,8 @@ BATCHES_PATH = "/v1/messages/batches"
 READ_POLICY = RetryPolicy(max_attempts=6, base_delay_s=1.0)
 # creating is not (no idempotency key): only a refusal that created nothing goes again at once
 CREATE_POLICY = RetryPolicy(max_attempts=5, base_delay_s=1.0)
-_REFUSED = frozenset({429, OVERLOADED_STATUS})
+QUEUE_FULL_STATUS = 429
+_REFUSED = frozenset({QUEUE_FULL_STATUS, OVERLOADED_STATUS})
 # a 256 MB request needs far longer than one inference call
 CREATE_TIMEOUT_S = 600.0
 PAGE = 100
@@ -262,8 +263,9 @@ class AnthropicBatchApi:
                     return batch_id
                 failure = answer.refusal()
                 if answer.status in _REFUSED:
-                    # refused before anything was created: the queue (or the key's rate) is full
-                    if tries >= CREATE_POLICY.max_attempts:
+                    # refused before anything was created. A 429 is the batch queue (or the key's
+                    # rate) full: the runner's requeue waits far longer than a Lambda should sleep
+                    if answer.status == QUEUE_FULL_STATUS or tries >= CREATE_POLICY.max_attempts:
                         raise QueueFull(failure)
                     await asyncio.sleep(next_delay_s(tries, CREATE_POLICY, answer.headers, time.time(), random.random))
                     continue
