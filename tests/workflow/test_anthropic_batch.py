@@ -86,6 +86,24 @@ def test_auto_mode_on_anthropic_batches_the_big_shard_and_sends_the_small_one_di
     assert len(posts(simulator, BATCHES)) == 1 and len(posts(simulator, "/v1/messages")) == 20
 
 
+def test_a_batch_anthropics_full_queue_refuses_is_created_again_once_there_is_room(
+    make_cloud, simulator, tmp_path: Path
+) -> None:
+    simulator.reset()
+    cloud = make_cloud(provider="anthropic", shard_lines=10, poll_seconds=1, map_concurrency=2)
+    # room for one shard's batch at a time, which Sluice's own queue limit does not know
+    simulator.configure(batch_phase_s=0.2, batch_queue_limit=400)
+    path = write_jsonl(tmp_path / "queued.jsonl", [chat_line(f"q-{n}", n) for n in range(20)])
+    run = run_job(cloud, path, metadata={"sluice-mode": "batch"})
+
+    assert run.status == "SUCCEEDED", run.summary.get("error")
+    assert [r["custom_id"] for r in run.results] == [f"q-{n}" for n in range(20)] and run.errors == []
+    refused = [e for e in posts(simulator, BATCHES) if e["status"] == 429]
+    assert refused and len(posts(simulator, BATCHES)) == 2 + len(refused)
+    assert sum(s["batch"]["requeued"] for s in run.summary["shards"]) == len(refused)
+    assert posts(simulator, "/v1/messages") == []
+
+
 def test_an_expired_anthropic_batch_keeps_its_answers_and_sends_the_rest_direct(
     make_cloud, simulator, tmp_path: Path
 ) -> None:
