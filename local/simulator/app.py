@@ -114,7 +114,7 @@ class Simulator:
 
     def check_auth(self, request: web.Request) -> None:
         if bedrock.speaks(request):
-            if not bedrock.access_key(request):
+            if not bedrock.quota_key(request):
                 raise bedrock.missing_signature()
             return
         token = _api_key(request)
@@ -179,9 +179,9 @@ MODELS = ("gpt-4o-mini", "gpt-4o", "gpt-4.1-mini", "gpt-4.1-nano", "text-embeddi
 
 def _api_key(request: web.Request) -> str:
     """The request's key: Anthropic's x-api-key header on the Messages path, else the bearer token
-    of the Authorization header, or the access key of Bedrock's signature; "" when there is none."""
+    of the Authorization header, or the region of Bedrock's signature, which keys its quota; "" when there is none."""
     if bedrock.speaks(request):
-        return bedrock.access_key(request)
+        return bedrock.quota_key(request)
     if speaks(request):
         return request.headers.get("x-api-key", "").strip()
     scheme, _, token = request.headers.get("Authorization", "").partition(" ")

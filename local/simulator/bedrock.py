@@ -2,8 +2,8 @@
 and InvokeModel for Anthropic models (`POST /model/{modelId}/invoke`).
 
 The same plan, limiter and faults as the other dialects, in Bedrock's shapes: a request signed with
-SigV4 for the `bedrock` service (the simulator reads the signature's access key, as the quota's key,
-and does not check the signature itself), the model in the URL and never in the body, a Converse
+SigV4 for the `bedrock` service (the simulator reads the signature's scope, whose region keys the
+quota, and does not check the signature itself), the model in the URL and never in the body, a Converse
 answer with `output.message`, `stopReason` and camel-case `usage`, InvokeModel's Messages answer,
 the `x-amzn-RequestId` header, no rate-limit headers, and errors as a `{"message"}` body with their
 type in `x-amzn-ErrorType` (429 ThrottlingException, 503 ServiceUnavailableException, ...).
@@ -40,7 +40,7 @@ _ERROR_TYPES = {
     500: "InternalServerException",
     UNAVAILABLE: "ServiceUnavailableException",
 }
-_CREDENTIAL = re.compile(r"^AWS4-HMAC-SHA256 Credential=([^/,\s]+)/\d{8}/[^/]+/([^/]+)/aws4_request,")
+_CREDENTIAL = re.compile(r"^AWS4-HMAC-SHA256 Credential=([^/,\s]+)/\d{8}/([^/]+)/([^/]+)/aws4_request,")
 
 
 def speaks(request: web.Request) -> bool:
@@ -48,10 +48,11 @@ def speaks(request: web.Request) -> bool:
     return request.path.startswith(PREFIX)
 
 
-def access_key(request: web.Request) -> str:
-    """The access key a request was signed with for the `bedrock` service; "" when it is not so signed."""
+def quota_key(request: web.Request) -> str:
+    """What a signed request's quota is kept under: its region, as Bedrock's quotas are the account's
+    in a region whoever signs; "" for a request not signed for the `bedrock` service."""
     found = _CREDENTIAL.match(request.headers.get("Authorization", ""))
-    return found.group(1) if found is not None and found.group(2) == "bedrock" else ""
+    return f"bedrock/{found.group(2)}" if found is not None and found.group(3) == "bedrock" else ""
 
 
 def missing_signature() -> ApiError:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from botocore.credentials import Credentials
 from sluice.classify import RETRY, classify
-from sluice.providers import BEDROCK
+from sluice.providers import BEDROCK, Signer
 from sluice.providers.bedrock import auth
 from sluice.retry import RetryPolicy
 
@@ -28,8 +28,11 @@ MESSAGES = "/v1/messages"
 class Session:
     region_name = "us-east-1"
 
+    def __init__(self, access_key: str = "AKIDSIM") -> None:
+        self.access_key = access_key
+
     def get_credentials(self) -> Credentials:
-        return Credentials("AKIDSIM", "secret")
+        return Credentials(self.access_key, "secret")
 
 
 SIGN = auth.signer(Session(), "us-east-1")
@@ -49,7 +52,7 @@ def sim(server: SimulatorServer) -> SimulatorServer:
 
 
 def post(
-    sim: SimulatorServer, path: str, line_body: dict[str, Any], *, signed: bool = True
+    sim: SimulatorServer, path: str, line_body: dict[str, Any], *, signed: bool = True, sign: Signer = SIGN
 ) -> tuple[int, dict[str, str], Any]:
     """A line's body sent as Sluice's engine sends it: kept by `to_wire`, routed, signed."""
     kept = json.dumps(BEDROCK.to_wire(path, line_body)).encode()
@@ -57,7 +60,7 @@ def post(
     url = BEDROCK.url(sim.url, routed)
     headers = {"Content-Type": "application/json"}
     if signed:
-        headers = SIGN("POST", url, headers, body)
+        headers = sign("POST", url, headers, body)
     request = urllib.request.Request(url, data=body, method="POST", headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=10) as answer:
@@ -141,9 +144,10 @@ def test_faults_are_bedrocks_errors_which_sluice_retries(
     assert verdict.throttled == (error_type != "InternalServerException")
 
 
-def test_the_quota_throttles_each_access_key(sim: SimulatorServer) -> None:
+def test_the_quota_throttles_the_region_whoever_signs(sim: SimulatorServer) -> None:
     sim.configure(quota_rpm=2)
-    assert [post(sim, CHAT, chat())[0] for _ in range(3)] == [200, 200, 429]
+    other = auth.signer(Session("AKIDOTHER"), "us-east-1")
+    assert [post(sim, CHAT, chat(), sign=s)[0] for s in (SIGN, other, SIGN)] == [200, 200, 429]
 
 
 def test_a_body_that_names_its_model_is_refused_as_bedrock_does(sim: SimulatorServer) -> None:
