@@ -8,16 +8,17 @@ its own role's session through `use_sessions` instead.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import boto3
 from aws_lambda_powertools.utilities.parameters import SecretsProvider
 from sluice.contract import Mode, Settings
 from sluice.engine import make_session
-from sluice.providers import apis, modes
+from sluice.providers import Signer, apis, modes, signing
 from sluice.shard import ShardContext
 from sluice.store import JobStore
 
@@ -66,10 +67,15 @@ class Runtime:
     store: JobStore
     secrets: SecretsProvider
     sfn: Any
+    # a family that signs each request with the function's credentials has no key to read (`signing`)
+    sign: Signer | None = None
 
     @classmethod
     def from_session(cls, session: boto3.Session) -> Runtime:
         settings = Settings.from_env()
+        signed = signing.signed(settings.provider, session, os.environ)
+        if signed is not None:
+            settings = replace(settings, provider_base_url=signed[0])
         return cls(
             settings=settings,
             s3=session.client("s3"),
@@ -77,10 +83,13 @@ class Runtime:
             store=JobStore(session.resource("dynamodb").Table(settings.table), ttl_days=settings.ttl_days),
             secrets=SecretsProvider(boto3_client=session.client("secretsmanager")),
             sfn=session.client("stepfunctions"),
+            sign=signed[1] if signed is not None else None,
         )
 
     @property
     def api_key(self) -> str:
+        if self.sign is not None:
+            return ""
         secret = read_secret(self.secrets, self.settings.api_key_secret_arn)
         # the stack creates the secret with a placeholder: better one clear failure than a 401 per line
         if not secret or secret.startswith("PLACEHOLDER"):
@@ -105,6 +114,7 @@ class Runtime:
             # a family without a Batch API or background responses gets none: Plan never runs those modes for it
             batch_api=apis.batch_api_for(self.settings, api_key) if Mode.BATCH in offered else None,
             background_api=apis.background_api(self.settings.provider) if Mode.BACKGROUND in offered else None,
+            sign=self.sign,
         )
 
 

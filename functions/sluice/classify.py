@@ -83,7 +83,7 @@ def classify(
         parsed = orjson.loads(raw) if raw else None
     except orjson.JSONDecodeError:
         parsed = raw.decode("utf-8", "replace")[:EXCERPT]
-    said = request_format.error(parsed)
+    said = request_format.error(parsed, headers)
     body_code, message = said.code, said.message
     failure = f"HTTP {status}" + (f": {message}" if message else "")
     if body_code and (not message or body_code not in message):

@@ -32,7 +32,7 @@ from .classify import FAIL, OK, AttemptVerdict, classify, describe_lost
 from .contract import DEFAULT_PROVIDER, ProviderRefused
 from .limits import AdaptiveLimit, Gate, RatePacer
 from .model import Outcome, Request
-from .providers import RequestFormat, family
+from .providers import RequestFormat, Signer, family
 from .refusal import RefusalWatch
 from .retry import DEFAULT_POLICY, RetryPolicy
 from .shared_limit import SharedLimit, Ticket
@@ -191,8 +191,11 @@ async def fan_out(
     rand: Callable[[], float] = random.random,
     shared: SharedLimit | None = None,
     budget: Budget | None = None,
+    sign: Signer | None = None,
 ) -> EngineStats:
     """Send every request, retrying per `settings.policy`, and hand each Outcome to `sink`.
+
+    `sign`: for a family that authenticates with AWS credentials, not `api_key`, signs each attempt.
 
     With a `budget`, each request is reserved before it is sent and settled with its answer;
     once the budget refuses one, no more are taken (that one is not sent, and not in the sink).
@@ -205,7 +208,7 @@ async def fan_out(
     """
     if settings.concurrency < 1:
         raise ValueError("concurrency must be >= 1")
-    run = _Run(session, base_url, api_key, settings, sink, should_stop, sleep, rand, shared, budget)
+    run = _Run(session, base_url, api_key, settings, sink, should_stop, sleep, rand, shared, budget, sign)
     it = iter(requests)
     # an iterator is its own iter(): its len(), if it has one, no longer counts what is left
     own_iterator = it is requests
@@ -239,8 +242,10 @@ class _Run:
         rand: Callable[[], float],
         shared: SharedLimit | None = None,
         budget: Budget | None = None,
+        sign: Signer | None = None,
     ) -> None:
         self.settings = settings
+        self.sign = sign
         self.format = settings.request_format
         self.shared = shared
         self.budget = budget
@@ -260,6 +265,8 @@ class _Run:
             "User-Agent": settings.user_agent,
         }
         self.base_url = base_url
+        # a family whose URL names the model: the cache is keyed by the path with the model in it
+        self.routed = self.format.model_in_url
         self.url_cache: dict[str, URL] = {}
         self.request = session.request
         self.sink = sink
@@ -273,7 +280,8 @@ class _Run:
     def url_for(self, path: str) -> URL:
         url = self.url_cache.get(path)
         if url is None:
-            url = URL(self.format.url(self.base_url, path))
+            # as the family encoded it: a signature covers the path as it is sent
+            url = URL(self.format.url(self.base_url, path), encoded=self.routed)
             if len(self.url_cache) < _URL_CACHE_MAX:
                 self.url_cache[path] = url
         return url
@@ -290,8 +298,14 @@ class _Run:
         shared = self.shared
         ticket: Ticket | None = None
         policy = self.policy
-        url = self.url_for(req.path)
+        body = req.body
+        if self.routed:
+            routed, body = self.format.route(req.path, body)
+            url = self.url_for(routed)
+        else:
+            url = self.url_for(req.path)
         headers = {**self.base_headers, "x-sluice-custom-id": req.custom_id}
+        sign = self.sign
         attempt = 0
         throttled = 0
         started = 0.0
@@ -310,7 +324,10 @@ class _Run:
                 if attempt == 1:
                     started = time.monotonic()
                 stats.attempts += 1
-                async with self.request(req.method, url, data=req.body, headers=headers, timeout=self.timeout) as resp:
+                if sign is not None:
+                    # each attempt anew: a signature is dated, and a retry may come minutes later
+                    headers = sign(req.method, str(url), headers, body)
+                async with self.request(req.method, url, data=body, headers=headers, timeout=self.timeout) as resp:
                     status = resp.status
                     answer = resp.headers
                     raw = await resp.read()
@@ -379,7 +396,7 @@ class _Run:
         self.stats.succeeded += 1
         body = verdict.body
         request_id = self.format.request_id(headers, body)
-        body = self.format.from_wire(req.path, body, int(time.time()))
+        body = self.format.from_wire(req.path, body, int(time.time()), sent=req.body, request_id=request_id)
         return Outcome(
             line=req.line,
             custom_id=req.custom_id,

@@ -44,7 +44,7 @@ def refusal_of(outcome: Outcome, request_format: RequestFormat) -> tuple[int, st
     """(status, provider code, provider message) of an answer retrying cannot change, else None."""
     if outcome.error_code != ErrorCode.PROVIDER_ERROR or outcome.status_code is None:
         return None
-    said = request_format.error(outcome.body)
+    said = request_format.error(outcome.body, outcome.headers)
     code, message = said.code, said.message
     if message is None and isinstance(outcome.body, str) and outcome.body.strip():
         # not JSON (a web server's own 404 page, say): its text is the message

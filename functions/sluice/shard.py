@@ -24,7 +24,7 @@ from .limit_table import BucketTable
 from .lines import READ_CHUNK, LineError, parse_line, split_lines
 from .model import ErrorCode, Outcome, Request
 from .progress import ProgressSink
-from .providers import apis, family
+from .providers import Signer, apis, family
 from .providers.background import BackgroundApi
 from .providers.batch import BatchApi, BatchApiOpener
 from .refusal import REFUSAL_ANSWERS
@@ -95,6 +95,8 @@ class ShardContext:
     # them; None: those of the family the settings name
     batch_api: BatchApiOpener | None = None
     background_api: BackgroundApi | None = None
+    # a family that signs each request with the function's AWS credentials (Bedrock): how; `api_key` is then ""
+    sign: Signer | None = None
 
     def batches(self) -> AbstractAsyncContextManager[BatchApi]:
         """The provider's Batch API, open for one run."""
@@ -219,6 +221,7 @@ async def send_requests(
                 count_remaining=False,
                 shared=shared,
                 budget=budget,
+                sign=ctx.sign,
             )
     finally:
         if shared is not None:

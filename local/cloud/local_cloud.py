@@ -114,6 +114,8 @@ class LocalCloud:
             "AWS_SECRET_ACCESS_KEY": "local",
             **steps.to_env(),
             **webhook.to_env(),
+            # Bedrock's runtime is where boto3's configuration says: here, the simulator's root
+            "AWS_ENDPOINT_URL_BEDROCK_RUNTIME": self.provider_base_url.rstrip("/").removesuffix("/v1"),
         }
 
     @contextmanager

@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from local.simulator import requestlog
+from local.simulator import bedrock, requestlog
 from local.simulator.background import Background, BgResponse
 from local.simulator.batches import Batch, Batches
 from local.simulator.config import SimConfig
@@ -110,11 +110,17 @@ class Simulator:
         self.limiter.admit(self.config, _api_key(request), tokens)
 
     def ratelimit_headers(self, request: web.Request) -> dict[str, str]:
+        if bedrock.speaks(request):
+            return {}
         if speaks(request):
             return messages_ratelimit_headers(self.limiter.levels(self.config, _api_key(request)))
         return self.limiter.headers(self.config, _api_key(request))
 
     def check_auth(self, request: web.Request) -> None:
+        if bedrock.speaks(request):
+            if not bedrock.quota_key(request):
+                raise bedrock.missing_signature()
+            return
         token = _api_key(request)
         if not token:
             raise ApiError(
@@ -177,7 +183,9 @@ MODELS = ("gpt-4o-mini", "gpt-4o", "gpt-4.1-mini", "gpt-4.1-nano", "text-embeddi
 
 def _api_key(request: web.Request) -> str:
     """The request's key: Anthropic's x-api-key header on the Messages path, else the bearer token
-    of the Authorization header; "" when there is none."""
+    of the Authorization header, or the region of Bedrock's signature, which keys its quota; "" when there is none."""
+    if bedrock.speaks(request):
+        return bedrock.quota_key(request)
     if speaks(request):
         return request.headers.get("x-api-key", "").strip()
     scheme, _, token = request.headers.get("Authorization", "").partition(" ")
@@ -186,7 +194,7 @@ def _api_key(request: web.Request) -> str:
 
 @web.middleware
 async def _middleware(request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
-    if not request.path.startswith("/v1/"):
+    if not request.path.startswith("/v1/") and not bedrock.speaks(request):
         response: web.StreamResponse = await handler(request)
         response.headers["Server"] = SERVER_HEADER
         return response
@@ -198,7 +206,10 @@ async def _middleware(request: web.Request, handler: Callable[[web.Request], Any
         sim.check_auth(request)
         response = await handler(request)
     except ApiError as err:
-        response = error_response(err, request_id) if speaks(request) else err.response()
+        if bedrock.speaks(request):
+            response = bedrock.error_response(err, request_id)
+        else:
+            response = error_response(err, request_id) if speaks(request) else err.response()
     except web.HTTPException as exc:
         response = ApiError(exc.status, f"Invalid URL ({request.method} {request.path})", code="unknown_url").response()
     except Dropped:
@@ -212,7 +223,10 @@ async def _middleware(request: web.Request, handler: Callable[[web.Request], Any
         response = ApiError(500, "The simulator failed.", type="server_error", code="simulator_error").response()
     headers = response.headers
     headers["Server"] = SERVER_HEADER
-    headers[REQUEST_ID_HEADER if speaks(request) else "x-request-id"] = request_id
+    if bedrock.speaks(request):
+        headers[bedrock.REQUEST_ID_HEADER] = request_id
+    else:
+        headers[REQUEST_ID_HEADER if speaks(request) else "x-request-id"] = request_id
     headers.update(sim.ratelimit_headers(request))
     sim.log.append(requestlog.entry(request, started, response.status, request_id))
     return response
@@ -229,6 +243,8 @@ def create_app(config: SimConfig | None = None, *, clock: Callable[[], float] | 
         app.router.add_post(path, sim.inference.infer)
     app.router.add_post(MESSAGES_PATH, sim.inference.infer)
     sim.message_batches.routes(app)
+    app.router.add_post(bedrock.CONVERSE_ROUTE, sim.inference.infer)
+    app.router.add_post(bedrock.INVOKE_ROUTE, sim.inference.infer)
     app.router.add_get("/v1/models", sim.list_models)
     app.router.add_get("/v1/responses/{id}", sim.background.retrieve)
     app.router.add_delete("/v1/responses/{id}", sim.background.delete)

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from aiohttp import web
 
 from local.simulator.background import Background
+from local.simulator.bedrock import UNAVAILABLE, plan_bedrock
+from local.simulator.bedrock import speaks as speaks_bedrock
 from local.simulator.core import Core
 from local.simulator.faults import (
     FAULT_429,
@@ -56,8 +58,11 @@ class Inference:
                     request[NOTES]["custom_id"] = found
         cfg = self._core.config
         messages = speaks(request)
+        bedrock = speaks_bedrock(request)
         if messages:
             plan = plan_messages(data, self._core.new_id)
+        elif bedrock:
+            plan = plan_bedrock(request, data, self._core.new_id)
         else:
             plan = plan_for(request.path, data, self._core.new_id, cfg.embedding_dims)
         try:
@@ -99,8 +104,8 @@ class Inference:
         if fault == FAULT_DROP:
             raise Dropped()
         if fault == FAULT_QUEUE_WAIT:
-            # Anthropic's congestion: overloaded for everyone
-            status = OVERLOADED if messages else cfg.queue_wait_status
+            # Anthropic's congestion: overloaded for everyone; Bedrock's: unavailable
+            status = OVERLOADED if messages else UNAVAILABLE if bedrock else cfg.queue_wait_status
             raise ApiError(
                 status,
                 "The request waited in the queue longer than allowed (simulated fault).",

@@ -16,10 +16,12 @@ MESSAGES = [{"role": "user", "content": "x" * 40}]
 
 def test_openai_is_the_family_of_its_name_and_the_default() -> None:
     assert family("openai") is OPENAI
-    assert [family(name).name for name in PROVIDERS] == ["openai", "anthropic"]
+    assert [family(name).name for name in PROVIDERS] == ["openai", "anthropic", "bedrock"]
     assert family(DEFAULT_PROVIDER) is OPENAI
-    with pytest.raises(ValueError, match="unknown provider family 'bedrock'; expected one of openai, anthropic"):
-        family("bedrock")
+    with pytest.raises(
+        ValueError, match="unknown provider family 'vertex'; expected one of openai, anthropic, bedrock"
+    ):
+        family("vertex")
 
 
 def test_an_openai_line_goes_and_comes_back_as_it_is() -> None:

@@ -24,7 +24,7 @@ SHARED_LIMIT_CHOICES = ("on", "off")
 CACHE_MODES = ("on", "read", "write", "off")
 # the provider families Sluice speaks (`sluice.providers.family`): `Settings.provider` picks one
 DEFAULT_PROVIDER = "openai"
-PROVIDERS = (DEFAULT_PROVIDER, "anthropic")
+PROVIDERS = (DEFAULT_PROVIDER, "anthropic", "bedrock")
 
 
 # A job's own options: each input object may override its environment's settings with S3 object

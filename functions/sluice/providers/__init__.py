@@ -12,6 +12,7 @@ from ..contract import PROVIDERS, Mode
 from .anthropic import ANTHROPIC
 from .background import BackgroundApi, Settled
 from .batch import BatchApi, BatchApiOpener, BatchLimits, BatchRow, BatchStatus, BatchTag, BatchUpload
+from .bedrock import BEDROCK
 from .format import (
     COMPLETE,
     CUT_SHORT,
@@ -24,17 +25,19 @@ from .format import (
     RateKind,
     RateLimits,
     RequestFormat,
+    Signer,
     Unsupported,
     Usage,
 )
 from .openai import OPENAI
 
-_FORMATS: dict[str, RequestFormat] = {f.name: f for f in (OPENAI, ANTHROPIC)}
+_FORMATS: dict[str, RequestFormat] = {f.name: f for f in (OPENAI, ANTHROPIC, BEDROCK)}
 # how each family's shards may send their lines: direct always; batch and background where Sluice
 # runs the family's Batch API and background responses (`apis`); Anthropic has no background API
 _MODES: dict[str, frozenset[str]] = {
     OPENAI.name: frozenset({Mode.DIRECT, Mode.BATCH, Mode.BACKGROUND}),
     ANTHROPIC.name: frozenset({Mode.DIRECT, Mode.BATCH}),
+    BEDROCK.name: frozenset({Mode.DIRECT}),
 }
 
 
@@ -54,6 +57,7 @@ def modes(name: str) -> frozenset[str]:
 
 __all__ = [
     "ANTHROPIC",
+    "BEDROCK",
     "COMPLETE",
     "CUT_SHORT",
     "OPENAI",
@@ -75,6 +79,7 @@ __all__ = [
     "RateLimits",
     "RequestFormat",
     "Settled",
+    "Signer",
     "Unsupported",
     "Usage",
     "family",

@@ -16,7 +16,7 @@ its hot path.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal, Protocol
 
@@ -55,6 +55,11 @@ class Unsupported(ValueError):
     cannot honour (`RequestFormat.to_wire`). The line is an error; nothing is sent."""
 
 
+# signs one request of a family that authenticates with the function's AWS credentials rather than
+# an API key: (method, url, headers, body) to the headers it is sent with, the signature's among them
+Signer = Callable[[str, str, Mapping[str, str], bytes | None], dict[str, str]]
+
+
 @dataclass(frozen=True, slots=True)
 class RateLimits:
     """The key's limits an answer's headers state, a second; None where they state none."""
@@ -83,11 +88,20 @@ class RequestFormat(Protocol):
     def paths(self) -> frozenset[str]:
         """The request paths (an input line's `url`) the family answers."""
 
+    @property
+    def model_in_url(self) -> bool:
+        """Whether a request's URL names its model (`route`), so that its URL is not its path's alone."""
+
     def auth_headers(self, api_key: str) -> dict[str, str]:
         """The headers that authenticate every request of a run with `api_key`."""
 
     def url(self, base_url: str, path: str) -> str:
         """The URL of a request for `path` (the input line's `url`) at `base_url`."""
+
+    def route(self, path: str, body: bytes | None) -> tuple[str, bytes | None]:
+        """For a family whose URL names the model (`model_in_url`): the path a request for `path` is
+        sent to and the body it is sent, from the body `to_wire` made (which names its model, as
+        every family's does, for the cache, the budget and the limits). Other families: both as given."""
 
     def model(self, body: Mapping[str, Any]) -> str:
         """The model a request body asks for; "" when it names none."""
@@ -116,8 +130,9 @@ class RequestFormat(Protocol):
     def request_id(self, headers: Mapping[str, str] | None, body: Any) -> str | None:
         """The provider's id of one answer: from its headers, else its body (None: neither says)."""
 
-    def error(self, body: Any) -> ProviderError:
-        """What an error answer's body (parsed JSON, or text) says; tolerant of any shape."""
+    def error(self, body: Any, headers: Mapping[str, str] | None = None) -> ProviderError:
+        """What an error answer's body (parsed JSON, or text) says, with its headers where a family
+        puts the error's type there; tolerant of any shape."""
 
     def rate_limits(self, headers: Mapping[str, str]) -> RateLimits:
         """The key's limits an answer's headers state."""
@@ -134,6 +149,10 @@ class RequestFormat(Protocol):
         """The body the provider is sent for a line's `body` to `path`: a line written in another
         family's shape translated, else `body` itself. Raises `Unsupported` for a field it cannot honour."""
 
-    def from_wire(self, path: str, body: Any, created: int) -> Any:
+    def from_wire(
+        self, path: str, body: Any, created: int, *, sent: bytes | None = None, request_id: str | None = None
+    ) -> Any:
         """A successful answer's body as the line's `path` has it answered: translated back to the
-        shape the line was written in, else `body` itself (`created`: epoch seconds, now)."""
+        shape the line was written in, else `body` itself (`created`: epoch seconds, now; `sent`: the
+        body `to_wire` made, and `request_id` the answer's, for an answer that names neither its
+        model nor its id)."""

@@ -100,6 +100,7 @@ class AnthropicFormat:
     name = NAME
     throttle_statuses = frozenset({429, OVERLOADED_STATUS})
     congestion_codes = CONGESTION_CODES
+    model_in_url = False
     paths = translate.PATHS
 
     def auth_headers(self, api_key: str) -> dict[str, str]:
@@ -109,6 +110,9 @@ class AnthropicFormat:
         # every line goes to the one endpoint: a chat line is translated to a Messages body
         base = base_url.rstrip("/")
         return base + (MESSAGES.removeprefix("/v1") if base.endswith("/v1") else MESSAGES)
+
+    def route(self, path: str, body: bytes | None) -> tuple[str, bytes | None]:
+        return path, body
 
     def model(self, body: Mapping[str, Any]) -> str:
         model = body.get("model")
@@ -165,7 +169,7 @@ class AnthropicFormat:
             request_id = found if isinstance(found, str) else None
         return request_id
 
-    def error(self, body: Any) -> ProviderError:
+    def error(self, body: Any, headers: Mapping[str, str] | None = None) -> ProviderError:
         if not isinstance(body, dict):
             return ProviderError()
         error = body.get("error")
@@ -196,7 +200,9 @@ class AnthropicFormat:
     def to_wire(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         return translate.to_messages(path, body)
 
-    def from_wire(self, path: str, body: Any, created: int) -> Any:
+    def from_wire(
+        self, path: str, body: Any, created: int, *, sent: bytes | None = None, request_id: str | None = None
+    ) -> Any:
         return translate.to_chat_completion(path, body, created)
 
 

@@ -115,6 +115,7 @@ class OpenAIFormat:
     name = NAME
     throttle_statuses = frozenset({429})
     congestion_codes = CONGESTION_CODES
+    model_in_url = False
     paths = PATHS
 
     def auth_headers(self, api_key: str) -> dict[str, str]:
@@ -122,6 +123,9 @@ class OpenAIFormat:
 
     def url(self, base_url: str, path: str) -> str:
         return join_url(base_url, path)
+
+    def route(self, path: str, body: bytes | None) -> tuple[str, bytes | None]:
+        return path, body
 
     def model(self, body: Mapping[str, Any]) -> str:
         model = body.get("model")
@@ -188,7 +192,7 @@ class OpenAIFormat:
             request_id = rid if isinstance(rid, str) else None
         return request_id
 
-    def error(self, body: Any) -> ProviderError:
+    def error(self, body: Any, headers: Mapping[str, str] | None = None) -> ProviderError:
         if not isinstance(body, dict):
             return ProviderError()
         error = body.get("error")
@@ -223,7 +227,9 @@ class OpenAIFormat:
     def to_wire(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         return body
 
-    def from_wire(self, path: str, body: Any, created: int) -> Any:
+    def from_wire(
+        self, path: str, body: Any, created: int, *, sent: bytes | None = None, request_id: str | None = None
+    ) -> Any:
         return body
 
 

@@ -1,0 +1,8 @@
+"""The Amazon Bedrock family, direct: the Converse API for chat lines, InvokeModel for Messages lines,
+each request signed with the function's AWS credentials."""
+
+from __future__ import annotations
+
+from .format import BEDROCK, BedrockFormat
+
+__all__ = ["BEDROCK", "BedrockFormat"]
