@@ -1,0 +1,1 @@
+"""Amazon Bedrock: batch inference (`batch`, `records`)."""
