@@ -34,11 +34,25 @@ EVENT_SOURCE = "aws.bedrock"
 EVENT_DETAIL_TYPE = "Batch Inference Job State Change"
 # how a job ends when `run_pending` runs it
 COMPLETED, PARTIAL, EXPIRED, FAILED = "Completed", "PartiallyCompleted", "Expired", "Failed"
+# the prefixes of cross-region inference profiles' ids
+_PROFILE_REGIONS = frozenset({"us", "eu", "apac", "us-gov", "global"})
 _ENDED = frozenset({COMPLETED, PARTIAL, EXPIRED, FAILED, "Stopped"})
 
 # whether the caller may do `action` on `resource`; raises the AccessDenied ClientError if not
 Authorize = Callable[[str, str], None]
 Emit = Callable[[dict[str, Any]], None]
+
+
+def authorizer(statements: list[dict[str, Any]]) -> Authorize:
+    """The caller's grants (its role's statements in `local/policies.json`) checked as IAM would:
+    moto does not know Bedrock's actions, so the emulation asks `local.iam.allows` itself."""
+    from local.iam import BEDROCK_SERVICE, allows
+
+    def authorize(action: str, resource: str) -> None:
+        if not allows(statements, action, resource, {"iam:PassedToService": BEDROCK_SERVICE}):
+            raise _denied(action.split(":")[1], f"not authorized to perform: {action} on resource: {resource}")
+
+    return authorize
 
 
 def _denied(operation: str, message: str) -> ClientError:
@@ -232,6 +246,14 @@ def _new_id(row: dict[str, Any]) -> Callable[[str], str]:
     return new_id
 
 
+def _model_arn(model: str) -> str:
+    if model.startswith("arn:"):
+        return model
+    if model.split(".", 1)[0] in _PROFILE_REGIONS:
+        return f"arn:aws:bedrock:{REGION}:{ACCOUNT}:inference-profile/{model}"
+    return f"arn:aws:bedrock:{REGION}::foundation-model/{model}"
+
+
 class BedrockClient:
     """What Sluice calls of boto3's `bedrock` client, on the local cloud's jobs."""
 
@@ -240,7 +262,7 @@ class BedrockClient:
         self._authorize = authorize
 
     def create_model_invocation_job(self, **kwargs: Any) -> dict[str, Any]:
-        self._authorize("bedrock:CreateModelInvocationJob", "*")
+        self._authorize("bedrock:CreateModelInvocationJob", _model_arn(str(kwargs["modelId"])))
         role = str(kwargs["roleArn"])
         try:
             self._authorize("iam:PassRole", role)

@@ -189,6 +189,8 @@ class Settings:
     # what the cache's keys name the provider by, when not its base URL: `sluice run`'s built-in
     # simulator gets a new port each run, yet answers the same
     cache_provider: str | None = None
+    # the role Amazon Bedrock batch inference jobs run as (the stack's), which the batch steps pass it
+    bedrock_batch_role_arn: str | None = None
     # how long the bucket keeps an answer (cdk.json `cache_ttl_days`): Plan counts on none older,
     # and compaction drops them; 0: answers never expire (a local directory)
     cache_ttl_days: int = field(default=0, metadata={_KIND: "days"})
