@@ -1,5 +1,6 @@
 """Amazon Bedrock batch inference's side of the stack: the service role a job runs as, and the rule
-that hears its "Batch Inference Job State Change" events.
+that hears its "Batch Inference Job State Change" events and hands the ended ones to the function
+that wakes the shard waiting on the job (`wakes`: the webhook function; polling is the fallback).
 
 The role is Bedrock's to assume, and only for a model invocation job of this account (the confused
 deputy conditions AWS documents); what it may do to the job bucket, and the batch steps' right to
@@ -12,7 +13,9 @@ from typing import TYPE_CHECKING
 
 import aws_cdk as cdk
 import aws_cdk.aws_events as events
+import aws_cdk.aws_events_targets as targets
 import aws_cdk.aws_iam as iam
+import aws_cdk.aws_lambda as lambda_
 from constructs import Construct
 from sluice.contract import BEDROCK_INPUT_PREFIX as INPUT
 from sluice.contract import BEDROCK_OUTPUT_PREFIX as OUTPUT
@@ -34,7 +37,7 @@ ENDED_STATES = ("Completed", "PartiallyCompleted", "Failed", "Stopped", "Expired
 
 
 class BedrockBatch(Construct):
-    def __init__(self, scope: Construct, id: str, *, env_name: str) -> None:
+    def __init__(self, scope: Construct, id: str, *, env_name: str, wakes: lambda_.IFunction) -> None:
         super().__init__(scope, id)
         stack = cdk.Stack.of(self)
         self.job_arns = stack.format_arn(
@@ -65,6 +68,8 @@ class BedrockBatch(Construct):
             event_pattern=events.EventPattern(
                 source=[EVENT_SOURCE], detail_type=[EVENT_DETAIL_TYPE], detail={"status": list(ENDED_STATES)}
             ),
+            # the function that wakes a shard on a provider's webhook wakes it on this event too
+            targets=[targets.LambdaFunction(wakes, retry_attempts=2)],
         )
 
 

@@ -135,7 +135,7 @@ class SluiceStack(cdk.Stack):
             table_indexes=self.storage.indexes,
         )
 
-        self.bedrock_batch = BedrockBatch(self, "BedrockBatch", env_name=config.name)
+        self.bedrock_batch = BedrockBatch(self, "BedrockBatch", env_name=config.name, wakes=self.functions.webhook)
 
         self._permissions()
         # last, once every construct that brings one of CDK's own Lambdas exists

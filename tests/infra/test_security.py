@@ -177,7 +177,7 @@ def test_webhook_role_has_exactly_what_the_handler_needs(synthesis: Synthesis, e
     assert not any(action.startswith("s3:") for action, _ in granted)
 
 
-def test_only_api_gateway_invokes_the_webhook_function_and_only_its_route(synthesis: Synthesis, env: str) -> None:
+def test_only_api_gateway_and_bedrocks_job_rule_invoke_the_webhook_function(synthesis: Synthesis, env: str) -> None:
     webhook_id = next(
         k
         for k, f in synthesis.resources(env, "AWS::Lambda::Function").items()
@@ -188,9 +188,14 @@ def test_only_api_gateway_invokes_the_webhook_function_and_only_its_route(synthe
         for p in synthesis.resources(env, "AWS::Lambda::Permission").values()
         if p["Properties"]["FunctionName"] == {"Fn::GetAtt": [webhook_id, "Arn"]}
     ]
-    (permission,) = permissions
+    (permission, rule) = sorted(permissions, key=lambda p: str(p["Principal"]))
     assert permission["Principal"] == "apigateway.amazonaws.com"
     assert _flat(permission["SourceArn"]).endswith("/*/*/webhooks")
+    # EventBridge, for the rule that hears Bedrock batch inference jobs end, and for it only
+    assert rule["Principal"] == "events.amazonaws.com"
+    rules = synthesis.resources(env, "AWS::Events::Rule")
+    (logical,) = [k for k, r in rules.items() if r["Properties"]["EventPattern"].get("source") == ["aws.bedrock"]]
+    assert rule["SourceArn"] == {"Fn::GetAtt": [logical, "Arn"]}
 
 
 def test_notify_cannot_touch_s3(synthesis: Synthesis, env: str) -> None:
