@@ -66,6 +66,8 @@ class Runtime:
     store: JobStore
     secrets: SecretsProvider
     sfn: Any
+    # the function's session: Bedrock's clients are made from it, only by `sluice.providers`
+    session: boto3.Session | None = None
 
     @classmethod
     def from_session(cls, session: boto3.Session) -> Runtime:
@@ -77,6 +79,7 @@ class Runtime:
             store=JobStore(session.resource("dynamodb").Table(settings.table), ttl_days=settings.ttl_days),
             secrets=SecretsProvider(boto3_client=session.client("secretsmanager")),
             sfn=session.client("stepfunctions"),
+            session=session,
         )
 
     @property
@@ -103,7 +106,15 @@ class Runtime:
             # only the local cloud's context carries one: it draws `sluice run`'s live progress
             progress=getattr(context, "progress", None),
             # a family without a Batch API or background responses gets none: Plan never runs those modes for it
-            batch_api=apis.batch_api_for(self.settings, api_key) if Mode.BATCH in offered else None,
+            batch_api=apis.batch_api_for(
+                self.settings,
+                api_key,
+                s3=self.s3,
+                # the local cloud's context carries its emulation of Bedrock's batch jobs
+                bedrock=getattr(context, "bedrock", None) or apis.bedrock_clients(self.session),
+            )
+            if Mode.BATCH in offered
+            else None,
             background_api=apis.background_api(self.settings.provider) if Mode.BACKGROUND in offered else None,
         )
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -108,6 +109,8 @@ class BedrockJobs:
 
     def __init__(self, service_s3: Callable[[str], Any], *, emit: Emit | None = None, ends: str = COMPLETED) -> None:
         self._service_s3 = service_s3
+        # each function's statements, for `client_for`
+        self.policies: dict[str, list[dict[str, Any]]] = {}
         self._emit = emit
         self.ends = ends
         # how many records of a PartiallyCompleted or Expired job get no row
@@ -115,10 +118,42 @@ class BedrockJobs:
         self._jobs: dict[str, _Job] = {}
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
+        self._created = threading.Condition()
+        self._worker: threading.Thread | None = None
+        self._stopping = False
+
+    def start(self) -> None:
+        """Run each job in a thread of its own as soon as it is created, as Bedrock would some
+        time after: the shard that created it waits for its event (or polls) meanwhile."""
+
+        def work() -> None:
+            while True:
+                with self._created:
+                    self._created.wait_for(lambda: self._stopping or self._pending())
+                    if self._stopping:
+                        return
+                self.run_pending()
+
+        self._worker = threading.Thread(target=work, name="bedrock-jobs", daemon=True)
+        self._worker.start()
+
+    def stop(self) -> None:
+        with self._created:
+            self._stopping = True
+            self._created.notify_all()
+        if self._worker is not None:
+            self._worker.join(timeout=30)
+
+    def _pending(self) -> bool:
+        return any(job.status not in _ENDED for job in self.jobs())
 
     def client(self, authorize: Authorize | None = None) -> BedrockClient:
         """A `bedrock` client for one caller, whose grants `authorize` checks."""
         return BedrockClient(self, authorize or (lambda action, resource: None))
+
+    def client_for(self, step: str) -> BedrockClient:
+        """The `bedrock` client of a step's function, under its role's statements."""
+        return self.client(authorizer(self.policies.get(step, [])))
 
     def _create(self, **kwargs: Any) -> dict[str, Any]:
         with self._lock:
@@ -139,6 +174,8 @@ class BedrockJobs:
                 submitted=now,
                 modified=now,
             )
+        with self._created:
+            self._created.notify_all()
         return {"jobArn": arn}
 
     def job(self, arn: str, operation: str = "GetModelInvocationJob") -> _Job:
@@ -157,7 +194,10 @@ class BedrockJobs:
         ran = 0
         for job in self.jobs():
             if job.status not in _ENDED:
-                self._run(job)
+                try:
+                    self._run(job)
+                except Exception as exc:  # a job that broke the emulation ends failed, as on AWS
+                    self._set(job, FAILED, f"the local cloud's emulation failed: {exc!r}")
                 ran += 1
         return ran
 
@@ -168,7 +208,10 @@ class BedrockJobs:
         if status in _ENDED:
             job.ended = job.modified
         if self._emit is not None:
-            self._emit(self.event(job))
+            try:
+                self._emit(self.event(job))
+            except Exception:  # EventBridge's delivery is not the job's: a lost event leaves polling
+                logging.getLogger(__name__).warning("%s event of %s not delivered", status, job.arn, exc_info=True)
 
     def _run(self, job: _Job) -> None:
         s3 = self._service_s3(job.role)
@@ -298,3 +341,27 @@ class BedrockClient:
             )
         self._jobs._set(job, "Stopped" if job.status == "Submitted" else "Stopping")
         return {}
+
+
+def bedrock_jobs(local_iam: Any, policies: dict[str, list[dict[str, Any]]], webhook: Callable[..., Any]) -> BedrockJobs:
+    """The local cloud's jobs, running: read and written as the service role's session, their
+    ends delivered to the webhook function as EventBridge's rule would."""
+    from local.receiver import WebhookContext
+
+    service = local_iam.bedrock_batch
+
+    def service_s3(role: str) -> Any:
+        from local.iam import service_role_arn
+
+        if service is None or role != service_role_arn():
+            raise _denied("CreateModelInvocationJob", f"Bedrock cannot assume {role}")
+        return service.client("s3")
+
+    def emit(event: dict[str, Any]) -> None:
+        if event["detail"]["status"] in _ENDED:
+            webhook(event, WebhookContext())
+
+    jobs = BedrockJobs(service_s3, emit=emit)
+    jobs.policies = policies
+    jobs.start()
+    return jobs

@@ -5,8 +5,9 @@ and the job fails with an error that names it."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import boto3
@@ -115,3 +116,31 @@ def test_without_the_service_roles_read_the_job_fails_naming_its_input(policies:
         assert asyncio.run(collect_batch(granted.ctx, spec)).done is True
         errors = granted.admin_s3.get_object(Bucket=NAMES.bucket, Key=spec.errors_key)["Body"].read().splitlines()
         assert len(errors) == 100 and b"could not read the input" in errors[0]
+
+
+def test_in_the_local_cloud_a_job_runs_by_itself_and_its_end_reaches_the_webhook_function(make_cloud) -> None:  # type: ignore[no-untyped-def]
+    from handlers.runtime import session_for
+    from sluice.store import JobStore
+
+    cloud = make_cloud()
+    assert cloud.bedrock_jobs is not None
+    step = session_for(function_name("submit_batch"))
+    admin = JobStore(boto3.resource("dynamodb", region_name=REGION).Table(cloud.table_name), ttl_days=1)
+    s3 = step.client("s3")
+    opened = bedrock.opener(
+        lambda: cloud.bedrock_jobs.client_for("submit_batch"), s3, bucket=cloud.bucket, role_arn=iam.service_role_arn()
+    )
+    settings = Settings(bucket=cloud.bucket, table=cloud.table_name, provider_base_url="-", api_key_secret_arn="-")
+    store = JobStore(step.resource("dynamodb").Table(cloud.table_name), ttl_days=1)
+    ctx = ShardContext(s3, store, settings, "-", lambda: 900.0, make_session, batch_api=opened)
+    granted = Granted(ctx, cloud.bedrock_jobs, boto3.client("s3", region_name=REGION), admin)
+    spec = replace(granted.shard(100), bucket=cloud.bucket)
+    (job_arn,) = asyncio.run(submit_batch(ctx, spec)).batch_ids
+
+    # the job runs in the cloud's own thread; its end comes back as the rule would deliver it
+    deadline = time.monotonic() + 30
+    while (row := admin.shard(JOB, 0)) is None or row.batch_settled is None:
+        assert time.monotonic() < deadline, "the job's end never reached the webhook function"
+        time.sleep(0.05)
+    assert row.batch_settled == "completed" and row.provider_id == job_arn
+    assert asyncio.run(collect_batch(ctx, spec)).done is True
