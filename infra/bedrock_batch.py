@@ -19,6 +19,7 @@ import aws_cdk.aws_lambda as lambda_
 from constructs import Construct
 from sluice.contract import BEDROCK_INPUT_PREFIX as INPUT
 from sluice.contract import BEDROCK_OUTPUT_PREFIX as OUTPUT
+from sluice.contract import Settings
 
 if TYPE_CHECKING:
     from infra.stack import SluiceStack
@@ -27,7 +28,7 @@ BEDROCK_SERVICE = "bedrock.amazonaws.com"
 # the steps that run a batch shard's batches, Bedrock's included, which may pass the role
 BATCH_STEPS = ("submit_batch", "collect_batch")
 # where they read the role's ARN (`Settings.bedrock_batch_role_arn`)
-ROLE_VARIABLE = "SLUICE_BEDROCK_BATCH_ROLE_ARN"
+ROLE_VARIABLE = Settings.variable("bedrock_batch_role_arn")
 # what a job may name as its model: a foundation model or an inference profile
 MODEL_KINDS = ("foundation-model", "inference-profile")
 EVENT_SOURCE = "aws.bedrock"

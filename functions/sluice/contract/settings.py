@@ -199,6 +199,13 @@ class Settings:
     def cache_provider_name(self) -> str:
         return self.cache_provider or self.provider_base_url
 
+    @classmethod
+    def variable(cls, name: str) -> str:
+        """The variable of the field `name`, for a value only infra knows (a resource's ARN)."""
+        if name not in {f.name for f in fields(cls)}:
+            raise KeyError(f"{cls.__name__} has no field {name!r}")
+        return _variable(name)
+
     def to_env(self) -> dict[str, str]:
         """The variables `from_env` reads back into these settings; an unset optional is left out."""
         return {
