@@ -115,6 +115,8 @@ class BedrockJobs:
         self.ends = ends
         # how many records of a PartiallyCompleted or Expired job get no row
         self.unanswered = 1
+        # records answered with an error instead, by recordId: (errorCode, errorMessage)
+        self.record_errors: dict[str, tuple[int, str]] = {}
         self._jobs: dict[str, _Job] = {}
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
@@ -256,6 +258,9 @@ class BedrockJobs:
     def _answer(self, job: _Job, row: dict[str, Any]) -> dict[str, Any]:
         model_input = row.get("modelInput")
         record = {"recordId": row.get("recordId"), "modelInput": model_input}
+        if str(row.get("recordId")) in self.record_errors:
+            code, message = self.record_errors[str(row.get("recordId"))]
+            return {**record, "error": {"errorCode": code, "errorMessage": message}}
         try:
             if not isinstance(model_input, dict):
                 raise ApiError(400, "modelInput: a JSON object")

@@ -179,3 +179,27 @@ def test_a_model_input_is_the_invoke_model_body_of_an_anthropic_model() -> None:
     other = {"model": "amazon.nova-lite-v1:0", "messages": [{"role": "user", "content": "hi"}]}
     with pytest.raises(Unsupported, match="Anthropic models only"):
         model_input(Request(1, "a", "POST", "/v1/chat/completions", orjson.dumps(other)))
+
+
+def test_a_records_error_is_its_lines_error_unless_another_try_may_answer_it(bed: Bedrock) -> None:
+    # line 1 refused for good (400); line 2 throttled (429): that one goes direct
+    bed.jobs.record_errors = {"R0000000001": (400, "messages: bad turn order"), "R0000000002": (429, "slow down")}
+    spec = bed.shard(100)
+    asyncio.run(submit_batch(bed.env.ctx, spec))
+    bed.jobs.run_pending()
+    outcome = asyncio.run(collect_batch(bed.env.ctx, spec))
+    assert (outcome.done, outcome.fallback) == (False, True)
+    done = load_checkpoint(bed.env.s3, spec).done
+    assert [r.custom_id for r in pending(bed.env.s3, spec, done, lambda e: None)] == ["u-1"]
+
+    # reported instead, the throttled line says the batch did not run it; the other, what Bedrock said
+    reported = bed.shard(100, shard=1, on_batch_incomplete="error")
+    asyncio.run(submit_batch(bed.env.ctx, reported))
+    bed.jobs.run_pending()
+    assert asyncio.run(collect_batch(bed.env.ctx, reported)).done is True
+    errors = bed.env.outputs(reported)[1]
+    assert [(e["custom_id"], e["error"]["code"]) for e in errors] == [
+        ("u-0", "provider_error"),
+        ("u-1", "batch_failed"),
+    ]
+    assert errors[0]["response"]["status_code"] == 400 and "bad turn order" in errors[0]["error"]["message"]
