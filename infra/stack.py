@@ -18,6 +18,7 @@ from sluice.contract import (
     PROVIDER_STEPS,
 )
 
+from infra.bedrock_batch import BedrockBatch, grant_bedrock_batch
 from infra.cdk_logs import CdkLogs, cdk_functions
 from infra.checks import acknowledge, acknowledge_actions, spelled
 from infra.config import ConfigError, Environment
@@ -134,6 +135,8 @@ class SluiceStack(cdk.Stack):
             table_indexes=self.storage.indexes,
         )
 
+        self.bedrock_batch = BedrockBatch(self, "BedrockBatch", env_name=config.name, wakes=self.functions.webhook)
+
         self._permissions()
         # last, once every construct that brings one of CDK's own Lambdas exists
         self.cdk_logs = CdkLogs(
@@ -154,6 +157,7 @@ class SluiceStack(cdk.Stack):
         self._grant_webhook()
         self._grant_workflow()
         self._grant_monitoring()
+        grant_bedrock_batch(self, self.bedrock_batch)
         self._acknowledge_nag_findings()
 
     def _outputs(self) -> None:

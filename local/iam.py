@@ -24,6 +24,7 @@ state machine's role reads the Map's manifest.
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 import json
 import re
@@ -46,6 +47,9 @@ SNAPSHOT_ENV = "dev"
 # The state machine's own role, next to the functions' roles in the snapshot.
 WORKFLOW = "workflow"
 WEBHOOK = "webhook"
+# The role Bedrock batch inference jobs run as, next to the functions' roles in the snapshot.
+BEDROCK_BATCH = "bedrock_batch"
+BEDROCK_SERVICE = "bedrock.amazonaws.com"
 
 Statement = dict[str, Any]
 Policies = dict[str, list[Statement]]
@@ -103,6 +107,8 @@ class _Resolver:
                     self.refs[log_group] = f"/aws/lambda/{name}"
                     self.arns[log_group] = names.arn("logs", f"log-group:/aws/lambda/{name}:*")
                 variables.update(props.get("Environment", {}).get("Variables", {}))
+            elif _bedrock_role(resource):
+                self.arns[logical] = service_role_arn()
             elif resource["Type"] == "AWS::StepFunctions::StateMachine":
                 self.refs[logical] = names.arn("states", f"stateMachine:{names.state_machine}")
                 self.attrs[(logical, "Name")] = names.state_machine
@@ -162,6 +168,36 @@ class _Resolver:
         return {key: self(v) for key, v in value.items()}
 
 
+def _bedrock_role(resource: dict[str, Any]) -> bool:
+    """Whether a resource is the role Bedrock's batch inference jobs assume."""
+    if resource["Type"] != "AWS::IAM::Role":
+        return False
+    trust = resource["Properties"].get("AssumeRolePolicyDocument", {}).get("Statement", [])
+    return any(BEDROCK_SERVICE in _as_list(s.get("Principal", {}).get("Service", [])) for s in trust)
+
+
+def service_role_arn() -> str:
+    """The local ARN of the role Bedrock batch inference jobs run as."""
+    return f"arn:aws:iam::{ACCOUNT}:role/{_role_name(BEDROCK_BATCH)}"
+
+
+def allows(statements: list[Statement], action: str, resource: str, context: dict[str, str] | None = None) -> bool:
+    """Whether the statements allow `action` on `resource`, for a service moto does not emulate
+    (Bedrock's batch jobs, `local.cloud.bedrock_jobs`): actions and resources as IAM matches them,
+    and StringEquals conditions on `context`; the statements hold no Deny."""
+    for statement in statements:
+        if statement.get("Effect") != "Allow":
+            continue
+        if not any(fnmatch.fnmatchcase(action, a) for a in _as_list(statement.get("Action", []))):
+            continue
+        if not any(fnmatch.fnmatchcase(resource, r) for r in _as_list(statement.get("Resource", []))):
+            continue
+        equals = statement.get("Condition", {}).get("StringEquals", {})
+        if all((context or {}).get(key) == value for key, value in equals.items()):
+            return True
+    return False
+
+
 def policies_from_template(template: dict[str, Any], names: LocalNames | None = None) -> Policies:
     """Per function (by step name, and `webhook`) and for the state machine (`workflow`): the
     statements of every IAM policy on its role, in the template's order, resolved to local names."""
@@ -174,6 +210,7 @@ def policies_from_template(template: dict[str, Any], names: LocalNames | None = 
             owner[props["Role"]["Fn::GetAtt"][0]] = step
         elif resource["Type"] == "AWS::StepFunctions::StateMachine":
             owner[props["RoleArn"]["Fn::GetAtt"][0]] = WORKFLOW
+    owner.update({logical: BEDROCK_BATCH for logical, resource in resources.items() if _bedrock_role(resource)})
     policies: Policies = {name: [] for name in owner.values()}
     for role, name in owner.items():
         props = resources[role]["Properties"]
@@ -244,6 +281,8 @@ class LocalIam:
     admin_secret: str
     sessions: dict[str, boto3.Session] = field(default_factory=dict)
     workflow: boto3.Session | None = None
+    # the role Bedrock batch inference jobs run as, for the local cloud's emulation of them
+    bedrock_batch: boto3.Session | None = None
 
     def session_for(self, function_name: str) -> boto3.Session:
         try:
@@ -268,7 +307,7 @@ def provision(policies: Policies, *, bucket: str) -> LocalIam:
     local = LocalIam(admin_key_id=key["AccessKeyId"], admin_secret=key["SecretAccessKey"])
     loader = _shared_loader()
     for name, statements in policies.items():
-        service = "states" if name == WORKFLOW else "lambda"
+        service = {WORKFLOW: "states", BEDROCK_BATCH: "bedrock"}.get(name, "lambda")
         trust = {
             "Version": "2012-10-17",
             "Statement": [
@@ -298,6 +337,8 @@ def provision(policies: Policies, *, bucket: str) -> LocalIam:
         )
         if name == WORKFLOW:
             local.workflow = session
+        elif name == BEDROCK_BATCH:
+            local.bedrock_batch = session
         else:
             local.sessions[function_name(name)] = session
     return local

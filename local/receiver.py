@@ -36,7 +36,7 @@ def http_api_event(request: web.Request, body: bytes) -> dict[str, Any]:
     }
 
 
-class _Context:
+class WebhookContext:
     function_name = "sluice-local-webhook"
     aws_request_id = "local"
 
@@ -72,7 +72,7 @@ class WebhookReceiver:
         def handle() -> dict[str, Any]:
             began = time.perf_counter()
             try:
-                return dict(self._handler(event, _Context()))
+                return dict(self._handler(event, WebhookContext()))
             finally:
                 self.handler_s.append(time.perf_counter() - began)
 

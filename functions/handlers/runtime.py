@@ -69,6 +69,8 @@ class Runtime:
     sfn: Any
     # a family that signs each request with the function's credentials has no key to read (`signing`)
     sign: Signer | None = None
+    # the function's session: Bedrock's clients are made from it, only by `sluice.providers`
+    session: boto3.Session | None = None
 
     @classmethod
     def from_session(cls, session: boto3.Session) -> Runtime:
@@ -84,6 +86,7 @@ class Runtime:
             secrets=SecretsProvider(boto3_client=session.client("secretsmanager")),
             sfn=session.client("stepfunctions"),
             sign=signed[1] if signed is not None else None,
+            session=session,
         )
 
     @property
@@ -112,7 +115,15 @@ class Runtime:
             # only the local cloud's context carries one: it draws `sluice run`'s live progress
             progress=getattr(context, "progress", None),
             # a family without a Batch API or background responses gets none: Plan never runs those modes for it
-            batch_api=apis.batch_api_for(self.settings, api_key) if Mode.BATCH in offered else None,
+            batch_api=apis.batch_api_for(
+                self.settings,
+                api_key,
+                s3=self.s3,
+                # the local cloud's context carries its emulation of Bedrock's batch jobs
+                bedrock=getattr(context, "bedrock", None) or apis.bedrock_clients(self.session),
+            )
+            if Mode.BATCH in offered
+            else None,
             background_api=apis.background_api(self.settings.provider) if Mode.BACKGROUND in offered else None,
             sign=self.sign,
         )

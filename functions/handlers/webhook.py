@@ -10,7 +10,7 @@ from aws_lambda_powertools.utilities.parameters import SecretsProvider
 from botocore.exceptions import ClientError
 from sluice.contract import WebhookSettings
 from sluice.store import JobStore
-from sluice.webhooks import handle_webhook
+from sluice.webhooks import handle_job_event, handle_webhook
 
 from .observability import instrumented, webhook_answered
 from .runtime import read_secret, session_for
@@ -46,13 +46,17 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
             if exc.response["Error"]["Code"] not in _STALE_TOKEN_ERRORS:
                 raise
 
-    reply = handle_webhook(
-        body=body,
-        headers=event.get("headers") or {},
-        secret=read_secret(secrets, secret_arn),
-        store=store,
-        wake=wake,
-    )
+    if "detail-type" in event:
+        # EventBridge, not API Gateway: a provider's job-state event (Bedrock batch inference)
+        reply = handle_job_event(event=event, store=store, wake=wake)
+    else:
+        reply = handle_webhook(
+            body=body,
+            headers=event.get("headers") or {},
+            secret=read_secret(secrets, secret_arn),
+            store=store,
+            wake=wake,
+        )
     webhook_answered(reply.outcome, reply.event_type, reply.status)
     return {
         "statusCode": reply.status,

@@ -33,12 +33,31 @@ from .batch_collect import collect_batch as collect_batch
 from .batch_files import BatchPart, part_key, split_parts
 from .batch_queue_table import QueueTable
 from .budget import Budget, worst_case_nano
-from .contract import BatchSubmitted, ShardRow
+from .contract import BatchSubmitted, CollectedBatch, ShardRow
 from .model import Request
 from .parts import PartWriter, load_checkpoint
 from .providers import family
 from .providers.batch import BatchApi
 from .shard import ShardContext, ShardSpec, pending, shard_budget, unsent
+
+# the shard row's name, among its batches' states, for the lines of files too small for a batch:
+# they count as left over from the start, so CollectBatch hands them to RunShard
+BELOW_MINIMUM = "below-minimum"
+
+
+def _at_least(parts: list[BatchPart], min_records: int) -> tuple[list[BatchPart], int]:
+    """The files the provider takes (at least `min_records` rows, numbered again in order), and how
+    many lines the others held: those go direct, as no batch would be accepted for them."""
+    kept: list[BatchPart] = []
+    below = 0
+    for part in parts:
+        if len(part.lines) >= min_records:
+            part.index = len(kept)
+            kept.append(part)
+            continue
+        below += len(part.lines)
+        part.close()
+    return kept, below
 
 
 async def _within_budget(
@@ -103,6 +122,7 @@ async def _submit(api: BatchApi, ctx: ShardContext, spec: ShardSpec) -> BatchSub
         encode=api.encode,
         max_tokens=settings.batch_queue_limit,
     )
+    parts, below = _at_least(parts, api.limits.min_records)
     created = 0
     try:
         files: dict[int, BatchPart] | None
@@ -121,6 +141,10 @@ async def _submit(api: BatchApi, ctx: ShardContext, spec: ShardSpec) -> BatchSub
             files = None
             if budget is not None:
                 _unsent_since(ctx, spec, row, parts, writer)
+        if below:
+            # marked again by every attempt, as one may have died between the plan and this
+            direct = CollectedBatch(BELOW_MINIMUM, requests=below, results=0, errors=0, unfinished=0, left=below)
+            ctx.store.mark_batch_collected(spec.job_id, spec.shard, BELOW_MINIMUM, direct.as_dict())
         state = ShardBatches.from_row(row)
         if state.batch_ids:
             created = await advance(api, ctx, spec, state, files, QueueTable(ctx.store.table))
@@ -136,5 +160,6 @@ async def _submit(api: BatchApi, ctx: ShardContext, spec: ShardSpec) -> BatchSub
         batch_ids=[batch_id for batch_id in state.batch_ids if batch_id],
         batches_created=created,
         requests=sum(len(p.lines) for p in parts),
-        wait_seconds=batch_wait_seconds(settings, 0.0),
+        # no batch to wait for when every file was too small for one: straight on to RunShard
+        wait_seconds=batch_wait_seconds(settings, 0.0) if parts else 0,
     )

@@ -14,6 +14,8 @@ from typing import Any
 import orjson
 from standardwebhooks.webhooks import Webhook
 
+from .providers.bedrock.events import ended_job
+
 MAX_BODY_BYTES = 256 * 1024
 RESPONSE_EVENTS = frozenset({"response.completed", "response.failed", "response.incomplete", "response.cancelled"})
 BATCH_EVENTS = frozenset({"batch.completed", "batch.failed", "batch.expired", "batch.cancelled"})
@@ -73,3 +75,16 @@ def handle_webhook(
     if not store.remember_webhook(lowered["webhook-id"], time.time()):
         return WebhookReply(200, "duplicate", event_type)
     return WebhookReply(200, "accepted:woke_shard" if token else "accepted", event_type)
+
+
+def handle_job_event(*, event: Mapping[str, Any], store: Any, wake: Callable[[str], None]) -> WebhookReply:
+    """A provider's job-state event from EventBridge (Amazon Bedrock's batch inference): AWS
+    delivers it, so there is no signature to check; it settles and wakes as a batch webhook does."""
+    ended = ended_job(event)
+    if ended is None:
+        return WebhookReply(400, "rejected:unknown_type", str(event.get("detail-type")))
+    job_id, state = ended
+    token = store.settle_batch(job_id, state)
+    if token is not None:
+        wake(token)
+    return WebhookReply(200, "accepted:woke_shard" if token else "accepted", f"batch.{state}")

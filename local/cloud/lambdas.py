@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,6 +49,8 @@ class LambdaContext:
         self.aws_request_id = f"local-{time.monotonic_ns()}"
         self._deadline = time.monotonic() + timeout_s
         self.progress = progress
+        # the `bedrock` client the step's Bedrock Batch API uses (`local.cloud.bedrock_jobs`)
+        self.bedrock: Callable[[], Any] | None = None
         self._lock = threading.Lock()
         # the loop and task sending through a session now, while its session is open
         self._sending: tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]] | None = None

@@ -36,6 +36,7 @@ from sluice.progress import ProgressSink
 from sluice.store import JobStore
 
 from local import ledger, moto_patches, quotas
+from local.cloud.bedrock_jobs import BedrockJobs, bedrock_jobs
 from local.cloud.lambdas import (
     Invocation,
     LambdaContext,
@@ -56,6 +57,7 @@ from local.cloud.names import (
 )
 from local.cloud.settings import LocalSettings
 from local.dynamo_meter import MotoTables
+from local.iam import service_role_arn
 from local.quotas import MemoryBudget
 from local.receiver import WebhookReceiver
 
@@ -85,6 +87,8 @@ class LocalCloud:
     state_machine_arn: str = ""
     webhook_url: str = ""
     receiver: WebhookReceiver | None = None
+    # Amazon Bedrock's batch inference jobs, which moto has none of (`bedrock_jobs`), while running
+    bedrock_jobs: BedrockJobs | None = None
     # each function's IAM statements (`local.iam`); None: the snapshot of the synthesized stack
     policies: dict[str, list[dict[str, Any]]] | None = None
     # shards report each line here as it ends (`sluice run`'s display); no AWS request involved
@@ -103,6 +107,7 @@ class LocalCloud:
             provider_base_url=self.provider_base_url,
             api_key_secret_arn=self.secret_arn,
             ttl_days=LOCAL_TTL_DAYS,
+            bedrock_batch_role_arn=service_role_arn(),
             **chosen,
         )
         webhook = WebhookSettings(
@@ -154,9 +159,11 @@ class LocalCloud:
                 self.webhook_url = receiver.url
                 self.receiver = receiver
                 webhook._clients.cache_clear()
+                self.bedrock_jobs = bedrock_jobs(local_iam, policies, self._webhook(webhook.handler))
                 try:
                     yield self
                 finally:
+                    self.bedrock_jobs.stop()
                     webhook._clients.cache_clear()
 
     def _create_resources(self) -> None:
@@ -202,6 +209,9 @@ class LocalCloud:
             if self.before_invoke is not None:
                 self.before_invoke(step, payload)
             context = LambdaContext(function_name(step), timeout, self.calls.progress(self.progress))
+            if self.bedrock_jobs is not None:
+                # the step's `bedrock` client: the local cloud's emulated batch jobs, under its grants
+                context.bedrock = functools.partial(self.bedrock_jobs.client_for, step)
             self._admit(step, context)
             begun, cpu = time.monotonic(), time.thread_time()
             try:

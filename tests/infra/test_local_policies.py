@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from local.iam import (
+    BEDROCK_BATCH,
     POLICIES,
     SNAPSHOT_ENV,
     WEBHOOK,
@@ -23,7 +24,8 @@ def test_the_local_policies_are_the_synthesized_ones(synthesis: Synthesis) -> No
 def test_every_function_and_the_state_machine_have_their_statements() -> None:
     from sluice.contract import STEPS
 
-    assert set(load_policies()) == {*STEPS, WEBHOOK, WORKFLOW}
+    # and the role Bedrock batch inference jobs run as, whose grants the emulated jobs use
+    assert set(load_policies()) == {*STEPS, WEBHOOK, WORKFLOW, BEDROCK_BATCH}
 
 
 def test_moto_sees_s3_resources_on_the_local_bucket_and_every_other_resource_as_a_wildcard() -> None:

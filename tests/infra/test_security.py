@@ -23,6 +23,14 @@ PROVIDER_S3 = {
     ("s3:PutObject", "cache/segments/*"),
     ("s3:PutObject", "cache/index/*"),
 }
+# the batch steps also run Bedrock batch inference jobs: they put a job's input, read its input and
+# output back, and delete both
+BEDROCK = ["bedrock-batch/input/*", "bedrock-batch/output/*"]
+BATCH_S3 = (
+    PROVIDER_S3
+    | {("s3:PutObject", BEDROCK[0])}
+    | {(a, p) for a in ("s3:GetObject", "s3:DeleteObject") for p in BEDROCK}
+)
 OUTPUT_S3 = {
     ("s3:GetObject", "jobs/*"),
     ("s3:PutObject", "outbox/*"),
@@ -41,8 +49,8 @@ EXPECTED_S3 = {
     "run_shard": PROVIDER_S3,
     "submit": PROVIDER_S3,
     "collect": PROVIDER_S3,
-    "submit_batch": PROVIDER_S3,
-    "collect_batch": PROVIDER_S3,
+    "submit_batch": BATCH_S3,
+    "collect_batch": BATCH_S3,
     "await_shard": set(),
     # Merge copies the shards' files; only MarkFailed reads the input, for the lines never finished.
     # Merge also compacts the response cache's indexes (it lists the segments, reads none)
@@ -124,6 +132,7 @@ def test_each_step_gets_exactly_its_s3_access(synthesis: Synthesis, env: str) ->
                     granted.add((action, suffix))
                     if action == "s3:ListBucket":
                         listed = {"plan": [CACHE], "merge": [JOBS, CACHE]}.get(step, [JOBS])
+                        listed += [BEDROCK] if step in ("submit_batch", "collect_batch") else []
                         assert statement["Condition"] in [{"StringLike": {"s3:prefix": p}} for p in listed]
         assert granted == EXPECTED_S3[step], step
 
@@ -168,7 +177,7 @@ def test_webhook_role_has_exactly_what_the_handler_needs(synthesis: Synthesis, e
     assert not any(action.startswith("s3:") for action, _ in granted)
 
 
-def test_only_api_gateway_invokes_the_webhook_function_and_only_its_route(synthesis: Synthesis, env: str) -> None:
+def test_only_api_gateway_and_bedrocks_job_rule_invoke_the_webhook_function(synthesis: Synthesis, env: str) -> None:
     webhook_id = next(
         k
         for k, f in synthesis.resources(env, "AWS::Lambda::Function").items()
@@ -179,9 +188,14 @@ def test_only_api_gateway_invokes_the_webhook_function_and_only_its_route(synthe
         for p in synthesis.resources(env, "AWS::Lambda::Permission").values()
         if p["Properties"]["FunctionName"] == {"Fn::GetAtt": [webhook_id, "Arn"]}
     ]
-    (permission,) = permissions
+    (permission, rule) = sorted(permissions, key=lambda p: str(p["Principal"]))
     assert permission["Principal"] == "apigateway.amazonaws.com"
     assert _flat(permission["SourceArn"]).endswith("/*/*/webhooks")
+    # EventBridge, for the rule that hears Bedrock batch inference jobs end, and for it only
+    assert rule["Principal"] == "events.amazonaws.com"
+    rules = synthesis.resources(env, "AWS::Events::Rule")
+    (logical,) = [k for k, r in rules.items() if r["Properties"]["EventPattern"].get("source") == ["aws.bedrock"]]
+    assert rule["SourceArn"] == {"Fn::GetAtt": [logical, "Arn"]}
 
 
 def test_notify_cannot_touch_s3(synthesis: Synthesis, env: str) -> None:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from .layout import (
     ANY_SHARD_PREFIX,
+    BEDROCK_INPUT_PREFIX,
+    BEDROCK_OUTPUT_PREFIX,
     CACHE_PREFIX,
     ENVIRONMENT_VARIABLE,
     INBOX_PREFIX,
@@ -123,6 +125,8 @@ from .summary import (
 __all__ = [
     "ANY_SHARD_PREFIX",
     "BATCH_INCOMPLETE_POLICIES",
+    "BEDROCK_INPUT_PREFIX",
+    "BEDROCK_OUTPUT_PREFIX",
     "CACHE_MODES",
     "CACHE_PREFIX",
     "DEFAULT_BATCH_QUEUE_DEFAULT_TOKENS",

@@ -46,6 +46,10 @@ JOBS_PREFIX = "jobs/"
 OUTBOX_PREFIX = "outbox/"
 # the response cache's segments and indexes (`sluice.cache`), expired after `cache_ttl_days`
 CACHE_PREFIX = "cache/"
+# Amazon Bedrock batch inference reads its jobs' input files here and writes their answers there;
+# its service role may read only the one and write only the other
+BEDROCK_INPUT_PREFIX = "bedrock-batch/input/"
+BEDROCK_OUTPUT_PREFIX = "bedrock-batch/output/"
 
 
 def job_prefix(job_id: str) -> str:

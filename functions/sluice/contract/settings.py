@@ -189,6 +189,8 @@ class Settings:
     # what the cache's keys name the provider by, when not its base URL: `sluice run`'s built-in
     # simulator gets a new port each run, yet answers the same
     cache_provider: str | None = None
+    # the role Amazon Bedrock batch inference jobs run as (the stack's), which the batch steps pass it
+    bedrock_batch_role_arn: str | None = None
     # how long the bucket keeps an answer (cdk.json `cache_ttl_days`): Plan counts on none older,
     # and compaction drops them; 0: answers never expire (a local directory)
     cache_ttl_days: int = field(default=0, metadata={_KIND: "days"})
@@ -196,6 +198,13 @@ class Settings:
     @property
     def cache_provider_name(self) -> str:
         return self.cache_provider or self.provider_base_url
+
+    @classmethod
+    def variable(cls, name: str) -> str:
+        """The variable of the field `name`, for a value only infra knows (a resource's ARN)."""
+        if name not in {f.name for f in fields(cls)}:
+            raise KeyError(f"{cls.__name__} has no field {name!r}")
+        return _variable(name)
 
     def to_env(self) -> dict[str, str]:
         """The variables `from_env` reads back into these settings; an unset optional is left out."""

@@ -33,11 +33,11 @@ from .openai import OPENAI
 
 _FORMATS: dict[str, RequestFormat] = {f.name: f for f in (OPENAI, ANTHROPIC, BEDROCK)}
 # how each family's shards may send their lines: direct always; batch and background where Sluice
-# runs the family's Batch API and background responses (`apis`); Anthropic has no background API
+# runs the family's Batch API and background responses (`apis`); only OpenAI's has background responses
 _MODES: dict[str, frozenset[str]] = {
     OPENAI.name: frozenset({Mode.DIRECT, Mode.BATCH, Mode.BACKGROUND}),
     ANTHROPIC.name: frozenset({Mode.DIRECT, Mode.BATCH}),
-    BEDROCK.name: frozenset({Mode.DIRECT}),
+    BEDROCK.name: frozenset({Mode.DIRECT, Mode.BATCH}),
 }
 
 

@@ -1,7 +1,7 @@
 """Which provider family a deployment talks to: its Batch and background APIs.
 
 OpenAI's family (and what copies its API: sference, KiosAPI, vLLM, the simulator) has both;
-Anthropic's has its Message Batches. For a family without one (`sluice.providers.modes`) these
+Anthropic's has its Message Batches, Bedrock its batch inference jobs. For a family without one (`sluice.providers.modes`) these
 raise rather than hand over another's. The handlers pass what these return to the runners, which
 never ask which family it is.
 """
@@ -9,13 +9,15 @@ never ask which family it is.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from ..contract import DEFAULT_PROVIDER, Mode, Settings
 from . import modes
 from .anthropic import ANTHROPIC
 from .background import BackgroundApi
 from .batch import BatchApi, BatchApiOpener, BatchLimits
+from .bedrock import BEDROCK
 from .openai.background import OpenAIBackground
 
 
@@ -48,8 +50,15 @@ def batch_api(
     return opened
 
 
-def batch_api_for(settings: Settings, api_key: str) -> BatchApiOpener:
-    """The Batch API the settings name, within their limits for one batch."""
+def batch_api_for(
+    settings: Settings, api_key: str, *, s3: Any = None, bedrock: Callable[[], Any] | None = None
+) -> BatchApiOpener:
+    """The Batch API the settings name, within their limits for one batch. Bedrock's needs the
+    job bucket's `s3` client and a factory of `bedrock` clients (the function's session's, or the
+    local cloud's emulation), and signs with the function's role: it has no key."""
+    _require(settings.provider, Mode.BATCH, "Batch API")
+    if settings.provider == BEDROCK.name:
+        return _bedrock(settings, s3, bedrock)
     limits = BatchLimits(max_records=settings.batch_max_requests, max_bytes=settings.batch_max_bytes)
     return batch_api(
         settings.provider_base_url,
@@ -58,6 +67,26 @@ def batch_api_for(settings: Settings, api_key: str) -> BatchApiOpener:
         limits=limits,
         provider=settings.provider,
     )
+
+
+def bedrock_clients(session: Any) -> Callable[[], Any] | None:
+    """Makes `bedrock` clients (batch inference jobs) from a boto3 session, when a run opens the API."""
+    if session is None:
+        return None
+    return lambda: session.client("bedrock")
+
+
+def _bedrock(settings: Settings, s3: Any, bedrock: Callable[[], Any] | None) -> BatchApiOpener:
+    from .bedrock.batch import MAX_BYTES, MAX_RECORDS, MIN_RECORDS, opener
+
+    if s3 is None or bedrock is None or not settings.bedrock_batch_role_arn:
+        raise ValueError("Bedrock batch inference needs the job bucket, a bedrock client and the stack's service role")
+    limits = BatchLimits(
+        max_records=min(settings.batch_max_requests, MAX_RECORDS),
+        max_bytes=min(settings.batch_max_bytes, MAX_BYTES),
+        min_records=MIN_RECORDS,
+    )
+    return opener(bedrock, s3, bucket=settings.bucket, role_arn=settings.bedrock_batch_role_arn, limits=limits)
 
 
 def background_api(provider: str = DEFAULT_PROVIDER) -> BackgroundApi:

@@ -1,5 +1,5 @@
-"""The Amazon Bedrock family, direct: the Converse API for chat lines, InvokeModel for Messages lines,
-each request signed with the function's AWS credentials."""
+"""The Amazon Bedrock family. Direct: the Converse API for chat lines, InvokeModel for Messages lines,
+each request signed with the function's AWS credentials. Batch inference: `batch`, `records`."""
 
 from __future__ import annotations
 

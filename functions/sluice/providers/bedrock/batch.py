@@ -1,0 +1,327 @@
+"""Amazon Bedrock batch inference as a `BatchApi`, over boto3's `bedrock` and `s3` clients (passed
+in: the function's role signs, there is no key). A part is a JSONL file of `{recordId, modelInput}`
+rows (`records`) put in the job bucket under `BEDROCK_INPUT_PREFIX`, and a model invocation job
+that reads it with the stack's service role and writes `{jobId}/{file}.out` and
+`manifest.json.out` under `BEDROCK_OUTPUT_PREFIX`.
+
+A job is found again by its input file, which names the shard's tag in full (a job's name is at
+most 63 characters: it carries a digest of the job id, enough for `nameContains`); creating one is
+idempotent through its `clientRequestToken`, derived from the tag. Bedrock limits a job to between
+100 and 50,000 records, and the jobs that run at once per model: a part that would exceed that
+count waits as one a full OpenAI queue refused (`QueueFull`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+from collections.abc import AsyncIterator, Callable, Iterable
+from datetime import datetime
+from typing import Any, Final, TypeVar
+
+import orjson
+from botocore.exceptions import ClientError
+
+from ...contract import BEDROCK_INPUT_PREFIX, BEDROCK_OUTPUT_PREFIX
+from ...model import Request
+from ..batch import (
+    ENDED,
+    BatchApiOpener,
+    BatchCounts,
+    BatchLimits,
+    BatchProblem,
+    BatchRow,
+    BatchStatus,
+    BatchTag,
+    BatchUpload,
+    CancelRefused,
+    QueueFull,
+)
+from . import records
+from .records import ACTIVE, STATES, SUFFIXES, dialect, output_row, unfinished_code
+
+# Bedrock's limits for one job (docs.aws.amazon.com/bedrock/latest/userguide/quotas.html): records,
+# and bytes of one input file
+MIN_RECORDS: Final = 100
+MAX_RECORDS: Final = 50_000
+MAX_BYTES: Final = 1024 * 1024 * 1024
+# batch inference jobs in progress or submitted at once per base model, the quota's default
+MAX_JOBS_PER_MODEL: Final = 20
+# the longest a job may wait and run, in hours (Bedrock's default is 24 too)
+TIMEOUT_HOURS: Final = 24
+_NAME = "sluice"
+_QUOTA_EXCEEDED = "ServiceQuotaExceededException"
+_MANIFEST = "manifest.json.out"
+_T = TypeVar("_T")
+
+
+def _digest(job: str) -> str:
+    return hashlib.sha256(job.encode()).hexdigest()[:16]
+
+
+def job_name(tag: BatchTag) -> str:
+    return f"{_NAME}-{_digest(tag.job)}-{tag.shard:05d}-{tag.part:03d}-{tag.attempt}"
+
+
+def _shard_name(job: str, shard: int) -> str:
+    return f"{_NAME}-{_digest(job)}-{shard:05d}-"
+
+
+def input_key(tag: BatchTag, endpoint: str) -> str:
+    """Where a part's input file goes: its whole tag, so that a listed job names its shard."""
+    return f"{BEDROCK_INPUT_PREFIX}{tag.job}/{tag.shard:05d}-{tag.part:03d}-{tag.attempt}{SUFFIXES[endpoint]}"
+
+
+def output_prefix(job: str) -> str:
+    return f"{BEDROCK_OUTPUT_PREFIX}{job}/"
+
+
+def _tag(input_uri: str) -> BatchTag | None:
+    """The tag an input file's S3 URI names; None for a job that is not Sluice's."""
+    _, _, key = input_uri.removeprefix("s3://").partition("/")
+    if not key.startswith(BEDROCK_INPUT_PREFIX):
+        return None
+    job, _, name = key.removeprefix(BEDROCK_INPUT_PREFIX).rpartition("/")
+    numbers = name.split(".", 1)[0].split("-")
+    if not job or len(numbers) != 3 or not all(n.isdigit() for n in numbers):
+        return None
+    shard, part, attempt = map(int, numbers)
+    return BatchTag(job, shard, part, attempt)
+
+
+def _s3(uri: str) -> tuple[str, str]:
+    bucket, _, key = uri.removeprefix("s3://").partition("/")
+    return bucket, key
+
+
+def _time(value: Any) -> float | None:
+    if isinstance(value, datetime):
+        return value.timestamp()
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def _input_uri(job: dict[str, Any]) -> str:
+    return str(job.get("inputDataConfig", {}).get("s3InputDataConfig", {}).get("s3Uri", ""))
+
+
+def _output_uri(job: dict[str, Any]) -> str:
+    return str(job.get("outputDataConfig", {}).get("s3OutputDataConfig", {}).get("s3Uri", ""))
+
+
+def _job_id(arn: str) -> str:
+    return arn.rsplit("/", 1)[-1]
+
+
+class BedrockBatchApi:
+    """`BatchApi` over boto3's `bedrock` client, with the job bucket through `s3`."""
+
+    def __init__(
+        self,
+        bedrock: Any,
+        s3: Any,
+        *,
+        bucket: str,
+        role_arn: str,
+        limits: BatchLimits,
+        max_jobs: int = MAX_JOBS_PER_MODEL,
+    ) -> None:
+        self._bedrock = bedrock
+        self._s3 = s3
+        self._bucket = bucket
+        self._role_arn = role_arn
+        self._limits = limits
+        self._max_jobs = max_jobs
+
+    @property
+    def limits(self) -> BatchLimits:
+        return self._limits
+
+    def encode(self, request: Request) -> bytes:
+        return records.record(self.row_ref(request.line, request.custom_id), request)
+
+    def row_ref(self, line: int, custom_id: str) -> str:
+        # the user's ids may be anything; a record's id is Bedrock's own 11-character shape
+        return f"R{line:010d}"
+
+    async def _call(self, call: Callable[..., _T], **kwargs: Any) -> _T:
+        # boto3 blocks: each call runs off the loop that drives the other shards' work
+        return await asyncio.to_thread(call, **kwargs)
+
+    async def _jobs(self, **filters: Any) -> AsyncIterator[dict[str, Any]]:
+        token: str | None = None
+        while True:
+            page = await self._call(
+                self._bedrock.list_model_invocation_jobs,
+                maxResults=1000,
+                **filters,
+                **({"nextToken": token} if token else {}),
+            )
+            for job in page.get("invocationJobSummaries", []):
+                yield job
+            token = page.get("nextToken")
+            if not token:
+                return
+
+    async def find(self, job: str, shard: int, since: float) -> dict[BatchTag, str]:
+        found: dict[BatchTag, tuple[float, str]] = {}
+        async for summary in self._jobs(nameContains=_shard_name(job, shard), submitTimeAfter=since):
+            tag = _tag(_input_uri(summary))
+            created = _time(summary.get("submitTime")) or 0.0
+            if tag is None or (tag.job, tag.shard) != (job, shard) or created < since:
+                continue
+            if tag not in found or created < found[tag][0]:
+                found[tag] = (created, str(summary["jobArn"]))
+        return {tag: arn for tag, (_, arn) in found.items()}
+
+    async def listed(self, since: float) -> list[BatchStatus]:
+        statuses = []
+        async for summary in self._jobs(nameContains=f"{_NAME}-", submitTimeAfter=since):
+            statuses.append(self._status(summary, BatchCounts()))
+        return statuses
+
+    async def _running(self, model: str) -> int:
+        count = 0
+        for state in ACTIVE:
+            async for summary in self._jobs(statusEquals=state):
+                count += summary.get("modelId") == model or str(summary.get("modelId", "")).endswith(f"/{model}")
+        return count
+
+    async def submit(self, upload: BatchUpload, tag: BatchTag) -> str:
+        if not upload.model:
+            raise ValueError("a Bedrock batch job runs one model; the part names none")
+        if await self._running(upload.model) >= self._max_jobs:
+            raise QueueFull(f"{self._max_jobs} batch inference jobs of {upload.model} are running already")
+        upload.file.seek(0)
+        key = input_key(tag, upload.endpoint)
+        await self._call(self._s3.upload_fileobj, Fileobj=upload.file, Bucket=self._bucket, Key=key)
+        try:
+            created = await self._call(
+                self._bedrock.create_model_invocation_job,
+                jobName=job_name(tag),
+                roleArn=self._role_arn,
+                # the same tag is the same job: a retry after a lost answer gets the job it created
+                clientRequestToken=hashlib.sha256(key.encode()).hexdigest()[:64],
+                modelId=upload.model,
+                inputDataConfig={
+                    "s3InputDataConfig": {"s3Uri": f"s3://{self._bucket}/{key}", "s3InputFormat": "JSONL"}
+                },
+                outputDataConfig={"s3OutputDataConfig": {"s3Uri": f"s3://{self._bucket}/{output_prefix(tag.job)}"}},
+                timeoutDurationInHours=TIMEOUT_HOURS,
+                tags=[{"key": "sluice-job", "value": tag.job[:256]}],
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == _QUOTA_EXCEEDED:
+                with contextlib.suppress(ClientError):
+                    await self._call(self._s3.delete_object, Bucket=self._bucket, Key=key)
+                raise QueueFull(str(exc)) from exc
+            raise
+        return str(created["jobArn"])
+
+    def _status(self, job: dict[str, Any], counts: BatchCounts) -> BatchStatus:
+        state = str(job.get("status", ""))
+        said = STATES.get(state, "validating")
+        input_uri = _input_uri(job)
+        output = _output_uri(job)
+        message = job.get("message")
+        ended = _time(job.get("endTime")) or _time(job.get("lastModifiedTime")) if said in ENDED else None
+        return BatchStatus(
+            id=str(job["jobArn"]),
+            state=said,
+            created_at=_time(job.get("submitTime")) or 0.0,
+            ended_at=ended,
+            tag=_tag(input_uri),
+            counts=counts,
+            input_file=input_uri or None,
+            output_file=f"{output.rstrip('/')}/{_job_id(str(job['jobArn']))}/" if output else None,
+            problems=(BatchProblem(state, str(message)),) if state == "Failed" and message else (),
+        )
+
+    async def status(self, batch_id: str) -> BatchStatus:
+        job = await self._call(self._bedrock.get_model_invocation_job, jobIdentifier=batch_id)
+        status = self._status(job, BatchCounts())
+        if status.ended and status.output_file:
+            manifest = await self._read(status.output_file + _MANIFEST)
+            if manifest:
+                status = self._status(job, records.counts(orjson.loads(manifest)))
+        return status
+
+    async def _read(self, uri: str) -> bytes | None:
+        bucket, key = _s3(uri)
+        try:
+            answer = await self._call(self._s3.get_object, Bucket=bucket, Key=key)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                return None
+            raise
+        return bytes(await asyncio.to_thread(answer["Body"].read))
+
+    async def rows(self, status: BatchStatus) -> AsyncIterator[BatchRow]:
+        if not status.input_file:
+            return
+        job = await self._call(self._bedrock.get_model_invocation_job, jobIdentifier=status.id)
+        path = dialect(status.input_file)
+        created = int(status.ended_at or status.created_at)
+        answered: set[str] = set()
+        if status.output_file:
+            name = status.input_file.rsplit("/", 1)[-1]
+            for line in ((await self._read(status.output_file + name + ".out")) or b"").splitlines():
+                try:
+                    row = output_row(orjson.loads(line), path, created)
+                except (orjson.JSONDecodeError, TypeError, AttributeError):
+                    continue
+                if row is not None and row.ref not in answered:
+                    answered.add(row.ref)
+                    yield row
+        code = unfinished_code(str(job.get("status", "")))
+        if code is None:
+            return
+        # a record the job left with no row never ran: it goes direct, as an expired batch's does
+        for line in ((await self._read(status.input_file)) or b"").splitlines():
+            with contextlib.suppress(orjson.JSONDecodeError, TypeError, AttributeError):
+                ref = orjson.loads(line).get("recordId")
+                if isinstance(ref, str) and ref not in answered:
+                    yield BatchRow(ref, error_code=code, unfinished=True)
+
+    async def cancel(self, batch_id: str) -> BatchStatus:
+        try:
+            await self._call(self._bedrock.stop_model_invocation_job, jobIdentifier=batch_id)
+        except ClientError as exc:
+            try:
+                now: BatchStatus | None = await self.status(batch_id)
+            except ClientError:
+                now = None
+            raise CancelRefused(str(exc), now) from exc
+        return await self.status(batch_id)
+
+    async def clean_up(self, statuses: Iterable[BatchStatus]) -> None:
+        for status in statuses:
+            keys = [_s3(status.input_file)] if status.input_file else []
+            if status.output_file:
+                bucket, prefix = _s3(status.output_file)
+                with contextlib.suppress(ClientError):
+                    listed = await self._call(self._s3.list_objects_v2, Bucket=bucket, Prefix=prefix)
+                    keys += [(bucket, obj["Key"]) for obj in listed.get("Contents", [])]
+            for bucket, key in keys:
+                with contextlib.suppress(ClientError):
+                    await self._call(self._s3.delete_object, Bucket=bucket, Key=key)
+
+
+def opener(
+    bedrock: Callable[[], Any],
+    s3: Any,
+    *,
+    bucket: str,
+    role_arn: str,
+    limits: BatchLimits | None = None,
+    max_jobs: int = MAX_JOBS_PER_MODEL,
+) -> BatchApiOpener:
+    """Opens a `BedrockBatchApi` for each run on the `bedrock` client the factory makes (the
+    handler's session's, or the local cloud's emulation)."""
+    chosen = limits or BatchLimits(max_records=MAX_RECORDS, max_bytes=MAX_BYTES, min_records=MIN_RECORDS)
+
+    @contextlib.asynccontextmanager
+    async def opened() -> AsyncIterator[BedrockBatchApi]:
+        yield BedrockBatchApi(bedrock(), s3, bucket=bucket, role_arn=role_arn, limits=chosen, max_jobs=max_jobs)
+
+    return opened

@@ -1,0 +1,99 @@
+"""Amazon Bedrock batch inference's side of the stack: the service role a job runs as, and the rule
+that hears its "Batch Inference Job State Change" events and hands the ended ones to the function
+that wakes the shard waiting on the job (`wakes`: the webhook function; polling is the fallback).
+
+The role is Bedrock's to assume, and only for a model invocation job of this account (the confused
+deputy conditions AWS documents); what it may do to the job bucket, and the batch steps' right to
+pass it, are granted by the stack (`grant_bedrock_batch`, which it calls, kept here beside the role).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import aws_cdk as cdk
+import aws_cdk.aws_events as events
+import aws_cdk.aws_events_targets as targets
+import aws_cdk.aws_iam as iam
+import aws_cdk.aws_lambda as lambda_
+from constructs import Construct
+from sluice.contract import BEDROCK_INPUT_PREFIX as INPUT
+from sluice.contract import BEDROCK_OUTPUT_PREFIX as OUTPUT
+from sluice.contract import Settings
+
+if TYPE_CHECKING:
+    from infra.stack import SluiceStack
+
+BEDROCK_SERVICE = "bedrock.amazonaws.com"
+# the steps that run a batch shard's batches, Bedrock's included, which may pass the role
+BATCH_STEPS = ("submit_batch", "collect_batch")
+# where they read the role's ARN (`Settings.bedrock_batch_role_arn`)
+ROLE_VARIABLE = Settings.variable("bedrock_batch_role_arn")
+# what a job may name as its model: a foundation model or an inference profile
+MODEL_KINDS = ("foundation-model", "inference-profile")
+EVENT_SOURCE = "aws.bedrock"
+EVENT_DETAIL_TYPE = "Batch Inference Job State Change"
+# the states after which a job's answers will not change: the ones worth waking a shard for
+ENDED_STATES = ("Completed", "PartiallyCompleted", "Failed", "Stopped", "Expired")
+
+
+class BedrockBatch(Construct):
+    def __init__(self, scope: Construct, id: str, *, env_name: str, wakes: lambda_.IFunction) -> None:
+        super().__init__(scope, id)
+        stack = cdk.Stack.of(self)
+        self.job_arns = stack.format_arn(
+            service="bedrock",
+            resource="model-invocation-job",
+            resource_name="*",
+            arn_format=cdk.ArnFormat.SLASH_RESOURCE_NAME,
+        )
+        self.model_arns = [
+            stack.format_arn(service="bedrock", account="", resource=kind, resource_name="*")
+            for kind in MODEL_KINDS[:1]
+        ] + [stack.format_arn(service="bedrock", resource=kind, resource_name="*") for kind in MODEL_KINDS[1:]]
+        self.service_role = iam.Role(
+            self,
+            "ServiceRole",
+            description=f"Sluice {env_name}: what Bedrock batch inference jobs read and write in the job bucket.",
+            assumed_by=iam.ServicePrincipal(BEDROCK_SERVICE).with_conditions(
+                {
+                    "StringEquals": {"aws:SourceAccount": stack.account},
+                    "ArnLike": {"aws:SourceArn": self.job_arns},
+                }
+            ),
+        )
+        self.job_state_rule = events.Rule(
+            self,
+            "JobStateChanged",
+            description=f"Sluice {env_name}: a Bedrock batch inference job ended; wake the shard waiting on it.",
+            event_pattern=events.EventPattern(
+                source=[EVENT_SOURCE], detail_type=[EVENT_DETAIL_TYPE], detail={"status": list(ENDED_STATES)}
+            ),
+            # the function that wakes a shard on a provider's webhook wakes it on this event too
+            targets=[targets.LambdaFunction(wakes, retry_attempts=2)],
+        )
+
+
+def grant_bedrock_batch(stack: SluiceStack, bedrock: BedrockBatch) -> None:
+    """The stack's grants for Bedrock batch inference: its service role reads the jobs' input and
+    writes their output; the batch steps put the input, read and delete both, and pass that role,
+    to Bedrock only."""
+    role, why = bedrock.service_role, "Each job's files are named by the job and shard they run."
+    prefixes: dict[str, object] = {"StringLike": {"s3:prefix": [f"{p}*" for p in (INPUT, OUTPUT)]}}
+    bucket = stack.storage.bucket.bucket_arn
+    stack._allow(role, ["s3:GetObject"], stack._objects(INPUT), wildcard_reason=why)
+    stack._allow(role, ["s3:PutObject"], stack._objects(OUTPUT), wildcard_reason=why)
+    stack._allow(role, ["s3:ListBucket"], [bucket], conditions=prefixes)
+    allow = stack._allow_steps
+    allow(BATCH_STEPS, ["s3:PutObject"], stack._objects(INPUT), wildcard_reason=why)
+    allow(BATCH_STEPS, ["s3:GetObject", "s3:DeleteObject"], stack._objects(INPUT, OUTPUT), wildcard_reason=why)
+    allow(BATCH_STEPS, ["s3:ListBucket"], [bucket], conditions=prefixes)
+    passed: dict[str, object] = {"StringEquals": {"iam:PassedToService": BEDROCK_SERVICE}}
+    allow(BATCH_STEPS, ["iam:PassRole"], [role.role_arn], conditions=passed)
+    jobs = [f"bedrock:{call}ModelInvocationJob" for call in ("Create", "Get", "Stop")]
+    why = "A job's ARN is Bedrock's, known once it is created; its model is whichever the job file names."
+    allow(BATCH_STEPS, jobs, [bedrock.job_arns, *bedrock.model_arns], wildcard_reason=why)
+    why = "ListModelInvocationJobs supports no resource-level permission."
+    allow(BATCH_STEPS, ["bedrock:ListModelInvocationJobs"], ["*"], wildcard_reason=why)
+    for step in BATCH_STEPS:
+        stack.functions.by_step[step].add_environment(ROLE_VARIABLE, role.role_arn)

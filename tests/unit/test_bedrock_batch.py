@@ -1,0 +1,205 @@
+"""Amazon Bedrock batch inference behind the batch runners: `BedrockBatchApi` against the local
+cloud's emulated jobs (`local.cloud.bedrock_jobs`) on moto's S3.
+
+A part of at least Bedrock's 100 records runs as a job and its answers come back chat.completion
+shaped for chat lines; a part below 100 goes direct; a PartiallyCompleted job's records with no
+answer go direct, as an expired OpenAI batch's do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import orjson
+import pytest
+from sluice.batch import collect_batch, submit_batch
+from sluice.cancel import ProviderWork, cancel_at_provider
+from sluice.contract import BEDROCK_INPUT_PREFIX, BEDROCK_OUTPUT_PREFIX
+from sluice.model import Request
+from sluice.parts import load_checkpoint
+from sluice.providers.batch import BatchLimits, BatchTag, BatchUpload, QueueFull
+from sluice.providers.bedrock import batch as bedrock
+from sluice.providers.bedrock.records import model_input
+from sluice.providers.format import Unsupported
+from sluice.shard import ShardSpec, pending
+
+from local.cloud.bedrock_jobs import EXPIRED, PARTIAL, BedrockJobs
+from tests.unit.test_batch_runner import BUCKET, Env
+from tests.unit.test_batch_runner import env as env  # the fixture
+
+MODEL = "anthropic.claude-3-haiku-20240307-v1:0"
+ROLE = "arn:aws:iam::123456789012:role/sluice-bedrock-batch"
+
+
+@dataclass
+class Bedrock:
+    env: Env
+    jobs: BedrockJobs
+    events: list[dict[str, Any]]
+
+    def shard(self, count: int, **fields: Any) -> ShardSpec:
+        return replace(self.env.shard(count, **fields), model=MODEL)
+
+    def objects(self, prefix: str) -> list[str]:
+        listed = self.env.s3.list_objects_v2(Bucket=BUCKET, Prefix=prefix)
+        return [o["Key"] for o in listed.get("Contents", [])]
+
+
+@pytest.fixture
+def bed(env: Env) -> Iterator[Bedrock]:
+    events: list[dict[str, Any]] = []
+    jobs = BedrockJobs(lambda role: env.s3, emit=events.append)
+    opened = bedrock.opener(jobs.client, env.s3, bucket=BUCKET, role_arn=ROLE)
+    env.ctx = replace(env.ctx, batch_api=opened)
+    yield Bedrock(env, jobs, events)
+
+
+def test_a_part_of_at_least_a_hundred_records_runs_as_one_job(bed: Bedrock) -> None:
+    spec = bed.shard(120)
+    (job_arn,) = asyncio.run(submit_batch(bed.env.ctx, spec)).batch_ids
+    (job,) = bed.jobs.jobs()
+    assert (job.arn, job.model, job.role, job.status) == (job_arn, MODEL, ROLE, "Submitted")
+    assert job.input_uri.startswith(f"s3://{BUCKET}/{BEDROCK_INPUT_PREFIX}")
+    assert asyncio.run(collect_batch(bed.env.ctx, spec)).waiting == 1
+
+    assert bed.jobs.run_pending() == 1
+    assert [(e["detail-type"], e["detail"]["status"]) for e in bed.events] == [
+        ("Batch Inference Job State Change", "InProgress"),
+        ("Batch Inference Job State Change", "Completed"),
+    ]
+    assert asyncio.run(collect_batch(bed.env.ctx, spec)).done is True
+    results, errors = bed.env.outputs(spec)
+    assert errors == [] and len(results) == 120
+    assert [r["custom_id"] for r in results] == [f"u-{n}" for n in range(120)]
+    body = results[0]["response"]["body"]
+    # a chat line's answer reads as OpenAI's, whichever provider gave it
+    assert body["object"] == "chat.completion" and body["choices"][0]["finish_reason"] == "stop"
+    assert body["usage"]["prompt_tokens"] > 0 and body["choices"][0]["message"]["content"]
+    # the job's files are deleted once its answers are in the results
+    assert bed.objects(BEDROCK_INPUT_PREFIX) == [] and bed.objects(BEDROCK_OUTPUT_PREFIX) == []
+
+
+def test_a_part_below_bedrocks_minimum_goes_direct(bed: Bedrock) -> None:
+    # 150 lines cut at 100 a job: the 50 left over are too few for Bedrock
+    bed.env.ctx = replace(
+        bed.env.ctx,
+        batch_api=bedrock.opener(
+            bed.jobs.client,
+            bed.env.s3,
+            bucket=BUCKET,
+            role_arn=ROLE,
+            limits=BatchLimits(max_records=100, max_bytes=bedrock.MAX_BYTES, min_records=bedrock.MIN_RECORDS),
+        ),
+    )
+    spec = bed.shard(150)
+    asyncio.run(submit_batch(bed.env.ctx, spec))
+    assert len(bed.jobs.jobs()) == 1
+    bed.jobs.run_pending()
+    outcome = asyncio.run(collect_batch(bed.env.ctx, spec))
+    assert (outcome.done, outcome.fallback) == (False, True)
+    done = load_checkpoint(bed.env.s3, spec).done
+    assert [r.line for r in pending(bed.env.s3, spec, done, lambda e: None)] == list(range(101, 151))
+
+
+@pytest.mark.parametrize("ending", [PARTIAL, EXPIRED])
+def test_records_a_job_left_unanswered_go_direct(bed: Bedrock, ending: str) -> None:
+    bed.jobs.ends, bed.jobs.unanswered = ending, 3
+    spec = bed.shard(100)
+    asyncio.run(submit_batch(bed.env.ctx, spec))
+    bed.jobs.run_pending()
+    outcome = asyncio.run(collect_batch(bed.env.ctx, spec))
+    assert (outcome.done, outcome.fallback) == (False, True)
+    done = load_checkpoint(bed.env.s3, spec).done
+    assert [r.custom_id for r in pending(bed.env.s3, spec, done, lambda e: None)] == ["u-97", "u-98", "u-99"]
+    assert bed.env.report(spec)["fallback_lines"] == 3
+
+    # or, when the job's policy says so, as errors named by how the job ended
+    reported = bed.shard(100, shard=1, on_batch_incomplete="error")
+    asyncio.run(submit_batch(bed.env.ctx, reported))
+    bed.jobs.run_pending()
+    assert asyncio.run(collect_batch(bed.env.ctx, reported)).done is True
+    code = "batch_expired" if ending == EXPIRED else "batch_failed"
+    assert [e["error"]["code"] for e in bed.env.outputs(reported)[1]] == [code] * 3
+
+
+def test_a_retried_submit_finds_the_job_it_created(bed: Bedrock) -> None:
+    spec = bed.shard(100)
+    (first,) = asyncio.run(submit_batch(bed.env.ctx, spec)).batch_ids
+
+    async def find() -> dict[BatchTag, str]:
+        async with bed.env.ctx.batches() as api:
+            return await api.find(spec.job_id, spec.shard, since=0)
+
+    assert asyncio.run(find()) == {BatchTag(spec.job_id, 0, 0): first}
+    assert asyncio.run(submit_batch(bed.env.ctx, spec)).batch_ids == [first]
+    assert len(bed.jobs.jobs()) == 1
+
+
+def test_a_model_with_its_concurrent_jobs_running_refuses_another(bed: Bedrock) -> None:
+    limits = BatchLimits(max_records=bedrock.MAX_RECORDS, max_bytes=bedrock.MAX_BYTES)
+    api = bedrock.BedrockBatchApi(
+        bed.jobs.client(), bed.env.s3, bucket=BUCKET, role_arn=ROLE, limits=limits, max_jobs=1
+    )
+    body = {"model": MODEL, "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
+    row = api.encode(Request(1, "a", "POST", "/v1/messages", orjson.dumps(body)))
+
+    def upload() -> BatchUpload:
+        return BatchUpload(io.BytesIO(row), "/v1/messages", MODEL, rows=1, size=len(row))
+
+    asyncio.run(api.submit(upload(), BatchTag("j", 0, 0)))
+    with pytest.raises(QueueFull):
+        asyncio.run(api.submit(upload(), BatchTag("j", 0, 1)))
+
+
+def test_a_cancel_stops_the_job(bed: Bedrock) -> None:
+    spec = bed.shard(100, on_batch_incomplete="error")
+    (job_arn,) = asyncio.run(submit_batch(bed.env.ctx, spec)).batch_ids
+    work = ProviderWork(batches=[job_arn])
+    answers = asyncio.run(cancel_at_provider(work, base_url="-", api_key="-", batch_api=bed.env.ctx.batch_api))
+    assert answers.batches_cancelled == 1
+    assert asyncio.run(collect_batch(bed.env.ctx, spec)).done is True
+    assert {e["error"]["code"] for e in bed.env.outputs(spec)[1]} == {"batch_cancelled"}
+
+
+def test_a_model_input_is_the_invoke_model_body_of_an_anthropic_model() -> None:
+    chat = {"model": MODEL, "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]}
+    wire = model_input(Request(1, "a", "POST", "/v1/chat/completions", orjson.dumps(chat)))
+    assert wire == {
+        "anthropic_version": "bedrock-2023-05-31",
+        "max_tokens": 4096,
+        "system": "Be brief.",
+        "messages": [{"role": "user", "content": "hi"}],
+    }
+    native = {"model": "us." + MODEL, "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
+    assert "model" not in model_input(Request(1, "a", "POST", "/v1/messages", orjson.dumps(native)))
+    other = {"model": "amazon.nova-lite-v1:0", "messages": [{"role": "user", "content": "hi"}]}
+    with pytest.raises(Unsupported, match="Anthropic models only"):
+        model_input(Request(1, "a", "POST", "/v1/chat/completions", orjson.dumps(other)))
+
+
+def test_a_records_error_is_its_lines_error_unless_another_try_may_answer_it(bed: Bedrock) -> None:
+    # line 1 refused for good (400); line 2 throttled (429): that one goes direct
+    bed.jobs.record_errors = {"R0000000001": (400, "messages: bad turn order"), "R0000000002": (429, "slow down")}
+    spec = bed.shard(100)
+    asyncio.run(submit_batch(bed.env.ctx, spec))
+    bed.jobs.run_pending()
+    outcome = asyncio.run(collect_batch(bed.env.ctx, spec))
+    assert (outcome.done, outcome.fallback) == (False, True)
+    done = load_checkpoint(bed.env.s3, spec).done
+    assert [r.custom_id for r in pending(bed.env.s3, spec, done, lambda e: None)] == ["u-1"]
+
+    # reported instead, the throttled line says the batch did not run it; the other, what Bedrock said
+    reported = bed.shard(100, shard=1, on_batch_incomplete="error")
+    asyncio.run(submit_batch(bed.env.ctx, reported))
+    bed.jobs.run_pending()
+    assert asyncio.run(collect_batch(bed.env.ctx, reported)).done is True
+    errors = bed.env.outputs(reported)[1]
+    assert [(e["custom_id"], e["error"]["code"]) for e in errors] == [
+        ("u-0", "provider_error"),
+        ("u-1", "batch_failed"),
+    ]
+    assert errors[0]["response"]["status_code"] == 400 and "bad turn order" in errors[0]["error"]["message"]
