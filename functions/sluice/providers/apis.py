@@ -1,9 +1,9 @@
 """Which provider family a deployment talks to: its Batch and background APIs.
 
 OpenAI's family (and what copies its API: sference, KiosAPI, vLLM, the simulator) has both;
-Anthropic's has its Message Batches, Bedrock its batch inference jobs. For a family without one (`sluice.providers.modes`) these
-raise rather than hand over another's. The handlers pass what these return to the runners, which
-never ask which family it is.
+Anthropic's has its Message Batches, Bedrock its batch inference jobs. For a family without one
+(`sluice.providers.modes`) these raise rather than hand over another's. The handlers pass what
+these return to the runners, which never ask which family it is.
 """
 
 from __future__ import annotations
