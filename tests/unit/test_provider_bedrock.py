@@ -36,9 +36,9 @@ def converse_answer(stop_reason: str = "end_turn") -> dict[str, Any]:
     }
 
 
-def test_bedrock_is_a_family_that_runs_direct() -> None:
+def test_bedrock_is_a_family_that_runs_direct_and_batch_but_not_background() -> None:
     assert family("bedrock") is BEDROCK
-    assert modes("bedrock") == frozenset({"direct"})
+    assert modes("bedrock") == frozenset({"direct", "batch"})
 
 
 def test_a_chat_line_is_kept_as_a_converse_body_naming_its_model() -> None:
