@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from sluice.contract import INBOX_PREFIX, JOB_OPTIONS, METADATA_PREFIX, Settings, job_option_key
+from sluice.contract import DEFAULT_PROVIDER, INBOX_PREFIX, JOB_OPTIONS, METADATA_PREFIX, Settings, job_option_key
 from sluice.plan import JobOptions, PlanError, job_id_for
 
 from local.console import EXIT_USAGE, CliError, progress, say
@@ -24,9 +24,10 @@ def options_metadata(args: argparse.Namespace) -> dict[str, str]:
         if value is not None:
             metadata[job_option_key(name)] = str(value)
     try:
-        JobOptions.from_metadata(
-            metadata, Settings(bucket="-", table="-", provider_base_url="-", api_key_secret_arn="-")
-        )
+        # the environment is not asked here: its provider is taken to be the one the job names
+        provider = getattr(args, "provider", None) or DEFAULT_PROVIDER
+        settings = Settings(bucket="-", table="-", provider_base_url="-", api_key_secret_arn="-", provider=provider)
+        JobOptions.from_metadata(metadata, settings)
     except PlanError as exc:
         raise CliError(str(exc), EXIT_USAGE) from exc
     return metadata

@@ -34,3 +34,36 @@ def test_run_uses_the_configured_provider_and_its_key(tmp_path: Path) -> None:
     assert sent == {f"p-{n}" for n in range(25)}
     results = (tmp_path / "out" / "mine.results.jsonl").read_bytes().splitlines()
     assert [orjson.loads(r)["custom_id"] for r in results] == [f"p-{n}" for n in range(25)]
+
+
+def test_run_on_anthropic_sends_to_anthropic_base_url_with_its_key_and_never_shows_it(tmp_path: Path) -> None:
+    lines = [request_line(f"a-{n}").replace(b"gpt-4o-mini", b"claude-3-5-haiku-latest") for n in range(12)]
+    path = write_jsonl(tmp_path / "claude.jsonl", lines)
+    key = "sk-ant-users-own-key"
+    with SimulatorServer(SimConfig(latency_s=0.01, api_key=key)) as provider:
+        # as Anthropic's SDK reads it: the base URL stops before /v1
+        base_url = provider.base_url.removesuffix("/v1")
+        env = {
+            **os.environ,
+            "PYTHONPATH": f"{ROOT / 'functions'}:{ROOT}",
+            "ANTHROPIC_BASE_URL": base_url,
+            "ANTHROPIC_API_KEY": key,
+            "OPENAI_API_KEY": "sk-not-for-anthropic",
+        }
+        env.pop("OPENAI_BASE_URL", None)
+        command = [sys.executable, "-m", "local.cli", "run", str(path), "--provider", "anthropic", "--no-cache"]
+        done = subprocess.run([*command, "--out", str(tmp_path / "out")], cwd=ROOT, env=env, capture_output=True)
+        log = list(provider.log)
+
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert f"provider: {base_url}".encode() in done.stderr and key.encode() not in done.stderr + done.stdout
+    assert [e["path"] for e in log] == ["/v1/models"] + ["/v1/messages"] * 12
+    assert {e["status"] for e in log} == {200}
+    results = (tmp_path / "out" / "claude.results.jsonl").read_bytes().splitlines()
+    bodies = [orjson.loads(r)["response"]["body"] for r in results]
+    assert {b["object"] for b in bodies} == {"chat.completion"} and {b["model"] for b in bodies} == {
+        "claude-3-5-haiku-latest"
+    }
+    summary = orjson.loads((tmp_path / "out" / "claude.summary.json").read_bytes())
+    assert summary["run"]["provider"] == f"anthropic: {base_url}"
+    assert key not in (tmp_path / "out" / "claude.report.html").read_text()

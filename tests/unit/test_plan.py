@@ -115,6 +115,16 @@ def test_a_mode_the_provider_has_no_api_for_is_refused_at_plan(mode: str, what: 
     assert JobOptions.from_metadata({"sluice-mode": mode}, SETTINGS).mode == mode
 
 
+def test_a_job_may_name_only_the_provider_its_environment_is_configured_for() -> None:
+    anthropic = replace(SETTINGS, provider="anthropic")
+    assert JobOptions.from_metadata({"sluice-provider": "anthropic"}, anthropic).mode == "direct"
+    assert JobOptions.from_metadata({"sluice-provider": "openai", "sluice-mode": "batch"}, SETTINGS).mode == "batch"
+    with pytest.raises(PlanError, match="sluice-provider=openai: this environment is configured for the anthropic"):
+        JobOptions.from_metadata({"sluice-provider": "openai"}, anthropic)
+    with pytest.raises(PlanError, match="sluice-provider='mistral'; expected one of openai"):
+        JobOptions.from_metadata({"sluice-provider": "mistral"}, SETTINGS)
+
+
 def test_auto_never_batches_a_shard_of_a_provider_without_a_batch_api() -> None:
     anthropic = replace(SETTINGS, provider="anthropic")
     options = JobOptions.from_metadata({"sluice-mode": "auto"}, anthropic)
