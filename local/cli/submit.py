@@ -8,7 +8,7 @@ from pathlib import Path
 from local.console import EXIT_OK, need_file
 from local.deployed import aws_errors, environment
 from local.deployed.jobs import watch
-from local.deployed.submit import inbox_key, options_metadata, start_job
+from local.deployed.submit import check_options, inbox_key, options_metadata, start_job
 from local.inputs import check_file, require_valid
 
 
@@ -19,6 +19,8 @@ def run(args: argparse.Namespace) -> int:
     check = check_file(path, quiet=args.quiet)
     require_valid(check, allow_invalid=args.allow_invalid)
     dep = environment(args.env, region=args.region, profile=args.profile)
+    # Plan holds the job to the environment's family: refused here, nothing is uploaded
+    check_options(metadata, dep.provider)
     key = inbox_key(args.name or path.name)
     job_id = start_job(dep, path, key, metadata, quiet=args.quiet, what=f"{check.requests:,} requests")
     print(job_id, flush=True)
