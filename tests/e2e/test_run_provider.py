@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import orjson
+import pytest
 
 from local.simulator import SimConfig, SimulatorServer
 from tests.conftest import request_line, write_jsonl
@@ -67,3 +68,33 @@ def test_run_on_anthropic_sends_to_anthropic_base_url_with_its_key_and_never_sho
     summary = orjson.loads((tmp_path / "out" / "claude.summary.json").read_bytes())
     assert summary["run"]["provider"] == f"anthropic: {base_url}"
     assert key not in (tmp_path / "out" / "claude.report.html").read_text()
+
+
+def test_run_on_anthropic_without_its_variables_uses_the_simulator_and_refuses_background(tmp_path: Path) -> None:
+    lines = [request_line(f"s-{n}").replace(b"gpt-4o-mini", b"claude-3-5-haiku-latest") for n in range(8)]
+    path = write_jsonl(tmp_path / "small.jsonl", lines)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_"))}
+    env["PYTHONPATH"] = f"{ROOT / 'functions'}:{ROOT}"
+    command = [sys.executable, "-m", "local.cli", "run", str(path), "--provider", "anthropic", "--no-cache"]
+    done = subprocess.run([*command, "--out", str(tmp_path / "out")], cwd=ROOT, env=env, capture_output=True)
+
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert b"provider: built-in SIMULATOR" in done.stderr
+    summary = orjson.loads((tmp_path / "out" / "small.summary.json").read_bytes())
+    assert summary["status"] == "SUCCEEDED" and summary["counts"]["results"] == 8
+    assert summary["run"]["provider"].startswith("anthropic: built-in simulator")
+    # priced at Claude's list price, not unknown
+    costs = summary["cost_estimate_usd"]
+    assert costs["provider"] > 0 and costs["provider_all_batch"] == pytest.approx(
+        costs["provider_all_direct"] / 2, rel=0.01
+    )
+
+    refused = subprocess.run(
+        [*command, "--mode", "background", "--out", str(tmp_path / "refused")], cwd=ROOT, env=env, capture_output=True
+    )
+    assert refused.returncode == 2
+    assert refused.stderr.decode().strip().splitlines() == [
+        "sluice: --mode background: the anthropic provider has no background responses Sluice can run; "
+        "use one of direct, auto"
+    ]
+    assert not (tmp_path / "refused").exists()
