@@ -22,6 +22,7 @@ def run(args: argparse.Namespace) -> int:
         latency_s=args.latency,
         shard_lines=args.shard_lines,
         quiet=args.quiet,
+        provider=args.provider,
     )
     require_valid(est.check, allow_invalid=args.allow_invalid)
     data = {"provider": args.provider, **est.to_dict()}

@@ -184,9 +184,10 @@ def _run(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         OPENAI_BASE_URL when it is set (with OPENAI_API_KEY as its key when that is set too; a
         vLLM server needs none); with --provider anthropic it is ANTHROPIC_BASE_URL (with
         ANTHROPIC_API_KEY), as Anthropic's SDK reads them; else the built-in simulator, which
-        speaks both. A mode the provider has no API for is refused before anything is sent.
-        Writes <name>.results.jsonl, .errors.jsonl, .summary.json and a
-        <name>.report.html to open in a browser; nothing else persists but the response cache.
+        speaks every family. A mode the provider has no API for, and a line it cannot take,
+        are refused before anything is sent. Writes <name>.results.jsonl, .errors.jsonl,
+        .summary.json and a <name>.report.html to open in a browser; nothing else persists
+        but the response cache.
 
         Ctrl-C cancels the job: no new line is sent, the requests in flight get up to 10 s to
         be answered (Ctrl-C again stops waiting), and the outputs hold every answer the
@@ -196,7 +197,7 @@ def _run(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         examples:
           sluice run examples/reviews.jsonl --out out
           sluice run big.jsonl --mode batch --model gpt-4o-mini --budget 5
-          sluice run examples/reviews.jsonl --provider anthropic --model claude-3-5-haiku-latest
+          sluice run chat.jsonl --provider anthropic --model claude-3-5-haiku-latest
         """,
     )
     p.add_argument("file", help="input JSONL in the OpenAI Batch input format")

@@ -92,7 +92,12 @@ def _checked(args: argparse.Namespace) -> tuple[Path, LocalSettings]:
     models: set[str | None] = set()
     need_models = args.budget_usd is not None and not args.model
     # the same check as `submit`: a file that is not a job fails here, not as a job of errors
-    check = check_file(path, quiet=args.quiet, on_request=(lambda r: models.add(model_of(r))) if need_models else None)
+    check = check_file(
+        path,
+        quiet=args.quiet,
+        on_request=(lambda r: models.add(model_of(r))) if need_models else None,
+        provider=args.provider,
+    )
     require_valid(check, allow_invalid=args.allow_invalid)
     settings = _settings(args)
     if args.budget_usd is not None:

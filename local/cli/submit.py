@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from sluice.contract import DEFAULT_PROVIDER
+
 from local.console import EXIT_OK, need_file
 from local.deployed import aws_errors, environment
 from local.deployed.jobs import watch
@@ -16,7 +18,8 @@ from local.inputs import check_file, require_valid
 def run(args: argparse.Namespace) -> int:
     path = need_file(Path(args.file))
     metadata = options_metadata(args)
-    check = check_file(path, quiet=args.quiet)
+    # as the family the job names would take it; the environment's own is checked once found
+    check = check_file(path, quiet=args.quiet, provider=args.provider or DEFAULT_PROVIDER)
     require_valid(check, allow_invalid=args.allow_invalid)
     dep = environment(args.env, region=args.region, profile=args.profile)
     # Plan holds the job to the environment's family: refused here, nothing is uploaded

@@ -100,3 +100,19 @@ def test_a_claude_file_is_priced_direct_and_batch_at_half(
     assert main(["estimate", str(path), "--quiet", "--provider", "anthropic"]) == 0
     out = capsys.readouterr().out
     assert "no list price known" not in out and f"provider, expected: direct/background ${direct:.4f}" in out
+
+
+def test_a_line_the_provider_cannot_take_is_invalid_before_anything_is_sent(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from local.console import EXIT_INPUT
+
+    path = tmp_path / "mixed.jsonl"
+    responses = _line("r-1", "/v1/responses", {"model": "claude-3-5-haiku-latest", "input": "hi"})
+    path.write_bytes(_chat(1) + responses)
+    assert main(["estimate", str(path), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["estimate", str(path), "--quiet", "--provider", "anthropic"]) == EXIT_INPUT
+    assert "line 2: unsupported url '/v1/responses'" in capsys.readouterr().err
+    assert main(["estimate", str(path), "--quiet", "--provider", "anthropic", "--allow-invalid", "--json"]) == 0
+    assert orjson.loads(capsys.readouterr().out)["models"]["gpt-4o-mini"]["requests"] == 1
