@@ -45,9 +45,9 @@ class Row:
     why: str
 
 
-def run_one(file: Path, provider: str, model: str, mode: str, out: Path) -> Row:
+def run_one(file: Path, provider: str, model: str, mode: str, out: Path, extra: list[str]) -> Row:
     command = [sys.executable, "-m", "local.cli", "run", str(file), "--provider", provider, "--model", model]
-    command += ["--mode", mode, "--no-cache", "--quiet", "--out", str(out)]
+    command += ["--mode", mode, "--no-cache", "--quiet", "--out", str(out), *extra]
     started = time.monotonic()
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
     seconds = time.monotonic() - started
@@ -55,7 +55,10 @@ def run_one(file: Path, provider: str, model: str, mode: str, out: Path) -> Row:
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
     counts = summary.get("counts", {})
     lines = [line for line in done.stderr.splitlines() if line.strip()]
-    why = "" if done.returncode == 0 else (lines[-1] if lines else "")
+    why = ""
+    if done.returncode and lines:
+        # a refusal's first line says what; one ending in ":" lists the first cases after it
+        why = lines[0] + (" " + lines[1].strip() if lines[0].endswith(":") and len(lines) > 1 else "")
     errors_path = out / f"{file.stem}.errors.jsonl"
     if summary and done.returncode and errors_path.exists():
         # a job that ran: what its failed lines say, not the last line of its output
@@ -102,7 +105,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--file", type=Path, default=ROOT / "examples" / "reviews.jsonl")
     parser.add_argument("--only", action="append", metavar="PROVIDER", help="run this family only (repeatable)")
+    parser.add_argument(
+        "--allow-invalid", action="store_true", help="send the lines a family can take, the rest to errors"
+    )
     args = parser.parse_args()
+    extra = ["--allow-invalid"] if args.allow_invalid else []
     rows = []
     with tempfile.TemporaryDirectory(prefix="sluice-providers-") as tmp:
         for provider, model, modes in PLAN:
@@ -110,7 +117,7 @@ def main() -> int:
                 continue
             for mode in modes:
                 out = Path(tmp) / f"{provider}-{mode}"
-                rows.append(run_one(args.file.resolve(), provider, model, mode, out))
+                rows.append(run_one(args.file.resolve(), provider, model, mode, out, extra))
                 print(f"{provider} {mode}: exit {rows[-1].code}", file=sys.stderr, flush=True)
     print(table(rows))
     return 0
