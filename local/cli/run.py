@@ -17,15 +17,16 @@ from sluice.contract import (
     INBOX_PREFIX,
     OUTBOX_PREFIX,
     OUTPUT_SUFFIXES,
+    STEPS,
     ExecutionStatus,
     JobStatus,
     output_key,
 )
-from sluice.plan import job_id_for
+from sluice.plan import PlanError, job_id_for
 
 from local.checks import budget_needs_prices, out_dir, usable_out_dir
 from local.cloud import LocalCloud, LocalSettings
-from local.console import CliError, file_link, need_file, say
+from local.console import EXIT_USAGE, CliError, file_link, need_file, say
 from local.inputs import check_file, model_of, require_valid
 from local.interrupt import Interrupted, Signals, stop_run, writing_note
 from local.progress import Display, LiveCounts
@@ -127,6 +128,8 @@ class _Ran:
     # the signal that stopped the job, if one did
     interrupted: int | None
     written: dict[str, Path]
+    # Plan refused the job's options (a PlanError): the user's to fix, as a bad argument is
+    refused_at_plan: bool = False
 
 
 def _through_local_cloud(
@@ -181,7 +184,10 @@ def _through_local_cloud(
             target = out / f"{stem}{suffix}"
             target.write_bytes(data)
             written[kind] = target
-    return _Ran(job_id, stem, final, interrupted, written)
+    refused = any(
+        i.step == STEPS["plan"].name and (i.error or "").startswith(f"{PlanError.__name__}(") for i in cloud.invocations
+    )
+    return _Ran(job_id, stem, final, interrupted, written, refused_at_plan=refused)
 
 
 def _ended(
@@ -195,7 +201,9 @@ def _ended(
         summary.get("status")
         or {ExecutionStatus.ABORTED: JobStatus.CANCELLED}.get(ran.final["status"], ran.final["status"])
     )
-    code = exit_code(summary, status, ran.interrupted)
+    code = (
+        EXIT_USAGE if ran.refused_at_plan and ran.interrupted is None else exit_code(summary, status, ran.interrupted)
+    )
     results, errors = int(counts_of.get("results", 0)), int(counts_of.get("errors", 0))
     say(
         f"job {ran.job_id}: {status} {timing(summary, command_s)} — "

@@ -98,3 +98,21 @@ def test_run_on_anthropic_without_its_variables_uses_the_simulator_and_refuses_b
         "use one of direct, auto"
     ]
     assert not (tmp_path / "refused").exists()
+
+
+def test_a_job_plan_refuses_for_its_options_exits_2_with_plans_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from local.cli import main
+
+    # what `run` refuses first, let through: Plan's own refusal is the backstop
+    monkeypatch.setattr("local.cli.run.check_mode", lambda *_: None)
+    for name in [n for n in os.environ if n.startswith(("OPENAI_", "ANTHROPIC_"))]:
+        monkeypatch.delenv(name)
+    lines = [request_line(f"p-{n}").replace(b"gpt-4o-mini", b"claude-3-5-haiku-latest") for n in range(3)]
+    path = write_jsonl(tmp_path / "refused.jsonl", lines)
+    argv = ["run", str(path), "--provider", "anthropic", "--mode", "background", "--no-cache", "--quiet"]
+
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "FAILED" in err and "sluice-mode=background: the anthropic provider has no background responses" in err
