@@ -14,9 +14,11 @@ import aws_cdk as cdk
 import aws_cdk.aws_logs as logs
 from constructs import IConstruct
 from sluice.contract import (
+    DEFAULT_PROVIDER,
     DEFAULT_PROVIDER_BASE_URL,
     MODES,
     PROVIDER_STEPS,
+    PROVIDERS,
     SETTING_DEFAULTS,
     TIER1_BATCH_QUEUE_TOKENS,
     Settings,
@@ -79,6 +81,10 @@ DEPLOYED_DEFAULTS: dict[str, Any] = {
 }
 
 
+# each family's own API, the base URL of an environment whose cdk.json names no other
+FAMILY_BASE_URLS = {DEFAULT_PROVIDER: DEFAULT_PROVIDER_BASE_URL, "anthropic": "https://api.anthropic.com"}
+
+
 class ConfigError(ValueError):
     pass
 
@@ -92,6 +98,10 @@ class Environment:
     # the response cache's answers (the bucket's cache/) expire this many days after they were written
     cache_ttl_days: int = DEPLOYED_DEFAULTS["cache_ttl_days"]
     # the steps' settings (`sluice.contract.Settings`) default as the steps do
+    # the provider family the environment sends to (`sluice.contract.PROVIDERS`): one an
+    # environment, with its base URL and its key's secret; a job's `sluice-provider` may only name it
+    provider: str = SETTING_DEFAULTS["provider"]
+    # the family's own API when cdk.json names none (`FAMILY_BASE_URLS`)
     provider_base_url: str = DEPLOYED_DEFAULTS["provider_base_url"]
     default_model: str | None = SETTING_DEFAULTS["default_model"]
     default_mode: str = SETTING_DEFAULTS["default_mode"]
@@ -173,6 +183,15 @@ class Environment:
 
         values = _typed_values(dict(raw), fail)
         _check_formats(values, fail)
+        provider = values.get("provider", DEFAULT_PROVIDER)
+        if "provider_base_url" not in values and provider in FAMILY_BASE_URLS:
+            values["provider_base_url"] = FAMILY_BASE_URLS[provider]
+        # a provider switched in cdk.json with the other family's URL left behind
+        other = {url.rstrip("/"): name for name, url in FAMILY_BASE_URLS.items() if name != provider}
+        wrong = other.get(str(values.get("provider_base_url", "")).rstrip("/"))
+        if wrong:
+            right = FAMILY_BASE_URLS.get(provider)
+            raise fail("provider_base_url", f"is the {wrong} API, not {provider}'s ({right}, or leave it out)")
         config = cls(name=name, **values)
         _check_concurrency(config)
         return config
@@ -260,7 +279,7 @@ def _typed_values(values: dict[str, Any], fail: Fail) -> dict[str, Any]:
     for key in ("versioning", "point_in_time_recovery"):
         if key in values and type(values[key]) is not bool:
             raise fail(key, "must be true or false")
-    for key in ("provider_base_url", "default_mode", "log_level", "removal_policy"):
+    for key in ("provider", "provider_base_url", "default_mode", "log_level", "removal_policy"):
         if key in values and not isinstance(values[key], str):
             raise fail(key, "must be a string")
     for key in (
@@ -281,6 +300,8 @@ def _check_formats(values: Mapping[str, Any], fail: Fail) -> None:
     """Each string in its form: URLs, choices, email, ARNs, account id, rate limits, log retention."""
     if "provider_base_url" in values and not re.match(r"^https?://\S+$", values["provider_base_url"]):
         raise fail("provider_base_url", "must be an http(s) URL")
+    if values.get("provider", DEFAULT_PROVIDER) not in PROVIDERS:
+        raise fail("provider", f"must be one of {', '.join(PROVIDERS)}")
     if values.get("default_mode", SETTING_DEFAULTS["default_mode"]) not in MODES:
         raise fail("default_mode", f"must be one of {', '.join(MODES)}")
     if values.get("log_level", "INFO") not in LOG_LEVELS:

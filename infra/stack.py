@@ -166,6 +166,7 @@ class SluiceStack(cdk.Stack):
         cdk.CfnOutput(self, "TableName", value=self.storage.table.table_name)
         cdk.CfnOutput(self, "StateMachineArn", value=self.workflow.state_machine.state_machine_arn)
         cdk.CfnOutput(self, "ApiKeySecretArn", value=self.secrets.api_key.secret_arn)
+        cdk.CfnOutput(self, "Provider", value=self.config.provider, description="The provider family jobs go to.")
         cdk.CfnOutput(
             self,
             "WebhookUrl",

@@ -12,12 +12,7 @@ from typing import Any
 
 import orjson
 
-from local.console import EXIT_INPUT, EXIT_PROVIDER, EXIT_USAGE, CliError, say
-
-# What a provider without an API key (a vLLM server started without --api-key) is sent: it
-# ignores the header, and vLLM's own examples use this value.
-NO_API_KEY = "EMPTY"
-PROVIDER_CHECK_TIMEOUT_S = 10.0
+from local.console import EXIT_INPUT, EXIT_USAGE, CliError
 
 
 def _parsed(text: str, kind: type) -> Any:
@@ -109,61 +104,6 @@ def out_dir(path: Path, flag: str = "--out") -> Path:
     if not os.access(path, os.W_OK | os.X_OK):
         raise CliError(f"{flag} {path}: this user cannot write there", EXIT_USAGE)
     return path
-
-
-def check_provider(
-    base_url: str, api_key: str, *, key_given: bool = True, timeout_s: float = PROVIDER_CHECK_TIMEOUT_S
-) -> None:
-    """One GET of `{base_url}/models` before anything is sent: a provider that cannot be reached,
-    or that refuses the key, would otherwise turn every line of the job into an error.
-
-    A 404 is said, as a warning: a server without /models answers it, but so does a base URL
-    with a wrong path, which would refuse every line the same way. Any other answer (a 5xx)
-    means it is there; the job's own retries deal with the rest.
-    """
-    import socket
-    import urllib.error
-    import urllib.request
-
-    if not base_url.startswith(("http://", "https://")):
-        raise CliError(
-            f"OPENAI_BASE_URL={base_url!r} is not an http(s) URL (e.g. https://api.openai.com/v1)", EXIT_USAGE
-        )
-    # the same header the job will send, so the key is checked as the job will use it
-    headers = {"User-Agent": "sluice-check", "Authorization": f"Bearer {api_key}"}
-    request = urllib.request.Request(base_url.rstrip("/") + "/models", headers=headers)
-    # the job's HTTP client connects directly, whatever HTTP(S)_PROXY says; so does the check
-    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with direct.open(request, timeout=timeout_s):
-            return
-    except urllib.error.HTTPError as exc:
-        if exc.code in (401, 403):
-            key = "OPENAI_API_KEY" if key_given else "to answer without an API key (OPENAI_API_KEY is not set)"
-            raise CliError(
-                f"provider {base_url} refused {key}: HTTP {exc.code} on GET /models; nothing was sent",
-                EXIT_PROVIDER,
-            ) from exc
-        if exc.code == 404:
-            say(
-                f"warning: provider {base_url} answered HTTP 404 to GET /models: if that is not the API's path "
-                "(an OpenAI-compatible base URL usually ends in /v1), every request will be refused alike, and "
-                "the job stops once its first answers show it"
-            )
-        return
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        if isinstance(reason, socket.timeout | TimeoutError):
-            why = f"no answer within {timeout_s:g} s"
-        elif isinstance(reason, socket.gaierror):
-            why = "its host name does not resolve"
-        else:
-            why = str(getattr(reason, "strerror", None) or reason)
-        raise CliError(
-            f"provider {base_url} is not reachable ({why}); nothing was sent. Check OPENAI_BASE_URL, "
-            "or unset it to use the built-in simulator",
-            EXIT_PROVIDER,
-        ) from exc
 
 
 def budget_needs_prices(model: str | None, file_models: set[str | None], default_model: str | None) -> None:

@@ -29,7 +29,9 @@ exit codes:
   0    done (for `run`, `status --watch`, `submit --watch`: the job SUCCEEDED)
   1    the job ended FAILED, or CANCELLED by `sluice cancel` (`verify`: the outputs miss or
        repeat lines); a `run` stopped by a signal exits 128 + the signal (below)
-  2    bad arguments or options
+  2    bad arguments or options, or a --mode the --provider has no API for (`run` and
+       `submit` refuse it before anything is sent; a `run` whose job Plan refused for its
+       options ends FAILED and exits 2 too)
   3    a file missing or unreadable, or input not valid JSONL (the first bad lines are listed)
   4    unknown environment: no CloudFormation stack Sluice-<env>, or it lacks an output
   5    AWS: no credentials or region, access denied, or another AWS error

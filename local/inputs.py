@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from sluice.contract import DEFAULT_PROVIDER
 from sluice.lines import READ_CHUNK, LineError, parse_line, split_lines
 from sluice.model import Request
+from sluice.providers import family
 
 from local.console import EXIT_INPUT, CliError, need_file, progress
 
@@ -75,16 +77,24 @@ def model_of(request: Request) -> str | None:
     return model if isinstance(model, str) and model else None
 
 
-def check_file(path: Path, *, on_request: Callable[[Request], None] | None = None, quiet: bool = False) -> FileCheck:
-    """Validate every line (and custom_id uniqueness); hand each valid request to `on_request`."""
+def check_file(
+    path: Path,
+    *,
+    on_request: Callable[[Request], None] | None = None,
+    quiet: bool = False,
+    provider: str = DEFAULT_PROVIDER,
+) -> FileCheck:
+    """Validate every line (and custom_id uniqueness) as Plan will for the provider family
+    `provider` (a line it cannot send is invalid); hand each valid request to `on_request`."""
     need_file(path)
     refuse_compressed(path)
     check = FileCheck(path)
+    request_format = family(provider)
     seen: dict[str, int] = {}
     with progress(total=path.stat().st_size, unit="B", desc="checking", quiet=quiet) as bar:
         for number, raw in enumerate(split_lines(_chunks(path, bar)), start=1):
             check.lines = number
-            parsed = parse_line(raw, number, keep_body=on_request is not None)
+            parsed = parse_line(raw, number, keep_body=on_request is not None, request_format=request_format)
             if parsed is None:
                 check.blank += 1
                 continue
@@ -274,6 +284,7 @@ def estimate_file(
     latency_s: float,
     shard_lines: int,
     quiet: bool = False,
+    provider: str = DEFAULT_PROVIDER,
 ) -> Estimate:
     by_model: dict[str, ModelTotals] = {}
 
@@ -290,5 +301,5 @@ def estimate_file(
             totals.tokens_out_min += 1
             totals.uncapped += limit is None
 
-    check = check_file(path, on_request=count, quiet=quiet)
+    check = check_file(path, on_request=count, quiet=quiet, provider=provider)
     return Estimate(check, by_model, assumed_output_tokens, concurrency, latency_s, shard_lines)

@@ -2,16 +2,32 @@
 
 from __future__ import annotations
 
+import re
+
 from .contract import STEPS, ShardCosts
 
-# USD per million tokens (input, output), standard tier; the Batch API is half of this.
+# USD per million tokens (input, output), standard tier; the Batch API of each family (OpenAI's,
+# Anthropic's Message Batches, Bedrock's batch inference) is half of this.
 PROVIDER_PRICES = {
     "gpt-4o-mini": (0.15, 0.60),
     "gpt-4o": (2.50, 10.00),
     "gpt-4.1-mini": (0.40, 1.60),
     "gpt-4.1-nano": (0.10, 0.40),
     "text-embedding-3-small": (0.02, 0.0),
+    # Anthropic's (anthropic.com/pricing); a dated snapshot takes its alias's price by prefix
+    "claude-3-5-haiku-latest": (0.80, 4.00),
+    "claude-3-5-haiku-20241022": (0.80, 4.00),
+    "claude-3-haiku-20240307": (0.25, 1.25),
+    "claude-3-5-sonnet-latest": (3.00, 15.00),
+    "claude-sonnet-4": (3.00, 15.00),
+    "claude-opus-4": (15.00, 75.00),
+    # Amazon Bedrock's on-demand prices for the same models
+    "anthropic.claude-3-haiku-20240307-v1:0": (0.25, 1.25),
+    "anthropic.claude-3-5-haiku-20241022-v1:0": (0.80, 4.00),
 }
+# a Bedrock model id's version ("-v1:0", "-v2"), and the geography of a cross-region profile ("us.")
+_BEDROCK_VERSION = re.compile(r"-v\d+(:\d+)?$")
+_BEDROCK_GEOGRAPHY = re.compile(r"^[a-z]{2,4}\.(?=anthropic\.)")
 
 # us-east-1 list prices
 LAMBDA_GB_SECOND = 0.0000166667
@@ -28,6 +44,11 @@ def price_per_million(model: str) -> tuple[float, float] | None:
     """USD per million tokens (input, output) at list price; None for a model with no known price."""
     if model in PROVIDER_PRICES:
         return PROVIDER_PRICES[model]
+    bedrock = _BEDROCK_GEOGRAPHY.sub("", model)
+    if bedrock != model or _BEDROCK_VERSION.search(model):
+        # a Bedrock id not named above: the same model at another version or through a profile
+        same = [name for name in PROVIDER_PRICES if _BEDROCK_VERSION.sub("", name) == _BEDROCK_VERSION.sub("", bedrock)]
+        return PROVIDER_PRICES[same[0]] if same else None
     # answers name dated snapshots ("gpt-4o-mini-2024-07-18"); the longest known prefix prices them
     known = [name for name in PROVIDER_PRICES if model.startswith(name + "-")]
     return PROVIDER_PRICES[max(known, key=len)] if known else None

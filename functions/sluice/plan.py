@@ -25,6 +25,7 @@ from .contract import (
     METADATA_PREFIX,
     MODES,
     OUTBOX_PREFIX,
+    PROVIDERS,
     Mode,
     PlanCache,
     PlanFigures,
@@ -64,6 +65,20 @@ class PlanError(ValueError):
     """The job cannot start as asked (a bad option); the message says which and why."""
 
 
+def _check_provider(asked: str | None, settings: Settings) -> None:
+    """A job may name the provider family its lines are written for (`sluice-provider`), and
+    runs only where the environment is configured for that family: the family's base URL and
+    key are the environment's, one family an environment (`Settings.provider`)."""
+    if asked is None or asked == settings.provider:
+        return
+    if asked not in PROVIDERS:
+        raise PlanError(f"{METADATA_PREFIX}provider={asked!r}; expected one of {', '.join(PROVIDERS)}")
+    raise PlanError(
+        f"{METADATA_PREFIX}provider={asked}: this environment is configured for the {settings.provider} provider "
+        f"only (its base URL and key); submit the job to an environment whose provider is {asked}"
+    )
+
+
 @dataclass(frozen=True)
 class JobOptions:
     mode: str
@@ -99,6 +114,7 @@ class JobOptions:
         mode = meta.get("mode", settings.default_mode)
         if mode not in MODES:
             raise PlanError(f"{METADATA_PREFIX}mode={mode!r}; expected one of {', '.join(MODES)}")
+        _check_provider(meta.get("provider"), settings)
         offered = modes(settings.provider)
         if mode != Mode.AUTO and mode not in offered:
             usable = ", ".join(m for m in MODES if m in offered or m == Mode.AUTO)

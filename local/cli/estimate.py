@@ -6,6 +6,8 @@ import argparse
 from pathlib import Path
 
 import orjson
+from sluice.contract import Mode
+from sluice.providers import modes
 
 from local.console import EXIT_OK, human_seconds, human_usd
 from local.inputs import estimate_file, require_valid
@@ -20,9 +22,10 @@ def run(args: argparse.Namespace) -> int:
         latency_s=args.latency,
         shard_lines=args.shard_lines,
         quiet=args.quiet,
+        provider=args.provider,
     )
     require_valid(est.check, allow_invalid=args.allow_invalid)
-    data = est.to_dict()
+    data = {"provider": args.provider, **est.to_dict()}
     if args.json:
         print(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
         return EXIT_OK
@@ -32,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
         f"{check.path}: {check.requests:,} requests "
         f"({check.lines:,} lines, {check.blank:,} blank, {check.invalid:,} invalid)"
     )
-    print(f"  endpoints: {urls}")
+    print(f"  endpoints: {urls}; provider: {args.provider}")
     width = max([len("model"), *(len(m) for m in data["models"])])
     print(f"  {'model':<{width}} {'requests':>9} {'input tok':>11} {'exp. output':>11} {'direct':>11} {'batch':>11}")
     for model, row in data["models"].items():
@@ -58,7 +61,10 @@ def run(args: argparse.Namespace) -> int:
     )
     print(f"  provider, at most:  {costs('provider_usd_at_most')} — {bound}")
     print(f"  provider, at least: {costs('provider_usd_at_least')} — one output token an answer")
-    print("  (Batch API: half price, results within 24 h)")
+    if Mode.BATCH in modes(args.provider):
+        print("  (Batch API: half price, results within 24 h)")
+    else:
+        print(f"  (Batch API: half price, results within 24 h; the {args.provider} provider has none Sluice runs)")
     unpriced = [m for m, row in data["models"].items() if row["direct_usd"] is None]
     if unpriced:
         print(f"  no list price known for: {', '.join(unpriced)} (not in the totals)")

@@ -11,7 +11,15 @@ import os
 import textwrap
 from importlib.metadata import PackageNotFoundError, version
 
-from sluice.contract import LOCAL_SETTING_DEFAULTS, MODES, SETTING_DEFAULTS, parse_budget, parse_error_rate
+from sluice.contract import (
+    DEFAULT_PROVIDER,
+    LOCAL_SETTING_DEFAULTS,
+    MODES,
+    PROVIDERS,
+    SETTING_DEFAULTS,
+    parse_budget,
+    parse_error_rate,
+)
 
 from local import checks
 from local.console import EXIT_CODES_HELP
@@ -59,6 +67,11 @@ MODE_HELP = (
     "or more, direct for a smaller one)"
 )
 
+PROVIDER_HELP = (
+    "the provider family the job is sent to (openai also names what copies its API, such as vLLM); "
+    "a chat-completions line runs on any family, translated, and is answered as a chat completion"
+)
+
 MAX_ATTEMPTS_HELP = (
     "sends of a request at most, in all, before it goes to errors; when the first half fail on 429s, "
     "5xx or timeouts, the rest wait for the shard's last sweep, after its other lines"
@@ -75,6 +88,11 @@ def _job_options(p: argparse.ArgumentParser) -> None:
         "--mode",
         metavar="MODE",
         help=MODE_HELP + "; auto never batches with --deadline-hours under 24 (default: the environment's)",
+    )
+    p.add_argument(
+        "--provider",
+        choices=PROVIDERS,
+        help=PROVIDER_HELP + "; an environment takes the one its cdk.json names (default: the environment's)",
     )
     p.add_argument("--model", help="send every request to this model, whatever its body says")
     p.add_argument("--concurrency", type=checks.positive_int, help="requests in flight for the whole job")
@@ -137,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="sluice",
         description=textwrap.dedent(
             """\
-            Push many LLM requests (OpenAI Batch JSONL) through an OpenAI-compatible provider.
+            Push many LLM requests (OpenAI Batch JSONL) through an LLM provider (--provider).
 
             On this machine:        sluice run FILE · estimate FILE · verify · simulator
             On a deployed env:      sluice submit FILE --env dev · status · results · cancel · retry
@@ -162,10 +180,14 @@ def _run(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "run a job on this machine (moto + the same state machine and Lambda code)",
         """\
         Run FILE through the Sluice state machine locally: S3, DynamoDB and Step Functions
-        are moto, in this process. The provider is OPENAI_BASE_URL when it is set (with
-        OPENAI_API_KEY as its key when that is set too; a vLLM server needs none), else the
-        built-in simulator. Writes <name>.results.jsonl, .errors.jsonl, .summary.json and a
-        <name>.report.html to open in a browser; nothing else persists but the response cache.
+        are moto, in this process. With --provider openai (the default) the provider is
+        OPENAI_BASE_URL when it is set (with OPENAI_API_KEY as its key when that is set too; a
+        vLLM server needs none); with --provider anthropic it is ANTHROPIC_BASE_URL (with
+        ANTHROPIC_API_KEY), as Anthropic's SDK reads them; else the built-in simulator, which
+        speaks every family. A mode the provider has no API for, and a line it cannot take,
+        are refused before anything is sent. Writes <name>.results.jsonl, .errors.jsonl,
+        .summary.json and a <name>.report.html to open in a browser; nothing else persists
+        but the response cache.
 
         Ctrl-C cancels the job: no new line is sent, the requests in flight get up to 10 s to
         be answered (Ctrl-C again stops waiting), and the outputs hold every answer the
@@ -175,12 +197,16 @@ def _run(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         examples:
           sluice run examples/reviews.jsonl --out out
           sluice run big.jsonl --mode batch --model gpt-4o-mini --budget 5
+          sluice run chat.jsonl --provider anthropic --model claude-3-5-haiku-latest
         """,
     )
     p.add_argument("file", help="input JSONL in the OpenAI Batch input format")
     p.add_argument("--out", default="out", help="directory for results, errors, summary and report (default: out)")
     p.add_argument("--mode", choices=MODES, help=with_default(MODE_HELP, SETTING_DEFAULTS["default_mode"]))
-    p.add_argument("--model", help="send every request to this model, whatever its body says")
+    p.add_argument(
+        "--provider", choices=PROVIDERS, default=DEFAULT_PROVIDER, help=with_default(PROVIDER_HELP, DEFAULT_PROVIDER)
+    )
+    p.add_argument("--model", help="send every request to this model, whatever its body says (its body.model)")
     for flag, name, kind, text in (
         ("--concurrency", "concurrency", checks.positive_int, "requests in flight for the whole job"),
         ("--map-concurrency", "map_concurrency", checks.positive_int, "shards running at once"),
@@ -293,6 +319,12 @@ def _estimate(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
     )
     e.add_argument("file", help="input JSONL in the OpenAI Batch input format")
     e.add_argument("--model", help="price every request as this model (as `submit --model` would send it)")
+    e.add_argument(
+        "--provider",
+        choices=PROVIDERS,
+        default=DEFAULT_PROVIDER,
+        help=with_default(PROVIDER_HELP + "; batch is priced only where the family has a Batch API", DEFAULT_PROVIDER),
+    )
     e.add_argument(
         "--output-tokens",
         type=checks.whole_number,

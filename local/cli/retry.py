@@ -14,7 +14,7 @@ from local.deployed import aws_errors, environment
 from local.deployed.jobs import job_or_fail, output_size, watch
 from local.deployed.lines import input_chunks, local_chunks
 from local.deployed.retry import INPUT_ERROR_CODES, carried_metadata, failed_lines, retry_key, write_lines
-from local.deployed.submit import options_metadata, start_job
+from local.deployed.submit import check_options, options_metadata, start_job
 
 
 @aws_errors()
@@ -39,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
     chunks = local_chunks(need_file(Path(args.input))) if args.input else input_chunks(dep, job)
     metadata = {**carried_metadata(dep, job), **options_metadata(args), job_option_key("parent-job"): args.job}
+    check_options(metadata, dep.provider)
     with tempfile.TemporaryDirectory(prefix="sluice-retry-") as tmp:
         path = Path(tmp) / "retry.jsonl"
         write_lines(chunks, picked, path)

@@ -4,58 +4,37 @@ deployed environment, with moto for AWS and the user's provider or the simulator
 from __future__ import annotations
 
 import argparse
-import logging
-import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sluice.cache import default_cache_dir
-from sluice.contract import INBOX_PREFIX, OUTBOX_PREFIX, OUTPUT_SUFFIXES, ExecutionStatus, JobStatus, output_key
-from sluice.plan import job_id_for
+from sluice.contract import (
+    DEFAULT_PROVIDER,
+    INBOX_PREFIX,
+    OUTBOX_PREFIX,
+    OUTPUT_SUFFIXES,
+    STEPS,
+    ExecutionStatus,
+    JobStatus,
+    output_key,
+)
+from sluice.plan import PlanError, job_id_for
 
-from local.checks import NO_API_KEY, budget_needs_prices, check_provider, out_dir, usable_out_dir
+from local.checks import budget_needs_prices, out_dir, usable_out_dir
 from local.cloud import LocalCloud, LocalSettings
-from local.console import CliError, file_link, need_file, say
+from local.console import EXIT_USAGE, CliError, file_link, need_file, say
 from local.inputs import check_file, model_of, require_valid
 from local.interrupt import Interrupted, Signals, stop_run, writing_note
 from local.progress import Display, LiveCounts
+from local.providers import check_mode, provider, users_base_url
 from local.report import write_report
 from local.run_end import RunFacts, budget_lines, exit_code, local_summary, refusal_lines, swept, timing, usage
-from local.simulator import SimConfig, SimulatorServer
 
 SIMULATOR_PROVIDER = "sluice-simulator"
-
-
-@contextmanager
-def provider(latency_s: float) -> Iterator[tuple[str, str, str]]:
-    """The user's provider when OPENAI_BASE_URL is set (with OPENAI_API_KEY, or none: a vLLM
-    server needs none), else the simulator. A user's provider is checked before anything is sent."""
-    base_url = os.environ.get("OPENAI_BASE_URL", "").strip()
-    api_key = os.environ.get("OPENAI_API_KEY", "").strip()
-    if base_url:
-        check_provider(base_url, api_key or NO_API_KEY, key_given=bool(api_key))
-        note = "" if api_key else " (OPENAI_API_KEY is not set: no API key is sent, as a vLLM server expects)"
-        yield base_url, api_key or NO_API_KEY, f"provider: {base_url}{note}"
-        return
-    if api_key:
-        say(
-            "note: OPENAI_API_KEY is set but OPENAI_BASE_URL is not, so this run uses the simulator; "
-            "set OPENAI_BASE_URL=https://api.openai.com/v1 to send it to OpenAI"
-        )
-    # a run cut short stops the simulator with requests in flight, which aiohttp's server logs
-    # with a traceback; the job's outputs already say what happened to each of them
-    server_log = logging.getLogger("aiohttp.server")
-    level, server_log.level = server_log.level, logging.CRITICAL
-    try:
-        with SimulatorServer(SimConfig(latency_s=latency_s)) as sim:
-            yield sim.base_url, "sk-simulator", f"provider: built-in SIMULATOR at {sim.base_url} (not a real model)"
-    finally:
-        server_log.setLevel(level)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -89,13 +68,13 @@ def _run(args: argparse.Namespace, signals: Signals) -> int:
     out = out_dir(Path(args.out))
     # with --quiet, only how the job ended is said (and why, when it did not succeed)
     tell = (lambda _text: None) if args.quiet else say
-    with provider(args.latency) as (base_url, api_key, label):
+    with provider(args.provider, args.latency) as (base_url, api_key, label):
         tell(label)
         ran = _through_local_cloud(args, signals, path, out, settings, base_url, api_key)
     command_s = time.monotonic() - started
     facts = RunFacts(
         input_path=path,
-        provider=_provider_name(base_url, args.latency),
+        provider=_provider_name(args.provider, base_url, args.latency),
         settings=_settings_shown(args),
         command_seconds=command_s,
         cache=not args.no_cache,
@@ -104,15 +83,22 @@ def _run(args: argparse.Namespace, signals: Signals) -> int:
 
 
 def _checked(args: argparse.Namespace) -> tuple[Path, LocalSettings]:
-    """What is refused before anything is sent: the input, the --out directory, a budget with
-    no price to hold it to, a cache directory the shards could not write."""
+    """What is refused before anything is sent: a mode the provider has no API for, the input,
+    the --out directory, a budget with no price to hold it to, a cache directory the shards
+    could not write."""
+    check_mode(args.provider, args.mode)
     path = need_file(Path(args.file))
     usable_out_dir(Path(args.out))
     # the models the lines name, for a budget that needs a price for each (none to read with --model)
     models: set[str | None] = set()
     need_models = args.budget_usd is not None and not args.model
     # the same check as `submit`: a file that is not a job fails here, not as a job of errors
-    check = check_file(path, quiet=args.quiet, on_request=(lambda r: models.add(model_of(r))) if need_models else None)
+    check = check_file(
+        path,
+        quiet=args.quiet,
+        on_request=(lambda r: models.add(model_of(r))) if need_models else None,
+        provider=args.provider,
+    )
     require_valid(check, allow_invalid=args.allow_invalid)
     settings = _settings(args)
     if args.budget_usd is not None:
@@ -142,6 +128,8 @@ class _Ran:
     # the signal that stopped the job, if one did
     interrupted: int | None
     written: dict[str, Path]
+    # Plan refused the job's options (a PlanError): the user's to fix, as a bad argument is
+    refused_at_plan: bool = False
 
 
 def _through_local_cloud(
@@ -196,7 +184,10 @@ def _through_local_cloud(
             target = out / f"{stem}{suffix}"
             target.write_bytes(data)
             written[kind] = target
-    return _Ran(job_id, stem, final, interrupted, written)
+    refused = any(
+        i.step == STEPS["plan"].name and (i.error or "").startswith(f"{PlanError.__name__}(") for i in cloud.invocations
+    )
+    return _Ran(job_id, stem, final, interrupted, written, refused_at_plan=refused)
 
 
 def _ended(
@@ -210,7 +201,9 @@ def _ended(
         summary.get("status")
         or {ExecutionStatus.ABORTED: JobStatus.CANCELLED}.get(ran.final["status"], ran.final["status"])
     )
-    code = exit_code(summary, status, ran.interrupted)
+    code = (
+        EXIT_USAGE if ran.refused_at_plan and ran.interrupted is None else exit_code(summary, status, ran.interrupted)
+    )
     results, errors = int(counts_of.get("results", 0)), int(counts_of.get("errors", 0))
     say(
         f"job {ran.job_id}: {status} {timing(summary, command_s)} — "
@@ -246,7 +239,8 @@ def _settings(args: argparse.Namespace) -> LocalSettings:
         cache="off" if args.no_cache else "on",
         cache_dir=str(cache_dir),
         # the built-in simulator listens on a new port each run: its answers are keyed by its name
-        cache_provider=None if os.environ.get("OPENAI_BASE_URL", "").strip() else SIMULATOR_PROVIDER,
+        cache_provider=None if users_base_url(args.provider) else SIMULATOR_PROVIDER,
+        provider=args.provider,
     )
 
 
@@ -266,7 +260,7 @@ def _settings_shown(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _provider_name(base_url: str, latency_s: float) -> str:
-    if os.environ.get("OPENAI_BASE_URL", "").strip():
-        return base_url
-    return f"built-in simulator (not a real model; {latency_s:g} s an answer)"
+def _provider_name(family: str, base_url: str, latency_s: float) -> str:
+    """Where the job was sent, as the summary and the report say it; the family when not OpenAI's."""
+    where = base_url if users_base_url(family) else f"built-in simulator (not a real model; {latency_s:g} s an answer)"
+    return where if family == DEFAULT_PROVIDER else f"{family}: {where}"

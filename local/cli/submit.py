@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from sluice.contract import DEFAULT_PROVIDER
+
 from local.console import EXIT_OK, need_file
 from local.deployed import aws_errors, environment
 from local.deployed.jobs import watch
-from local.deployed.submit import inbox_key, options_metadata, start_job
+from local.deployed.submit import check_options, inbox_key, options_metadata, start_job
 from local.inputs import check_file, require_valid
 
 
@@ -16,9 +18,12 @@ from local.inputs import check_file, require_valid
 def run(args: argparse.Namespace) -> int:
     path = need_file(Path(args.file))
     metadata = options_metadata(args)
-    check = check_file(path, quiet=args.quiet)
+    # as the family the job names would take it; the environment's own is checked once found
+    check = check_file(path, quiet=args.quiet, provider=args.provider or DEFAULT_PROVIDER)
     require_valid(check, allow_invalid=args.allow_invalid)
     dep = environment(args.env, region=args.region, profile=args.profile)
+    # Plan holds the job to the environment's family: refused here, nothing is uploaded
+    check_options(metadata, dep.provider)
     key = inbox_key(args.name or path.name)
     job_id = start_job(dep, path, key, metadata, quiet=args.quiet, what=f"{check.requests:,} requests")
     print(job_id, flush=True)

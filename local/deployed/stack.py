@@ -19,6 +19,7 @@ from botocore.exceptions import (
     ProfileNotFound,
     TokenRetrievalError,
 )
+from sluice.contract import DEFAULT_PROVIDER
 from sluice.store import JobStore
 
 from local.console import EXIT_AWS, EXIT_ENVIRONMENT, CliError, say
@@ -96,6 +97,11 @@ class Deployment:
     @property
     def state_machine_arn(self) -> str:
         return self.outputs["StateMachineArn"]
+
+    @property
+    def provider(self) -> str:
+        """The provider family the environment sends to; a stack from before it said one is OpenAI's."""
+        return self.outputs.get("Provider") or DEFAULT_PROVIDER
 
     def client(self, service: str) -> Any:
         return self.session.client(service)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from sluice.contract import INBOX_PREFIX, JOB_OPTIONS, METADATA_PREFIX, Settings, job_option_key
+from sluice.contract import DEFAULT_PROVIDER, INBOX_PREFIX, JOB_OPTIONS, METADATA_PREFIX, Settings, job_option_key
 from sluice.plan import JobOptions, PlanError, job_id_for
 
 from local.console import EXIT_USAGE, CliError, progress, say
@@ -17,19 +17,25 @@ OPTION_NAMES = tuple(option.replace("-", "_") for option in JOB_OPTIONS)
 
 
 def options_metadata(args: argparse.Namespace) -> dict[str, str]:
-    """The job options as the object metadata Plan reads, checked by Plan's own rules first."""
+    """The job options as the object metadata Plan reads, checked by Plan's own rules first, as
+    an environment of the provider family the job names (or OpenAI's) would check them."""
     metadata: dict[str, str] = {}
     for name in OPTION_NAMES:
         value = getattr(args, name, None)
         if value is not None:
             metadata[job_option_key(name)] = str(value)
+    check_options(metadata, getattr(args, "provider", None) or DEFAULT_PROVIDER)
+    return metadata
+
+
+def check_options(metadata: dict[str, str], provider: str) -> None:
+    """Refuse what Plan would refuse in an environment of the family `provider`: a bad option,
+    a mode the family has no API for, a job naming another family."""
+    settings = Settings(bucket="-", table="-", provider_base_url="-", api_key_secret_arn="-", provider=provider)
     try:
-        JobOptions.from_metadata(
-            metadata, Settings(bucket="-", table="-", provider_base_url="-", api_key_secret_arn="-")
-        )
+        JobOptions.from_metadata(metadata, settings)
     except PlanError as exc:
         raise CliError(str(exc), EXIT_USAGE) from exc
-    return metadata
 
 
 def inbox_key(name: str) -> str:

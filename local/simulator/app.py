@@ -182,11 +182,13 @@ MODELS = ("gpt-4o-mini", "gpt-4o", "gpt-4.1-mini", "gpt-4.1-nano", "text-embeddi
 
 
 def _api_key(request: web.Request) -> str:
-    """The request's key: Anthropic's x-api-key header on the Messages path, else the bearer token
-    of the Authorization header, or the region of Bedrock's signature, which keys its quota; "" when there is none."""
+    """The request's key: Anthropic's x-api-key header on the Messages path or with its version
+    header (a models list asked as Anthropic's SDK asks it), else the bearer token of the
+    Authorization header, or the region of Bedrock's signature, which keys its quota; "" when there
+    is none."""
     if bedrock.speaks(request):
         return bedrock.quota_key(request)
-    if speaks(request):
+    if speaks(request) or "anthropic-version" in request.headers:
         return request.headers.get("x-api-key", "").strip()
     scheme, _, token = request.headers.get("Authorization", "").partition(" ")
     return token.strip() if scheme.lower() == "bearer" else ""

@@ -578,3 +578,27 @@ def test_cancel_stops_the_execution_cancels_provider_work_and_keeps_what_finishe
 
     again = deployed.cli("cancel", job_id)
     assert again.returncode == 0 and "already ended CANCELLED" in again.stderr
+
+
+def test_submit_refuses_what_the_environments_provider_cannot_run_before_uploading(
+    deployed: Deployed, tmp_path: Path
+) -> None:
+    cfn = boto3.client("cloudformation", region_name=REGION)
+    template = json.loads(json.dumps(cfn.get_template(StackName="Sluice-dev")["TemplateBody"]))
+    template["Outputs"]["Provider"] = {"Value": "anthropic"}
+    cfn.create_stack(StackName="Sluice-claude", TemplateBody=json.dumps(template))
+    path = write_jsonl(tmp_path / "claude.jsonl", [request_line("a")])
+
+    background = sluice("submit", str(path), "--env", "claude", "--mode", "background", env=deployed.env)
+    assert background.returncode == 2, background.stderr
+    assert "sluice-mode=background: the anthropic provider has no background responses" in background.stderr
+    named = sluice("submit", str(path), "--env", "claude", "--provider", "openai", env=deployed.env)
+    assert named.returncode == 2
+    assert "sluice-provider=openai: this environment is configured for the anthropic provider only" in named.stderr
+    assert "Traceback" not in background.stderr + named.stderr
+    assert deployed.s3.list_objects_v2(Bucket=BUCKET).get("KeyCount", 0) == 0
+    # the same file goes to the environment as it is
+    fine = sluice("submit", str(path), "--env", "claude", "--provider", "anthropic", "--quiet", env=deployed.env)
+    assert fine.returncode == 0, fine.stderr
+    (head,) = deployed.s3.list_objects_v2(Bucket=BUCKET)["Contents"]
+    assert deployed.s3.head_object(Bucket=BUCKET, Key=head["Key"])["Metadata"] == {"sluice-provider": "anthropic"}

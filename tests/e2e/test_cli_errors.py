@@ -22,9 +22,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from local.checks import check_provider
 from local.cli import build_parser, main
 from local.console import EXIT_AWS, EXIT_INPUT, EXIT_INTERNAL, EXIT_NOT_FOUND, EXIT_PROVIDER, EXIT_USAGE
+from local.providers import check_provider
 from local.sim_options import config_from
 from local.simulator import SimConfig, SimulatorServer
 from tests.conftest import request_line, write_jsonl
@@ -44,7 +44,7 @@ def files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str,
     """A working directory with the files a careless user might hand `sluice`, and no AWS or
     provider settings from the machine running the tests."""
     for name in list(os.environ):
-        if name.startswith(("AWS_", "OPENAI_", "SLUICE_")):
+        if name.startswith(("AWS_", "OPENAI_", "ANTHROPIC_", "SLUICE_")):
             monkeypatch.delenv(name)
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
@@ -183,6 +183,48 @@ PROVIDERS = [
     case("run", "{good}", code=EXIT_PROVIDER, says="is not reachable", OPENAI_BASE_URL=REFUSED),
     case("run", "{good}", code=EXIT_PROVIDER, says="is not reachable", OPENAI_BASE_URL=REFUSED, OPENAI_API_KEY="sk-x"),
     case("run", "{good}", code=EXIT_USAGE, says="is not an http(s) URL", OPENAI_BASE_URL="localhost:8000/v1"),
+    case(
+        "run",
+        "{good}",
+        "--provider",
+        "anthropic",
+        code=EXIT_PROVIDER,
+        says="Check ANTHROPIC_BASE_URL",
+        ANTHROPIC_BASE_URL=REFUSED.removesuffix("/v1"),
+    ),
+    case(
+        "run",
+        "{good}",
+        "--provider",
+        "anthropic",
+        code=EXIT_USAGE,
+        says="ANTHROPIC_BASE_URL='api.anthropic.com' is",
+        ANTHROPIC_BASE_URL="api.anthropic.com",
+        OPENAI_BASE_URL=REFUSED,
+    ),
+    # before any work, whatever the provider's variables say
+    case(
+        "run",
+        "{good}",
+        "--provider",
+        "anthropic",
+        "--mode",
+        "background",
+        code=EXIT_USAGE,
+        says="--mode background: the anthropic provider has no background responses Sluice can run; use one of direct",
+        ANTHROPIC_BASE_URL=REFUSED,
+    ),
+    case(
+        "submit",
+        "{good}",
+        "--provider",
+        "anthropic",
+        "--mode",
+        "background",
+        code=EXIT_USAGE,
+        says="sluice-mode=background: the anthropic provider has no background responses",
+    ),
+    case("estimate", "{good}", "--provider", "mistral", code=EXIT_USAGE, says="argument --provider: invalid choice"),
 ]
 
 DEPLOYED_WITHOUT_AWS = [
@@ -372,8 +414,10 @@ def test_run_help_says_what_each_choice_does_and_how_a_signal_ends_a_run(capsys:
     code, out, _ = sluice_in_process(["run", "--help"], capsys)
     text = " ".join(out.split())
     assert code == 0
-    # the URL alone chooses the provider; the key is optional
-    assert "The provider is OPENAI_BASE_URL when it is set" in text and "if both are set" not in text
+    # the URL alone chooses the provider; the key is optional; each family reads its SDK's variables
+    assert "the provider is OPENAI_BASE_URL when it is set" in text and "if both are set" not in text
+    assert "with --provider anthropic it is ANTHROPIC_BASE_URL (with ANTHROPIC_API_KEY)" in text
+    assert "whatever its body says (its body.model)" in text
     assert "auto (batch for a shard of 1,000 requests or more, direct for a smaller one)" in text
     assert "SIGTERM and SIGHUP do the same without the wait" in text and "130, 143 or 129" in text
     assert "143 for SIGTERM and 129 for SIGHUP" in text

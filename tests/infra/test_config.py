@@ -221,3 +221,42 @@ def test_every_step_setting_an_environment_names_reaches_the_steps() -> None:
         elif name == "rate_limits":
             theirs = {"gpt-4o": {"rpm": 500}} if theirs == '{"gpt-4o": {"rpm": 500}}' else theirs
         assert theirs == getattr(config, name), name
+
+
+def test_an_anthropic_environment_sends_its_steps_to_anthropic_with_its_key() -> None:
+    from aws_cdk import assertions
+
+    from infra.definition import FUNCTION_PLACEHOLDERS
+
+    context = copy.deepcopy(CONTEXT)
+    dev = context["environments"]["dev"]
+    dev["provider"] = "anthropic"
+    del dev["provider_base_url"]
+    app = cdk.App(context={**context, "aws:cdk:bundling-stacks": []})
+    template = assertions.Template.from_stack(build_app(app, ["dev"])["dev"]).to_json()
+    resources = template["Resources"]
+    steps = {
+        v["Properties"]["Handler"].split(".")[1]: v["Properties"]["Environment"]["Variables"]
+        for v in resources.values()
+        if v["Type"] == "AWS::Lambda::Function" and v["Properties"].get("Handler", "").startswith("handlers.")
+    }
+    steps = {name: variables for name, variables in steps.items() if name in FUNCTION_PLACEHOLDERS}
+    assert steps
+    secret = steps["plan"]["SLUICE_API_KEY_SECRET_ARN"]["Ref"]
+    assert resources[secret]["Type"] == "AWS::SecretsManager::Secret"
+    assert "API key for the LLM provider" in resources[secret]["Properties"]["Description"]
+    for name, variables in steps.items():
+        assert variables["SLUICE_PROVIDER"] == "anthropic", name
+        assert variables["SLUICE_PROVIDER_BASE_URL"] == "https://api.anthropic.com", name
+        assert variables["SLUICE_API_KEY_SECRET_ARN"] == {"Ref": secret}, name
+
+
+def test_the_provider_is_one_of_the_families_and_names_its_own_api_by_default() -> None:
+    assert Environment.from_context("dev", ENVIRONMENTS).provider == "openai"
+    anthropic = with_value("dev", "provider", "anthropic")
+    with pytest.raises(ConfigError, match="provider_base_url is the openai API, not anthropic's"):
+        Environment.from_context("dev", anthropic)
+    del anthropic["dev"]["provider_base_url"]
+    assert Environment.from_context("dev", anthropic).provider_base_url == "https://api.anthropic.com"
+    with pytest.raises(ConfigError, match="environment 'dev': provider must be one of openai"):
+        Environment.from_context("dev", with_value("dev", "provider", "mistral"))

@@ -70,3 +70,5 @@ def test_the_cli_finds_the_state_machine_and_secrets_in_the_outputs(synthesis: S
     assert outputs["StateMachineArn"]["Value"] == {"Ref": machine}
     secrets = synthesis.resources(env, "AWS::SecretsManager::Secret")
     assert {outputs["ApiKeySecretArn"]["Value"]["Ref"], outputs["WebhookSecretArn"]["Value"]["Ref"]} == set(secrets)
+    # `sluice submit` checks a job's options as Plan will, for the environment's provider family
+    assert outputs["Provider"]["Value"] == synthesis.stacks[env].config.provider

@@ -8,11 +8,21 @@ from dataclasses import fields
 from pathlib import Path
 
 import pytest
-from sluice.contract import JOB_OPTIONS, LOCAL_SETTING_DEFAULTS, METADATA_PREFIX, SETTING_DEFAULTS, Settings
+from sluice.contract import (
+    DEFAULT_PROVIDER,
+    JOB_OPTIONS,
+    LOCAL_SETTING_DEFAULTS,
+    METADATA_PREFIX,
+    PROVIDERS,
+    SETTING_DEFAULTS,
+    Settings,
+    job_option_key,
+)
 from sluice.plan import JobOptions
 
 from local.cli import build_parser
 from local.cloud import LocalSettings
+from local.console import EXIT_USAGE, CliError
 from local.deployed.submit import options_metadata
 
 SETTINGS = Settings(bucket="b", table="t", provider_base_url="http://p", api_key_secret_arn="a")
@@ -52,6 +62,7 @@ def test_every_job_option_the_cli_takes_is_one_plan_reads() -> None:
     assert {dest.replace("_", "-") for dest in dests} <= set(JOB_OPTIONS)
     given = {"mode": "auto", "budget": "5", "model": "m", "concurrency": "3", "map-concurrency": "2"}
     given |= {"max-attempts": "4", "on-batch-incomplete": "error", "deadline-hours": "30", "max-error-rate": "0.1"}
+    given |= {"provider": "openai"}
     args = build_parser().parse_args(
         ["submit", "in.jsonl", *(part for k, v in given.items() for part in (f"--{k}", v))]
     )
@@ -72,3 +83,30 @@ def test_a_local_clouds_settings_default_to_the_contracts_local_defaults() -> No
     named = {f.name: f.default for f in fields(LocalSettings) if f.name in LOCAL_SETTING_DEFAULTS}
     assert named == {name: LOCAL_SETTING_DEFAULTS[name] for name in named}
     assert {"map_concurrency", "poll_seconds", "shard_lines"} <= set(named)
+
+
+@pytest.mark.parametrize("command", ["run", "estimate", "submit"])
+def test_provider_choices_are_the_contracts_families(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    for name in PROVIDERS:
+        assert build_parser().parse_args([command, "in.jsonl", "--provider", name]).provider == name
+    with pytest.raises(SystemExit) as refused:
+        build_parser().parse_args([command, "in.jsonl", "--provider", "mistral"])
+    assert refused.value.code == 2
+    assert f"invalid choice: 'mistral' (choose from {', '.join(map(repr, PROVIDERS))})" in capsys.readouterr().err
+
+
+def test_a_local_run_and_an_estimate_default_to_openai_and_a_submit_to_its_environment() -> None:
+    assert build_parser().parse_args(["run", "in.jsonl"]).provider == DEFAULT_PROVIDER == "openai"
+    assert build_parser().parse_args(["estimate", "in.jsonl"]).provider == DEFAULT_PROVIDER
+    submitted = build_parser().parse_args(["submit", "in.jsonl"])
+    assert submitted.provider is None and job_option_key("provider") not in options_metadata(submitted)
+
+
+def test_submit_refuses_a_mode_the_named_provider_has_no_api_for() -> None:
+    args = build_parser().parse_args(["submit", "in.jsonl", "--provider", "anthropic", "--mode", "background"])
+    with pytest.raises(CliError) as refused:
+        options_metadata(args)
+    assert refused.value.code == EXIT_USAGE
+    assert str(refused.value).startswith("sluice-mode=background: the anthropic provider has no background responses")
+    args = build_parser().parse_args(["submit", "in.jsonl", "--provider", "anthropic"])
+    assert options_metadata(args) == {"sluice-provider": "anthropic"}

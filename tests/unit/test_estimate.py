@@ -68,3 +68,51 @@ def test_the_text_names_each_figure_and_when_the_bound_is_not_one(
     assert main(["estimate", str(loose), "--quiet", "--output-tokens", "50"]) == 0
     out = capsys.readouterr().out
     assert "not a bound: 1 requests set no max_tokens and count 50 tokens each" in out
+
+
+@pytest.mark.parametrize(
+    ("model", "per_million"),
+    [
+        ("claude-3-5-haiku-latest", (0.80, 4.00)),
+        ("claude-3-5-haiku-20241022", (0.80, 4.00)),
+        ("claude-3-haiku-20240307", (0.25, 1.25)),
+        ("claude-3-5-sonnet-latest", (3.00, 15.00)),
+        ("claude-sonnet-4-20250514", (3.00, 15.00)),
+        ("claude-opus-4", (15.00, 75.00)),
+        ("anthropic.claude-3-haiku-20240307-v1:0", (0.25, 1.25)),
+        ("anthropic.claude-3-5-haiku-20241022-v1:0", (0.80, 4.00)),
+    ],
+)
+def test_a_claude_file_is_priced_direct_and_batch_at_half(
+    model: str, per_million: tuple[float, float], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "claude.jsonl"
+    body = {"model": model, "max_tokens": 100, "messages": [{"role": "user", "content": "x" * 400}]}
+    path.write_bytes(b"".join(_line(f"c-{n}", "/v1/chat/completions", body) for n in range(10)))
+    assert main(["estimate", str(path), "--quiet", "--json", "--provider", "anthropic"]) == 0
+    data = orjson.loads(capsys.readouterr().out)
+    row = data["models"][model]
+    direct = (row["input_tokens"] * per_million[0] + row["output_tokens"] * per_million[1]) / 1_000_000
+    assert data["provider"] == "anthropic"
+    assert row["direct_usd"] == pytest.approx(direct, rel=1e-3) and row["batch_usd"] == pytest.approx(
+        direct / 2, rel=1e-3
+    )
+    assert main(["estimate", str(path), "--quiet", "--provider", "anthropic"]) == 0
+    out = capsys.readouterr().out
+    assert "no list price known" not in out and f"provider, expected: direct/background ${direct:.4f}" in out
+
+
+def test_a_line_the_provider_cannot_take_is_invalid_before_anything_is_sent(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from local.console import EXIT_INPUT
+
+    path = tmp_path / "mixed.jsonl"
+    responses = _line("r-1", "/v1/responses", {"model": "claude-3-5-haiku-latest", "input": "hi"})
+    path.write_bytes(_chat(1) + responses)
+    assert main(["estimate", str(path), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["estimate", str(path), "--quiet", "--provider", "anthropic"]) == EXIT_INPUT
+    assert "line 2: unsupported url '/v1/responses'" in capsys.readouterr().err
+    assert main(["estimate", str(path), "--quiet", "--provider", "anthropic", "--allow-invalid", "--json"]) == 0
+    assert orjson.loads(capsys.readouterr().out)["models"]["gpt-4o-mini"]["requests"] == 1

@@ -118,6 +118,16 @@ def test_a_mode_the_provider_has_no_api_for_is_refused_at_plan() -> None:
     assert JobOptions.from_metadata({"sluice-mode": "batch"}, anthropic).mode == "batch"
 
 
+def test_a_job_may_name_only_the_provider_its_environment_is_configured_for() -> None:
+    anthropic = replace(SETTINGS, provider="anthropic")
+    assert JobOptions.from_metadata({"sluice-provider": "anthropic"}, anthropic).mode == "direct"
+    assert JobOptions.from_metadata({"sluice-provider": "openai", "sluice-mode": "batch"}, SETTINGS).mode == "batch"
+    with pytest.raises(PlanError, match="sluice-provider=openai: this environment is configured for the anthropic"):
+        JobOptions.from_metadata({"sluice-provider": "openai"}, anthropic)
+    with pytest.raises(PlanError, match="sluice-provider='mistral'; expected one of openai"):
+        JobOptions.from_metadata({"sluice-provider": "mistral"}, SETTINGS)
+
+
 def test_auto_batches_a_big_shard_of_a_provider_with_a_batch_api() -> None:
     anthropic = replace(SETTINGS, provider="anthropic")
     options = JobOptions.from_metadata({"sluice-mode": "auto"}, anthropic)
@@ -235,7 +245,7 @@ def test_a_bad_budget_names_the_option(raw: str) -> None:
 def test_a_budget_needs_a_price_for_every_model_the_job_sends_to() -> None:
     options = JobOptions.from_metadata({"sluice-budget-usd": "5"}, SETTINGS)
     check_budget_models(options, SETTINGS, {"gpt-4o-mini", "gpt-4o-2024-08-06"})
-    with pytest.raises(PlanError, match=r"'my-finetune' has none; priced models: gpt-4.1-mini"):
+    with pytest.raises(PlanError, match=r"'my-finetune' has none; priced models: .*\bgpt-4.1-mini, "):
         check_budget_models(options, SETTINGS, {"gpt-4o-mini", "my-finetune"})
     # a line with no model takes the environment's, and the job's model replaces every line's
     check_budget_models(options, replace(SETTINGS, default_model="gpt-4o"), {None})

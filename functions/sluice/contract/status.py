@@ -45,6 +45,8 @@ JOB_OPTIONS = (
     "tpm",
     "cache",
     "cache-incomplete",
+    # the provider family the job's lines are written for: the environment's, or Plan refuses it
+    "provider",
     # the job a retry took its lines from (`sluice retry`)
     "parent-job",
 )
