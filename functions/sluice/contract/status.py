@@ -25,6 +25,27 @@ CACHE_MODES = ("on", "read", "write", "off")
 # the provider families Sluice speaks (`sluice.providers.family`): `Settings.provider` picks one
 DEFAULT_PROVIDER = "openai"
 PROVIDERS = (DEFAULT_PROVIDER, "anthropic")
+# what per-line output validation can check of an answer (`sluice.validation`); `all` (or the
+# option given bare) turns on every one, and each applies to a line only where it can
+VALIDATION_CHECKS = ("json", "schema", "cut_short", "refusal", "empty")
+VALIDATE_ALL = "all"
+VALIDATE_NONE = ("", "none", "off")
+
+
+def parse_validate(text: str) -> tuple[str, ...]:
+    """The checks a `--validate` / `sluice-validate` value turns on, in `VALIDATION_CHECKS`' order:
+    `all` every one, `none`/`off`/"" none, else names separated by commas."""
+    words = {w.strip().lower() for w in text.split(",")} - {""}
+    if not words or words <= set(VALIDATE_NONE):
+        return ()
+    if VALIDATE_ALL in words:
+        return VALIDATION_CHECKS
+    unknown = sorted(words - set(VALIDATION_CHECKS))
+    if unknown:
+        raise ValueError(
+            f"unknown check(s) {', '.join(unknown)}; expected all or some of {', '.join(VALIDATION_CHECKS)}"
+        )
+    return tuple(c for c in VALIDATION_CHECKS if c in words)
 
 
 # A job's own options: each input object may override its environment's settings with S3 object
