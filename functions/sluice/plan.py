@@ -34,6 +34,7 @@ from .contract import (
     manifest_key,
     parse_budget,
     parse_error_rate,
+    parse_validate,
     shard_prefix,
 )
 from .costs import PROVIDER_PRICES
@@ -84,6 +85,11 @@ class JobOptions:
     cache: str = "on"
     # keep answers cut short (an `incomplete` response, a completion stopped at its token limit) too
     cache_incomplete: bool = False
+    # per-line output validation (`sluice.validation`): the checks, the sends an answer gets in
+    # all, and whether a resend carries what was wrong
+    validate: tuple[str, ...] = ()
+    validate_attempts: int = 1
+    validate_repair: bool = False
 
     @classmethod
     def from_metadata(cls, metadata: Mapping[str, str], settings: Settings) -> JobOptions:
@@ -148,6 +154,14 @@ class JobOptions:
         if cache_incomplete not in ("yes", "no"):
             raise PlanError(f"{METADATA_PREFIX}cache-incomplete={cache_incomplete!r}; expected yes or no")
 
+        try:
+            validate = parse_validate(meta.get("validate", settings.validate))
+        except ValueError as exc:
+            raise PlanError(f"{METADATA_PREFIX}validate={meta['validate']!r}: {exc}") from exc
+        repair = meta.get("validate-repair", "yes" if settings.validate_repair == "on" else "no").lower()
+        if repair not in ("yes", "no"):
+            raise PlanError(f"{METADATA_PREFIX}validate-repair={repair!r}; expected yes or no")
+
         def positive(name: str, default: int, *, zero: bool = False) -> int:
             raw = meta.get(name)
             if raw is None:
@@ -170,6 +184,9 @@ class JobOptions:
             budget_usd=budget_usd,
             cache=cache,
             cache_incomplete=cache_incomplete == "yes",
+            validate=validate,
+            validate_attempts=positive("validate-attempts", settings.validate_attempts),
+            validate_repair=repair == "yes",
         )
 
     def shard_mode(self, requests: int, settings: Settings) -> str:
@@ -447,6 +464,9 @@ def _shard_specs(
             cache_incomplete=options.cache_incomplete,
             answered=shard.index in answered,
             provider=settings.provider,
+            validate=",".join(options.validate),
+            validate_attempts=options.validate_attempts,
+            validate_repair=options.validate_repair,
         )
         if spec.duplicates_key is not None:
             s3.put_object(

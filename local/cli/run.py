@@ -131,6 +131,11 @@ def _job_metadata(args: argparse.Namespace) -> dict[str, str]:
         metadata["sluice-max-error-rate"] = str(args.max_error_rate)
     if args.budget_usd is not None:
         metadata["sluice-budget-usd"] = str(args.budget_usd)
+    if args.validate is not None:
+        metadata["sluice-validate"] = args.validate
+        metadata["sluice-validate-repair"] = "yes" if args.repair else "no"
+    if args.validate_attempts is not None:
+        metadata["sluice-validate-attempts"] = str(args.validate_attempts)
     return metadata
 
 
@@ -263,6 +268,7 @@ def _settings_shown(args: argparse.Namespace) -> dict[str, Any]:
         "budget_usd": args.budget_usd,
         "max_error_rate": args.max_error_rate or 0.0,
         "cache": "off" if args.no_cache else "on",
+        "validate": args.validate,
     }
 
 

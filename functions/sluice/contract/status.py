@@ -20,6 +20,7 @@ MODES = (Mode.DIRECT, Mode.BACKGROUND, Mode.BATCH, Mode.AUTO)
 # what happens to rows a batch did not finish: `direct` re-runs them, `error` reports them
 BATCH_INCOMPLETE_POLICIES = ("direct", "error")
 SHARED_LIMIT_CHOICES = ("on", "off")
+VALIDATE_REPAIR_CHOICES = ("on", "off")
 # the response cache per job: `on` reads and fills it, `read` only reads, `write` only fills
 CACHE_MODES = ("on", "read", "write", "off")
 # the provider families Sluice speaks (`sluice.providers.family`): `Settings.provider` picks one
@@ -66,6 +67,11 @@ JOB_OPTIONS = (
     "tpm",
     "cache",
     "cache-incomplete",
+    # per-line output validation (issue 33): the checks, how many times an answer is sent in all,
+    # and whether a resend carries what was wrong (`yes`/`no`)
+    "validate",
+    "validate-attempts",
+    "validate-repair",
     # the job a retry took its lines from (`sluice retry`)
     "parent-job",
 )
