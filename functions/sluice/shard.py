@@ -23,6 +23,7 @@ from .engine import EngineSettings, EngineStats, fan_out
 from .limit_table import BucketTable
 from .lines import READ_CHUNK, LineError, parse_line, split_lines
 from .model import ErrorCode, Outcome, Request
+from .output_check import OutputCheck
 from .progress import ProgressSink
 from .providers import apis, family
 from .providers.background import BackgroundApi
@@ -121,6 +122,8 @@ def _engine_settings(spec: ShardSpec, settings: Settings) -> EngineSettings:
         tpm=spec.tpm,
         fail_fast_after=fail_fast,
         request_format=family(spec.provider),
+        # a background shard's answers arrive by poll, a batch's in its output file: direct only
+        output_check=OutputCheck.for_spec(spec) if spec.mode == Mode.DIRECT else None,
     )
 
 

@@ -1,0 +1,84 @@
+"""Targeted resubmission (issue 33): a direct answer that fails the job's checks is sent again, up
+to the job's number of sends in all, optionally with what was wrong added as a follow-up turn
+("repair"); one still invalid after the last is an `invalid_output` error that keeps its answer.
+
+The engine asks `judge` of each answer where it arrives (no second pass over the output); each send
+again goes through the engine's limiter, pacer and budget like any other, so it keeps to the job's
+rate limits and cap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Final
+
+import orjson
+
+from .contract import ShardSpec, parse_validate
+from .model import ErrorCode, Outcome, Request
+from .providers import answers
+from .validation import Validator
+
+# how a validated line ended (`Outcome.validation`, counted in the summary's `validation`)
+VALID: Final = "valid_first_time"
+REPAIRED: Final = "repaired"
+INVALID: Final = "invalid"
+
+
+class OutputCheck:
+    """A direct shard's checks (`validator`), the sends an answer gets in all (`attempts`), and
+    whether a send again carries what was wrong (`repair`)."""
+
+    __slots__ = ("attempts", "repair", "validator")
+
+    def __init__(self, validator: Validator, *, attempts: int, repair: bool) -> None:
+        if attempts < 1:
+            raise ValueError("attempts must be >= 1")
+        self.validator = validator
+        self.attempts = attempts
+        self.repair = repair
+
+    @classmethod
+    def for_spec(cls, spec: ShardSpec) -> OutputCheck | None:
+        """The shard's check; None when its job validates nothing."""
+        checks = frozenset(parse_validate(spec.validate))
+        if not checks:
+            return None
+        return cls(Validator(checks), attempts=spec.validate_attempts, repair=spec.validate_repair)
+
+    def judge(self, req: Request, outcome: Outcome, failed: list[str]) -> Request | None:
+        """The request to send again for the answer `outcome` to `req`, or None when `outcome` is the
+        line's last: valid, a failure of another kind, or invalid after the last send (then made an
+        `invalid_output` error keeping the answer). `failed`: the checks the line's earlier answers
+        failed, which this adds to."""
+        if not outcome.ok:
+            outcome.failed_checks = tuple(failed)
+            return None
+        body = orjson.loads(req.body) if req.body else {}
+        invalid = self.validator.validate(req.path, body, outcome.body)
+        if invalid is None:
+            outcome.validation = REPAIRED if failed else VALID
+            outcome.failed_checks = tuple(failed)
+            return None
+        failed.append(invalid.check)
+        if len(failed) >= self.attempts:
+            sends = "1 send" if len(failed) == 1 else f"{len(failed)} sends"
+            outcome.error_code = ErrorCode.INVALID_OUTPUT
+            outcome.error_message = f"{invalid.check}: {invalid.message} (after {sends})"
+            outcome.validation = INVALID
+            outcome.failed_checks = tuple(failed)
+            return None
+        if not self.repair:
+            return req
+        read = answers.read(req.path, outcome.body)
+        said = read.text if read is not None and read.text is not None else ""
+        turn = f"Your answer was not usable: {invalid.message}. Answer again, correctly."
+        return replace(req, body=orjson.dumps(answers.repair(req.path, body, said, turn)))
+
+    def give_up(self, outcome: Outcome, failed: list[str]) -> Outcome:
+        """The line's last answer, invalid, when it cannot be sent again (the budget is spent)."""
+        outcome.error_code = ErrorCode.INVALID_OUTPUT
+        outcome.error_message = f"{failed[-1]}: not sent again, the job's budget is spent"
+        outcome.validation = INVALID
+        outcome.failed_checks = tuple(failed)
+        return outcome

@@ -1,0 +1,89 @@
+"""Targeted resubmission (`sluice.output_check`): which answers are sent again, with what, and how
+a line still invalid at the end reads in the errors file and the figures."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from sluice.contract import ShardSpec
+from sluice.model import ErrorCode, Outcome, Request
+from sluice.output_check import INVALID, REPAIRED, VALID, OutputCheck
+from sluice.providers import OPENAI
+from sluice.records import outcome_record
+from sluice.stats import Stats
+from sluice.validation import Validator
+
+CHAT = "/v1/chat/completions"
+SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+BODY = {
+    "model": "m",
+    "messages": [{"role": "user", "content": "n?"}],
+    "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": SCHEMA}},
+}
+REQUEST = Request(1, "c-1", "POST", CHAT, orjson.dumps(BODY))
+
+
+def answer(content: str) -> Outcome:
+    message = {"role": "assistant", "content": content, "refusal": None}
+    body = {"object": "chat.completion", "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}
+    return Outcome(1, "c-1", 200, body, "req-1")
+
+
+def check(attempts: int = 3, repair: bool = False) -> OutputCheck:
+    return OutputCheck(Validator(frozenset({"json", "schema"})), attempts=attempts, repair=repair)
+
+
+def test_a_valid_first_answer_is_kept() -> None:
+    outcome = answer('{"n": 1}')
+    assert check().judge(REQUEST, outcome, []) is None
+    assert (outcome.ok, outcome.validation) == (True, VALID)
+
+
+def test_an_invalid_answer_is_sent_again_as_it_was_without_repair() -> None:
+    failed: list[str] = []
+    assert check().judge(REQUEST, answer('{"n": "x"}'), failed) is REQUEST
+    assert failed == ["schema"]
+    outcome = answer('{"n": 2}')
+    assert check().judge(REQUEST, outcome, failed) is None
+    assert (outcome.validation, outcome.failed_checks) == (REPAIRED, ("schema",))
+
+
+def test_repair_sends_the_answer_and_what_was_wrong_as_turns() -> None:
+    again = check(repair=True).judge(REQUEST, answer('{"n": "x"}'), [])
+    assert again is not None and again.line == 1 and again.custom_id == "c-1"
+    turns: list[dict[str, Any]] = orjson.loads(again.body or b"")["messages"]
+    assert turns[1] == {"role": "assistant", "content": '{"n": "x"}'}
+    assert turns[2]["role"] == "user" and "data.n must be integer" in turns[2]["content"]
+
+
+def test_invalid_after_the_last_send_is_an_invalid_output_error_that_keeps_the_answer() -> None:
+    failed = ["json"]
+    outcome = answer('{"n": "x"}')
+    assert check(attempts=2).judge(REQUEST, outcome, failed) is None
+    assert outcome.error_code == ErrorCode.INVALID_OUTPUT
+    assert (
+        outcome.error_message == "schema: the answer does not match the schema: data.n must be integer (after 2 sends)"
+    )
+    record = orjson.loads(outcome_record("job", outcome))
+    assert record["error"]["check"] == "schema"
+    assert record["response"]["body"]["choices"][0]["message"]["content"] == '{"n": "x"}'
+    stats = Stats()
+    stats.add_outcome(outcome, request_format=OPENAI)
+    assert stats.validation == {INVALID: 1, "failed_json": 1, "failed_schema": 1}
+
+
+def test_a_failure_of_another_kind_is_not_judged() -> None:
+    failed = Outcome(1, "c-1", 500, None, None, error_code=ErrorCode.RETRIES_EXHAUSTED)
+    assert check().judge(REQUEST, failed, []) is None
+    assert failed.error_code == ErrorCode.RETRIES_EXHAUSTED
+
+
+def test_a_shard_of_a_job_that_validates_nothing_has_no_check() -> None:
+    spec = ShardSpec(
+        job_id="j", shard=0, bucket="b", key="k", etag="e", start=0, end=1, first_line=1, lines=1,
+        mode="direct", concurrency=1, max_attempts=1,
+    )  # fmt: skip
+    assert OutputCheck.for_spec(spec) is None
+    found = OutputCheck.for_spec(ShardSpec(**{**spec.to_item(), "validate": "json,schema", "validate_attempts": 4}))
+    assert found is not None and found.attempts == 4 and found.validator.checks == {"json", "schema"}

@@ -1,0 +1,100 @@
+"""Output validation through the whole workflow (issue 33): with the simulator answering off the
+schema, with invalid JSON and cut short, a direct job that validates ends with no invalid result,
+every invalid answer sent again, every line accounted for and the counts in the summary; with one
+send and no repair, the invalid lines are `invalid_output` errors that keep their answers."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import orjson
+from sluice.contract import VALIDATION_CHECKS
+from sluice.validation import Validator
+
+from local.cloud import run_job
+from tests.conftest import write_jsonl
+
+LINES = 300
+CHAT = "/v1/chat/completions"
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "product": {"type": "string"},
+        "rating": {"type": "integer", "minimum": 1, "maximum": 5},
+        "sentiment": {"enum": ["positive", "neutral", "negative"]},
+        "issues": {"type": "array", "items": {"type": "string"}},
+    },
+    "required": ["product", "rating", "sentiment", "issues"],
+    "additionalProperties": False,
+}
+FAULTS = {"rate_off_schema": 0.1, "rate_invalid_json": 0.05, "rate_truncated": 0.05}
+ALL = Validator(frozenset(VALIDATION_CHECKS))
+
+
+def line(i: int) -> bytes:
+    body = {
+        "model": "gpt-4o-mini",
+        "messages": [{"role": "user", "content": f"Extract the review {i}: the kettle boils fast, lid is loose."}],
+        "response_format": {"type": "json_schema", "json_schema": {"name": "review", "strict": True, "schema": SCHEMA}},
+    }
+    return orjson.dumps({"custom_id": f"v-{i}", "method": "POST", "url": CHAT, "body": body}) + b"\n"
+
+
+def requests_of(path: Path) -> dict[str, Any]:
+    return {r["custom_id"]: r["body"] for r in map(orjson.loads, path.read_bytes().splitlines())}
+
+
+def sends(simulator: Any) -> Counter[str]:
+    return Counter(e["custom_id"] for e in simulator.log if e["method"] == "POST" and e["custom_id"])
+
+
+def test_a_validating_direct_job_sends_invalid_answers_again_until_none_is_left(
+    make_cloud: Any, simulator: Any, tmp_path: Path
+) -> None:
+    simulator.configure(**FAULTS)
+    cloud = make_cloud(shard_lines=100, cache="off")
+    path = write_jsonl(tmp_path / "reviews.jsonl", [line(i) for i in range(LINES)])
+    run = run_job(cloud, path, metadata={"sluice-validate": "all", "sluice-validate-attempts": "6"})
+
+    assert run.status == "SUCCEEDED"
+    assert run.verify(path).ok
+    assert run.errors == []
+    assert len(run.results) == LINES
+    bodies = requests_of(path)
+    assert [r for r in run.results if ALL.validate(CHAT, bodies[r["custom_id"]], r["response"]["body"])] == []
+    validation = run.summary["validation"]
+    assert validation["valid_first_time"] + validation["repaired"] == LINES
+    assert validation["repaired"] > 0 and "invalid" not in validation
+    turned_down = sum(n for name, n in validation.items() if name.startswith("failed_"))
+    assert {name for name in validation if name.startswith("failed_")} == {
+        "failed_schema",
+        "failed_json",
+        "failed_cut_short",
+    }
+    # every invalid answer was sent again, and nothing else was
+    assert sum(sends(simulator).values()) == LINES + turned_down
+
+
+def test_with_one_send_and_no_repair_invalid_lines_are_errors_that_keep_their_answers(
+    make_cloud: Any, simulator: Any, tmp_path: Path
+) -> None:
+    simulator.configure(**FAULTS)
+    cloud = make_cloud(shard_lines=100, cache="off")
+    path = write_jsonl(tmp_path / "once.jsonl", [line(i) for i in range(LINES)])
+    metadata = {"sluice-validate": "all", "sluice-validate-attempts": "1", "sluice-validate-repair": "no"}
+    run = run_job(cloud, path, metadata=metadata)
+
+    assert run.status in ("SUCCEEDED", "COMPLETED_WITH_ERRORS")
+    assert run.verify(path).ok
+    assert len(run.results) + len(run.errors) == LINES
+    assert run.errors and {e["error"]["code"] for e in run.errors} == {"invalid_output"}
+    assert {e["error"]["check"] for e in run.errors} == {"schema", "json", "cut_short"}
+    bodies = requests_of(path)
+    for error in run.errors:
+        found = ALL.validate(CHAT, bodies[error["custom_id"]], error["response"]["body"])
+        assert found is not None and found.check == error["error"]["check"]
+        assert error["error"]["message"].startswith(f"{found.check}: ")
+    assert run.summary["validation"]["invalid"] == len(run.errors)
+    assert sum(sends(simulator).values()) == LINES
