@@ -9,12 +9,14 @@ rate limits and cap.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Final
 
 import orjson
 
 from .contract import ShardSpec, parse_validate
+from .lines import BOM
 from .model import ErrorCode, Outcome, Request
 from .providers import answers
 from .validation import Validator
@@ -82,3 +84,23 @@ class OutputCheck:
         outcome.validation = INVALID
         outcome.failed_checks = tuple(failed)
         return outcome
+
+
+def cached_answer_check(checks: tuple[str, ...]) -> Callable[[bytes, bytes], bool] | None:
+    """For Plan's cache lookup: whether a cached answer (its response, as JSON) to a request line
+    (as read) passes a validating job's `checks`, so that one that fails is sent again rather than
+    given; None when the job validates nothing."""
+    if not checks:
+        return None
+    validator = Validator(frozenset(checks))
+
+    def passes(line: bytes, response: bytes) -> bool:
+        request = orjson.loads(line.removeprefix(BOM))
+        answer = orjson.loads(response)
+        if not isinstance(request, dict) or not isinstance(answer, dict):
+            return False
+        body = request.get("body")
+        path = request.get("url")
+        return validator.validate(str(path), body if isinstance(body, dict) else {}, answer.get("body")) is None
+
+    return passes

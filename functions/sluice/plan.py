@@ -41,6 +41,7 @@ from .costs import PROVIDER_PRICES
 from .limits import MAX_SHARD_CONNECTIONS
 from .line_pass import MAX_SHARD_BYTES, ShardRange, cut_shards, read_lines
 from .lines import READ_CHUNK, split_lines
+from .output_check import cached_answer_check
 from .progress import ProgressSink
 from .providers import family, modes
 from .store import JobStore
@@ -405,6 +406,7 @@ def _cut(
             key=planned.key,
             etag=planned.etag,
             job_id=planned.job_id,
+            keep=cached_answer_check(options.validate),
         )
     try:
         shards = cut_shards(

@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 from sluice.contract import ShardSpec
 from sluice.model import ErrorCode, Outcome, Request
-from sluice.output_check import INVALID, REPAIRED, VALID, OutputCheck
+from sluice.output_check import INVALID, REPAIRED, VALID, OutputCheck, cached_answer_check
 from sluice.providers import OPENAI
 from sluice.records import outcome_record
 from sluice.stats import Stats
@@ -87,3 +87,13 @@ def test_a_shard_of_a_job_that_validates_nothing_has_no_check() -> None:
     assert OutputCheck.for_spec(spec) is None
     found = OutputCheck.for_spec(ShardSpec(**{**spec.to_item(), "validate": "json,schema", "validate_attempts": 4}))
     assert found is not None and found.attempts == 4 and found.validator.checks == {"json", "schema"}
+
+
+def test_a_cached_answer_is_given_only_when_it_passes_the_jobs_checks() -> None:
+    assert cached_answer_check(()) is None
+    passes = cached_answer_check(("json", "schema"))
+    assert passes is not None
+    line = orjson.dumps({"custom_id": "c-1", "method": "POST", "url": CHAT, "body": BODY})
+    for content, kept in (('{"n": 1}', True), ('{"n": "x"}', False), ('{"n"', False)):
+        response = orjson.dumps({"status_code": 200, "request_id": "r", "body": answer(content).body})
+        assert passes(b"\xef\xbb\xbf" + line, response) is kept

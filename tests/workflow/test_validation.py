@@ -98,3 +98,28 @@ def test_with_one_send_and_no_repair_invalid_lines_are_errors_that_keep_their_an
         assert error["error"]["message"].startswith(f"{found.check}: ")
     assert run.summary["validation"]["invalid"] == len(run.errors)
     assert sum(sends(simulator).values()) == LINES
+
+
+def test_a_rerun_that_validates_sends_only_the_lines_whose_cached_answers_fail(
+    make_cloud: Any, simulator: Any, tmp_path: Path
+) -> None:
+    simulator.configure(**FAULTS)
+    cloud = make_cloud(shard_lines=100)
+    path = write_jsonl(tmp_path / "cached.jsonl", [line(i) for i in range(LINES)])
+    first = run_job(cloud, path)
+    bodies = requests_of(path)
+    failing = {
+        r["custom_id"] for r in first.results if ALL.validate(CHAT, bodies[r["custom_id"]], r["response"]["body"])
+    }
+    # without validation a 200 is a result, and the cache keeps the answers that were not cut short
+    assert len(first.results) == LINES and failing
+
+    simulator.clear_log()
+    simulator.configure(rate_off_schema=0.0, rate_invalid_json=0.0, rate_truncated=0.0)
+    metadata = {"sluice-validate": "all"}
+    second = run_job(cloud, path, metadata=metadata, key="inbox/again/cached.jsonl")
+    assert second.status == "SUCCEEDED" and second.verify(path).ok
+    assert set(sends(simulator)) == failing
+    assert second.errors == [] and len(second.results) == LINES
+    assert second.summary["cache"]["hits"] == LINES - len(failing)
+    assert [r for r in second.results if ALL.validate(CHAT, bodies[r["custom_id"]], r["response"]["body"])] == []
