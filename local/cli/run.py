@@ -25,7 +25,17 @@ from local.inputs import check_file, model_of, require_valid
 from local.interrupt import Interrupted, Signals, stop_run, writing_note
 from local.progress import Display, LiveCounts
 from local.report import write_report
-from local.run_end import RunFacts, budget_lines, exit_code, local_summary, refusal_lines, swept, timing, usage
+from local.run_end import (
+    RunFacts,
+    budget_lines,
+    exit_code,
+    local_summary,
+    refusal_lines,
+    swept,
+    timing,
+    usage,
+    validation_lines,
+)
 from local.simulator import SimConfig, SimulatorServer
 
 SIMULATOR_PROVIDER = "sluice-simulator"
@@ -221,6 +231,8 @@ def _ended(
         f"job {ran.job_id}: {status} {timing(summary, command_s)} — "
         f"{results:,} results, {errors:,} errors{swept(summary)}{usage(summary)}"
     )
+    for line in validation_lines(summary):
+        tell(line)
     why = refusal_lines(summary) + budget_lines(summary, cache=not args.no_cache)
     if summary.get("error") and not summary.get("provider_refused"):
         why.append(f"error: {summary['error']}")

@@ -97,3 +97,16 @@ def test_a_cached_answer_is_given_only_when_it_passes_the_jobs_checks() -> None:
     for content, kept in (('{"n": 1}', True), ('{"n": "x"}', False), ('{"n"', False)):
         response = orjson.dumps({"status_code": 200, "request_id": "r", "body": answer(content).body})
         assert passes(b"\xef\xbb\xbf" + line, response) is kept
+
+
+def test_sluice_run_says_how_a_validating_jobs_lines_ended() -> None:
+    from local.run_end import validation_lines
+
+    assert validation_lines({}) == []
+    summary = {
+        "validation": {"failed_json": 2, "failed_schema": 5, "invalid": 1, "repaired": 6, "valid_first_time": 93}
+    }
+    assert validation_lines(summary) == [
+        "validated: 93 valid first time, 6 repaired, 1 invalid (errors `invalid_output`); "
+        "answers turned down: json 2, schema 5"
+    ]
