@@ -19,6 +19,7 @@ from sluice.validation import Validator
 
 from local.simulator import SimConfig, SimulatorServer
 from local.simulator.structured import conforming
+from tests.unit.test_simulator import wait_for
 
 BASE = SimConfig(latency_s=0.0, seed=3)
 CHAT = "/v1/chat/completions"
@@ -145,3 +146,19 @@ def test_a_request_sent_again_may_be_answered_well(sim: SimulatorServer) -> None
     spoiled = [i for i in range(40) if checked(sim, CHAT, f"line-{i}") is not None]
     assert spoiled
     assert any(checked(sim, CHAT, f"line-{i}") is None for i in spoiled)
+
+
+def test_a_batch_row_gets_its_output_fault_too(sim: SimulatorServer) -> None:
+    from openai import OpenAI
+
+    sim.configure(rate_off_schema=1.0, batch_phase_s=0.05)
+    client = OpenAI(base_url=sim.url + "/v1", api_key="sk-t")
+    body = request_body(CHAT, "describe one person")
+    line = {"custom_id": "row-1", "method": "POST", "url": CHAT, "body": body}
+    uploaded = client.files.create(file=("in.jsonl", json.dumps(line).encode()), purpose="batch")
+    batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h")
+    batch = wait_for(lambda: (b := client.batches.retrieve(batch.id)).status == "completed" and b)
+    assert batch.output_file_id is not None
+    row = json.loads(client.files.content(batch.output_file_id).read())
+    found = ALL.validate(CHAT, body, row["response"]["body"])
+    assert found is not None and found.check == "schema"
