@@ -77,10 +77,10 @@ class OutputCheck:
         turn = f"Your answer was not usable: {invalid.message}. Answer again, correctly."
         return replace(req, body=orjson.dumps(answers.repair(req.path, body, said, turn)))
 
-    def give_up(self, outcome: Outcome, failed: list[str]) -> Outcome:
-        """The line's last answer, invalid, when it cannot be sent again (the budget is spent)."""
+    def give_up(self, outcome: Outcome, failed: list[str], why: str = "the job's budget is spent") -> Outcome:
+        """The line's last answer, invalid, when it is not sent again (`why`)."""
         outcome.error_code = ErrorCode.INVALID_OUTPUT
-        outcome.error_message = f"{failed[-1]}: not sent again, the job's budget is spent"
+        outcome.error_message = f"{failed[-1]}: not sent again, {why}"
         outcome.validation = INVALID
         outcome.failed_checks = tuple(failed)
         return outcome

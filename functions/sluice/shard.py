@@ -122,8 +122,9 @@ def _engine_settings(spec: ShardSpec, settings: Settings) -> EngineSettings:
         tpm=spec.tpm,
         fail_fast_after=fail_fast,
         request_format=family(spec.provider),
-        # a background shard's answers arrive by poll, a batch's in its output file: direct only
-        output_check=OutputCheck.for_spec(spec) if spec.mode == Mode.DIRECT else None,
+        # a direct shard's answers, and those of a batch shard's direct pass (what its batches left
+        # or answered invalid); a background shard's arrive by poll
+        output_check=OutputCheck.for_spec(spec) if spec.mode in (Mode.DIRECT, Mode.BATCH) else None,
     )
 
 

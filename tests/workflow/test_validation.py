@@ -123,3 +123,41 @@ def test_a_rerun_that_validates_sends_only_the_lines_whose_cached_answers_fail(
     assert second.errors == [] and len(second.results) == LINES
     assert second.summary["cache"]["hits"] == LINES - len(failing)
     assert [r for r in second.results if ALL.validate(CHAT, bodies[r["custom_id"]], r["response"]["body"])] == []
+
+
+def test_a_validating_batch_job_sends_its_invalid_rows_again_directly(
+    make_cloud: Any, simulator: Any, tmp_path: Path
+) -> None:
+    cloud = make_cloud(shard_lines=100, poll_seconds=1, cache="off")
+    simulator.configure(**FAULTS, batch_phase_s=0.1, webhook_url=cloud.webhook_url, webhook_secret=cloud.webhook_secret)
+    lines = 200
+    path = write_jsonl(tmp_path / "batched.jsonl", [line(i) for i in range(lines)])
+    metadata = {"sluice-mode": "batch", "sluice-validate": "all", "sluice-validate-attempts": "6"}
+    run = run_job(cloud, path, metadata=metadata)
+
+    assert run.status == "SUCCEEDED"
+    assert run.verify(path).ok
+    assert run.errors == [] and len(run.results) == lines
+    bodies = requests_of(path)
+    assert [r for r in run.results if ALL.validate(CHAT, bodies[r["custom_id"]], r["response"]["body"])] == []
+    direct = sends(simulator)
+    turned_down = run.summary["validation"]
+    assert direct and turned_down["failed_schema"] and turned_down["failed_json"] and turned_down["failed_cut_short"]
+    # each answer turned down, in a batch or directly, was sent again directly once, and nothing else was
+    assert sum(direct.values()) == sum(n for name, n in turned_down.items() if name.startswith("failed_"))
+
+
+def test_a_batch_job_that_reports_what_batches_leave_reports_invalid_rows_as_invalid_output(
+    make_cloud: Any, simulator: Any, tmp_path: Path
+) -> None:
+    cloud = make_cloud(shard_lines=100, poll_seconds=1, cache="off")
+    simulator.configure(**FAULTS, batch_phase_s=0.1, webhook_url=cloud.webhook_url, webhook_secret=cloud.webhook_secret)
+    path = write_jsonl(tmp_path / "reported.jsonl", [line(i) for i in range(100)])
+    metadata = {"sluice-mode": "batch", "sluice-validate": "all", "sluice-on-batch-incomplete": "error"}
+    run = run_job(cloud, path, metadata=metadata)
+
+    assert run.verify(path).ok
+    assert len(run.results) + len(run.errors) == 100 and run.errors
+    assert {e["error"]["code"] for e in run.errors} == {"invalid_output"}
+    assert all("on-batch-incomplete: error" in e["error"]["message"] for e in run.errors)
+    assert sends(simulator) == Counter()
