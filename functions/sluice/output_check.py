@@ -11,16 +11,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Final
+from typing import Any, Final
 
 import orjson
+from botocore.exceptions import ClientError
 
-from .contract import ShardSpec, parse_validate
+from .contract import INBOX_PREFIX, ShardSpec, parse_validate
 from .lines import BOM
 from .model import ErrorCode, Outcome, Request
 from .providers import answers
-from .validation import Validator
+from .validation import Validator, schema_problem
 
+# the longest schema a job may name: it travels in every shard's spec
+MAX_SCHEMA_CHARS = 64 * 1024
 # how a validated line ended (`Outcome.validation`, counted in the summary's `validation`)
 VALID: Final = "valid_first_time"
 REPAIRED: Final = "repaired"
@@ -46,7 +49,8 @@ class OutputCheck:
         checks = frozenset(parse_validate(spec.validate))
         if not checks:
             return None
-        return cls(Validator(checks), attempts=spec.validate_attempts, repair=spec.validate_repair)
+        schema = orjson.loads(spec.validate_schema) if spec.validate_schema else None
+        return cls(Validator(checks, schema), attempts=spec.validate_attempts, repair=spec.validate_repair)
 
     def judge(self, req: Request, outcome: Outcome, failed: list[str]) -> Request | None:
         """The request to send again for the answer `outcome` to `req`, or None when `outcome` is the
@@ -86,13 +90,13 @@ class OutputCheck:
         return outcome
 
 
-def cached_answer_check(checks: tuple[str, ...]) -> Callable[[bytes, bytes], bool] | None:
+def cached_answer_check(checks: tuple[str, ...], schema: str = "") -> Callable[[bytes, bytes], bool] | None:
     """For Plan's cache lookup: whether a cached answer (its response, as JSON) to a request line
     (as read) passes a validating job's `checks`, so that one that fails is sent again rather than
     given; None when the job validates nothing."""
     if not checks:
         return None
-    validator = Validator(frozenset(checks))
+    validator = Validator(frozenset(checks), orjson.loads(schema) if schema else None)
 
     def passes(line: bytes, response: bytes) -> bool:
         request = orjson.loads(line.removeprefix(BOM))
@@ -104,3 +108,25 @@ def cached_answer_check(checks: tuple[str, ...]) -> Callable[[bytes, bytes], boo
         return validator.validate(str(path), body if isinstance(body, dict) else {}, answer.get("body")) is None
 
     return passes
+
+
+def read_job_schema(s3: Any, bucket: str, key: str) -> str:
+    """The schema a job names (`sluice-validate-schema`: a `.json` object under inbox/ in its
+    bucket, which starts no job), read and checked, as canonical JSON; ValueError says what is wrong."""
+    if not key.startswith(INBOX_PREFIX) or not key.endswith(".json"):
+        raise ValueError(f"expected a .json object under {INBOX_PREFIX} in the job's bucket")
+    try:
+        raw = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+    except ClientError as exc:
+        raise ValueError(f"cannot be read ({exc.response['Error']['Code']})") from exc
+    try:
+        schema = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"not JSON ({exc})") from exc
+    problem = schema_problem(schema)
+    if problem is not None:
+        raise ValueError(f"not a JSON schema answers can be checked against: {problem}")
+    text = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS).decode()
+    if len(text) > MAX_SCHEMA_CHARS:
+        raise ValueError(f"{len(text):,} characters, more than the {MAX_SCHEMA_CHARS:,} a job's schema may have")
+    return text

@@ -41,7 +41,7 @@ from .costs import PROVIDER_PRICES
 from .limits import MAX_SHARD_CONNECTIONS
 from .line_pass import MAX_SHARD_BYTES, ShardRange, cut_shards, read_lines
 from .lines import READ_CHUNK, split_lines
-from .output_check import cached_answer_check
+from .output_check import cached_answer_check, read_job_schema
 from .progress import ProgressSink
 from .providers import family, modes
 from .store import JobStore
@@ -91,6 +91,10 @@ class JobOptions:
     validate: tuple[str, ...] = ()
     validate_attempts: int = 1
     validate_repair: bool = False
+    # where the schema the job names is: a key of the job's bucket under inbox/ ("": none), and
+    # the schema as Plan read it (canonical JSON), for the cache lookup and the shards
+    validate_schema: str = ""
+    schema: str = ""
 
     @classmethod
     def from_metadata(cls, metadata: Mapping[str, str], settings: Settings) -> JobOptions:
@@ -188,6 +192,7 @@ class JobOptions:
             validate=validate,
             validate_attempts=positive("validate-attempts", settings.validate_attempts),
             validate_repair=repair == "yes",
+            validate_schema=meta.get("validate-schema", ""),
         )
 
     def shard_mode(self, requests: int, settings: Settings) -> str:
@@ -308,6 +313,11 @@ def plan_job(
     job_id = job_id_for(bucket, key, etag)
     quoted = '"' + etag.strip('"') + '"'
     options = JobOptions.from_metadata(head.get("Metadata", {}), settings)
+    if options.validate_schema:
+        try:
+            options = replace(options, schema=read_job_schema(s3, bucket, options.validate_schema))
+        except ValueError as exc:
+            raise PlanError(f"{METADATA_PREFIX}validate-schema={options.validate_schema!r}: {exc}") from exc
     planned = Planned(
         job_id=job_id,
         bucket=bucket,
@@ -406,7 +416,7 @@ def _cut(
             key=planned.key,
             etag=planned.etag,
             job_id=planned.job_id,
-            keep=cached_answer_check(options.validate),
+            keep=cached_answer_check(options.validate, options.schema),
         )
     try:
         shards = cut_shards(
@@ -469,6 +479,7 @@ def _shard_specs(
             validate=",".join(options.validate),
             validate_attempts=options.validate_attempts,
             validate_repair=options.validate_repair,
+            validate_schema=options.schema,
         )
         if spec.duplicates_key is not None:
             s3.put_object(

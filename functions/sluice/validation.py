@@ -61,6 +61,17 @@ def compiled(schema: Mapping[str, Any]) -> Check:
     return check
 
 
+def schema_problem(schema: Any) -> str | None:
+    """Why `schema` is no JSON schema answers can be checked against; None when it is one."""
+    if not isinstance(schema, dict):
+        return "a schema is a JSON object"
+    try:
+        compiled(schema)
+    except fastjsonschema.JsonSchemaDefinitionException as e:
+        return str(e)
+    return None
+
+
 def schema_error(schema: Mapping[str, Any], value: Any) -> str | None:
     """What is wrong with `value` against `schema`; None when it matches."""
     try:

@@ -17,10 +17,10 @@ from sluice.contract import (
     SETTING_DEFAULTS,
     parse_budget,
     parse_error_rate,
-    parse_validate,
 )
 
 from local import checks
+from local.cli.validate_options import validate_options
 from local.console import EXIT_CODES_HELP
 from local.sim_options import add_options as add_simulator_options
 
@@ -99,33 +99,6 @@ def _job_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--max-error-rate", type=_error_rate, metavar="RATE", help=MAX_ERROR_RATE_HELP)
     p.add_argument("--budget", dest="budget_usd", type=_budget, metavar="USD", help=BUDGET_HELP)
-
-
-def _checks(text: str) -> str:
-    try:
-        parse_validate(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from exc
-    return text
-
-
-def _validate_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--validate",
-        nargs="?",
-        const="all",
-        type=_checks,
-        metavar="CHECKS",
-        help="check every answer and send again the ones that fail: all (alone, the default) or some of "
-        "json, schema, cut_short, refusal, empty, separated by commas",
-    )
-    p.add_argument(
-        "--validate-attempts",
-        type=checks.positive_int,
-        metavar="N",
-        help="sends an answer gets in all before it is an invalid_output error (default: 3)",
-    )
-    p.add_argument("--repair", action="store_true", help="a resend adds what was wrong as a follow-up user turn")
 
 
 def _watch_options(p: argparse.ArgumentParser) -> None:
@@ -224,7 +197,7 @@ def _run(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     ):
         default = LOCAL_SETTING_DEFAULTS[name]
         p.add_argument(flag, type=kind, default=default, help=with_default(text, default))
-    _validate_options(p)
+    validate_options(p)
     p.add_argument("--latency", type=checks.seconds, default=0.05, help="simulator latency in seconds (default: 0.05)")
     p.add_argument("--max-error-rate", type=_error_rate, metavar="RATE", help=MAX_ERROR_RATE_HELP)
     p.add_argument("--budget", dest="budget_usd", type=_budget, metavar="USD", help=BUDGET_HELP)

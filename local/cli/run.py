@@ -144,6 +144,9 @@ def _job_metadata(args: argparse.Namespace) -> dict[str, str]:
     if args.validate is not None:
         metadata["sluice-validate"] = args.validate
         metadata["sluice-validate-repair"] = "yes" if args.repair else "no"
+    if args.validate_schema:
+        # beside the input, where Plan reads it; only a .jsonl under inbox/ starts a job
+        metadata["sluice-validate-schema"] = f"{INBOX_PREFIX}schemas/{Path(args.validate_schema).name}"
     if args.validate_attempts is not None:
         metadata["sluice-validate-attempts"] = str(args.validate_attempts)
     return metadata
@@ -175,7 +178,10 @@ def _through_local_cloud(
     cloud = LocalCloud(provider_base_url=base_url, api_key=api_key, settings=settings, progress=counts)
     display = Display(counts, quiet=args.quiet)
     with display.starting("starting the local cloud (moto, in this process)"), cloud.running():
-        key, etag = cloud.upload(path, metadata=_job_metadata(args))
+        metadata = _job_metadata(args)
+        if args.validate_schema:
+            cloud.upload(Path(args.validate_schema), key=metadata["sluice-validate-schema"])
+        key, etag = cloud.upload(path, metadata=metadata)
         job_id = job_id_for(cloud.bucket, key, etag)
         execution = cloud.start(cloud.object_created_event(key, etag), name=job_id)
         signals.job_started()

@@ -110,3 +110,49 @@ def test_sluice_run_says_how_a_validating_jobs_lines_ended() -> None:
         "validated: 93 valid first time, 6 repaired, 1 invalid (errors `invalid_output`); "
         "answers turned down: json 2, schema 5"
     ]
+
+
+class _Bucket:
+    """An S3 client that holds a few objects."""
+
+    def __init__(self, objects: dict[str, bytes]) -> None:
+        self.objects = objects
+
+    def get_object(self, *, Bucket: str, Key: str) -> dict[str, Any]:
+        import io
+
+        from botocore.exceptions import ClientError
+
+        if Key not in self.objects:
+            raise ClientError({"Error": {"Code": "NoSuchKey", "Message": "no"}}, "GetObject")
+        return {"Body": io.BytesIO(self.objects[Key])}
+
+
+def test_a_job_names_a_schema_under_inbox_that_plan_reads_and_checks() -> None:
+    import pytest
+    from sluice.output_check import read_job_schema
+
+    bucket = _Bucket({"inbox/s.json": orjson.dumps(SCHEMA), "inbox/bad.json": b"{", "inbox/odd.json": b"[1]"})
+    assert orjson.loads(read_job_schema(bucket, "b", "inbox/s.json")) == SCHEMA
+    for key, said in (
+        ("schemas/s.json", "under inbox/"),
+        ("inbox/missing.json", "NoSuchKey"),
+        ("inbox/bad.json", "not JSON"),
+        ("inbox/odd.json", "a schema is a JSON object"),
+    ):
+        with pytest.raises(ValueError, match=said):
+            read_job_schema(bucket, "b", key)
+
+
+def test_the_schema_a_job_names_is_checked_on_every_line() -> None:
+    spec = ShardSpec(
+        job_id="j", shard=0, bucket="b", key="k", etag="e", start=0, end=1, first_line=1, lines=1,
+        mode="direct", concurrency=1, max_attempts=1, validate="all", validate_attempts=1,
+        validate_schema=orjson.dumps({"type": "object", "required": ["m"]}).decode(),
+    )  # fmt: skip
+    found = OutputCheck.for_spec(spec)
+    assert found is not None
+    plain = Request(1, "c-1", "POST", CHAT, orjson.dumps({"model": "m", "messages": []}))
+    outcome = answer('{"n": 1}')
+    assert found.judge(plain, outcome, []) is None
+    assert outcome.error_code == ErrorCode.INVALID_OUTPUT and outcome.failed_checks == ("schema",)

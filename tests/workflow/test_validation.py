@@ -161,3 +161,35 @@ def test_a_batch_job_that_reports_what_batches_leave_reports_invalid_rows_as_inv
     assert {e["error"]["code"] for e in run.errors} == {"invalid_output"}
     assert all("on-batch-incomplete: error" in e["error"]["message"] for e in run.errors)
     assert sends(simulator) == Counter()
+
+
+def test_a_schema_the_job_names_is_read_by_plan_and_every_answer_checked_against_it(
+    make_cloud: Any, simulator: Any, tmp_path: Path
+) -> None:
+    cloud = make_cloud(shard_lines=100, cache="off")
+    schema = tmp_path / "needs-rating.json"
+    schema.write_bytes(orjson.dumps({"type": "object", "required": ["rating"]}))
+    cloud.upload(schema, key="inbox/schemas/needs-rating.json")
+    bodies = [
+        {
+            "model": "m",
+            "messages": [{"role": "user", "content": f"rate {i}"}],
+            "response_format": {"type": "json_object"},
+        }
+        for i in range(20)
+    ]
+    rows = [
+        orjson.dumps({"custom_id": f"s-{i}", "method": "POST", "url": CHAT, "body": b}) + b"\n"
+        for i, b in enumerate(bodies)
+    ]
+    path = write_jsonl(tmp_path / "named.jsonl", rows)
+    metadata = {
+        "sluice-validate": "all",
+        "sluice-validate-attempts": "1",
+        "sluice-validate-schema": "inbox/schemas/needs-rating.json",
+    }
+    run = run_job(cloud, path, metadata=metadata)
+
+    assert run.verify(path).ok and run.results == []
+    assert {(e["error"]["code"], e["error"]["check"]) for e in run.errors} == {("invalid_output", "schema")}
+    assert all("must contain ['rating'] properties" in e["error"]["message"] for e in run.errors)

@@ -211,6 +211,8 @@ class ShardSpec:
     validate: str = ""
     validate_attempts: int = 1
     validate_repair: bool = False
+    # the schema the job names (`sluice-validate-schema`), as JSON; "" = each line's own
+    validate_schema: str = ""
 
     @classmethod
     def path(cls, name: str) -> str:

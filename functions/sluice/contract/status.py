@@ -72,6 +72,8 @@ JOB_OPTIONS = (
     "validate",
     "validate-attempts",
     "validate-repair",
+    # the JSON schema every answer must match: a `.json` object under `inbox/` in the job's bucket
+    "validate-schema",
     # the job a retry took its lines from (`sluice retry`)
     "parent-job",
 )
