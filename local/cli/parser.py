@@ -327,6 +327,19 @@ def _estimate(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
         default=shard_lines,
         help=with_default("lines per shard, for the AWS estimate", shard_lines),
     )
+    e.add_argument(
+        "--invalid-rate",
+        type=checks.fraction,
+        metavar="RATE",
+        help="with output validation: the expected share of answers that fail the checks and are sent again",
+    )
+    e.add_argument(
+        "--validate-attempts",
+        type=checks.positive_int,
+        default=3,
+        metavar="N",
+        help="sends a line gets in all (default: 3)",
+    )
     e.add_argument("--allow-invalid", action="store_true", help="estimate the valid lines even if some are invalid")
     e.add_argument("--json", action="store_true", help="print the estimate as JSON")
     e.add_argument("--quiet", action="store_true", help="no progress bar")

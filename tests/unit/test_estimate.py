@@ -68,3 +68,22 @@ def test_the_text_names_each_figure_and_when_the_bound_is_not_one(
     assert main(["estimate", str(loose), "--quiet", "--output-tokens", "50"]) == 0
     out = capsys.readouterr().out
     assert "not a bound: 1 requests set no max_tokens and count 50 tokens each" in out
+
+
+def test_estimate_prices_the_resubmissions_validation_expects(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "checked.jsonl"
+    path.write_bytes(b"".join(_chat(n, max_tokens=4) for n in range(5)))
+    assert main(["estimate", str(path), "--quiet", "--json"]) == 0
+    plain = orjson.loads(capsys.readouterr().out)
+    assert "validation" not in plain
+    assert main(["estimate", str(path), "--quiet", "--json", "--invalid-rate", "0.2", "--validate-attempts", "3"]) == 0
+    checked = orjson.loads(capsys.readouterr().out)["validation"]
+    assert checked["expected_sends_per_line"] == pytest.approx(1.24)
+    assert checked["provider_usd"]["direct"] == pytest.approx(plain["provider_usd"]["direct"] * 1.24, rel=1e-3)
+    assert checked["provider_usd_at_most"]["batch"] == pytest.approx(
+        plain["provider_usd_at_most"]["batch"] * 3, rel=1e-3
+    )
+    assert main(["estimate", str(path), "--quiet", "--invalid-rate", "0.2"]) == 0
+    assert "with validation:    expected" in capsys.readouterr().out
