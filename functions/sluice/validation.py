@@ -20,7 +20,6 @@ from typing import Any, Final
 import fastjsonschema
 import orjson
 
-from .contract import VALIDATION_CHECKS
 from .providers import answers
 from .providers.reading import Answer
 
@@ -32,7 +31,6 @@ EMPTY: Final = "empty"
 # the order a line's checks run in: the first that fails names why, so a cut-short answer is
 # reported cut short rather than as the invalid JSON it also is
 CHECKS: Final = (REFUSAL, CUT_SHORT, EMPTY, JSON, SCHEMA)
-assert frozenset(CHECKS) == frozenset(VALIDATION_CHECKS)
 # compiled schemas kept at once: a job has one or a few; lines each with their own schema would
 # otherwise grow the cache without bound
 MAX_SCHEMAS = 256

@@ -199,3 +199,9 @@ def test_one_schema_is_compiled_once() -> None:
     first = validation.compiled(dict(reversed(list(schema.items()))))
     assert validation.compiled(schema) is first
     assert validation.schema_error(schema, {"only_here": 1}) is None
+
+
+def test_the_contract_names_every_check_the_validator_runs() -> None:
+    from sluice import validation
+
+    assert sorted(validation.CHECKS) == sorted(VALIDATION_CHECKS)
