@@ -23,6 +23,7 @@ from sluice.contract import (
     TIER1_BATCH_QUEUE_TOKENS,
     Settings,
     parse_rate_limits,
+    parse_validate,
 )
 
 CDK_JSON = Path(__file__).resolve().parent.parent / "cdk.json"
@@ -113,6 +114,11 @@ class Environment:
     # a job's spending cap in US dollars when its object sets no `sluice-budget-usd`; 0 or null: none
     budget_usd: float | None = DEPLOYED_DEFAULTS["budget_usd"]
     shard_lines: int = SETTING_DEFAULTS["shard_lines"]
+    # output validation for a job that does not choose (`sluice-validate`): the checks ("all",
+    # names separated by commas, "" none), the sends an answer gets in all, repair "on" or "off"
+    validate: str = SETTING_DEFAULTS["validate"]
+    validate_attempts: int = SETTING_DEFAULTS["validate_attempts"]
+    validate_repair: str = SETTING_DEFAULTS["validate_repair"]
     poll_seconds: int = SETTING_DEFAULTS["poll_seconds"]
     safety_margin_s: float = SETTING_DEFAULTS["safety_margin_s"]
     # the provider's Batch queue limit per model, in input tokens enqueued at once (0 = none),
@@ -246,9 +252,22 @@ def _typed_values(values: dict[str, Any], fail: Fail) -> dict[str, Any]:
         "provider_rpm",
         "max_shards_in_flight",
         "account_concurrency",
+        "validate_attempts",
     ):
         if key in values and (type(values[key]) is not int or values[key] <= 0):
             raise fail(key, "must be a positive integer")
+    if "validate" in values:
+        checks = values["validate"]
+        problem = None if isinstance(checks, str) else "not a string"
+        if problem is None:
+            try:
+                parse_validate(checks)
+            except ValueError as exc:
+                problem = str(exc)
+        if problem is not None:
+            raise fail("validate", f"must be all, or names of checks separated by commas ({problem})")
+    if values.get("validate_repair", "off") not in ("on", "off"):
+        raise fail("validate_repair", "must be on or off")
     if "batch_queue_tokens" in values:
         limits = values["batch_queue_tokens"]
         if not isinstance(limits, Mapping) or not all(

@@ -23,6 +23,7 @@ from typing import Any, TextIO
 from sluice.contract import DEFAULT_PROVIDER
 from sluice.costs import provider_cost_usd
 from sluice.model import Outcome
+from sluice.output_check import INVALID, REPAIRED
 from sluice.providers import RequestFormat, family
 
 from local.console import human_usd
@@ -53,6 +54,9 @@ class Snapshot:
     elapsed_s: float
     # results answered from the response cache (in `results` too)
     cached: int = 0
+    # a validating job's lines an answer sent again made valid, and those still invalid at the end
+    repaired: int = 0
+    invalid_output: int = 0
 
     @property
     def done(self) -> int:
@@ -82,6 +86,8 @@ class LiveCounts:
         self._waiting = 0
         self._throttled = 0
         self._cached = 0
+        self._repaired = 0
+        self._invalid_output = 0
         # (model, answered by the Batch API) -> [tokens in, tokens out], priced as the summary prices them
         self._tokens: dict[tuple[str, bool], list[int]] = {}
 
@@ -92,6 +98,8 @@ class LiveCounts:
         with self._lock:
             self._throttled += outcome.throttled
             self._waiting -= waited
+            self._repaired += outcome.validation == REPAIRED
+            self._invalid_output += outcome.validation == INVALID
             if not outcome.ok:
                 self._errors += 1
                 return
@@ -118,7 +126,7 @@ class LiveCounts:
         with self._lock:
             tokens = {key: list(value) for key, value in self._tokens.items()}
             results, errors, waiting, throttled = self._results, self._errors, self._waiting, self._throttled
-            cached = self._cached
+            cached, repaired, invalid_output = self._cached, self._repaired, self._invalid_output
         direct = provider_cost_usd({m: t for (m, b), t in tokens.items() if not b})
         batched = provider_cost_usd({m: t for (m, b), t in tokens.items() if b}, batch=True)
         return Snapshot(
@@ -132,6 +140,8 @@ class LiveCounts:
             throttled=throttled,
             elapsed_s=self._clock() - self._started,
             cached=cached,
+            repaired=repaired,
+            invalid_output=invalid_output,
         )
 
 
@@ -196,6 +206,8 @@ def format_line(
         f"ETA {clock(eta_s)}" if s.done < s.total else "all done, writing the outputs",
         f"{s.errors:,} errors" if s.errors else "",
         f"{s.cached:,} cached" if s.cached else "",
+        f"{s.repaired:,} repaired" if s.repaired else "",
+        f"{s.invalid_output:,} invalid" if s.invalid_output else "",
         f"{s.waiting:,} at the provider" if s.waiting else "",
         f"{compact(s.tokens)} tokens",
         f"{human_usd(s.cost_usd)} (est.)" if s.cost_usd is not None else "",

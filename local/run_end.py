@@ -57,6 +57,24 @@ def swept(summary: dict[str, Any]) -> str:
     return f", {count:,} line{'s' if count != 1 else ''} swept ({int(sweep.get('recovered') or 0):,} recovered)"
 
 
+def validation_lines(summary: dict[str, Any]) -> list[str]:
+    """`validated: 280 valid first time, 20 repaired, 0 invalid; answers turned down: schema 31,
+    json 12`: a validating job's lines by how they ended, and what each check refused."""
+    counts = summary.get("validation")
+    if not isinstance(counts, dict):
+        return []
+    invalid = int(counts.get("invalid", 0))
+    line = (
+        f"validated: {int(counts.get('valid_first_time', 0)):,} valid first time, "
+        f"{int(counts.get('repaired', 0)):,} repaired, {invalid:,} invalid"
+        + (" (errors `invalid_output`)" if invalid else "")
+    )
+    refused = [(k.removeprefix("failed_"), int(n)) for k, n in counts.items() if k.startswith("failed_")]
+    if refused:
+        line += "; answers turned down: " + ", ".join(f"{check} {n:,}" for check, n in refused)
+    return [line]
+
+
 def usage(summary: dict[str, Any]) -> str:
     """`, 43,210 tokens (41,000 in, 2,210 out), $0.0077 at list prices (est.)`: what the job used."""
     tokens = summary.get("tokens") or {}

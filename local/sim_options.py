@@ -41,6 +41,13 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     faults.add_argument("--rate-drop", type=checks.fraction, default=0.0, help="connection dropped without an answer")
     faults.add_argument("--rate-slow", type=checks.fraction, default=0.0, help="answered after --slow seconds")
     faults.add_argument("--slow", type=checks.seconds, default=5.0, help="seconds of a slow answer")
+    output = parser.add_argument_group("answers a pipeline cannot use (shares of answers, 0 to 1; together at most 1)")
+    output.add_argument("--rate-off-schema", type=checks.fraction, default=0.0, help="JSON off the request's schema")
+    output.add_argument(
+        "--rate-invalid-json", type=checks.fraction, default=0.0, help="not JSON, though JSON was asked for"
+    )
+    output.add_argument("--rate-truncated", type=checks.fraction, default=0.0, help="cut short at the output limit")
+    output.add_argument("--rate-refusal", type=checks.fraction, default=0.0, help="a refusal")
     limits = parser.add_argument_group("rate limits (answered 429 with x-ratelimit-* headers)")
     limits.add_argument("--rpm", type=checks.whole_number, default=0, help="requests per minute (0: none)")
     limits.add_argument("--tpm", type=checks.whole_number, default=0, help="tokens per minute (0: none)")
@@ -76,6 +83,10 @@ def config_from(args: argparse.Namespace) -> SimConfig:
         rate_500=args.rate_500,
         rate_drop=args.rate_drop,
         rate_slow=args.rate_slow,
+        rate_off_schema=args.rate_off_schema,
+        rate_invalid_json=args.rate_invalid_json,
+        rate_truncated=args.rate_truncated,
+        rate_refusal=args.rate_refusal,
         slow_s=args.slow,
         rpm_limit=args.rpm,
         tpm_limit=args.tpm,

@@ -16,10 +16,11 @@ from .batch_queue import Hold
 from .batch_queue_table import QueueTable
 from .cache import fill_for
 from .contract import BatchCollected, CollectedBatch, Mode
-from .model import ErrorCode, Outcome
+from .model import ErrorCode, Outcome, Request
+from .output_check import OutputCheck
 from .parts import PartWriter, assemble, load_checkpoint, parts_stats
 from .providers.batch import BatchApi, BatchRow, BatchState, BatchStatus
-from .shard import ShardContext, ShardSpec
+from .shard import ShardContext, ShardSpec, pending
 
 # the code for a row left unfinished, by how its batch ended
 _LEFTOVER_CODE = {
@@ -86,8 +87,12 @@ async def _collect_one(
     part: BatchPart,
     done: set[int],
     writer: PartWriter,
+    checked: _Checked | None = None,
 ) -> CollectedBatch:
-    """Write the outcomes of one ended batch; returns what it did, for the shard row and summary."""
+    """Write the outcomes of one ended batch; returns what it did, for the shard row and summary.
+    With `checked` (a validating job), an answer that fails the job's checks is left for the
+    shard's direct pass, which sends it again, or is an `invalid_output` error when the job sends
+    an answer once or reports what batches leave."""
     custom_ids = dict(zip(part.lines, part.custom_ids, strict=True))
     by_ref = {api.row_ref(line, cid): line for line, cid in custom_ids.items() if line not in done}
     pending = set(by_ref.values())
@@ -114,6 +119,8 @@ async def _collect_one(
             continue
         answer = row_outcome(row, line, custom_ids[line], latency_s)
         if isinstance(answer, Outcome):
+            if checked is not None and not checked.passes(answer, writer, final=spec.on_batch_incomplete == "error"):
+                continue
             write(answer)
         else:
             unfinished[line] = answer
@@ -136,6 +143,30 @@ async def _collect_one(
         left=len(left),
         turnaround_s=latency_s if ended else None,
     )
+
+
+class _Checked:
+    """A validating batch shard's checks, with the requests its answers are judged against (the
+    shard's lines still without an outcome, read once a look)."""
+
+    def __init__(self, check: OutputCheck, requests: Mapping[int, Request]) -> None:
+        self.check = check
+        self.requests = requests
+
+    def passes(self, answer: Outcome, writer: PartWriter, *, final: bool) -> bool:
+        """Whether to write `answer` now: it passed, or it is final (invalid_output); one to send
+        again is counted as turned down and left for the direct pass."""
+        request = self.requests.get(answer.line)
+        if request is None:
+            return True
+        failed: list[str] = []
+        if self.check.judge(request, answer, failed) is None:
+            return True
+        if final:
+            self.check.give_up(answer, failed, "the job reports what its batches leave (on-batch-incomplete: error)")
+            return True
+        writer.add_turned_down(failed[-1])
+        return False
 
 
 @dataclass
@@ -162,6 +193,8 @@ async def _look_at_batches(
     ones its full queue refused, then create the files still waiting for room."""
     queue = QueueTable(ctx.store.table)
     seen = _Seen()
+    check = OutputCheck.for_spec(spec)
+    checked: _Checked | None = None
     for index, batch_id in enumerate(list(state.batch_ids)):
         if not batch_id or batch_id in states:
             continue
@@ -180,7 +213,9 @@ async def _look_at_batches(
             continue
         raw = ctx.s3.get_object(Bucket=spec.bucket, Key=part_key(spec, index))["Body"].read()
         part = BatchPart.from_manifest(raw)
-        seen.collected[batch_id] = await _collect_one(api, spec, batch, part, done, writer)
+        if check is not None and checked is None:
+            checked = _Checked(check, {r.line: r for r in pending(ctx.s3, spec, done, lambda _: None)})
+        seen.collected[batch_id] = await _collect_one(api, spec, batch, part, done, writer, checked)
         seen.ended.append(batch)
     await advance(api, ctx, spec, state, None, queue)
     seen.waiting += [

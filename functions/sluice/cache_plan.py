@@ -199,8 +199,12 @@ class CacheAnswers:
         key: str,
         etag: str,
         job_id: str,
+        keep: Callable[[bytes, bytes], bool] | None = None,
     ) -> None:
         self._view, self._hits, self._table, self._keys = view, hits, table, keys
+        # whether a cached answer may be given (a validating job's checks): from the request line
+        # and the answer; one that may not is a line to send
+        self._keep_answer = keep
         self._s3, self._bucket, self._key, self._etag, self._job_id = s3, bucket, key, etag, job_id
         self._fetch = ThreadPoolExecutor(FETCH_THREADS)
         self._write = ThreadPoolExecutor(WRITE_THREADS)
@@ -320,7 +324,12 @@ class CacheAnswers:
 
         found: dict[int, Answer] = {}
         ids = self._record_ids
+        keep = self._keep_answer
         for line, (answer, model, tokens_in, tokens_out) in fetch_answers(self._view, by_segment, key_of).items():
+            if keep is not None:
+                start, length = spans[line]
+                if not keep(data[start : start + length], answer):
+                    continue
             found[line] = (cached_line(ids(line), custom_ids[line], answer), model, tokens_in, tokens_out)
         return found
 

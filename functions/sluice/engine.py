@@ -32,6 +32,7 @@ from .classify import FAIL, OK, AttemptVerdict, classify, describe_lost
 from .contract import DEFAULT_PROVIDER, ProviderRefused
 from .limits import AdaptiveLimit, Gate, RatePacer
 from .model import Outcome, Request
+from .output_check import OutputCheck
 from .providers import RequestFormat, Signer, family
 from .refusal import RefusalWatch
 from .retry import DEFAULT_POLICY, RetryPolicy
@@ -68,6 +69,8 @@ class EngineSettings:
     fail_fast_after: int = 0
     # the provider's request format (`sluice.providers`): a shard's is its spec's family
     request_format: RequestFormat = field(default_factory=lambda: family(DEFAULT_PROVIDER))
+    # a validating job's checks (`sluice.output_check`): an invalid answer is sent again
+    output_check: OutputCheck | None = None
 
 
 @dataclass(slots=True)
@@ -436,6 +439,24 @@ class _Run:
             headers=dict(headers) if headers is not None else {},
         )
 
+    async def checked(self, check: OutputCheck, req: Request, outcome: Outcome, held: list[bool]) -> Outcome:
+        """The line's last outcome: its answer sent again while it fails the job's checks and has
+        sends left, each within the budget."""
+        failed: list[str] = []
+        attempts = outcome.attempts
+        while (again := check.judge(req, outcome, failed)) is not None:
+            budget = self.budget
+            if budget is not None and not await budget.reserve(again):
+                self.stopping = True
+                return check.give_up(outcome, failed)
+            outcome = await self.send(again, held)
+            if budget is not None:
+                budget.settle(again, outcome)
+            attempts += outcome.attempts
+            outcome.attempts = attempts
+            req = again
+        return outcome
+
     async def worker(self, it: Iterator[Request]) -> None:
         gate = self.gate
         held = [False]
@@ -461,6 +482,8 @@ class _Run:
             outcome = await self.send(req, held)
             if budget is not None:
                 budget.settle(req, outcome)
+            if self.settings.output_check is not None:
+                outcome = await self.checked(self.settings.output_check, req, outcome, held)
             if self.refusals is not None and self.refusals.see(outcome):
                 self.stopping = True
                 self.stats.refused = self.refusals.refused

@@ -36,6 +36,8 @@ class ErrorCode:
     BATCH_CANCELLED = "batch_cancelled"
     BATCH_FAILED = "batch_failed"
     JOB_FAILED = "job_failed"
+    # the answer failed the job's output checks (`sluice-validate`) on its last send
+    INVALID_OUTPUT = "invalid_output"
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +79,10 @@ class Outcome:
     headers: dict[str, str] = field(default_factory=dict)
     # the outcome of the last sweep (`sluice.sweep`): its attempts ran out once before
     swept: bool = False
+    # a validating job's line (`sluice.output_check`): how it ended (valid first time, repaired,
+    # invalid), and the check each of its invalid answers failed
+    validation: str | None = None
+    failed_checks: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:

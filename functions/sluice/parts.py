@@ -217,6 +217,12 @@ class PartWriter:
         )
         self._maybe_cut()
 
+    def add_turned_down(self, check: str) -> None:
+        """An answer the job's checks turned down (`check`) and that is sent again elsewhere: counted,
+        not written (a batch's, left for the shard's direct pass)."""
+        validation = self._chunk.stats.validation
+        validation[f"failed_{check}"] = validation.get(f"failed_{check}", 0) + 1
+
     def add_invalid(self, error: LineError) -> None:
         record = error_record(self._spec.job_id, error.line, error.custom_id, error.code, error.message)
         self._chunk.rows.append(b"%d\te\t%s\n" % (error.line, record))

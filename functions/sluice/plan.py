@@ -35,12 +35,14 @@ from .contract import (
     manifest_key,
     parse_budget,
     parse_error_rate,
+    parse_validate,
     shard_prefix,
 )
 from .costs import PROVIDER_PRICES
 from .limits import MAX_SHARD_CONNECTIONS
 from .line_pass import MAX_SHARD_BYTES, ShardRange, cut_shards, read_lines
 from .lines import READ_CHUNK, split_lines
+from .output_check import cached_answer_check, read_job_schema
 from .progress import ProgressSink
 from .providers import family, modes
 from .store import JobStore
@@ -99,6 +101,15 @@ class JobOptions:
     cache: str = "on"
     # keep answers cut short (an `incomplete` response, a completion stopped at its token limit) too
     cache_incomplete: bool = False
+    # per-line output validation (`sluice.validation`): the checks, the sends an answer gets in
+    # all, and whether a resend carries what was wrong
+    validate: tuple[str, ...] = ()
+    validate_attempts: int = 1
+    validate_repair: bool = False
+    # where the schema the job names is: a key of the job's bucket under inbox/ ("": none), and
+    # the schema as Plan read it (canonical JSON), for the cache lookup and the shards
+    validate_schema: str = ""
+    schema: str = ""
 
     @classmethod
     def from_metadata(cls, metadata: Mapping[str, str], settings: Settings) -> JobOptions:
@@ -164,6 +175,14 @@ class JobOptions:
         if cache_incomplete not in ("yes", "no"):
             raise PlanError(f"{METADATA_PREFIX}cache-incomplete={cache_incomplete!r}; expected yes or no")
 
+        try:
+            validate = parse_validate(meta.get("validate", settings.validate))
+        except ValueError as exc:
+            raise PlanError(f"{METADATA_PREFIX}validate={meta['validate']!r}: {exc}") from exc
+        repair = meta.get("validate-repair", "yes" if settings.validate_repair == "on" else "no").lower()
+        if repair not in ("yes", "no"):
+            raise PlanError(f"{METADATA_PREFIX}validate-repair={repair!r}; expected yes or no")
+
         def positive(name: str, default: int, *, zero: bool = False) -> int:
             raw = meta.get(name)
             if raw is None:
@@ -186,6 +205,10 @@ class JobOptions:
             budget_usd=budget_usd,
             cache=cache,
             cache_incomplete=cache_incomplete == "yes",
+            validate=validate,
+            validate_attempts=positive("validate-attempts", settings.validate_attempts),
+            validate_repair=repair == "yes",
+            validate_schema=meta.get("validate-schema", ""),
         )
 
     def shard_mode(self, requests: int, settings: Settings) -> str:
@@ -306,6 +329,11 @@ def plan_job(
     job_id = job_id_for(bucket, key, etag)
     quoted = '"' + etag.strip('"') + '"'
     options = JobOptions.from_metadata(head.get("Metadata", {}), settings)
+    if options.validate_schema:
+        try:
+            options = replace(options, schema=read_job_schema(s3, bucket, options.validate_schema))
+        except ValueError as exc:
+            raise PlanError(f"{METADATA_PREFIX}validate-schema={options.validate_schema!r}: {exc}") from exc
     planned = Planned(
         job_id=job_id,
         bucket=bucket,
@@ -404,6 +432,7 @@ def _cut(
             key=planned.key,
             etag=planned.etag,
             job_id=planned.job_id,
+            keep=cached_answer_check(options.validate, options.schema),
         )
     try:
         shards = cut_shards(
@@ -463,6 +492,10 @@ def _shard_specs(
             cache_incomplete=options.cache_incomplete,
             answered=shard.index in answered,
             provider=settings.provider,
+            validate=",".join(options.validate),
+            validate_attempts=options.validate_attempts,
+            validate_repair=options.validate_repair,
+            validate_schema=options.schema,
         )
         if spec.duplicates_key is not None:
             s3.put_object(

@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from .model import Outcome
+from .model import ErrorCode, Outcome
 
 
 def record_id(job_id: str, line: int) -> str:
@@ -40,16 +40,21 @@ def error_record(
     status_code: int | None = None,
     request_id: str | None = None,
     body: Any = None,
+    check: str | None = None,
 ) -> bytes:
     response = None
     if status_code is not None:
         response = {"status_code": status_code, "request_id": request_id, "body": body}
+    error = {"code": code, "message": message}
+    if check is not None:
+        # an `invalid_output` line: the output check its last answer failed
+        error["check"] = check
     return orjson.dumps(
         {
             "id": record_id(job_id, line),
             "custom_id": custom_id,
             "response": response,
-            "error": {"code": code, "message": message},
+            "error": error,
             "line": line,
         }
     )
@@ -67,4 +72,7 @@ def outcome_record(job_id: str, outcome: Outcome) -> bytes:
         status_code=outcome.status_code,
         request_id=outcome.request_id,
         body=outcome.body,
+        check=outcome.failed_checks[-1]
+        if outcome.error_code == ErrorCode.INVALID_OUTPUT and outcome.failed_checks
+        else None,
     )

@@ -23,6 +23,7 @@ from .engine import EngineSettings, EngineStats, fan_out
 from .limit_table import BucketTable
 from .lines import READ_CHUNK, LineError, parse_line, split_lines
 from .model import ErrorCode, Outcome, Request
+from .output_check import OutputCheck
 from .progress import ProgressSink
 from .providers import Signer, apis, family
 from .providers.background import BackgroundApi
@@ -123,6 +124,9 @@ def _engine_settings(spec: ShardSpec, settings: Settings) -> EngineSettings:
         tpm=spec.tpm,
         fail_fast_after=fail_fast,
         request_format=family(spec.provider),
+        # a direct shard's answers, and those of a batch shard's direct pass (what its batches left
+        # or answered invalid); a background shard's arrive by poll
+        output_check=OutputCheck.for_spec(spec) if spec.mode in (Mode.DIRECT, Mode.BATCH) else None,
     )
 
 

@@ -84,6 +84,9 @@ class Stats:
     # not in `tokens_*`/`models` (what the job cost) but what it saved
     cached: int = 0
     cached_models: dict[str, list[int]] = field(default_factory=dict)
+    # a validating job's lines by how they ended (`sluice.output_check`: valid_first_time,
+    # repaired, invalid), and `failed_<check>`: the answers each check turned down
+    validation: dict[str, int] = field(default_factory=dict)
 
     def add_cached(self, model: str | None, tokens_in: int, tokens_out: int) -> None:
         """A result the cache answered: counted, its tokens what the job did not pay for."""
@@ -118,6 +121,8 @@ class Stats:
         if outcome.swept:
             self.swept += 1
             self.recovered_by_sweep += outcome.ok
+        if outcome.validation is not None or outcome.failed_checks:
+            self._validated(outcome)
         if outcome.ok:
             self.results += 1
             used = request_format.usage(outcome.body)
@@ -168,6 +173,13 @@ class Stats:
     def error_count(self) -> int:
         return sum(self.errors.values())
 
+    def _validated(self, outcome: Outcome) -> None:
+        validation = self.validation
+        if outcome.validation is not None:
+            validation[outcome.validation] = validation.get(outcome.validation, 0) + 1
+        for check in outcome.failed_checks:
+            validation[f"failed_{check}"] = validation.get(f"failed_{check}", 0) + 1
+
     def merge(self, other: Stats) -> None:
         self.results += other.results
         for code, n in other.errors.items():
@@ -190,6 +202,8 @@ class Stats:
         for path, n in other.paths.items():
             self.paths[path] = self.paths.get(path, 0) + n
         self.cached += other.cached
+        for outcome_kind, n in other.validation.items():
+            self.validation[outcome_kind] = self.validation.get(outcome_kind, 0) + n
         for model, (tokens_in, tokens_out) in other.cached_models.items():
             per_model = self.cached_models.setdefault(model, [0, 0])
             per_model[0] += tokens_in
@@ -236,6 +250,7 @@ class Stats:
             "paths": dict(sorted(self.paths.items())),
             "cached": self.cached,
             "cached_models": self.cached_models,
+            "validation": dict(sorted(self.validation.items())),
         }
 
     def latency_histogram(self) -> list[dict[str, float | int]]:
@@ -274,4 +289,5 @@ class Stats:
             paths=dict(data.get("paths", {})),
             cached=data.get("cached", 0),
             cached_models={k: list(v) for k, v in data.get("cached_models", {}).items()},
+            validation=dict(data.get("validation", {})),
         )

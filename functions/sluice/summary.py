@@ -203,6 +203,7 @@ def job_figures(
         cost_estimate_usd=_costs(tally, counts, shards=len(tally.shards), wall=wall),
         budget=_budget(job, tally.unsent),
         provider_refused=replace(tally.refused, lines=refused_lines) if tally.refused and refused_lines else None,
+        validation=dict(sorted(totals.validation.items())) if totals.validation else None,
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 import orjson
 from sluice.contract import Mode
@@ -26,6 +27,8 @@ def run(args: argparse.Namespace) -> int:
     )
     require_valid(est.check, allow_invalid=args.allow_invalid)
     data = {"provider": args.provider, **est.to_dict()}
+    if args.invalid_rate is not None:
+        data["validation"] = resubmissions(data, args.invalid_rate, args.validate_attempts)
     if args.json:
         print(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
         return EXIT_OK
@@ -46,8 +49,7 @@ def run(args: argparse.Namespace) -> int:
     a = data["assumptions"]
 
     def costs(kind: str) -> str:
-        usd = data[kind]
-        return f"direct/background {human_usd(usd['direct'])}, batch {human_usd(usd['batch'])}"
+        return costs_of(data[kind])
 
     uncapped = sum(row["requests_without_max_tokens"] for row in data["models"].values())
     print(
@@ -61,6 +63,13 @@ def run(args: argparse.Namespace) -> int:
     )
     print(f"  provider, at most:  {costs('provider_usd_at_most')} — {bound}")
     print(f"  provider, at least: {costs('provider_usd_at_least')} — one output token an answer")
+    if "validation" in data:
+        v = data["validation"]
+        print(
+            f"  with validation:    expected {costs_of(v['provider_usd'])} — {v['expected_sends_per_line']:.3f} sends "
+            f"a line, {v['invalid_rate']:.0%} of answers sent again, up to {v['attempts']} sends; at most "
+            f"{costs_of(v['provider_usd_at_most'])} (a repair turn adds input tokens, not counted)"
+        )
     if Mode.BATCH in modes(args.provider):
         print("  (Batch API: half price, results within 24 h)")
     else:
@@ -77,3 +86,30 @@ def run(args: argparse.Namespace) -> int:
         "20% for English prose; each provider, and the simulator, counts its own way)"
     )
     return EXIT_OK
+
+
+def costs_of(usd: dict[str, Any]) -> str:
+    return f"direct/background {human_usd(usd['direct'])}, batch {human_usd(usd['batch'])}"
+
+
+def expected_sends(invalid_rate: float, attempts: int) -> float:
+    """The sends a line gets on average when each answer fails its checks at `invalid_rate` and a
+    line is sent at most `attempts` times: 1 + r + r² + … + r^(attempts-1)."""
+    return sum(invalid_rate**k for k in range(attempts))
+
+
+def resubmissions(data: dict[str, Any], invalid_rate: float, attempts: int) -> dict[str, Any]:
+    """What output validation's resubmissions add to the provider's cost: expected, and at most
+    (every line sent `attempts` times)."""
+    factor = expected_sends(invalid_rate, attempts)
+
+    def scaled(usd: dict[str, float | None], by: float) -> dict[str, float | None]:
+        return {kind: None if value is None else value * by for kind, value in usd.items()}
+
+    return {
+        "invalid_rate": invalid_rate,
+        "attempts": attempts,
+        "expected_sends_per_line": round(factor, 6),
+        "provider_usd": scaled(data["provider_usd"], factor),
+        "provider_usd_at_most": scaled(data["provider_usd_at_most"], attempts),
+    }

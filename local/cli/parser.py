@@ -22,6 +22,7 @@ from sluice.contract import (
 )
 
 from local import checks
+from local.cli.validate_options import validate_options
 from local.console import EXIT_CODES_HELP
 from local.sim_options import add_options as add_simulator_options
 
@@ -216,6 +217,7 @@ def _run(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     ):
         default = LOCAL_SETTING_DEFAULTS[name]
         p.add_argument(flag, type=kind, default=default, help=with_default(text, default))
+    validate_options(p)
     p.add_argument("--latency", type=checks.seconds, default=0.05, help="simulator latency in seconds (default: 0.05)")
     p.add_argument("--max-error-rate", type=_error_rate, metavar="RATE", help=MAX_ERROR_RATE_HELP)
     p.add_argument("--budget", dest="budget_usd", type=_budget, metavar="USD", help=BUDGET_HELP)
@@ -350,6 +352,19 @@ def _estimate(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
         type=checks.positive_int,
         default=shard_lines,
         help=with_default("lines per shard, for the AWS estimate", shard_lines),
+    )
+    e.add_argument(
+        "--invalid-rate",
+        type=checks.fraction,
+        metavar="RATE",
+        help="with output validation: the expected share of answers that fail the checks and are sent again",
+    )
+    e.add_argument(
+        "--validate-attempts",
+        type=checks.positive_int,
+        default=3,
+        metavar="N",
+        help="sends a line gets in all (default: 3)",
     )
     e.add_argument("--allow-invalid", action="store_true", help="estimate the valid lines even if some are invalid")
     e.add_argument("--json", action="store_true", help="print the estimate as JSON")

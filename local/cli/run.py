@@ -32,7 +32,17 @@ from local.interrupt import Interrupted, Signals, stop_run, writing_note
 from local.progress import Display, LiveCounts
 from local.providers import check_mode, provider, users_base_url
 from local.report import write_report
-from local.run_end import RunFacts, budget_lines, exit_code, local_summary, refusal_lines, swept, timing, usage
+from local.run_end import (
+    RunFacts,
+    budget_lines,
+    exit_code,
+    local_summary,
+    refusal_lines,
+    swept,
+    timing,
+    usage,
+    validation_lines,
+)
 
 SIMULATOR_PROVIDER = "sluice-simulator"
 
@@ -117,6 +127,14 @@ def _job_metadata(args: argparse.Namespace) -> dict[str, str]:
         metadata["sluice-max-error-rate"] = str(args.max_error_rate)
     if args.budget_usd is not None:
         metadata["sluice-budget-usd"] = str(args.budget_usd)
+    if args.validate is not None:
+        metadata["sluice-validate"] = args.validate
+        metadata["sluice-validate-repair"] = "yes" if args.repair else "no"
+    if args.validate_schema:
+        # beside the input, where Plan reads it; only a .jsonl under inbox/ starts a job
+        metadata["sluice-validate-schema"] = f"{INBOX_PREFIX}schemas/{Path(args.validate_schema).name}"
+    if args.validate_attempts is not None:
+        metadata["sluice-validate-attempts"] = str(args.validate_attempts)
     return metadata
 
 
@@ -148,7 +166,10 @@ def _through_local_cloud(
     cloud = LocalCloud(provider_base_url=base_url, api_key=api_key, settings=settings, progress=counts)
     display = Display(counts, quiet=args.quiet)
     with display.starting("starting the local cloud (moto, in this process)"), cloud.running():
-        key, etag = cloud.upload(path, metadata=_job_metadata(args))
+        metadata = _job_metadata(args)
+        if args.validate_schema:
+            cloud.upload(Path(args.validate_schema), key=metadata["sluice-validate-schema"])
+        key, etag = cloud.upload(path, metadata=metadata)
         job_id = job_id_for(cloud.bucket, key, etag)
         execution = cloud.start(cloud.object_created_event(key, etag), name=job_id)
         signals.job_started()
@@ -209,6 +230,8 @@ def _ended(
         f"job {ran.job_id}: {status} {timing(summary, command_s)} — "
         f"{results:,} results, {errors:,} errors{swept(summary)}{usage(summary)}"
     )
+    for line in validation_lines(summary):
+        tell(line)
     why = refusal_lines(summary) + budget_lines(summary, cache=not args.no_cache)
     if summary.get("error") and not summary.get("provider_refused"):
         why.append(f"error: {summary['error']}")
@@ -257,6 +280,7 @@ def _settings_shown(args: argparse.Namespace) -> dict[str, Any]:
         "budget_usd": args.budget_usd,
         "max_error_rate": args.max_error_rate or 0.0,
         "cache": "off" if args.no_cache else "on",
+        "validate": args.validate,
     }
 
 

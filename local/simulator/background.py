@@ -62,6 +62,8 @@ class Background:
             outcome = "completed"
         prompt = responses_prompt(data)
         text, truncated = limit_text(answer_for(prompt), positive_int(data.get("max_output_tokens")))
+        if plan.reply is not None and plan.reply.text is not None:
+            text, truncated = plan.reply.text, plan.reply.truncated
         if truncated and outcome == "completed":
             outcome = "incomplete"
         elif outcome == "incomplete":

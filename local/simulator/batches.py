@@ -30,6 +30,7 @@ from local.simulator.faults import draws
 from local.simulator.files import Files
 from local.simulator.plans import BATCH_ENDPOINTS, Plan, plan_for
 from local.simulator.requestlog import NOTES
+from local.simulator.structured import pick_output_fault, spoil
 from local.simulator.wire import ApiError, json_response, not_found, read_json
 
 QUEUED_STATUSES = frozenset({"validating", "in_progress", "finalizing", "cancelling"})
@@ -245,6 +246,8 @@ class Batches:
                     row.plan = plan_for(endpoint, body, self._core.new_id, cfg.embedding_dims)
                 except ApiError as err:
                     row.error_status, row.error_body = err.status, err.body
+                if row.plan is not None and row.plan.reply is not None:
+                    spoil(row.plan.reply, pick_output_fault(cfg, cfg.seed, row_key, attempt), endpoint, body)
                 if row.plan is not None and u_error < cfg.batch_row_error_rate:
                     failure = ApiError(
                         500, "The server had an error processing this request (simulated fault).", type="server_error"

@@ -24,6 +24,12 @@ class SimConfig:
     slow_s: float = 5.0
     rate_queue_wait: float = 0.0
     queue_wait_status: int = 503
+    # answers a pipeline cannot use (`structured`): off the schema the request gave, not JSON
+    # though JSON was asked for, cut short at the output limit, a refusal
+    rate_off_schema: float = 0.0
+    rate_invalid_json: float = 0.0
+    rate_truncated: float = 0.0
+    rate_refusal: float = 0.0
     incomplete_rate: float = 0.0  # background responses only
     failed_rate: float = 0.0  # background responses only
     rpm_limit: int = 0  # server-wide; 0 = unlimited
@@ -58,6 +64,8 @@ class SimConfig:
                 raise ValueError(f"{f.name} must not be negative, got {value}")
         if self.request_fault_total > 1.0 + 1e-9:
             raise ValueError("rate_429 + rate_500 + rate_drop + rate_slow + rate_queue_wait > 1")
+        if self.rate_off_schema + self.rate_invalid_json + self.rate_truncated + self.rate_refusal > 1.0 + 1e-9:
+            raise ValueError("rate_off_schema + rate_invalid_json + rate_truncated + rate_refusal > 1")
         if self.incomplete_rate + self.failed_rate > 1.0 + 1e-9:
             raise ValueError("incomplete_rate + failed_rate > 1")
         if not 400 <= self.queue_wait_status <= 599:

@@ -32,6 +32,7 @@ from local.simulator.faults import (
 from local.simulator.messages import OVERLOADED, plan_messages, speaks
 from local.simulator.plans import plan_for
 from local.simulator.requestlog import NOTES
+from local.simulator.structured import pick_output_fault, spoil
 from local.simulator.wire import CUSTOM_ID_HEADER, ApiError, Dropped, json_response, read_json, retry_headers
 
 # charges a request's tokens to the rate limits, or raises their 429
@@ -113,6 +114,11 @@ class Inference:
                 code="queue_wait_exceeded",
                 headers=retry_headers(cfg.retry_after_s),
             )
+        if plan.reply is not None:
+            output_fault = pick_output_fault(cfg, cfg.seed, key, attempt)
+            spoil(plan.reply, output_fault, request.path, data)
+            if output_fault is not None:
+                request[NOTES]["output_fault"] = output_fault
         if background:
             return json_response(self._background.create(data, plan, delay, u_outcome))
         return json_response(plan.build())

@@ -17,9 +17,9 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from local.simulator.answers import answer_for, count_tokens, limit_text, positive_int, text_of
+from local.simulator.answers import count_tokens, positive_int, text_of
 from local.simulator.limits import Level
-from local.simulator.plans import NewId, Plan
+from local.simulator.plans import NewId, Plan, reply_to
 from local.simulator.wire import ApiError
 
 MESSAGES_PATH = "/v1/messages"
@@ -59,17 +59,19 @@ def plan_messages(data: dict[str, Any], new_id: NewId) -> Plan:
     parts = [text_of(system)] if system else []
     parts += [text_of(m.get("content")) for m in messages if isinstance(m, dict)]
     prompt = "\n".join(parts)
-    text, truncated = limit_text(answer_for(prompt), limit)
-    pt, ct = count_tokens(prompt), count_tokens(text)
+    reply = reply_to(MESSAGES_PATH, data, prompt, limit)
+    pt, ct = count_tokens(prompt), count_tokens(reply.text or "")
 
     def build() -> dict[str, Any]:
+        content = [{"type": "text", "text": reply.text}] if reply.text is not None else []
+        stop = "refusal" if reply.refusal is not None else "max_tokens" if reply.truncated else "end_turn"
         return {
             "id": new_id("msg_sim"),
             "type": "message",
             "role": "assistant",
             "model": model,
-            "content": [{"type": "text", "text": text}],
-            "stop_reason": "max_tokens" if truncated else "end_turn",
+            "content": content,
+            "stop_reason": stop,
             "stop_sequence": None,
             "usage": {
                 "input_tokens": pt,
@@ -79,7 +81,7 @@ def plan_messages(data: dict[str, Any], new_id: NewId) -> Plan:
             },
         }
 
-    return Plan(pt, ct, build)
+    return Plan(pt, ct, build, reply)
 
 
 def error_response(err: ApiError, request_id: str) -> web.Response:

@@ -22,6 +22,7 @@ from local.simulator.answers import (
     responses_prompt,
     text_of,
 )
+from local.simulator.structured import Reply, json_text
 from local.simulator.wire import FINGERPRINT, ApiError
 
 BATCH_ENDPOINTS = ("/v1/chat/completions", "/v1/responses", "/v1/embeddings", "/v1/completions")
@@ -34,6 +35,16 @@ class Plan:
     prompt_tokens: int
     completion_tokens: int
     build: Callable[[], dict[str, Any]]
+    # a text answer, which an output fault may still change before `build` (`structured.spoil`)
+    reply: Reply | None = None
+
+
+def reply_to(path: str, data: Mapping[str, Any], prompt: str, limit: int | None) -> Reply:
+    """The answer to `prompt`: JSON where the request asks for it, cut to `limit` tokens."""
+    reply = answer_for(prompt)
+    text = json_text(path, data, reply) or reply
+    cut, truncated = limit_text(text, limit)
+    return Reply(cut if truncated else text, truncated)
 
 
 def plan_for(path: str, data: dict[str, Any], new_id: NewId, embedding_dims: int) -> Plan:
@@ -60,12 +71,18 @@ def _chat(model: str, data: dict[str, Any], new_id: NewId) -> Plan:
     limit = positive_int(data.get("max_completion_tokens"))
     if limit is None:
         limit = positive_int(data.get("max_tokens"))
-    text, truncated = limit_text(answer_for(prompt), limit)
+    reply = reply_to("/v1/chat/completions", data, prompt, limit)
     n = min(max(positive_int(data.get("n")) or 1, 1), 16)
-    pt, ct = count_tokens(prompt), count_tokens(text) * n
+    pt, ct = count_tokens(prompt), count_tokens(reply.text or "") * n
 
     def build() -> dict[str, Any]:
-        choice_reason = "length" if truncated else "stop"
+        choice_reason = "length" if reply.truncated else "stop"
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": reply.text,
+            "refusal": reply.refusal,
+            "annotations": [],
+        }
         return {
             "id": new_id("chatcmpl-sim"),
             "object": "chat.completion",
@@ -74,7 +91,7 @@ def _chat(model: str, data: dict[str, Any], new_id: NewId) -> Plan:
             "choices": [
                 {
                     "index": i,
-                    "message": {"role": "assistant", "content": text, "refusal": None, "annotations": []},
+                    "message": dict(message),
                     "logprobs": None,
                     "finish_reason": choice_reason,
                 }
@@ -91,7 +108,7 @@ def _chat(model: str, data: dict[str, Any], new_id: NewId) -> Plan:
             "service_tier": "default",
         }
 
-    return Plan(pt, ct, build)
+    return Plan(pt, ct, build, reply)
 
 
 def _completions(model: str, data: dict[str, Any], new_id: NewId) -> Plan:
@@ -131,14 +148,16 @@ def _responses(data: dict[str, Any], new_id: NewId) -> Plan:
     if "input" not in data:
         raise ApiError(400, "Missing required parameter: 'input'.", param="input", code="missing_required_parameter")
     prompt = responses_prompt(data)
-    text, truncated = limit_text(answer_for(prompt), positive_int(data.get("max_output_tokens")))
-    pt, ct = count_tokens(prompt), count_tokens(text)
+    reply = reply_to("/v1/responses", data, prompt, positive_int(data.get("max_output_tokens")))
+    pt, ct = count_tokens(prompt), count_tokens(reply.text or "")
 
     def build() -> dict[str, Any]:
-        status = "incomplete" if truncated else "completed"
-        return response_object(new_id("resp_sim"), int(time.time()), status, data, text, pt)
+        status = "incomplete" if reply.truncated else "completed"
+        return response_object(
+            new_id("resp_sim"), int(time.time()), status, data, reply.text, pt, refusal=reply.refusal
+        )
 
-    return Plan(pt, ct, build)
+    return Plan(pt, ct, build, reply)
 
 
 def _embeddings(model: str, data: dict[str, Any], embedding_dims: int) -> Plan:
@@ -178,21 +197,28 @@ def response_object(
     *,
     error: dict[str, Any] | None = None,
     completed_at: int | None = None,
+    refusal: str | None = None,
 ) -> dict[str, Any]:
-    """A Responses API `response` object in `status`, with `text` as its output when there is one."""
+    """A Responses API `response` object in `status`, with `text` (or a `refusal`) as its output
+    when there is one."""
     output: list[dict[str, Any]] = []
     usage: dict[str, Any] | None = None
-    if text is not None:
+    if text is not None or refusal is not None:
+        content: dict[str, Any] = (
+            {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+            if text is not None
+            else {"type": "refusal", "refusal": refusal}
+        )
         output.append(
             {
                 "type": "message",
                 "id": "msg_" + resp_id.removeprefix("resp_"),
                 "status": "completed" if status == "completed" else "incomplete",
                 "role": "assistant",
-                "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}],
+                "content": [content],
             }
         )
-        ot = count_tokens(text)
+        ot = count_tokens(text or "")
         usage = {
             "input_tokens": input_tokens,
             "input_tokens_details": {"cached_tokens": 0},

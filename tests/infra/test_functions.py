@@ -29,6 +29,9 @@ CONFIGURED = {
     "SLUICE_SAFETY_MARGIN_S",
     "SLUICE_BATCH_QUEUE_TOKENS",
     "SLUICE_BATCH_QUEUE_DEFAULT_TOKENS",
+    "SLUICE_VALIDATE",
+    "SLUICE_VALIDATE_ATTEMPTS",
+    "SLUICE_VALIDATE_REPAIR",
 }
 
 
@@ -100,6 +103,10 @@ def test_environment_is_the_settings_the_steps_read(synthesis: Synthesis, env: s
         )
         assert (settings.safety_margin_s, settings.max_error_rate) == (config.safety_margin_s, config.max_error_rate)
         assert settings.provider_base_url == config.provider_base_url
+        assert (settings.validate_attempts, settings.validate_repair) == (
+            config.validate_attempts,
+            config.validate_repair,
+        )
         assert {model: settings.batch_queue_limit(model) for model in config.batch_queue_tokens} == dict(
             config.batch_queue_tokens
         )

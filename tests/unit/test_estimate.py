@@ -116,3 +116,22 @@ def test_a_line_the_provider_cannot_take_is_invalid_before_anything_is_sent(
     assert "line 2: unsupported url '/v1/responses'" in capsys.readouterr().err
     assert main(["estimate", str(path), "--quiet", "--provider", "anthropic", "--allow-invalid", "--json"]) == 0
     assert orjson.loads(capsys.readouterr().out)["models"]["gpt-4o-mini"]["requests"] == 1
+
+
+def test_estimate_prices_the_resubmissions_validation_expects(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "checked.jsonl"
+    path.write_bytes(b"".join(_chat(n, max_tokens=4) for n in range(5)))
+    assert main(["estimate", str(path), "--quiet", "--json"]) == 0
+    plain = orjson.loads(capsys.readouterr().out)
+    assert "validation" not in plain
+    assert main(["estimate", str(path), "--quiet", "--json", "--invalid-rate", "0.2", "--validate-attempts", "3"]) == 0
+    checked = orjson.loads(capsys.readouterr().out)["validation"]
+    assert checked["expected_sends_per_line"] == pytest.approx(1.24)
+    assert checked["provider_usd"]["direct"] == pytest.approx(plain["provider_usd"]["direct"] * 1.24, rel=1e-3)
+    assert checked["provider_usd_at_most"]["batch"] == pytest.approx(
+        plain["provider_usd_at_most"]["batch"] * 3, rel=1e-3
+    )
+    assert main(["estimate", str(path), "--quiet", "--invalid-rate", "0.2"]) == 0
+    assert "with validation:    expected" in capsys.readouterr().out

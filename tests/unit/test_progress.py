@@ -271,3 +271,20 @@ def test_a_small_cost_keeps_two_significant_digits() -> None:
         "$12.50",
         "$0",
     ]
+
+
+def test_the_line_shows_a_validating_jobs_repaired_and_invalid_lines() -> None:
+    counts = LiveCounts(clock=Clock())
+    counts.total = 3
+    repaired = _answer(1, tokens_in=10, tokens_out=1)
+    repaired.validation = "repaired"
+    invalid = _failure(2)
+    invalid.validation = "invalid"
+    valid = _answer(3, tokens_in=10, tokens_out=1)
+    valid.validation = "valid_first_time"
+    for outcome in (repaired, invalid, valid):
+        counts.outcome(outcome, batch=False, waited=False)
+    snapshot = counts.snapshot()
+    assert (snapshot.repaired, snapshot.invalid_output) == (1, 1)
+    line = format_line(snapshot, rate=1.0, eta_s=None, width=200)
+    assert "1 repaired" in line and "1 invalid" in line

@@ -9,7 +9,16 @@ from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
-from .status import BATCH_INCOMPLETE_POLICIES, CACHE_MODES, DEFAULT_PROVIDER, MODES, PROVIDERS, SHARED_LIMIT_CHOICES
+from .status import (
+    BATCH_INCOMPLETE_POLICIES,
+    CACHE_MODES,
+    DEFAULT_PROVIDER,
+    MODES,
+    PROVIDERS,
+    SHARED_LIMIT_CHOICES,
+    VALIDATE_REPAIR_CHOICES,
+    parse_validate,
+)
 
 DEFAULT_PROVIDER_BASE_URL = "https://api.openai.com/v1"
 
@@ -195,6 +204,13 @@ class Settings:
     # and compaction drops them; 0: answers never expire (a local directory)
     cache_ttl_days: int = field(default=0, metadata={_KIND: "days"})
 
+    # per-line output validation for a job that does not choose (`sluice-validate`): the checks
+    # (`parse_validate`: all, none, or names), how many times an answer is sent in all, and whether
+    # a resend adds what was wrong as a follow-up turn
+    validate: str = field(default="", metadata={_KIND: "validate"})
+    validate_attempts: int = 3
+    validate_repair: str = field(default="off", metadata={_KIND: "choice", _CHOICES: VALIDATE_REPAIR_CHOICES})
+
     @property
     def cache_provider_name(self) -> str:
         return self.cache_provider or self.provider_base_url
@@ -262,6 +278,11 @@ def _parse(name: str, raw: str, kind: Any, metadata: Mapping[str, Any]) -> Any:
         except ValueError as exc:
             raise SettingsError(f"{name}: {exc}") from exc
         return raw
+    if how == "validate":
+        try:
+            return ",".join(parse_validate(raw))
+        except ValueError as exc:
+            raise SettingsError(f"{name}={raw!r}: {exc}") from exc
     if how == "rate":
         try:
             return parse_error_rate(raw)

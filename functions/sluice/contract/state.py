@@ -206,6 +206,13 @@ class ShardSpec:
     answered: bool = False
     # the provider family the shard sends to (`Settings.provider`): how its requests and answers read
     provider: str = DEFAULT_PROVIDER
+    # per-line output validation (`sluice.validation`): the checks, by name separated by commas
+    # ("" = none), how many times an answer is sent in all, and whether a resend repairs
+    validate: str = ""
+    validate_attempts: int = 1
+    validate_repair: bool = False
+    # the schema the job names (`sluice-validate-schema`), as JSON; "" = each line's own
+    validate_schema: str = ""
 
     @classmethod
     def path(cls, name: str) -> str:

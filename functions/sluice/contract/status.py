@@ -20,11 +20,33 @@ MODES = (Mode.DIRECT, Mode.BACKGROUND, Mode.BATCH, Mode.AUTO)
 # what happens to rows a batch did not finish: `direct` re-runs them, `error` reports them
 BATCH_INCOMPLETE_POLICIES = ("direct", "error")
 SHARED_LIMIT_CHOICES = ("on", "off")
+VALIDATE_REPAIR_CHOICES = ("on", "off")
 # the response cache per job: `on` reads and fills it, `read` only reads, `write` only fills
 CACHE_MODES = ("on", "read", "write", "off")
 # the provider families Sluice speaks (`sluice.providers.family`): `Settings.provider` picks one
 DEFAULT_PROVIDER = "openai"
 PROVIDERS = (DEFAULT_PROVIDER, "anthropic", "bedrock")
+# what per-line output validation can check of an answer (`sluice.validation`); `all` (or the
+# option given bare) turns on every one, and each applies to a line only where it can
+VALIDATION_CHECKS = ("json", "schema", "cut_short", "refusal", "empty")
+VALIDATE_ALL = "all"
+VALIDATE_NONE = ("", "none", "off")
+
+
+def parse_validate(text: str) -> tuple[str, ...]:
+    """The checks a `--validate` / `sluice-validate` value turns on, in `VALIDATION_CHECKS`' order:
+    `all` every one, `none`/`off`/"" none, else names separated by commas."""
+    words = {w.strip().lower() for w in text.split(",")} - {""}
+    if not words or words <= set(VALIDATE_NONE):
+        return ()
+    if VALIDATE_ALL in words:
+        return VALIDATION_CHECKS
+    unknown = sorted(words - set(VALIDATION_CHECKS))
+    if unknown:
+        raise ValueError(
+            f"unknown check(s) {', '.join(unknown)}; expected all or some of {', '.join(VALIDATION_CHECKS)}"
+        )
+    return tuple(c for c in VALIDATION_CHECKS if c in words)
 
 
 # A job's own options: each input object may override its environment's settings with S3 object
@@ -47,6 +69,13 @@ JOB_OPTIONS = (
     "cache-incomplete",
     # the provider family the job's lines are written for: the environment's, or Plan refuses it
     "provider",
+    # per-line output validation (issue 33): the checks, how many times an answer is sent in all,
+    # and whether a resend carries what was wrong (`yes`/`no`)
+    "validate",
+    "validate-attempts",
+    "validate-repair",
+    # the JSON schema every answer must match: a `.json` object under `inbox/` in the job's bucket
+    "validate-schema",
     # the job a retry took its lines from (`sluice retry`)
     "parent-job",
 )

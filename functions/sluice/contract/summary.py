@@ -195,7 +195,7 @@ class Figures(JsonRecord):
     and `timeline`: what the report draws; `merge`: the requests and bytes the outputs took.
     `budget` only for a job with a cap; `provider_refused` always, null unless one refused."""
 
-    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"budget"})
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"budget", "validation"})
     outputs: dict[str, str]
     counts: Counts
     error_rate: float
@@ -221,6 +221,9 @@ class Figures(JsonRecord):
     cost_estimate_usd: Costs
     budget: Budget | None
     provider_refused: ProviderRefused | None
+    # a validating job's lines by how they ended, and the answers each check turned down
+    # (`sluice.output_check`); None for a job that validates nothing
+    validation: dict[str, int] | None = None
 
 
 @dataclass(frozen=True)
