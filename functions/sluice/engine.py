@@ -13,13 +13,10 @@ exception escaping `fan_out` is a bug in Sluice, in the iterator or in the sink.
 from __future__ import annotations
 
 import asyncio
-import gc
 import math
 import random
-import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sized
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +30,7 @@ from .contract import DEFAULT_PROVIDER, ProviderRefused
 from .limits import AdaptiveLimit, Gate, RatePacer
 from .model import Outcome, Request
 from .output_check import OutputCheck
+from .process_tuning import keep_read_buffers_off_mmap, tuned_gc
 from .providers import RequestFormat, Signer, family
 from .refusal import RefusalWatch
 from .retry import DEFAULT_POLICY, RetryPolicy
@@ -40,10 +38,7 @@ from .shared_limit import SharedLimit, Ticket
 
 # per-path URLs are parsed once; polls (/v1/responses/<id>) are unique, so don't cache forever
 _URL_CACHE_MAX = 64
-_GC_GEN0 = 20_000
 _START_BATCH = 10
-# above asyncio's per-read buffer (256 KiB); see _keep_read_buffers_off_mmap
-_MMAP_THRESHOLD_HINT = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,63 +116,6 @@ def make_session(concurrency: int, *, user_agent: str | None = None) -> aiohttp.
 
 def _never() -> bool:
     return False
-
-
-class _GcTuning:
-    """Fewer, cheaper garbage collections while any engine in the process runs.
-
-    Every request allocates a few hundred short-lived containers, so the default gen-0
-    threshold (700) runs a collection every couple of requests, and the older generations
-    rescan every long-lived module object each time. Freezing what exists and collecting less
-    often cuts ~10% of the engine's CPU. The collector is process-wide and the local cloud
-    runs many shards at once on threads, so the first engine in tunes it and the last one out
-    restores it; asking `gc.get_freeze_count()` per shard instead walks every frozen object,
-    which in a local cloud holding millions of them cost ~0.1 s of CPU per shard.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._users = 0
-        self._threshold = gc.get_threshold()
-        self._unfreeze = False
-
-    @contextmanager
-    def __call__(self, enabled: bool) -> Iterator[None]:
-        if not enabled:
-            yield
-            return
-        with self._lock:
-            if self._users == 0:
-                self._threshold = gc.get_threshold()
-                # nothing of ours is frozen now, so this counts only a freeze the caller made,
-                # which it is left to undo
-                self._unfreeze = gc.get_freeze_count() == 0
-                gc.freeze()
-                gc.set_threshold(max(self._threshold[0], _GC_GEN0), *self._threshold[1:])
-            self._users += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._users -= 1
-                if self._users == 0:
-                    gc.set_threshold(*self._threshold)
-                    if self._unfreeze:
-                        gc.unfreeze()
-
-
-_tuned_gc = _GcTuning()
-
-
-def _keep_read_buffers_off_mmap() -> None:
-    """asyncio's selector transports read every response into a fresh 256 KiB bytes object.
-    glibc serves blocks that size with mmap until a freed mmapped block teaches it a higher
-    threshold, so without this every read costs an mmap, an mremap, a munmap and page
-    faults: about a fifth of the CPU per request in bench/engine.py. Freeing one larger
-    block raises glibc's threshold for the life of the process (two syscalls, so it is
-    cheap to repeat per call); with another allocator it is just a short-lived allocation."""
-    block = bytes(_MMAP_THRESHOLD_HINT)
-    del block
 
 
 async def fan_out(
@@ -494,10 +432,10 @@ class _Run:
     async def run(self, it: Iterator[Request]) -> None:
         settings = self.settings
         workers = settings.concurrency + math.ceil(settings.concurrency * max(0.0, settings.retry_headroom))
-        _keep_read_buffers_off_mmap()
+        keep_read_buffers_off_mmap()
         t0 = time.monotonic()
         try:
-            with _tuned_gc(settings.tune_gc):
+            with tuned_gc(settings.tune_gc):
                 async with asyncio.TaskGroup() as group:
                     for index in range(workers):
                         group.create_task(self.worker(it))
