@@ -3,9 +3,10 @@
 `{..., error: {errorCode, errorMessage}}`) as a `BatchRow`, and a job's state in OpenAI's words.
 
 `modelInput` is the InvokeModel body of the job's model. Only Anthropic's models on Bedrock are
-written here: a chat-completions line is translated to their Messages body, a `/v1/messages` line
-goes as it is; Bedrock's answers are Messages answers, given back chat.completion-shaped for chat
-lines. Any other model family's body is refused, so no line is sent in a shape its model rejects.
+written here: a chat-completions or Responses line is translated to their Messages body, a
+`/v1/messages` line goes as it is; Bedrock's answers are Messages answers, given back in the shape
+of the line (a chat.completion, a response). Any other model family's body is refused, so no line
+is sent in a shape its model rejects.
 """
 
 from __future__ import annotations
@@ -16,15 +17,15 @@ from typing import Any, Final
 import orjson
 
 from ...model import ErrorCode, Request
-from ..anthropic.translate import CHAT, MESSAGES, to_chat_completion, to_messages
+from ..anthropic.translate import CHAT, MESSAGES, RESPONSES, to_line_shape, to_messages
 from ..batch import BatchCounts, BatchRow, BatchState
 from ..format import Unsupported
 
 ANTHROPIC_VERSION: Final = "bedrock-2023-05-31"
 # a model id, or a cross-region inference profile's (`us.`, `eu.`, `apac.`, `global.` ...)
 _ANTHROPIC = "anthropic."
-# which dialect a job's input file is in, named by its suffix: `rows` answers a chat line as a chat.completion
-SUFFIXES: Mapping[str, str] = {CHAT: ".chat.jsonl", MESSAGES: ".messages.jsonl"}
+# which dialect a job's input file is in, named by its suffix: `output_row` answers each in its shape
+SUFFIXES: Mapping[str, str] = {CHAT: ".chat.jsonl", RESPONSES: ".responses.jsonl", MESSAGES: ".messages.jsonl"}
 
 # Bedrock's job states, in OpenAI's words: a partly completed job is a completed one whose records
 # with no answer go direct (`unfinished_code`)
@@ -71,7 +72,7 @@ def model_input(request: Request) -> dict[str, Any]:
     if not anthropic_model(model if isinstance(model, str) else None):
         raise Unsupported(f"model: Bedrock batch inference runs Anthropic models only here, not {model!r}")
     if request.path not in SUFFIXES:
-        raise Unsupported(f"url: Bedrock batch inference takes {CHAT} or {MESSAGES}, not {request.path}")
+        raise Unsupported(f"url: Bedrock batch inference takes {', '.join(SUFFIXES)}, not {request.path}")
     wire = {k: v for k, v in to_messages(request.path, body).items() if k != "model"}
     wire["anthropic_version"] = ANTHROPIC_VERSION
     return wire
@@ -94,7 +95,7 @@ def output_row(row: Mapping[str, Any], path: str, created: int) -> BatchRow | No
         return None
     output = row.get("modelOutput")
     if isinstance(output, dict):
-        return BatchRow(ref, 200, to_chat_completion(path, output, created), output.get("id"))
+        return BatchRow(ref, 200, to_line_shape(path, output, created), output.get("id"))
     error = row.get("error")
     if not isinstance(error, dict):
         return None
