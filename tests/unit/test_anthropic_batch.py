@@ -17,6 +17,7 @@ from sluice.model import ErrorCode, Request
 from sluice.providers.anthropic import batch as batch_module
 from sluice.providers.anthropic.batch import AnthropicBatchApi, ProviderUnavailable, opener
 from sluice.providers.anthropic.batch_wire import batch_status, parse_row
+from sluice.providers.anthropic.format import ANTHROPIC
 from sluice.providers.batch import BatchRow, BatchState, BatchStatus, BatchTag, BatchUpload, QueueFull
 
 from local.simulator import SimConfig, SimulatorServer
@@ -25,6 +26,8 @@ BASE = SimConfig(latency_s=0.0, seed=7, batch_phase_s=0.0)
 MODEL = "claude-3-5-haiku-latest"
 TAG = BatchTag("reviews-0123456789ab", 3, 1)
 ID_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+CHAT = "/v1/chat/completions"
+RESPONSES = "/v1/responses"
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +44,14 @@ def sim(server: SimulatorServer) -> SimulatorServer:
 
 
 def chat(line: int, custom_id: str, text: str = "I loved it") -> Request:
+    """A chat line as the shard reads it: its body translated to Messages (`lines.parse_line`)."""
     body = {"model": MODEL, "messages": [{"role": "user", "content": f"positive or negative: {text}"}]}
-    return Request(line, custom_id, "POST", "/v1/chat/completions", orjson.dumps(body))
+    return Request(line, custom_id, "POST", "/v1/chat/completions", orjson.dumps(ANTHROPIC.to_wire(CHAT, body)))
+
+
+def responses(line: int, custom_id: str, text: str = "I loved it") -> Request:
+    body = {"model": MODEL, "input": f"positive or negative: {text}", "max_output_tokens": 4}
+    return Request(line, custom_id, "POST", RESPONSES, orjson.dumps(ANTHROPIC.to_wire(RESPONSES, body)))
 
 
 def native(line: int, custom_id: str) -> Request:
@@ -93,6 +102,23 @@ def test_a_batch_answers_chat_lines_as_chat_completions_and_native_lines_nativel
     assert second.body["choices"][0]["message"]["content"] == "negative"
     assert first.body["usage"]["total_tokens"] > 0
     assert third.body["type"] == "message" and third.body["content"] == [{"type": "text", "text": "positive"}]
+
+
+def test_a_batch_answers_responses_lines_as_responses(sim: SimulatorServer) -> None:
+    requests = [responses(3, "r/1"), responses(4, "r/2", "awful")]
+
+    status, rows = run_batch(sim, requests)
+
+    assert status.state == BatchState.COMPLETED and status.counts.completed == 2
+    sent = sim.call(lambda s: [[r.custom_id for r in b.requests] for b in s.message_batches.batches.values()])
+    assert [custom_id[-2:] for custom_id in sent[0]] == ["3r", "4r"]
+    first, second = sorted(rows, key=lambda row: row.ref)
+    assert first.ref == "3" and first.status_code == 200
+    assert first.body["object"] == "response" and first.body["status"] == "completed"
+    assert first.body["output"][0]["content"] == [{"type": "output_text", "text": "positive", "annotations": []}]
+    assert second.body["output"][0]["content"][0]["text"] == "negative"
+    usage = first.body["usage"]
+    assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"] > 0
 
 
 def test_an_expired_batch_keeps_its_answers_and_names_the_rest_unfinished(sim: SimulatorServer) -> None:

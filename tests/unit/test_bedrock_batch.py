@@ -23,7 +23,8 @@ from sluice.model import Request
 from sluice.parts import load_checkpoint
 from sluice.providers.batch import BatchLimits, BatchTag, BatchUpload, QueueFull
 from sluice.providers.bedrock import batch as bedrock
-from sluice.providers.bedrock.records import model_input
+from sluice.providers.bedrock.format import BEDROCK
+from sluice.providers.bedrock.records import dialect, model_input, output_row
 from sluice.providers.format import Unsupported
 from sluice.shard import ShardSpec, pending
 
@@ -32,6 +33,8 @@ from tests.unit.test_batch_runner import BUCKET, Env
 from tests.unit.test_batch_runner import env as env  # the fixture
 
 MODEL = "anthropic.claude-3-haiku-20240307-v1:0"
+CHAT = "/v1/chat/completions"
+RESPONSES = "/v1/responses"
 ROLE = "arn:aws:iam::123456789012:role/sluice-bedrock-batch"
 
 
@@ -42,7 +45,8 @@ class Bedrock:
     events: list[dict[str, Any]]
 
     def shard(self, count: int, **fields: Any) -> ShardSpec:
-        return replace(self.env.shard(count, **fields), model=MODEL)
+        # read as a Bedrock shard reads its lines: a chat line's body as the Converse body it is sent direct
+        return replace(self.env.shard(count, **fields), model=MODEL, provider="bedrock")
 
     def objects(self, prefix: str) -> list[str]:
         listed = self.env.s3.list_objects_v2(Bucket=BUCKET, Prefix=prefix)
@@ -167,18 +171,78 @@ def test_a_cancel_stops_the_job(bed: Bedrock) -> None:
 
 def test_a_model_input_is_the_invoke_model_body_of_an_anthropic_model() -> None:
     chat = {"model": MODEL, "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]}
-    wire = model_input(Request(1, "a", "POST", "/v1/chat/completions", orjson.dumps(chat)))
+    wire = model_input(Request(1, "a", "POST", "/v1/chat/completions", orjson.dumps(BEDROCK.to_wire(CHAT, chat))))
     assert wire == {
         "anthropic_version": "bedrock-2023-05-31",
         "max_tokens": 4096,
-        "system": "Be brief.",
-        "messages": [{"role": "user", "content": "hi"}],
+        "system": [{"type": "text", "text": "Be brief."}],
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
     }
     native = {"model": "us." + MODEL, "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
     assert "model" not in model_input(Request(1, "a", "POST", "/v1/messages", orjson.dumps(native)))
     other = {"model": "amazon.nova-lite-v1:0", "messages": [{"role": "user", "content": "hi"}]}
     with pytest.raises(Unsupported, match="Anthropic models only"):
         model_input(Request(1, "a", "POST", "/v1/chat/completions", orjson.dumps(other)))
+
+
+def test_a_chat_lines_converse_body_is_written_as_the_same_messages_request() -> None:
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBO"}}
+    chat = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "what is it?"}, image]}],
+        "max_tokens": 20,
+        "temperature": 0.5,
+        "top_p": 0.9,
+        "stop": "END",
+        "tools": [{"type": "function", "function": {"name": "look", "parameters": {"type": "object"}}}],
+        "tool_choice": "required",
+    }
+    wire = model_input(Request(1, "a", "POST", CHAT, orjson.dumps(BEDROCK.to_wire(CHAT, chat))))
+    assert wire == {
+        "anthropic_version": "bedrock-2023-05-31",
+        "max_tokens": 20,
+        "temperature": 0.5,
+        "top_p": 0.9,
+        "stop_sequences": ["END"],
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "what is it?"},
+                    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBO"}},
+                ],
+            }
+        ],
+        "tools": [{"name": "look", "input_schema": {"type": "object"}}],
+        "tool_choice": {"type": "any"},
+    }
+
+
+def test_a_responses_line_is_written_as_messages_and_answered_as_a_response() -> None:
+    line = {"model": MODEL, "input": "hi", "instructions": "Be brief.", "max_output_tokens": 5}
+    wire = model_input(Request(1, "a", "POST", RESPONSES, orjson.dumps(BEDROCK.to_wire(RESPONSES, line))))
+    assert wire == {
+        "anthropic_version": "bedrock-2023-05-31",
+        "max_tokens": 5,
+        "system": [{"type": "text", "text": "Be brief."}],
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+    }
+    key = bedrock.input_key(BatchTag("job", 0, 0), RESPONSES)
+    assert dialect(key) == RESPONSES
+    answer = {
+        "id": "msg_1",
+        "type": "message",
+        "model": MODEL,
+        "content": [{"type": "text", "text": "positive"}],
+        "stop_reason": "max_tokens",
+        "usage": {"input_tokens": 7, "output_tokens": 5},
+    }
+    row = output_row({"recordId": "R0000000001", "modelOutput": answer}, dialect(key), 1700000000)
+    assert row is not None and row.status_code == 200
+    assert row.body["object"] == "response" and row.body["created_at"] == 1700000000
+    assert (row.body["status"], row.body["incomplete_details"]) == ("incomplete", {"reason": "max_output_tokens"})
+    assert row.body["output"][0]["content"] == [{"type": "output_text", "text": "positive", "annotations": []}]
+    assert row.body["usage"]["total_tokens"] == 12
 
 
 def test_a_records_error_is_its_lines_error_unless_another_try_may_answer_it(bed: Bedrock) -> None:

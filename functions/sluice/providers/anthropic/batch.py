@@ -98,12 +98,12 @@ class ProviderUnavailable(Exception):
 
 
 def batch_row(request: Request) -> bytes:
-    """The request as one inline request, `params` translated to Messages for a chat line; its id
-    is the line, which `submit` prefixes with the batch's tag."""
-    body = orjson.loads(request.body or b"{}")
-    params = ANTHROPIC.to_wire(request.path, body)
+    """The request as one inline request, `params` its body, which is a Messages body already (a chat
+    or Responses line's was translated as it was read, `RequestFormat.to_wire`, and translating it
+    again would read it as the line's own shape); its id is the line, which `submit` prefixes with the
+    batch's tag."""
     custom_id = line_ref(request.line) + kind_of(request.path)
-    return b'%s%s","params":%s}\n' % (_ROW_START, custom_id.encode(), orjson.dumps(params))
+    return b'%s%s","params":%s}\n' % (_ROW_START, custom_id.encode(), request.body or b"{}")
 
 
 def _requests_body(upload: BatchUpload, tag: BatchTag) -> bytearray:

@@ -5,7 +5,8 @@ A request's `custom_id` must match `^[a-zA-Z0-9_-]{1,64}$`, and a user's own ids
 row goes under an id Sluice makes: `<shard mark>-<part>-<attempt>-<line><kind>`. The shard mark
 (a digest of the job and shard) and the part and attempt let the results of an ended batch say
 which shard's file they answer (`find`); the line is the row map's key (`row_ref`); the kind says
-whether the line was a chat-completions line, whose answer is translated back, or a native one.
+whether the line was a chat-completions or a Responses line, whose answer is translated back to its
+shape, or a native one.
 The runners map the line back to the user's id through the part's row map.
 """
 
@@ -20,11 +21,13 @@ from ...model import ErrorCode
 from ..batch import BatchCounts, BatchRow, BatchState, BatchStatus, BatchTag
 from . import translate
 
-# a row's kind, the last letter of its id: a chat line (answered as a chat.completion) or native
+# a row's kind, the last letter of its id: a chat line (answered as a chat.completion), a Responses
+# line (answered as a response) or native
 CHAT_KIND: Final = "c"
+RESPONSES_KIND: Final = "r"
 NATIVE_KIND: Final = "m"
-_KINDS = {CHAT_KIND: translate.CHAT, NATIVE_KIND: translate.MESSAGES}
-_ID = re.compile(r"^([0-9a-f]{12})-(\d+)-(\d+)-(\d+)([cm])$")
+_KINDS = {CHAT_KIND: translate.CHAT, RESPONSES_KIND: translate.RESPONSES, NATIVE_KIND: translate.MESSAGES}
+_ID = re.compile(r"^([0-9a-f]{12})-(\d+)-(\d+)-(\d+)([cmr])$")
 _EXCERPT = 300
 # Anthropic's error types as the HTTP status a direct call would have had
 _ERROR_STATUS = {
@@ -52,7 +55,7 @@ def line_ref(line: int) -> str:
 
 
 def kind_of(path: str) -> str:
-    return CHAT_KIND if path == translate.CHAT else NATIVE_KIND
+    return next((kind for kind, kind_path in _KINDS.items() if kind_path == path), NATIVE_KIND)
 
 
 def row_prefix(tag: BatchTag) -> str:
@@ -138,8 +141,9 @@ def _error_message(status: int, kind: str | None, message: Any) -> str:
 
 
 def parse_row(record: dict[str, Any], created: int) -> BatchRow | None:
-    """One results line as a `BatchRow` named by its line ref, a chat line's answer translated back to a
-    chat.completion (`created`: epoch seconds); None for a line that is not one of Sluice's rows."""
+    """One results line as a `BatchRow` named by its line ref, a chat or Responses line's answer
+    translated back to its shape (`created`: epoch seconds); None for a line that is not one of
+    Sluice's rows."""
     custom_id = record.get("custom_id")
     parsed = parse_id(custom_id) if isinstance(custom_id, str) else None
     result = record.get("result")
@@ -150,7 +154,7 @@ def parse_row(record: dict[str, Any], created: int) -> BatchRow | None:
     if kind == "succeeded" and isinstance(result.get("message"), dict):
         message = result["message"]
         request_id = message.get("id")
-        body = translate.to_chat_completion(path, message, created)
+        body = translate.to_line_shape(path, message, created)
         return BatchRow(ref, 200, body, request_id if isinstance(request_id, str) else None)
     if kind in _UNFINISHED:
         return BatchRow(ref, error_code=_UNFINISHED[kind], unfinished=True)

@@ -7,8 +7,9 @@ Anthropic limits a key's input and output tokens a minute apart (ITPM, OTPM); th
 tokens limit is the input one, which is what Anthropic counts when it admits a request (the output
 is counted as it is produced), so a request's estimate is its input alone.
 
-An answer reaches the core native (a `/v1/messages` line) or translated to a chat.completion (a
-chat line, `translate`): every method reading an answer's body reads both.
+An answer reaches the core native (a `/v1/messages` line), translated to a chat.completion (a chat
+line, `translate`) or to a response (a Responses line): every method reading an answer's body reads
+all three.
 """
 
 from __future__ import annotations
@@ -203,7 +204,7 @@ class AnthropicFormat:
     def from_wire(
         self, path: str, body: Any, created: int, *, sent: bytes | None = None, request_id: str | None = None
     ) -> Any:
-        return translate.to_chat_completion(path, body, created)
+        return translate.to_line_shape(path, body, created)
 
 
 _NO_LIMITS = RateLimits()

@@ -1,6 +1,7 @@
 """One file, any provider: a line in OpenAI's chat-completions shape sent as a Messages request, and
 its answer given back as a chat.completion, so switching a job to Anthropic changes no line of the
-input and no reader of the results. A `/v1/messages` line goes as it is and comes back native.
+input and no reader of the results. A `/v1/responses` line goes as the chat line asking the same and
+comes back as a response (`..responses`). A `/v1/messages` line goes as it is and comes back native.
 
 A request field Messages has no equivalent for (`n` above 1, `logprobs`, a `response_format`
 other than text, tools, penalties, a `temperature` above Anthropic's 1) is refused with its name:
@@ -14,11 +15,14 @@ from typing import Any, Final
 
 import orjson
 
+from .. import responses
 from ..format import Unsupported
 
 MESSAGES: Final = "/v1/messages"
 CHAT: Final = "/v1/chat/completions"
-PATHS = frozenset({MESSAGES, CHAT})
+RESPONSES: Final = responses.RESPONSES
+PATHS = frozenset({MESSAGES, CHAT, RESPONSES})
+API: Final = "the Messages API"
 # Messages requires a cap; a chat line may set none. The most every Claude model can produce
 # since Claude 3 Haiku, so a line without one is not cut shorter than it would be elsewhere
 DEFAULT_MAX_TOKENS = 4096
@@ -68,7 +72,7 @@ _MAPPED = frozenset(
 
 
 def _refuse(field: str, why: str) -> Unsupported:
-    return Unsupported(f"{field}: {why}; the Messages API has no equivalent (send it to an OpenAI provider)")
+    return Unsupported(f"{field}: {why}; {API} has no equivalent (send it to an OpenAI provider)")
 
 
 def _text_blocks(content: Any, role: str) -> str | list[dict[str, Any]]:
@@ -111,9 +115,11 @@ def _system_text(content: Any) -> str:
 
 
 def to_messages(path: str, body: dict[str, Any]) -> dict[str, Any]:
-    """The Messages body of a line's `body` sent to `path`: a chat body translated, a Messages body as
-    it is. Raises `Unsupported` naming the first field Messages cannot honour."""
-    if path != CHAT:
+    """The Messages body of a line's `body` sent to `path`: a chat or Responses body translated, a
+    Messages body as it is. Raises `Unsupported` naming the first field Messages cannot honour."""
+    if path == RESPONSES:
+        body = responses.to_chat(body, API)
+    elif path != CHAT:
         return body
     for field in body:
         if field in _REFUSED:
@@ -163,7 +169,11 @@ def to_messages(path: str, body: dict[str, Any]) -> dict[str, Any]:
 
 
 def finish_reason_of(body: Mapping[str, Any]) -> str | None:
-    """The finish reason of a chat.completion's first choice; None when it has none."""
+    """The finish reason of a chat.completion's first choice, or the one a translated response was
+    made from; None when it has none."""
+    made_from = responses.finish_reason_of(body)
+    if made_from is not None:
+        return made_from
     choices = body.get("choices")
     first = choices[0] if isinstance(choices, list) and choices else None
     reason = first.get("finish_reason") if isinstance(first, dict) else None
@@ -220,3 +230,11 @@ def to_chat_completion(path: str, body: Any, created: int) -> Any:
             "prompt_tokens_details": {"cached_tokens": cached},
         },
     }
+
+
+def to_line_shape(path: str, body: Any, created: int) -> Any:
+    """A Messages answer in the shape of the line that asked it: a chat.completion for a chat line, a
+    response for a Responses line, as it is for a Messages line (`created`: epoch seconds)."""
+    if path == RESPONSES:
+        return responses.to_response(to_chat_completion(CHAT, body, created))
+    return to_chat_completion(path, body, created)

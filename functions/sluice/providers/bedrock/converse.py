@@ -1,6 +1,7 @@
 """One file, any provider, on Amazon Bedrock: a line in OpenAI's chat-completions shape sent to the
-Converse API, and its answer given back as a chat.completion; a `/v1/messages` line sent to
-InvokeModel as the Anthropic Messages body Bedrock takes, and answered natively.
+Converse API, and its answer given back as a chat.completion; a `/v1/responses` line sent to Converse
+as the chat line asking the same, and answered as a response (`..responses`); a `/v1/messages` line
+sent to InvokeModel as the Anthropic Messages body Bedrock takes, and answered natively.
 
 Both bodies keep the line's `model` (the cache, the budget and the limits read it there); Bedrock
 names the model in the URL instead, so `route` moves it there when the request is sent.
@@ -18,11 +19,16 @@ from urllib.parse import quote
 
 import orjson
 
+from .. import responses
 from ..format import Unsupported
 
 CHAT: Final = "/v1/chat/completions"
 MESSAGES: Final = "/v1/messages"
-PATHS = frozenset({CHAT, MESSAGES})
+RESPONSES: Final = responses.RESPONSES
+PATHS = frozenset({CHAT, MESSAGES, RESPONSES})
+# the lines sent to Converse; any other goes to InvokeModel
+_CONVERSE_PATHS = frozenset({CHAT, RESPONSES})
+API: Final = "Bedrock's Converse API"
 # InvokeModel's Anthropic bodies name the API version in the body, and no model
 BEDROCK_ANTHROPIC_VERSION: Final = "bedrock-2023-05-31"
 STOP: Final = "stop"
@@ -65,7 +71,7 @@ _MAPPED = frozenset(
 
 
 def _refuse(field: str, why: str) -> Unsupported:
-    return Unsupported(f"{field}: {why}; Bedrock's Converse API has no equivalent (send it to an OpenAI provider)")
+    return Unsupported(f"{field}: {why}; {API} has no equivalent (send it to an OpenAI provider)")
 
 
 def _image(url: Any) -> dict[str, Any]:
@@ -181,19 +187,21 @@ def to_invoke(body: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def to_wire(path: str, body: dict[str, Any]) -> dict[str, Any]:
-    """The body kept for a line to `path`: Converse's for a chat line, InvokeModel's for a Messages
-    line, each naming the line's model, which Bedrock's URL needs."""
+    """The body kept for a line to `path`: Converse's for a chat or Responses line, InvokeModel's for
+    a Messages line, each naming the line's model, which Bedrock's URL needs."""
     if not isinstance(body.get("model"), str) or not body["model"]:
         raise Unsupported("model: Bedrock names the model in a request's URL, and the line names none")
+    if path == RESPONSES:
+        return to_converse(responses.to_chat(body, API))
     return to_converse(body) if path == CHAT else to_invoke(body)
 
 
 def route(path: str, body: bytes | None) -> tuple[str, bytes | None]:
-    """Where a kept body goes (Converse for a chat line, InvokeModel for a Messages line, the model
+    """Where a kept body goes (Converse for a chat or Responses line, InvokeModel for a Messages line, the model
     in the URL, encoded as boto3 encodes it) and the body sent, without its model."""
     wire = orjson.loads(body) if body else {}
     model = wire.pop("model", "")
-    action = "converse" if path == CHAT else "invoke"
+    action = "converse" if path in _CONVERSE_PATHS else "invoke"
     return f"/model/{quote(str(model), safe='')}/{action}", orjson.dumps(wire)
 
 
@@ -243,3 +251,13 @@ def to_chat_completion(body: Any, created: int, model: Any, request_id: str | No
         ],
         "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
     }
+
+
+def to_line_shape(path: str, body: Any, created: int, model: Any, request_id: str | None) -> Any:
+    """A Converse answer in the shape of the line that asked it: a chat.completion for a chat line, a
+    response for a Responses line; an InvokeModel answer (a Messages line's) as it is."""
+    if path == CHAT:
+        return to_chat_completion(body, created, model, request_id)
+    if path == RESPONSES:
+        return responses.to_response(to_chat_completion(body, created, model, request_id))
+    return body

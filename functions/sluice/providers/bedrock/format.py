@@ -8,8 +8,9 @@ the limiter paces by the configured quota of each model (`rate_limits`). Bedrock
 input plus its output cap against the tokens-a-minute quota when it admits it, and settles to what it
 used, as OpenAI does.
 
-An answer reaches the core native (InvokeModel's Messages answer), translated to a chat.completion,
-or (read back from elsewhere) as Converse wrote it: every method reading an answer reads all three.
+An answer reaches the core native (InvokeModel's Messages answer), translated to a chat.completion
+or a response, or (read back from elsewhere) as Converse wrote it: every method reading an answer
+reads all four.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any, Final, TypeGuard
 
 import orjson
 
+from .. import responses
 from ..format import COMPLETE, CUT_SHORT, Finish, ProviderError, RateKind, RateLimits, Usage
 from . import converse
 
@@ -118,6 +120,8 @@ class BedrockFormat:
     def finish(self, body: Mapping[str, Any]) -> Finish:
         reason = body.get("stop_reason", body.get("stopReason"))
         if reason is None:
+            reason = responses.finish_reason_of(body)
+        if reason is None:
             choices = body.get("choices")
             first = choices[0] if isinstance(choices, list) and choices else None
             reason = first.get("finish_reason") if isinstance(first, dict) else None
@@ -157,10 +161,10 @@ class BedrockFormat:
     def from_wire(
         self, path: str, body: Any, created: int, *, sent: bytes | None = None, request_id: str | None = None
     ) -> Any:
-        if path != converse.CHAT:
+        if path == converse.MESSAGES:
             return body
         model = orjson.loads(sent).get("model") if sent else None
-        return converse.to_chat_completion(body, created, model, request_id)
+        return converse.to_line_shape(path, body, created, model, request_id)
 
 
 _NO_LIMITS = RateLimits()

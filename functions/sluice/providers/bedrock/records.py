@@ -3,9 +3,11 @@
 `{..., error: {errorCode, errorMessage}}`) as a `BatchRow`, and a job's state in OpenAI's words.
 
 `modelInput` is the InvokeModel body of the job's model. Only Anthropic's models on Bedrock are
-written here: a chat-completions line is translated to their Messages body, a `/v1/messages` line
-goes as it is; Bedrock's answers are Messages answers, given back chat.completion-shaped for chat
-lines. Any other model family's body is refused, so no line is sent in a shape its model rejects.
+written here: a chat-completions or Responses line, read as the Converse body it is sent direct
+(`converse.to_wire`), is written as the same request in their Messages body; a `/v1/messages` line
+goes as it is; Bedrock's answers are Messages answers, given back in the shape
+of the line (a chat.completion, a response). Any other model family's body is refused, so no line
+is sent in a shape its model rejects.
 """
 
 from __future__ import annotations
@@ -16,15 +18,15 @@ from typing import Any, Final
 import orjson
 
 from ...model import ErrorCode, Request
-from ..anthropic.translate import CHAT, MESSAGES, to_chat_completion, to_messages
+from ..anthropic.translate import CHAT, DEFAULT_MAX_TOKENS, MESSAGES, RESPONSES, to_line_shape
 from ..batch import BatchCounts, BatchRow, BatchState
 from ..format import Unsupported
 
 ANTHROPIC_VERSION: Final = "bedrock-2023-05-31"
 # a model id, or a cross-region inference profile's (`us.`, `eu.`, `apac.`, `global.` ...)
 _ANTHROPIC = "anthropic."
-# which dialect a job's input file is in, named by its suffix: `rows` answers a chat line as a chat.completion
-SUFFIXES: Mapping[str, str] = {CHAT: ".chat.jsonl", MESSAGES: ".messages.jsonl"}
+# which dialect a job's input file is in, named by its suffix: `output_row` answers each in its shape
+SUFFIXES: Mapping[str, str] = {CHAT: ".chat.jsonl", RESPONSES: ".responses.jsonl", MESSAGES: ".messages.jsonl"}
 
 # Bedrock's job states, in OpenAI's words: a partly completed job is a completed one whose records
 # with no answer go direct (`unfinished_code`)
@@ -71,9 +73,49 @@ def model_input(request: Request) -> dict[str, Any]:
     if not anthropic_model(model if isinstance(model, str) else None):
         raise Unsupported(f"model: Bedrock batch inference runs Anthropic models only here, not {model!r}")
     if request.path not in SUFFIXES:
-        raise Unsupported(f"url: Bedrock batch inference takes {CHAT} or {MESSAGES}, not {request.path}")
-    wire = {k: v for k, v in to_messages(request.path, body).items() if k != "model"}
-    wire["anthropic_version"] = ANTHROPIC_VERSION
+        raise Unsupported(f"url: Bedrock batch inference takes {', '.join(SUFFIXES)}, not {request.path}")
+    wire = body if request.path == MESSAGES else _messages_body(body)
+    return {**{k: v for k, v in wire.items() if k != "model"}, "anthropic_version": ANTHROPIC_VERSION}
+
+
+def _block(block: Mapping[str, Any]) -> dict[str, Any]:
+    if "image" in block:
+        image = block["image"]
+        source = {"type": "base64", "media_type": f"image/{image['format']}", "data": image["source"]["bytes"]}
+        return {"type": "image", "source": source}
+    return {"type": "text", "text": block["text"]}
+
+
+def _tools(config: Mapping[str, Any]) -> dict[str, Any]:
+    tools = []
+    for spec in (tool["toolSpec"] for tool in config["tools"]):
+        tool = {"name": spec["name"], "input_schema": spec["inputSchema"]["json"]}
+        if "description" in spec:
+            tool["description"] = spec["description"]
+        tools.append(tool)
+    choice = config.get("toolChoice")
+    if choice is None:
+        return {"tools": tools}
+    return {"tools": tools, "tool_choice": {"type": "tool", **choice["tool"]} if "tool" in choice else {"type": "any"}}
+
+
+def _messages_body(converse: Mapping[str, Any]) -> dict[str, Any]:
+    """The Messages body asking what a Converse body made by `converse.to_converse` asks."""
+    config = converse.get("inferenceConfig", {})
+    wire: dict[str, Any] = {
+        "max_tokens": config.get("maxTokens", DEFAULT_MAX_TOKENS),
+        "messages": [
+            {"role": turn["role"], "content": [_block(block) for block in turn["content"]]}
+            for turn in converse["messages"]
+        ],
+    }
+    if converse.get("system"):
+        wire["system"] = [_block(block) for block in converse["system"]]
+    for name, messages_name in (("temperature", "temperature"), ("topP", "top_p"), ("stopSequences", "stop_sequences")):
+        if name in config:
+            wire[messages_name] = config[name]
+    if "toolConfig" in converse:
+        wire.update(_tools(converse["toolConfig"]))
     return wire
 
 
@@ -94,7 +136,7 @@ def output_row(row: Mapping[str, Any], path: str, created: int) -> BatchRow | No
         return None
     output = row.get("modelOutput")
     if isinstance(output, dict):
-        return BatchRow(ref, 200, to_chat_completion(path, output, created), output.get("id"))
+        return BatchRow(ref, 200, to_line_shape(path, output, created), output.get("id"))
     error = row.get("error")
     if not isinstance(error, dict):
         return None
