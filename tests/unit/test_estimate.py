@@ -108,12 +108,12 @@ def test_a_line_the_provider_cannot_take_is_invalid_before_anything_is_sent(
     from local.console import EXIT_INPUT
 
     path = tmp_path / "mixed.jsonl"
-    responses = _line("r-1", "/v1/responses", {"model": "claude-3-5-haiku-latest", "input": "hi"})
-    path.write_bytes(_chat(1) + responses)
+    embedding = _line("e-1", "/v1/embeddings", {"model": "claude-3-5-haiku-latest", "input": "hi"})
+    path.write_bytes(_chat(1) + embedding)
     assert main(["estimate", str(path), "--quiet"]) == 0
     capsys.readouterr()
     assert main(["estimate", str(path), "--quiet", "--provider", "anthropic"]) == EXIT_INPUT
-    assert "line 2: unsupported url '/v1/responses'" in capsys.readouterr().err
+    assert "line 2: unsupported url '/v1/embeddings'" in capsys.readouterr().err
     assert main(["estimate", str(path), "--quiet", "--provider", "anthropic", "--allow-invalid", "--json"]) == 0
     assert orjson.loads(capsys.readouterr().out)["models"]["gpt-4o-mini"]["requests"] == 1
 
