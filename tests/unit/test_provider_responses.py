@@ -1,4 +1,4 @@
-"""Responses lines on the families that translate chat lines (issue 32, `sluice.providers.responses`):
+"""Responses lines on the families that translate chat lines (issue 32, `sluice.providers.openai.responses`):
 the request each family sends, the fields refused by name, and the answer given back as a response
 that the family's finish and usage read as they read the same chat line's answer."""
 

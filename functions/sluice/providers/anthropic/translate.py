@@ -1,7 +1,7 @@
 """One file, any provider: a line in OpenAI's chat-completions shape sent as a Messages request, and
 its answer given back as a chat.completion, so switching a job to Anthropic changes no line of the
 input and no reader of the results. A `/v1/responses` line goes as the chat line asking the same and
-comes back as a response (`..responses`). A `/v1/messages` line goes as it is and comes back native.
+comes back as a response (`..openai.responses`). A `/v1/messages` line goes as it is and comes back native.
 
 A request field Messages has no equivalent for (`n` above 1, `logprobs`, a `response_format`
 other than text, tools, penalties, a `temperature` above Anthropic's 1) is refused with its name:
@@ -15,8 +15,8 @@ from typing import Any, Final
 
 import orjson
 
-from .. import responses
 from ..format import Unsupported
+from ..openai import responses
 
 MESSAGES: Final = "/v1/messages"
 CHAT: Final = "/v1/chat/completions"

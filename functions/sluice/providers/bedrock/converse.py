@@ -1,6 +1,6 @@
 """One file, any provider, on Amazon Bedrock: a line in OpenAI's chat-completions shape sent to the
 Converse API, and its answer given back as a chat.completion; a `/v1/responses` line sent to Converse
-as the chat line asking the same, and answered as a response (`..responses`); a `/v1/messages` line
+as the chat line asking the same, and answered as a response (`..openai.responses`); a `/v1/messages` line
 sent to InvokeModel as the Anthropic Messages body Bedrock takes, and answered natively.
 
 Both bodies keep the line's `model` (the cache, the budget and the limits read it there); Bedrock
@@ -19,8 +19,8 @@ from urllib.parse import quote
 
 import orjson
 
-from .. import responses
 from ..format import Unsupported
+from ..openai import responses
 
 CHAT: Final = "/v1/chat/completions"
 MESSAGES: Final = "/v1/messages"

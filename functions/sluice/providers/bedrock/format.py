@@ -21,8 +21,8 @@ from typing import Any, Final, TypeGuard
 
 import orjson
 
-from .. import responses
 from ..format import COMPLETE, CUT_SHORT, Finish, ProviderError, RateKind, RateLimits, Usage
+from ..openai import responses
 from . import converse
 
 NAME: Final = "bedrock"

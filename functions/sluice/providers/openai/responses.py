@@ -15,7 +15,7 @@ from typing import Any, Final
 
 import orjson
 
-from .format import Unsupported
+from ..format import Unsupported
 
 RESPONSES: Final = "/v1/responses"
 # the chat finish reasons a response ends `incomplete` on, and the reason it gives
