@@ -23,6 +23,7 @@ from sluice.model import Request
 from sluice.parts import load_checkpoint
 from sluice.providers.batch import BatchLimits, BatchTag, BatchUpload, QueueFull
 from sluice.providers.bedrock import batch as bedrock
+from sluice.providers.bedrock.converse import CHAT, to_wire
 from sluice.providers.bedrock.records import model_input
 from sluice.providers.format import Unsupported
 from sluice.shard import ShardSpec, pending
@@ -42,7 +43,8 @@ class Bedrock:
     events: list[dict[str, Any]]
 
     def shard(self, count: int, **fields: Any) -> ShardSpec:
-        return replace(self.env.shard(count, **fields), model=MODEL)
+        # read as a bedrock shard reads its lines: a chat line held as its Converse body
+        return replace(self.env.shard(count, **fields), model=MODEL, provider="bedrock")
 
     def objects(self, prefix: str) -> list[str]:
         listed = self.env.s3.list_objects_v2(Bucket=BUCKET, Prefix=prefix)
@@ -167,18 +169,37 @@ def test_a_cancel_stops_the_job(bed: Bedrock) -> None:
 
 def test_a_model_input_is_the_invoke_model_body_of_an_anthropic_model() -> None:
     chat = {"model": MODEL, "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]}
-    wire = model_input(Request(1, "a", "POST", "/v1/chat/completions", orjson.dumps(chat)))
+    wire = model_input(Request(1, "a", "POST", "/v1/chat/completions", orjson.dumps(to_wire(CHAT, chat))))
     assert wire == {
         "anthropic_version": "bedrock-2023-05-31",
         "max_tokens": 4096,
         "system": "Be brief.",
-        "messages": [{"role": "user", "content": "hi"}],
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
     }
+    picture = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+    tool = {
+        "type": "function",
+        "function": {"name": "rate", "description": "Rate it", "parameters": {"type": "object"}},
+    }
+    full = {
+        "model": MODEL, "max_tokens": 20, "temperature": 0.2, "top_p": 0.9, "stop": "END",
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "what?"}, picture]}],
+        "tools": [tool], "tool_choice": "required",
+    }  # fmt: skip
+    wire = model_input(Request(1, "a", "POST", "/v1/chat/completions", orjson.dumps(to_wire(CHAT, full))))
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
+    assert wire == {
+        "anthropic_version": "bedrock-2023-05-31", "max_tokens": 20, "temperature": 0.2, "top_p": 0.9,
+        "stop_sequences": ["END"],
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "what?"}, image]}],
+        "tools": [{"name": "rate", "description": "Rate it", "input_schema": {"type": "object"}}],
+        "tool_choice": {"type": "any"},
+    }  # fmt: skip
     native = {"model": "us." + MODEL, "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
     assert "model" not in model_input(Request(1, "a", "POST", "/v1/messages", orjson.dumps(native)))
     other = {"model": "amazon.nova-lite-v1:0", "messages": [{"role": "user", "content": "hi"}]}
     with pytest.raises(Unsupported, match="Anthropic models only"):
-        model_input(Request(1, "a", "POST", "/v1/chat/completions", orjson.dumps(other)))
+        model_input(Request(1, "a", "POST", "/v1/chat/completions", orjson.dumps(to_wire(CHAT, other))))
 
 
 def test_a_records_error_is_its_lines_error_unless_another_try_may_answer_it(bed: Bedrock) -> None:

@@ -3,9 +3,10 @@
 `{..., error: {errorCode, errorMessage}}`) as a `BatchRow`, and a job's state in OpenAI's words.
 
 `modelInput` is the InvokeModel body of the job's model. Only Anthropic's models on Bedrock are
-written here: a chat-completions line is translated to their Messages body, a `/v1/messages` line
-goes as it is; Bedrock's answers are Messages answers, given back chat.completion-shaped for chat
-lines. Any other model family's body is refused, so no line is sent in a shape its model rejects.
+written here: a chat-completions line, which the shard holds as the Converse body a direct send
+would take (`converse.to_wire`), is written as their Messages body; a `/v1/messages` line goes as
+it is. Bedrock's answers are Messages answers, given back chat.completion-shaped for chat lines.
+Any other model family's body is refused, so no line is sent in a shape its model rejects.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any, Final
 import orjson
 
 from ...model import ErrorCode, Request
-from ..anthropic.translate import CHAT, MESSAGES, to_chat_completion, to_messages
+from ..anthropic.translate import CHAT, DEFAULT_MAX_TOKENS, MESSAGES, to_chat_completion
 from ..batch import BatchCounts, BatchRow, BatchState
 from ..format import Unsupported
 
@@ -72,8 +73,53 @@ def model_input(request: Request) -> dict[str, Any]:
         raise Unsupported(f"model: Bedrock batch inference runs Anthropic models only here, not {model!r}")
     if request.path not in SUFFIXES:
         raise Unsupported(f"url: Bedrock batch inference takes {CHAT} or {MESSAGES}, not {request.path}")
-    wire = {k: v for k, v in to_messages(request.path, body).items() if k != "model"}
+    wire = from_converse(body) if request.path == CHAT else {k: v for k, v in body.items() if k != "model"}
     wire["anthropic_version"] = ANTHROPIC_VERSION
+    return wire
+
+
+def _block(block: Any) -> dict[str, Any]:
+    if isinstance(block, dict) and isinstance(block.get("text"), str):
+        return {"type": "text", "text": block["text"]}
+    image = block.get("image") if isinstance(block, dict) else None
+    source = image.get("source") if isinstance(image, dict) else None
+    if isinstance(image, dict) and isinstance(source, dict) and isinstance(source.get("bytes"), str):
+        data = {"type": "base64", "media_type": f"image/{image.get('format')}", "data": source["bytes"]}
+        return {"type": "image", "source": data}
+    raise Unsupported(f"a content block {orjson.dumps(block).decode()[:80]}: not text or an image")
+
+
+def _tools(config: Mapping[str, Any]) -> dict[str, Any]:
+    tools = []
+    for tool in config.get("tools") or []:
+        spec = tool["toolSpec"]
+        described = {"description": spec["description"]} if "description" in spec else {}
+        tools.append({"name": spec["name"], **described, "input_schema": spec["inputSchema"]["json"]})
+    wire: dict[str, Any] = {"tools": tools}
+    choice = config.get("toolChoice")
+    if isinstance(choice, dict) and "any" in choice:
+        wire["tool_choice"] = {"type": "any"}
+    elif isinstance(choice, dict) and "tool" in choice:
+        wire["tool_choice"] = {"type": "tool", "name": choice["tool"]["name"]}
+    return wire
+
+
+def from_converse(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The Messages body, without its model, of the Converse body a chat line was translated to:
+    everything `converse.to_converse` writes has its Messages equivalent."""
+    messages = [
+        {"role": m["role"], "content": [_block(b) for b in m.get("content") or []]} for m in body.get("messages") or []
+    ]
+    config = body.get("inferenceConfig") or {}
+    wire: dict[str, Any] = {"max_tokens": config.get("maxTokens", DEFAULT_MAX_TOKENS), "messages": messages}
+    system = [block["text"] for block in body.get("system") or []]
+    if system:
+        wire["system"] = "\n\n".join(system)
+    for name, field in (("temperature", "temperature"), ("topP", "top_p"), ("stopSequences", "stop_sequences")):
+        if config.get(name) is not None:
+            wire[field] = config[name]
+    if body.get("toolConfig"):
+        wire.update(_tools(body["toolConfig"]))
     return wire
 
 
