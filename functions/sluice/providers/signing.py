@@ -20,3 +20,8 @@ def signed(provider: str, session: Any, env: Mapping[str, str]) -> tuple[str, Si
     if not region:
         raise RuntimeError("Bedrock's endpoint and signature need an AWS region; none is configured")
     return auth.endpoint(env, region), auth.signer(session, region)
+
+
+def keyless(provider: str) -> bool:
+    """Whether the family signs its requests, so that an environment of it holds no API key."""
+    return provider == BEDROCK.name
