@@ -38,12 +38,16 @@ from unittest import mock
 import boto3
 import botocore.session
 from moto.core.authorization import enable_iam_authentication
+from sluice.contract import BEDROCK_PROVIDER
 
 from local.cloud.names import ACCOUNT, PREFIX, REGION, function_arn, function_name
 
 POLICIES = Path(__file__).with_name("policies.json")
 # The stack the snapshot is taken from: the environment a developer deploys and `sluice run` stands in for.
 SNAPSHOT_ENV = "dev"
+# an environment's settings that belong to its provider family, left out when the snapshot
+# synthesizes the environment as another family's
+FAMILY_SETTINGS = ("provider", "provider_base_url", "default_model", "batch_queue_tokens", "api_key_secret_arn")
 # The state machine's own role, next to the functions' roles in the snapshot.
 WORKFLOW = "workflow"
 WEBHOOK = "webhook"
@@ -365,8 +369,9 @@ def enforced(policies: Policies, *, bucket: str) -> Iterator[LocalIam]:
             use_sessions(None)
 
 
-def synthesized_template(env: str = SNAPSHOT_ENV) -> dict[str, Any]:
-    """The CloudFormation template of one environment's stack, as `cdk synth` writes it."""
+def synthesized_template(env: str = SNAPSHOT_ENV, *, provider: str | None = None) -> dict[str, Any]:
+    """The CloudFormation template of one environment's stack, as `cdk synth` writes it; with
+    `provider`, of the same environment sending to that provider family instead."""
     import os
     import tempfile
 
@@ -376,17 +381,40 @@ def synthesized_template(env: str = SNAPSHOT_ENV) -> dict[str, Any]:
     from infra.config import cdk_json_context
     from infra.stack import build_app
 
+    context = cdk_json_context()
+    if provider is not None:
+        chosen = {k: v for k, v in context["environments"][env].items() if k not in FAMILY_SETTINGS}
+        context["environments"] = {**context["environments"], env: {**chosen, "provider": provider}}
     with tempfile.TemporaryDirectory() as outdir:
-        app = cdk.App(context={**cdk_json_context(), "aws:cdk:bundling-stacks": []}, outdir=outdir)
+        app = cdk.App(context={**context, "aws:cdk:bundling-stacks": []}, outdir=outdir)
         stack = build_app(app, [env])[env]
         app.synth()
         template: dict[str, Any] = json.loads((Path(outdir) / f"{stack.stack_name}.template.json").read_text())
     return template
 
 
+def merged(*snapshots: Policies) -> Policies:
+    """Each role's statements in any of `snapshots`, each once, in the order first met."""
+    roles: Policies = {}
+    for snapshot in snapshots:
+        for role, statements in snapshot.items():
+            kept = roles.setdefault(role, [])
+            kept.extend(s for s in statements if s not in kept)
+    return {role: roles[role] for role in sorted(roles)}
+
+
+def snapshot() -> Policies:
+    """The statements the local cloud enforces: the dev stack's, and those it has only when its
+    provider is Bedrock (a local run may name any family; the grants are the stack's either way)."""
+    return merged(
+        policies_from_template(synthesized_template()),
+        policies_from_template(synthesized_template(provider=BEDROCK_PROVIDER)),
+    )
+
+
 def main() -> None:
     """Rewrites local/policies.json from a fresh synthesis of the dev stack."""
-    POLICIES.write_text(json.dumps(policies_from_template(synthesized_template()), indent=2) + "\n")
+    POLICIES.write_text(json.dumps(snapshot(), indent=2) + "\n")
     print(f"wrote {POLICIES}")
 
 

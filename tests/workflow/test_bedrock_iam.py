@@ -45,7 +45,7 @@ class Granted:
         self.store.record_plan(JOB, plan=plan_figures(count, mode="batch"), shards=[(0, count, count)], mode="batch")
         return ShardSpec(
             job_id=JOB, shard=0, bucket=NAMES.bucket, key=key, etag=etag, start=0, end=len(data), first_line=1,
-            lines=count, mode="batch", concurrency=8, max_attempts=2, model=MODEL, **fields,
+            lines=count, mode="batch", concurrency=8, max_attempts=2, model=MODEL, provider="bedrock", **fields,
         )  # fmt: skip
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..contract import SIGNED_PROVIDERS
 from .bedrock import BEDROCK, auth
 from .format import Signer
 
@@ -24,4 +25,4 @@ def signed(provider: str, session: Any, env: Mapping[str, str]) -> tuple[str, Si
 
 def keyless(provider: str) -> bool:
     """Whether the family signs its requests, so that an environment of it holds no API key."""
-    return provider == BEDROCK.name
+    return provider in SIGNED_PROVIDERS
