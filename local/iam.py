@@ -45,6 +45,8 @@ from local.cloud.names import ACCOUNT, PREFIX, REGION, function_arn, function_na
 POLICIES = Path(__file__).with_name("policies.json")
 # The stack the snapshot is taken from: the environment a developer deploys and `sluice run` stands in for.
 SNAPSHOT_ENV = "dev"
+# the first part of a cross-region inference profile's id (`us.anthropic...`)
+_PROFILE_PREFIXES = frozenset({"us", "eu", "apac", "us-gov", "global"})
 # an environment's settings that belong to its provider family, left out when the snapshot
 # synthesizes the environment as another family's
 FAMILY_SETTINGS = ("provider", "provider_base_url", "default_model", "batch_queue_tokens", "api_key_secret_arn")
@@ -287,6 +289,23 @@ class LocalIam:
     workflow: boto3.Session | None = None
     # the role Bedrock batch inference jobs run as, for the local cloud's emulation of them
     bedrock_batch: boto3.Session | None = None
+    # whose role each function's access key is (its name in the snapshot), for requests signed
+    # outside moto: Bedrock's runtime, which the simulator answers
+    key_owners: dict[str, str] = field(default_factory=dict)
+
+    def may_invoke(self, policies: Policies, key: str, region: str, model: str) -> str | None:
+        """None when the role that signed with `key` may bedrock:InvokeModel `model` (a foundation
+        model, or an inference profile of the account), else the AccessDenied message."""
+        action = "bedrock:InvokeModel"
+        head = model.split(".", 1)[0]
+        kind = "inference-profile" if head in _PROFILE_PREFIXES else "foundation-model"
+        account = ACCOUNT if kind == "inference-profile" else ""
+        resource = f"arn:aws:bedrock:{region}:{account}:{kind}/{model}"
+        owner = self.key_owners.get(key)
+        if owner is not None and allows(policies.get(owner, []), action, resource):
+            return None
+        who = _role_name(owner) if owner else "an unknown caller"
+        return f"User: {who} is not authorized to perform: {action} on resource: {resource}"
 
     def session_for(self, function_name: str) -> boto3.Session:
         try:
@@ -339,6 +358,7 @@ def provision(policies: Policies, *, bucket: str) -> LocalIam:
             region_name=REGION,
             botocore_session=core,
         )
+        local.key_owners[credentials["AccessKeyId"]] = name
         if name == WORKFLOW:
             local.workflow = session
         elif name == BEDROCK_BATCH:

@@ -91,6 +91,9 @@ class LocalCloud:
     bedrock_jobs: BedrockJobs | None = None
     # each function's IAM statements (`local.iam`); None: the snapshot of the synthesized stack
     policies: dict[str, list[dict[str, Any]]] | None = None
+    # while running: whether the role that signed a Bedrock request may invoke its model, as the
+    # simulator asks it (`Simulator.authorize_invoke`): (access key, region, model) -> None or why not
+    may_invoke: Callable[[str, str, str], str | None] | None = None
     # shards report each line here as it ends (`sluice run`'s display); no AWS request involved
     progress: ProgressSink | None = None
     # every AWS quota the run breached, and the figures measured against them
@@ -160,6 +163,7 @@ class LocalCloud:
                 self.receiver = receiver
                 webhook._clients.cache_clear()
                 self.bedrock_jobs = bedrock_jobs(local_iam, policies, self._webhook(webhook.handler))
+                self.may_invoke = functools.partial(local_iam.may_invoke, policies)
                 try:
                     yield self
                 finally:
