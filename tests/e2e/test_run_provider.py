@@ -95,7 +95,7 @@ def test_run_on_anthropic_without_its_variables_uses_the_simulator_and_refuses_b
     assert refused.returncode == 2
     assert refused.stderr.decode().strip().splitlines() == [
         "sluice: --mode background: the anthropic provider has no background responses Sluice can run; "
-        "use one of direct, auto"
+        "use one of direct, batch, auto"
     ]
     assert not (tmp_path / "refused").exists()
 
