@@ -105,16 +105,16 @@ def check_mode(family: str, mode: str | None) -> None:
 
 
 @contextmanager
-def provider(family: str, latency_s: float) -> Iterator[tuple[str, str, str]]:
-    """(base URL, key, what to say) of the user's provider for `family` when its base URL is set
-    (with its key, or none: a vLLM server needs none), else of the simulator. A user's provider
-    is checked before anything is sent."""
+def provider(family: str, latency_s: float) -> Iterator[tuple[str, str, str, SimulatorServer | None]]:
+    """(base URL, key, what to say, the simulator if it is the one) of the user's provider for
+    `family` when its base URL is set (with its key, or none: a vLLM server needs none), else of
+    the simulator. A user's provider is checked before anything is sent."""
     env = PROVIDER_ENVS.get(family)
     if env is not None and env.base_url:
         api_key = env.api_key
         check_provider(env.base_url, api_key or NO_API_KEY, key_given=bool(api_key), env=env)
         note = "" if api_key else f" ({env.api_key_var} is not set: no API key is sent, as a vLLM server expects)"
-        yield env.base_url, api_key or NO_API_KEY, f"provider: {env.base_url}{note}"
+        yield env.base_url, api_key or NO_API_KEY, f"provider: {env.base_url}{note}", None
         return
     ignored = [name for name in SIGNED_ENDPOINT_VARS.get(family, ()) if os.environ.get(name, "").strip()]
     if ignored:
@@ -134,7 +134,7 @@ def provider(family: str, latency_s: float) -> Iterator[tuple[str, str, str]]:
     level, server_log.level = server_log.level, logging.CRITICAL
     try:
         with SimulatorServer(SimConfig(latency_s=latency_s)) as sim:
-            yield sim.base_url, SIMULATOR_KEY, f"provider: built-in SIMULATOR at {sim.base_url} (not a real model)"
+            yield sim.base_url, SIMULATOR_KEY, f"provider: built-in SIMULATOR at {sim.base_url} (not a real model)", sim
     finally:
         server_log.setLevel(level)
 

@@ -158,14 +158,13 @@ def test_without_invoke_model_a_shard_is_denied_each_request(simulator, tmp_path
     ):
         simulator.reset()
         settings = LocalSettings(provider="bedrock", max_attempts=2, cache="off", request_timeout_s=5.0)
-        cloud = LocalCloud(provider_base_url=simulator.base_url, api_key="-", settings=settings, policies=policies)
+        # given the simulator, as `sluice run` gives it, the cloud has it ask its IAM about each signer
+        cloud = LocalCloud(
+            provider_base_url=simulator.base_url, api_key="-", settings=settings, policies=policies, simulator=simulator
+        )
         with cloud.running():
-            # the simulator asks the local cloud's IAM whether the signer may invoke the model
-            simulator.simulator.authorize_invoke = cloud.may_invoke
-            try:
-                runs[name] = run_job(cloud, write_jsonl(tmp_path / f"{name}.jsonl", lines))
-            finally:
-                simulator.simulator.authorize_invoke = None
+            runs[name] = run_job(cloud, write_jsonl(tmp_path / f"{name}.jsonl", lines))
+        assert simulator.simulator.authorize_invoke is None
 
     assert runs["granted"].status == "SUCCEEDED" and len(runs["granted"].results) == 5
     denied = runs["denied"]
