@@ -1,6 +1,7 @@
 """Amazon Bedrock batch inference's side of the stack: the service role a job runs as, and the rule
 that hears its "Batch Inference Job State Change" events and hands the ended ones to the function
 that wakes the shard waiting on the job (`wakes`: the webhook function; polling is the fallback).
+The stack builds it, and grants Bedrock's actions, only for an environment whose provider is Bedrock.
 
 The role is Bedrock's to assume, and only for a model invocation job of this account (the confused
 deputy conditions AWS documents); what it may do to the job bucket, and the batch steps' right to
@@ -19,7 +20,7 @@ import aws_cdk.aws_lambda as lambda_
 from constructs import Construct
 from sluice.contract import BEDROCK_INPUT_PREFIX as INPUT
 from sluice.contract import BEDROCK_OUTPUT_PREFIX as OUTPUT
-from sluice.contract import Settings
+from sluice.contract import PROVIDER_STEPS, Settings
 
 if TYPE_CHECKING:
     from infra.stack import SluiceStack
@@ -72,6 +73,14 @@ class BedrockBatch(Construct):
             # the function that wakes a shard on a provider's webhook wakes it on this event too
             targets=[targets.LambdaFunction(wakes, retry_attempts=2)],
         )
+
+
+def grant_bedrock_invoke(stack: SluiceStack, bedrock: BedrockBatch) -> None:
+    """The steps that send requests directly (a direct shard, a batch's part below Bedrock's minimum,
+    its records left unanswered) invoke the region's foundation models and this account's inference
+    profiles; Converse is authorized as InvokeModel."""
+    why = "A line names its model: any foundation model of the region, or an inference profile of the account."
+    stack._allow_steps(PROVIDER_STEPS, ["bedrock:InvokeModel"], bedrock.model_arns, wildcard_reason=why)
 
 
 def grant_bedrock_batch(stack: SluiceStack, bedrock: BedrockBatch) -> None:

@@ -20,6 +20,7 @@ from sluice.contract import (
     PROVIDER_STEPS,
     PROVIDERS,
     SETTING_DEFAULTS,
+    SIGNED_PROVIDERS,
     TIER1_BATCH_QUEUE_TOKENS,
     Settings,
     parse_rate_limits,
@@ -198,6 +199,10 @@ class Environment:
         if wrong:
             right = FAMILY_BASE_URLS.get(provider)
             raise fail("provider_base_url", f"is the {wrong} API, not {provider}'s ({right}, or leave it out)")
+        if provider in SIGNED_PROVIDERS and values.get("api_key_secret_arn"):
+            raise fail(
+                "api_key_secret_arn", f"names a key, but {provider} signs with the functions' roles and has none"
+            )
         config = cls(name=name, **values)
         _check_concurrency(config)
         return config

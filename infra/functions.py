@@ -17,6 +17,7 @@ from constructs import Construct
 from sluice.contract import (
     ENVIRONMENT_VARIABLE,
     METRICS_NAMESPACE,
+    NO_API_KEY_SECRET,
     PROVIDER_STEPS,
     SERVICE,
     STEPS,
@@ -56,9 +57,10 @@ def powertools_environment(config: Environment) -> dict[str, str]:
 
 
 def lambda_environment(
-    config: Environment, *, bucket: s3.IBucket, table: dynamodb.ITable, api_key: secretsmanager.ISecret
+    config: Environment, *, bucket: s3.IBucket, table: dynamodb.ITable, api_key: secretsmanager.ISecret | None
 ) -> dict[str, str]:
-    """The steps' `Settings`, as the variables they read them from; the key travels as an ARN only."""
+    """The steps' `Settings`, as the variables they read them from; the key travels as an ARN only,
+    and a provider that signs its requests has none (`NO_API_KEY_SECRET`)."""
     chosen: dict[str, Any] = {name: getattr(config, name) for name in STEP_SETTINGS}
     # cdk.json writes these three as JSON (and a budget of null), the steps read them as text
     chosen.update(
@@ -69,7 +71,7 @@ def lambda_environment(
     settings = Settings(
         bucket=bucket.bucket_name,
         table=table.table_name,
-        api_key_secret_arn=api_key.secret_arn,
+        api_key_secret_arn=api_key.secret_arn if api_key is not None else NO_API_KEY_SECRET,
         event_bus=EVENT_BUS,
         **chosen,
     )
@@ -103,7 +105,7 @@ class Functions(Construct):
         config: Environment,
         bucket: s3.IBucket,
         table: dynamodb.ITable,
-        api_key: secretsmanager.ISecret,
+        api_key: secretsmanager.ISecret | None,
         webhook_secret: secretsmanager.ISecret,
         source: Path = FUNCTIONS_DIR,
     ) -> None:

@@ -26,6 +26,7 @@ class Secrets(Construct):
         api_key_secret_arn: str | None,
         removal_policy: cdk.RemovalPolicy,
         webhook_secret_arn: str | None = None,
+        api_key_needed: bool = True,
     ) -> None:
         super().__init__(scope, id)
         # unique to this stack: a retained secret, or one in its recovery window, keeps its name
@@ -33,14 +34,18 @@ class Secrets(Construct):
         # Secrets Manager cannot hold an empty value, so a created secret starts as a known,
         # non-secret placeholder; the user sets the real value with `put-secret-value`, and it
         # never appears in a template.
-        self.api_key, self.created = self._secret(
-            "ApiKey",
-            api_key_secret_arn,
-            name=f"{prefix}/provider-api-key",
-            description=f"Sluice {env_name}: API key for the LLM provider (set it with put-secret-value).",
-            placeholder=API_KEY_PLACEHOLDER,
-            removal_policy=removal_policy,
-        )
+        # a provider that signs its requests with the functions' roles (Bedrock) has no key to hold
+        self.api_key: secretsmanager.ISecret | None = None
+        self.created = False
+        if api_key_needed:
+            self.api_key, self.created = self._secret(
+                "ApiKey",
+                api_key_secret_arn,
+                name=f"{prefix}/provider-api-key",
+                description=f"Sluice {env_name}: API key for the LLM provider (set it with put-secret-value).",
+                placeholder=API_KEY_PLACEHOLDER,
+                removal_policy=removal_policy,
+            )
         self.webhook_secret, self.webhook_secret_created = self._secret(
             "WebhookSecret",
             webhook_secret_arn,

@@ -10,15 +10,17 @@ import aws_cdk.aws_iam as iam
 from constructs import Construct
 from sluice.contract import (
     ANY_SHARD_PREFIX,
+    BEDROCK_PROVIDER,
     CACHE_PREFIX,
     INBOX_PREFIX,
     JOBS_PREFIX,
     OUTBOX_PREFIX,
     PROVIDER_ID_INDEX,
     PROVIDER_STEPS,
+    SIGNED_PROVIDERS,
 )
 
-from infra.bedrock_batch import BedrockBatch, grant_bedrock_batch
+from infra.bedrock_batch import BedrockBatch, grant_bedrock_batch, grant_bedrock_invoke
 from infra.cdk_logs import CdkLogs, cdk_functions
 from infra.checks import acknowledge, acknowledge_actions, spelled
 from infra.config import ConfigError, Environment
@@ -92,6 +94,7 @@ class SluiceStack(cdk.Stack):
             api_key_secret_arn=config.api_key_secret_arn,
             webhook_secret_arn=config.webhook_secret_arn,
             removal_policy=removal,
+            api_key_needed=config.provider not in SIGNED_PROVIDERS,
         )
         self.functions = Functions(
             self,
@@ -135,7 +138,12 @@ class SluiceStack(cdk.Stack):
             table_indexes=self.storage.indexes,
         )
 
-        self.bedrock_batch = BedrockBatch(self, "BedrockBatch", env_name=config.name, wakes=self.functions.webhook)
+        # Bedrock's batch inference (its service role and the rule hearing its jobs) only where jobs go to Bedrock
+        self.bedrock_batch = (
+            BedrockBatch(self, "BedrockBatch", env_name=config.name, wakes=self.functions.webhook)
+            if config.provider == BEDROCK_PROVIDER
+            else None
+        )
 
         self._permissions()
         # last, once every construct that brings one of CDK's own Lambdas exists
@@ -157,7 +165,9 @@ class SluiceStack(cdk.Stack):
         self._grant_webhook()
         self._grant_workflow()
         self._grant_monitoring()
-        grant_bedrock_batch(self, self.bedrock_batch)
+        if self.bedrock_batch is not None:
+            grant_bedrock_invoke(self, self.bedrock_batch)
+            grant_bedrock_batch(self, self.bedrock_batch)
         self._acknowledge_nag_findings()
 
     def _outputs(self) -> None:
@@ -165,7 +175,8 @@ class SluiceStack(cdk.Stack):
         cdk.CfnOutput(self, "BucketName", value=self.storage.bucket.bucket_name)
         cdk.CfnOutput(self, "TableName", value=self.storage.table.table_name)
         cdk.CfnOutput(self, "StateMachineArn", value=self.workflow.state_machine.state_machine_arn)
-        cdk.CfnOutput(self, "ApiKeySecretArn", value=self.secrets.api_key.secret_arn)
+        if self.secrets.api_key is not None:
+            cdk.CfnOutput(self, "ApiKeySecretArn", value=self.secrets.api_key.secret_arn)
         cdk.CfnOutput(self, "Provider", value=self.config.provider, description="The provider family jobs go to.")
         cdk.CfnOutput(
             self,
@@ -257,10 +268,12 @@ class SluiceStack(cdk.Stack):
             wildcard_reason=f"{inbox} {jobs}",
         )
         allow(PROVIDER_STEPS, ["s3:PutObject"], self._objects(JOBS_PREFIX), wildcard_reason=jobs)
-        allow(PROVIDER_STEPS, ["secretsmanager:GetSecretValue"], [self.secrets.api_key.secret_arn])
-        if not self.secrets.created:
-            for step in PROVIDER_STEPS:
-                self._allow_secret_decrypt(by_step[step].role, self.secrets.api_key.secret_arn)
+        api_key = self.secrets.api_key
+        if api_key is not None:
+            allow(PROVIDER_STEPS, ["secretsmanager:GetSecretValue"], [api_key.secret_arn])
+            if not self.secrets.created:
+                for step in PROVIDER_STEPS:
+                    self._allow_secret_decrypt(by_step[step].role, api_key.secret_arn)
 
         # UploadPartCopy needs GetObject on the source part and PutObject on the target.
         allow(OUTPUT_STEPS, ["s3:GetObject"], self._objects(JOBS_PREFIX), wildcard_reason=jobs)
@@ -427,7 +440,7 @@ class SluiceStack(cdk.Stack):
             "AwsSolutions-SQS3",
             "This queue is itself the dead-letter queue of the EventBridge rule.",
         )
-        if self.secrets.created:
+        if self.secrets.created and self.secrets.api_key is not None:
             acknowledge(
                 self.secrets.api_key,
                 "AwsSolutions-SMG4",

@@ -38,12 +38,18 @@ from unittest import mock
 import boto3
 import botocore.session
 from moto.core.authorization import enable_iam_authentication
+from sluice.contract import BEDROCK_PROVIDER
 
 from local.cloud.names import ACCOUNT, PREFIX, REGION, function_arn, function_name
 
 POLICIES = Path(__file__).with_name("policies.json")
 # The stack the snapshot is taken from: the environment a developer deploys and `sluice run` stands in for.
 SNAPSHOT_ENV = "dev"
+# the first part of a cross-region inference profile's id (`us.anthropic...`)
+_PROFILE_PREFIXES = frozenset({"us", "eu", "apac", "us-gov", "global"})
+# an environment's settings that belong to its provider family, left out when the snapshot
+# synthesizes the environment as another family's
+FAMILY_SETTINGS = ("provider", "provider_base_url", "default_model", "batch_queue_tokens", "api_key_secret_arn")
 # The state machine's own role, next to the functions' roles in the snapshot.
 WORKFLOW = "workflow"
 WEBHOOK = "webhook"
@@ -283,6 +289,23 @@ class LocalIam:
     workflow: boto3.Session | None = None
     # the role Bedrock batch inference jobs run as, for the local cloud's emulation of them
     bedrock_batch: boto3.Session | None = None
+    # whose role each function's access key is (its name in the snapshot), for requests signed
+    # outside moto: Bedrock's runtime, which the simulator answers
+    key_owners: dict[str, str] = field(default_factory=dict)
+
+    def may_invoke(self, policies: Policies, key: str, region: str, model: str) -> str | None:
+        """None when the role that signed with `key` may bedrock:InvokeModel `model` (a foundation
+        model, or an inference profile of the account), else the AccessDenied message."""
+        action = "bedrock:InvokeModel"
+        head = model.split(".", 1)[0]
+        kind = "inference-profile" if head in _PROFILE_PREFIXES else "foundation-model"
+        account = ACCOUNT if kind == "inference-profile" else ""
+        resource = f"arn:aws:bedrock:{region}:{account}:{kind}/{model}"
+        owner = self.key_owners.get(key)
+        if owner is not None and allows(policies.get(owner, []), action, resource):
+            return None
+        who = _role_name(owner) if owner else "an unknown caller"
+        return f"User: {who} is not authorized to perform: {action} on resource: {resource}"
 
     def session_for(self, function_name: str) -> boto3.Session:
         try:
@@ -335,6 +358,7 @@ def provision(policies: Policies, *, bucket: str) -> LocalIam:
             region_name=REGION,
             botocore_session=core,
         )
+        local.key_owners[credentials["AccessKeyId"]] = name
         if name == WORKFLOW:
             local.workflow = session
         elif name == BEDROCK_BATCH:
@@ -365,8 +389,9 @@ def enforced(policies: Policies, *, bucket: str) -> Iterator[LocalIam]:
             use_sessions(None)
 
 
-def synthesized_template(env: str = SNAPSHOT_ENV) -> dict[str, Any]:
-    """The CloudFormation template of one environment's stack, as `cdk synth` writes it."""
+def synthesized_template(env: str = SNAPSHOT_ENV, *, provider: str | None = None) -> dict[str, Any]:
+    """The CloudFormation template of one environment's stack, as `cdk synth` writes it; with
+    `provider`, of the same environment sending to that provider family instead."""
     import os
     import tempfile
 
@@ -376,17 +401,40 @@ def synthesized_template(env: str = SNAPSHOT_ENV) -> dict[str, Any]:
     from infra.config import cdk_json_context
     from infra.stack import build_app
 
+    context = cdk_json_context()
+    if provider is not None:
+        chosen = {k: v for k, v in context["environments"][env].items() if k not in FAMILY_SETTINGS}
+        context["environments"] = {**context["environments"], env: {**chosen, "provider": provider}}
     with tempfile.TemporaryDirectory() as outdir:
-        app = cdk.App(context={**cdk_json_context(), "aws:cdk:bundling-stacks": []}, outdir=outdir)
+        app = cdk.App(context={**context, "aws:cdk:bundling-stacks": []}, outdir=outdir)
         stack = build_app(app, [env])[env]
         app.synth()
         template: dict[str, Any] = json.loads((Path(outdir) / f"{stack.stack_name}.template.json").read_text())
     return template
 
 
+def merged(*snapshots: Policies) -> Policies:
+    """Each role's statements in any of `snapshots`, each once, in the order first met."""
+    roles: Policies = {}
+    for snapshot in snapshots:
+        for role, statements in snapshot.items():
+            kept = roles.setdefault(role, [])
+            kept.extend(s for s in statements if s not in kept)
+    return {role: roles[role] for role in sorted(roles)}
+
+
+def snapshot() -> Policies:
+    """The statements the local cloud enforces: the dev stack's, and those it has only when its
+    provider is Bedrock (a local run may name any family; the grants are the stack's either way)."""
+    return merged(
+        policies_from_template(synthesized_template()),
+        policies_from_template(synthesized_template(provider=BEDROCK_PROVIDER)),
+    )
+
+
 def main() -> None:
     """Rewrites local/policies.json from a fresh synthesis of the dev stack."""
-    POLICIES.write_text(json.dumps(policies_from_template(synthesized_template()), indent=2) + "\n")
+    POLICIES.write_text(json.dumps(snapshot(), indent=2) + "\n")
     print(f"wrote {POLICIES}")
 
 

@@ -148,9 +148,10 @@ def _text_of(value: Any) -> str:
 
 
 def prompt_tokens(path: str, body: dict[str, Any]) -> int:
-    if path == "/v1/chat/completions":
+    if path in ("/v1/chat/completions", "/v1/messages"):
+        # Messages and Converse (a chat line read for Bedrock) hold the system prompt beside the turns
         messages = body.get("messages") or []
-        text = _text_of(messages)
+        text = " ".join(filter(None, (_text_of(body.get("system")), _text_of(messages))))
         overhead = MESSAGE_OVERHEAD_TOKENS * (len(messages) if isinstance(messages, list) else 1)
     elif path == "/v1/responses":
         text = " ".join(_text_of(body.get(k)) for k in ("instructions", "input"))
@@ -163,12 +164,15 @@ def prompt_tokens(path: str, body: dict[str, Any]) -> int:
 
 
 def output_limit(body: dict[str, Any]) -> int | None:
-    """The request's own cap on its answer (max_tokens and its newer names), if it sets one."""
+    """The request's own cap on its answer (max_tokens and its newer names, or Converse's
+    maxTokens: a chat line read for Bedrock), if it sets one."""
+    config = body.get("inferenceConfig")
     for key in OUTPUT_LIMIT_KEYS:
         value = body.get(key)
         if isinstance(value, int) and value > 0:
             return value
-    return None
+    cap = config.get("maxTokens") if isinstance(config, dict) else None
+    return cap if isinstance(cap, int) and cap > 0 else None
 
 
 def output_tokens(path: str, body: dict[str, Any], assumed: int) -> int:

@@ -121,7 +121,9 @@ def stop_run(cloud: Any, job_id: str, execution: str, base_url: str, api_key: st
     left = cloud.abandon(ABANDON_WAIT_S)
     if left:
         _tell(f"{left} shard run(s) did not stop within {ABANDON_WAIT_S:g} s: their lines are in the errors")
-    _cancel_at_provider(job_id, base_url, api_key, signals)
+    # the local cloud's Bedrock batch jobs, stopped as the user (its admin) would stop them
+    jobs = getattr(cloud, "bedrock_jobs", None)
+    _cancel_at_provider(job_id, base_url, api_key, signals, bedrock=jobs.client if jobs is not None else None)
     signals.doing(writing_note())
     _tell("writing the outputs…")
     _cancel(job_id, execution, reason=f"interrupted ({'Ctrl-C' if signum == signal.SIGINT else name})")
@@ -151,7 +153,9 @@ def _stop(execution: str) -> None:
         sfn.stop_execution(executionArn=execution, error="Sluice.Cancelled", cause="interrupted")
 
 
-def _cancel_at_provider(job_id: str, base_url: str, api_key: str, signals: Signals) -> None:
+def _cancel_at_provider(
+    job_id: str, base_url: str, api_key: str, signals: Signals, *, bedrock: Callable[[], Any] | None = None
+) -> None:
     """Cancel the background responses and batches still open, so the provider does not bill
     for work nobody will collect. A signal stops waiting for it: what is not cancelled yet may
     still run."""
@@ -170,7 +174,14 @@ def _cancel_at_provider(job_id: str, base_url: str, api_key: str, signals: Signa
     worker = threading.Thread(
         target=lambda: answers.append(
             asyncio.run(
-                cancel_at_provider(work, base_url=base_url, api_key=api_key, provider=runtime.settings.provider)
+                cancel_at_provider(
+                    work,
+                    base_url=base_url,
+                    api_key=api_key,
+                    provider=runtime.settings.provider,
+                    s3=runtime.s3,
+                    bedrock=bedrock,
+                )
             )
         ),
         name="provider-cancels",

@@ -1,7 +1,12 @@
 """Which provider a local run sends to, checked before anything is sent: per family, the variables
 its own SDK reads for the base URL and the key (OPENAI_BASE_URL and OPENAI_API_KEY,
 ANTHROPIC_BASE_URL and ANTHROPIC_API_KEY), else the built-in simulator, which speaks every
-family's dialect. The key is sent, never shown."""
+family's dialect. The key is sent, never shown.
+
+Bedrock has no key and no such choice: a local run's functions sign with moto's credentials,
+which no Bedrock endpoint (nor a proxy that checks signatures) accepts, so its requests and its
+batch jobs always go to the simulator and the local cloud's emulation of batch inference; the
+endpoint variables boto3 reads are said to be ignored here, and serve a deployed environment."""
 
 from __future__ import annotations
 
@@ -60,7 +65,7 @@ OPENAI_ENV = ProviderEnv(
     versioned=True,
     url_hint="an OpenAI-compatible base URL usually ends in /v1",
 )
-# a family not named here (one signed with AWS credentials, say) runs on the simulator locally
+# a family not named here (Bedrock, signed with AWS credentials) runs on the simulator locally
 PROVIDER_ENVS = {
     env.family: env
     for env in (
@@ -75,6 +80,10 @@ PROVIDER_ENVS = {
         ),
     )
 }
+
+
+# the endpoints boto3 reads for Bedrock's runtime, which a deployed environment's functions follow
+SIGNED_ENDPOINT_VARS = {"bedrock": ("AWS_ENDPOINT_URL_BEDROCK_RUNTIME", "AWS_ENDPOINT_URL")}
 
 
 def users_base_url(family: str) -> str:
@@ -96,17 +105,24 @@ def check_mode(family: str, mode: str | None) -> None:
 
 
 @contextmanager
-def provider(family: str, latency_s: float) -> Iterator[tuple[str, str, str]]:
-    """(base URL, key, what to say) of the user's provider for `family` when its base URL is set
-    (with its key, or none: a vLLM server needs none), else of the simulator. A user's provider
-    is checked before anything is sent."""
+def provider(family: str, latency_s: float) -> Iterator[tuple[str, str, str, SimulatorServer | None]]:
+    """(base URL, key, what to say, the simulator if it is the one) of the user's provider for
+    `family` when its base URL is set (with its key, or none: a vLLM server needs none), else of
+    the simulator. A user's provider is checked before anything is sent."""
     env = PROVIDER_ENVS.get(family)
     if env is not None and env.base_url:
         api_key = env.api_key
         check_provider(env.base_url, api_key or NO_API_KEY, key_given=bool(api_key), env=env)
         note = "" if api_key else f" ({env.api_key_var} is not set: no API key is sent, as a vLLM server expects)"
-        yield env.base_url, api_key or NO_API_KEY, f"provider: {env.base_url}{note}"
+        yield env.base_url, api_key or NO_API_KEY, f"provider: {env.base_url}{note}", None
         return
+    ignored = [name for name in SIGNED_ENDPOINT_VARS.get(family, ()) if os.environ.get(name, "").strip()]
+    if ignored:
+        say(
+            f"note: {' and '.join(ignored)} {'is' if len(ignored) == 1 else 'are'} not used by a local run: its "
+            f"functions sign with the local cloud's credentials, which {family} refuses, so this run uses the "
+            "simulator; a deployed environment's functions follow it"
+        )
     if env is not None and env.api_key:
         say(
             f"note: {env.api_key_var} is set but {env.base_url_var} is not, so this run uses the simulator; "
@@ -118,7 +134,7 @@ def provider(family: str, latency_s: float) -> Iterator[tuple[str, str, str]]:
     level, server_log.level = server_log.level, logging.CRITICAL
     try:
         with SimulatorServer(SimConfig(latency_s=latency_s)) as sim:
-            yield sim.base_url, SIMULATOR_KEY, f"provider: built-in SIMULATOR at {sim.base_url} (not a real model)"
+            yield sim.base_url, SIMULATOR_KEY, f"provider: built-in SIMULATOR at {sim.base_url} (not a real model)", sim
     finally:
         server_log.setLevel(level)
 

@@ -27,6 +27,7 @@ from .plan import output_prefix
 from .providers import apis
 from .providers.background import BackgroundApi
 from .providers.batch import BatchApiOpener, CancelRefused
+from .providers.signing import keyless
 from .retry import RetryPolicy
 from .rows import each_shard
 from .store import QUEUED_PREFIX, JobStore
@@ -185,16 +186,21 @@ async def cancel_at_provider(
     batch_api: BatchApiOpener | None = None,
     background: BackgroundApi | None = None,
     provider: str = DEFAULT_PROVIDER,
+    s3: Any = None,
+    bedrock: Callable[[], Any] | None = None,
 ) -> ProviderCancels:
     """Cancel every open batch (through the provider's Batch API) and background response at the
-    provider at `base_url`; `batch_api` and `background` default to those of its family, `provider`."""
+    provider at `base_url`; `batch_api` and `background` default to those of its family, `provider`
+    (Bedrock's batch jobs through the caller's `bedrock` clients and `s3`)."""
     answers = ProviderCancels()
-    opener = batch_api or apis.batch_api(
+    opener = batch_api or apis.batch_api_to_cancel(
+        provider,
         base_url,
         api_key,
         timeout_s=CANCEL_POLICY.request_timeout_s,
         max_retries=CANCEL_POLICY.max_attempts - 1,
-        provider=provider,
+        s3=s3,
+        bedrock=bedrock,
     )
     jobs = []
     if work.batches:
@@ -259,6 +265,8 @@ def _cancel_provider_work(
     concurrency: int,
     session_factory: Callable[[int], aiohttp.ClientSession],
     provider: str,
+    s3: Any,
+    bedrock: Callable[[], Any] | None,
 ) -> None:
     """Cancel the job's open batches and responses at the provider, and count in `report` what
     was cancelled, what had already ended, and what the provider refused."""
@@ -270,6 +278,8 @@ def _cancel_provider_work(
             concurrency=concurrency,
             session_factory=session_factory,
             provider=provider,
+            s3=s3,
+            bedrock=bedrock,
         )
     )
     report.batches_cancelled = answers.batches_cancelled
@@ -289,9 +299,12 @@ def cancel_job(
     concurrency: int = 32,
     session_factory: Callable[[int], aiohttp.ClientSession] = make_session,
     provider_cancels: bool = True,
+    bedrock: Callable[[], Any] | None = None,
 ) -> CancelReport:
     """Cancel one job. `provider()` returns (base_url, api_key); it is called only when the
-    provider has open work, so a direct-mode job cancels without reading the secret.
+    provider has open work and sends a key, so a direct-mode job, or one on a family that signs
+    its requests (Bedrock, whose jobs are stopped through the caller's `bedrock` clients), cancels
+    without reading the secret.
     `provider_cancels=False` leaves that work open and only ends the job with what finished
     (a user who will not wait for the provider)."""
     job = store.job(job_id)
@@ -311,7 +324,8 @@ def cancel_job(
     if work and not provider_cancels:
         report.left_open = len(work.batches) + len(work.responses)
     elif work:
-        base_url, api_key = provider()
+        family = planned_provider(s3, job.bucket, job_id)
+        base_url, api_key = ("", "") if keyless(family) else provider()
         _cancel_provider_work(
             report,
             work,
@@ -319,7 +333,9 @@ def cancel_job(
             api_key=api_key,
             concurrency=concurrency,
             session_factory=session_factory,
-            provider=planned_provider(s3, job.bucket, job_id),
+            provider=family,
+            s3=s3,
+            bedrock=bedrock,
         )
 
     bucket, key = job.bucket, job.key

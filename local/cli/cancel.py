@@ -9,6 +9,7 @@ from botocore.exceptions import ClientError
 from sluice.cancel import JobNotFound, cancel_job
 from sluice.contract import JobStatus
 from sluice.notify import publish
+from sluice.providers import apis
 
 from local.console import EXIT_OK, EXIT_PROVIDER, say
 from local.deployed import Deployment, aws_errors, environment
@@ -27,6 +28,8 @@ def run(args: argparse.Namespace) -> int:
             job_id=args.job,
             provider=lambda: (dep.provider_base_url(), dep.api_key()),
             reason=args.reason,
+            # a Bedrock environment's batch inference jobs are stopped with the user's credentials
+            bedrock=apis.bedrock_clients(dep.session),
         )
     except JobNotFound:
         job_or_fail(dep, args.job)

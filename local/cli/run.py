@@ -43,6 +43,7 @@ from local.run_end import (
     usage,
     validation_lines,
 )
+from local.simulator import SimulatorServer
 
 SIMULATOR_PROVIDER = "sluice-simulator"
 
@@ -78,9 +79,9 @@ def _run(args: argparse.Namespace, signals: Signals) -> int:
     out = out_dir(Path(args.out))
     # with --quiet, only how the job ended is said (and why, when it did not succeed)
     tell = (lambda _text: None) if args.quiet else say
-    with provider(args.provider, args.latency) as (base_url, api_key, label):
+    with provider(args.provider, args.latency) as (base_url, api_key, label, simulator):
         tell(label)
-        ran = _through_local_cloud(args, signals, path, out, settings, base_url, api_key)
+        ran = _through_local_cloud(args, signals, path, out, settings, base_url, api_key, simulator)
     command_s = time.monotonic() - started
     facts = RunFacts(
         input_path=path,
@@ -158,12 +159,15 @@ def _through_local_cloud(
     settings: LocalSettings,
     base_url: str,
     api_key: str,
+    simulator: SimulatorServer | None = None,
 ) -> _Ran:
     """The job from upload to its outputs in `out`, shown as it goes; a signal stops it and
     keeps what was answered."""
     interrupted: int | None = None
     counts = LiveCounts()
-    cloud = LocalCloud(provider_base_url=base_url, api_key=api_key, settings=settings, progress=counts)
+    cloud = LocalCloud(
+        provider_base_url=base_url, api_key=api_key, settings=settings, progress=counts, simulator=simulator
+    )
     display = Display(counts, quiet=args.quiet)
     with display.starting("starting the local cloud (moto, in this process)"), cloud.running():
         metadata = _job_metadata(args)

@@ -123,6 +123,8 @@ class BedrockJobs:
         self._created = threading.Condition()
         self._worker: threading.Thread | None = None
         self._stopping = False
+        # while set, the running cloud leaves its jobs Submitted (a test's job still open to cancel)
+        self.paused = False
 
     def start(self) -> None:
         """Run each job in a thread of its own as soon as it is created, as Bedrock would some
@@ -131,7 +133,7 @@ class BedrockJobs:
         def work() -> None:
             while True:
                 with self._created:
-                    self._created.wait_for(lambda: self._stopping or self._pending())
+                    self._created.wait_for(lambda: self._stopping or (not self.paused and self._pending()))
                     if self._stopping:
                         return
                 self.run_pending()

@@ -91,6 +91,12 @@ class LocalCloud:
     bedrock_jobs: BedrockJobs | None = None
     # each function's IAM statements (`local.iam`); None: the snapshot of the synthesized stack
     policies: dict[str, list[dict[str, Any]]] | None = None
+    # while running: whether the role that signed a Bedrock request may invoke its model, as the
+    # simulator asks it (`Simulator.authorize_invoke`): (access key, region, model) -> None or why not
+    may_invoke: Callable[[str, str, str], str | None] | None = None
+    # the built-in simulator the run sends to, if it does (a `SimulatorServer`): while the cloud
+    # runs, it refuses a Bedrock request whose signer's role may not invoke the model
+    simulator: Any = None
     # shards report each line here as it ends (`sluice run`'s display); no AWS request involved
     progress: ProgressSink | None = None
     # every AWS quota the run breached, and the figures measured against them
@@ -160,9 +166,14 @@ class LocalCloud:
                 self.receiver = receiver
                 webhook._clients.cache_clear()
                 self.bedrock_jobs = bedrock_jobs(local_iam, policies, self._webhook(webhook.handler))
+                self.may_invoke = functools.partial(local_iam.may_invoke, policies)
+                if self.simulator is not None:
+                    self.simulator.simulator.authorize_invoke = self.may_invoke
                 try:
                     yield self
                 finally:
+                    if self.simulator is not None:
+                        self.simulator.simulator.authorize_invoke = None
                     self.bedrock_jobs.stop()
                     webhook._clients.cache_clear()
 

@@ -26,7 +26,8 @@ from local.console import EXIT_AWS, EXIT_ENVIRONMENT, CliError, say
 from local.deployed.local_jobs import LOCAL_JOB_HINT, refuse_local_job
 
 STACK_PREFIX = "Sluice-"
-REQUIRED_OUTPUTS = ("BucketName", "TableName", "StateMachineArn", "ApiKeySecretArn")
+# a stack whose provider signs its requests (Bedrock) holds no key, so has no ApiKeySecretArn
+REQUIRED_OUTPUTS = ("BucketName", "TableName", "StateMachineArn")
 _CREDENTIAL_CODES = frozenset(
     {
         "ExpiredToken",
@@ -121,7 +122,12 @@ class Deployment:
         return JobStore(table, ttl_days=14)
 
     def api_key(self) -> str:
-        value = self.client("secretsmanager").get_secret_value(SecretId=self.outputs["ApiKeySecretArn"])
+        arn = self.outputs.get("ApiKeySecretArn")
+        if not arn:
+            raise CliError(
+                f"{self.stack} holds no provider API key: its {self.provider} provider has none", EXIT_ENVIRONMENT
+            )
+        value = self.client("secretsmanager").get_secret_value(SecretId=arn)
         secret = value.get("SecretString") or ""
         if not secret:
             raise CliError(f"the provider API key secret of {self.stack} is empty", EXIT_ENVIRONMENT)

@@ -47,6 +47,9 @@ class Simulator:
 
     def __init__(self, config: SimConfig, *, clock: Callable[[], float] | None = None) -> None:
         self.core = Core(config)
+        # whether the signer of a Bedrock request may invoke its model: (access key, region, model)
+        # -> None, or why not. The local cloud's IAM sets it; None lets every signer through
+        self.authorize_invoke: Callable[[str, str, str], str | None] | None = None
         self.log: deque[dict[str, Any]] = deque(maxlen=config.log_limit)
         self.webhooks = Webhooks(self.core)
         self.file_api = Files(self.core)
@@ -120,6 +123,11 @@ class Simulator:
         if bedrock.speaks(request):
             if not bedrock.quota_key(request):
                 raise bedrock.missing_signature()
+            if self.authorize_invoke is not None:
+                key, region = bedrock.signer(request)
+                why = self.authorize_invoke(key, region, bedrock.invoked_model(request))
+                if why is not None:
+                    raise bedrock.access_denied(why)
             return
         token = _api_key(request)
         if not token:

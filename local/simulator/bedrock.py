@@ -55,6 +55,21 @@ def quota_key(request: web.Request) -> str:
     return f"bedrock/{found.group(2)}" if found is not None and found.group(3) == "bedrock" else ""
 
 
+def signer(request: web.Request) -> tuple[str, str]:
+    """The access key and region a request is signed with ("", "" when it is not)."""
+    found = _CREDENTIAL.match(request.headers.get("Authorization", ""))
+    return (found.group(1), found.group(2)) if found is not None else ("", "")
+
+
+def invoked_model(request: web.Request) -> str:
+    """The model (or inference profile) a runtime request names in its path."""
+    return unquote(request.path.removeprefix(PREFIX).split("/", 1)[0])
+
+
+def access_denied(message: str) -> ApiError:
+    return ApiError(403, message, code="AccessDeniedException")
+
+
 def missing_signature() -> ApiError:
     return ApiError(
         403,

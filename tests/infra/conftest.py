@@ -19,10 +19,12 @@ from aws_cdk import assertions
 from infra.checks import SecurityChecks
 from infra.config import cdk_json_context
 from infra.stack import SluiceStack, build_app
+from local.iam import FAMILY_SETTINGS
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTEXT: dict[str, Any] = cdk_json_context()
 ENVIRONMENTS = list(CONTEXT["environments"])
+BEDROCK_ENV = "dev"
 
 
 @dataclass(frozen=True)
@@ -44,14 +46,30 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # Under `pytest -n N --dist loadgroup` the tests that read the synthesized app share one
     # worker, so the app is synthesized once instead of once per worker.
     for item in items:
-        if "synthesis" in getattr(item, "fixturenames", ()):
+        if {"synthesis", "bedrock_synthesis"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.xdist_group("cdk-synth"))
+
+
+def bedrock_context(env: str = BEDROCK_ENV) -> dict[str, Any]:
+    """cdk.json's context with the environment `env` sending to Bedrock, as a user would switch it."""
+    chosen = {k: v for k, v in CONTEXT["environments"][env].items() if k not in FAMILY_SETTINGS}
+    return {**CONTEXT, "environments": {env: {**chosen, "provider": "bedrock"}}}
 
 
 @pytest.fixture(scope="session")
 def synthesis(tmp_path_factory: pytest.TempPathFactory) -> Synthesis:
+    return synthesized(tmp_path_factory, CONTEXT)
+
+
+@pytest.fixture(scope="session")
+def bedrock_synthesis(tmp_path_factory: pytest.TempPathFactory) -> Synthesis:
+    """The dev environment with `"provider": "bedrock"` (its template under `BEDROCK_ENV`)."""
+    return synthesized(tmp_path_factory, bedrock_context())
+
+
+def synthesized(tmp_path_factory: pytest.TempPathFactory, context: dict[str, Any]) -> Synthesis:
     outdir = tmp_path_factory.mktemp("cdk.out")
-    app = cdk.App(context={**CONTEXT, "aws:cdk:bundling-stacks": []}, outdir=str(outdir))
+    app = cdk.App(context={**context, "aws:cdk:bundling-stacks": []}, outdir=str(outdir))
     stacks = build_app(app)
     cdk.Validations.of(app).add_plugins(SecurityChecks(app))
     try:

@@ -1,12 +1,16 @@
-"""Bedrock batch inference in the stack: a service role only Bedrock may assume, for this account's
-jobs; it reads the jobs' input and writes their output and nothing else; the batch steps may pass
-it, to Bedrock only; and a rule hears the jobs' ended states."""
+"""Bedrock in the stack of an environment whose provider is Bedrock: a service role only Bedrock may
+assume, for this account's jobs; it reads the jobs' input and writes their output and nothing else;
+the batch steps may pass it, to Bedrock only; a rule hears the jobs' ended states; the steps that
+send directly invoke the region's models; and no API key is held. An OpenAI environment has none
+of Bedrock's grants, role or rule."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from tests.infra.conftest import Synthesis
+from sluice.contract import PROVIDER_STEPS
+
+from tests.infra.conftest import BEDROCK_ENV, Synthesis
 from tests.infra.test_functions import step_functions
 from tests.infra.test_security import _listed, _role_statements, _statements
 from tests.infra.test_workflow import _flat
@@ -27,7 +31,8 @@ def _service_role(synthesis: Synthesis, env: str) -> tuple[str, dict[str, Any]]:
     return roles[0]
 
 
-def test_only_bedrock_assumes_the_service_role_and_only_for_this_accounts_jobs(synthesis: Synthesis, env: str) -> None:
+def test_only_bedrock_assumes_the_service_role_and_only_for_this_accounts_jobs(bedrock_synthesis: Synthesis) -> None:
+    synthesis, env = bedrock_synthesis, BEDROCK_ENV
     _, role = _service_role(synthesis, env)
     (trust,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
     assert trust["Principal"] == {"Service": "bedrock.amazonaws.com"} and trust["Action"] == "sts:AssumeRole"
@@ -36,7 +41,8 @@ def test_only_bedrock_assumes_the_service_role_and_only_for_this_accounts_jobs(s
     assert _flat(arn).endswith(":model-invocation-job/*") and ":bedrock:" in _flat(arn)
 
 
-def test_the_service_role_reads_the_input_and_writes_the_output_only(synthesis: Synthesis, env: str) -> None:
+def test_the_service_role_reads_the_input_and_writes_the_output_only(bedrock_synthesis: Synthesis) -> None:
+    synthesis, env = bedrock_synthesis, BEDROCK_ENV
     logical, _ = _service_role(synthesis, env)
     granted = set()
     for policy in synthesis.resources(env, "AWS::IAM::Policy").values():
@@ -52,12 +58,15 @@ def test_the_service_role_reads_the_input_and_writes_the_output_only(synthesis: 
     }
 
 
-def test_the_batch_steps_pass_the_service_role_to_bedrock_only(synthesis: Synthesis, env: str) -> None:
+def test_the_batch_steps_pass_the_service_role_to_bedrock_only(bedrock_synthesis: Synthesis) -> None:
+    synthesis, env = bedrock_synthesis, BEDROCK_ENV
     logical, _ = _service_role(synthesis, env)
     for step, function in step_functions(synthesis, env).items():
         statements = _role_statements(synthesis, env, function)
         passes = [s for s in statements if "iam:PassRole" in _listed(s["Action"])]
+        # InvokeModel is every direct sender's (below); the rest is the batch steps' alone
         bedrock = {a for s in statements for a in _listed(s["Action"]) if a.startswith("bedrock:")}
+        bedrock.discard("bedrock:InvokeModel")
         if step not in ("submit_batch", "collect_batch"):
             assert not passes and not bedrock, step
             continue
@@ -70,10 +79,70 @@ def test_the_batch_steps_pass_the_service_role_to_bedrock_only(synthesis: Synthe
         assert variables["SLUICE_BEDROCK_BATCH_ROLE_ARN"] == {"Fn::GetAtt": [logical, "Arn"]}
 
 
-def test_a_rule_hears_the_jobs_ended_states(synthesis: Synthesis, env: str) -> None:
+def test_a_rule_hears_the_jobs_ended_states(bedrock_synthesis: Synthesis) -> None:
+    synthesis, env = bedrock_synthesis, BEDROCK_ENV
     patterns = [rule["Properties"]["EventPattern"] for rule in synthesis.resources(env, "AWS::Events::Rule").values()]
     assert {
         "source": ["aws.bedrock"],
         "detail-type": ["Batch Inference Job State Change"],
         "detail": {"status": ENDED},
     } in patterns
+
+
+def _bedrock_actions(synthesis: Synthesis, env: str) -> dict[str, set[str]]:
+    return {
+        step: {a for s in _role_statements(synthesis, env, function) for a in _listed(s["Action"]) if "bedrock:" in a}
+        for step, function in step_functions(synthesis, env).items()
+    }
+
+
+def test_the_steps_that_send_directly_invoke_the_regions_models_and_the_accounts_profiles(
+    bedrock_synthesis: Synthesis,
+) -> None:
+    env = BEDROCK_ENV
+    for step, function in step_functions(bedrock_synthesis, env).items():
+        invokes = [
+            s
+            for s in _role_statements(bedrock_synthesis, env, function)
+            if "bedrock:InvokeModel" in _listed(s["Action"])
+        ]
+        if step not in PROVIDER_STEPS:
+            assert not invokes, step
+            continue
+        (statement,) = invokes
+        resources = sorted(_flat(r) for r in _listed(statement["Resource"]))
+        assert len(resources) == 2, resources
+        assert resources[0].endswith("::foundation-model/*") and ":bedrock:" in resources[0]
+        assert ":inference-profile/*" in resources[1] and "AWS::AccountId" in resources[1]
+
+
+def test_a_bedrock_environment_holds_no_api_key(bedrock_synthesis: Synthesis) -> None:
+    env = BEDROCK_ENV
+    names = [s["Properties"]["Name"] for s in bedrock_synthesis.resources(env, "AWS::SecretsManager::Secret").values()]
+    assert [n for n in names if "provider-api-key" in n] == [] and len(names) == 1
+    for step, function in step_functions(bedrock_synthesis, env).items():
+        assert function["Properties"]["Environment"]["Variables"]["SLUICE_API_KEY_SECRET_ARN"] == "none"
+        statements = _role_statements(bedrock_synthesis, env, function)
+        assert not [s for s in statements if "secretsmanager:GetSecretValue" in _listed(s["Action"])], step
+    assert "ApiKeySecretArn" not in bedrock_synthesis.raw[env].get("Outputs", {})
+
+
+def test_an_openai_environment_has_no_bedrock_grant_role_or_rule(synthesis: Synthesis, env: str) -> None:
+    assert synthesis.stacks[env].config.provider == "openai"
+    assert {step: actions for step, actions in _bedrock_actions(synthesis, env).items() if actions} == {}
+    roles = synthesis.resources(env, "AWS::IAM::Role").values()
+    trusted = [
+        s
+        for role in roles
+        for s in role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+        if "bedrock.amazonaws.com" in _listed(s["Principal"].get("Service", []))
+    ]
+    assert trusted == []
+    rules = synthesis.resources(env, "AWS::Events::Rule").values()
+    assert not [r for r in rules if r["Properties"].get("EventPattern", {}).get("source") == ["aws.bedrock"]]
+    for function in step_functions(synthesis, env).values():
+        assert "SLUICE_BEDROCK_BATCH_ROLE_ARN" not in function["Properties"]["Environment"]["Variables"]
+
+
+def test_a_bedrock_environment_passes_cdk_nag(bedrock_synthesis: Synthesis) -> None:
+    assert bedrock_synthesis.validation_error is None

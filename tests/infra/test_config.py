@@ -264,3 +264,16 @@ def test_the_provider_is_one_of_the_families_and_names_its_own_api_by_default() 
     assert Environment.from_context("dev", anthropic).provider_base_url == "https://api.anthropic.com"
     with pytest.raises(ConfigError, match="environment 'dev': provider must be one of openai"):
         Environment.from_context("dev", with_value("dev", "provider", "mistral"))
+
+
+def test_a_bedrock_environment_names_no_api_key() -> None:
+    environments = copy.deepcopy(ENVIRONMENTS)
+    environments["dev"].update(provider="bedrock", default_model="anthropic.claude-3-haiku-20240307-v1:0")
+    for key in ("provider_base_url", "batch_queue_tokens"):
+        environments["dev"].pop(key, None)
+    assert Environment.from_context("dev", environments).provider == "bedrock"
+    environments["dev"]["api_key_secret_arn"] = "arn:aws:secretsmanager:us-east-1:123456789012:secret:key-AbCdEf"
+    with pytest.raises(
+        ConfigError, match=r"api_key_secret_arn names a key, but bedrock signs with the functions' roles"
+    ):
+        Environment.from_context("dev", environments)

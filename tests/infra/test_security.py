@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from cfnlint.api import ManualArgs, lint
 
-from tests.infra.conftest import Synthesis
+from tests.infra.conftest import BEDROCK_ENV, Synthesis
 from tests.infra.test_functions import secret_id, step_functions, webhook_function
 from tests.infra.test_workflow import _flat
 
@@ -23,8 +23,8 @@ PROVIDER_S3 = {
     ("s3:PutObject", "cache/segments/*"),
     ("s3:PutObject", "cache/index/*"),
 }
-# the batch steps also run Bedrock batch inference jobs: they put a job's input, read its input and
-# output back, and delete both
+# in a Bedrock environment the batch steps also run Bedrock batch inference jobs: they put a job's
+# input, read its input and output back, and delete both
 BEDROCK = ["bedrock-batch/input/*", "bedrock-batch/output/*"]
 BATCH_S3 = (
     PROVIDER_S3
@@ -119,7 +119,13 @@ def test_no_wildcard_actions_in_any_iam_policy(synthesis: Synthesis, env: str) -
                 assert "*" not in action, f"wildcard action {action!r} in {json.dumps(statement)}"
 
 
-def test_each_step_gets_exactly_its_s3_access(synthesis: Synthesis, env: str) -> None:
+def test_each_step_gets_exactly_its_s3_access(synthesis: Synthesis, env: str, bedrock_synthesis: Synthesis) -> None:
+    _exact_s3_access(synthesis, env)
+    _exact_s3_access(bedrock_synthesis, BEDROCK_ENV)
+
+
+def _exact_s3_access(synthesis: Synthesis, env: str) -> None:
+    on_bedrock = synthesis.stacks[env].config.provider == "bedrock"
     for step, statements in _step_statements(synthesis, env).items():
         granted = set()
         for statement in statements:
@@ -132,9 +138,10 @@ def test_each_step_gets_exactly_its_s3_access(synthesis: Synthesis, env: str) ->
                     granted.add((action, suffix))
                     if action == "s3:ListBucket":
                         listed = {"plan": [CACHE], "merge": [JOBS, CACHE]}.get(step, [JOBS])
-                        listed += [BEDROCK] if step in ("submit_batch", "collect_batch") else []
+                        listed += [BEDROCK] if on_bedrock and step in ("submit_batch", "collect_batch") else []
                         assert statement["Condition"] in [{"StringLike": {"s3:prefix": p}} for p in listed]
-        assert granted == EXPECTED_S3[step], step
+        expected = EXPECTED_S3[step] if on_bedrock or EXPECTED_S3[step] is not BATCH_S3 else PROVIDER_S3
+        assert granted == expected, (env, step)
 
 
 def test_only_provider_steps_read_the_api_key(synthesis: Synthesis, env: str) -> None:
@@ -177,7 +184,23 @@ def test_webhook_role_has_exactly_what_the_handler_needs(synthesis: Synthesis, e
     assert not any(action.startswith("s3:") for action, _ in granted)
 
 
-def test_only_api_gateway_and_bedrocks_job_rule_invoke_the_webhook_function(synthesis: Synthesis, env: str) -> None:
+def test_only_api_gateway_and_bedrocks_job_rule_invoke_the_webhook_function(
+    synthesis: Synthesis, env: str, bedrock_synthesis: Synthesis
+) -> None:
+    # Bedrock's rule only in a Bedrock environment
+    (permission,) = _webhook_invokers(synthesis, env)
+    assert permission["Principal"] == "apigateway.amazonaws.com"
+    (permission, rule) = _webhook_invokers(bedrock_synthesis, BEDROCK_ENV)
+    assert permission["Principal"] == "apigateway.amazonaws.com"
+    assert _flat(permission["SourceArn"]).endswith("/*/*/webhooks")
+    # EventBridge, for the rule that hears Bedrock batch inference jobs end, and for it only
+    assert rule["Principal"] == "events.amazonaws.com"
+    rules = bedrock_synthesis.resources(BEDROCK_ENV, "AWS::Events::Rule")
+    (logical,) = [k for k, r in rules.items() if r["Properties"]["EventPattern"].get("source") == ["aws.bedrock"]]
+    assert rule["SourceArn"] == {"Fn::GetAtt": [logical, "Arn"]}
+
+
+def _webhook_invokers(synthesis: Synthesis, env: str) -> list[dict[str, Any]]:
     webhook_id = next(
         k
         for k, f in synthesis.resources(env, "AWS::Lambda::Function").items()
@@ -188,14 +211,7 @@ def test_only_api_gateway_and_bedrocks_job_rule_invoke_the_webhook_function(synt
         for p in synthesis.resources(env, "AWS::Lambda::Permission").values()
         if p["Properties"]["FunctionName"] == {"Fn::GetAtt": [webhook_id, "Arn"]}
     ]
-    (permission, rule) = sorted(permissions, key=lambda p: str(p["Principal"]))
-    assert permission["Principal"] == "apigateway.amazonaws.com"
-    assert _flat(permission["SourceArn"]).endswith("/*/*/webhooks")
-    # EventBridge, for the rule that hears Bedrock batch inference jobs end, and for it only
-    assert rule["Principal"] == "events.amazonaws.com"
-    rules = synthesis.resources(env, "AWS::Events::Rule")
-    (logical,) = [k for k, r in rules.items() if r["Properties"]["EventPattern"].get("source") == ["aws.bedrock"]]
-    assert rule["SourceArn"] == {"Fn::GetAtt": [logical, "Arn"]}
+    return sorted(permissions, key=lambda p: str(p["Principal"]))
 
 
 def test_notify_cannot_touch_s3(synthesis: Synthesis, env: str) -> None:

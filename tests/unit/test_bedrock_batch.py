@@ -182,7 +182,7 @@ def test_a_model_input_is_the_invoke_model_body_of_an_anthropic_model() -> None:
     assert "model" not in model_input(Request(1, "a", "POST", "/v1/messages", orjson.dumps(native)))
     other = {"model": "amazon.nova-lite-v1:0", "messages": [{"role": "user", "content": "hi"}]}
     with pytest.raises(Unsupported, match="Anthropic models only"):
-        model_input(Request(1, "a", "POST", "/v1/chat/completions", orjson.dumps(other)))
+        model_input(Request(1, "a", "POST", "/v1/chat/completions", orjson.dumps(BEDROCK.to_wire(CHAT, other))))
 
 
 def test_a_chat_lines_converse_body_is_written_as_the_same_messages_request() -> None:

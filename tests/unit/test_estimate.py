@@ -135,3 +135,26 @@ def test_estimate_prices_the_resubmissions_validation_expects(
     )
     assert main(["estimate", str(path), "--quiet", "--invalid-rate", "0.2"]) == 0
     assert "with validation:    expected" in capsys.readouterr().out
+
+
+def test_a_bedrock_file_counts_its_caps_and_prompts_as_on_openai(tmp_path: Path) -> None:
+    # a chat line is read for Bedrock as its Converse body: the cap and the system prompt move
+    model = "anthropic.claude-3-haiku-20240307-v1:0"
+    system = {"role": "system", "content": "y" * 400}
+    chat = {"model": model, "max_tokens": 4, "messages": [system, {"role": "user", "content": "x" * 400}]}
+    native = {
+        "model": model,
+        "max_tokens": 4,
+        "system": "y" * 400,
+        "messages": [{"role": "user", "content": "x" * 400}],
+    }
+    path = tmp_path / "bedrock.jsonl"
+    path.write_bytes(_line("c", "/v1/chat/completions", chat) + _line("m", "/v1/messages", native))
+    estimate = estimate_file(
+        path, model=None, assumed_output_tokens=300, concurrency=10, latency_s=1.0, shard_lines=100,
+        quiet=True, provider="bedrock",
+    )  # fmt: skip
+    (totals,) = estimate.by_model.values()
+    assert (totals.tokens_out, totals.tokens_out_max, totals.uncapped) == (8, 8, 0)
+    # both lines' system prompts and turns count, about 200 tokens each
+    assert totals.tokens_in >= 400

@@ -144,3 +144,30 @@ def test_in_the_local_cloud_a_job_runs_by_itself_and_its_end_reaches_the_webhook
         time.sleep(0.05)
     assert row.batch_settled == "completed" and row.provider_id == job_arn
     assert asyncio.run(collect_batch(ctx, spec)).done is True
+
+
+def test_without_invoke_model_a_shard_is_denied_each_request(simulator, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from local.cloud import LocalCloud, LocalSettings, run_job
+    from tests.conftest import write_jsonl
+
+    lines = [request_line(f"i-{n}").replace(b"gpt-4o-mini", MODEL.encode()) for n in range(5)]
+    runs = {}
+    for name, policies in (
+        ("granted", iam.load_policies()),
+        ("denied", _without(iam.load_policies(), "run_shard", "bedrock:InvokeModel")),
+    ):
+        simulator.reset()
+        settings = LocalSettings(provider="bedrock", max_attempts=2, cache="off", request_timeout_s=5.0)
+        # given the simulator, as `sluice run` gives it, the cloud has it ask its IAM about each signer
+        cloud = LocalCloud(
+            provider_base_url=simulator.base_url, api_key="-", settings=settings, policies=policies, simulator=simulator
+        )
+        with cloud.running():
+            runs[name] = run_job(cloud, write_jsonl(tmp_path / f"{name}.jsonl", lines))
+        assert simulator.simulator.authorize_invoke is None
+
+    assert runs["granted"].status == "SUCCEEDED" and len(runs["granted"].results) == 5
+    denied = runs["denied"]
+    assert denied.results == [] and len(denied.errors) == 5
+    message = denied.errors[0]["error"]["message"]
+    assert "bedrock:InvokeModel" in message and f"foundation-model/{MODEL}" in message

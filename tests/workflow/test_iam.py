@@ -76,7 +76,7 @@ def test_a_grant_removed_from_the_stack_fails_the_local_run_with_access_denied(
         allow(self, role, actions, *a, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr(SluiceStack, "_allow", allow_all_but_merge_writing_outbox)
-    policies = iam.policies_from_template(iam.synthesized_template())
+    policies = iam.snapshot()
     snapshot = iam.load_policies()
     assert {name for name in snapshot if policies[name] != snapshot[name]} == {"merge"}
 

@@ -25,7 +25,12 @@ VALIDATE_REPAIR_CHOICES = ("on", "off")
 CACHE_MODES = ("on", "read", "write", "off")
 # the provider families Sluice speaks (`sluice.providers.family`): `Settings.provider` picks one
 DEFAULT_PROVIDER = "openai"
-PROVIDERS = (DEFAULT_PROVIDER, "anthropic", "bedrock")
+BEDROCK_PROVIDER = "bedrock"
+PROVIDERS = (DEFAULT_PROVIDER, "anthropic", BEDROCK_PROVIDER)
+# the families that sign each request with the function's AWS credentials: an environment of one
+# holds no API key, and its functions read the secret named by NO_API_KEY_SECRET never
+SIGNED_PROVIDERS = frozenset({BEDROCK_PROVIDER})
+NO_API_KEY_SECRET = "none"
 # what per-line output validation can check of an answer (`sluice.validation`); `all` (or the
 # option given bare) turns on every one, and each applies to a line only where it can
 VALIDATION_CHECKS = ("json", "schema", "cut_short", "refusal", "empty")

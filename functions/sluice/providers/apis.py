@@ -69,6 +69,28 @@ def batch_api_for(
     )
 
 
+def batch_api_to_cancel(
+    provider: str,
+    base_url: str,
+    api_key: str,
+    *,
+    timeout_s: float,
+    max_retries: int,
+    s3: Any = None,
+    bedrock: Callable[[], Any] | None = None,
+) -> BatchApiOpener:
+    """The Batch API a cancel opens, with the caller's credentials: Bedrock's through the caller's
+    `bedrock` clients (a cancel creates no job, so needs neither the job bucket nor the service
+    role), any other family's at `base_url` with its key."""
+    if provider == BEDROCK.name:
+        if bedrock is None:
+            raise ValueError("cancelling Bedrock batch inference jobs needs a bedrock client")
+        from .bedrock.batch import opener
+
+        return opener(bedrock, s3, bucket="", role_arn="")
+    return batch_api(base_url, api_key, timeout_s=timeout_s, max_retries=max_retries, provider=provider)
+
+
 def bedrock_clients(session: Any) -> Callable[[], Any] | None:
     """Makes `bedrock` clients (batch inference jobs) from a boto3 session, when a run opens the API."""
     if session is None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..contract import SIGNED_PROVIDERS
 from .bedrock import BEDROCK, auth
 from .format import Signer
 
@@ -20,3 +21,8 @@ def signed(provider: str, session: Any, env: Mapping[str, str]) -> tuple[str, Si
     if not region:
         raise RuntimeError("Bedrock's endpoint and signature need an AWS region; none is configured")
     return auth.endpoint(env, region), auth.signer(session, region)
+
+
+def keyless(provider: str) -> bool:
+    """Whether the family signs its requests, so that an environment of it holds no API key."""
+    return provider in SIGNED_PROVIDERS

@@ -1,0 +1,91 @@
+"""`sluice run --provider bedrock` as a user types it: on the built-in simulator (Converse) and the
+local cloud's emulation of Bedrock's batch inference jobs, in direct, batch and auto mode."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from tests.conftest import request_line, write_jsonl
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL = "anthropic.claude-3-haiku-20240307-v1:0"
+
+
+def _chat(custom_id: str) -> bytes:
+    return request_line(custom_id).replace(b"gpt-4o-mini", MODEL.encode())
+
+
+def _messages(custom_id: str) -> bytes:
+    body = {"model": MODEL, "max_tokens": 5, "messages": [{"role": "user", "content": "I loved it"}]}
+    return orjson.dumps({"custom_id": custom_id, "method": "POST", "url": "/v1/messages", "body": body}) + b"\n"
+
+
+def _run(path: Path, out: Path, *options: str, **variables: str) -> tuple[subprocess.CompletedProcess[bytes], Any]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_", "AWS_ENDPOINT_URL"))}
+    env.update(PYTHONPATH=f"{ROOT / 'functions'}:{ROOT}", **variables)
+    command = [sys.executable, "-m", "local.cli", "run", str(path), "--provider", "bedrock", "--model", MODEL]
+    done = subprocess.run([*command, "--no-cache", *options, "--out", str(out)], cwd=ROOT, env=env, capture_output=True)
+    summary = out / f"{path.stem}.summary.json"
+    return done, orjson.loads(summary.read_bytes()) if summary.exists() else {}
+
+
+def _results(out: Path, stem: str) -> list[dict[str, Any]]:
+    return [orjson.loads(line) for line in (out / f"{stem}.results.jsonl").read_bytes().splitlines()]
+
+
+def test_direct_runs_on_the_simulator_whatever_bedrocks_endpoint_variable_says(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "direct.jsonl", [_chat(f"d-{n}") for n in range(12)])
+    # a local run signs with moto's credentials: no real endpoint would take them, so it is not used
+    done, summary = _run(
+        path, tmp_path / "out", "--mode", "direct", AWS_ENDPOINT_URL_BEDROCK_RUNTIME="https://bedrock.example"
+    )
+
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    stderr = done.stderr.decode()
+    assert "provider: built-in SIMULATOR" in stderr
+    assert "note: AWS_ENDPOINT_URL_BEDROCK_RUNTIME is not used by a local run" in stderr
+    assert summary["status"] == "SUCCEEDED" and summary["counts"]["errors"] == 0
+    assert summary["run"]["provider"].startswith("bedrock: built-in simulator")
+    assert summary["shards"][0]["paths"] == {"direct": 12}
+    bodies = [r["response"]["body"] for r in _results(tmp_path / "out", "direct")]
+    assert [b["object"] for b in bodies] == ["chat.completion"] * 12 and {b["model"] for b in bodies} == {MODEL}
+    assert summary["cost_estimate_usd"]["provider"] > 0
+
+
+def test_batch_runs_a_job_of_at_least_a_hundred_records_and_sends_a_smaller_part_direct(tmp_path: Path) -> None:
+    # 100 chat lines are one job; 30 Messages lines, a part of their own below Bedrock's minimum, go direct
+    lines = [_chat(f"b-{n}") for n in range(100)] + [_messages(f"m-{n}") for n in range(30)]
+    path = write_jsonl(tmp_path / "batched.jsonl", lines)
+    done, summary = _run(path, tmp_path / "out", "--mode", "batch")
+
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert summary["status"] == "SUCCEEDED" and summary["counts"] == {
+        "lines": 130, "blank": 0, "requests": 130, "results": 130, "errors": 0
+    }  # fmt: skip
+    assert summary["shards"][0]["mode"] == "batch" and summary["shards"][0]["paths"] == {"batch": 100, "direct": 30}
+    results = _results(tmp_path / "out", "batched")
+    assert [r["custom_id"] for r in results] == [f"b-{n}" for n in range(100)] + [f"m-{n}" for n in range(30)]
+    assert {r["response"]["body"]["object"] for r in results[:100]} == {"chat.completion"}
+    assert {r["response"]["body"]["type"] for r in results[100:]} == {"message"}
+    # priced as run: the job's records at Bedrock's batch price, half the direct one
+    costs = summary["cost_estimate_usd"]
+    assert costs["provider_all_batch"] < costs["provider"] < costs["provider_all_direct"]
+
+
+def test_auto_batches_a_shard_as_big_as_its_threshold_and_sends_a_small_file_direct(tmp_path: Path) -> None:
+    big = write_jsonl(tmp_path / "big.jsonl", [_chat(f"a-{n}") for n in range(1000)])
+    done, summary = _run(big, tmp_path / "big", "--mode", "auto", "--quiet")
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert summary["status"] == "SUCCEEDED" and summary["counts"]["results"] == 1000
+    assert [(s["mode"], s["paths"]) for s in summary["shards"]] == [("batch", {"batch": 1000})]
+
+    small = write_jsonl(tmp_path / "small.jsonl", [_chat(f"s-{n}") for n in range(20)])
+    done, summary = _run(small, tmp_path / "small", "--mode", "auto", "--quiet")
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert [(s["mode"], s["paths"]) for s in summary["shards"]] == [("direct", {"direct": 20})]
