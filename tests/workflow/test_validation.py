@@ -18,6 +18,7 @@ from tests.conftest import write_jsonl
 
 LINES = 300
 CHAT = "/v1/chat/completions"
+RESPONSES = "/v1/responses"
 SCHEMA = {
     "type": "object",
     "properties": {
@@ -161,6 +162,43 @@ def test_a_batch_job_that_reports_what_batches_leave_reports_invalid_rows_as_inv
     assert {e["error"]["code"] for e in run.errors} == {"invalid_output"}
     assert all("on-batch-incomplete: error" in e["error"]["message"] for e in run.errors)
     assert sends(simulator) == Counter()
+
+
+def responses_line(i: int) -> bytes:
+    body = {
+        "model": "gpt-4o-mini",
+        "input": f"Extract the review {i}: the kettle boils fast, lid is loose.",
+        "text": {"format": {"type": "json_schema", "name": "review", "strict": True, "schema": SCHEMA}},
+    }
+    return orjson.dumps({"custom_id": f"bg-{i}", "method": "POST", "url": RESPONSES, "body": body}) + b"\n"
+
+
+def test_a_validating_background_job_sends_invalid_answers_again_directly_until_none_is_left(
+    make_cloud: Any, simulator: Any, tmp_path: Path
+) -> None:
+    simulator.configure(**FAULTS, latency_s=0.05)
+    cloud = make_cloud(shard_lines=100, poll_seconds=1, cache="off")
+    lines = 200
+    path = write_jsonl(tmp_path / "background.jsonl", [responses_line(i) for i in range(lines)])
+    metadata = {"sluice-mode": "background", "sluice-validate": "all", "sluice-validate-attempts": "6"}
+    run = run_job(cloud, path, metadata=metadata)
+
+    assert run.status == "SUCCEEDED"
+    assert run.verify(path).ok
+    assert run.errors == [] and len(run.results) == lines
+    bodies = requests_of(path)
+    assert [r for r in run.results if ALL.validate(RESPONSES, bodies[r["custom_id"]], r["response"]["body"])] == []
+    validation = run.summary["validation"]
+    assert validation["valid_first_time"] + validation["repaired"] == lines
+    assert validation["repaired"] > 0 and "invalid" not in validation
+    turned_down = sum(n for name, n in validation.items() if name.startswith("failed_"))
+    assert turned_down >= validation["repaired"]
+    created = Counter(
+        e["custom_id"] for e in simulator.log if e["method"] == "POST" and e["path"] == RESPONSES and e["custom_id"]
+    )
+    # each line's background response was created once; every answer turned down was sent again, and nothing else
+    assert len(created) == lines
+    assert sum(created.values()) == lines + turned_down
 
 
 def test_a_schema_the_job_names_is_read_by_plan_and_every_answer_checked_against_it(
