@@ -146,6 +146,9 @@ def test_a_validating_batch_job_sends_its_invalid_rows_again_directly(
     assert direct and turned_down["failed_schema"] and turned_down["failed_json"] and turned_down["failed_cut_short"]
     # each answer turned down, in a batch or directly, was sent again directly once, and nothing else was
     assert sum(direct.values()) == sum(n for name, n in turned_down.items() if name.startswith("failed_"))
+    # every line answered counts once, and a row a batch turned down that then passed is repaired
+    assert turned_down["valid_first_time"] + turned_down["repaired"] + turned_down.get("invalid", 0) == lines
+    assert turned_down["repaired"] == len(direct)
 
 
 def test_a_batch_job_that_reports_what_batches_leave_reports_invalid_rows_as_invalid_output(
