@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 from sluice.contract import VALIDATION_CHECKS
 from sluice.validation import Validator
 
@@ -234,3 +235,52 @@ def test_a_schema_the_job_names_is_read_by_plan_and_every_answer_checked_against
     assert run.verify(path).ok and run.results == []
     assert {(e["error"]["code"], e["error"]["check"]) for e in run.errors} == {("invalid_output", "schema")}
     assert all("must contain ['rating'] properties" in e["error"]["message"] for e in run.errors)
+
+
+MESSAGES = "/v1/messages"
+CLAUDE = "anthropic.claude-3-haiku-20240307-v1:0"
+
+
+def messages_line(i: int, model: str) -> bytes:
+    body = {
+        "model": model,
+        "max_tokens": 400,
+        "messages": [{"role": "user", "content": f"Extract the review {i}: the kettle boils fast, lid is loose."}],
+        "output_format": {"type": "json_schema", "schema": SCHEMA},
+    }
+    return orjson.dumps({"custom_id": f"m-{i}", "method": "POST", "url": MESSAGES, "body": body}) + b"\n"
+
+
+def chat_line(i: int, model: str) -> bytes:
+    body = {"model": model, "max_tokens": 50, "messages": [{"role": "user", "content": f"Summarise review {i}."}]}
+    return orjson.dumps({"custom_id": f"c-{i}", "method": "POST", "url": CHAT, "body": body}) + b"\n"
+
+
+@pytest.mark.parametrize(
+    ("provider", "model"), [("anthropic", "claude-3-5-haiku-latest"), ("bedrock", CLAUDE)], ids=["anthropic", "bedrock"]
+)
+def test_a_validating_job_on_anthropic_or_bedrock_ends_with_no_invalid_result(
+    make_cloud: Any, simulator: Any, tmp_path: Path, provider: str, model: str
+) -> None:
+    simulator.configure(**FAULTS, rate_refusal=0.05)
+    metadata = {"sluice-validate": "all", "sluice-validate-attempts": "8"}
+    # Bedrock states no limits in its headers: the configured quota of the model paces the job
+    quota = orjson.dumps({CLAUDE: {"rpm": 60000, "tpm": 10_000_000}}).decode()
+    settings = {"rate_limits": quota} if provider == "bedrock" else {}
+    cloud = make_cloud(provider=provider, shard_lines=100, cache="off", **settings)
+    # on Bedrock the Messages lines go to InvokeModel and the chat lines to Converse
+    rows = [messages_line(i, model) for i in range(100)] + [chat_line(i, model) for i in range(100)]
+    path = write_jsonl(tmp_path / f"{provider}.jsonl", rows)
+    run = run_job(cloud, path, metadata=metadata)
+
+    assert run.status == "SUCCEEDED"
+    bodies = {r["custom_id"]: (r["url"], r["body"]) for r in map(orjson.loads, path.read_bytes().splitlines())}
+    # every line accounted for once (`verify` reads lines as OpenAI takes them, which have no Messages path)
+    assert run.errors == [] and sorted(r["custom_id"] for r in run.results) == sorted(bodies)
+    assert [r for r in run.results if ALL.validate(*bodies[r["custom_id"]], r["response"]["body"])] == []
+    validation = run.summary["validation"]
+    assert validation["valid_first_time"] + validation["repaired"] == len(rows)
+    failed = {name for name in validation if name.startswith("failed_")}
+    assert failed == {"failed_schema", "failed_json", "failed_cut_short", "failed_refusal"}
+    # the chat lines' answers were spoiled too (on Bedrock, Converse's), and sent again
+    assert [cid for cid, n in sends(simulator).items() if cid.startswith("c-") and n > 1]
