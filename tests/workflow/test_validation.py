@@ -284,3 +284,38 @@ def test_a_validating_job_on_anthropic_or_bedrock_ends_with_no_invalid_result(
     assert failed == {"failed_schema", "failed_json", "failed_cut_short", "failed_refusal"}
     # the chat lines' answers were spoiled too (on Bedrock, Converse's), and sent again
     assert [cid for cid, n in sends(simulator).items() if cid.startswith("c-") and n > 1]
+
+
+@pytest.mark.parametrize(
+    ("provider", "model"), [("anthropic", "claude-3-5-haiku-latest"), ("bedrock", CLAUDE)], ids=["anthropic", "bedrock"]
+)
+def test_a_validating_batch_job_on_anthropic_or_bedrock_sends_its_invalid_rows_again(
+    make_cloud: Any, simulator: Any, tmp_path: Path, provider: str, model: str
+) -> None:
+    quota = orjson.dumps({CLAUDE: {"rpm": 60000, "tpm": 10_000_000}}).decode()
+    settings = {"rate_limits": quota} if provider == "bedrock" else {}
+    # a Bedrock job takes 100 records at least, and a file holds one endpoint: 100 lines of each
+    cloud = make_cloud(provider=provider, shard_lines=200, poll_seconds=1, cache="off", **settings)
+    simulator.configure(**FAULTS, rate_refusal=0.05, batch_phase_s=0.1)
+    if cloud.bedrock_jobs is not None:
+        cloud.bedrock_jobs.output_faults = lambda: simulator.config
+    rows = [messages_line(i, model) for i in range(100)] + [chat_line(i, model) for i in range(100)]
+    path = write_jsonl(tmp_path / f"{provider}-batch.jsonl", rows)
+    metadata = {"sluice-mode": "batch", "sluice-validate": "all", "sluice-validate-attempts": "8"}
+    run = run_job(cloud, path, metadata=metadata)
+
+    assert run.status == "SUCCEEDED"
+    bodies = {r["custom_id"]: (r["url"], r["body"]) for r in map(orjson.loads, path.read_bytes().splitlines())}
+    assert run.errors == [] and sorted(r["custom_id"] for r in run.results) == sorted(bodies)
+    assert [r for r in run.results if ALL.validate(*bodies[r["custom_id"]], r["response"]["body"])] == []
+    validation = run.summary["validation"]
+    direct = sends(simulator)
+    # the rows the batch turned down were sent again directly, and each that then passed counts as repaired
+    assert direct and validation["repaired"] == len(direct)
+    assert validation["valid_first_time"] + validation["repaired"] == len(rows)
+    assert {name for name in validation if name.startswith("failed_")} == {
+        "failed_schema",
+        "failed_json",
+        "failed_cut_short",
+        "failed_refusal",
+    }
