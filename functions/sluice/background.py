@@ -93,7 +93,11 @@ async def submit_background(ctx: ShardContext, spec: ShardSpec) -> Submitted:
         await asyncio.to_thread(write_unsent, ctx.s3, spec, source, skip | seen, writer.add_invalid)
     left = 0
     if resends is not None and resends.again:
-        left = await _send_again(ctx, spec, writer, resends, lambda o: writer.add_outcome(o, path=Mode.DIRECT))
+        try:
+            left = await _send_again(ctx, spec, resends, lambda o: writer.add_outcome(o, path=Mode.DIRECT))
+        except asyncio.CancelledError:
+            await writer.aflush(finished=False)
+            raise
     await writer.aflush(finished=False)
     return Submitted(
         # a line left to send again is in no part and no item: the next submit run sends it afresh
@@ -104,9 +108,7 @@ async def submit_background(ctx: ShardContext, spec: ShardSpec) -> Submitted:
     )
 
 
-async def _send_again(
-    ctx: ShardContext, spec: ShardSpec, writer: PartWriter, resends: Resends, write: Callable[[Outcome], None]
-) -> int:
+async def _send_again(ctx: ShardContext, spec: ShardSpec, resends: Resends, write: Callable[[Outcome], None]) -> int:
     """Send directly the answers `resends` turned down, each line's last outcome to `write` with
     the sends before counted in; returns how many lines are left (the run stopped first: the next
     run gets them again). Once the job's budget is spent, a line left keeps its last answer."""
@@ -121,9 +123,6 @@ async def _send_again(
     again = resends.again
     try:
         await send_requests(ctx, spec, again, sink, budget=budget, expected=len(again), check_answers=True)
-    except asyncio.CancelledError:
-        await writer.aflush(finished=False)
-        raise
     finally:
         if budget is not None:
             await asyncio.to_thread(budget.close)
@@ -257,20 +256,20 @@ async def collect_background(ctx: ShardContext, spec: ShardSpec) -> Collected:
     requests = [api.poll_request(i.line, i.custom_id, i.provider_id or "") for i in waiting.values()]
     try:
         stats = await send_requests(ctx, spec, requests, sink, expected=len(requests))
+        left = len(still) + stats.remaining
+        if check is not None and arrived:
+            asked = await asyncio.to_thread(_lines_asked, ctx, spec, {outcome.line for outcome in arrived})
+            resends = Resends(check)
+            for outcome in arrived:
+                request = asked.get(outcome.line)
+                if request is None or resends.passes(request, outcome):
+                    write(outcome)
+            if resends.again:
+                # sent directly, and priced so; the item keeps its response's id
+                left += await _send_again(ctx, spec, resends, lambda outcome: write(outcome, Mode.DIRECT))
     except asyncio.CancelledError:
         await writer.aflush(finished=False, waiting=-unsettled_done)
         raise
-    left = len(still) + stats.remaining
-    if check is not None and arrived:
-        asked = await asyncio.to_thread(_lines_asked, ctx, spec, {outcome.line for outcome in arrived})
-        resends = Resends(check)
-        for outcome in arrived:
-            request = asked.get(outcome.line)
-            if request is None or resends.passes(request, outcome):
-                write(outcome)
-        if resends.again:
-            # sent directly, and priced so; the item keeps its response's id
-            left += await _send_again(ctx, spec, writer, resends, lambda outcome: write(outcome, Mode.DIRECT))
     finished = left == 0 and not stats.stopped_early
     await writer.aflush(finished=finished, waiting=-unsettled_done)
     if finished:
