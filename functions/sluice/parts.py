@@ -219,8 +219,9 @@ class PartWriter:
         self._count(outcome.ok)
         if self._progress is not None:
             self._progress.outcome(outcome, batch=batch, waited=batch or provider_id is not None)
-        # nothing looks up a result that was sent directly by its row (no webhook, no cancel)
-        if outcome.ok and (not self._item_rows_for_results or path == Mode.DIRECT):
+        # nothing looks up a result that was sent directly by its row (no webhook, no cancel), unless
+        # the line has a row already (a background response's, sent again directly): it is marked done
+        if outcome.ok and (not self._item_rows_for_results or (path == Mode.DIRECT and provider_id is None)):
             self._maybe_cut(len(chunk.rows))
             return
         chunk.items.append(

@@ -9,12 +9,15 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import boto3
 import orjson
 import pytest
+from sluice.cancel import open_provider_work
 from sluice.contract import VALIDATION_CHECKS
+from sluice.store import JobStore
 from sluice.validation import Validator
 
-from local.cloud import run_job
+from local.cloud import REGION, run_job
 from tests.conftest import write_jsonl
 
 LINES = 300
@@ -203,6 +206,9 @@ def test_a_validating_background_job_sends_invalid_answers_again_directly_until_
     # each line's background response was created once; every answer turned down was sent again, and nothing else
     assert len(created) == lines
     assert sum(created.values()) == lines + turned_down
+    # a line whose answer came from a send again is done: no item is left looking open to a cancel
+    store = JobStore(boto3.resource("dynamodb", region_name=REGION).Table(cloud.table_name), ttl_days=1)
+    assert open_provider_work(store, run.job_id).responses == []
 
 
 def test_a_schema_the_job_names_is_read_by_plan_and_every_answer_checked_against_it(
