@@ -155,7 +155,7 @@ class _Checked:
 
     def passes(self, answer: Outcome, writer: PartWriter, *, final: bool) -> bool:
         """Whether to write `answer` now: it passed, or it is final (invalid_output); one to send
-        again is counted as turned down and left for the direct pass."""
+        again is noted as turned down and left for the direct pass."""
         request = self.requests.get(answer.line)
         if request is None:
             return True
@@ -165,7 +165,7 @@ class _Checked:
         if final:
             self.check.give_up(answer, failed, "the job reports what its batches leave (on-batch-incomplete: error)")
             return True
-        writer.add_turned_down(failed[-1])
+        writer.add_turned_down(answer.line, failed[-1])
         return False
 
 

@@ -14,10 +14,10 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 from .cache import fill_for
-from .contract import DirectRun, Mode, ProviderRefused
+from .contract import DirectRun, Mode, ProviderRefused, parse_validate
 from .lines import LineError
 from .model import ErrorCode, Outcome, Request
-from .parts import PartWriter, assemble, load_checkpoint
+from .parts import PartWriter, assemble, load_checkpoint, turned_down
 from .refusal import unsent_message, write_refusal
 from .shard import (
     ShardContext,
@@ -55,6 +55,8 @@ async def run_direct(ctx: ShardContext, spec: ShardSpec) -> DirectRun:
         await asyncio.sleep(opening_delay_s(spec))
     budget = shard_budget(ctx, spec)
     source = pending(ctx.s3, spec, checkpoint.done, writer.add_invalid)
+    if spec.mode == Mode.BATCH and parse_validate(spec.validate):
+        source = _carrying(source, await asyncio.to_thread(turned_down, ctx.s3, spec))
     requests = fill.track(source) if fill is not None else source
     # the lines this run ended, to know which the budget or a refusing provider kept back
     ended: set[int] = set()
@@ -89,6 +91,14 @@ async def run_direct(ctx: ShardContext, spec: ShardSpec) -> DirectRun:
         sent=writer.done + writer.failed,
         seconds=round(time.monotonic() - started, 3),
     )
+
+
+def _carrying(source: Iterator[Request], turned: dict[int, str]) -> Iterator[Request]:
+    """A batch shard's direct pass: each line its batches answered invalid carries the check that
+    answer failed, so the line's sends go on from it (counted repaired when it then passes)."""
+    for request in source:
+        check = turned.get(request.line)
+        yield request if check is None else replace(request, failed_checks=(check,))
 
 
 def _write_refused(

@@ -380,7 +380,7 @@ class _Run:
     async def checked(self, check: OutputCheck, req: Request, outcome: Outcome, held: list[bool]) -> Outcome:
         """The line's last outcome: its answer sent again while it fails the job's checks and has
         sends left, each within the budget."""
-        failed: list[str] = []
+        failed = list(req.failed_checks)
         attempts = outcome.attempts
         while (again := check.judge(req, outcome, failed)) is not None:
             budget = self.budget

@@ -51,6 +51,9 @@ class Request:
     body: bytes | None = None
     # False for a line that says `"sluice_cache": false` next to its custom_id: always sent, never kept
     cache: bool = True
+    # a validating job's line sent again directly: the checks its earlier answers failed (a batch
+    # row's, a background response's), which its sends go on from (`sluice.output_check`)
+    failed_checks: tuple[str, ...] = ()
 
     @property
     def estimated_tokens(self) -> int:

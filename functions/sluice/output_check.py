@@ -90,6 +90,35 @@ class OutputCheck:
         return outcome
 
 
+class Resends:
+    """Answers judged where they arrive outside the engine (a background response's, read by a
+    poll): those to send again, each carrying the checks the line's answers failed so far, for a
+    direct pass whose engine judges the answers to them as it does a direct line's."""
+
+    __slots__ = ("again", "check", "first")
+
+    def __init__(self, check: OutputCheck) -> None:
+        self.check = check
+        self.again: list[Request] = []
+        # each line's answer that was turned down, its outcome if it is not sent again after all
+        self.first: dict[int, Outcome] = {}
+
+    def passes(self, request: Request, outcome: Outcome) -> bool:
+        """Whether `outcome` is the line's last: valid, a failure of another kind, or invalid after
+        its last send (then an `invalid_output` error); otherwise it is kept to send again."""
+        failed = list(request.failed_checks)
+        again = self.check.judge(request, outcome, failed)
+        if again is None:
+            return True
+        self.again.append(replace(again, failed_checks=tuple(failed)))
+        self.first[outcome.line] = outcome
+        return False
+
+    def give_up(self, request: Request, why: str) -> Outcome:
+        """The last answer of a line kept to send again that is not sent again (`why`)."""
+        return self.check.give_up(self.first[request.line], list(request.failed_checks), why)
+
+
 def cached_answer_check(checks: tuple[str, ...], schema: str = "") -> Callable[[bytes, bytes], bool] | None:
     """For Plan's cache lookup: whether a cached answer (its response, as JSON) to a request line
     (as read) passes a validating job's `checks`, so that one that fails is sent again rather than

@@ -2,9 +2,11 @@
 
 Terminal outcomes are checkpointed as part files under `jobs/<job>/shards/<n>/`: a
 `part-<run>-<seq>.tsv` of `<line>\t<r|e>\t<output record>` rows plus its figures in
-`part-<run>-<seq>.stats.json`. A part is written whole with one PUT, so the set of lines in
-parts is exactly the set of lines that must never be sent again (invariant 3). When the shard
-is done its parts are assembled into `results.jsonl` and `errors.jsonl` in input order.
+`part-<run>-<seq>.stats.json` (and, where a validating batch shard turned rows down for its
+direct pass, their lines and the check each failed in `part-<run>-<seq>.turned.json`). A part is
+written whole with one PUT, so the set of lines in parts is exactly the set of lines that must
+never be sent again (invariant 3). When the shard is done its parts are assembled into
+`results.jsonl` and `errors.jsonl` in input order.
 
 Every mode writes parts through `PartWriter`; merge, the CLI and the modes read them through
 `part_keys`, `read_part`, `load_checkpoint`, `parts_stats` and `assemble` (or `assemble_outputs`).
@@ -84,6 +86,21 @@ def _stats_key(part_key: str) -> str:
     return part_key.removesuffix(".tsv") + ".stats.json"
 
 
+_TURNED = ".turned.json"
+
+
+def turned_down(s3: Any, spec: ShardSpec) -> dict[int, str]:
+    """The lines a validating batch shard's batches answered invalid, for its direct pass to send
+    again, and the check each failed."""
+    lines: dict[int, str] = {}
+    paginator = s3.get_paginator("list_objects_v2")
+    for page in paginator.paginate(Bucket=spec.bucket, Prefix=spec.prefix + "part-"):
+        for obj in page.get("Contents", []):
+            if obj["Key"].endswith(_TURNED):
+                lines.update((int(k), v) for k, v in orjson.loads(_body(s3, spec.bucket, obj["Key"])).items())
+    return lines
+
+
 def read_part(s3: Any, bucket: str, key: str) -> Iterator[tuple[int, bytes, bytes]]:
     """(line, kind, output record) per row; kind is `b"r"` for a result and `b"e"` for an error."""
     yield from _rows(_body(s3, bucket, key))
@@ -140,6 +157,8 @@ class _Chunk:
     waiting: int = 0
     # answers for the response cache, written with the part (stores written whole)
     cached: FilledSegment | None = None
+    # lines turned down for the shard's direct pass, and the check each failed
+    turned: dict[int, str] = field(default_factory=dict)
 
 
 class PartWriter:
@@ -200,8 +219,9 @@ class PartWriter:
         self._count(outcome.ok)
         if self._progress is not None:
             self._progress.outcome(outcome, batch=batch, waited=batch or provider_id is not None)
-        # nothing looks up a result that was sent directly by its row (no webhook, no cancel)
-        if outcome.ok and (not self._item_rows_for_results or path == Mode.DIRECT):
+        # nothing looks up a result that was sent directly by its row (no webhook, no cancel), unless
+        # the line has a row already (a background response's, sent again directly): it is marked done
+        if outcome.ok and (not self._item_rows_for_results or (path == Mode.DIRECT and provider_id is None)):
             self._maybe_cut(len(chunk.rows))
             return
         chunk.items.append(
@@ -217,11 +237,11 @@ class PartWriter:
         )
         self._maybe_cut()
 
-    def add_turned_down(self, check: str) -> None:
-        """An answer the job's checks turned down (`check`) and that is sent again elsewhere: counted,
-        not written (a batch's, left for the shard's direct pass)."""
-        validation = self._chunk.stats.validation
-        validation[f"failed_{check}"] = validation.get(f"failed_{check}", 0) + 1
+    def add_turned_down(self, line: int, check: str) -> None:
+        """An answer the job's checks turned down (`check`) and that is sent again elsewhere (a batch
+        row's, by the shard's direct pass): noted for that pass, which carries it to the line's
+        outcome, so that it is counted once, there."""
+        self._chunk.turned[line] = check
 
     def add_invalid(self, error: LineError) -> None:
         record = error_record(self._spec.job_id, error.line, error.custom_id, error.code, error.message)
@@ -266,9 +286,13 @@ class PartWriter:
         spec = self._spec
         if self._cache is not None:
             self._cache.write(chunk.cached)
+        base = f"{spec.prefix}part-{self._run:05d}-{seq:04d}"
+        if chunk.turned:
+            self._s3.put_object(
+                Bucket=spec.bucket, Key=base + _TURNED, Body=orjson.dumps(chunk.turned, option=orjson.OPT_NON_STR_KEYS)
+            )
         if chunk.rows:
             # stats first: a part without its stats would be counted in results but not in the summary
-            base = f"{spec.prefix}part-{self._run:05d}-{seq:04d}"
             self._s3.put_object(Bucket=spec.bucket, Key=base + ".stats.json", Body=orjson.dumps(chunk.stats.to_dict()))
             self._s3.put_object(Bucket=spec.bucket, Key=base + ".tsv", Body=b"".join(chunk.rows))
         self._store.record_progress(

@@ -108,7 +108,7 @@ class ShardContext:
         return self.background_api or apis.background_api(self.settings.provider)
 
 
-def _engine_settings(spec: ShardSpec, settings: Settings) -> EngineSettings:
+def _engine_settings(spec: ShardSpec, settings: Settings, *, check_answers: bool = False) -> EngineSettings:
     policy = RetryPolicy(
         max_attempts=spec.max_attempts,
         request_timeout_s=settings.request_timeout_s,
@@ -125,8 +125,8 @@ def _engine_settings(spec: ShardSpec, settings: Settings) -> EngineSettings:
         fail_fast_after=fail_fast,
         request_format=family(spec.provider),
         # a direct shard's answers, and those of a batch shard's direct pass (what its batches left
-        # or answered invalid); a background shard's arrive by poll
-        output_check=OutputCheck.for_spec(spec) if spec.mode in (Mode.DIRECT, Mode.BATCH) else None,
+        # or answered invalid); a background shard's arrive by poll, and only its sends again are checked here
+        output_check=OutputCheck.for_spec(spec) if check_answers or spec.mode in (Mode.DIRECT, Mode.BATCH) else None,
     )
 
 
@@ -191,10 +191,12 @@ async def send_requests(
     budget: Budget | None = None,
     *,
     expected: int | None = None,
+    check_answers: bool = False,
 ) -> EngineStats:
     """Send `requests` with the shard's engine settings, each outcome to `sink`, until the
     Lambda's time is nearly up, the job is cancelled or its `budget` is spent. `expected`: how
-    many requests there are, when the caller knows (a collect run's polls).
+    many requests there are, when the caller knows (a collect run's polls). `check_answers`: judge
+    every answer by the job's checks, whatever the mode (a background shard's sends again).
 
     With the shared limit on, every attempt draws from the key-wide bucket and also keeps to
     the shard's part of the job's own rate limits: a job never exceeds its `sluice-rpm`, and never
@@ -219,7 +221,7 @@ async def send_requests(
                 session=session,
                 base_url=ctx.settings.provider_base_url,
                 api_key=ctx.api_key,
-                settings=_engine_settings(spec, ctx.settings),
+                settings=_engine_settings(spec, ctx.settings, check_answers=check_answers),
                 sink=sink,
                 should_stop=stopper or Stopper(ctx, spec),
                 count_remaining=False,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from sluice.contract import DEFAULT_PROVIDER
 
+from local.cli.validate_options import schema_key
 from local.console import EXIT_OK, need_file
 from local.deployed import aws_errors, environment
 from local.deployed.jobs import watch
@@ -25,6 +26,8 @@ def run(args: argparse.Namespace) -> int:
     # Plan holds the job to the environment's family: refused here, nothing is uploaded
     check_options(metadata, dep.provider)
     key = inbox_key(args.name or path.name)
+    if args.validate_schema:
+        dep.s3.upload_file(args.validate_schema, dep.bucket, schema_key(args.validate_schema))
     job_id = start_job(dep, path, key, metadata, quiet=args.quiet, what=f"{check.requests:,} requests")
     print(job_id, flush=True)
     if args.watch:

@@ -1,11 +1,13 @@
-"""`sluice run`'s output validation options (issue 33): the checks, the sends, repair, a schema."""
+"""`sluice run` and `sluice submit`'s output validation options (issue 33): the checks, the sends,
+repair, a schema; and the job metadata they make."""
 
 from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 
-from sluice.contract import parse_validate
+from sluice.contract import INBOX_PREFIX, job_option_key, parse_validate
 
 from local import checks
 
@@ -47,3 +49,22 @@ def validate_options(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="a JSON schema (.json) every answer must match, whatever the lines ask",
     )
+
+
+def schema_key(path: str) -> str:
+    """Where a job's schema file goes: beside the input, where Plan reads it (only a .jsonl under
+    inbox/ starts a job)."""
+    return f"{INBOX_PREFIX}schemas/{Path(path).name}"
+
+
+def validate_metadata(args: argparse.Namespace) -> dict[str, str]:
+    """The job metadata of the validation options `args` gives (none given: none)."""
+    metadata: dict[str, str] = {}
+    if getattr(args, "validate", None) is not None:
+        metadata[job_option_key("validate")] = args.validate
+        metadata[job_option_key("validate-repair")] = "yes" if args.repair else "no"
+    if getattr(args, "validate_schema", None):
+        metadata[job_option_key("validate-schema")] = schema_key(args.validate_schema)
+    if getattr(args, "validate_attempts", None) is not None:
+        metadata[job_option_key("validate-attempts")] = str(args.validate_attempts)
+    return metadata

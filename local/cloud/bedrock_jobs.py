@@ -10,7 +10,8 @@ event (source aws.bedrock) through `emit`.
 
 Records are answered by the simulator's Messages answer function (`plan_messages`), not over HTTP:
 a batch job does not draw on the on-demand rate limits the simulator's HTTP endpoints enforce, and
-the answers then come the same whether or not a simulator listens.
+the answers then come the same whether or not a simulator listens. Given the simulator's settings
+(`output_faults`), they carry its output faults too (off the schema, invalid JSON, cut short, refused).
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ import orjson
 from botocore.exceptions import ClientError
 
 from local.cloud.names import ACCOUNT, REGION
-from local.simulator.messages import plan_messages
+from local.simulator.config import SimConfig
+from local.simulator.messages import MESSAGES_PATH, plan_messages
+from local.simulator.structured import pick_output_fault, spoil
 from local.simulator.wire import ApiError
 
 EVENT_SOURCE = "aws.bedrock"
@@ -117,6 +120,10 @@ class BedrockJobs:
         self.unanswered = 1
         # records answered with an error instead, by recordId: (errorCode, errorMessage)
         self.record_errors: dict[str, tuple[int, str]] = {}
+        # the simulator's settings, whose output fault rates records are answered at; None: no faults
+        self.output_faults: Callable[[], SimConfig] | None = None
+        # each record's answers so far (by recordId), so one sent again in a later job draws afresh
+        self._answered: dict[str, int] = {}
         self._jobs: dict[str, _Job] = {}
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
@@ -269,6 +276,10 @@ class BedrockJobs:
             plan = plan_messages({**model_input, "model": job.model}, _new_id(row))
         except ApiError as exc:
             return {**record, "error": {"errorCode": exc.status, "errorMessage": str(exc)}}
+        if self.output_faults is not None and plan.reply is not None:
+            config, key = self.output_faults(), f"bedrockrow:{row.get('recordId')}"
+            attempt = self._answered[key] = self._answered.get(key, 0) + 1
+            spoil(plan.reply, pick_output_fault(config, config.seed, key, attempt), MESSAGES_PATH, model_input)
         return {**record, "modelOutput": plan.build()}
 
     @staticmethod

@@ -9,11 +9,14 @@ from pathlib import Path
 from sluice.contract import DEFAULT_PROVIDER, INBOX_PREFIX, JOB_OPTIONS, METADATA_PREFIX, Settings, job_option_key
 from sluice.plan import JobOptions, PlanError, job_id_for
 
+from local.cli.validate_options import validate_metadata
 from local.console import EXIT_USAGE, CliError, progress, say
 from local.deployed.stack import Deployment
 
 # the job options as `sluice submit` and `sluice retry` name their arguments (`--budget` is `budget_usd`)
 OPTION_NAMES = tuple(option.replace("-", "_") for option in JOB_OPTIONS)
+# the validation options, whose arguments are not their metadata's values (a schema is a local file)
+_VALIDATE_NAMES = frozenset({"validate", "validate_attempts", "validate_repair", "validate_schema"})
 
 
 def options_metadata(args: argparse.Namespace) -> dict[str, str]:
@@ -22,8 +25,9 @@ def options_metadata(args: argparse.Namespace) -> dict[str, str]:
     metadata: dict[str, str] = {}
     for name in OPTION_NAMES:
         value = getattr(args, name, None)
-        if value is not None:
+        if value is not None and name not in _VALIDATE_NAMES:
             metadata[job_option_key(name)] = str(value)
+    metadata.update(validate_metadata(args))
     check_options(metadata, getattr(args, "provider", None) or DEFAULT_PROVIDER)
     return metadata
 

@@ -21,6 +21,7 @@ from aiohttp import web
 from local.simulator.answers import answer_for, count_tokens, limit_text, positive_int, text_of
 from local.simulator.messages import plan_messages
 from local.simulator.plans import NewId, Plan
+from local.simulator.structured import Reply
 from local.simulator.wire import ApiError
 
 PREFIX = "/model/"
@@ -96,17 +97,22 @@ def _converse(model: str, data: dict[str, Any], new_id: NewId) -> Plan:
     config = data.get("inferenceConfig")
     limit = positive_int(config.get("maxTokens")) if isinstance(config, dict) else None
     text, truncated = limit_text(answer_for(prompt), limit)
+    # an output fault drawn later (`structured.spoil`) may still cut it short or make it a refusal
+    reply = Reply(text, truncated)
     pt, ct = count_tokens(prompt), count_tokens(text)
 
     def build() -> dict[str, Any]:
+        # Bedrock's refusal is a content filter's: the stop reason says so, the text says what was blocked
+        said = reply.refusal if reply.refusal is not None else reply.text or ""
+        stop = "content_filtered" if reply.refusal is not None else "max_tokens" if reply.truncated else "end_turn"
         return {
-            "output": {"message": {"role": "assistant", "content": [{"text": text}]}},
-            "stopReason": "max_tokens" if truncated else "end_turn",
+            "output": {"message": {"role": "assistant", "content": [{"text": said}]}},
+            "stopReason": stop,
             "usage": {"inputTokens": pt, "outputTokens": ct, "totalTokens": pt + ct},
             "metrics": {"latencyMs": 1},
         }
 
-    return Plan(pt, ct, build)
+    return Plan(pt, ct, build, reply)
 
 
 def plan_bedrock(request: web.Request, data: dict[str, Any], new_id: NewId) -> Plan:

@@ -28,9 +28,10 @@ from aiohttp import web
 from local.simulator.batches import row_tokens
 from local.simulator.core import Core
 from local.simulator.faults import draws
-from local.simulator.messages import plan_messages
+from local.simulator.messages import MESSAGES_PATH, plan_messages
 from local.simulator.plans import Plan
 from local.simulator.requestlog import NOTES
+from local.simulator.structured import pick_output_fault, spoil
 from local.simulator.wire import ApiError, json_response, read_json
 
 BATCHES_PATH = "/v1/messages/batches"
@@ -112,13 +113,16 @@ class MessageBatches:
                 raise ApiError(400, f"requests.{index}.params: Field required")
             seen.add(custom_id)
             key = f"msgbatchrow:{custom_id}"
-            u_done, u_error, _ = draws(cfg.seed, key, self._core.next_attempt(key))
+            attempt = self._core.next_attempt(key)
+            u_done, u_error, _ = draws(cfg.seed, key, attempt)
             row = Request(custom_id, u_done)
             try:
                 row.plan = plan_messages(params, self._core.new_id)
             except ApiError as err:
                 message = err.body.get("error", {}).get("message", str(err))
                 row.error = {"type": "invalid_request_error", "message": message}
+            if row.plan is not None and row.plan.reply is not None:
+                spoil(row.plan.reply, pick_output_fault(cfg, cfg.seed, key, attempt), MESSAGES_PATH, params)
             if row.plan is not None and u_error < cfg.batch_row_error_rate:
                 row.plan, row.error = None, {"type": "api_error", "message": "Internal server error (simulated fault)."}
             requests.append(row)

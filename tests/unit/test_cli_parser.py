@@ -15,6 +15,7 @@ from sluice.contract import (
     METADATA_PREFIX,
     PROVIDERS,
     SETTING_DEFAULTS,
+    VALIDATION_CHECKS,
     Settings,
     job_option_key,
 )
@@ -110,3 +111,22 @@ def test_submit_refuses_a_mode_the_named_provider_has_no_api_for() -> None:
     assert str(refused.value).startswith("sluice-mode=background: the anthropic provider has no background responses")
     args = build_parser().parse_args(["submit", "in.jsonl", "--provider", "anthropic"])
     assert options_metadata(args) == {"sluice-provider": "anthropic"}
+
+
+def test_submit_validate_sets_the_jobs_validation_metadata(tmp_path: Path) -> None:
+    schema = tmp_path / "review.json"
+    schema.write_text('{"type": "object"}')
+    args = build_parser().parse_args(
+        ["submit", "in.jsonl", "--validate", "--validate-attempts", "4", "--repair", "--validate-schema", str(schema)]
+    )
+    metadata = options_metadata(args)
+    assert metadata == {
+        "sluice-validate": "all",
+        "sluice-validate-repair": "yes",
+        "sluice-validate-attempts": "4",
+        "sluice-validate-schema": "inbox/schemas/review.json",
+    }
+    options = JobOptions.from_metadata(metadata, SETTINGS)
+    assert (options.validate, options.validate_attempts, options.validate_repair) == (VALIDATION_CHECKS, 4, True)
+    some = build_parser().parse_args(["submit", "in.jsonl", "--validate", "json,schema"])
+    assert options_metadata(some) == {"sluice-validate": "json,schema", "sluice-validate-repair": "no"}

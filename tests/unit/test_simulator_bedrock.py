@@ -13,9 +13,11 @@ from typing import Any
 import pytest
 from botocore.credentials import Credentials
 from sluice.classify import RETRY, classify
+from sluice.contract import VALIDATION_CHECKS
 from sluice.providers import BEDROCK, Signer
 from sluice.providers.bedrock import auth
 from sluice.retry import RetryPolicy
+from sluice.validation import Validator
 
 from local.simulator import SimConfig, SimulatorServer
 
@@ -158,3 +160,19 @@ def test_a_body_that_names_its_model_is_refused_as_bedrock_does(sim: SimulatorSe
         urllib.request.urlopen(request, timeout=10)
     assert refused.value.code == 400
     assert refused.value.headers["x-amzn-ErrorType"] == "ValidationException"
+
+
+@pytest.mark.parametrize(
+    ("rate", "stop", "check"),
+    [("rate_truncated", "max_tokens", "cut_short"), ("rate_refusal", "content_filtered", "refusal")],
+)
+def test_converse_answers_cut_short_or_refused_at_the_simulators_rates(
+    sim: SimulatorServer, rate: str, stop: str, check: str
+) -> None:
+    sim.configure(**{rate: 1.0})
+    _, _, answer = post(sim, CHAT, chat())
+    assert answer["stopReason"] == stop
+    body = BEDROCK.from_wire(CHAT, answer, 0, sent=json.dumps({"model": MODEL}).encode(), request_id="r")
+    found = Validator(frozenset(VALIDATION_CHECKS)).validate(CHAT, chat(), body)
+    assert found is not None and found.check == check
+    assert sim.log[-1]["output_fault"] == rate.removeprefix("rate_")

@@ -9,15 +9,20 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import boto3
 import orjson
+import pytest
+from sluice.cancel import open_provider_work
 from sluice.contract import VALIDATION_CHECKS
+from sluice.store import JobStore
 from sluice.validation import Validator
 
-from local.cloud import run_job
+from local.cloud import REGION, run_job
 from tests.conftest import write_jsonl
 
 LINES = 300
 CHAT = "/v1/chat/completions"
+RESPONSES = "/v1/responses"
 SCHEMA = {
     "type": "object",
     "properties": {
@@ -145,6 +150,9 @@ def test_a_validating_batch_job_sends_its_invalid_rows_again_directly(
     assert direct and turned_down["failed_schema"] and turned_down["failed_json"] and turned_down["failed_cut_short"]
     # each answer turned down, in a batch or directly, was sent again directly once, and nothing else was
     assert sum(direct.values()) == sum(n for name, n in turned_down.items() if name.startswith("failed_"))
+    # every line answered counts once, and a row a batch turned down that then passed is repaired
+    assert turned_down["valid_first_time"] + turned_down["repaired"] + turned_down.get("invalid", 0) == lines
+    assert turned_down["repaired"] == len(direct)
 
 
 def test_a_batch_job_that_reports_what_batches_leave_reports_invalid_rows_as_invalid_output(
@@ -161,6 +169,46 @@ def test_a_batch_job_that_reports_what_batches_leave_reports_invalid_rows_as_inv
     assert {e["error"]["code"] for e in run.errors} == {"invalid_output"}
     assert all("on-batch-incomplete: error" in e["error"]["message"] for e in run.errors)
     assert sends(simulator) == Counter()
+
+
+def responses_line(i: int) -> bytes:
+    body = {
+        "model": "gpt-4o-mini",
+        "input": f"Extract the review {i}: the kettle boils fast, lid is loose.",
+        "text": {"format": {"type": "json_schema", "name": "review", "strict": True, "schema": SCHEMA}},
+    }
+    return orjson.dumps({"custom_id": f"bg-{i}", "method": "POST", "url": RESPONSES, "body": body}) + b"\n"
+
+
+def test_a_validating_background_job_sends_invalid_answers_again_directly_until_none_is_left(
+    make_cloud: Any, simulator: Any, tmp_path: Path
+) -> None:
+    simulator.configure(**FAULTS, latency_s=0.05)
+    cloud = make_cloud(shard_lines=100, poll_seconds=1, cache="off")
+    lines = 200
+    path = write_jsonl(tmp_path / "background.jsonl", [responses_line(i) for i in range(lines)])
+    metadata = {"sluice-mode": "background", "sluice-validate": "all", "sluice-validate-attempts": "6"}
+    run = run_job(cloud, path, metadata=metadata)
+
+    assert run.status == "SUCCEEDED"
+    assert run.verify(path).ok
+    assert run.errors == [] and len(run.results) == lines
+    bodies = requests_of(path)
+    assert [r for r in run.results if ALL.validate(RESPONSES, bodies[r["custom_id"]], r["response"]["body"])] == []
+    validation = run.summary["validation"]
+    assert validation["valid_first_time"] + validation["repaired"] == lines
+    assert validation["repaired"] > 0 and "invalid" not in validation
+    turned_down = sum(n for name, n in validation.items() if name.startswith("failed_"))
+    assert turned_down >= validation["repaired"]
+    created = Counter(
+        e["custom_id"] for e in simulator.log if e["method"] == "POST" and e["path"] == RESPONSES and e["custom_id"]
+    )
+    # each line's background response was created once; every answer turned down was sent again, and nothing else
+    assert len(created) == lines
+    assert sum(created.values()) == lines + turned_down
+    # a line whose answer came from a send again is done: no item is left looking open to a cancel
+    store = JobStore(boto3.resource("dynamodb", region_name=REGION).Table(cloud.table_name), ttl_days=1)
+    assert open_provider_work(store, run.job_id).responses == []
 
 
 def test_a_schema_the_job_names_is_read_by_plan_and_every_answer_checked_against_it(
@@ -193,3 +241,87 @@ def test_a_schema_the_job_names_is_read_by_plan_and_every_answer_checked_against
     assert run.verify(path).ok and run.results == []
     assert {(e["error"]["code"], e["error"]["check"]) for e in run.errors} == {("invalid_output", "schema")}
     assert all("must contain ['rating'] properties" in e["error"]["message"] for e in run.errors)
+
+
+MESSAGES = "/v1/messages"
+CLAUDE = "anthropic.claude-3-haiku-20240307-v1:0"
+
+
+def messages_line(i: int, model: str) -> bytes:
+    body = {
+        "model": model,
+        "max_tokens": 400,
+        "messages": [{"role": "user", "content": f"Extract the review {i}: the kettle boils fast, lid is loose."}],
+        "output_format": {"type": "json_schema", "schema": SCHEMA},
+    }
+    return orjson.dumps({"custom_id": f"m-{i}", "method": "POST", "url": MESSAGES, "body": body}) + b"\n"
+
+
+def chat_line(i: int, model: str) -> bytes:
+    body = {"model": model, "max_tokens": 50, "messages": [{"role": "user", "content": f"Summarise review {i}."}]}
+    return orjson.dumps({"custom_id": f"c-{i}", "method": "POST", "url": CHAT, "body": body}) + b"\n"
+
+
+@pytest.mark.parametrize(
+    ("provider", "model"), [("anthropic", "claude-3-5-haiku-latest"), ("bedrock", CLAUDE)], ids=["anthropic", "bedrock"]
+)
+def test_a_validating_job_on_anthropic_or_bedrock_ends_with_no_invalid_result(
+    make_cloud: Any, simulator: Any, tmp_path: Path, provider: str, model: str
+) -> None:
+    simulator.configure(**FAULTS, rate_refusal=0.05)
+    metadata = {"sluice-validate": "all", "sluice-validate-attempts": "8"}
+    # Bedrock states no limits in its headers: the configured quota of the model paces the job
+    quota = orjson.dumps({CLAUDE: {"rpm": 60000, "tpm": 10_000_000}}).decode()
+    settings = {"rate_limits": quota} if provider == "bedrock" else {}
+    cloud = make_cloud(provider=provider, shard_lines=100, cache="off", **settings)
+    # on Bedrock the Messages lines go to InvokeModel and the chat lines to Converse
+    rows = [messages_line(i, model) for i in range(100)] + [chat_line(i, model) for i in range(100)]
+    path = write_jsonl(tmp_path / f"{provider}.jsonl", rows)
+    run = run_job(cloud, path, metadata=metadata)
+
+    assert run.status == "SUCCEEDED"
+    bodies = {r["custom_id"]: (r["url"], r["body"]) for r in map(orjson.loads, path.read_bytes().splitlines())}
+    # every line accounted for once (`verify` reads lines as OpenAI takes them, which have no Messages path)
+    assert run.errors == [] and sorted(r["custom_id"] for r in run.results) == sorted(bodies)
+    assert [r for r in run.results if ALL.validate(*bodies[r["custom_id"]], r["response"]["body"])] == []
+    validation = run.summary["validation"]
+    assert validation["valid_first_time"] + validation["repaired"] == len(rows)
+    failed = {name for name in validation if name.startswith("failed_")}
+    assert failed == {"failed_schema", "failed_json", "failed_cut_short", "failed_refusal"}
+    # the chat lines' answers were spoiled too (on Bedrock, Converse's), and sent again
+    assert [cid for cid, n in sends(simulator).items() if cid.startswith("c-") and n > 1]
+
+
+@pytest.mark.parametrize(
+    ("provider", "model"), [("anthropic", "claude-3-5-haiku-latest"), ("bedrock", CLAUDE)], ids=["anthropic", "bedrock"]
+)
+def test_a_validating_batch_job_on_anthropic_or_bedrock_sends_its_invalid_rows_again(
+    make_cloud: Any, simulator: Any, tmp_path: Path, provider: str, model: str
+) -> None:
+    quota = orjson.dumps({CLAUDE: {"rpm": 60000, "tpm": 10_000_000}}).decode()
+    settings = {"rate_limits": quota} if provider == "bedrock" else {}
+    # a Bedrock job takes 100 records at least, and a file holds one endpoint: 100 lines of each
+    cloud = make_cloud(provider=provider, shard_lines=200, poll_seconds=1, cache="off", **settings)
+    simulator.configure(**FAULTS, rate_refusal=0.05, batch_phase_s=0.1)
+    if cloud.bedrock_jobs is not None:
+        cloud.bedrock_jobs.output_faults = lambda: simulator.config
+    rows = [messages_line(i, model) for i in range(100)] + [chat_line(i, model) for i in range(100)]
+    path = write_jsonl(tmp_path / f"{provider}-batch.jsonl", rows)
+    metadata = {"sluice-mode": "batch", "sluice-validate": "all", "sluice-validate-attempts": "8"}
+    run = run_job(cloud, path, metadata=metadata)
+
+    assert run.status == "SUCCEEDED"
+    bodies = {r["custom_id"]: (r["url"], r["body"]) for r in map(orjson.loads, path.read_bytes().splitlines())}
+    assert run.errors == [] and sorted(r["custom_id"] for r in run.results) == sorted(bodies)
+    assert [r for r in run.results if ALL.validate(*bodies[r["custom_id"]], r["response"]["body"])] == []
+    validation = run.summary["validation"]
+    direct = sends(simulator)
+    # the rows the batch turned down were sent again directly, and each that then passed counts as repaired
+    assert direct and validation["repaired"] == len(direct)
+    assert validation["valid_first_time"] + validation["repaired"] == len(rows)
+    assert {name for name in validation if name.startswith("failed_")} == {
+        "failed_schema",
+        "failed_json",
+        "failed_cut_short",
+        "failed_refusal",
+    }
