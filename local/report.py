@@ -193,7 +193,7 @@ def _no_latency(finished: int, hits: int, background: int) -> str:
 
 
 def settings_section(summary: Mapping[str, Any]) -> str:
-    """How the job was run: its provider (never its key), its settings, and its budget."""
+    """How the job was run: its provider (never its key), its settings, its budget and its validation."""
     run = summary.get("run") or {}
     rows: list[list[str]] = []
 
@@ -222,9 +222,24 @@ def settings_section(summary: Mapping[str, Any]) -> str:
         row("budget", spent + (f"; {unsent:,} lines not sent" if unsent else ""))
     elif "budget_usd" in run:
         row("budget", "none" if run["budget_usd"] is None else _usd(run["budget_usd"]))
+    row("output validation", validation_text(summary.get("validation")))
     if not rows:
         return ""
     return "<h2>How it ran</h2>" + _table(["", ""], rows, css="settings")
+
+
+def validation_text(validation: Mapping[str, int] | None) -> str | None:
+    """How a validating job's lines ended, and the checks its turned-down answers failed."""
+    if not validation:
+        return None
+    ended = ", ".join(
+        f"{int(validation.get(key) or 0):,} {name}"
+        for key, name in (("valid_first_time", "valid first time"), ("repaired", "repaired"), ("invalid", "invalid"))
+    )
+    failed = ", ".join(
+        f"{v:,} {k.removeprefix('failed_')}" for k, v in sorted(validation.items()) if k.startswith("failed_")
+    )
+    return ended + (f"; answers turned down: {failed}" if failed else "")
 
 
 def _table(headers: list[str], rows: Iterable[list[str]], css: str = "") -> str:

@@ -390,3 +390,11 @@ def test_the_page_shows_how_the_job_ran_and_its_budget() -> None:
     tiles = dict((k, v) for v, k in re.findall(r'<div class="v">([^<]*)</div><div class="k">([^<]*)</div>', page))
     assert tiles["job wall time (Plan to Merge)"] == "2.0 s"
     assert tiles["sluice run in all, with the local cloud"] == "4.3 s"
+
+
+def test_a_validating_job_shows_how_its_lines_ended_and_the_checks_that_turned_answers_down() -> None:
+    stats = Stats()
+    validation = {"valid_first_time": 1596, "repaired": 404, "invalid": 0, "failed_json": 120, "failed_schema": 248}
+    page = render_report(summary_of(stats, validation=validation))
+    assert "1,596 valid first time, 404 repaired, 0 invalid; answers turned down: 120 json, 248 schema" in page
+    assert "output validation" not in render_report(summary_of(stats))
