@@ -115,14 +115,18 @@ async def _submit(api: BatchApi, ctx: ShardContext, spec: ShardSpec) -> BatchSub
             yield request
 
     source = pending(ctx.s3, spec, checkpoint.done, writer.add_invalid)
+    unbatchable: list[int] = []
     parts = split_parts(
         priced(source) if budget is not None else source,
         max_requests=api.limits.max_records,
         max_bytes=api.limits.max_bytes,
         encode=api.encode,
         max_tokens=settings.batch_queue_limit,
+        unbatchable=unbatchable,
     )
     parts, below = _at_least(parts, api.limits.min_records)
+    # lines no batch would take go direct with the files below the minimum
+    below += len(unbatchable)
     created = 0
     try:
         files: dict[int, BatchPart] | None

@@ -13,6 +13,7 @@ import orjson
 from .batch_queue import estimate_tokens
 from .model import Request
 from .providers.batch import BatchUpload
+from .providers.format import Unsupported
 from .shard import ShardSpec
 
 # a batch file stays in memory up to this size, then spills to /tmp
@@ -103,10 +104,15 @@ def split_parts(
     max_bytes: int,
     encode: Callable[[Request], bytes],
     max_tokens: Callable[[str | None], int] | None = None,
+    unbatchable: list[int] | None = None,
 ) -> list[BatchPart]:
     """Cut the requests into batch files, each row as the provider's `encode` writes it: one file
     per (endpoint, model), a new one at any limit: requests, bytes, or the model's queue limit in
     tokens (`max_tokens`, 0 = none), since a file over the queue limit could never be enqueued.
+
+    A request the provider's Batch API cannot take (`encode` raises `Unsupported`: Bedrock batch
+    inference runs some model families only) is in no file; with `unbatchable`, its line is added
+    there, for the shard's direct pass to send, else the error is raised.
 
     Deterministic for the same requests, so a retried submit numbers its parts the same way
     and recognises the batches it created before.
@@ -115,7 +121,13 @@ def split_parts(
     current: dict[tuple[str, str | None], BatchPart] = {}
     limits: dict[str | None, int] = {}
     for request in requests:
-        row = encode(request)
+        try:
+            row = encode(request)
+        except Unsupported:
+            if unbatchable is None:
+                raise
+            unbatchable.append(request.line)
+            continue
         group = (request.path, request_model(request))
         if group[1] not in limits:
             limits[group[1]] = max_tokens(group[1]) if max_tokens is not None else 0

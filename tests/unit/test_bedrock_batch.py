@@ -109,6 +109,17 @@ def test_a_part_below_bedrocks_minimum_goes_direct(bed: Bedrock) -> None:
     assert [r.line for r in pending(bed.env.s3, spec, done, lambda e: None)] == list(range(101, 151))
 
 
+def test_lines_of_a_model_bedrock_batch_cannot_take_go_direct_instead_of_failing_the_shard(bed: Bedrock) -> None:
+    # Bedrock batch writes Anthropic models' bodies only; Converse, the direct pass, takes any model
+    spec = replace(bed.shard(120), model="amazon.nova-lite-v1:0")
+    asyncio.run(submit_batch(bed.env.ctx, spec))
+    assert bed.jobs.jobs() == []
+    outcome = asyncio.run(collect_batch(bed.env.ctx, spec))
+    assert (outcome.done, outcome.fallback) == (False, True)
+    done = load_checkpoint(bed.env.s3, spec).done
+    assert [r.line for r in pending(bed.env.s3, spec, done, lambda e: None)] == list(range(1, 121))
+
+
 @pytest.mark.parametrize("ending", [PARTIAL, EXPIRED])
 def test_records_a_job_left_unanswered_go_direct(bed: Bedrock, ending: str) -> None:
     bed.jobs.ends, bed.jobs.unanswered = ending, 3
