@@ -17,6 +17,7 @@ import orjson
 
 from ..format import Unsupported
 from ..openai import responses
+from ..openai.chat_fields import SYSTEM_ROLES, TURN_ROLES, UNTRANSLATED
 
 MESSAGES: Final = "/v1/messages"
 CHAT: Final = "/v1/chat/completions"
@@ -42,30 +43,10 @@ FINISH_REASONS: Mapping[str, str] = {
     "tool_use": TOOL_CALLS,
     "refusal": CONTENT_FILTER,
 }
-_SYSTEM_ROLES = frozenset({"system", "developer"})
-_TURN_ROLES = frozenset({"user", "assistant"})
 # fields that change nothing Messages answers: OpenAI's storage and routing
 _DROPPED = frozenset({"store", "metadata", "service_tier", "stream_options", "parallel_tool_calls"})
 # fields that ask for what Messages cannot give, each unless it holds its no-op value
-_REFUSED: Mapping[str, tuple[Any, ...]] = {
-    "n": (None, 1),
-    "logprobs": (None, False),
-    "top_logprobs": (None, 0),
-    "presence_penalty": (None, 0, 0.0),
-    "frequency_penalty": (None, 0, 0.0),
-    "logit_bias": (None, {}),
-    "seed": (None,),
-    "stream": (None, False),
-    "tools": (None, []),
-    "tool_choice": (None, "none"),
-    "functions": (None, []),
-    "function_call": (None, "none"),
-    "audio": (None,),
-    "modalities": (None, ["text"]),
-    "prediction": (None,),
-    "reasoning_effort": (None,),
-    "web_search_options": (None,),
-}
+_REFUSED: Mapping[str, tuple[Any, ...]] = {**UNTRANSLATED, "tools": (None, []), "tool_choice": (None, "none")}
 _MAPPED = frozenset(
     {"model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "stop", "user"}
 )
@@ -137,9 +118,9 @@ def to_messages(path: str, body: dict[str, Any]) -> dict[str, Any]:
     turns: list[dict[str, Any]] = []
     for message in messages:
         role = message.get("role") if isinstance(message, dict) else None
-        if role in _SYSTEM_ROLES:
+        if role in SYSTEM_ROLES:
             system.append(_system_text(message.get("content")))
-        elif role in _TURN_ROLES:
+        elif role in TURN_ROLES:
             if message.get("tool_calls"):
                 raise _refuse("an assistant message's tool_calls", "tool use")
             turns.append({"role": role, "content": _text_blocks(message.get("content"), role)})

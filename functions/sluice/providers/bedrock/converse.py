@@ -21,6 +21,7 @@ import orjson
 
 from ..format import Unsupported
 from ..openai import responses
+from ..openai.chat_fields import SYSTEM_ROLES, TURN_ROLES, UNTRANSLATED
 
 CHAT: Final = "/v1/chat/completions"
 MESSAGES: Final = "/v1/messages"
@@ -42,29 +43,10 @@ FINISH_REASONS: Mapping[str, str] = {
     "guardrail_intervened": "content_filter",
 }
 _IMAGE_FORMATS = frozenset({"png", "jpeg", "gif", "webp"})
-_SYSTEM_ROLES = frozenset({"system", "developer"})
-_TURN_ROLES = frozenset({"user", "assistant"})
 # fields that change nothing Converse answers: OpenAI's storage and routing
 _DROPPED = frozenset({"store", "metadata", "service_tier", "stream_options", "parallel_tool_calls", "user"})
 # fields that ask for what Converse cannot give, each unless it holds its no-op value
-_REFUSED: Mapping[str, tuple[Any, ...]] = {
-    "n": (None, 1),
-    "logprobs": (None, False),
-    "top_logprobs": (None, 0),
-    "presence_penalty": (None, 0, 0.0),
-    "frequency_penalty": (None, 0, 0.0),
-    "logit_bias": (None, {}),
-    "seed": (None,),
-    "stream": (None, False),
-    "functions": (None, []),
-    "function_call": (None, "none"),
-    "audio": (None,),
-    "modalities": (None, ["text"]),
-    "prediction": (None,),
-    "reasoning_effort": (None,),
-    "web_search_options": (None,),
-    "response_format": (None, {"type": "text"}),
-}
+_REFUSED: Mapping[str, tuple[Any, ...]] = {**UNTRANSLATED, "response_format": (None, {"type": "text"})}
 _MAPPED = frozenset(
     {"model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "stop", "tools", "tool_choice"}
 )
@@ -157,9 +139,9 @@ def to_converse(body: Mapping[str, Any]) -> dict[str, Any]:
     turns: list[dict[str, Any]] = []
     for message in messages:
         role = message.get("role") if isinstance(message, dict) else None
-        if role in _SYSTEM_ROLES:
+        if role in SYSTEM_ROLES:
             system += _blocks(message.get("content"), "system")
-        elif role in _TURN_ROLES:
+        elif role in TURN_ROLES:
             if message.get("tool_calls"):
                 raise _refuse("an assistant message's tool_calls", "a tool-use turn")
             turns.append({"role": role, "content": _blocks(message.get("content"), role)})
