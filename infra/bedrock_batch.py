@@ -19,8 +19,8 @@ import aws_cdk.aws_iam as iam
 import aws_cdk.aws_lambda as lambda_
 from constructs import Construct
 from sluice.contract import BEDROCK_INPUT_PREFIX as INPUT
+from sluice.contract import BEDROCK_JOB_NAME_PREFIX, PROVIDER_STEPS, Settings
 from sluice.contract import BEDROCK_OUTPUT_PREFIX as OUTPUT
-from sluice.contract import PROVIDER_STEPS, Settings
 
 if TYPE_CHECKING:
     from infra.stack import SluiceStack
@@ -36,6 +36,8 @@ EVENT_SOURCE = "aws.bedrock"
 EVENT_DETAIL_TYPE = "Batch Inference Job State Change"
 # the states after which a job's answers will not change: the ones worth waking a shard for
 ENDED_STATES = ("Completed", "PartiallyCompleted", "Failed", "Stopped", "Expired")
+# what IAM sets to the inference profile's ARN when a request reaches a model through one
+PROFILE_CONDITION_KEY = "bedrock:InferenceProfileArn"
 
 
 class BedrockBatch(Construct):
@@ -52,6 +54,16 @@ class BedrockBatch(Construct):
             stack.format_arn(service="bedrock", account="", resource=kind, resource_name="*")
             for kind in MODEL_KINDS[:1]
         ] + [stack.format_arn(service="bedrock", resource=kind, resource_name="*") for kind in MODEL_KINDS[1:]]
+        # A cross-region inference profile (`us.`, `eu.`, `apac.`, `global.` ids) sends each request on
+        # to a foundation model in one of its destination regions, and IAM checks the caller for that
+        # model there too; the destinations are the profile's and change as AWS adds regions, so the
+        # statement names every region's models, but only as reached through this account's profiles
+        # of the stack's region (https://docs.aws.amazon.com/bedrock/latest/userguide/inference-profiles-prereq.html).
+        profiles = stack.format_arn(service="bedrock", resource=MODEL_KINDS[1], resource_name="*")
+        self.routed_model_arns = [
+            stack.format_arn(service="bedrock", region="*", account="", resource=MODEL_KINDS[0], resource_name="*")
+        ]
+        self.routed_condition: dict[str, object] = {"StringLike": {PROFILE_CONDITION_KEY: profiles}}
         self.service_role = iam.Role(
             self,
             "ServiceRole",
@@ -68,7 +80,10 @@ class BedrockBatch(Construct):
             "JobStateChanged",
             description=f"Sluice {env_name}: a Bedrock batch inference job ended; wake the shard waiting on it.",
             event_pattern=events.EventPattern(
-                source=[EVENT_SOURCE], detail_type=[EVENT_DETAIL_TYPE], detail={"status": list(ENDED_STATES)}
+                source=[EVENT_SOURCE],
+                detail_type=[EVENT_DETAIL_TYPE],
+                # Sluice's own jobs only: the account's other batch jobs are not this stack's to hear
+                detail={"status": list(ENDED_STATES), "batchJobName": events.Match.prefix(BEDROCK_JOB_NAME_PREFIX)},
             ),
             # the function that wakes a shard on a provider's webhook wakes it on this event too
             targets=[targets.LambdaFunction(wakes, retry_attempts=2)],
@@ -81,6 +96,14 @@ def grant_bedrock_invoke(stack: SluiceStack, bedrock: BedrockBatch) -> None:
     profiles; Converse is authorized as InvokeModel."""
     why = "A line names its model: any foundation model of the region, or an inference profile of the account."
     stack._allow_steps(PROVIDER_STEPS, ["bedrock:InvokeModel"], bedrock.model_arns, wildcard_reason=why)
+    why = "A cross-region inference profile routes to its model in any of its destination regions."
+    stack._allow_steps(
+        PROVIDER_STEPS,
+        ["bedrock:InvokeModel"],
+        bedrock.routed_model_arns,
+        conditions=bedrock.routed_condition,
+        wildcard_reason=why,
+    )
 
 
 def grant_bedrock_batch(stack: SluiceStack, bedrock: BedrockBatch) -> None:
@@ -90,9 +113,22 @@ def grant_bedrock_batch(stack: SluiceStack, bedrock: BedrockBatch) -> None:
     role, why = bedrock.service_role, "Each job's files are named by the job and shard they run."
     prefixes: dict[str, object] = {"StringLike": {"s3:prefix": [f"{p}*" for p in (INPUT, OUTPUT)]}}
     bucket = stack.storage.bucket.bucket_arn
-    stack._allow(role, ["s3:GetObject"], stack._objects(INPUT), wildcard_reason=why)
-    stack._allow(role, ["s3:PutObject"], stack._objects(OUTPUT), wildcard_reason=why)
-    stack._allow(role, ["s3:ListBucket"], [bucket], conditions=prefixes)
+    # Bedrock acts as the role: the bucket must be this account's, whatever a job file names
+    own: dict[str, object] = {"StringEquals": {"aws:ResourceAccount": stack.account}}
+    stack._allow(role, ["s3:GetObject"], stack._objects(INPUT), conditions=own, wildcard_reason=why)
+    stack._allow(role, ["s3:PutObject"], stack._objects(OUTPUT), conditions=own, wildcard_reason=why)
+    stack._allow(role, ["s3:ListBucket"], [bucket], conditions={**prefixes, **own})
+    # a job that names a cross-region inference profile runs its records on the profile's models
+    # in their regions, as the role
+    why = "A job names its model: an inference profile of the account, routed to any destination region."
+    stack._allow(role, ["bedrock:InvokeModel"], bedrock.model_arns[1:], wildcard_reason=why)
+    stack._allow(
+        role,
+        ["bedrock:InvokeModel"],
+        bedrock.routed_model_arns,
+        conditions=bedrock.routed_condition,
+        wildcard_reason=why,
+    )
     allow = stack._allow_steps
     allow(BATCH_STEPS, ["s3:PutObject"], stack._objects(INPUT), wildcard_reason=why)
     allow(BATCH_STEPS, ["s3:GetObject", "s3:DeleteObject"], stack._objects(INPUT, OUTPUT), wildcard_reason=why)
@@ -102,6 +138,8 @@ def grant_bedrock_batch(stack: SluiceStack, bedrock: BedrockBatch) -> None:
     jobs = [f"bedrock:{call}ModelInvocationJob" for call in ("Create", "Get", "Stop")]
     why = "A job's ARN is Bedrock's, known once it is created; its model is whichever the job file names."
     allow(BATCH_STEPS, jobs, [bedrock.job_arns, *bedrock.model_arns], wildcard_reason=why)
+    # CreateModelInvocationJob tags the job with its Sluice job id, which IAM authorizes as TagResource
+    allow(BATCH_STEPS, ["bedrock:TagResource"], [bedrock.job_arns], wildcard_reason=why)
     why = "ListModelInvocationJobs supports no resource-level permission."
     allow(BATCH_STEPS, ["bedrock:ListModelInvocationJobs"], ["*"], wildcard_reason=why)
     for step in BATCH_STEPS:

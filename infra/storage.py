@@ -7,6 +7,7 @@ import aws_cdk.aws_dynamodb as dynamodb
 import aws_cdk.aws_s3 as s3
 from constructs import Construct
 from sluice.contract import (
+    BEDROCK_BATCH_PREFIX,
     CACHE_PREFIX,
     INBOX_PREFIX,
     JOBS_PREFIX,
@@ -98,11 +99,19 @@ class Storage(Construct):
 
 
 def _lifecycle_rules(*, ttl_days: int, cache_ttl_days: int, versioned: bool) -> list[s3.LifecycleRule]:
-    """What the bucket expires, by prefix: a job's files, the response cache, replaced inputs and
-    results, and multipart uploads left incomplete."""
+    """What the bucket expires, by prefix: a job's files (Bedrock batch inference's among them), the
+    response cache, replaced inputs and results, and multipart uploads left incomplete."""
     jobs_rule = s3.LifecycleRule(
         id="expire-jobs",
         prefix=JOBS_PREFIX,
+        expiration=cdk.Duration.days(ttl_days),
+        noncurrent_version_expiration=cdk.Duration.days(1) if versioned else None,
+    )
+    # Bedrock batch inference's input and output files are a job's working files kept elsewhere
+    # (Bedrock reads and writes them under its own prefix): they go when the job's files go
+    bedrock_rule = s3.LifecycleRule(
+        id="expire-bedrock-batch",
+        prefix=BEDROCK_BATCH_PREFIX,
         expiration=cdk.Duration.days(ttl_days),
         noncurrent_version_expiration=cdk.Duration.days(1) if versioned else None,
     )
@@ -132,4 +141,4 @@ def _lifecycle_rules(*, ttl_days: int, cache_ttl_days: int, versioned: bool) -> 
         id="abort-incomplete-uploads",
         abort_incomplete_multipart_upload_after=cdk.Duration.days(1),
     )
-    return [jobs_rule, cache_rule, *kept_rules, abort_uploads]
+    return [jobs_rule, bedrock_rule, cache_rule, *kept_rules, abort_uploads]

@@ -190,7 +190,7 @@ def service_role_arn() -> str:
 def allows(statements: list[Statement], action: str, resource: str, context: dict[str, str] | None = None) -> bool:
     """Whether the statements allow `action` on `resource`, for a service moto does not emulate
     (Bedrock's batch jobs, `local.cloud.bedrock_jobs`): actions and resources as IAM matches them,
-    and StringEquals conditions on `context`; the statements hold no Deny."""
+    and StringEquals and StringLike conditions on `context`; the statements hold no Deny."""
     for statement in statements:
         if statement.get("Effect") != "Allow":
             continue
@@ -198,8 +198,12 @@ def allows(statements: list[Statement], action: str, resource: str, context: dic
             continue
         if not any(fnmatch.fnmatchcase(resource, r) for r in _as_list(statement.get("Resource", []))):
             continue
-        equals = statement.get("Condition", {}).get("StringEquals", {})
-        if all((context or {}).get(key) == value for key, value in equals.items()):
+        conditions = statement.get("Condition", {})
+        equals, like = conditions.get("StringEquals", {}), conditions.get("StringLike", {})
+        if all((context or {}).get(key) == value for key, value in equals.items()) and all(
+            any(fnmatch.fnmatchcase((context or {}).get(key, ""), p) for p in _as_list(patterns))
+            for key, patterns in like.items()
+        ):
             return True
     return False
 

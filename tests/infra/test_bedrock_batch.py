@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from sluice.contract import PROVIDER_STEPS
 
+from local.iam import ACCOUNT, REGION, allows, policies_from_template
 from tests.infra.conftest import BEDROCK_ENV, Synthesis
 from tests.infra.test_functions import step_functions
 from tests.infra.test_security import _listed, _role_statements, _statements
@@ -45,17 +47,27 @@ def test_the_service_role_reads_the_input_and_writes_the_output_only(bedrock_syn
     synthesis, env = bedrock_synthesis, BEDROCK_ENV
     logical, _ = _service_role(synthesis, env)
     granted = set()
-    for policy in synthesis.resources(env, "AWS::IAM::Policy").values():
-        if {"Ref": logical} in policy["Properties"]["Roles"]:
-            for statement in _statements(policy["Properties"]["PolicyDocument"]):
-                for resource in _listed(statement["Resource"]):
-                    suffix = _flat(resource).split(".Arn>", 1)[1].lstrip("/")
-                    granted |= {(action, suffix) for action in _listed(statement["Action"])}
+    for statement in _service_role_statements(synthesis, env, logical):
+        if any(a.startswith("s3:") for a in _listed(statement["Action"])):
+            # and only in this account's bucket, whatever a job file names
+            assert statement["Condition"]["StringEquals"] == {"aws:ResourceAccount": {"Ref": "AWS::AccountId"}}
+            for resource in _listed(statement["Resource"]):
+                suffix = _flat(resource).split(".Arn>", 1)[1].lstrip("/")
+                granted |= {(action, suffix) for action in _listed(statement["Action"])}
     assert granted == {
         ("s3:GetObject", "bedrock-batch/input/*"),
         ("s3:PutObject", "bedrock-batch/output/*"),
         ("s3:ListBucket", ""),
     }
+
+
+def _service_role_statements(synthesis: Synthesis, env: str, logical: str) -> list[dict[str, Any]]:
+    return [
+        statement
+        for policy in synthesis.resources(env, "AWS::IAM::Policy").values()
+        if {"Ref": logical} in policy["Properties"]["Roles"]
+        for statement in _statements(policy["Properties"]["PolicyDocument"])
+    ]
 
 
 def test_the_batch_steps_pass_the_service_role_to_bedrock_only(bedrock_synthesis: Synthesis) -> None:
@@ -74,7 +86,10 @@ def test_the_batch_steps_pass_the_service_role_to_bedrock_only(bedrock_synthesis
         assert passed["Resource"] == {"Fn::GetAtt": [logical, "Arn"]}
         assert passed["Condition"] == {"StringEquals": {"iam:PassedToService": "bedrock.amazonaws.com"}}
         jobs = {f"bedrock:{call}ModelInvocationJob" for call in ("Create", "Get", "Stop")}
-        assert bedrock == {*jobs, "bedrock:ListModelInvocationJobs"}
+        assert bedrock == {*jobs, "bedrock:ListModelInvocationJobs", "bedrock:TagResource"}
+        # a job is created with its Sluice job id as a tag, which IAM authorizes as TagResource
+        (tags,) = [s for s in statements if "bedrock:TagResource" in _listed(s["Action"])]
+        assert _flat(tags["Resource"]).endswith(":model-invocation-job/*")
         variables = function["Properties"]["Environment"]["Variables"]
         assert variables["SLUICE_BEDROCK_BATCH_ROLE_ARN"] == {"Fn::GetAtt": [logical, "Arn"]}
 
@@ -85,7 +100,7 @@ def test_a_rule_hears_the_jobs_ended_states(bedrock_synthesis: Synthesis) -> Non
     assert {
         "source": ["aws.bedrock"],
         "detail-type": ["Batch Inference Job State Change"],
-        "detail": {"status": ENDED},
+        "detail": {"status": ENDED, "batchJobName": [{"prefix": "sluice-"}]},
     } in patterns
 
 
@@ -96,24 +111,45 @@ def _bedrock_actions(synthesis: Synthesis, env: str) -> dict[str, set[str]]:
     }
 
 
+PROFILE = "us.anthropic.claude-3-5-haiku-20241022-v1:0"
+ROUTED_TO = "anthropic.claude-3-5-haiku-20241022-v1:0"
+
+
 def test_the_steps_that_send_directly_invoke_the_regions_models_and_the_accounts_profiles(
     bedrock_synthesis: Synthesis,
 ) -> None:
-    env = BEDROCK_ENV
-    for step, function in step_functions(bedrock_synthesis, env).items():
-        invokes = [
-            s
-            for s in _role_statements(bedrock_synthesis, env, function)
-            if "bedrock:InvokeModel" in _listed(s["Action"])
-        ]
+    policies = policies_from_template(bedrock_synthesis.raw[BEDROCK_ENV])
+    for step in step_functions(bedrock_synthesis, BEDROCK_ENV):
+        statements = policies[step]
+        model = f"arn:aws:bedrock:{REGION}::foundation-model/{ROUTED_TO}"
+        elsewhere = f"arn:aws:bedrock:us-west-2::foundation-model/{ROUTED_TO}"
         if step not in PROVIDER_STEPS:
-            assert not invokes, step
+            assert not allows(statements, "bedrock:InvokeModel", model), step
             continue
-        (statement,) = invokes
-        resources = sorted(_flat(r) for r in _listed(statement["Resource"]))
-        assert len(resources) == 2, resources
-        assert resources[0].endswith("::foundation-model/*") and ":bedrock:" in resources[0]
-        assert ":inference-profile/*" in resources[1] and "AWS::AccountId" in resources[1]
+        assert allows(statements, "bedrock:InvokeModel", model), step
+        assert allows(
+            statements, "bedrock:InvokeModel", f"arn:aws:bedrock:{REGION}:{ACCOUNT}:inference-profile/{PROFILE}"
+        )
+        # another region's model only as a profile of the account routes to it
+        assert not allows(statements, "bedrock:InvokeModel", elsewhere), step
+        assert not allows(statements, "bedrock:InvokeModel", f"arn:aws:bedrock:us-west-2:{ACCOUNT}:inference-profile/x")
+
+
+@pytest.mark.parametrize("region", ["us-east-1", "us-east-2", "us-west-2"])
+@pytest.mark.parametrize("who", [*PROVIDER_STEPS, "bedrock_batch"])
+def test_a_cross_region_profile_reaches_its_model_in_every_destination_region(
+    bedrock_synthesis: Synthesis, who: str, region: str
+) -> None:
+    """`us.` routes to us-east-1, us-east-2 and us-west-2: IAM checks the model there too, for a direct
+    request (the sending steps) and for a batch job's records (the role Bedrock runs the job as)."""
+    statements = policies_from_template(bedrock_synthesis.raw[BEDROCK_ENV])[who]
+    profile = f"arn:aws:bedrock:{REGION}:{ACCOUNT}:inference-profile/{PROFILE}"
+    context = {"bedrock:InferenceProfileArn": profile}
+    assert allows(statements, "bedrock:InvokeModel", profile)
+    model = f"arn:aws:bedrock:{region}::foundation-model/{ROUTED_TO}"
+    assert allows(statements, "bedrock:InvokeModel", model, context), (who, region)
+    other = {"bedrock:InferenceProfileArn": f"arn:aws:bedrock:{REGION}:999999999999:inference-profile/{PROFILE}"}
+    assert not allows(statements, "bedrock:InvokeModel", model, other) or region == REGION
 
 
 def test_a_bedrock_environment_holds_no_api_key(bedrock_synthesis: Synthesis) -> None:

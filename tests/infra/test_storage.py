@@ -56,6 +56,12 @@ def test_jobs_prefix_expires_after_ttl_days(synthesis: Synthesis, env: str) -> N
     assert any(r.get("AbortIncompleteMultipartUpload") for r in rules)
 
 
+def test_bedrock_batch_files_expire_with_the_jobs_files(synthesis: Synthesis, env: str) -> None:
+    rules = _job_bucket(synthesis, env)["LifecycleConfiguration"]["Rules"]
+    bedrock = [r for r in rules if r.get("Prefix") == "bedrock-batch/"]
+    assert [r["ExpirationInDays"] for r in bedrock] == [synthesis.stacks[env].config.ttl_days]
+
+
 def test_the_response_cache_expires_after_its_own_ttl_per_environment(synthesis: Synthesis, env: str) -> None:
     rules = _job_bucket(synthesis, env)["LifecycleConfiguration"]["Rules"]
     cache = [r for r in rules if r.get("Prefix") == "cache/"]
@@ -68,7 +74,7 @@ def test_the_response_cache_expires_after_its_own_ttl_per_environment(synthesis:
 def test_every_prefix_expires_its_noncurrent_versions_where_versioning_keeps_them(
     synthesis: Synthesis, env: str
 ) -> None:
-    from sluice.contract import CACHE_PREFIX, INBOX_PREFIX, JOBS_PREFIX, OUTBOX_PREFIX
+    from sluice.contract import BEDROCK_BATCH_PREFIX, CACHE_PREFIX, INBOX_PREFIX, JOBS_PREFIX, OUTBOX_PREFIX
 
     props = _job_bucket(synthesis, env)
     config = synthesis.stacks[env].config
@@ -85,6 +91,7 @@ def test_every_prefix_expires_its_noncurrent_versions_where_versioning_keeps_the
     # replaced or deleted by its user stays restorable as long as jobs are kept
     assert noncurrent == {
         JOBS_PREFIX: 1,
+        BEDROCK_BATCH_PREFIX: 1,
         CACHE_PREFIX: 1,
         INBOX_PREFIX: config.ttl_days,
         OUTBOX_PREFIX: config.ttl_days,

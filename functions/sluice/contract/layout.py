@@ -48,8 +48,12 @@ OUTBOX_PREFIX = "outbox/"
 CACHE_PREFIX = "cache/"
 # Amazon Bedrock batch inference reads its jobs' input files here and writes their answers there;
 # its service role may read only the one and write only the other
-BEDROCK_INPUT_PREFIX = "bedrock-batch/input/"
-BEDROCK_OUTPUT_PREFIX = "bedrock-batch/output/"
+BEDROCK_BATCH_PREFIX = "bedrock-batch/"
+BEDROCK_INPUT_PREFIX = f"{BEDROCK_BATCH_PREFIX}input/"
+BEDROCK_OUTPUT_PREFIX = f"{BEDROCK_BATCH_PREFIX}output/"
+# every Bedrock batch inference job Sluice creates is named so: the rule that hears the jobs' state
+# changes matches it, and leaves the account's other jobs alone
+BEDROCK_JOB_NAME_PREFIX = "sluice-"
 
 
 def job_prefix(job_id: str) -> str:

@@ -23,7 +23,7 @@ from typing import Any, Final, TypeVar
 import orjson
 from botocore.exceptions import ClientError
 
-from ...contract import BEDROCK_INPUT_PREFIX, BEDROCK_OUTPUT_PREFIX
+from ...contract import BEDROCK_INPUT_PREFIX, BEDROCK_JOB_NAME_PREFIX, BEDROCK_OUTPUT_PREFIX
 from ...model import Request
 from ..batch import (
     ENDED,
@@ -50,7 +50,6 @@ MAX_BYTES: Final = 1024 * 1024 * 1024
 MAX_JOBS_PER_MODEL: Final = 20
 # the longest a job may wait and run, in hours (Bedrock's default is 24 too)
 TIMEOUT_HOURS: Final = 24
-_NAME = "sluice"
 _QUOTA_EXCEEDED = "ServiceQuotaExceededException"
 _MANIFEST = "manifest.json.out"
 _T = TypeVar("_T")
@@ -61,11 +60,11 @@ def _digest(job: str) -> str:
 
 
 def job_name(tag: BatchTag) -> str:
-    return f"{_NAME}-{_digest(tag.job)}-{tag.shard:05d}-{tag.part:03d}-{tag.attempt}"
+    return f"{BEDROCK_JOB_NAME_PREFIX}{_digest(tag.job)}-{tag.shard:05d}-{tag.part:03d}-{tag.attempt}"
 
 
 def _shard_name(job: str, shard: int) -> str:
-    return f"{_NAME}-{_digest(job)}-{shard:05d}-"
+    return f"{BEDROCK_JOB_NAME_PREFIX}{_digest(job)}-{shard:05d}-"
 
 
 def input_key(tag: BatchTag, endpoint: str) -> str:
@@ -176,7 +175,7 @@ class BedrockBatchApi:
 
     async def listed(self, since: float) -> list[BatchStatus]:
         statuses = []
-        async for summary in self._jobs(nameContains=f"{_NAME}-", submitTimeAfter=since):
+        async for summary in self._jobs(nameContains=BEDROCK_JOB_NAME_PREFIX, submitTimeAfter=since):
             statuses.append(self._status(summary, BatchCounts()))
         return statuses
 
