@@ -129,9 +129,9 @@ class Monitoring(Construct):
             self._alarm(
                 f"{_title(step)}Throttles",
                 function.metric_throttles(period=PERIOD, statistic="Sum"),
-                f"The {step} Lambda was throttled: its reserved concurrency (max_shards_in_flight for a shard "
-                "step, the webhook's own share) or the account's quota was reached. Throttled shards wait; "
-                "raise the cap in cdk.json if they wait often (docs/deploy.md, Concurrency across jobs).",
+                f"The {step} Lambda was throttled: the webhook's reserved share or the account's concurrency "
+                "quota was reached. Raise the quota, or the webhook's share, if it recurs "
+                "(docs/deploy.md, Concurrency across jobs).",
             )
         if table is not None:
             self.table_throttles = self._throttles(table, table_indexes)

@@ -17,10 +17,24 @@ from .retry import RetryPolicy, backoff_s
 from .shard import ShardContext, ShardSpec, poll_wait_seconds, read_shard_lines
 from .store import QUEUED_PREFIX
 
+# A batch's completion window: past it, a shard still waiting is waiting on a queue or a slow
+# provider, for days maybe (Bedrock lets a job wait and run for a week; 2,000 jobs at 20 a model
+# queue for longer), and its polls stop being capped
+BATCH_WINDOW_S = 86_400
+
 
 def batch_wait_seconds(settings: Settings, elapsed_s: float) -> int:
-    """How long AwaitBatch sleeps before polling (batches take minutes to hours)."""
-    return poll_wait_seconds(settings, elapsed_s)
+    """How long AwaitBatch sleeps before polling (batches take minutes to hours).
+
+    Within a batch's window, as every wait does (`poll_wait_seconds`: a tenth of the time waited,
+    at most `batch_poll_max_s`): about 330 loops. Past it, a tenth of the time waited with no cap,
+    so each loop of AwaitBatch and CollectBatch (13 history events) comes 10% later than the last:
+    a longer wait costs loops in proportion to its logarithm (24 more for 10 days, 36 for 30), and
+    a shard waits any length within a child execution's 25,000 events. What ends sooner is heard
+    sooner: the job's webhook or state-change event wakes the shard; the poll only reconciles."""
+    if elapsed_s <= BATCH_WINDOW_S:
+        return poll_wait_seconds(settings, elapsed_s)
+    return int(elapsed_s / 10)
 
 
 @dataclass

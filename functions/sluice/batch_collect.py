@@ -20,7 +20,7 @@ from .model import ErrorCode, Outcome, Request
 from .output_check import OutputCheck
 from .parts import PartWriter, assemble, load_checkpoint, parts_stats
 from .providers.batch import BatchApi, BatchRow, BatchState, BatchStatus
-from .shard import ShardContext, ShardSpec, pending
+from .shard import ShardContext, ShardSpec, pending, poll_wait_seconds
 
 # the code for a row left unfinished, by how its batch ended
 _LEFTOVER_CODE = {
@@ -272,8 +272,10 @@ async def collect_batch(ctx: ShardContext, spec: ShardSpec) -> BatchCollected:
             ctx.store.await_batch(spec.job_id, spec.shard, waiting[0])
         return outcome
     if queued:
-        # nothing runs to wake the shard: it sleeps until the queue may have room
-        outcome = replace(outcome, wait_seconds=max(wait_seconds, math.ceil(state.retry_at - time.time())))
+        # nothing runs to wake the shard: it sleeps until the queue may have room, and keeps
+        # looking at the capped pace, for room that others free is not announced
+        room_s = max(poll_wait_seconds(ctx.settings, elapsed), math.ceil(state.retry_at - time.time()))
+        outcome = replace(outcome, wait_seconds=room_s)
         if pointed != queued_marker(spec) or settled:
             ctx.store.await_batch(spec.job_id, spec.shard, queued_marker(spec))
         return outcome

@@ -130,6 +130,8 @@ def test_polling_backs_off_as_the_batch_ages() -> None:
     assert batch_wait_seconds(settings, 0) == 10
     assert batch_wait_seconds(settings, 600) == 60
     assert batch_wait_seconds(settings, 86_400) == settings.batch_poll_max_s == 300
+    # past a batch's window the wait is no longer capped: a tenth of the time waited
+    assert batch_wait_seconds(settings, 5 * 86_400) == 43_200
 
 
 def test_job_options_for_batch_and_auto() -> None:

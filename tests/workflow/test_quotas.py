@@ -360,3 +360,40 @@ def test_a_batch_file_spilled_past_tmp_fails_like_a_full_disk(make_cloud) -> Non
         caught.value
     )
     assert tmp.message == cloud.quotas.breaches[-1]
+
+
+def test_a_batch_shard_waiting_10_days_stays_under_half_the_history_cap(make_cloud, simulator, tmp_path) -> None:
+    """Measure the events one AwaitBatch -> CollectBatch loop records in the local cloud, then count
+    the loops the poll schedule makes while a batch stays unfinished for 10 days (a Bedrock job may
+    wait and run for a week, and 2,000 jobs at 20 a model queue for longer)."""
+    from sluice.batch_advance import batch_wait_seconds
+    from sluice.contract import Settings
+
+    # no webhooks and batches that take a few polls: the shard loops on its own
+    simulator.configure(batch_phase_s=1.5)
+    cloud = make_cloud(shard_lines=10, poll_seconds=1)
+    path = write_jsonl(tmp_path / "wait.jsonl", [request_line(f"w-{n}") for n in range(10)])
+    run = run_job(cloud, path, metadata={"sluice-mode": "batch"})
+    assert run.status == "SUCCEEDED" and len(run.results) == 10
+    collects = sum(1 for i in cloud.invocations if i.step == "collect_batch")
+    assert collects >= 2
+    events = cloud.quotas.child_peak()
+    # per loop: AwaitBatch (a callback attempt), CollectBatch (a task attempt), its Choice
+    per_loop = 3 * quotas.STATE_EVENTS + quotas.CALLBACK_ATTEMPT_EVENTS + quotas.TASK_ATTEMPT_EVENTS
+    fixed = events - per_loop * collects
+    assert 0 < fixed < 100 and per_loop == 13
+
+    def loops(wait: Any, days: float) -> int:
+        elapsed, count = 0.0, 0
+        while elapsed <= days * 86_400:
+            elapsed += wait(elapsed)
+            count += 1
+        return count + 1
+
+    settings = Settings(bucket="b", table="t", provider_base_url="http://x", api_key_secret_arn="a", poll_seconds=10)
+    for days in (10, 30):
+        worst = fixed + per_loop * loops(lambda elapsed: batch_wait_seconds(settings, elapsed), days)
+        assert worst < quotas.HISTORY_EVENTS / 2, f"{days} days: {worst:,} events"
+    # the schedule this replaces, capped at batch_poll_max_s: past the cap in under 7 days
+    capped = fixed + per_loop * loops(lambda e: max(10, min(settings.batch_poll_max_s, e / 10)), 10)
+    assert capped > quotas.HISTORY_EVENTS
