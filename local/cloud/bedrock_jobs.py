@@ -34,6 +34,9 @@ from local.simulator.messages import MESSAGES_PATH, plan_messages
 from local.simulator.structured import pick_output_fault, spoil
 from local.simulator.wire import ApiError
 
+# Bedrock's default quota of batch inference jobs submitted or in progress at once per model
+JOBS_PER_MODEL = 20
+
 EVENT_SOURCE = "aws.bedrock"
 EVENT_DETAIL_TYPE = "Batch Inference Job State Change"
 # how a job ends when `run_pending` runs it
@@ -110,8 +113,17 @@ class _Job:
 class BedrockJobs:
     """The batch inference jobs of one local account, shared by every function's client."""
 
-    def __init__(self, service_s3: Callable[[str], Any], *, emit: Emit | None = None, ends: str = COMPLETED) -> None:
+    def __init__(
+        self,
+        service_s3: Callable[[str], Any],
+        *,
+        emit: Emit | None = None,
+        ends: str = COMPLETED,
+        jobs_per_model: int = JOBS_PER_MODEL,
+    ) -> None:
         self._service_s3 = service_s3
+        # Bedrock's quota of jobs submitted or in progress at once per model: a create past it is refused
+        self.jobs_per_model = jobs_per_model
         # each function's statements, for `client_for`
         self.policies: dict[str, list[dict[str, Any]]] = {}
         self._emit = emit
@@ -171,6 +183,19 @@ class BedrockJobs:
             for job in self._jobs.values():
                 if job.token == kwargs["clientRequestToken"]:
                     return {"jobArn": job.arn}
+            model = kwargs["modelId"]
+            running = sum(1 for job in self._jobs.values() if job.model == model and job.status not in _ENDED)
+            if running >= self.jobs_per_model:
+                raise ClientError(
+                    {
+                        "Error": {
+                            "Code": "ServiceQuotaExceededException",
+                            "Message": f"{running} batch inference jobs of {model} are submitted or "
+                            "in progress, the quota of concurrent jobs for the model",
+                        }
+                    },
+                    "CreateModelInvocationJob",
+                )
             job_id = f"{next(self._ids):012d}"
             arn = f"arn:aws:bedrock:{REGION}:{ACCOUNT}:model-invocation-job/{job_id}"
             now = datetime.now(UTC)

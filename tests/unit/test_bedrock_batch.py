@@ -154,11 +154,34 @@ def test_a_retried_submit_finds_the_job_it_created(bed: Bedrock) -> None:
     assert len(bed.jobs.jobs()) == 1
 
 
-def test_a_model_with_its_concurrent_jobs_running_refuses_another(bed: Bedrock) -> None:
+class CountingClient:
+    """The emulated Bedrock client, counting the calls made of it by name."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self.calls: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        found = getattr(self._client, name)
+        if not callable(found):
+            return found
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append(name)
+            return found(*args, **kwargs)
+
+        return counted
+
+
+def test_a_model_with_its_concurrent_jobs_running_refuses_another_and_nothing_lists_the_accounts_jobs(
+    bed: Bedrock,
+) -> None:
+    """Bedrock's refusal of a create past its quota is the count: a submit makes one create call,
+    not a listing of every job in the account first (five paginated calls an attempt)."""
+    bed.jobs.jobs_per_model = 1
     limits = BatchLimits(max_records=bedrock.MAX_RECORDS, max_bytes=bedrock.MAX_BYTES)
-    api = bedrock.BedrockBatchApi(
-        bed.jobs.client(), bed.env.s3, bucket=BUCKET, role_arn=ROLE, limits=limits, max_jobs=1
-    )
+    client = CountingClient(bed.jobs.client())
+    api = bedrock.BedrockBatchApi(client, bed.env.s3, bucket=BUCKET, role_arn=ROLE, limits=limits)
     body = {"model": MODEL, "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
     row = api.encode(Request(1, "a", "POST", "/v1/messages", orjson.dumps(body)))
 
@@ -168,6 +191,9 @@ def test_a_model_with_its_concurrent_jobs_running_refuses_another(bed: Bedrock) 
     asyncio.run(api.submit(upload(), BatchTag("j", 0, 0)))
     with pytest.raises(QueueFull):
         asyncio.run(api.submit(upload(), BatchTag("j", 0, 1)))
+    assert client.calls == ["create_model_invocation_job"] * 2
+    # the refused part's input is not left behind
+    assert len(bed.objects(BEDROCK_INPUT_PREFIX)) == 1
 
 
 def test_a_cancel_stops_the_job(bed: Bedrock) -> None:

@@ -39,14 +39,17 @@ from ..batch import (
     QueueFull,
 )
 from . import records
-from .records import ACTIVE, STATES, SUFFIXES, dialect, output_row, unfinished_code
+from .records import STATES, SUFFIXES, dialect, output_row, unfinished_code
 
 # Bedrock's limits for one job (docs.aws.amazon.com/bedrock/latest/userguide/quotas.html): records,
 # and bytes of one input file
 MIN_RECORDS: Final = 100
 MAX_RECORDS: Final = 50_000
 MAX_BYTES: Final = 1024 * 1024 * 1024
-# batch inference jobs in progress or submitted at once per base model, the quota's default
+# batch inference jobs in progress or submitted at once per base model, the quota's default. Bedrock
+# refuses a create past it (ServiceQuotaExceededException), which `submit` reports as a full queue:
+# the refusal is the count, where listing every job of the account before each create was five
+# paginated calls an attempt
 MAX_JOBS_PER_MODEL: Final = 20
 # the longest a job may wait and run, in hours (Bedrock's default is 24 too)
 TIMEOUT_HOURS: Final = 24
@@ -123,14 +126,12 @@ class BedrockBatchApi:
         bucket: str,
         role_arn: str,
         limits: BatchLimits,
-        max_jobs: int = MAX_JOBS_PER_MODEL,
     ) -> None:
         self._bedrock = bedrock
         self._s3 = s3
         self._bucket = bucket
         self._role_arn = role_arn
         self._limits = limits
-        self._max_jobs = max_jobs
 
     @property
     def limits(self) -> BatchLimits:
@@ -179,18 +180,9 @@ class BedrockBatchApi:
             statuses.append(self._status(summary, BatchCounts()))
         return statuses
 
-    async def _running(self, model: str) -> int:
-        count = 0
-        for state in ACTIVE:
-            async for summary in self._jobs(statusEquals=state):
-                count += summary.get("modelId") == model or str(summary.get("modelId", "")).endswith(f"/{model}")
-        return count
-
     async def submit(self, upload: BatchUpload, tag: BatchTag) -> str:
         if not upload.model:
             raise ValueError("a Bedrock batch job runs one model; the part names none")
-        if await self._running(upload.model) >= self._max_jobs:
-            raise QueueFull(f"{self._max_jobs} batch inference jobs of {upload.model} are running already")
         upload.file.seek(0)
         key = input_key(tag, upload.endpoint)
         await self._call(self._s3.upload_fileobj, Fileobj=upload.file, Bucket=self._bucket, Key=key)
@@ -313,7 +305,6 @@ def opener(
     bucket: str,
     role_arn: str,
     limits: BatchLimits | None = None,
-    max_jobs: int = MAX_JOBS_PER_MODEL,
 ) -> BatchApiOpener:
     """Opens a `BedrockBatchApi` for each run on the `bedrock` client the factory makes (the
     handler's session's, or the local cloud's emulation)."""
@@ -321,6 +312,6 @@ def opener(
 
     @contextlib.asynccontextmanager
     async def opened() -> AsyncIterator[BedrockBatchApi]:
-        yield BedrockBatchApi(bedrock(), s3, bucket=bucket, role_arn=role_arn, limits=chosen, max_jobs=max_jobs)
+        yield BedrockBatchApi(bedrock(), s3, bucket=bucket, role_arn=role_arn, limits=chosen)
 
     return opened
