@@ -18,8 +18,10 @@ from .contract import (
     Settings,
     parse_budget,
     parse_error_rate,
+    parse_rate_limits,
     parse_validate,
 )
+from .limits import MAX_SHARD_CONNECTIONS
 from .providers import modes
 
 # the Batch API's completion window: a job that must finish sooner cannot wait on a batch
@@ -33,6 +35,33 @@ def capped_map_concurrency(asked: int, settings: Settings) -> int:
     job's concurrency and rate would be split among shards that are not running."""
     cap = settings.max_shards_in_flight
     return min(asked, cap) if cap else asked
+
+
+# How long a request may take from send to answer, for sizing a job's shards in flight to its key's
+# rate. By Little's law a key at R requests a second keeps R x this in flight; fewer connections
+# leave the key idle, more only wait in their Lambdas (GB-seconds billed while a shard sends half a
+# request a second). It leans long, a long answer of a large model: guessed short, the job goes slower
+# than its key; guessed long, a few shards more wait.
+KEY_LATENCY_S = 30.0
+
+
+def rate_capped_shards(asked: int, *, key_rpm: float, concurrency: int) -> int:
+    """At most the shards a key at `key_rpm` keeps busy: the requests it keeps in flight (its rate
+    times `KEY_LATENCY_S`, at most the job's `concurrency`) over what one shard holds
+    (`MAX_SHARD_CONNECTIONS`), and at least one. No rate known: `asked`."""
+    if not key_rpm:
+        return asked
+    in_flight = min(concurrency, key_rpm / 60 * KEY_LATENCY_S)
+    return max(1, min(asked, math.ceil(in_flight / MAX_SHARD_CONNECTIONS)))
+
+
+def key_rpm(options_rpm: int, model: str | None, settings: Settings) -> float:
+    """The requests a minute the job's key allows it: its own `sluice-rpm`, else the environment's
+    `rate_limits` for the model it names (or the default model); 0 when neither says."""
+    if options_rpm:
+        return options_rpm
+    seed = parse_rate_limits(settings.rate_limits).get(model or settings.default_model or "")
+    return seed.rpm if seed else 0
 
 
 # what a mode asks of the provider, for a refusal's message
@@ -167,15 +196,23 @@ class JobOptions:
                 raise PlanError(f"{METADATA_PREFIX}{name}={raw!r}; expected a positive whole number")
             return int(raw)
 
+        concurrency = positive("concurrency", settings.concurrency)
+        rpm = positive("rpm", settings.rpm, zero=True)
+        model = meta.get("model") or None
+        map_concurrency = capped_map_concurrency(positive("map-concurrency", settings.map_concurrency), settings)
+        if mode != Mode.BATCH:
+            # a batch shard sends nothing at the key's rate; the others share it
+            limit = key_rpm(rpm, model, settings)
+            map_concurrency = rate_capped_shards(map_concurrency, key_rpm=limit, concurrency=concurrency)
         return cls(
             mode=mode,
-            concurrency=positive("concurrency", settings.concurrency),
-            map_concurrency=capped_map_concurrency(positive("map-concurrency", settings.map_concurrency), settings),
+            concurrency=concurrency,
+            map_concurrency=map_concurrency,
             max_attempts=positive("max-attempts", settings.max_attempts),
-            model=meta.get("model") or None,
+            model=model,
             on_batch_incomplete=incomplete,
             deadline_hours=deadline,
-            rpm=positive("rpm", settings.rpm, zero=True),
+            rpm=rpm,
             tpm=positive("tpm", settings.tpm, zero=True),
             max_error_rate=max_error_rate,
             budget_usd=budget_usd,

@@ -7,6 +7,7 @@ are moto.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -401,3 +402,34 @@ def test_a_create_whose_answer_is_lost_is_found_not_repeated(env: Env, monkeypat
     spec = env.shard(lines(3))
     submitted = asyncio.run(submit_batch(env.ctx, spec))
     assert submitted.batch_ids == lost and len(env.creates()) == 1
+
+
+def test_a_job_runs_only_the_shards_its_keys_rate_keeps_busy() -> None:
+    """10M lines on a 30,000-RPM key, asked to run 1,000 shards of 950 connections at once: the key
+    keeps 500 x 30 s = 15,000 requests in flight, which 16 shards hold; the other 984 would only wait
+    in their Lambdas. With no rate known, the job runs what it asked."""
+    from sluice.job_options import KEY_LATENCY_S, rate_capped_shards
+    from sluice.limits import MAX_SHARD_CONNECTIONS
+
+    rate = '{"gpt-4o-mini": {"rpm": 30000}}'
+    settings = Settings(
+        bucket="b",
+        table="t",
+        provider_base_url="http://x",
+        api_key_secret_arn="a",
+        rate_limits=rate,
+        default_model="gpt-4o-mini",
+        map_concurrency=1000,
+        concurrency=1000 * MAX_SHARD_CONNECTIONS,
+    )
+    options = JobOptions.from_metadata({}, settings)
+    assert options.map_concurrency == math.ceil(30000 / 60 * KEY_LATENCY_S / MAX_SHARD_CONNECTIONS) == 16
+    # the job's own sluice-rpm is its key's share
+    assert JobOptions.from_metadata({"sluice-rpm": "6000"}, settings).map_concurrency == 4
+    # a batch job sends nothing at the key's rate
+    assert JobOptions.from_metadata({"sluice-mode": "batch"}, settings).map_concurrency == 1000
+    unknown = replace(settings, rate_limits="")
+    assert JobOptions.from_metadata({}, unknown).map_concurrency == 1000
+    # never more connections than the job's concurrency asks, never fewer than one shard
+    assert rate_capped_shards(20, key_rpm=30000, concurrency=1000) == 2
+    assert rate_capped_shards(20, key_rpm=1, concurrency=1000) == 1
