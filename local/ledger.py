@@ -21,6 +21,7 @@ runs; nothing in the ledger knows Sluice's key layout.
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import json
 import os
 import threading
@@ -33,6 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from unittest import mock
 from urllib.parse import parse_qs, unquote, urlsplit
+
+from sluice.contract import causes
 
 # https://docs.aws.amazon.com/AmazonS3/latest/userguide/optimizing-performance.html: per
 # partitioned prefix, 3,500 PUT/COPY/POST/DELETE and 5,500 GET/HEAD requests a second
@@ -98,6 +101,22 @@ class Call:
     key: str = ""
     nbytes: int = 0
     s3_write: bool = False
+    # what triggered it (`sluice.contract.causes`); "" when the code declared none
+    cause: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Occurred:
+    """`count` occurrences of a cause (`sluice.contract.causes`) in a step, with the period the code gave."""
+
+    at: float
+    cause: str
+    count: int
+    period_s: float | None
+    every: int | None
+    step: str
+    shard: int | None
+    execution: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +141,11 @@ class LineEnded:
     at: float
     shard: int | None
     execution: str | None
+
+
+def _cause_name() -> str:
+    found = causes.current()
+    return found.cause.name if found is not None else ""
 
 
 # ---- reading a request and its answer
@@ -169,6 +193,7 @@ class CallLedger:
     calls: list[Call] = field(default_factory=list)
     invocations: list[Invocation] = field(default_factory=list)
     lines: list[LineEnded] = field(default_factory=list)
+    occurrences: list[Occurred] = field(default_factory=list)
     # access key id -> the step whose role it belongs to, for calls made outside an invocation
     identities: dict[str, str] = field(default_factory=dict)
     # trace each invocation's memory with tracemalloc when it runs alone (slow: benches only)
@@ -186,7 +211,23 @@ class CallLedger:
         return Caller(self.identities.get(key, CLOUD))
 
     def add(self, records: list[Call]) -> None:
-        self.calls.extend(records)
+        cause = _cause_name()
+        self.calls.extend(dataclasses.replace(r, cause=cause) for r in records)
+
+    def occurred(self, occurrence: causes.Occurrence) -> None:
+        caller = self.caller()
+        self.occurrences.append(
+            Occurred(
+                self.now(),
+                occurrence.cause.name,
+                occurrence.count,
+                occurrence.period_s,
+                occurrence.every,
+                caller.step,
+                caller.shard,
+                caller.execution,
+            )
+        )
 
     def answered(
         self,
@@ -202,10 +243,20 @@ class CallLedger:
         `seconds`: its wall and CPU seconds."""
         status = response.status_code if response is not None else 0
         wall, cpu = seconds
+        cause = _cause_name()
         if service != "s3":
             self.calls.append(
                 Call(
-                    at, service, operation, caller.step, caller.shard, caller.execution, wall, error_code(response), cpu
+                    at,
+                    service,
+                    operation,
+                    caller.step,
+                    caller.shard,
+                    caller.execution,
+                    wall,
+                    error_code(response),
+                    cpu,
+                    cause=cause,
                 )
             )
             return
@@ -236,6 +287,7 @@ class CallLedger:
                 key=key,
                 nbytes=nbytes,
                 s3_write=write,
+                cause=cause,
             )
         )
 

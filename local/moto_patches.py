@@ -29,6 +29,7 @@ from moto.core.base_backend import BackendDict
 from moto.dynamodb.responses import DynamoHandler
 from moto.stepfunctions.parser.asl.component.state.exec.state_map.item_reader.eval import resource_eval_s3
 from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
+from sluice.contract import causes
 
 from local import dynamo_meter as meter
 from local import ledger as calls
@@ -155,8 +156,12 @@ def metered(ledger: calls.CallLedger, tables: meter.Tables) -> Iterator[None]:
             ledger.add(pending.records(caller, at, spent, response))
         return response
 
-    with mock.patch.object(BotocoreStubber, "__call__", stubbed), calls.attributed():
-        yield
+    causes.observe(ledger.occurred)
+    try:
+        with mock.patch.object(BotocoreStubber, "__call__", stubbed), calls.attributed():
+            yield
+    finally:
+        causes.observe(None)
 
 
 def _eval_pool(self: Any, job: Any, worker_frame: Any) -> None:

@@ -13,6 +13,7 @@ when set, still decide (`POWERTOOLS_LOG_LEVEL=INFO sluice run ...` shows the JSO
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
@@ -23,7 +24,7 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from sluice.aws_errors import as_step_error
-from sluice.contract import ENVIRONMENT_VARIABLE, METRICS_NAMESPACE, SERVICE
+from sluice.contract import ENVIRONMENT_VARIABLE, METRICS_NAMESPACE, SERVICE, causes
 
 WEBHOOK_REJECTION_REASONS = ("too_large", "missing_headers", "signature", "malformed", "unknown_type")
 
@@ -133,6 +134,8 @@ def instrumented(handler: Handler) -> Handler:
     """
 
     traced = handler if tracer is None else tracer.capture_lambda_handler(handler, capture_response=False)
+    # a step's calls that no narrower cause claims are its invocation's (the module is the step)
+    cause = causes.STEP_CAUSES.get(handler.__module__.rsplit(".", 1)[-1])
 
     @functools.wraps(handler)
     def wrapper(event: dict[str, Any], context: Any) -> Any:
@@ -141,7 +144,8 @@ def instrumented(handler: Handler) -> Handler:
         logger.thread_safe_clear_keys()
         logger.thread_safe_append_keys(cold_start=cold_start, **_lambda_keys(context), **job_keys(event))
         try:
-            return traced(event, context)
+            with causes.because(cause) if cause is not None else contextlib.nullcontext():
+                return traced(event, context)
         except Exception as exc:
             logger.exception("invocation failed")
             step_error = as_step_error(exc)

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Collection
 
 from .cache import fill_for
-from .contract import Collected, Mode, Submitted
+from .contract import Collected, Mode, Submitted, causes
 from .model import ErrorCode, Outcome, Request
 from .output_check import OutputCheck, Resends
 from .parts import PartWriter, assemble, load_checkpoint
@@ -198,6 +198,12 @@ def _settled_outcome(outcome: Outcome, settled: Settled) -> Outcome:
 
 
 async def collect_background(ctx: ShardContext, spec: ShardSpec) -> Collected:
+    """A waiting shard's poll, on the workflow's schedule (never closer than `poll_seconds`)."""
+    with causes.because(causes.POLL, period_s=float(ctx.settings.poll_seconds)):
+        return await _collect_background(ctx, spec)
+
+
+async def _collect_background(ctx: ShardContext, spec: ShardSpec) -> Collected:
     """Poll every submitted response once; settle the finished ones, keep waiting for the rest. A
     validating job's answers are judged once the polls are done, and the invalid ones sent again."""
     checkpoint = load_checkpoint(ctx.s3, spec)

@@ -15,7 +15,7 @@ from .batch_files import BatchPart, part_key
 from .batch_queue import Hold
 from .batch_queue_table import QueueTable
 from .cache import fill_for
-from .contract import BatchCollected, CollectedBatch, Mode
+from .contract import BatchCollected, CollectedBatch, Mode, causes
 from .model import ErrorCode, Outcome, Request
 from .output_check import OutputCheck
 from .parts import PartWriter, assemble, load_checkpoint, parts_stats
@@ -202,21 +202,22 @@ async def _look_at_batches(
         if not batch.ended:
             seen.waiting.append(batch_id)
             continue
-        # the provider's queue let go of these tokens: so does ours
-        queue.release(Hold(spec.job_id, spec.shard, index, state.attempt(index)))
-        if batch.queue_full:
-            # the queue was full: nothing ran, so the file waits and goes again later
-            requeue(ctx, spec, state, index)
-            seen.refused.append(batch)
-            if ctx.progress is not None:
-                ctx.progress.waiting(-state.lines[index])
-            continue
-        raw = ctx.s3.get_object(Bucket=spec.bucket, Key=part_key(spec, index))["Body"].read()
-        part = BatchPart.from_manifest(raw)
-        if check is not None and checked is None:
-            checked = _Checked(check, {r.line: r for r in pending(ctx.s3, spec, done, lambda _: None)})
-        seen.collected[batch_id] = await _collect_one(api, spec, batch, part, done, writer, checked)
-        seen.ended.append(batch)
+        with causes.because(causes.BATCH_COLLECT):
+            # the provider's queue let go of these tokens: so does ours
+            queue.release(Hold(spec.job_id, spec.shard, index, state.attempt(index)))
+            if batch.queue_full:
+                # the queue was full: nothing ran, so the file waits and goes again later
+                requeue(ctx, spec, state, index)
+                seen.refused.append(batch)
+                if ctx.progress is not None:
+                    ctx.progress.waiting(-state.lines[index])
+                continue
+            raw = ctx.s3.get_object(Bucket=spec.bucket, Key=part_key(spec, index))["Body"].read()
+            part = BatchPart.from_manifest(raw)
+            if check is not None and checked is None:
+                checked = _Checked(check, {r.line: r for r in pending(ctx.s3, spec, done, lambda _: None)})
+            seen.collected[batch_id] = await _collect_one(api, spec, batch, part, done, writer, checked)
+            seen.ended.append(batch)
     await advance(api, ctx, spec, state, None, queue)
     seen.waiting += [
         b for b in state.batch_ids if b and b not in states and b not in seen.collected and b not in seen.waiting
@@ -225,6 +226,12 @@ async def _look_at_batches(
 
 
 async def collect_batch(ctx: ShardContext, spec: ShardSpec) -> BatchCollected:
+    """A waiting shard's poll, on the workflow's schedule (never closer than `poll_seconds`)."""
+    with causes.because(causes.POLL, period_s=float(ctx.settings.poll_seconds)):
+        return await _collect_batch(ctx, spec)
+
+
+async def _collect_batch(ctx: ShardContext, spec: ShardSpec) -> BatchCollected:
     """Collect every batch that ended and create the files still waiting for room in the queue;
     finish, fall back to direct for leftovers, or wait on."""
     row = ctx.store.shard(spec.job_id, spec.shard)
@@ -256,7 +263,8 @@ async def collect_batch(ctx: ShardContext, spec: ShardSpec) -> BatchCollected:
     # outcomes first: a batch marked collected must have its rows in the parts
     writer.flush(finished=done)
     for batch_id, collected_state in collected.items():
-        ctx.store.mark_batch_collected(spec.job_id, spec.shard, batch_id, collected_state.as_dict())
+        with causes.because(causes.BATCH_COLLECT, count=0):
+            ctx.store.mark_batch_collected(spec.job_id, spec.shard, batch_id, collected_state.as_dict())
     if ended or refused:
         async with ctx.batches() as api:
             await api.clean_up([*ended, *refused])

@@ -35,6 +35,7 @@ from typing import NamedTuple, Protocol
 
 import orjson
 
+from .contract import causes
 from .costs import price_per_million
 from .model import Outcome, Request
 from .providers import RequestFormat
@@ -235,8 +236,10 @@ class Budget:
                 return True
             if state.holders <= 0 or loop.time() >= deadline:
                 return False
-            await asyncio.sleep(holders_poll_s(self.waiters, self.rand))
-            state = await asyncio.to_thread(self.table.budget_state, self.job_id)
+            wait_s = holders_poll_s(self.waiters, self.rand)
+            await asyncio.sleep(wait_s)
+            with causes.because(causes.BUDGET_WAIT, period_s=wait_s):
+                state = await asyncio.to_thread(self.table.budget_state, self.job_id)
 
     def _left_no_room(self, amount: int) -> bool:
         """The job row's figures, as this shard last wrote them, leave less than `amount` under the
@@ -248,7 +251,10 @@ class Budget:
         # are taken before it and changed only here, on the loop, after it
         self.figures.reserved_writes += 1
         join, recorded = not self.holding, self._unrecorded
-        granted = await asyncio.to_thread(self.table.reserve_budget, self.job_id, amount, self.cap, recorded, join=join)
+        with causes.because(causes.BUDGET_CHUNK, every=self.chunk_requests):
+            granted = await asyncio.to_thread(
+                self.table.reserve_budget, self.job_id, amount, self.cap, recorded, join=join
+            )
         if granted is None:
             self.figures.refused += 1
             return False
@@ -273,7 +279,8 @@ class Budget:
         """Hand the pool back and stop holding one, in one write; the figures as it left them."""
         held, recorded, holding = self.held, self._unrecorded, self.holding
         self.figures.releases += 1
-        state = await asyncio.to_thread(self.table.release_budget, self.job_id, -held, recorded, leave=holding)
+        with causes.because(causes.BUDGET_WAIT):
+            state = await asyncio.to_thread(self.table.release_budget, self.job_id, -held, recorded, leave=holding)
         self.held -= held
         self._unrecorded -= recorded
         self.holding = False

@@ -53,6 +53,7 @@ from .cache_lookup import (
     read_table,
 )
 from .cache_store import INDEXES, SEGMENTS, CacheStore, Listed
+from .contract import causes
 from .providers import RequestFormat
 
 # level-0 indexes, or rows, that start a new generation: what a reader takes in whole each time
@@ -128,6 +129,7 @@ def compact(
     return done
 
 
+@causes.caused(causes.COMPACT)
 def compact_slice(store: CacheStore, *, ttl_days: int, remaining_s: float) -> Compacted:
     """One call's share of compaction: SLICE_S, or what the Lambda has left less a margin."""
     slice_s = min(SLICE_S, remaining_s - SLICE_MARGIN_S)

@@ -48,6 +48,7 @@ from .cache_index import (
     segments_name,
 )
 from .cache_store import INDEXES, SEGMENTS, CacheStore, DirStore, Listed
+from .contract import causes
 from .providers import RequestFormat
 
 LOOKUP_THREADS = 16
@@ -144,6 +145,7 @@ def read_indexes(store: CacheStore, indexes: Iterable[Listed]) -> Iterator[tuple
                 yield found
 
 
+@causes.caused(causes.CACHE_READ)
 def _read_index(store: CacheStore, entry: Listed) -> tuple[Listed, Level0] | None:
     data = store.read(entry.name)
     parsed = Level0.parse(data) if data is not None else None

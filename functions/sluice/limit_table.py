@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from .contract import PARTITION_KEY, SORT_KEY
+from .contract import PARTITION_KEY, SORT_KEY, causes
 from .lease import SEAT_MAX_S, SEATS, Bucket, LeasePolicy
 from .retry import table_retry_delay_s
 from .rows import conditional
@@ -178,14 +178,15 @@ class BucketTable:
         between; `how` returns None when there is nothing to change. False if the item is gone or
         stays contended."""
         for tries in range(1, self._policy.write_tries + 1):
-            bucket = self.load(pk)
-            if bucket is None:
-                return False
-            new = how(bucket)
-            if new is None:
-                return True
-            if self.save(pk, new):
-                return True
+            with causes.again(tries):
+                bucket = self.load(pk)
+                if bucket is None:
+                    return False
+                new = how(bucket)
+                if new is None:
+                    return True
+                if self.save(pk, new):
+                    return True
             self._sleep(table_retry_delay_s(tries, self._rand))
         return False
 

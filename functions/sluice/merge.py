@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from .contract import OUTPUT_SUFFIXES, Counts, JobStatus, PlanFigures, Planned, ShardSpec, Summary, output_key
+from .contract import OUTPUT_SUFFIXES, Counts, JobStatus, PlanFigures, Planned, ShardSpec, Summary, causes, output_key
 from .outputs import OutOfTime, shard_outputs
 from .parts import s3_pool
 from .store import JobStore
@@ -97,7 +97,9 @@ def plan_parts(sizes: list[int], *, min_part: int = MIN_PART, max_part: int = MA
 
 
 def _read_range(s3: Any, bucket: str, key: str, piece: Piece) -> bytes:
-    return bytes(s3.get_object(Bucket=bucket, Key=key, Range=f"bytes={piece.start}-{piece.end - 1}")["Body"].read())
+    # a shard's output read again, to be concatenated: its shard's, counted where its figures were read
+    with causes.because(causes.SHARD_OUTPUTS, count=0):
+        return bytes(s3.get_object(Bucket=bucket, Key=key, Range=f"bytes={piece.start}-{piece.end - 1}")["Body"].read())
 
 
 def concatenate(

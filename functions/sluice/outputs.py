@@ -15,7 +15,7 @@ from itertools import islice
 from typing import Any
 
 from .aws_errors import read_json_if_any
-from .contract import Mode, ShardStats
+from .contract import Mode, ShardStats, causes
 from .parts import S3_IN_FLIGHT, assemble_outputs, s3_pool
 from .shard import ShardSpec
 
@@ -76,6 +76,7 @@ def shard_outputs(
     many were once the rest are read. Without `missing_code` it is ShardIncomplete.
     """
 
+    @causes.caused(causes.SHARD_OUTPUTS)
     def read(spec: ShardSpec, fetch: Executor) -> ShardOutput | None:
         found = _read_json(s3, spec.bucket, spec.stats_key)
         if found is not None:

@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 
 from .cache import CacheFill, FilledSegment
-from .contract import Mode, ShardStats
+from .contract import Mode, ShardStats, causes
 from .lines import LineError
 from .model import Outcome
 from .progress import ProgressSink
@@ -283,6 +283,11 @@ class PartWriter:
             self._writes.append(self._pool.submit(self._write, chunk, self._seq, False))
 
     def _write(self, chunk: _Chunk, seq: int, finished: bool) -> None:
+        period_s = PENDING_FLUSH_S if chunk.waiting > 0 else PART_MAX_AGE_S
+        with causes.because(causes.PART, period_s=period_s, every=self._every):
+            self._write_part(chunk, seq, finished)
+
+    def _write_part(self, chunk: _Chunk, seq: int, finished: bool) -> None:
         spec = self._spec
         if self._cache is not None:
             self._cache.write(chunk.cached)
@@ -306,7 +311,9 @@ class PartWriter:
             waiting=chunk.waiting,
         )
         if chunk.waiting > 0:
-            self._store.settle_early(spec.job_id, spec.shard, [i for i in chunk.items if i.status == "submitted"])
+            submitted = [i for i in chunk.items if i.status == "submitted"]
+            with causes.because(causes.LINE, count=len(submitted)):
+                self._store.settle_early(spec.job_id, spec.shard, submitted)
 
     def flush(self, *, finished: bool, waiting: int = 0) -> None:
         """Write what is left once every earlier part is safely stored (their errors surface here)."""
@@ -350,6 +357,7 @@ def write_outputs(
     return shard_stats
 
 
+@causes.caused(causes.SHARD_END)
 def assemble_outputs(
     s3: Any,
     spec: ShardSpec,

@@ -17,7 +17,7 @@ import aiohttp
 import orjson
 
 from .budget import HOLDERS_WAIT_S, Budget, usd_to_nano
-from .contract import Mode, RateSeed, Settings, parse_rate_limits
+from .contract import Mode, RateSeed, Settings, causes, parse_rate_limits
 from .contract import ShardSpec as ShardSpec  # the contract's, which the modes import from here
 from .engine import EngineSettings, EngineStats, fan_out
 from .limit_table import BucketTable
@@ -178,7 +178,8 @@ class Stopper:
         now = self._clock()
         if self.stopped is None and now >= self._next_check:
             self._next_check = now + CANCEL_CHECK_S
-            self.stopped = self._ctx.store.stop_mark(self._spec.job_id, self._spec.shard)
+            with causes.because(causes.CANCEL_CHECK, period_s=CANCEL_CHECK_S):
+                self.stopped = self._ctx.store.stop_mark(self._spec.job_id, self._spec.shard)
         return self.stopped is not None
 
 

@@ -38,12 +38,13 @@ import math
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
 
-from .contract import RateSeed
+from .contract import RateSeed, causes
 from .lease import (
     Bucket,
     Grant,
@@ -190,42 +191,60 @@ class SharedLimit:
         it: a wave of every shard's requests before anyone knows the rate would overshoot it."""
         policy = self.policy
         poll = policy.learn_poll_s
+        waited: float | None = None
         while True:
-            now = self._clock()
-            found = await asyncio.to_thread(self.table.look, local.pk)
-            if found is None:
-                found = await asyncio.to_thread(self._seeded, model, local.pk)
-            if found is None:
-                if await asyncio.to_thread(self.table.claim, local.pk, now):
-                    local.learner = True
-                    break
-                continue
-            if isinstance(found, Bucket):
-                if local.unpaced:
-                    # another shard learned the rate while this one sent unpaced
-                    how = Joining(local, self._clock, policy)
-                    await asyncio.to_thread(self.table.change, local.pk, how)
-                    local.unpaced.clear()
-                self._know(local, found)
-                return
-            if found.state == OFF:
-                local.off = True
-                return
-            if now - found.since >= policy.learn_wait_max_s:
-                # the learner is gone, or its answers take this long: learn anew
-                if await asyncio.to_thread(self.table.claim, local.pk, now, found):
-                    local.learner = True
-                    break
-                continue
-            if found.state == OPEN:
+            # the first look is the run's; each after a wait for the learner is a poll
+            with causes.because(causes.POLL, period_s=waited) if waited is not None else nullcontext():
+                done = await self._look_once(local, model)
+            if done is not None:
+                if done:
+                    return
                 break
-            wait = poll * (0.5 + 0.5 * self._rand())
-            self.waited_s += wait
-            await self._sleep(wait)
+            waited = poll * (0.5 + 0.5 * self._rand())
+            self.waited_s += waited
+            await self._sleep(waited)
             poll = min(policy.learn_poll_max_s, 2 * poll)
         # send unpaced, and look for the item again later
         local.look_every = min(policy.look_again_max_s, max(policy.look_again_s, 2 * local.look_every))
         local.look_at = self._clock() + local.look_every
+
+    async def _look_once(self, local: LocalKey, model: str) -> bool | None:
+        """One look at the key's item: True when the rate is known (or off), False when this run
+        sends unpaced (it learns, or the learner let everyone go), None to wait for the learner."""
+        policy = self.policy
+        now = self._clock()
+        found = await asyncio.to_thread(self.table.look, local.pk)
+        if found is None:
+            found = await asyncio.to_thread(self._seeded, model, local.pk)
+        if found is None:
+            if await asyncio.to_thread(self.table.claim, local.pk, now):
+                local.learner = True
+                return False
+            # another shard claimed it first: look again, at once
+            with causes.because(causes.RACE):
+                return await self._look_once(local, model)
+        if isinstance(found, Bucket):
+            if local.unpaced:
+                # another shard learned the rate while this one sent unpaced
+                how = Joining(local, self._clock, policy)
+                await asyncio.to_thread(self.table.change, local.pk, how)
+                local.unpaced.clear()
+            self._know(local, found)
+            return True
+        if found.state == OFF:
+            local.off = True
+            return True
+        if now - found.since >= policy.learn_wait_max_s:
+            # the learner is gone, or its answers take this long: learn anew
+            if await asyncio.to_thread(self.table.claim, local.pk, now, found):
+                local.learner = True
+                return False
+            # another shard claimed it first: look again, at once
+            with causes.because(causes.RACE):
+                return await self._look_once(local, model)
+        if found.state == OPEN:
+            return False
+        return None
 
     def _seeded(self, model: str, pk: str) -> Bucket | None:
         """Create the item from the configured limits (if another shard just did, read its)."""
@@ -259,20 +278,23 @@ class SharedLimit:
                 self.waited_s += local.until - now
                 await self._sleep(local.until - now)
                 continue
-            bucket = await asyncio.to_thread(self.table.load, local.pk)
-            if bucket is None:
-                # the item expired under us: learn the rate again
-                local.rate = None
-                local.look_at = local.look_every = 0.0
-                return
-            self._know(local, bucket)
-            grant = self._grant(local, bucket)
-            if grant.bucket is None:
-                local.more = False
-                continue
-            if await asyncio.to_thread(self.table.save, local.pk, grant.bucket):
-                self._granted(local, grant, bucket)
-                return
+            lessee = causes.because(causes.LEASE, period_s=self.policy.min_period_s, every=self.policy.min_requests)
+            with causes.because(causes.RACE) if tries else lessee:
+                bucket = await asyncio.to_thread(self.table.load, local.pk)
+                if bucket is None:
+                    # the item expired under us: learn the rate again
+                    local.rate = None
+                    local.look_at = local.look_every = 0.0
+                    return
+                self._know(local, bucket)
+                grant = self._grant(local, bucket)
+                if grant.bucket is None:
+                    local.more = False
+                    tries = 0
+                    continue
+                if await asyncio.to_thread(self.table.save, local.pk, grant.bucket):
+                    self._granted(local, grant, bucket)
+                    return
             tries += 1
             await self._sleep(table_retry_delay_s(tries, self._rand))
 
@@ -333,7 +355,8 @@ class SharedLimit:
             left = (self._said(headers, REQUESTS), self._said(headers, TOKENS)) if window else (None, None)
             changes.append(lambda b: followed(b, self._clock(), self.policy, rate, token_rate, window, left))
         if changes:
-            self._write_later(functools.partial(self.table.change, local.pk, chained(changes)))
+            with causes.because(causes.THROTTLED):
+                self._write_later(functools.partial(self.table.change, local.pk, chained(changes)))
 
     def _learn(self, local: LocalKey, ticket: Ticket, status: int | None, headers: Mapping[str, str] | None) -> None:
         if local.joining is not None:

@@ -30,6 +30,7 @@ from .contract import (
     ShardRow,
     ShardStatus,
     Summary,
+    causes,
 )
 from .keys import (
     ITEM_PREFIX,
@@ -119,7 +120,10 @@ class JobStore(WebhookRows, BatchRows):
         `answered` the shards it answered whole, which never run."""
         modes = shard_modes or {}
         done = cached or {}
-        with self._table.batch_writer(overwrite_by_pkeys=[PARTITION_KEY, SORT_KEY]) as batch:
+        with (
+            causes.because(causes.PLAN_SHARD, count=len(shards)),
+            self._table.batch_writer(overwrite_by_pkeys=[PARTITION_KEY, SORT_KEY]) as batch,
+        ):
             for index, lines, requests in shards:
                 batch.put_item(
                     Item={
@@ -200,7 +204,11 @@ class JobStore(WebhookRows, BatchRows):
         """Checkpoint a shard run: item rows in batches, then one update of the shard's row, all
         on the shard's own partition (the response pointers are keyed by response id)."""
         expires = self._expires()
-        with self._table.batch_writer(overwrite_by_pkeys=[PARTITION_KEY, SORT_KEY]) as batch:
+        items = list(items)
+        with (
+            causes.because(causes.LINE, count=len(items)),
+            self._table.batch_writer(overwrite_by_pkeys=[PARTITION_KEY, SORT_KEY]) as batch,
+        ):
             for item in items:
                 batch.put_item(
                     Item=dynamo(
@@ -347,13 +355,14 @@ class JobStore(WebhookRows, BatchRows):
 
         def mark(shard: int) -> bool:
             try:
-                self._table.update_item(
-                    Key=shard_key(job_id, shard),
-                    UpdateExpression="SET #stop = :reason",
-                    ConditionExpression=Attr(PARTITION_KEY).exists(),
-                    ExpressionAttributeNames={"#stop": STOP_ATTRIBUTE},
-                    ExpressionAttributeValues={":reason": reason},
-                )
+                with causes.because(causes.SHARD_OUTPUTS):
+                    self._table.update_item(
+                        Key=shard_key(job_id, shard),
+                        UpdateExpression="SET #stop = :reason",
+                        ConditionExpression=Attr(PARTITION_KEY).exists(),
+                        ExpressionAttributeNames={"#stop": STOP_ATTRIBUTE},
+                        ExpressionAttributeValues={":reason": reason},
+                    )
             except ClientError:
                 return False
             return True
