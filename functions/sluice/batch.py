@@ -121,7 +121,7 @@ async def _submit(api: BatchApi, ctx: ShardContext, spec: ShardSpec) -> BatchSub
         max_requests=api.limits.max_records,
         max_bytes=api.limits.max_bytes,
         encode=api.encode,
-        max_tokens=settings.batch_queue_limit,
+        max_tokens=settings.batch_queue_limit if api.limits.token_queue else None,
         unbatchable=unbatchable,
     )
     parts, below = _at_least(parts, api.limits.min_records)

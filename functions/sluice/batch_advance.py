@@ -37,6 +37,27 @@ def batch_wait_seconds(settings: Settings, elapsed_s: float) -> int:
     return int(elapsed_s / 10)
 
 
+# Past a batch's window, how many times the time waited a shard waiting for room sleeps between looks
+QUEUED_GROWTH = 50
+
+
+def queued_wait_seconds(settings: Settings, elapsed_s: float) -> int:
+    """How long a shard with files waiting for room in the provider's queue sleeps before it looks
+    again (`elapsed_s` since its first SubmitBatch).
+
+    Room that other shards free is announced to nobody, so only the look finds it. Within a batch's
+    window the shard looks as every wait does (`poll_wait_seconds`: at most `batch_poll_max_s` apart,
+    about 330 loops of 13 history events a day); capped like that for good it passed the 25,000
+    events of its child execution after about 6.7 days in the queue, and a job of thousands of
+    Bedrock jobs at 20 a model queues for longer. Past the window each wait is a fiftieth of the
+    time waited: the looks cost loops in proportion to the logarithm of the wait (117 more for 10 days,
+    172 for 30), and room freed after 5 days in the queue waits at most 2.4 hours to be taken (a
+    tenth, as a submitted batch's polls grow, would leave it 12 hours idle)."""
+    if elapsed_s <= BATCH_WINDOW_S:
+        return poll_wait_seconds(settings, elapsed_s)
+    return int(max(settings.batch_poll_max_s, elapsed_s / QUEUED_GROWTH))
+
+
 @dataclass
 class ShardBatches:
     """A batch shard's files as its row records them: a batch id per file ("" while it waits
@@ -134,7 +155,8 @@ async def advance(
             continue
         name = queue_key(settings.provider_base_url, ctx.api_key, model)
         hold = Hold(spec.job_id, spec.shard, index, state.attempt(index))
-        limit = settings.batch_queue_limit(model or None)
+        # a queue that counts no tokens still takes a hold (limit 0): a retry finds its batch by it
+        limit = settings.batch_queue_limit(model or None) if api.limits.token_queue else 0
         got = queue.reserve(name, hold, state.tokens[index], limit)
         if not got.granted and model not in reconciled and queue.claim_reconcile(name, got.checked):
             # holds of shards that died are released here, from the provider's own list

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 
 import orjson
 
-from .batch_advance import ShardBatches, advance, batch_wait_seconds, queued_marker, requeue
+from .batch_advance import ShardBatches, advance, batch_wait_seconds, queued_marker, queued_wait_seconds, requeue
 from .batch_files import BatchPart, part_key
 from .batch_queue import Hold
 from .batch_queue_table import QueueTable
@@ -20,7 +20,7 @@ from .model import ErrorCode, Outcome, Request
 from .output_check import OutputCheck
 from .parts import PartWriter, assemble, load_checkpoint, parts_stats
 from .providers.batch import BatchApi, BatchRow, BatchState, BatchStatus
-from .shard import ShardContext, ShardSpec, pending, poll_wait_seconds
+from .shard import ShardContext, ShardSpec, pending
 
 # the code for a row left unfinished, by how its batch ended
 _LEFTOVER_CODE = {
@@ -280,9 +280,9 @@ async def _collect_batch(ctx: ShardContext, spec: ShardSpec) -> BatchCollected:
             ctx.store.await_batch(spec.job_id, spec.shard, waiting[0])
         return outcome
     if queued:
-        # nothing runs to wake the shard: it sleeps until the queue may have room, and keeps
-        # looking at the capped pace, for room that others free is not announced
-        room_s = max(poll_wait_seconds(ctx.settings, elapsed), math.ceil(state.retry_at - time.time()))
+        # nothing runs to wake the shard: it sleeps until the queue may have room, for room that
+        # others free is not announced
+        room_s = max(queued_wait_seconds(ctx.settings, elapsed), math.ceil(state.retry_at - time.time()))
         outcome = replace(outcome, wait_seconds=room_s)
         if pointed != queued_marker(spec) or settled:
             ctx.store.await_batch(spec.job_id, spec.shard, queued_marker(spec))

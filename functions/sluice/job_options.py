@@ -22,10 +22,16 @@ from .contract import (
     parse_validate,
 )
 from .limits import MAX_SHARD_CONNECTIONS
-from .providers import modes
+from .line_pass import MAX_SHARD_BYTES
+from .providers import apis, modes
 
 # the Batch API's completion window: a job that must finish sooner cannot wait on a batch
 BATCH_WINDOW_HOURS = 24.0
+# Plan measures a batch shard in its input's bytes, and the provider's rows are a little larger or
+# smaller (a Bedrock record of a 200-byte chat line is 13% larger, of a 4 KB one 1%; SubmitBatch cuts
+# a file at the limit again): a shard leaves this share of a batch file's bytes in hand, so that its
+# rows fit in one file where the bytes bind, rather than a second file of the few rows past the limit
+BATCH_BYTES_IN_HAND = 0.1
 
 
 def capped_map_concurrency(asked: int, settings: Settings) -> int:
@@ -224,12 +230,37 @@ class JobOptions:
             validate_schema=meta.get("validate-schema", ""),
         )
 
+    def may_batch(self, settings: Settings) -> bool:
+        """Whether a shard of the job may go as a batch: the job asks for batch mode, or for `auto`
+        on a family with a Batch API and can wait a batch's window."""
+        if self.mode == Mode.BATCH:
+            return True
+        if self.mode != Mode.AUTO or Mode.BATCH not in modes(settings.provider):
+            return False
+        return self.deadline_hours is None or self.deadline_hours >= BATCH_WINDOW_HOURS
+
     def shard_mode(self, requests: int, settings: Settings) -> str:
         """The mode one shard runs in: `auto` batches the big shards when the job can wait."""
-        if self.mode != "auto":
+        if self.mode != Mode.AUTO:
             return self.mode
-        if self.deadline_hours is not None and self.deadline_hours < BATCH_WINDOW_HOURS:
-            return Mode.DIRECT
-        if Mode.BATCH not in modes(settings.provider):
+        if not self.may_batch(settings):
             return Mode.DIRECT
         return Mode.BATCH if requests >= settings.auto_batch_min_requests else Mode.DIRECT
+
+    def shard_limits(self, settings: Settings) -> tuple[int, int]:
+        """The lines and bytes Plan cuts the job's shards at.
+
+        A batch shard goes as one provider batch where its lines share an endpoint and model: it
+        holds what one batch of the family may (`apis.batch_limits`), so that a job spends as few of
+        the provider's batches as its lines allow (Bedrock runs 20 jobs a model at once, of up to
+        50,000 records each), with `BATCH_BYTES_IN_HAND` of the bytes kept for the rows the provider's
+        format makes of the lines. `auto` cuts batches when each full shard would go as one (its
+        `auto_batch_min_requests` within a batch), so that a shard it sends direct still holds fewer
+        requests than that. Any other shard holds `shard_lines`, which bounds a Lambda's run.
+        """
+        if self.may_batch(settings):
+            limits = apis.batch_limits(settings)
+            if self.mode == Mode.BATCH or settings.auto_batch_min_requests <= limits.max_records:
+                room = int(limits.max_bytes * (1 - BATCH_BYTES_IN_HAND))
+                return limits.max_records, min(MAX_SHARD_BYTES, room)
+        return settings.shard_lines, MAX_SHARD_BYTES

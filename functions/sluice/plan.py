@@ -254,10 +254,12 @@ def _cut(
             job_id=planned.job_id,
             keep=cached_answer_check(options.validate, options.schema),
         )
+    shard_lines, shard_bytes = options.shard_limits(settings)
     try:
         shards = cut_shards(
             table,
-            shard_lines=settings.shard_lines,
+            shard_lines=shard_lines,
+            shard_bytes=shard_bytes,
             answer=answers.answer if answers is not None else None,
             closed=answers.closed if answers is not None else None,
         )

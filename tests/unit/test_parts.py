@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+import tracemalloc
 from collections.abc import Iterator
 from typing import Any
 
@@ -9,6 +11,7 @@ import boto3
 import orjson
 import pytest
 from moto import mock_aws
+from sluice import parts
 from sluice.contract import ShardStats, StateError
 from sluice.lines import LineError
 from sluice.model import ErrorCode, Outcome
@@ -138,3 +141,88 @@ def test_assembly_of_an_unfinished_shard_accounts_for_every_line(s3: Any) -> Non
         (3, ErrorCode.CANCELLED, "line 3: the job was cancelled"),
     ]
     assert load_checkpoint(s3, spec).done == {2}  # assembly writes the shard's files, not parts
+
+
+def padded(line: int, pad: int) -> Outcome:
+    body = {"model": "gpt-4o-mini", "text": "x" * pad, "usage": {"prompt_tokens": 10, "completion_tokens": 2}}
+    return Outcome(line, f"c-{line}", 200, body, f"req-{line}")
+
+
+def test_outputs_past_the_window_are_written_in_windows_read_again_by_ranges(
+    s3: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch shard's answers come in the provider's order, and may be far larger than what a step
+    holds: past ASSEMBLY_WINDOW_BYTES the rows are read again by ranges, a window at a time, and the
+    files go up in pieces, still in input order and the first outcome of a line winning."""
+    monkeypatch.setattr(parts, "ASSEMBLY_WINDOW_BYTES", 256 << 10)
+    monkeypatch.setattr(parts, "IN_FLIGHT_BYTES", 128 << 10)
+    count = 3000
+    spec = shard_of(s3, count)
+    order = list(range(1, count + 1))
+    random.Random(7).shuffle(order)
+    store = RecordingStore()
+    writer = PartWriter(s3=s3, store=store, spec=spec, run=1, every=400)  # type: ignore[arg-type]
+    for line in order:
+        writer.add_outcome(padded(line, 4000) if line % 7 else failure(line))
+    writer.flush(finished=False)
+    # a later run's copies of lines that already had an outcome count for nothing
+    write_run(s3, spec, 2, store, failure(5), failure(6))
+
+    written = assemble_outputs(s3, spec)
+
+    results = s3.get_object(Bucket=BUCKET, Key=spec.results_key)["Body"].read()
+    errors = s3.get_object(Bucket=BUCKET, Key=spec.errors_key)["Body"].read().splitlines()
+    # over UPLOAD_PIECE_BYTES: a multipart upload
+    etag = s3.head_object(Bucket=BUCKET, Key=spec.results_key)["ETag"]
+    assert len(results) > parts.UPLOAD_PIECE_BYTES and "-" in etag
+    lines = [orjson.loads(r)["custom_id"] for r in results.splitlines()]
+    assert lines == [f"c-{n}" for n in range(1, count + 1) if n % 7]
+    assert [orjson.loads(e)["line"] for e in errors] == [n for n in range(1, count + 1) if n % 7 == 0]
+    assert (written.result_lines, written.error_lines, written.results_bytes) == (len(lines), len(errors), len(results))
+
+
+def test_an_assembly_holds_a_window_of_the_outputs_not_the_outputs(s3: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """40 MB of answers, assembled within a 4 MiB window: the step holds a part of that, where it held
+    every answer four times over (its parts, its rows, its lines and the file) and a 50,000-line batch
+    shard's long answers would not fit a Lambda's memory."""
+    monkeypatch.setattr(parts, "ASSEMBLY_WINDOW_BYTES", 4 << 20)
+    monkeypatch.setattr(parts, "IN_FLIGHT_BYTES", 2 << 20)
+    # S3 takes pieces of 5 MiB at least; these are only measured
+    monkeypatch.setattr(parts, "UPLOAD_PIECE_BYTES", 1 << 20)
+    count = 10_000
+    spec = shard_of(s3, count)
+    writer = PartWriter(s3=s3, store=RecordingStore(), spec=spec, run=1, every=1000)  # type: ignore[arg-type]
+    for line in range(1, count + 1):
+        writer.add_outcome(padded(line, 4000))
+    writer.flush(finished=False)
+    sent: list[int] = []
+
+    class Outputs:
+        """The bucket, but for the outputs written, which are only measured (moto would hold them)."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(s3, name)
+
+        def put_object(self, **call: Any) -> dict[str, Any]:
+            sent.append(len(call["Body"]))
+            return {}
+
+        def create_multipart_upload(self, **call: Any) -> dict[str, Any]:
+            return {"UploadId": "u"}
+
+        def upload_part(self, **call: Any) -> dict[str, Any]:
+            sent.append(len(call["Body"]))
+            return {"ETag": "e"}
+
+        def complete_multipart_upload(self, **call: Any) -> dict[str, Any]:
+            return {}
+
+    tracemalloc.start()
+    try:
+        written = assemble_outputs(Outputs(), spec)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert written.result_lines == count and written.results_bytes is not None
+    assert written.results_bytes > 40_000_000 and sum(sent) > written.results_bytes
+    assert peak < written.results_bytes / 2, f"held {peak:,} bytes for {written.results_bytes:,} of outputs"

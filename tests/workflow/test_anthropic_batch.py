@@ -45,7 +45,7 @@ def test_a_batch_job_on_anthropic_answers_every_line_under_the_users_own_ids(
     make_cloud, simulator, tmp_path: Path
 ) -> None:
     simulator.reset()
-    cloud = make_cloud(provider="anthropic", shard_lines=20, poll_seconds=1)
+    cloud = make_cloud(provider="anthropic", shard_lines=20, batch_max_requests=20, poll_seconds=1)
     simulator.configure(batch_phase_s=0.1)
     # ids Message Batches would refuse: unicode, spaces, 100 characters
     users = [f"avis-é€-{n}-" + "x" * (100 - len(f"avis-é€-{n}-")) for n in range(15)]
@@ -74,7 +74,7 @@ def test_auto_mode_on_anthropic_batches_the_big_shard_and_sends_the_small_one_di
     make_cloud, simulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     simulator.reset()
-    cloud = make_cloud(provider="anthropic", shard_lines=30, poll_seconds=1)
+    cloud = make_cloud(provider="anthropic", shard_lines=30, batch_max_requests=30, poll_seconds=1)
     monkeypatch.setenv("SLUICE_AUTO_BATCH_MIN_REQUESTS", "25")
     simulator.configure(batch_phase_s=0.1)
     path = write_jsonl(tmp_path / "auto.jsonl", [chat_line(f"a-{n}", n) for n in range(50)])
@@ -90,7 +90,7 @@ def test_a_batch_anthropics_full_queue_refuses_is_created_again_once_there_is_ro
     make_cloud, simulator, tmp_path: Path
 ) -> None:
     simulator.reset()
-    cloud = make_cloud(provider="anthropic", shard_lines=10, poll_seconds=1, map_concurrency=2)
+    cloud = make_cloud(provider="anthropic", shard_lines=10, batch_max_requests=10, poll_seconds=1, map_concurrency=2)
     # room for one shard's batch at a time, which Sluice's own queue limit does not know
     simulator.configure(batch_phase_s=0.2, batch_queue_limit=400)
     path = write_jsonl(tmp_path / "queued.jsonl", [chat_line(f"q-{n}", n) for n in range(20)])
@@ -108,7 +108,7 @@ def test_an_expired_anthropic_batch_keeps_its_answers_and_sends_the_rest_direct(
     make_cloud, simulator, tmp_path: Path
 ) -> None:
     simulator.reset()
-    cloud = make_cloud(provider="anthropic", shard_lines=40, poll_seconds=1)
+    cloud = make_cloud(provider="anthropic", shard_lines=40, batch_max_requests=40, poll_seconds=1)
     simulator.configure(batch_phase_s=0.1, batch_expire_fraction=1.0, batch_expire_done_fraction=0.5)
     path = write_jsonl(tmp_path / "expiring.jsonl", [chat_line(f"q-{n}", n) for n in range(40)])
     run = run_job(cloud, path, metadata={"sluice-mode": "batch"})
@@ -125,7 +125,7 @@ def test_an_expired_anthropic_batch_keeps_its_answers_and_sends_the_rest_direct(
 
 def test_a_cancel_of_a_running_anthropic_batch_job_cancels_its_batch(make_cloud, simulator, tmp_path: Path) -> None:
     simulator.reset()
-    cloud = make_cloud(provider="anthropic", shard_lines=50, poll_seconds=1)
+    cloud = make_cloud(provider="anthropic", shard_lines=50, batch_max_requests=50, poll_seconds=1)
     # the batch would run for two minutes
     simulator.configure(batch_phase_s=60.0)
     path = write_jsonl(tmp_path / "cancelled.jsonl", [chat_line(f"c-{n}", n) for n in range(10)])

@@ -49,7 +49,7 @@ def ids(records: list[dict[str, Any]]) -> list[str]:
 
 def test_a_batch_job_wakes_on_webhooks_and_writes_results_in_input_order(make_cloud, simulator, tmp_path: Path) -> None:
     # a 60 s polling interval: only the batch.completed webhooks can make this quick
-    cloud = make_cloud(shard_lines=50, poll_seconds=60)
+    cloud = make_cloud(shard_lines=50, batch_max_requests=50, poll_seconds=60)
     simulator.configure(batch_phase_s=0.1, webhook_url=cloud.webhook_url, webhook_secret=cloud.webhook_secret)
     started = time.monotonic()
     run = run_job(cloud, write_jsonl(tmp_path / "batch.jsonl", lines(120)), metadata={"sluice-mode": "batch"})
@@ -77,15 +77,18 @@ def test_a_batch_job_wakes_on_webhooks_and_writes_results_in_input_order(make_cl
 
 
 def test_with_every_webhook_lost_polling_finishes_a_shard_of_several_batches(
-    make_cloud, simulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    make_cloud, simulator, tmp_path: Path
 ) -> None:
-    cloud = make_cloud(shard_lines=100, poll_seconds=1)
-    # small files, so one shard owns several batches
-    monkeypatch.setenv("SLUICE_BATCH_MAX_REQUESTS", "30")
+    cloud = make_cloud(shard_lines=100, batch_max_requests=100, poll_seconds=1)
     simulator.configure(
         batch_phase_s=0.1, webhook_url=cloud.webhook_url, webhook_secret=cloud.webhook_secret, webhook_drop_rate=1.0
     )
-    run = run_job(cloud, write_jsonl(tmp_path / "polled.jsonl", lines(100)), metadata={"sluice-mode": "batch"})
+    # four models, so the one shard owns four batches (a batch holds one model)
+    models = [orjson.loads(line) for line in lines(100)]
+    for n, row in enumerate(models):
+        row["body"]["model"] = f"gpt-4o-mini-{n % 4}"
+    path = write_jsonl(tmp_path / "polled.jsonl", [orjson.dumps(row) + b"\n" for row in models])
+    run = run_job(cloud, path, metadata={"sluice-mode": "batch"})
 
     assert run.status == "SUCCEEDED"
     assert ids(run.results) == [f"q-{n}" for n in range(100)]
@@ -95,7 +98,7 @@ def test_with_every_webhook_lost_polling_finishes_a_shard_of_several_batches(
 
 
 def test_an_expiring_batch_falls_back_to_direct_for_its_leftovers_only(make_cloud, simulator, tmp_path: Path) -> None:
-    cloud = make_cloud(shard_lines=40, poll_seconds=1)
+    cloud = make_cloud(shard_lines=40, batch_max_requests=40, poll_seconds=1)
     simulator.configure(
         batch_phase_s=0.1,
         batch_expire_fraction=1.0,
@@ -125,7 +128,7 @@ def test_an_expiring_batch_falls_back_to_direct_for_its_leftovers_only(make_clou
 def test_an_expiring_batch_with_on_batch_incomplete_error_reports_the_leftovers(
     make_cloud, simulator, tmp_path: Path
 ) -> None:
-    cloud = make_cloud(shard_lines=50, poll_seconds=1)
+    cloud = make_cloud(shard_lines=50, batch_max_requests=50, poll_seconds=1)
     simulator.configure(batch_phase_s=0.1, batch_expire_fraction=1.0, batch_expire_done_fraction=0.5)
     run = run_job(
         cloud,
@@ -143,7 +146,7 @@ def test_an_expiring_batch_with_on_batch_incomplete_error_reports_the_leftovers(
 def test_a_batch_that_fails_validation_puts_the_providers_errors_on_its_rows(
     make_cloud, simulator, tmp_path: Path
 ) -> None:
-    cloud = make_cloud(shard_lines=25, poll_seconds=1)
+    cloud = make_cloud(shard_lines=25, batch_max_requests=25, poll_seconds=1)
     simulator.configure(batch_phase_s=0.1, batch_validation_error=True)
     path = write_jsonl(tmp_path / "invalid.jsonl", lines(50))
     run = run_job(cloud, path, metadata={"sluice-mode": "batch"})
@@ -165,7 +168,7 @@ class Transient(Exception):
 def test_a_retried_submit_batch_creates_no_second_batch(
     make_cloud, simulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    cloud = make_cloud(shard_lines=100, poll_seconds=1)
+    cloud = make_cloud(shard_lines=100, batch_max_requests=100, poll_seconds=1)
     simulator.configure(batch_phase_s=0.1)
     original = JobStore.set_shard_batches
     failures: list[list[str]] = []
@@ -193,7 +196,7 @@ def test_a_retried_submit_batch_creates_no_second_batch(
 def test_auto_mode_batches_the_big_shards_and_reports_the_saving(
     make_cloud, simulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    cloud = make_cloud(shard_lines=60, poll_seconds=1)
+    cloud = make_cloud(shard_lines=60, batch_max_requests=60, poll_seconds=1)
     monkeypatch.setenv("SLUICE_AUTO_BATCH_MIN_REQUESTS", "50")
     simulator.configure(batch_phase_s=0.1, webhook_url=cloud.webhook_url, webhook_secret=cloud.webhook_secret)
     run = run_job(cloud, write_jsonl(tmp_path / "auto.jsonl", lines(100)), metadata={"sluice-mode": "auto"})

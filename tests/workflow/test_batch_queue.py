@@ -50,7 +50,7 @@ def test_a_job_of_three_times_the_queue_limit_finishes_every_line_through_refusa
 ) -> None:
     rows = lines(120)
     limit = _tokens(rows) // 3
-    cloud = make_cloud(shard_lines=40, poll_seconds=1, batch_queue_tokens=f"gpt-4o-mini={limit}")
+    cloud = make_cloud(shard_lines=40, batch_max_requests=40, poll_seconds=1, batch_queue_tokens=f"gpt-4o-mini={limit}")
     simulator.configure(
         batch_phase_s=0.1,
         batch_queue_limit=limit,

@@ -25,7 +25,7 @@ MODEL = "anthropic.claude-3-haiku-20240307-v1:0"
 
 def _started(make_cloud: Any, tmp_path: Path) -> tuple[Any, str, str, JobStore]:
     """A job of 120 chat lines in batch mode, its Bedrock job created and held Submitted."""
-    cloud = make_cloud(provider="bedrock", shard_lines=200)
+    cloud = make_cloud(provider="bedrock", shard_lines=200, batch_max_requests=200)
     cloud.bedrock_jobs.paused = True
     lines = [request_line(f"x-{n}").replace(b"gpt-4o-mini", MODEL.encode()) for n in range(120)]
     key, etag = cloud.upload(write_jsonl(tmp_path / "held.jsonl", lines), metadata={"sluice-mode": "batch"})

@@ -110,7 +110,7 @@ def test_a_batch_shard_creates_a_batch_only_once_its_worst_case_is_reserved(
     # three shards, one batch each, at the Batch API's half price: the cap covers two of them
     part = sum(worst_case(r, n + 1, batch=True) for n, r in enumerate(rows[:40]))
     cap = 2.5 * part / 1e9
-    cloud = make_cloud(shard_lines=40, map_concurrency=3)
+    cloud = make_cloud(shard_lines=40, batch_max_requests=40, map_concurrency=3)
     simulator.configure(batch_phase_s=0.05)
     simulator.clear_log()
 

@@ -37,7 +37,7 @@ def posts(simulator: SimulatorServer) -> Counter[tuple[str, str]]:
 def test_every_mode_runs_a_file_of_every_endpoint_in_input_order(
     mode: str, make_cloud, simulator: SimulatorServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    cloud = make_cloud(shard_lines=40, poll_seconds=1)
+    cloud = make_cloud(shard_lines=40, batch_max_requests=40, poll_seconds=1)
     # auto: the two full shards go to the Batch API, the short last one directly
     monkeypatch.setenv("SLUICE_AUTO_BATCH_MIN_REQUESTS", "30")
     simulator.configure(batch_phase_s=0.1, webhook_url=cloud.webhook_url, webhook_secret=cloud.webhook_secret)

@@ -76,7 +76,7 @@ def test_a_direct_job_answers_responses_lines_as_responses(make_cloud, simulator
 def test_a_batch_job_on_anthropic_answers_responses_lines_as_responses(make_cloud, simulator, tmp_path: Path) -> None:
     simulator.reset()
     model = MODELS["anthropic"]
-    cloud = make_cloud(provider="anthropic", shard_lines=20, poll_seconds=1)
+    cloud = make_cloud(provider="anthropic", shard_lines=20, batch_max_requests=20, poll_seconds=1)
     simulator.configure(batch_phase_s=0.1)
     run = run_job(
         cloud, write_jsonl(tmp_path / "mixed.jsonl", mixed_lines(model, 40)), metadata={"sluice-mode": "batch"}

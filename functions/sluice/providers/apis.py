@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from typing import Any
 
 from ..contract import DEFAULT_PROVIDER, Mode, Settings
@@ -59,14 +60,35 @@ def batch_api_for(
     _require(settings.provider, Mode.BATCH, "Batch API")
     if settings.provider == BEDROCK.name:
         return _bedrock(settings, s3, bedrock)
-    limits = BatchLimits(max_records=settings.batch_max_requests, max_bytes=settings.batch_max_bytes)
     return batch_api(
         settings.provider_base_url,
         api_key,
         timeout_s=settings.request_timeout_s,
-        limits=limits,
+        limits=batch_limits(settings),
         provider=settings.provider,
     )
+
+
+def batch_limits(settings: Settings) -> BatchLimits:
+    """What one batch of the settings' family may hold: the family's own limits, within the
+    deployment's `batch_max_requests` and `batch_max_bytes` (an OpenAI-compatible server's limits
+    are those settings). Plan cuts a batch job's shards to them, so that a shard is one batch
+    wherever its lines share an endpoint and model; the Batch API opened for a run has the same."""
+    _require(settings.provider, Mode.BATCH, "Batch API")
+    asked = BatchLimits(max_records=settings.batch_max_requests, max_bytes=settings.batch_max_bytes)
+    if settings.provider == BEDROCK.name:
+        from .bedrock.batch import LIMITS
+
+        return replace(
+            LIMITS,
+            max_records=min(asked.max_records, LIMITS.max_records),
+            max_bytes=min(asked.max_bytes, LIMITS.max_bytes),
+        )
+    if settings.provider == ANTHROPIC.name:
+        from .anthropic.batch import within_limits
+
+        return within_limits(asked)
+    return asked
 
 
 def batch_api_to_cancel(
@@ -99,16 +121,13 @@ def bedrock_clients(session: Any) -> Callable[[], Any] | None:
 
 
 def _bedrock(settings: Settings, s3: Any, bedrock: Callable[[], Any] | None) -> BatchApiOpener:
-    from .bedrock.batch import MAX_BYTES, MAX_RECORDS, MIN_RECORDS, opener
+    from .bedrock.batch import opener
 
     if s3 is None or bedrock is None or not settings.bedrock_batch_role_arn:
         raise ValueError("Bedrock batch inference needs the job bucket, a bedrock client and the stack's service role")
-    limits = BatchLimits(
-        max_records=min(settings.batch_max_requests, MAX_RECORDS),
-        max_bytes=min(settings.batch_max_bytes, MAX_BYTES),
-        min_records=MIN_RECORDS,
+    return opener(
+        bedrock, s3, bucket=settings.bucket, role_arn=settings.bedrock_batch_role_arn, limits=batch_limits(settings)
     )
-    return opener(bedrock, s3, bucket=settings.bucket, role_arn=settings.bedrock_batch_role_arn, limits=limits)
 
 
 def background_api(provider: str = DEFAULT_PROVIDER) -> BackgroundApi:

@@ -77,6 +77,11 @@ class BatchLimits:
     # Bedrock refuses a job of fewer records than this; OpenAI and Anthropic take one
     min_records: int = 1
     completion_window_s: int = 86_400
+    # whether the provider's queue is a limit of input tokens enqueued per model, which Sluice keeps
+    # under `Settings.batch_queue_limit` (OpenAI's Batch queue limit; Anthropic's processing queue
+    # refuses as such a limit would). Bedrock's counts jobs a model and refuses a create past them: a
+    # token limit there would only cut its parts small and run them one at a time
+    token_queue: bool = True
 
 
 @dataclass(frozen=True)

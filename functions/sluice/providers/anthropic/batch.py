@@ -352,16 +352,20 @@ def _tagged(status: BatchStatus, tag: BatchTag) -> BatchStatus:
     return replace(status, tag=tag)
 
 
+def within_limits(limits: BatchLimits | None = None) -> BatchLimits:
+    """`limits` (None: Anthropic's) kept within Anthropic's own, with room for the tags `submit` adds."""
+    chosen = limits or BatchLimits(max_records=MAX_REQUESTS, max_bytes=MAX_BYTES)
+    return replace(
+        chosen,
+        max_records=min(chosen.max_records, MAX_REQUESTS),
+        max_bytes=min(chosen.max_bytes, MAX_BYTES - _TAG_ROOM * MAX_REQUESTS),
+    )
+
+
 def opener(base_url: str, api_key: str, *, timeout_s: float, limits: BatchLimits | None = None) -> BatchApiOpener:
     """Opens an `AnthropicBatchApi` on its own session for each run, closed when the run ends;
     `limits` are kept within Anthropic's own."""
-    chosen = limits or BatchLimits(max_records=MAX_REQUESTS, max_bytes=MAX_BYTES)
-    chosen = BatchLimits(
-        max_records=min(chosen.max_records, MAX_REQUESTS),
-        max_bytes=min(chosen.max_bytes, MAX_BYTES - _TAG_ROOM * MAX_REQUESTS),
-        min_records=chosen.min_records,
-        completion_window_s=chosen.completion_window_s,
-    )
+    chosen = within_limits(limits)
 
     @contextlib.asynccontextmanager
     async def opened() -> AsyncIterator[AnthropicBatchApi]:

@@ -53,8 +53,12 @@ MAX_BYTES: Final = 1024 * 1024 * 1024
 MAX_JOBS_PER_MODEL: Final = 20
 # the longest a job may wait and run, in hours (Bedrock's default is 24 too)
 TIMEOUT_HOURS: Final = 24
+# one job's limits; what limits the jobs at once is their count, not their tokens
+LIMITS: Final = BatchLimits(max_records=MAX_RECORDS, max_bytes=MAX_BYTES, min_records=MIN_RECORDS, token_queue=False)
 _QUOTA_EXCEEDED = "ServiceQuotaExceededException"
 _MANIFEST = "manifest.json.out"
+# how much of a job's file a read takes at a time
+_READ_CHUNK = 1 << 20
 _T = TypeVar("_T")
 
 
@@ -237,7 +241,8 @@ class BedrockBatchApi:
                 status = self._status(job, records.counts(orjson.loads(manifest)))
         return status
 
-    async def _read(self, uri: str) -> bytes | None:
+    async def _open(self, uri: str) -> Any:
+        """The object's body, to read; None when there is no such object."""
         bucket, key = _s3(uri)
         try:
             answer = await self._call(self._s3.get_object, Bucket=bucket, Key=key)
@@ -245,7 +250,27 @@ class BedrockBatchApi:
             if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
                 return None
             raise
-        return bytes(await asyncio.to_thread(answer["Body"].read))
+        return answer["Body"]
+
+    async def _read(self, uri: str) -> bytes | None:
+        body = await self._open(uri)
+        return None if body is None else bytes(await asyncio.to_thread(body.read))
+
+    async def _lines(self, uri: str) -> AsyncIterator[bytes]:
+        """The object's lines as they stream in: a job's files hold up to 50,000 records, and its
+        output repeats each record's input beside the answer, hundreds of MB that a step would
+        otherwise hold whole, and twice over once split."""
+        body = await self._open(uri)
+        if body is None:
+            return
+        rest = b""
+        while chunk := await asyncio.to_thread(body.read, _READ_CHUNK):
+            lines = (rest + chunk).split(b"\n")
+            rest = lines.pop()
+            for line in lines:
+                yield line
+        if rest:
+            yield rest
 
     async def rows(self, status: BatchStatus) -> AsyncIterator[BatchRow]:
         if not status.input_file:
@@ -256,7 +281,7 @@ class BedrockBatchApi:
         answered: set[str] = set()
         if status.output_file:
             name = status.input_file.rsplit("/", 1)[-1]
-            for line in ((await self._read(status.output_file + name + ".out")) or b"").splitlines():
+            async for line in self._lines(status.output_file + name + ".out"):
                 try:
                     row = output_row(orjson.loads(line), path, created)
                 except (orjson.JSONDecodeError, TypeError, AttributeError):
@@ -268,7 +293,7 @@ class BedrockBatchApi:
         if code is None:
             return
         # a record the job left with no row never ran: it goes direct, as an expired batch's does
-        for line in ((await self._read(status.input_file)) or b"").splitlines():
+        async for line in self._lines(status.input_file):
             with contextlib.suppress(orjson.JSONDecodeError, TypeError, AttributeError):
                 ref = orjson.loads(line).get("recordId")
                 if isinstance(ref, str) and ref not in answered:
@@ -308,7 +333,7 @@ def opener(
 ) -> BatchApiOpener:
     """Opens a `BedrockBatchApi` for each run on the `bedrock` client the factory makes (the
     handler's session's, or the local cloud's emulation)."""
-    chosen = limits or BatchLimits(max_records=MAX_RECORDS, max_bytes=MAX_BYTES, min_records=MIN_RECORDS)
+    chosen = limits or LIMITS
 
     @contextlib.asynccontextmanager
     async def opened() -> AsyncIterator[BedrockBatchApi]:
