@@ -39,7 +39,7 @@ from sluice.shard import poll_wait_seconds  # noqa: E402
 from bench import capacity_definition as definition  # noqa: E402
 from bench import capacity_failure as failure  # noqa: E402
 from bench import capacity_model as cm  # noqa: E402
-from infra.config import SHARD_STEPS, UNRESERVED_CONCURRENCY, Environment, cdk_json_context  # noqa: E402
+from infra.config import UNRESERVED_CONCURRENCY, Environment, cdk_json_context  # noqa: E402
 
 MEASURED = Path(os.environ.get("SLUICE_CAPACITY_RUNS", ROOT / "bench" / "capacity.json"))
 DOCS = ROOT / "docs" / "capacity.md"
@@ -57,22 +57,22 @@ def environment(name: str = ENV) -> Environment:
 
 
 def for_in_flight(env: Environment, in_flight: int) -> Environment:
-    """The environment `in_flight` shards at once need: `max_shards_in_flight` (each shard step's
-    reserved concurrency) and `map_concurrency` at least that, and the account's Lambda quota
-    (`account_concurrency`) as large as the environment reserves and Lambda keeps unreserved."""
+    """The environment `in_flight` shards at once need: `max_shards_in_flight` and `map_concurrency`
+    at least that, and the account's Lambda quota (`account_concurrency`) as large as the shards,
+    what the environment reserves and what Lambda keeps unreserved."""
     wider = dataclasses.replace(
         env,
         max_shards_in_flight=max(env.max_shards_in_flight, in_flight),
         map_concurrency=max(env.map_concurrency, in_flight),
     )
-    quota = max(env.account_concurrency, wider.reserved_concurrency + UNRESERVED_CONCURRENCY)
+    quota = max(env.account_concurrency, in_flight + wider.reserved_concurrency + UNRESERVED_CONCURRENCY)
     return dataclasses.replace(wider, account_concurrency=quota)
 
 
 def reserved(env: Environment) -> dict[str, int]:
     """Each function's reserved concurrency in the environment, as the stack sets it (the recorded
     synthesis of `ENV` holds it to that: tests/unit/test_capacity.py)."""
-    return {**dict.fromkeys(SHARD_STEPS, env.max_shards_in_flight), "webhook": env.webhook_concurrency}
+    return {"webhook": env.webhook_concurrency}
 
 
 def settings_of(env: Environment) -> Settings:
@@ -453,8 +453,8 @@ def tables(model: cm.Model, env: Environment) -> str:
     out.write(
         f"The environment it needs: `max_shards_in_flight` {wide.max_shards_in_flight:,} and `map_concurrency` up to "
         f"it in cdk.json, and `account_concurrency` {wide.account_concurrency:,}, with the account's Lambda "
-        f"concurrency quota raised to it: each of the {len(SHARD_STEPS)} shard steps reserves "
-        f"{wide.max_shards_in_flight:,}, the webhook {wide.webhook_concurrency:,}, and Lambda keeps "
+        f"concurrency quota raised to it: the shards take {wide.max_shards_in_flight:,} of the unreserved "
+        f"concurrency, the webhook reserves {wide.webhook_concurrency:,}, and Lambda keeps "
         f"{UNRESERVED_CONCURRENCY:,} unreserved (prod as it is, {env.max_shards_in_flight:,} shards in flight, "
         f"reserves {env.reserved_concurrency:,} of {env.account_concurrency:,}).\n\n"
     )

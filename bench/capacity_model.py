@@ -762,7 +762,10 @@ def concurrency_figures(
     shards = min(float(scenario.running), scenario.shard_seconds / scenario.wall)
     parts = (("shards in flight", shards), ("webhooks", webhooks), ("the job's own step", 1.0))
     total = shards + webhooks + 1.0
-    figures = [Figure("Lambda concurrency (account)", mode, total, account, "at once", parts)]
+    # the account's quota is sized to the cap on shards in flight (`max_shards_in_flight`, which binds
+    # by design) beside the webhook's reservation: a step past it is throttled and retried by the
+    # workflow (THROTTLE_RETRY), and fails nothing
+    figures = [Figure("Lambda concurrency (account)", mode, total, account, "at once", parts, cap=True)]
     # the step a shard starts in: every shard in flight may be in it at once
     step = SHARD_STEP[mode]
     if reserved.get(step):

@@ -17,7 +17,6 @@ from sluice.contract import (
     DEFAULT_PROVIDER,
     DEFAULT_PROVIDER_BASE_URL,
     MODES,
-    PROVIDER_STEPS,
     PROVIDERS,
     SETTING_DEFAULTS,
     SIGNED_PROVIDERS,
@@ -52,10 +51,8 @@ _RETIRED = {
     "webhook_burst_limit": "the webhook endpoint's throttle is derived from provider_rpm",
 }
 
-# The steps a shard runs, one at a time (each mode its own): each reserves `max_shards_in_flight`.
-SHARD_STEPS = PROVIDER_STEPS
 # Lambda keeps this much of an account's concurrency unreserved, for every function that reserves
-# none (here Plan, AwaitShard, Merge, Notify, MarkFailed and CDK's own).
+# none (here every step but the webhook receiver, and CDK's own).
 UNRESERVED_CONCURRENCY = 100
 # A background response sends one webhook when it ends, so webhooks come at most as fast as the
 # provider takes requests, `provider_rpm` / 60 a second (30,000 RPM: 500). The endpoint allows
@@ -139,7 +136,8 @@ class Environment:
     # the most requests a minute the provider takes from this environment's key, all models
     # together: the fastest background responses (and so their webhooks) can come
     provider_rpm: int = 30_000
-    # shards working at once across all jobs: each shard step's reserved concurrency
+    # the most shards one job works at once (its Map's MaxConcurrency is at most this); the account
+    # holds them beside the webhook's reservation, and jobs at once share the account's concurrency
     max_shards_in_flight: int = DEPLOYED_DEFAULTS["max_shards_in_flight"]
     # the account's Lambda concurrency quota in the stack's region (1,000 until raised)
     account_concurrency: int = 1000
@@ -177,8 +175,12 @@ class Environment:
 
     @property
     def reserved_concurrency(self) -> int:
-        """What the environment reserves of the account's concurrency."""
-        return len(SHARD_STEPS) * self.max_shards_in_flight + self.webhook_concurrency
+        """What the environment reserves of the account's concurrency: the webhook's share only.
+
+        A shard runs one of its steps at a time, so a reservation on each of them (five modes'
+        steps) would hold five places for every shard that can use one; the shard steps take the
+        account's unreserved concurrency, and a throttled one waits and retries in the workflow."""
+        return self.webhook_concurrency
 
     @classmethod
     def from_context(cls, name: str, environments: Mapping[str, Any] | None) -> Environment:
@@ -366,14 +368,14 @@ def _check_concurrency(config: Environment) -> None:
             f"({config.max_shards_in_flight}); a job would start shards that can only wait for a place"
         )
     room = config.account_concurrency - UNRESERVED_CONCURRENCY
-    if config.reserved_concurrency > room:
+    needed = config.max_shards_in_flight + config.reserved_concurrency
+    if needed > room:
         raise ConfigError(
-            f"environment {name!r}: reserves {config.reserved_concurrency} concurrent Lambdas "
-            f"({len(SHARD_STEPS)} shard steps x max_shards_in_flight {config.max_shards_in_flight}, and "
-            f"{config.webhook_concurrency} for webhooks at provider_rpm {config.provider_rpm}), more than the "
-            f"{room} an account_concurrency of {config.account_concurrency} can reserve (Lambda keeps "
-            f"{UNRESERVED_CONCURRENCY} unreserved); lower max_shards_in_flight, or raise the account's quota "
-            "and account_concurrency"
+            f"environment {name!r}: max_shards_in_flight {config.max_shards_in_flight} beside the "
+            f"{config.reserved_concurrency} the webhook reserves at provider_rpm {config.provider_rpm} needs "
+            f"{needed} concurrent Lambdas, more than the {room} an account_concurrency of "
+            f"{config.account_concurrency} leaves (Lambda keeps {UNRESERVED_CONCURRENCY} unreserved); lower "
+            "max_shards_in_flight, or raise the account's quota and account_concurrency"
         )
 
 

@@ -18,7 +18,6 @@ from sluice.contract import (
     ENVIRONMENT_VARIABLE,
     METRICS_NAMESPACE,
     NO_API_KEY_SECRET,
-    PROVIDER_STEPS,
     SERVICE,
     STEPS,
     WEBHOOK,
@@ -91,10 +90,11 @@ def webhook_environment(
 class Functions(Construct):
     """Roles start empty: the stack grants each one exactly what its step needs.
 
-    Concurrency is reserved where many run at once: each step a shard runs gets
-    `max_shards_in_flight`, so jobs together never run more shards than that in any one mode (a
-    shard runs one of them at a time; a throttled one waits in the workflow), and the webhook
-    receiver gets what its endpoint's rate needs, so shards can never starve it.
+    Only the webhook receiver reserves concurrency, what its endpoint's rate needs, so shards can
+    never starve it. The shard steps reserve none: a shard runs one of its five steps at a time, so
+    a reservation each would hold five places for every shard that uses one. A job's shards in flight
+    are its Map's MaxConcurrency; jobs at once share the account's concurrency, and a throttled
+    shard step waits and retries in the workflow.
     """
 
     def __init__(
@@ -115,9 +115,8 @@ class Functions(Construct):
         self.by_step: dict[str, lambda_.Function] = {}
         self.log_groups: dict[str, logs.LogGroup] = {}
         for step in STEPS.values():
-            reserved = config.max_shards_in_flight if step.name in PROVIDER_STEPS else None
             self.by_step[step.name] = self._function(
-                config, step, environment, f"Sluice {step.name} step", reserved=reserved
+                config, step, environment, f"Sluice {step.name} step", reserved=None
             )
 
         # Kept out of `by_step`: the state machine's definition neither has nor invokes it.

@@ -121,16 +121,12 @@ class Monitoring(Construct):
                 function.metric_errors(period=PERIOD, statistic="Sum"),
                 f"The {step} Lambda raised errors; {retried_by} transient ones.",
             )
-            # a shard step's reserved concurrency is the cap on shards in flight, which a busy
-            # environment reaches by design (its throttled shards wait and retry): an alarm on its
-            # throttles would fire on every large job; the dashboard shows them
-            if step in PROVIDER_STEPS:
-                continue
             self._alarm(
                 f"{_title(step)}Throttles",
                 function.metric_throttles(period=PERIOD, statistic="Sum"),
-                f"The {step} Lambda was throttled: the webhook's reserved share or the account's concurrency "
-                "quota was reached. Raise the quota, or the webhook's share, if it recurs "
+                f"The {step} Lambda was throttled: the account's concurrency quota (or the webhook's reserved "
+                "share) was reached, and throttled steps wait to retry. Raise the quota and account_concurrency, "
+                "or the webhook's share, if it recurs "
                 "(docs/deploy.md, Concurrency across jobs).",
             )
         if table is not None:

@@ -164,13 +164,17 @@ def test_a_job_may_not_run_more_shards_at_once_than_the_environment_lets_run() -
         Environment.from_context("prod", with_value("prod", "max_shards_in_flight", 30))
 
 
-def test_reservations_must_leave_the_account_its_unreserved_hundred() -> None:
-    # 5 shard steps x 180 + the webhook's 100 is 1,000: Lambda would refuse the last reservation
-    with pytest.raises(ConfigError, match=r"reserves 1000 concurrent Lambdas .* more than the 900"):
-        Environment.from_context("prod", with_value("prod", "max_shards_in_flight", 180))
-    raised = with_value("prod", "max_shards_in_flight", 180)
-    raised["prod"]["account_concurrency"] = 2000
-    assert Environment.from_context("prod", raised).reserved_concurrency == 1000
+def test_a_jobs_shards_must_fit_the_account_beside_the_webhook_and_the_unreserved_hundred() -> None:
+    # 801 shards + the webhook's 100 is 901: one more than the 900 a 1,000 quota leaves
+    with pytest.raises(ConfigError, match=r"needs 901 concurrent Lambdas, more than the 900"):
+        Environment.from_context("prod", with_value("prod", "max_shards_in_flight", 801))
+    # a thousand shards need a quota of 1,200, not the 5,200 a reservation on each of five steps did
+    thousand = with_value("prod", "max_shards_in_flight", 1000)
+    thousand["prod"]["account_concurrency"] = 1200
+    assert Environment.from_context("prod", thousand).reserved_concurrency == 100
+    thousand["prod"]["account_concurrency"] = 1199
+    with pytest.raises(ConfigError, match=r"needs 1100 concurrent Lambdas, more than the 1099"):
+        Environment.from_context("prod", thousand)
 
 
 def test_the_webhook_endpoint_and_function_grow_with_the_providers_rate() -> None:

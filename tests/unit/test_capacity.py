@@ -203,7 +203,7 @@ def test_the_maximum_is_figured_in_the_environment_it_needs_and_prods_is_the_sta
     assert capacity.reserved(prod) == capacity.load()["stack"]["reserved_concurrency"]
     wide = capacity.for_in_flight(prod, 1_000)
     assert wide.max_shards_in_flight == 1_000 and wide.map_concurrency >= 1_000
-    assert wide.account_concurrency >= wide.reserved_concurrency + 100
+    assert wide.account_concurrency >= 1_000 + wide.reserved_concurrency + 100
     assert capacity.for_in_flight(prod, 10) == prod
 
 
