@@ -9,6 +9,7 @@ stored object's. Each planner runs in a fresh subprocess.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -16,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,6 +33,39 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def moto_server() -> Iterator[str]:
+    """S3 and DynamoDB in a process of their own, so that what they hold is not the measured step's."""
+    import boto3
+
+    port = free_port()
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time; from moto.server import ThreadedMotoServer as S; "
+            f"s = S(ip_address='127.0.0.1', port={port}); s.start(); time.sleep(86400)",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    endpoint = f"http://127.0.0.1:{port}"
+    os.environ.update(
+        {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
+    )
+    try:
+        for _ in range(100):
+            try:
+                boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").list_buckets()
+                break
+            except Exception:
+                time.sleep(0.2)
+        yield endpoint
+    finally:
+        server.terminate()
+        server.wait()
 
 
 def make_input(path: Path, lines: int, line_bytes: int) -> None:
@@ -120,28 +155,7 @@ def main() -> None:
 
     import boto3
 
-    port = free_port()
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import time; from moto.server import ThreadedMotoServer as S; "
-            f"s = S(ip_address='127.0.0.1', port={port}); s.start(); time.sleep(86400)",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        os.environ.update(
-            {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
-        )
-        for _ in range(100):
-            try:
-                boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").list_buckets()
-                break
-            except Exception:
-                time.sleep(0.2)
+    with moto_server() as endpoint:
         s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
         s3.create_bucket(Bucket=BUCKET)
         boto3.client("dynamodb", endpoint_url=endpoint, region_name="us-east-1").create_table(
@@ -190,9 +204,6 @@ def main() -> None:
         print(f"throughput sluice/naive: {ratio:.2f}x   (target >= 3x)")
         growth = results["sluice"]["rss_mb"] - results["sluice"]["baseline_rss_mb"]
         print(f"sluice RSS growth while planning: {growth:.1f} MB   (target < 64 MB + one 1 MiB read buffer)")
-    finally:
-        server.terminate()
-        server.wait()
 
 
 if __name__ == "__main__":

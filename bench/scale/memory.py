@@ -26,11 +26,10 @@ import itertools
 import json
 import math
 import os
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 sys.path[:0] = [str(ROOT / "functions"), str(ROOT)]
 
 from bench import cachescale  # noqa: E402
+from bench.plan import moto_server  # noqa: E402
 
 WORK = cachescale.WORK
 RECORD = ROOT / "bench" / "scale" / "memory.json"
@@ -252,41 +252,6 @@ def measure_all(
         if out:
             save(out, measures, notes or {})
     return measures
-
-
-@contextlib.contextmanager
-def moto_server() -> Iterator[str]:
-    """S3 and DynamoDB in a process of their own, for the step's child and the fixture."""
-    import boto3
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import time; from moto.server import ThreadedMotoServer as S; "
-            f"s = S(ip_address='127.0.0.1', port={port}); s.start(); time.sleep(86400)",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    endpoint = f"http://127.0.0.1:{port}"
-    os.environ.update(
-        {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
-    )
-    try:
-        for _ in range(100):
-            try:
-                boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").list_buckets()
-                break
-            except Exception:
-                time.sleep(0.2)
-        yield endpoint
-    finally:
-        server.terminate()
-        server.wait()
 
 
 def merge_fixture(endpoint: str, step: str, lines: int) -> dict[str, Any]:
