@@ -43,6 +43,7 @@ S3_WRITE_METHODS = frozenset({"PUT", "POST", "DELETE"})
 
 # the local cloud's own calls (uploads, starting and watching executions), not a step's
 CLOUD = "cloud"
+LOST_CONDITIONS = frozenset({"ConditionalCheckFailedException", "TransactionCanceledException"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +104,8 @@ class Call:
     s3_write: bool = False
     # what triggered it (`sluice.contract.causes`); "" when the code declared none
     cause: str = ""
+    # which occurrence of it (0: none), so that an occurrence that turns out another cause takes its calls along
+    occurrence: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,9 +146,9 @@ class LineEnded:
     execution: str | None
 
 
-def _cause_name() -> str:
+def _cause() -> tuple[str, int]:
     found = causes.current()
-    return found.cause.name if found is not None else ""
+    return (found.cause.name, found.serial) if found is not None else ("", 0)
 
 
 # ---- reading a request and its answer
@@ -199,6 +202,10 @@ class CallLedger:
     # trace each invocation's memory with tracemalloc when it runs alone (slow: benches only)
     trace_memory: bool = False
     started: float = field(default_factory=time.monotonic)
+    # an occurrence's place in `occurrences`, and its calls' in `calls`, by its serial
+    _occurred: dict[int, int] = field(default_factory=dict)
+    _calls_of: dict[int, list[int]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def now(self) -> float:
         return time.monotonic() - self.started
@@ -211,23 +218,46 @@ class CallLedger:
         return Caller(self.identities.get(key, CLOUD))
 
     def add(self, records: list[Call]) -> None:
-        cause = _cause_name()
-        self.calls.extend(dataclasses.replace(r, cause=cause) for r in records)
+        cause, serial = _cause()
+        # a conditional write that found the item changed is billed, and is a race lost whatever
+        # declared it: the work it was for is another writer's or done
+        for r in records:
+            self._append(
+                dataclasses.replace(r, cause=causes.RACE.name if r.error in LOST_CONDITIONS else cause), serial
+            )
+
+    def _append(self, call: Call, serial: int) -> None:
+        with self._lock:
+            if serial:
+                self._calls_of.setdefault(serial, []).append(len(self.calls))
+            self.calls.append(dataclasses.replace(call, occurrence=serial))
 
     def occurred(self, occurrence: causes.Occurrence) -> None:
         caller = self.caller()
-        self.occurrences.append(
-            Occurred(
-                self.now(),
-                occurrence.cause.name,
-                occurrence.count,
-                occurrence.period_s,
-                occurrence.every,
-                caller.step,
-                caller.shard,
-                caller.execution,
+        name = occurrence.cause.name
+        with self._lock:
+            at = self._occurred.get(occurrence.serial)
+            if at is not None:
+                # the same occurrence, which turned out to be another cause: it and its calls so far are that
+                self.occurrences[at] = dataclasses.replace(
+                    self.occurrences[at], cause=name, period_s=occurrence.period_s, every=occurrence.every
+                )
+                for i in self._calls_of.get(occurrence.serial, []):
+                    self.calls[i] = dataclasses.replace(self.calls[i], cause=name)
+                return
+            self._occurred[occurrence.serial] = len(self.occurrences)
+            self.occurrences.append(
+                Occurred(
+                    self.now(),
+                    name,
+                    occurrence.count,
+                    occurrence.period_s,
+                    occurrence.every,
+                    caller.step,
+                    caller.shard,
+                    caller.execution,
+                )
             )
-        )
 
     def answered(
         self,
@@ -243,9 +273,9 @@ class CallLedger:
         `seconds`: its wall and CPU seconds."""
         status = response.status_code if response is not None else 0
         wall, cpu = seconds
-        cause = _cause_name()
+        cause, serial = _cause()
         if service != "s3":
-            self.calls.append(
+            self._append(
                 Call(
                     at,
                     service,
@@ -257,7 +287,8 @@ class CallLedger:
                     error_code(response),
                     cpu,
                     cause=cause,
-                )
+                ),
+                serial,
             )
             return
         bucket, key = s3_target(request.url, request.method)
@@ -272,7 +303,7 @@ class CallLedger:
             size = str(response.headers.get("content-length", "")) if response is not None else ""
             nbytes = int(size) if request.method == "GET" and size.isdigit() else 0
         error = str(status) if status >= 400 else ""
-        self.calls.append(
+        self._append(
             Call(
                 at,
                 service,
@@ -288,7 +319,8 @@ class CallLedger:
                 nbytes=nbytes,
                 s3_write=write,
                 cause=cause,
-            )
+            ),
+            serial,
         )
 
     def invoked(

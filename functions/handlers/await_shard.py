@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sluice.contract import SHARD_KEY, TASK_TOKEN_KEY, ShardSpec
+from sluice.contract import SHARD_KEY, TASK_TOKEN_KEY, ShardSpec, causes
 
 from .observability import instrumented, logger
 from .runtime import runtime
@@ -16,6 +16,7 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     token = event[TASK_TOKEN_KEY]
     woke = rt.store.arm_shard(spec.job_id, spec.shard, token)
     if woke:
-        rt.sfn.send_task_success(taskToken=token, output="{}")
+        with causes.because(causes.WAKE):
+            rt.sfn.send_task_success(taskToken=token, output="{}")
     logger.info("shard armed", extra={"woke": woke})
     return {"armed": True}

@@ -8,15 +8,18 @@ its own role's session through `use_sessions` instead.
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
 import boto3
 from aws_lambda_powertools.utilities.parameters import SecretsProvider
-from sluice.contract import Mode, Settings
+from sluice.contract import Mode, Settings, causes
 from sluice.engine import make_session
 from sluice.providers import Signer, apis, modes, signing
 from sluice.shard import ShardContext
@@ -27,13 +30,21 @@ SessionFor = Callable[[str], boto3.Session]
 # Secrets are set (and rotated) with put-secret-value after the stack exists; a warm container
 # picks up a new value within this long instead of using the old one until it is recycled.
 SECRET_MAX_AGE_S = 300
+# when each provider (by id) last read each secret: what tells a cache miss from a hit
+_read_at: dict[tuple[int, str], float] = {}
 
 
 def read_secret(secrets: SecretsProvider, arn: str, *, max_age: int = SECRET_MAX_AGE_S) -> str:
     """A secret's value through Powertools' cache (one GetSecretValue per `max_age`); never
     logged or passed on. The provider is built on the function's own client, so the call is
     made with the function's role."""
-    value = secrets.get(arn, max_age=max_age)
+    now = time.monotonic()
+    due = now - _read_at.get((id(secrets), arn), -math.inf) >= max_age
+    # only a read that misses the cache calls Secrets Manager: a cold run's, or one every max_age
+    with causes.because(causes.SECRET) if due else contextlib.nullcontext():
+        value = secrets.get(arn, max_age=max_age)
+    if due:
+        _read_at[(id(secrets), arn)] = now
     return value.decode() if isinstance(value, bytes) else str(value)
 
 

@@ -41,7 +41,7 @@ from .batch_queue import (
     suspects,
     window_of,
 )
-from .contract import PARTITION_KEY, SORT_KEY
+from .contract import PARTITION_KEY, SORT_KEY, causes
 from .keys import HOLD_PREFIX, hold_key, shard_partition
 from .retry import table_retry_delay_s
 from .rows import Rows, conditional
@@ -251,7 +251,9 @@ class QueueTable(Rows):
         for slot in room.missing:
             # every slot exists from the queue's first reservations on (one nobody made holds its
             # share all the same); the first one found made means another shard is making them
-            if not self._make(queue, slot, limit, room.home.window):
+            with causes.because(causes.FIRST):
+                made = self._make(queue, slot, limit, room.home.window)
+            if not made:
                 break
         return True
 

@@ -46,6 +46,12 @@ class LeasePolicy:
     min_requests: int = 25
     # ... and at least this long a period
     min_period_s: float = 2.0
+    # ... and long enough that all the lessees' leases write the item at most this often. A lease
+    # reads the item and writes it back on condition, some 10 ms apart: at 40 a second, 0.4 other
+    # leases fall in a lease's window on average, so a lost race stays the exception (at 500 a
+    # second, 1,000 shards leasing every 2 s, every lease would race five others and the item would
+    # serve about 100). 1,000 shards lease every 25 s; up to 80 the 2 s minimum holds.
+    item_leases_per_s: float = 40.0
     # a seeded bucket holds this many seconds of the rate
     burst_s: float = 10.0
     # a bucket learned from the provider's headers holds this many: OpenAI's limits are a minute's
@@ -142,6 +148,13 @@ def refill_tokens(bucket: Bucket, now: float, policy: LeasePolicy) -> float:
     return min(bucket.token_capacity(policy), bucket.token_level + elapsed * bucket.token_rate)
 
 
+def lease_period_s(policy: LeasePolicy, lessees: float, share: float) -> float:
+    """How long a lessee's lease lasts: at least `min_period_s`, long enough for `min_requests` at
+    its `share` (requests a second), and long enough that `lessees` write the item no more than
+    `item_leases_per_s` times a second together."""
+    return max(policy.min_period_s, policy.min_requests / share, lessees / policy.item_leases_per_s)
+
+
 def lease(
     bucket: Bucket,
     lessee: str,
@@ -176,7 +189,7 @@ def lease(
     counted[seat] = max(counted[seat], start + policy.idle_s)
     count = max(1.0, lessees(counted, now))
     share = bucket.rate / count
-    period = max(policy.min_period_s, policy.min_requests / share)
+    period = lease_period_s(policy, count, share)
     if bucket.token_rate > 0 and tokens_per_request > 0:
         # no longer than the token bucket holds of the share, or the lease would be cut to
         # capacity and the period would starve the lessee

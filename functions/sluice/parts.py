@@ -19,7 +19,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
@@ -152,6 +152,8 @@ def write_answered_shard(s3: Any, bucket: str, prefix: str, rows: list[tuple[int
 
 PENDING_FLUSH_S = 1.0
 PART_MAX_AGE_S = 3.0
+# a part holds at most this many outcomes
+PART_ROWS_MAX = 1000
 
 
 @dataclass
@@ -184,7 +186,7 @@ class PartWriter:
         store: JobStore,
         spec: ShardSpec,
         run: int,
-        every: int = 1000,
+        every: int = PART_ROWS_MAX,
         item_rows_for_results: bool = True,
         path: str = Mode.DIRECT,
         progress: ProgressSink | None = None,
@@ -297,17 +299,22 @@ class PartWriter:
 
     def _write_part(self, chunk: _Chunk, seq: int, finished: bool) -> None:
         spec = self._spec
+        period_s = PENDING_FLUSH_S if chunk.waiting > 0 else PART_MAX_AGE_S
         if self._cache is not None:
-            self._cache.write(chunk.cached)
+            writing = causes.because(causes.CACHE_WRITE, period_s=period_s, every=self._every)
+            with writing if chunk.cached is not None else nullcontext():
+                self._cache.write(chunk.cached)
         base = f"{spec.prefix}part-{self._run:05d}-{seq:04d}"
         if chunk.turned:
             self._s3.put_object(
                 Bucket=spec.bucket, Key=base + _TURNED, Body=orjson.dumps(chunk.turned, option=orjson.OPT_NON_STR_KEYS)
             )
         if chunk.rows:
-            # stats first: a part without its stats would be counted in results but not in the summary
-            self._s3.put_object(Bucket=spec.bucket, Key=base + ".stats.json", Body=orjson.dumps(chunk.stats.to_dict()))
-            self._s3.put_object(Bucket=spec.bucket, Key=base + ".tsv", Body=b"".join(chunk.rows))
+            with causes.because(causes.PART_ROWS, period_s=period_s, every=self._every):
+                # stats first: a part without its stats would be counted in results but not in the summary
+                stats = orjson.dumps(chunk.stats.to_dict())
+                self._s3.put_object(Bucket=spec.bucket, Key=base + ".stats.json", Body=stats)
+                self._s3.put_object(Bucket=spec.bucket, Key=base + ".tsv", Body=b"".join(chunk.rows))
         self._store.record_progress(
             spec.job_id,
             spec.shard,
@@ -537,18 +544,19 @@ def assemble_outputs(
         with s3_pool(pool) as fetch:
             listed = _part_objects(s3, spec)
             keys = [key for key, _ in listed]
-            figures = [fetch.submit(_body, s3, spec.bucket, _stats_key(key)) for key in keys]
-            reads = [(size, partial(_body, s3, spec.bucket, key)) for key, size in listed]
-            # in the order the parts were written: the first terminal outcome wins; a later copy can
-            # only come from a re-sent item
-            for number, data in enumerate(_ahead(fetch, reads, IN_FLIGHT_BYTES)):
-                for line, kind, start, end in _spans(data):
-                    rows.setdefault(line, (number, start, end, kind == b"r"))
-                held_bytes += len(data)
-                if held_bytes > ASSEMBLY_WINDOW_BYTES:
-                    held = None
-                elif held is not None:
-                    held.append(data)
+            with causes.because(causes.PART_READ, count=len(keys), period_s=PART_MAX_AGE_S, every=PART_ROWS_MAX):
+                figures = [fetch.submit(_body, s3, spec.bucket, _stats_key(key)) for key in keys]
+                reads = [(size, partial(_body, s3, spec.bucket, key)) for key, size in listed]
+                # in the order the parts were written: the first terminal outcome wins; a later copy
+                # can only come from a re-sent item
+                for number, data in enumerate(_ahead(fetch, reads, IN_FLIGHT_BYTES)):
+                    for line, kind, start, end in _spans(data):
+                        rows.setdefault(line, (number, start, end, kind == b"r"))
+                    held_bytes += len(data)
+                    if held_bytes > ASSEMBLY_WINDOW_BYTES:
+                        held = None
+                    elif held is not None:
+                        held.append(data)
             for raw in figures:
                 stats.merge(Stats.from_dict(orjson.loads(raw.result())))
             missing: dict[int, bytes] = {}

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from botocore.exceptions import ClientError
 
+from .contract import causes
 from .retry import table_retry_delay_s
 
 T = TypeVar("T")
@@ -59,6 +60,7 @@ def conditional(write: Callable[..., Any], **request: Any) -> dict[str, Any] | N
         answer: dict[str, Any] = write(**request)
     except ClientError as exc:
         if _lost_race(exc):
+            causes.instead(causes.RACE)
             return None
         raise
     return answer

@@ -38,7 +38,6 @@ import math
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -192,9 +191,13 @@ class SharedLimit:
         policy = self.policy
         poll = policy.learn_poll_s
         waited: float | None = None
+        # a run's first look is its own; a look again after sending unpaced, or after a wait for
+        # the learner, is a poll of the item at the period it waited
+        if local.look_every > 0:
+            waited = local.look_every
         while True:
-            # the first look is the run's; each after a wait for the learner is a poll
-            with causes.because(causes.POLL, period_s=waited) if waited is not None else nullcontext():
+            looking = causes.because(causes.LOOK_AGAIN, period_s=waited) if waited is not None else None
+            with looking or causes.because(causes.LOOK):
                 done = await self._look_once(local, model)
             if done is not None:
                 if done:
@@ -215,9 +218,12 @@ class SharedLimit:
         now = self._clock()
         found = await asyncio.to_thread(self.table.look, local.pk)
         if found is None:
-            found = await asyncio.to_thread(self._seeded, model, local.pk)
+            with causes.because(causes.FIRST):
+                found = await asyncio.to_thread(self._seeded, model, local.pk)
         if found is None:
-            if await asyncio.to_thread(self.table.claim, local.pk, now):
+            with causes.because(causes.FIRST):
+                claimed = await asyncio.to_thread(self.table.claim, local.pk, now)
+            if claimed:
                 local.learner = True
                 return False
             # another shard claimed it first: look again, at once
@@ -227,7 +233,8 @@ class SharedLimit:
             if local.unpaced:
                 # another shard learned the rate while this one sent unpaced
                 how = Joining(local, self._clock, policy)
-                await asyncio.to_thread(self.table.change, local.pk, how)
+                with causes.because(causes.FIRST):
+                    await asyncio.to_thread(self.table.change, local.pk, how)
                 local.unpaced.clear()
             self._know(local, found)
             return True
@@ -236,7 +243,9 @@ class SharedLimit:
             return True
         if now - found.since >= policy.learn_wait_max_s:
             # the learner is gone, or its answers take this long: learn anew
-            if await asyncio.to_thread(self.table.claim, local.pk, now, found):
+            with causes.because(causes.FIRST):
+                claimed = await asyncio.to_thread(self.table.claim, local.pk, now, found)
+            if claimed:
                 local.learner = True
                 return False
             # another shard claimed it first: look again, at once
@@ -278,23 +287,31 @@ class SharedLimit:
                 self.waited_s += local.until - now
                 await self._sleep(local.until - now)
                 continue
-            lessee = causes.because(causes.LEASE, period_s=self.policy.min_period_s, every=self.policy.min_requests)
-            with causes.because(causes.RACE) if tries else lessee:
+            # a look at the item is one cause and the write of what it grants another: a look
+            # that finds nothing to grant waits for the period's end and writes nothing
+            period_s, every = self.policy.min_period_s, self.policy.min_requests
+            with causes.because(causes.RACE) if tries else causes.because(causes.LEASE, period_s=period_s, every=every):
                 bucket = await asyncio.to_thread(self.table.load, local.pk)
-                if bucket is None:
-                    # the item expired under us: learn the rate again
-                    local.rate = None
-                    local.look_at = local.look_every = 0.0
-                    return
-                self._know(local, bucket)
-                grant = self._grant(local, bucket)
-                if grant.bucket is None:
-                    local.more = False
-                    tries = 0
-                    continue
-                if await asyncio.to_thread(self.table.save, local.pk, grant.bucket):
-                    self._granted(local, grant, bucket)
-                    return
+            if bucket is None:
+                # the item expired under us: learn the rate again
+                local.rate = None
+                local.look_at = local.look_every = 0.0
+                return
+            self._know(local, bucket)
+            grant = self._grant(local, bucket)
+            if grant.bucket is None:
+                local.more = False
+                tries = 0
+                continue
+            with (
+                causes.because(causes.RACE)
+                if tries
+                else causes.because(causes.LEASE_TAKEN, period_s=period_s, every=every)
+            ):
+                saved = await asyncio.to_thread(self.table.save, local.pk, grant.bucket)
+            if saved:
+                self._granted(local, grant, bucket)
+                return
             tries += 1
             await self._sleep(table_retry_delay_s(tries, self._rand))
 
@@ -367,11 +384,13 @@ class SharedLimit:
             if status is not None and status < 400:
                 # answered without a rate header: this provider tells nothing to share
                 local.off = True
-                self._write_later(functools.partial(self.table.mark, local.pk, OFF))
+                with causes.because(causes.FIRST):
+                    self._write_later(functools.partial(self.table.mark, local.pk, OFF))
             elif local.learner and not local.opened:
                 # an error or a timeout says nothing about the rate: the others need not wait for it
                 local.opened = True
-                self._write_later(functools.partial(self.table.mark, local.pk, OPEN))
+                with causes.because(causes.FIRST):
+                    self._write_later(functools.partial(self.table.mark, local.pk, OPEN))
             return
         token_rate = limits.tokens_per_s or 0.0
         now = self._clock()
@@ -396,7 +415,8 @@ class SharedLimit:
                 else 0.0
             ),
         )
-        local.joining = asyncio.get_running_loop().create_task(self._join(local, bucket))
+        with causes.because(causes.FIRST):
+            local.joining = asyncio.get_running_loop().create_task(self._join(local, bucket))
         self._writes.add(local.joining)
 
     async def _join(self, local: LocalKey, bucket: Bucket) -> None:
@@ -485,7 +505,9 @@ class SharedLimit:
                 continue
             requests, tokens = local.requests, local.tokens
             local.requests, local.tokens = 0, min(local.tokens, 0.0)
-            await asyncio.to_thread(self.table.change, local.pk, self._returning(requests, tokens, local.seat_until))
+            with causes.because(causes.GIVE_BACK):
+                returning = self._returning(requests, tokens, local.seat_until)
+                await asyncio.to_thread(self.table.change, local.pk, returning)
 
     def _returning(self, requests: int, tokens: float, seat_until: float) -> Callable[[Bucket], Bucket | None]:
         def how(bucket: Bucket) -> Bucket:

@@ -8,9 +8,14 @@ from typing import Any
 
 from boto3.dynamodb.conditions import Attr, Key
 
-from .contract import PARTITION_KEY, PROVIDER_ID_ATTRIBUTE, PROVIDER_ID_INDEX, SORT_KEY
+from .contract import PARTITION_KEY, PROVIDER_ID_ATTRIBUTE, PROVIDER_ID_INDEX, SORT_KEY, causes
 from .keys import SHARD_SORT_KEY, early_key, item_key, response_key, shard_key, webhook_key
 from .rows import ItemState, Rows, conditional
+
+
+class Again(str):
+    """A task token handed out again, to a shard whose last wake may have failed: a wake that is
+    a repeat delivery's, not the shard's one wake at the end of its wait."""
 
 
 def _token(shard_row: dict[str, Any]) -> str | None:
@@ -49,9 +54,10 @@ class WebhookRows(Rows):
         key = response_key(response_id)
         row = self._table.get_item(Key=key, ConsistentRead=True).get("Item")
         if row is None:
-            self._table.put_item(Item={**early_key(response_id), "expires_at": self._expires()})
-            # the submitter may have stored the row between the read and the marker: look once more
-            row = self._table.get_item(Key=key, ConsistentRead=True).get("Item")
+            with causes.because(causes.EARLY):
+                self._table.put_item(Item={**early_key(response_id), "expires_at": self._expires()})
+                # the submitter may have stored the row between the read and the marker: look once more
+                row = self._table.get_item(Key=key, ConsistentRead=True).get("Item")
             if row is None:
                 return None
         return self._settle_row(str(row["job_id"]), int(row["shard"]), int(row["line"]))
@@ -62,10 +68,12 @@ class WebhookRows(Rows):
         keys = [early_key(item.provider_id) for item in by_id.values() if item.provider_id]
         settled = 0
         for row in self._batch_get(keys, projection=PARTITION_KEY):
-            self._settle_row(job_id, shard, by_id[row[PARTITION_KEY]].line)
+            with causes.because(causes.EARLY):
+                self._settle_row(job_id, shard, by_id[row[PARTITION_KEY]].line)
             settled += 1
         return settled
 
+    @causes.caused(causes.SETTLE)
     def _settle_row(self, job_id: str, shard: int, line: int) -> str | None:
         settled = conditional(
             self._table.update_item,
@@ -78,7 +86,9 @@ class WebhookRows(Rows):
         if settled is None:
             # settled before, perhaps by a delivery whose wake then failed: wake again if the
             # shard has nothing left to wait for (a used token is refused harmlessly)
-            return _token_if_nothing_waits(self._shard_row(shard_key(job_id, shard)))
+            causes.instead(causes.REPEAT)
+            token = _token_if_nothing_waits(self._shard_row(shard_key(job_id, shard)))
+            return Again(token) if token is not None else None
         row = self._table.update_item(
             Key=shard_key(job_id, shard),
             UpdateExpression="ADD waiting :minus",

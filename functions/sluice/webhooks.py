@@ -14,7 +14,9 @@ from typing import Any
 import orjson
 from standardwebhooks.webhooks import Webhook
 
+from .contract import causes
 from .providers.bedrock.events import ended_job
+from .webhook_rows import Again
 
 MAX_BODY_BYTES = 256 * 1024
 RESPONSE_EVENTS = frozenset({"response.completed", "response.failed", "response.incomplete", "response.cancelled"})
@@ -66,9 +68,12 @@ def handle_webhook(
     if event_type in RESPONSE_EVENTS:
         token = store.settle_item(provider_id)
     else:
+        # a batch's webhook comes once a batch part, not once a line
+        causes.instead(causes.BATCH_WEBHOOK)
         token = store.settle_batch(provider_id, event_type.removeprefix("batch."))
     if token is not None:
-        wake(token)
+        with causes.because(causes.WAKE_AGAIN if isinstance(token, Again) else causes.WAKE):
+            wake(token)
     # The id is remembered only once the work is done: a delivery that failed half-way (a
     # throttled write, a failed wake) is retried by the provider and done in full. The work
     # is idempotent, so a true repeat changes nothing and is only counted.
@@ -84,7 +89,9 @@ def handle_job_event(*, event: Mapping[str, Any], store: Any, wake: Callable[[st
     if ended is None:
         return WebhookReply(400, "rejected:unknown_type", str(event.get("detail-type")))
     job_id, state = ended
+    causes.instead(causes.BATCH_WEBHOOK)
     token = store.settle_batch(job_id, state)
     if token is not None:
-        wake(token)
+        with causes.because(causes.WAKE):
+            wake(token)
     return WebhookReply(200, "accepted:woke_shard" if token else "accepted", f"batch.{state}")

@@ -1,28 +1,24 @@
-"""bench/capacity.json is current: a fresh run writes the keys and prefixes it records, from the same callers."""
+"""bench/scale/counts.json is current: a fresh count of a variant gives the ratios it records."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from bench import capacity, capacity_runs
-
-
-def written(run: dict[str, Any]) -> dict[str, set[str]]:
-    """Each DynamoDB key class and S3 prefix (to the job's level) the run wrote, with who wrote it."""
-    return {
-        name: {caller for caller, entry in resource["by"].items() if entry.get("write")}
-        for name, resource in run["resources"].items()
-        if (name.startswith("ddb-") or name.count("/") <= 2) and any(e.get("write") for e in resource["by"].values())
-    }
+from bench import capacity
+from bench.scale import counts, runs
 
 
-def test_a_fresh_run_writes_what_the_measured_runs_record() -> None:
-    recorded = {run["spec"]["name"]: run for run in capacity.load()["runs"]}
-    spec = next(r for r in capacity_runs.RUNS if r.name == "direct")
-
-    [fresh] = capacity_runs.measure((spec,), trace_memory=False)
-
-    assert fresh["job_status"] == "SUCCEEDED"
-    assert written(fresh) == written(recorded["direct"]), (
-        "the code writes other keys than bench/capacity.json records: run `.venv/bin/python bench/capacity.py measure`"
-    )
+def test_a_fresh_count_gives_the_calls_per_occurrence_the_record_holds() -> None:
+    fresh = runs.count_variant("direct")
+    recorded = [r for r in capacity.load() if r["variant"] == "direct"]
+    assert counts.problems(fresh) == []
+    for new, old in zip(
+        sorted(fresh, key=lambda r: r["lines"]), sorted(recorded, key=lambda r: r["lines"]), strict=True
+    ):
+        exact = {
+            k: v for k, v in counts.per_occurrence(new).items() if counts.BY_NAME[k[0]].per not in counts.CONTINGENT
+        }
+        held = {
+            k: v for k, v in counts.per_occurrence(old).items() if counts.BY_NAME[k[0]].per not in counts.CONTINGENT
+        }
+        assert {k: (v.calls, v.write_units, v.read_units) for k, v in exact.items()} == {
+            k: (v.calls, v.write_units, v.read_units) for k, v in held.items()
+        }, "the code calls AWS otherwise than bench/scale/counts.json records: run `bench/capacity.py count`"

@@ -17,9 +17,10 @@ import contextvars
 import enum
 import functools
 import inspect
+import itertools
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar, cast
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -52,6 +53,9 @@ class Per(enum.Enum):
     SEGMENT = "segment"
     # a conditional write lost to another writer, tried again: bounded on paper (docs/capacity.md)
     RACE = "race"
+    # a shared item made, claimed or learned: once a key until it expires, at most once a run of
+    # the opening wave; bounded on paper like a race
+    ONCE = "once"
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,15 +70,31 @@ CACHE_READ = Cause("cache: a segment read", Per.SEGMENT)
 RUN = Cause("a shard's run", Per.RUN)
 SHARD_END = Cause("a shard's end", Per.RUN)
 PART = Cause("a part's flush", Per.PART)
+PART_ROWS = Cause("a part's rows and figures written", Per.PART)
+CACHE_WRITE = Cause("a part's answers written to the response cache", Per.PART)
+PART_READ = Cause("a part read back at its shard's end", Per.PART)
+SECRET = Cause("a secret read on a cold or expired cache", Per.RUN)
+LOOK = Cause("a run's first look at the key's shared limit", Per.RUN)
+FIRST = Cause("the key's shared limit or batch queue made, claimed, learned or joined", Per.ONCE)
+LOOK_AGAIN = Cause("a look again at the key's shared limit, while it is unknown", Per.ONCE)
+GIVE_BACK = Cause("a run's unused lease given back", Per.RUN)
 LINE = Cause("a line settled", Per.LINE)
 CANCEL_CHECK = Cause("the stop mark's check", Per.PERIOD)
-LEASE = Cause("a lease", Per.LEASE)
+LEASE = Cause("a lease's look at the key's shared limit", Per.LEASE)
+LEASE_TAKEN = Cause("a lease's grant written", Per.LEASE)
 BUDGET_CHUNK = Cause("a budget chunk", Per.CHUNK)
+BUDGET_PART = Cause("a batch part's worst case taken from the budget", Per.BATCH)
 BUDGET_WAIT = Cause("a wait for the budget's holders", Per.POLL)
 POLL = Cause("a waiting shard's poll", Per.POLL)
 BATCH_SUBMIT = Cause("a batch part's submit", Per.BATCH)
 BATCH_COLLECT = Cause("a batch part's collect", Per.BATCH)
 WEBHOOK = Cause("a webhook", Per.LINE)
+BATCH_WEBHOOK = Cause("a batch's webhook or job-state event", Per.BATCH)
+SETTLE = Cause("a line settled by its webhook", Per.LINE)
+WAKE = Cause("a waiting shard woken", Per.RUN)
+WAKE_AGAIN = Cause("a waiting shard woken again by a repeat delivery", Per.RACE)
+EARLY = Cause("a webhook that came before its row", Per.RACE)
+REPEAT = Cause("a line settled again (its webhook and its shard both saw it)", Per.RACE)
 RACE = Cause("a write tried again after a lost race", Per.RACE)
 THROTTLED = Cause("a 429's pause or a changed rate, shared", Per.RACE)
 MERGE = Cause("merge", Per.JOB)
@@ -90,15 +110,31 @@ CAUSES: tuple[Cause, ...] = (
     RUN,
     SHARD_END,
     PART,
+    PART_ROWS,
+    CACHE_WRITE,
+    PART_READ,
+    SECRET,
+    LOOK,
+    FIRST,
+    LOOK_AGAIN,
+    GIVE_BACK,
     LINE,
     CANCEL_CHECK,
     LEASE,
+    LEASE_TAKEN,
     BUDGET_CHUNK,
+    BUDGET_PART,
     BUDGET_WAIT,
     POLL,
     BATCH_SUBMIT,
     BATCH_COLLECT,
     WEBHOOK,
+    BATCH_WEBHOOK,
+    SETTLE,
+    WAKE,
+    WAKE_AGAIN,
+    EARLY,
+    REPEAT,
     RACE,
     THROTTLED,
     MERGE,
@@ -125,6 +161,9 @@ STEP_CAUSES: dict[str, Cause] = {
 }
 
 
+_serials = itertools.count(1)
+
+
 @dataclass(frozen=True, slots=True)
 class Occurrence:
     cause: Cause
@@ -132,6 +171,8 @@ class Occurrence:
     period_s: float | None
     # lines an occurrence comes at most once per, besides its period (a part fills, a chunk runs out)
     every: int | None = None
+    # which occurrence this is: `instead` tells the observer the same one again, as another cause
+    serial: int = field(default_factory=lambda: next(_serials), compare=False)
 
 
 _current: contextvars.ContextVar[Occurrence | None] = contextvars.ContextVar("sluice_cause", default=None)
@@ -185,6 +226,18 @@ def caused(cause: Cause) -> Callable[[F], F]:
 def again(attempt: int) -> AbstractContextManager[None]:
     """An attempt of a read-change-write loop: the first is its caller's, each later one a lost race."""
     return because(RACE) if attempt > 1 else nullcontext()
+
+
+def instead(cause: Cause) -> None:
+    """The occurrence under way turned out to be one of `cause` (its conditional write lost a race
+    or found the work done, a webhook was a batch's): it counts as that, its calls so far included."""
+    occurrence = _current.get()
+    if occurrence is None or occurrence.cause == cause:
+        return
+    became = replace(occurrence, cause=cause, period_s=None, every=None)
+    if _observer is not None:
+        _observer(became)
+    _current.set(became)
 
 
 def current() -> Occurrence | None:

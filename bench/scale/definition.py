@@ -1,4 +1,4 @@
-"""What the capacity model reads from the state machine's definition and Merge's part planner.
+"""What the scale check reads from the state machine's definition and Merge's part planner.
 
 History events and state transitions of a Map child are counted from `infra.definition`
 itself: each state's events by its type

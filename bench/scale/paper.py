@@ -1,0 +1,114 @@
+"""What no run here can count, bounded on paper, with the assumption each bound rests on.
+
+Each bound is derived from the code's constants at the maximum scenario, so it moves when they
+do; its text says what is assumed. These are what `counts.CONTINGENT` leaves out of the counted
+figures: lost races, a shared item learned, a 429's pause, a webhook before its row or after its
+line was settled. S3 prefix warm-up needs none: every counted S3 figure is held to one partition's
+rate, what a new prefix has before S3 splits it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sluice.lease import LeasePolicy, lease_period_s
+from sluice.shard import OPENINGS_PER_S
+
+from bench.scale.figures import DDB_PARTITION_RCU_PER_S, DDB_PARTITION_WCU_PER_S, HEADROOM
+from bench.scale.rates import DDB_CALL_S, Scenario
+
+# a read-change-write of one item: a read and a conditional write, one after the other
+WINDOW_S = 2 * DDB_CALL_S
+
+
+@dataclass(frozen=True)
+class Bound:
+    name: str
+    value: float
+    limit: float
+    unit: str
+    assumption: str
+
+    @property
+    def share(self) -> float:
+        return self.value / self.limit
+
+    @property
+    def over(self) -> bool:
+        return self.share > HEADROOM
+
+    def line(self) -> str:
+        verdict = "OVER" if self.over else "ok"
+        value = f"{self.value:,.0f}" if self.value >= 10 else f"{self.value:.2g}"
+        return (
+            f"{verdict:4s} {self.share:6.1%}  {self.name}: {value} of {self.limit:,.0f} {self.unit} "
+            f"(bounded on paper)\n         {self.assumption}"
+        )
+
+
+def _looks(policy: LeasePolicy) -> int:
+    """The looks a shard makes while another learns the key's rate, for as long as it may take."""
+    looks, elapsed, wait = 0, 0.0, policy.learn_poll_s
+    while elapsed < policy.learn_wait_max_s:
+        looks += 1
+        elapsed += wait
+        wait = min(policy.learn_poll_max_s, 2 * wait)
+    return looks
+
+
+def bounds(s: Scenario) -> list[Bound]:
+    policy = LeasePolicy()
+    a = s.active
+    lease_s = lease_period_s(policy, a, s.shard_rate)
+    leases = a / lease_s
+    learners = min(a, OPENINGS_PER_S * policy.learn_wait_max_s)
+    looks = _looks(policy)
+    return [
+        Bound(
+            "other leases within one lease's read-change-write of the key's limit item",
+            leases * WINDOW_S,
+            1.0,
+            "(a lost race when 1 or more)",
+            f"{a:,.0f} lessees lease every {lease_s:g} s ({leases:,.0f} a second, `item_leases_per_s`), each a read "
+            f"and a conditional write about {WINDOW_S * 1000:g} ms apart ({DDB_CALL_S * 1000:g} ms a DynamoDB call "
+            "in the region, an assumption): the expected other leases in that window. Under half, most leases "
+            "win at once and a lost one (a write billed, a read again after a jittered wait) is the exception",
+        ),
+        Bound(
+            "looks at the key's limit item while the first shard learns its rate",
+            learners * looks / policy.learn_wait_max_s,
+            DDB_PARTITION_RCU_PER_S,
+            "RCU/s",
+            f"once a key, while its item is unknown: the opening wave's shards ({OPENINGS_PER_S:g} a second, "
+            f"{learners:,.0f} within the {policy.learn_wait_max_s:g} s the learner may take) look {looks} times each "
+            f"(from {policy.learn_poll_s:g} s, doubling to {policy.learn_poll_max_s:g} s), 1 RCU a look; with "
+            "`rate_limits` seeded (every shipped environment's) no shard waits to learn",
+        ),
+        Bound(
+            "reads of the key's limit item for 429s",
+            a / policy.pause_slack_s,
+            DDB_PARTITION_RCU_PER_S,
+            "RCU/s",
+            f"a 429 reads the item only when its reset is over {policy.pause_slack_s:g} s past the pause the shard "
+            f"last wrote: each of {a:,.0f} shards at most once a {policy.pause_slack_s:g} s while the key throttles",
+        ),
+        Bound(
+            "writes of the key's limit item for 429s",
+            a * WINDOW_S / policy.pause_slack_s * 2,
+            DDB_PARTITION_WCU_PER_S,
+            "WCU/s",
+            "a 429 writes the pause only if the item's is earlier: once a shard has written a reset, the others "
+            f"read it and write nothing. Only the shards whose reads fall in the same {WINDOW_S * 1000:g} ms window "
+            f"write (one wins, the rest lose, billed): {a:,.0f} x {WINDOW_S:g} s a reset second, twice for the lost "
+            "write's retry",
+        ),
+        Bound(
+            "a shard's partition: webhooks after their line was settled",
+            s.shard_rate,
+            DDB_PARTITION_RCU_PER_S,
+            "RCU/s",
+            "a repeat delivery (or one the shard's poll settled first) reads the shard's row once, at most once a "
+            f"line: {s.shard_rate:.3g} a second at a shard's share of the key; a webhook before its row writes an "
+            "EARLY item of its own, spread over the table",
+        ),
+    ]

@@ -1,0 +1,256 @@
+"""Small jobs in the local cloud, and the AWS calls of each counted by the cause the code declared.
+
+Each variant (direct, background answered by webhook, background found by polling, batch) runs
+at two sizes that differ in lines and shards but not in a shard's width or its share of the key.
+A run keeps, per cause, how many occurrences the code declared (`sluice.contract.causes`) and, per
+cause and per call target (a DynamoDB item or an S3 key, in the shape the code writes it), the
+calls and their units. Nothing here is timed: counts per occurrence do not depend on how fast
+this machine went, which is what makes the check's figures the same on every run.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from sluice.budget import worst_case_nano
+from sluice.lines import parse_line
+from sluice.model import Request
+from sluice.providers import OPENAI
+
+from local.cloud import LocalCloud, LocalSettings, run_job
+from local.ledger import Call
+from local.simulator import SimConfig, SimulatorServer
+
+# the input's key, as a real upload names it: the job's id (and every key holding it) derives from it
+INPUT_KEY = "inbox/team/product-reviews-2026-11-{name}.jsonl"
+API_KEY = "sk-capacity"
+SHARD_LINES = 30
+# a shard's share of the key: lines a second each shard gets, the same at both sizes
+SHARD_RPM = 600
+# callers that are the harness (uploading, waiting, reading the results), not Sluice
+HARNESS = frozenset({"cloud"})
+# the state machine's own reads (the distributed Map's ItemReader): one occurrence a job
+WORKFLOW_CAUSE = "the workflow's item reader"
+UNDECLARED = ""
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    mode: str
+    webhooks: bool = True
+
+
+VARIANTS = (
+    Variant("direct", "direct"),
+    Variant("background by webhook", "background"),
+    Variant("background by poll", "background", webhooks=False),
+    Variant("batch", "batch"),
+)
+# (lines, shards in flight): the shards of a size all run at once
+SIZES = ((60, 2), (120, 4))
+
+
+@dataclass
+class Target:
+    """The calls of one cause to one target shape, and what they touched."""
+
+    calls: int = 0
+    read_units: float = 0.0
+    write_units: float = 0.0
+    # the concrete keys of this shape, to tell a shared item from one a shard or a line has
+    keys: set[str] = field(default_factory=set)
+    item_bytes: int = 0
+
+
+@dataclass
+class Counted:
+    """One run: occurrences per cause, calls per (cause, service, operation, target shape)."""
+
+    variant: str
+    lines: int
+    shards: int
+    occurrences: Counter[str] = field(default_factory=Counter)
+    # the periods and `every` the code declared with each cause's occurrences
+    periods: dict[str, set[tuple[float | None, int | None]]] = field(default_factory=lambda: defaultdict(set))
+    targets: dict[tuple[str, str, str, str], Target] = field(default_factory=lambda: defaultdict(Target))
+    # steps whose calls had no cause: (step, service, operation, shape)
+    undeclared: Counter[tuple[str, str, str, str]] = field(default_factory=Counter)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "variant": self.variant,
+            "lines": self.lines,
+            "shards": self.shards,
+            "occurrences": dict(sorted(self.occurrences.items())),
+            "periods": {c: sorted(map(list, p), key=str) for c, p in sorted(self.periods.items())},
+            "targets": [
+                {
+                    "cause": cause,
+                    "service": service,
+                    "operation": operation,
+                    "shape": shape,
+                    "calls": t.calls,
+                    "read_units": t.read_units,
+                    "write_units": t.write_units,
+                    "keys": sorted(t.keys),
+                    "item_bytes": t.item_bytes,
+                }
+                for (cause, service, operation, shape), t in sorted(self.targets.items())
+            ],
+            "undeclared": [[*k, n] for k, n in sorted(self.undeclared.items())],
+        }
+
+
+def shape(text: str, job_id: str) -> str:
+    """A key as the code writes it for any job: the job's id as `{job}`, every word with a digit as `{n}`."""
+    if job_id:
+        text = text.replace(job_id, "{job}")
+    text = re.sub(r"[A-Za-z0-9]*\d[A-Za-z0-9]*", "{n}", text)
+    # a key's limits, one item a model (a poll, which names none, has its own), and the batch
+    # queue's slots, one item a letter picked at random
+    text = re.sub(r"LIMIT#\{n\}#[^|#]*", "LIMIT#{n}#{model}", text)
+    return re.sub(r"#[a-z]\|QUEUE", "#{slot}|QUEUE", text)
+
+
+def target_of(call: Call, job_id: str) -> str:
+    if call.service == "dynamodb":
+        return shape(f"{call.table}:{call.pk}|{call.sk}", job_id) + (f" ({call.index})" if call.index else "")
+    if call.service == "s3":
+        return shape(call.key, job_id)
+    return ""
+
+
+def request_line(run: str, n: int, mode: str) -> bytes:
+    """A request of its own (the cache never answers it), of a typical chat or Responses size."""
+    text = f"Run {run}, line {n}: summarise this product review in one sentence. " + "The kettle boils fast. " * 8
+    if mode == "background":
+        body: dict[str, Any] = {"model": "gpt-4o-mini", "input": text, "max_output_tokens": 64}
+        url = "/v1/responses"
+    else:
+        body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": text}], "max_tokens": 64}
+        url = "/v1/chat/completions"
+    return orjson.dumps({"custom_id": f"{run}-{n:06d}", "method": "POST", "url": url, "body": body}) + b"\n"
+
+
+def _worst_case(rows: list[bytes]) -> float:
+    total = 0
+    for number, raw in enumerate(rows, start=1):
+        parsed = parse_line(raw, number)
+        assert isinstance(parsed, Request)
+        total += worst_case_nano(parsed, OPENAI)
+    return total / 1e9
+
+
+@contextmanager
+def local_cloud(sim: SimulatorServer) -> Iterator[LocalCloud]:
+    settings = LocalSettings(
+        shard_lines=SHARD_LINES,
+        map_concurrency=8,
+        concurrency=64,
+        retry_base_delay_s=0.05,
+        poll_seconds=1,
+        # a batch shard as wide as a direct one: the sizes differ in shards in batch mode too
+        batch_max_requests=SHARD_LINES,
+    )
+    cloud = LocalCloud(provider_base_url=sim.base_url, api_key=API_KEY, settings=settings)
+    with cloud.running():
+        yield cloud
+
+
+def run_one(
+    cloud: LocalCloud, sim: SimulatorServer, variant: Variant, lines: int, shards: int, workdir: Path
+) -> Counted:
+    name = f"{variant.name.replace(' ', '-')}-{lines}"
+    rows = [request_line(name, n, variant.mode) for n in range(lines)]
+    path = workdir / f"{name}.jsonl"
+    path.write_bytes(b"".join(rows))
+    metadata = {
+        "sluice-mode": variant.mode,
+        "sluice-map-concurrency": str(shards),
+        "sluice-concurrency": str(8 * shards),
+        "sluice-budget-usd": f"{_worst_case(rows) * 10:.6f}",
+    }
+    sim.configure(
+        latency_s=0.02,
+        quota_rpm=SHARD_RPM * shards,
+        batch_phase_s=0.2,
+        webhook_url=cloud.webhook_url if variant.webhooks else None,
+        webhook_secret=cloud.webhook_secret,
+    )
+    ledger = cloud.calls
+    since = (len(ledger.calls), len(ledger.occurrences))
+    run = run_job(cloud, path, key=INPUT_KEY.format(name=name), metadata=metadata)
+    if run.status != "SUCCEEDED" or len(run.results) != lines:
+        why = run.execution.get("cause") or run.execution.get("error") or ""
+        raise RuntimeError(f"{name}: the job ended {run.status} with {len(run.results)} of {lines} answers {why}")
+    _settle(ledger)
+    counted = Counted(variant.name, lines, shards)
+    for occurred in ledger.occurrences[since[1] :]:
+        counted.occurrences[occurred.cause] += occurred.count
+        counted.periods[occurred.cause].add((occurred.period_s, occurred.every))
+    workflow_seen = False
+    for call in ledger.calls[since[0] :]:
+        # a DynamoDB batch request's every item counts: each is a unit of work on its own item
+        if call.step in HARNESS:
+            continue
+        where = target_of(call, run.job_id)
+        cause = call.cause
+        if call.step == "workflow" and not cause:
+            cause, workflow_seen = WORKFLOW_CAUSE, True
+        if not cause:
+            counted.undeclared[(call.step, call.service, call.operation, where)] += 1
+            continue
+        target = counted.targets[(cause, call.service, call.operation, where)]
+        target.calls += 1
+        target.read_units += call.read_units
+        target.write_units += call.write_units
+        target.keys.add(f"{call.table}:{call.pk}|{call.sk}" if call.service == "dynamodb" else call.key)
+        target.item_bytes = max(target.item_bytes, call.item_bytes)
+    if workflow_seen:
+        counted.occurrences[WORKFLOW_CAUSE] += 1
+    return counted
+
+
+def _settle(ledger: Any, *, quiet_s: float = 1.0, most_s: float = 120.0) -> None:
+    """Wait until no call has come for `quiet_s`: a run's last webhooks and checkpoints land after
+    its execution ends, and would count as the next run's."""
+    deadline = time.monotonic() + most_s
+    seen = -1
+    while time.monotonic() < deadline:
+        count = len(ledger.calls) + len(ledger.occurrences)
+        if count == seen:
+            return
+        seen = count
+        time.sleep(quiet_s)
+
+
+def count_variant(name: str) -> list[dict[str, Any]]:
+    """One variant at both sizes, in a local cloud of its own."""
+    [variant] = [v for v in VARIANTS if v.name == name]
+    with tempfile.TemporaryDirectory() as tmp, SimulatorServer(SimConfig(seed=7)) as sim, local_cloud(sim) as cloud:
+        return [run_one(cloud, sim, variant, lines, shards, Path(tmp)).as_json() for lines, shards in SIZES]
+
+
+def count_all(*, log: Any = None) -> list[Counted]:
+    """Every variant at every size, each variant in a local cloud of its own (a fresh limiter
+    item and cache), smaller size first."""
+    found: list[Counted] = []
+    with tempfile.TemporaryDirectory() as tmp, SimulatorServer(SimConfig(seed=7)) as sim:
+        for variant in VARIANTS:
+            with local_cloud(sim) as cloud:
+                for lines, shards in SIZES:
+                    counted = run_one(cloud, sim, variant, lines, shards, Path(tmp))
+                    found.append(counted)
+                    if log is not None:
+                        log(f"{variant.name} at {lines} lines: {sum(counted.occurrences.values())} occurrences")
+    return found
