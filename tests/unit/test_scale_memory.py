@@ -79,3 +79,11 @@ def test_a_planted_kilobyte_a_line_is_over() -> None:
     assert f.slope_mb_per_line > 1000 / 2**20
     assert f.upper_mb_at(10_000_000) > 3008 / 2
     assert not memory.verdict(f)
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("step", ["merge", "mark_failed"])
+def test_merge_and_mark_failed_measured_in_a_child_beside_the_file_backed_moto(step: str) -> None:
+    m = memory.measure(step, 10_000)
+    assert (m.step, m.lines) == (step, 10_000)
+    assert m.peak_mb >= m.baseline_mb > 0
