@@ -315,6 +315,7 @@ def merge_child(args: argparse.Namespace) -> dict[str, Any]:
         }
     )
     import boto3
+    from botocore.config import Config
     from sluice.contract import Planned
     from sluice.failure import mark_failed
     from sluice.merge import merge_job
@@ -322,7 +323,9 @@ def merge_child(args: argparse.Namespace) -> dict[str, Any]:
 
     from bench import merge as merge_bench
 
-    s3 = boto3.client("s3", region_name="us-east-1")
+    # moto completes the 10 GB of results of 10^7 lines in minutes, past botocore's 60 s (a retry
+    # then finds the upload gone); S3 keeps the connection alive meanwhile
+    s3 = boto3.client("s3", region_name="us-east-1", config=Config(read_timeout=900))
     store = JobStore(boto3.resource("dynamodb", region_name="us-east-1").Table(merge_bench.TABLE), ttl_days=1)
     state = Planned.from_dict(json.loads(args.state))
     baseline = cachescale.peak_rss_mb()
