@@ -210,9 +210,25 @@ class Measured:
 
 
 class Job:
-    """A job in moto: its input object, manifest, job row, and each shard's parts or outputs."""
+    """A job in moto: its input object, manifest, job row, and each shard's parts or outputs.
 
-    def __init__(self, s3: Any, store: Any, job_id: str, kinds: list[str], *, lines: int, part_rows: int) -> None:
+    `shard_inputs`: each shard's lines an object of its own, which its spec names, so that no
+    object of the job is larger than a shard's (moto answers a ranged GET by reading the whole
+    object: 10^7 lines are 4 GB a read). `finished_parts`: the parts of the shards that finished
+    too, which neither Merge nor MarkFailed reads."""
+
+    def __init__(
+        self,
+        s3: Any,
+        store: Any,
+        job_id: str,
+        kinds: list[str],
+        *,
+        lines: int,
+        part_rows: int,
+        shard_inputs: bool = False,
+        finished_parts: bool = True,
+    ) -> None:
         import orjson
         from sluice.contract import Planned
         from sluice.model import Outcome
@@ -225,26 +241,33 @@ class Job:
         self.job_id, self.kinds = job_id, kinds
         key = f"inbox/{job_id}.jsonl"
         content = "x" * 300
-        rows = [
-            b'{"custom_id":"l-%d","method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini",'
-            b'"messages":[{"role":"user","content":"%s"}]}}\n' % (n, content.encode())
-            for n in range(1, lines * len(kinds) + 1)
-        ]
-        data = b"".join(rows)
-        etag = s3.put_object(Bucket=BUCKET, Key=key, Body=data)["ETag"]
+
+        def rows(first: int, last: int) -> bytes:
+            return b"".join(
+                b'{"custom_id":"l-%d","method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini",'
+                b'"messages":[{"role":"user","content":"%s"}]}}\n' % (n, content.encode())
+                for n in range(first, last + 1)
+            )
+
+        etag = "" if shard_inputs else s3.put_object(Bucket=BUCKET, Key=key, Body=rows(1, lines * len(kinds)))["ETag"]
         self.specs: list[Any] = []
         offset = 0
         for index in range(len(kinds)):
-            size = sum(len(r) for r in rows[index * lines : (index + 1) * lines])
+            shard_rows = rows(index * lines + 1, (index + 1) * lines)
+            size = len(shard_rows)
+            shard_key, shard_etag, start = key, etag, offset
+            if shard_inputs:
+                shard_key, start = f"inbox/{job_id}/{index:05d}.jsonl", 0
+                shard_etag = s3.put_object(Bucket=BUCKET, Key=shard_key, Body=shard_rows)["ETag"]
             self.specs.append(
                 ShardSpec(
                     job_id=job_id,
                     shard=index,
                     bucket=BUCKET,
-                    key=key,
-                    etag=etag,
-                    start=offset,
-                    end=offset + size,
+                    key=shard_key,
+                    etag=shard_etag,
+                    start=start,
+                    end=start + size,
                     first_line=index * lines + 1,
                     lines=lines,
                     mode="direct",
@@ -284,6 +307,8 @@ class Job:
                     part_stats.add_outcome(outcome, at=time.time(), path="direct", request_format=OPENAI)
             if kind == FINISHED:
                 write_outputs(s3, BUCKET, spec.prefix, [r + b"\n" for _, r in records], [], Stats())
+                if not finished_parts:
+                    continue
             # a part's rows in the order they completed (not the input's), as a shard writes them
             stats_body = orjson.dumps(part_stats.to_dict())
             for seq, first in enumerate(range(0, len(records), part_rows), start=1):

@@ -36,8 +36,9 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def moto_server() -> Iterator[str]:
-    """S3 and DynamoDB in a process of their own, so that what they hold is not the measured step's."""
+def moto_server(patches: str = "", env: dict[str, str] | None = None) -> Iterator[str]:
+    """S3 and DynamoDB in a process of their own, so that what they hold is not the measured step's;
+    `patches`, a module under ROOT the server imports first, and `env`, its environment's additions."""
     import boto3
 
     port = free_port()
@@ -45,9 +46,11 @@ def moto_server() -> Iterator[str]:
         [
             sys.executable,
             "-c",
-            "import time; from moto.server import ThreadedMotoServer as S; "
+            f"import time; {f'import {patches}; ' if patches else ''}from moto.server import ThreadedMotoServer as S; "
             f"s = S(ip_address='127.0.0.1', port={port}); s.start(); time.sleep(86400)",
         ],
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

@@ -42,7 +42,7 @@ from bench.plan import moto_server  # noqa: E402
 WORK = cachescale.WORK
 RECORD = ROOT / "bench" / "scale" / "memory.json"
 STEPS = ("plan", "merge", "mark_failed")
-SIZES = (10_000, 100_000, 1_000_000)
+SIZES = (10_000, 100_000, 1_000_000, 10_000_000)
 TARGET_LINES = 10_000_000
 # 10^8 answers build in about 90 s on this machine
 CACHE_ANSWERS = 100_000_000
@@ -55,6 +55,10 @@ SHARD_LINES = 5_000
 # coarser parts so that 10^6 lines build in minutes on moto, and MarkFailed's memory holds one
 # shard's parts at a time whatever their size
 PART_ROWS = 500
+# the moto server Merge and MarkFailed run beside holds a job of 10^7 lines in files
+# (bench/scale/big_objects.py): objects over a megabyte are never held in its memory
+MOTO_PATCHES = "bench.scale.big_objects"
+MOTO_ENV = {"MOTO_S3_DEFAULT_KEY_BUFFER_SIZE": str(1 << 20)}
 # Plan's child holds this many bytes a line while it plans: how the tests plant a per-line
 # allocation in a real run
 PLANT_ENV = "SLUICE_BENCH_PLANT_BYTES"
@@ -219,7 +223,7 @@ def measure(step: str, lines: int, cache_answers: int = 0, *, plant_bytes: int =
         job = plan_input(lines)
         r = _run_child(["plan", "--input", str(job), "--cache", str(cache_dir(cache_answers))], env)
     else:
-        with moto_server() as endpoint:
+        with moto_server(MOTO_PATCHES, MOTO_ENV) as endpoint:
             state = merge_fixture(endpoint, step, lines)
             r = _run_child([step, "--endpoint", endpoint, "--state", json.dumps(state)], env)
     return Measure(step, lines, cache_answers, r["peak_mb"], r["cpu_s"], r["baseline_mb"], r["wall_s"])
@@ -275,7 +279,16 @@ def merge_fixture(endpoint: str, step: str, lines: int) -> dict[str, Any]:
     dynamodb.create_table(**create_table_request(merge_bench.TABLE))
     table = boto3.resource("dynamodb", endpoint_url=endpoint, region_name="us-east-1").Table(merge_bench.TABLE)
     store = JobStore(table, ttl_days=1)
-    job = merge_bench.Job(s3, store, f"bench-{step}", kinds, lines=min(lines, SHARD_LINES), part_rows=PART_ROWS)
+    job = merge_bench.Job(
+        s3,
+        store,
+        f"bench-{step}",
+        kinds,
+        lines=min(lines, SHARD_LINES),
+        part_rows=PART_ROWS,
+        shard_inputs=True,
+        finished_parts=False,
+    )
     return job.state.to_dict()
 
 
@@ -302,6 +315,7 @@ def merge_child(args: argparse.Namespace) -> dict[str, Any]:
         }
     )
     import boto3
+    from botocore.config import Config
     from sluice.contract import Planned
     from sluice.failure import mark_failed
     from sluice.merge import merge_job
@@ -309,7 +323,9 @@ def merge_child(args: argparse.Namespace) -> dict[str, Any]:
 
     from bench import merge as merge_bench
 
-    s3 = boto3.client("s3", region_name="us-east-1")
+    # moto completes the 10 GB of results of 10^7 lines in minutes, past botocore's 60 s (a retry
+    # then finds the upload gone); S3 keeps the connection alive meanwhile
+    s3 = boto3.client("s3", region_name="us-east-1", config=Config(read_timeout=900))
     store = JobStore(boto3.resource("dynamodb", region_name="us-east-1").Table(merge_bench.TABLE), ttl_days=1)
     state = Planned.from_dict(json.loads(args.state))
     baseline = cachescale.peak_rss_mb()

@@ -6,7 +6,11 @@ pass through the Lambda; only the seams between small shard files are downloaded
 
 from __future__ import annotations
 
+import mmap
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +24,14 @@ from .summary import InvariantError, Tally, end_job, job_figures
 
 MIN_PART = 5 << 20
 MAX_PART = 5 << 30
+# Parts that pass through the process (read, then uploaded) in flight at once. Each holds up to
+# 2 * MIN_PART bytes, so this, not the job's size or S3_IN_FLIGHT, bounds what a concatenation
+# holds: ten of them, each read and then joined into a copy, held 150 MB above the step's imports.
+# Copied parts hold nothing and go S3_IN_FLIGHT at a time beside them.
+THROUGH_IN_FLIGHT = 3
+# a piece is read into its part's buffer this many bytes at a time (urllib3 reads each into a
+# temporary of that size first)
+READ_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -96,10 +108,39 @@ def plan_parts(sizes: list[int], *, min_part: int = MIN_PART, max_part: int = MA
     return parts
 
 
-def _read_range(s3: Any, bucket: str, key: str, piece: Piece) -> bytes:
-    # a shard's output read again, to be concatenated: its shard's, counted where its figures were read
-    with causes.because(causes.SHARD_OUTPUTS, count=0):
-        return bytes(s3.get_object(Bucket=bucket, Key=key, Range=f"bytes={piece.start}-{piece.end - 1}")["Body"].read())
+@contextmanager
+def _read_pieces(s3: Any, bucket: str, sources: list[str], pieces: tuple[Piece, ...]) -> Iterator[mmap.mmap | bytes]:
+    """The pieces, in order, read straight into one buffer, and let go when the block ends.
+
+    The buffer is a mapping of its own, not the heap's: malloc keeps freed blocks of this size in
+    each thread's arena, so parts read on ten threads held ten of them resident after they were sent."""
+    size = sum(p.size for p in pieces)
+    if not size:
+        yield b""
+        return
+    with mmap.mmap(-1, size) as body:
+        at = 0
+        with memoryview(body) as view:
+            for piece in pieces:
+                # a shard's output read again, to be concatenated: its shard's, counted where its figures were read
+                with causes.because(causes.SHARD_OUTPUTS, count=0):
+                    answer = s3.get_object(
+                        Bucket=bucket, Key=sources[piece.source], Range=f"bytes={piece.start}-{piece.end - 1}"
+                    )
+                stream, end = answer["Body"], at + piece.size
+                while at < end:
+                    with view[at : min(end, at + READ_CHUNK)] as chunk:
+                        read = stream.readinto(chunk)
+                    if not read:
+                        break
+                    at += read
+                # to its end, which is where botocore checks the length and the connection goes back to the pool
+                stream.read()
+            if at < size:
+                # a source shorter than its size says: what it holds, as the ranges read would have given
+                yield bytes(view[:at])
+                return
+        yield body
 
 
 def concatenate(
@@ -131,10 +172,10 @@ def concatenate(
         moved["bytes_copied"] = piece.size
         return moved
     if len(parts) <= 1:
-        body = b"".join(_read_range(s3, bucket, sources[p.source], p) for part in parts for p in part.pieces)
-        s3.put_object(Bucket=bucket, Key=target, Body=body, ContentType=content_type)
+        with _read_pieces(s3, bucket, sources, tuple(p for part in parts for p in part.pieces)) as body:
+            s3.put_object(Bucket=bucket, Key=target, Body=body, ContentType=content_type)
+            moved["bytes_through"] = len(body)
         moved["requests"] += 1 + sum(len(part.pieces) for part in parts)
-        moved["bytes_through"] = len(body)
         return moved
     upload = s3.create_multipart_upload(Bucket=bucket, Key=target, ContentType=content_type)
     upload_id = upload["UploadId"]
@@ -151,12 +192,14 @@ def concatenate(
                 CopySourceRange=f"bytes={piece.start}-{piece.end - 1}",
             )
             return answer["CopyPartResult"]["ETag"], {"requests": 1, "bytes_copied": piece.size}
-        body = b"".join(_read_range(s3, bucket, sources[p.source], p) for p in part.pieces)
-        answer = s3.upload_part(Bucket=bucket, Key=target, UploadId=upload_id, PartNumber=number, Body=body)
-        return answer["ETag"], {"requests": 1 + len(part.pieces), "bytes_through": len(body)}
+        with through, _read_pieces(s3, bucket, sources, part.pieces) as body:
+            answer = s3.upload_part(Bucket=bucket, Key=target, UploadId=upload_id, PartNumber=number, Body=body)
+            size = len(body)
+        return answer["ETag"], {"requests": 1 + len(part.pieces), "bytes_through": size}
 
+    through = threading.BoundedSemaphore(THROUGH_IN_FLIGHT)
     try:
-        # the parts at once, S3_IN_FLIGHT at a time: one holds at most 2 * MIN_PART bytes while it is sent
+        # the parts at once, S3_IN_FLIGHT at a time, of them THROUGH_IN_FLIGHT read and uploaded
         with s3_pool() as pool:
             answers = list(pool.map(put, range(1, len(parts) + 1), parts))
         s3.complete_multipart_upload(

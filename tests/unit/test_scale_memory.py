@@ -79,3 +79,24 @@ def test_a_planted_kilobyte_a_line_is_over() -> None:
     assert f.slope_mb_per_line > 1000 / 2**20
     assert f.upper_mb_at(10_000_000) > 3008 / 2
     assert not memory.verdict(f)
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("step", ["merge", "mark_failed"])
+def test_merge_and_mark_failed_measured_in_a_child_beside_the_file_backed_moto(step: str) -> None:
+    m = memory.measure(step, 10_000)
+    assert (m.step, m.lines) == (step, 10_000)
+    assert m.peak_mb >= m.baseline_mb > 0
+
+
+def test_the_record_measures_every_step_at_the_size_its_verdict_is_given_for() -> None:
+    """`show` holds a fit's upper bound at TARGET_LINES to half the limit: a bound that rests on a
+    measured point there, not on a line drawn through smaller jobs."""
+    measured: dict[tuple[str, int], set[int]] = {}
+    for m in memory.load(memory.RECORD):
+        measured.setdefault((m.step, m.cache), set()).add(m.lines)
+    assert {step for step, _ in measured} == set(memory.STEPS)
+    for (step, cache), sizes in measured.items():
+        assert memory.TARGET_LINES in sizes, (
+            f"{step} (cache {cache:,}) is not measured at {memory.TARGET_LINES:,} lines"
+        )
