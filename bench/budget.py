@@ -29,11 +29,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "functions"), str(ROOT)]
 
 import orjson  # noqa: E402
-from sluice.budget import worst_case_nano  # noqa: E402
-from sluice.lines import parse_line  # noqa: E402
-from sluice.model import Request  # noqa: E402
+from sluice.contract.model import Request  # noqa: E402
+from sluice.formats.lines import parse_line  # noqa: E402
+from sluice.limits.budget import worst_case_nano  # noqa: E402
 from sluice.providers import OPENAI  # noqa: E402
-from sluice.store import JobStore  # noqa: E402
+from sluice.store.jobs import JobStore  # noqa: E402
 
 from local.cloud import JobRun, LocalCloud, LocalSettings, run_job  # noqa: E402
 from local.deployed.retry import INPUT_ERROR_CODES, write_lines  # noqa: E402

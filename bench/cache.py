@@ -88,7 +88,7 @@ ABLATIONS = {
 def ablate(kind: str) -> Iterator[None]:
     """Shards fill the cache with their work cut back up to `kind` (a key of ABLATIONS, each of
     which also cuts the ones before it); any other kind cuts nothing."""
-    from sluice.cache import CacheFill
+    from sluice.cache.entries import CacheFill
 
     steps = list(ABLATIONS)
     cuts = steps[: steps.index(kind) + 1] if kind in ABLATIONS else []
@@ -151,8 +151,8 @@ def main() -> None:
     os.environ.setdefault("MOTO_S3_DEFAULT_KEY_BUFFER_SIZE", str(1 << 30))
 
     import boto3
-    from sluice.cache import S3Store, clear
-    from sluice.plan import job_id_for, output_prefix
+    from sluice.cache.entries import S3Store, clear
+    from sluice.plan.plan import job_id_for, output_prefix
 
     from local.cloud import REGION, JobRun, LocalCloud, LocalSettings, run_job
 
@@ -221,7 +221,7 @@ def main() -> None:
             make_input(warm, 200)
             run_job(cloud, warm, key="inbox/warm.jsonl", metadata={"sluice-cache": "off"})
             warm.unlink()
-            from sluice.parts import PartWriter
+            from sluice.shard.parts import PartWriter
 
             add_outcome = PartWriter.add_outcome
             work = busy_work(args.probe_busy) if args.probe_busy else None

@@ -5,7 +5,7 @@
 Builds once, and keeps under out/bench/ (about 46 bytes an answer on disk), a published level-1
 generation of `--answers` answers: random keys in every partition, plus a row for each line of
 the job that the cache answers (`--hits`, a share of the lines, spread through the file), whose
-answers are real result lines in segments of 5,000. Then runs `sluice.plan.plan_job` on the job
+answers are real result lines in segments of 5,000. Then runs `sluice.plan.plan.plan_job` on the job
 in a fresh process, with the cache in that directory (`DirStore`) and the input in a file that
 stands in for S3 (its GETs and ranged GETs, and the outputs Plan writes, counted and discarded).
 
@@ -76,8 +76,9 @@ def answer_record(n: int) -> bytes:
 def build(where: Path, input_path: Path, *, answers: int, lines: int, share: float, fresh: bool) -> None:
     """The generation and the hits' segments, in `where` (a DirStore's root); with `fresh`, the
     hits' rows in level-0 indexes beside their segments, as the shards that got them wrote them."""
-    from sluice.cache import cache_key, line_tag
-    from sluice.cache_index import (
+    from sluice.cache.blobs import DirStore
+    from sluice.cache.entries import cache_key, line_tag
+    from sluice.cache.index import (
         ROW,
         Manifest,
         SegmentTable,
@@ -89,9 +90,8 @@ def build(where: Path, input_path: Path, *, answers: int, lines: int, share: flo
         partitions,
         segments_name,
     )
-    from sluice.cache_store import DirStore
-    from sluice.lines import parse_line
-    from sluice.model import Request
+    from sluice.contract.model import Request
+    from sluice.formats.lines import parse_line
 
     store = DirStore(where)
     digits = digits_for(answers)
@@ -158,7 +158,7 @@ def build(where: Path, input_path: Path, *, answers: int, lines: int, share: flo
 
 def random_rows(partition: int, digits: int, count: int) -> bytes:
     """`count` rows of random keys in `partition`, sorted, in the level-1 layout (segment 0)."""
-    from sluice.cache_index import ROW
+    from sluice.cache.index import ROW
 
     keys = bytearray(os.urandom(16 * count))
     # the partition's leading hex digits, set a byte (or half of one) at a time across all keys
@@ -250,8 +250,8 @@ class FileS3:
 
 
 def child(args: argparse.Namespace) -> None:
-    import sluice.plan
-    from sluice.cache_store import DirStore
+    import sluice.plan.plan
+    from sluice.cache.blobs import DirStore
     from sluice.contract import Settings
 
     class Counted(DirStore):
@@ -278,12 +278,12 @@ def child(args: argparse.Namespace) -> None:
 
         return wrapper
 
-    sluice.plan.cache_store = lambda s3, settings: Counted(Path(args.cache))  # type: ignore[assignment]
-    sluice.plan.read_lines = timed("pass 1 (validate, hash, keys)", sluice.plan.read_lines)  # type: ignore[assignment]
-    sluice.plan.find_hits = timed("lookups", sluice.plan.find_hits)  # type: ignore[assignment]
-    sluice.plan.cut_shards = timed("cut, hits fetched and written", sluice.plan.cut_shards)  # type: ignore[assignment]
-    sluice.plan.CacheView.load = timed("cache view", sluice.plan.CacheView.load)  # type: ignore[method-assign]
-    view = sluice.plan.CacheView
+    sluice.plan.plan.cache_store = lambda s3, settings: Counted(Path(args.cache))  # type: ignore[assignment]
+    sluice.plan.plan.read_lines = timed("pass 1 (validate, hash, keys)", sluice.plan.plan.read_lines)  # type: ignore[assignment]
+    sluice.plan.plan.find_hits = timed("lookups", sluice.plan.plan.find_hits)  # type: ignore[assignment]
+    sluice.plan.plan.cut_shards = timed("cut, hits fetched and written", sluice.plan.plan.cut_shards)  # type: ignore[assignment]
+    sluice.plan.plan.CacheView.load = timed("cache view", sluice.plan.plan.CacheView.load)  # type: ignore[method-assign]
+    view = sluice.plan.plan.CacheView
     view.read_level0 = timed("level 0 read", view.read_level0)  # type: ignore[method-assign]
 
     class NoStore:
@@ -306,7 +306,7 @@ def child(args: argparse.Namespace) -> None:
     baseline = peak_rss_mb()
     cpu = time.process_time()
     started = time.perf_counter()
-    state = sluice.plan.plan_job(
+    state = sluice.plan.plan.plan_job(
         s3=s3,
         store=NoStore(),  # type: ignore[arg-type]
         settings=settings,
@@ -339,9 +339,9 @@ def child(args: argparse.Namespace) -> None:
 
 def compact_child(args: argparse.Namespace) -> None:
     """Compaction of the index, with `--level0` new rows in level-0 indexes, a Merge's slice at a time."""
-    from sluice.cache_compact import GRACE_S, SLICE_S, compact
-    from sluice.cache_index import ROW, index_bytes
-    from sluice.cache_store import DirStore
+    from sluice.cache.blobs import DirStore
+    from sluice.cache.compact import GRACE_S, SLICE_S, compact
+    from sluice.cache.index import ROW, index_bytes
 
     class Counted(DirStore):
         moved = [0, 0, 0, 0]
@@ -423,8 +423,8 @@ def main() -> None:
         started = time.perf_counter()
         build(cache, input_path, answers=args.answers, lines=args.lines, share=args.hits, fresh=args.fresh)
         print(f"  built in {time.perf_counter() - started:.0f} s", flush=True)
-    from sluice.cache_lookup import CacheView
-    from sluice.cache_store import DirStore
+    from sluice.cache.blobs import DirStore
+    from sluice.cache.lookup import CacheView
     from sluice.providers import OPENAI
 
     # what the index holds now: an earlier run's --compact added its answers to it
@@ -469,7 +469,7 @@ def main() -> None:
                 f"<= 50% at the maximum), {r['wall_s'] / PLAN_TIMEOUT_S:.0%} of {PLAN_TIMEOUT_S} s"
             )
     if args.compact:
-        from sluice.cache_compact import SLICE_S
+        from sluice.cache.compact import SLICE_S
 
         command = [sys.executable, __file__, "--compact-child", "--cache", str(cache), "--level0", str(args.compact)]
         out = subprocess.run(command, capture_output=True, text=True, check=True)

@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT / "functions"))
 
 # Imported before the clock starts: each client is timed on its requests, not on loading
 # its library (openai, which loads its aiohttp transport with it, takes about a second).
-PRELOAD = {"a": "openai", "b": "aiohttp", "c": "sluice.engine"}
+PRELOAD = {"a": "openai", "b": "aiohttp", "c": "sluice.send.engine"}
 
 
 def prompt(i: int) -> str:
@@ -154,8 +154,8 @@ class Summary:
 
 async def client_sluice(base_url: str, n: int, concurrency: int) -> dict[str, Any]:
     import orjson
-    from sluice.engine import EngineSettings, fan_out, make_session
-    from sluice.model import Outcome, Request
+    from sluice.contract.model import Outcome, Request
+    from sluice.send.engine import EngineSettings, fan_out, make_session
 
     summary = Summary()
     out = tempfile.TemporaryFile()  # noqa: SIM115 - lives for the whole run

@@ -131,7 +131,7 @@ def main() -> None:
 def run(scenario: str, sizes_mib: list[float], latency_s: float) -> None:
     import boto3
     from moto import mock_aws
-    from sluice.merge import concatenate
+    from sluice.merge.merge import concatenate
 
     with mock_aws():
         s3 = boto3.client("s3", region_name="us-east-1")
@@ -231,12 +231,12 @@ class Job:
     ) -> None:
         import orjson
         from sluice.contract import Planned
-        from sluice.model import Outcome
-        from sluice.parts import write_outputs
+        from sluice.contract.model import Outcome
+        from sluice.core.records import outcome_record
         from sluice.providers import OPENAI
-        from sluice.records import outcome_record
-        from sluice.shard import ShardSpec
-        from sluice.stats import Stats
+        from sluice.shard.frame import ShardSpec
+        from sluice.shard.parts import write_outputs
+        from sluice.shard.stats import Stats
 
         self.job_id, self.kinds = job_id, kinds
         key = f"inbox/{job_id}.jsonl"
@@ -356,9 +356,9 @@ def run_job(args: argparse.Namespace) -> None:
     import boto3
     from moto import mock_aws
     from sluice.contract import create_table_request
-    from sluice.failure import mark_failed
-    from sluice.merge import merge_job
-    from sluice.store import JobStore
+    from sluice.merge.mark_failed import mark_failed
+    from sluice.merge.merge import merge_job
+    from sluice.store.jobs import JobStore
 
     kinds = (
         [UNFINISHED] * args.unfinished
@@ -410,7 +410,7 @@ def project(marked: Measured, counts: Counter[str], args: argparse.Namespace) ->
     for at most ASSEMBLY_SHARE of its time and runs again for the rest, reading the finished
     shards' figures each time; the merge has a call of its own after a long assembly."""
     from sluice.contract import FULL_VCPU_MB, STEPS
-    from sluice.failure import ASSEMBLY_SHARE, MERGE_AFTER_SHARE
+    from sluice.merge.mark_failed import ASSEMBLY_SHARE, MERGE_AFTER_SHARE
 
     step = STEPS["mark_failed"]
     cpu_s = CPU_PER_REQUEST_S * FULL_VCPU_MB / min(step.memory_mb, FULL_VCPU_MB)

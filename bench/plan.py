@@ -100,8 +100,8 @@ def child(variant: str, endpoint: str, shard_lines: int) -> None:
     cpu0 = time.process_time()
     if variant == "sluice":
         from sluice.contract import Settings
-        from sluice.plan import plan_job
-        from sluice.store import JobStore
+        from sluice.plan.plan import plan_job
+        from sluice.store.jobs import JobStore
 
         settings = Settings(
             bucket=BUCKET, table="bench", provider_base_url="http://x", api_key_secret_arn="x", shard_lines=shard_lines

@@ -1,6 +1,6 @@
 """Validation's CPU cost per line (issue 33): the schema check with jsonschema and with
 fastjsonschema, each compiled once per schema, on realistic answers, and a whole line through
-`sluice.validation.Validator` (read the answer, parse its JSON, check it against its schema).
+`sluice.formats.validation.Validator` (read the answer, parse its JSON, check it against its schema).
 
 The answers are chat.completions whose content is an extraction result (an object with strings,
 numbers, an enum, a nested object and an array of objects), 10% of them off the schema, as the
@@ -26,7 +26,7 @@ import orjson
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "functions"), str(ROOT)]
 
-from sluice.validation import Validator  # noqa: E402
+from sluice.formats.validation import Validator  # noqa: E402
 
 CHAT = "/v1/chat/completions"
 SCHEMA: dict[str, Any] = {

@@ -24,7 +24,7 @@ sys.path[:0] = [str(ROOT / "functions"), str(ROOT)]
 
 import orjson  # noqa: E402
 from sluice.contract import VALIDATION_CHECKS  # noqa: E402
-from sluice.validation import Validator  # noqa: E402
+from sluice.formats.validation import Validator  # noqa: E402
 
 from local.cloud import JobRun, LocalCloud, LocalSettings, run_job  # noqa: E402
 from local.simulator import SimConfig, SimulatorServer  # noqa: E402

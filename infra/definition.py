@@ -38,7 +38,7 @@ FUNCTION_PLACEHOLDERS = {name: step.placeholder for name, step in STEPS.items()}
 SHARD = f"$.{SHARD_KEY}"
 
 # The errorType a step fails with when an AWS call inside it was throttled or failed on the
-# service's side after the SDK's own retries (`sluice.aws_errors.Transient`, turned so at the
+# service's side after the SDK's own retries (`sluice.core.aws_errors.Transient`, turned so at the
 # handler boundary by `handlers.observability.instrumented`).
 TRANSIENT_STEP_ERROR = "Transient"
 # A Lambda invocation timed out: a shard that outlives its Lambda resumes from its checkpoints

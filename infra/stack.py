@@ -284,7 +284,7 @@ class SluiceStack(cdk.Stack):
             wildcard_reason=outbox,
         )
         # A failed job still accounts for every line: MarkFailed first finishes the shards that
-        # never did (`sluice.shard.assemble`), which reads their lines from the input and writes each
+        # never did (`sluice.shard.frame.assemble`), which reads their lines from the input and writes each
         # shard's final files and nothing else under jobs/, then concatenates them into outbox/ as
         # Merge would.
         allow(["mark_failed"], ["s3:GetObject"], self._objects(INBOX_PREFIX), wildcard_reason=inbox)
@@ -314,9 +314,9 @@ class SluiceStack(cdk.Stack):
         allow(TASK_TOKEN_STEPS, ["states:SendTaskSuccess"], ["*"], wildcard_reason=CALLBACK_REASON)
 
     def _grant_cache(self) -> None:
-        """The response cache (`sluice.cache`): Plan reads the indexes and the hits' segments; the
+        """The response cache (`sluice.cache.entries`): Plan reads the indexes and the hits' segments; the
         steps that get answers add a segment and its index; Merge compacts the indexes
-        (`sluice.cache_compact`: reads, writes and deletes under cache/index/, lists segments).
+        (`sluice.cache.compact`: reads, writes and deletes under cache/index/, lists segments).
         Nothing deletes a segment (the lifecycle rule does)."""
         allow = self._allow_steps
         cache = "Response cache objects are named by the job, shard and run that wrote them, under cache/."

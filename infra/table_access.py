@@ -37,7 +37,7 @@ CHECKPOINT = (BATCH_WRITE, UPDATE)
 READ_ITEMS = (QUERY,)
 # JobStore.settle_early: the markers of webhooks that came first, then each item and its shard
 SETTLE_EARLY = (BATCH_GET, UPDATE, GET)
-# JobStore.reserve_budget / release_budget / budget_state (sluice.budget.Budget)
+# JobStore.reserve_budget / release_budget / budget_state (sluice.limits.budget.Budget)
 BUDGET = (UPDATE, GET)
 # shared_limit.BucketTable: one item, read then written on a version
 SHARED_LIMIT = (GET, UPDATE)
@@ -55,26 +55,26 @@ WEBHOOK_SETTLE = (PUT, GET, UPDATE)
 # --- each function, by the helpers its handler reaches --------------------------------------
 
 _STEPS: dict[str, tuple[tuple[str, ...], ...]] = {
-    # sluice.plan.plan_job
+    # sluice.plan.plan.plan_job
     "plan": (CLAIM_JOB, RECORD_PLAN),
-    # sluice.direct.run_direct: Stopper (job status), PartWriter, Budget, SharedLimit
+    # sluice.runners.direct.run_direct: Stopper (job status), PartWriter, Budget, SharedLimit
     "run_shard": (READ_JOB, CHECKPOINT, BUDGET, SHARED_LIMIT),
-    # sluice.background.submit_background: as run_direct, plus the item rows it skips and the
+    # sluice.runners.background.submit_background: as run_direct, plus the item rows it skips and the
     # webhooks that settled before their rows were stored
     "submit": (READ_JOB, CHECKPOINT, BUDGET, SHARED_LIMIT, READ_ITEMS, SETTLE_EARLY),
-    # sluice.background.collect_background: the item rows it polls, send_requests, PartWriter
+    # sluice.runners.background.collect_background: the item rows it polls, send_requests, PartWriter
     "collect": (READ_JOB, CHECKPOINT, SHARED_LIMIT, READ_ITEMS),
-    # sluice.batch.submit_batch / collect_batch: their shard row, the provider's queue, PartWriter
+    # sluice.runners.batch.submit.submit_batch / collect_batch: their shard row, the provider's queue, PartWriter
     "submit_batch": (READ_JOB, CHECKPOINT, BUDGET, BATCH_QUEUE, UPDATE_SHARD),
     "collect_batch": (READ_JOB, CHECKPOINT, BATCH_QUEUE, UPDATE_SHARD),
     # handlers.await_shard: JobStore.arm_shard
     "await_shard": (UPDATE_SHARD,),
-    # sluice.merge.merge_job; sluice.failure.mark_failed (merge_job, or the job row alone)
+    # sluice.merge.merge.merge_job; sluice.merge.mark_failed.mark_failed (merge_job, or the job row alone)
     "merge": (READ_JOB, FINISH_JOB),
     "mark_failed": (READ_JOB, FINISH_JOB),
-    # sluice.notify.publish: EventBridge only
+    # sluice.merge.notify.publish: EventBridge only
     "notify": (),
-    # sluice.webhooks.handle_webhook
+    # sluice.runners.webhooks.handle_webhook
     "webhook": (WEBHOOK_SETTLE,),
 }
 

@@ -108,10 +108,10 @@ def out_dir(path: Path, flag: str = "--out") -> Path:
 
 def budget_needs_prices(model: str | None, file_models: set[str | None], default_model: str | None) -> None:
     """Refuse a --budget the job could not hold before the local cloud starts, as Plan would
-    refuse it after (`sluice.plan.check_budget_models`): a model with no known price could spend
+    refuse it after (`sluice.plan.plan.check_budget_models`): a model with no known price could spend
     without limit. `file_models` are the models the file's lines name (None: a line names none)."""
-    from sluice.budget import budget_models
-    from sluice.costs import PROVIDER_PRICES
+    from sluice.core.costs import PROVIDER_PRICES
+    from sluice.limits.budget import budget_models
 
     sent = {model} if model else {m or default_model for m in file_models}
     unpriced = budget_models(sent)

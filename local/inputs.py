@@ -15,8 +15,8 @@ from typing import Any
 
 import orjson
 from sluice.contract import DEFAULT_PROVIDER
-from sluice.lines import READ_CHUNK, LineError, parse_line, split_lines
-from sluice.model import Request
+from sluice.contract.model import Request
+from sluice.formats.lines import READ_CHUNK, LineError, parse_line, split_lines
 from sluice.providers import family
 
 from local.console import EXIT_INPUT, CliError, need_file, progress
@@ -211,7 +211,7 @@ class Estimate:
         return math.ceil(self.check.requests / self.concurrency) * self.latency_s if self.check.requests else 0.0
 
     def provider_usd(self, *, batch: bool, output: str = "expected") -> dict[str, float | None]:
-        from sluice.costs import provider_cost_usd
+        from sluice.core.costs import provider_cost_usd
 
         def out(t: ModelTotals) -> int:
             return {"expected": t.tokens_out, "at_most": t.tokens_out_max, "at_least": t.tokens_out_min}[output]
@@ -222,7 +222,7 @@ class Estimate:
         }
 
     def aws_usd(self) -> float:
-        from sluice.costs import aws_cost_usd
+        from sluice.core.costs import aws_cost_usd
 
         shards = math.ceil(self.check.lines / self.shard_lines) if self.check.lines else 0
         return aws_cost_usd(requests=self.check.requests, shards=shards, wall_seconds=self.wall_seconds)

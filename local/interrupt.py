@@ -161,7 +161,7 @@ def _cancel_at_provider(
     still run."""
     import asyncio
 
-    from sluice.cancel import cancel_at_provider, open_provider_work
+    from sluice.runners.cancel import cancel_at_provider, open_provider_work
 
     runtime = _admin_runtime()
     work = open_provider_work(runtime.store, job_id)
@@ -201,7 +201,7 @@ def _cancel_at_provider(
 
 def _cancel(job_id: str, execution: str, *, reason: str) -> None:
     """End the job CANCELLED: what finished in the results, every other line in the errors."""
-    from sluice.cancel import JobNotFound, cancel_job
+    from sluice.runners.cancel import JobNotFound, cancel_job
 
     rt = _admin_runtime()
     try:

@@ -1,7 +1,7 @@
 """`sluice run`'s live progress: counts from the shards as they happen, drawn on one line.
 
 The shards run in this process, so the local cloud hands them a `LiveCounts` (a
-`sluice.progress.ProgressSink`) and every line reports here the moment its fate is known:
+`sluice.shard.progress.ProgressSink`) and every line reports here the moment its fate is known:
 no AWS request, no wait for a checkpoint. The shard rows' counters, written with each
 checkpoint and summed on read, are what `sluice status --watch` shows for a deployed job; here
 only the total comes from the job row, once Plan has written it.
@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from sluice.contract import DEFAULT_PROVIDER
-from sluice.costs import provider_cost_usd
-from sluice.model import Outcome
-from sluice.output_check import INVALID, REPAIRED
+from sluice.contract.model import Outcome
+from sluice.core.costs import provider_cost_usd
 from sluice.providers import RequestFormat, family
+from sluice.send.output_check import INVALID, REPAIRED
 
 from local.console import human_usd
 

@@ -30,7 +30,7 @@ from typing import Any
 from unittest import mock
 
 from sluice.contract import STEPS
-from sluice.limits import AWS_CLIENT_FDS, LAMBDA_FILE_DESCRIPTORS, RUNTIME_FDS
+from sluice.limits.flow import AWS_CLIENT_FDS, LAMBDA_FILE_DESCRIPTORS, RUNTIME_FDS
 
 from local.ledger import MemoryTrace
 
@@ -182,7 +182,7 @@ def payload_message(what: str, limit: int, source: str, size: int) -> str:
 class FdBudget:
     """The sockets one Lambda invocation holds open (its connections, the event loop's). moto
     opens none for the AWS SDK, so the SDK's pools are counted at their size, with the runtime's
-    own descriptors (sluice.limits)."""
+    own descriptors (sluice.limits.flow)."""
 
     def __init__(self, ledger: Ledger, step: str) -> None:
         self.ledger = ledger

@@ -12,7 +12,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sluice.stats import latency_bucket_bounds_s
+from sluice.shard.stats import latency_bucket_bounds_s
 
 WIDTH = 720
 HEIGHT = 220

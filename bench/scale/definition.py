@@ -4,7 +4,7 @@ History events and state transitions of a Map child are counted from `infra.defi
 itself: each state's events by its type
 (https://docs.aws.amazon.com/step-functions/latest/apireference/API_HistoryEvent.html), the
 loop each mode waits in found as a cycle of the child's states. Merge's parts come from
-`sluice.merge.plan_parts`, the planner Merge runs.
+`sluice.merge.merge.plan_parts`, the planner Merge runs.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from sluice.merge import plan_parts
+from sluice.merge.merge import plan_parts
 
 from infra.definition import definition
 

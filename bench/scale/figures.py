@@ -19,9 +19,9 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from sluice.batch_advance import batch_wait_seconds
 from sluice.contract import causes
-from sluice.shard import poll_wait_seconds
+from sluice.runners.batch.advance import batch_wait_seconds
+from sluice.shard.frame import poll_wait_seconds
 
 from bench.scale import definition, memory
 from bench.scale.counts import BY_NAME, CONTINGENT, PerOccurrence, per_occurrence

@@ -263,7 +263,7 @@ def merge_fixture(endpoint: str, step: str, lines: int) -> dict[str, Any]:
     MarkFailed a quarter cut short and a quarter never started. Returns its Planned."""
     import boto3
     from sluice.contract import create_table_request
-    from sluice.store import JobStore
+    from sluice.store.jobs import JobStore
 
     from bench import merge as merge_bench
 
@@ -317,9 +317,9 @@ def merge_child(args: argparse.Namespace) -> dict[str, Any]:
     import boto3
     from botocore.config import Config
     from sluice.contract import Planned
-    from sluice.failure import mark_failed
-    from sluice.merge import merge_job
-    from sluice.store import JobStore
+    from sluice.merge.mark_failed import mark_failed
+    from sluice.merge.merge import merge_job
+    from sluice.store.jobs import JobStore
 
     from bench import merge as merge_bench
 

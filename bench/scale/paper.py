@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sluice.lease import LeasePolicy, lease_period_s
-from sluice.shard import OPENINGS_PER_S
+from sluice.limits.lease import LeasePolicy, lease_period_s
+from sluice.shard.frame import OPENINGS_PER_S
 
 from bench.scale.figures import DDB_PARTITION_RCU_PER_S, DDB_PARTITION_WCU_PER_S, HEADROOM
 from bench.scale.rates import DDB_CALL_S, Scenario

@@ -15,16 +15,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from sluice.batch_advance import BATCH_WINDOW_S
-from sluice.budget import CHUNK_MAX_REQUESTS
-from sluice.cache_lookup import LOOKUP_THREADS
+from sluice.cache.lookup import LOOKUP_THREADS
 from sluice.contract import STEPS, Settings, causes
-from sluice.job_options import KEY_LATENCY_S
-from sluice.lease import LeasePolicy, lease_period_s
-from sluice.limits import MAX_SHARD_CONNECTIONS
-from sluice.outputs import SHARD_WORKERS as OUTPUT_WORKERS
-from sluice.rows import SHARD_WORKERS
-from sluice.shard import OPENINGS_PER_S
+from sluice.limits.budget import CHUNK_MAX_REQUESTS
+from sluice.limits.flow import MAX_SHARD_CONNECTIONS
+from sluice.limits.lease import LeasePolicy, lease_period_s
+from sluice.merge.outputs import SHARD_WORKERS as OUTPUT_WORKERS
+from sluice.plan.job_options import KEY_LATENCY_S
+from sluice.runners.batch.advance import BATCH_WINDOW_S
+from sluice.shard.frame import OPENINGS_PER_S
+from sluice.store.rows import SHARD_WORKERS
 
 from infra.config import Environment, cdk_json_context
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 from typing import Any
 
 from sluice.contract import MARK_FAILED_ERROR_KEY, STEP_ERROR_KEY, Planned
-from sluice.failure import mark_failed, record_failure
-from sluice.notify import publish
+from sluice.merge.mark_failed import mark_failed, record_failure
+from sluice.merge.notify import publish
 
 from .observability import instrumented, job_finished, logger
 from .runtime import runtime

@@ -2,10 +2,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from sluice.cache_compact import compact_slice
-from sluice.cache_store import cache_store
+from sluice.cache.blobs import cache_store
+from sluice.cache.compact import compact_slice
 from sluice.contract import Merged, Planned
-from sluice.merge import merge_job
+from sluice.merge.merge import merge_job
 
 from .observability import instrumented, logger, scalars
 from .runtime import runtime

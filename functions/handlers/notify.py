@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from sluice.contract import Merged
-from sluice.notify import detail_type, publish
+from sluice.merge.notify import detail_type, publish
 
 from .observability import instrumented, job_finished
 from .runtime import runtime

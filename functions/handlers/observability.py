@@ -23,8 +23,8 @@ from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
-from sluice.aws_errors import as_step_error
 from sluice.contract import ENVIRONMENT_VARIABLE, METRICS_NAMESPACE, SERVICE, causes
+from sluice.core.aws_errors import as_step_error
 
 WEBHOOK_REJECTION_REASONS = ("too_large", "missing_headers", "signature", "malformed", "unknown_type")
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from sluice.contract import PLAN_EVENT_KEY, PLAN_EXECUTION_KEY
-from sluice.plan import plan_job
+from sluice.plan.plan import plan_job
 
 from .observability import instrumented, logger, scalars
 from .runtime import runtime

@@ -3,7 +3,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from sluice.direct import run_direct
+from sluice.runners.direct import run_direct
 
 from .observability import instrumented, shard_run
 from .runtime import runtime

@@ -20,10 +20,10 @@ from typing import Any
 import boto3
 from aws_lambda_powertools.utilities.parameters import SecretsProvider
 from sluice.contract import Mode, Settings, causes
-from sluice.engine import make_session
 from sluice.providers import Signer, apis, modes, signing
-from sluice.shard import ShardContext
-from sluice.store import JobStore
+from sluice.send.engine import make_session
+from sluice.shard.frame import ShardContext
+from sluice.store.jobs import JobStore
 
 SessionFor = Callable[[str], boto3.Session]
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from sluice.background import submit_background
+from sluice.runners.background import submit_background
 
 from .observability import instrumented, shard_run
 from .runtime import runtime

@@ -3,7 +3,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from sluice.batch import submit_batch
+from sluice.runners.batch.submit import submit_batch
 
 from .observability import instrumented, shard_run
 from .runtime import runtime

@@ -9,8 +9,8 @@ from typing import Any
 from aws_lambda_powertools.utilities.parameters import SecretsProvider
 from botocore.exceptions import ClientError
 from sluice.contract import WebhookSettings
-from sluice.store import JobStore
-from sluice.webhooks import handle_job_event, handle_webhook
+from sluice.runners.webhooks import handle_job_event, handle_webhook
+from sluice.store.jobs import JobStore
 
 from .observability import instrumented, webhook_answered
 from .runtime import read_secret, session_for

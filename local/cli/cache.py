@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 import orjson
-from sluice.cache import DirStore, clear, default_cache_dir, stats
+from sluice.cache.entries import DirStore, clear, default_cache_dir, stats
 from sluice.contract import DEFAULT_PROVIDER
 from sluice.providers import family
 

@@ -6,10 +6,10 @@ import argparse
 from typing import Any
 
 from botocore.exceptions import ClientError
-from sluice.cancel import JobNotFound, cancel_job
 from sluice.contract import JobStatus
-from sluice.notify import publish
+from sluice.merge.notify import publish
 from sluice.providers import apis
+from sluice.runners.cancel import JobNotFound, cancel_job
 
 from local.console import EXIT_OK, EXIT_PROVIDER, say
 from local.deployed import Deployment, aws_errors, environment

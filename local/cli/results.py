@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 from sluice.contract import OUTPUT_SUFFIXES, REPORT_SUFFIX, TERMINAL_STATUSES, output_key
-from sluice.plan import output_prefix
+from sluice.plan.plan import output_prefix
 
 from local.checks import out_dir
 from local.console import EXIT_NOT_FOUND, EXIT_NOT_READY, EXIT_OK, CliError, file_link, progress, say

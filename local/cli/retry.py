@@ -7,7 +7,7 @@ import tempfile
 from pathlib import Path
 
 from sluice.contract import TERMINAL_STATUSES, job_option_key, output_key
-from sluice.plan import output_prefix
+from sluice.plan.plan import output_prefix
 
 from local.console import EXIT_NOT_FOUND, EXIT_NOT_READY, EXIT_OK, CliError, need_file, say
 from local.deployed import aws_errors, environment

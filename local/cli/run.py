@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sluice.cache import default_cache_dir
+from sluice.cache.entries import default_cache_dir
 from sluice.contract import (
     DEFAULT_PROVIDER,
     INBOX_PREFIX,
@@ -22,7 +22,7 @@ from sluice.contract import (
     JobStatus,
     output_key,
 )
-from sluice.plan import PlanError, job_id_for
+from sluice.plan.plan import PlanError, job_id_for
 
 from local.checks import budget_needs_prices, out_dir, usable_out_dir
 from local.cloud import LocalCloud, LocalSettings

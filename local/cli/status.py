@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 from sluice.contract import TERMINAL_STATUSES
-from sluice.lines import LineError
+from sluice.formats.lines import LineError
 
 from local.console import EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, CliError, need_file, say
 from local.deployed import Deployment, aws_errors, environment, jobs

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from sluice.verify import verify as check
+from sluice.merge.verify import verify as check
 
 from local.checks import summary_file, verify_order
 from local.console import EXIT_JOB_FAILED, EXIT_OK, need_file

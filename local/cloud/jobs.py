@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 from botocore.exceptions import ClientError
 from sluice.contract import ExecutionStatus, output_key
-from sluice.verify import Report, verify
+from sluice.merge.verify import Report, verify
 
 from local.cloud.local_cloud import LocalCloud
 
@@ -41,7 +41,7 @@ class JobRun:
 
 def run_job(cloud: LocalCloud, path: Path, *, metadata: dict[str, str] | None = None, key: str | None = None) -> JobRun:
     """Upload, start the execution the way the EventBridge rule would, wait, read the outputs."""
-    from sluice.plan import job_id_for, output_prefix
+    from sluice.plan.plan import job_id_for, output_prefix
 
     key, etag = cloud.upload(path, key=key, metadata=metadata)
     job_id = job_id_for(cloud.bucket, key, etag)

@@ -12,8 +12,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from sluice.engine import make_session
-from sluice.progress import ProgressSink
+from sluice.send.engine import make_session
+from sluice.shard.progress import ProgressSink
 
 from local import quotas
 
@@ -64,7 +64,7 @@ class LambdaContext:
 
     @asynccontextmanager
     async def session_factory(self, concurrency: int) -> AsyncIterator[Any]:
-        """The shard's HTTP session (`sluice.engine.make_session`); while it is open, `abandon`
+        """The shard's HTTP session (`sluice.send.engine.make_session`); while it is open, `abandon`
         can cut the task sending through it short."""
         task = asyncio.current_task()
         sending = (asyncio.get_running_loop(), task) if task is not None else None
@@ -79,7 +79,7 @@ class LambdaContext:
 
     def abandon(self) -> None:
         """Cancel the task sending now, if one is: the requests in flight get no answer, and the
-        shard checkpoints what it was answered before it ends (`sluice.direct.run_direct`)."""
+        shard checkpoints what it was answered before it ends (`sluice.runners.direct.run_direct`)."""
         with self._lock:
             sending = self._sending
         if sending is None:

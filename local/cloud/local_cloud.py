@@ -32,8 +32,8 @@ from sluice.contract import (
     Settings,
     WebhookSettings,
 )
-from sluice.progress import ProgressSink
-from sluice.store import JobStore
+from sluice.shard.progress import ProgressSink
+from sluice.store.jobs import JobStore
 
 from local import ledger, moto_patches, quotas
 from local.cloud.bedrock_jobs import BedrockJobs, bedrock_jobs

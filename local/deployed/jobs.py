@@ -9,8 +9,8 @@ from typing import Any
 import orjson
 from botocore.exceptions import ClientError
 from sluice.contract import TERMINAL_STATUSES, JobProgress, JobRow, JobStatus, ShardRow, ShardStatus
-from sluice.keys import job_key
-from sluice.plan import job_id_for
+from sluice.plan.plan import job_id_for
+from sluice.store.keys import job_key
 
 from local.console import EXIT_NOT_FOUND, CliError, human_seconds, human_usd, job_exit_code, progress, say
 from local.deployed.local_jobs import LOCAL_JOB_HINT
@@ -77,7 +77,7 @@ def describe_job(dep: Deployment, job: JobRow, *, now: float | None = None, max_
         + (f"; mode {job.plan.mode}" if job.plan and job.plan.mode else "")
     )
     if job.budget_cap:
-        # figures in nano-USD (`sluice.budget`): spent is what answers cost, committed adds reservations
+        # figures in nano-USD (`sluice.limits.budget`): spent is what answers cost, committed adds reservations
         cap, spent = job.budget_cap / 1e9, (job.budget_spent or 0) / 1e9
         lines.append(f"  budget {human_usd(cap)}: spent {human_usd(spent)} ({spent / cap:.0%})")
         if status == JobStatus.BUDGET_EXCEEDED:

@@ -9,12 +9,12 @@ from typing import Any
 import orjson
 from botocore.exceptions import ClientError
 from sluice.contract import JobRow, manifest_key
-from sluice.lines import READ_CHUNK, LineError, parse_line, split_lines
-from sluice.merge import load_manifest
+from sluice.formats.lines import READ_CHUNK, LineError, parse_line, split_lines
+from sluice.merge.merge import load_manifest
+from sluice.shard.frame import ShardSpec, read_shard_lines
 
 # the checkpoint format belongs to the shard code; its own readers keep the two in step
-from sluice.parts import part_keys, read_part
-from sluice.shard import ShardSpec, read_shard_lines
+from sluice.shard.parts import part_keys, read_part
 
 from local.console import EXIT_NOT_FOUND, CliError
 from local.deployed.jobs import output_size

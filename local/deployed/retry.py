@@ -10,7 +10,7 @@ from pathlib import Path
 import orjson
 from botocore.exceptions import ClientError
 from sluice.contract import METADATA_PREFIX, JobRow, job_option_key
-from sluice.lines import READ_CHUNK, parse_line, split_lines
+from sluice.formats.lines import READ_CHUNK, parse_line, split_lines
 
 from local.console import EXIT_INPUT, CliError
 from local.deployed.stack import Deployment

@@ -20,7 +20,7 @@ from botocore.exceptions import (
     TokenRetrievalError,
 )
 from sluice.contract import DEFAULT_PROVIDER
-from sluice.store import JobStore
+from sluice.store.jobs import JobStore
 
 from local.console import EXIT_AWS, EXIT_ENVIRONMENT, CliError, say
 from local.deployed.local_jobs import LOCAL_JOB_HINT, refuse_local_job

@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from sluice.contract import DEFAULT_PROVIDER, INBOX_PREFIX, JOB_OPTIONS, METADATA_PREFIX, Settings, job_option_key
-from sluice.plan import JobOptions, PlanError, job_id_for
+from sluice.plan.plan import JobOptions, PlanError, job_id_for
 
 from local.cli.validate_options import validate_metadata
 from local.console import EXIT_USAGE, CliError, progress, say

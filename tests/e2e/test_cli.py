@@ -212,7 +212,7 @@ class Deployed:
 
     @property
     def store(self) -> Any:
-        from sluice.store import JobStore
+        from sluice.store.jobs import JobStore
 
         return JobStore(self.table, ttl_days=7)
 
@@ -242,7 +242,7 @@ class Deployed:
 
     def start(self, key: str, **settings: Any) -> dict[str, Any]:
         """What the EventBridge rule and Plan do for a new object: an execution and a plan."""
-        from sluice.plan import plan_job
+        from sluice.plan.plan import plan_job
 
         etag = self.s3.head_object(Bucket=BUCKET, Key=key)["ETag"].strip('"')
         event = {
@@ -263,13 +263,13 @@ class Deployed:
         ).to_dict()
 
     def specs(self, state: dict[str, Any]) -> list[Any]:
-        from sluice.merge import load_manifest
+        from sluice.merge.merge import load_manifest
 
         return load_manifest(self.s3, BUCKET, state["manifest_key"])
 
     def context(self, **settings: Any) -> Any:
-        from sluice.engine import make_session
-        from sluice.shard import ShardContext
+        from sluice.send.engine import make_session
+        from sluice.shard.frame import ShardContext
 
         return ShardContext(
             s3=self.s3,
@@ -281,13 +281,13 @@ class Deployed:
         )
 
     def run_shard(self, spec: Any) -> None:
-        from sluice.direct import run_direct
+        from sluice.runners.direct import run_direct
 
         assert asyncio.run(run_direct(self.context(), spec)).done
 
     def merge(self, state: dict[str, Any]) -> dict[str, Any]:
         from sluice.contract import Planned
-        from sluice.merge import merge_job
+        from sluice.merge.merge import merge_job
 
         return merge_job(s3=self.s3, store=self.store, state=Planned.from_dict(state)).to_json()
 
@@ -380,7 +380,7 @@ def test_environment_and_job_errors_have_their_own_exit_codes(deployed: Deployed
 
 
 def test_submit_then_status_while_running_then_results(deployed: Deployed, tmp_path: Path) -> None:
-    from sluice.plan import job_id_for
+    from sluice.plan.plan import job_id_for
 
     path = write_jsonl(
         tmp_path / "reviews.jsonl", [request_line(f"c-{n}", "great" if n % 2 else "awful") for n in range(25)]
@@ -527,7 +527,7 @@ def test_cancel_stops_the_execution_cancels_provider_work_and_keeps_what_finishe
     deployed: Deployed, tmp_path: Path
 ) -> None:
     from openai import OpenAI
-    from sluice.background import collect_background, submit_background
+    from sluice.runners.background import collect_background, submit_background
 
     path = write_jsonl(tmp_path / "long.jsonl", [request_line(f"l-{n}", url="/v1/responses") for n in range(20)])
     submitted = deployed.cli("submit", str(path), "--mode", "background", "--quiet")

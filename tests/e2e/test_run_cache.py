@@ -142,10 +142,10 @@ def test_a_run_killed_with_sigkill_resumes_sending_each_line_once(tmp_path: Path
 
 
 def test_cache_stats_and_clear(tmp_path: Path, capsys: Any) -> None:
-    from sluice.cache import CacheFill, DirStore
-    from sluice.model import Outcome, Request
+    from sluice.cache.entries import CacheFill, DirStore
+    from sluice.contract.model import Outcome, Request
+    from sluice.core.records import result_record
     from sluice.providers import OPENAI
-    from sluice.records import result_record
 
     from local.cli.app import main
 

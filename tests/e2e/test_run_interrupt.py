@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 import orjson
-from sluice.cache import SEGMENTS, DirStore, stats
+from sluice.cache.entries import SEGMENTS, DirStore, stats
+from sluice.merge.verify import verify
 from sluice.providers import OPENAI
-from sluice.verify import verify
 
 from local.simulator import SimConfig, SimulatorServer
 from tests.conftest import write_jsonl

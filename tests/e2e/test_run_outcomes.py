@@ -6,7 +6,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from sluice.verify import verify
+from sluice.merge.verify import verify
 
 from tests.conftest import request_line, write_jsonl
 from tests.e2e.test_cli import ROOT, clean_env, sluice

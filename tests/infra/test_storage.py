@@ -156,8 +156,8 @@ def test_the_provider_index_copies_only_keys_and_still_wakes_a_batch_shard() -> 
     import boto3
     from moto import mock_aws
     from sluice.contract import PROVIDER_ID_INDEX, create_table_request
-    from sluice.keys import shard_key
-    from sluice.store import JobStore
+    from sluice.store.jobs import JobStore
+    from sluice.store.keys import shard_key
 
     with mock_aws():
         boto3.client("dynamodb", region_name="us-east-1").create_table(**create_table_request("jobs"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from handlers import webhook
-from sluice.store import JobStore
+from sluice.store.jobs import JobStore
 
 from infra.stack import PROVIDER_ID_INDEX, WEBHOOK_INDEX_ACTIONS, WEBHOOK_TABLE_ACTIONS
 from tests.unit.test_observability import call, deployed_webhook, provider_event, signed

@@ -8,13 +8,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from sluice.cache import CacheFill, CacheStore, cache_key
-from sluice.cache_lookup import CacheView
-from sluice.cache_plan import JobKeys, fetch_answers, find_hits
-from sluice.cache_store import Listed
-from sluice.model import Outcome, Request
+from sluice.cache.blobs import Listed
+from sluice.cache.entries import CacheFill, CacheStore, cache_key
+from sluice.cache.lookup import CacheView
+from sluice.contract.model import Outcome, Request
+from sluice.core.records import result_record
+from sluice.plan.cache_plan import JobKeys, fetch_answers, find_hits
 from sluice.providers import OPENAI
-from sluice.records import result_record
 
 BASE = "https://api.example.com/v1"
 PATH = "/v1/chat/completions"

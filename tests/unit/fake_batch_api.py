@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
-from sluice.model import ErrorCode, Request
+from sluice.contract.model import ErrorCode, Request
 from sluice.providers.batch import (
     BatchApiOpener,
     BatchLimits,

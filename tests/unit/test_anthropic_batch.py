@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
-from sluice.model import ErrorCode, Request
+from sluice.contract.model import ErrorCode, Request
 from sluice.providers.anthropic import batch as batch_module
 from sluice.providers.anthropic.batch import AnthropicBatchApi, ProviderUnavailable, opener
 from sluice.providers.anthropic.batch_wire import batch_status, parse_row

@@ -184,16 +184,6 @@ def test_bench_is_imported_by_no_product_code() -> None:
 PROVIDERS_PACKAGE = "sluice.providers"
 PROVIDER_SDKS = ("openai", "anthropic")
 PROVIDER_AWS_SERVICES = re.compile(r"bedrock(-.+)?")
-# The Batch API's modules import the openai SDK until the batch seam moves it into
-# `sluice.providers` (`providers/openai/batch.py`), which removes them from this list.
-BATCH_SEAM_PENDING = frozenset(
-    {
-        "functions/sluice/batch.py",
-        "functions/sluice/batch_advance.py",
-        "functions/sluice/batch_api.py",
-        "functions/sluice/batch_collect.py",
-    }
-)
 # OpenAI's headers, usage fields and answer shape, as they appear in code that reads them
 OPENAI_WIRE_NAMES = re.compile(
     r"x-ratelimit-|Bearer |prompt_tokens|completion_tokens|input_tokens|output_tokens"
@@ -248,7 +238,6 @@ def test_only_the_providers_package_speaks_to_a_provider_through_its_sdk() -> No
         path: uses
         for package in ("sluice", "handlers", "infra", "local")
         for path, uses in provider_sdk_users(package).items()
-        if path not in BATCH_SEAM_PENDING
     }
     assert not outside, f"a provider's SDK or AWS client outside sluice.providers: {outside}"
 
@@ -318,3 +307,118 @@ def test_the_rules_catch_a_third_party_import_the_asset_lacks(tmp_path: Path, mo
     (fake / "plan.py").write_text("import orjson\nimport boto3\nfrom sluice.plan import plan_job\nimport moto\n")
     monkeypatch.setitem(PACKAGES, "handlers", fake)
     assert foreign_packages("handlers", asset_packages()) == [f"{fake}/plan.py:4: handlers.plan imports moto"]
+
+
+# The core's packages, in the pipeline's order: each may import the ones its docstring names, which
+# are all below it, so the packages form no cycle (docs/architecture.md, The core's packages).
+BELOW_PROVIDERS = {"contract", "core"}
+LAYERS: dict[str, set[str]] = {
+    "contract": set(),
+    "core": {"contract"},
+    "providers": BELOW_PROVIDERS,
+    "formats": BELOW_PROVIDERS | {"providers"},
+    "store": BELOW_PROVIDERS,
+    "cache": BELOW_PROVIDERS | {"providers"},
+    "limits": BELOW_PROVIDERS | {"providers", "store"},
+    "send": BELOW_PROVIDERS | {"providers", "formats", "limits", "store"},
+    "shard": BELOW_PROVIDERS | {"providers", "formats", "store", "limits", "send", "cache"},
+    "plan": BELOW_PROVIDERS | {"providers", "formats", "store", "limits", "send", "cache", "shard"},
+    "merge": BELOW_PROVIDERS | {"providers", "formats", "store", "limits", "send", "cache", "shard", "plan"},
+    "runners.batch": BELOW_PROVIDERS | {"providers", "formats", "store", "limits", "send", "cache", "shard"},
+    "runners": BELOW_PROVIDERS
+    | {"providers", "formats", "store", "limits", "send", "cache", "shard", "plan", "merge", "runners.batch"},
+}
+
+
+def core_package(module: str) -> str | None:
+    """The package of `LAYERS` a module of `sluice` belongs to (None for `sluice` itself)."""
+    parts = module.split(".")
+    if len(parts) < 2 or parts[0] != "sluice":
+        return None
+    if parts[1] == "runners" and len(parts) > 2 and parts[2] == "batch":
+        return "runners.batch"
+    return parts[1] if parts[1] in LAYERS else None
+
+
+def package_imports() -> dict[tuple[str, str], list[str]]:
+    """(importing package, imported package) -> where, for every import between two of the core's packages."""
+    found: dict[tuple[str, str], list[str]] = {}
+    for where, module, imported in imports_of("sluice"):
+        source, target = core_package(module), core_package(imported)
+        if source and target and source != target:
+            found.setdefault((source, target), []).append(f"{where}: {module} imports {imported}")
+    return found
+
+
+def layer_violations() -> list[str]:
+    return [
+        where
+        for (source, target), wheres in sorted(package_imports().items())
+        if target not in LAYERS[source]
+        for where in wheres
+    ]
+
+
+def cycles(edges: set[tuple[str, str]]) -> list[list[str]]:
+    graph: dict[str, set[str]] = {}
+    for source, target in edges:
+        graph.setdefault(source, set()).add(target)
+    found: list[list[str]] = []
+    state: dict[str, int] = {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                found.append([*path[path.index(nxt) :], nxt])
+            elif nxt not in state:
+                visit(nxt, [*path, nxt])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    return found
+
+
+def test_every_module_of_the_core_is_in_one_of_its_packages() -> None:
+    loose = [
+        str(path.relative_to(ROOT))
+        for path in files("sluice")
+        if module_name(path) != "sluice" and core_package(module_name(path)) is None
+    ]
+    assert not loose, f"a module outside the core's packages (add it to one, or a package to LAYERS): {loose}"
+    packages = {p.name for p in PACKAGES["sluice"].iterdir() if (p / "__init__.py").exists()}
+    assert packages == {name.split(".")[0] for name in LAYERS}
+
+
+def test_each_package_of_the_core_imports_only_the_packages_below_it() -> None:
+    assert not layer_violations()
+
+
+def test_the_core_s_packages_import_each_other_in_no_cycle() -> None:
+    assert not cycles(set(package_imports()))
+    assert not cycles({(source, target) for source, allowed in LAYERS.items() for target in allowed})
+
+
+def test_each_package_says_what_it_owns_and_what_it_may_import() -> None:
+    for name in LAYERS:
+        init = PACKAGES["sluice"].joinpath(*name.split("."), "__init__.py")
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        assert doc, f"{init.relative_to(ROOT)} has no docstring"
+        if name not in ("contract", "providers"):
+            assert "May import" in doc, f"{init.relative_to(ROOT)} does not say what it may import"
+
+
+def test_the_package_rules_catch_an_import_upward_and_a_cycle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = tmp_path / "sluice"
+    for name in ("store", "shard", "runners/batch"):
+        (fake / name).mkdir(parents=True)
+        (fake / name / "__init__.py").write_text("")
+    (fake / "store" / "jobs.py").write_text("def late():\n    from sluice.shard.frame import ShardContext\n")
+    (fake / "shard" / "frame.py").write_text("from sluice.store.jobs import JobStore\n")
+    (fake / "runners" / "batch" / "submit.py").write_text("from ...shard import frame\n")
+    monkeypatch.setitem(PACKAGES, "sluice", fake)
+    assert layer_violations() == [f"{fake}/store/jobs.py:2: sluice.store.jobs imports sluice.shard.frame.ShardContext"]
+    assert cycles(set(package_imports())) == [["shard", "store", "shard"]]
+    assert ("runners.batch", "shard") in package_imports()

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError, ConnectTimeoutError, EndpointConnectionError, ReadTimeoutError
 from handlers.observability import instrumented
-from sluice.aws_errors import Transient, as_step_error, is_transient
+from sluice.core.aws_errors import Transient, as_step_error, is_transient
 
 from infra.definition import TRANSIENT_LAMBDA_ERRORS, definition
 from local.cloud import LambdaContext

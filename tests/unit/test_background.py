@@ -5,7 +5,7 @@ from typing import Any
 
 import orjson
 import pytest
-from sluice.model import ErrorCode, Request
+from sluice.contract.model import ErrorCode, Request
 from sluice.providers.background import Settled
 from sluice.providers.openai.background import output_text, poll_request, settle, submit_request
 

@@ -20,19 +20,19 @@ import orjson
 import pytest
 from moto import mock_aws
 from openai.resources.batches import AsyncBatches
-from sluice.batch import collect_batch, submit_batch
-from sluice.batch_advance import batch_wait_seconds
-from sluice.batch_collect import row_outcome
-from sluice.batch_files import BatchPart, part_key, split_parts
 from sluice.contract import BatchCollected, Settings
-from sluice.costs import provider_costs
-from sluice.engine import make_session
-from sluice.model import ErrorCode, Outcome, Request
-from sluice.parts import load_checkpoint
-from sluice.plan import JobOptions, PlanError
+from sluice.contract.model import ErrorCode, Outcome, Request
+from sluice.core.costs import provider_costs
+from sluice.plan.plan import JobOptions, PlanError
 from sluice.providers.openai.batch import batch_row, parse_row
-from sluice.shard import ShardContext, ShardSpec
-from sluice.store import JobStore
+from sluice.runners.batch.advance import batch_wait_seconds
+from sluice.runners.batch.collect import row_outcome
+from sluice.runners.batch.files import BatchPart, part_key, split_parts
+from sluice.runners.batch.submit import collect_batch, submit_batch
+from sluice.send.engine import make_session
+from sluice.shard.frame import ShardContext, ShardSpec
+from sluice.shard.parts import load_checkpoint
+from sluice.store.jobs import JobStore
 
 from local.cloud import LocalCloud
 from local.simulator import SimConfig, SimulatorServer
@@ -408,8 +408,8 @@ def test_a_job_runs_only_the_shards_its_keys_rate_keeps_busy() -> None:
     """10M lines on a 30,000-RPM key, asked to run 1,000 shards of 950 connections at once: the key
     keeps 500 x 30 s = 15,000 requests in flight, which 16 shards hold; the other 984 would only wait
     in their Lambdas. With no rate known, the job runs what it asked."""
-    from sluice.job_options import KEY_LATENCY_S, rate_capped_shards
-    from sluice.limits import MAX_SHARD_CONNECTIONS
+    from sluice.limits.flow import MAX_SHARD_CONNECTIONS
+    from sluice.plan.job_options import KEY_LATENCY_S, rate_capped_shards
 
     rate = '{"gpt-4o-mini": {"rpm": 30000}}'
     settings = Settings(

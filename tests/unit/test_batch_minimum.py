@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
-from sluice.batch import collect_batch, submit_batch
-from sluice.parts import load_checkpoint
 from sluice.providers.batch import BatchLimits
-from sluice.shard import pending
+from sluice.runners.batch.submit import collect_batch, submit_batch
+from sluice.shard.frame import pending
+from sluice.shard.parts import load_checkpoint
 
 from tests.unit.fake_batch_api import FakeBatchApi
 from tests.unit.test_batch_runner import Env

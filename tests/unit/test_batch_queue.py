@@ -13,12 +13,12 @@ import openai
 import orjson
 import pytest
 from openai.resources.batches import AsyncBatches
-from sluice.batch import collect_batch, split_parts, submit_batch
-from sluice.batch_queue import HOLD_GRACE_S, Hold, caught_up, estimate_tokens, queue_key, window_of
-from sluice.batch_queue_table import QueueTable
 from sluice.contract import BatchCollected, Settings, SettingsError
-from sluice.model import Request
+from sluice.contract.model import Request
+from sluice.limits.batch_queue import HOLD_GRACE_S, Hold, caught_up, estimate_tokens, queue_key, window_of
+from sluice.limits.batch_queue_table import QueueTable
 from sluice.providers.openai.batch import batch_row
+from sluice.runners.batch.submit import collect_batch, split_parts, submit_batch
 
 from local.simulator import SimConfig, SimulatorServer
 from tests.unit.test_batch import JOB, Env, lines, request

@@ -15,7 +15,7 @@ from typing import Any
 
 import boto3
 import orjson
-from sluice.batch import submit_batch
+from sluice.runners.batch.submit import submit_batch
 
 from local.quotas import item_size
 from tests.unit.test_batch import Env, lines

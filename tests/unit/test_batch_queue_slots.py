@@ -12,7 +12,9 @@ from typing import Any
 import boto3
 import pytest
 from moto import mock_aws
-from sluice.batch_queue import (
+from sluice.contract import create_table_request
+from sluice.core.retry import TABLE_RETRY, table_retry_delay_s
+from sluice.limits.batch_queue import (
     HOLD_GRACE_S,
     HOLD_MAX_S,
     MAX_RACES,
@@ -32,10 +34,8 @@ from sluice.batch_queue import (
     share,
     window_of,
 )
-from sluice.batch_queue_table import QueueTable, slot_key
-from sluice.contract import create_table_request
+from sluice.limits.batch_queue_table import QueueTable, slot_key
 from sluice.providers.openai.batch import batch_status
-from sluice.retry import TABLE_RETRY, table_retry_delay_s
 
 QUEUE = "LIMIT#0123456789abcdef#gpt-4o-mini"
 NOW = 1_750_000_000.0

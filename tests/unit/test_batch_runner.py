@@ -16,13 +16,13 @@ import boto3
 import orjson
 import pytest
 from moto import mock_aws
-from sluice.batch import collect_batch, submit_batch
-from sluice.cancel import ProviderWork, cancel_at_provider
 from sluice.contract import Settings
-from sluice.engine import make_session
-from sluice.parts import load_checkpoint
-from sluice.shard import ShardContext, ShardSpec, pending
-from sluice.store import JobStore
+from sluice.runners.batch.submit import collect_batch, submit_batch
+from sluice.runners.cancel import ProviderWork, cancel_at_provider
+from sluice.send.engine import make_session
+from sluice.shard.frame import ShardContext, ShardSpec, pending
+from sluice.shard.parts import load_checkpoint
+from sluice.store.jobs import JobStore
 
 from local.cloud import create_table
 from tests.conftest import plan_figures, request_line

@@ -14,14 +14,14 @@ from typing import Any
 
 import orjson
 import pytest
-from sluice.batch import collect_batch, submit_batch
 from sluice.contract import Settings
-from sluice.job_options import BATCH_BYTES_IN_HAND, JobOptions
-from sluice.line_pass import MAX_SHARD_BYTES
-from sluice.merge import load_manifest
-from sluice.plan import plan_job
+from sluice.merge.merge import load_manifest
+from sluice.plan.job_options import BATCH_BYTES_IN_HAND, JobOptions
+from sluice.plan.line_pass import MAX_SHARD_BYTES
+from sluice.plan.plan import plan_job
 from sluice.providers import apis
-from sluice.shard import ShardSpec, pending
+from sluice.runners.batch.submit import collect_batch, submit_batch
+from sluice.shard.frame import ShardSpec, pending
 
 from local.cloud.bedrock_jobs import BedrockJobs
 from tests.conftest import request_line

@@ -16,17 +16,17 @@ from typing import Any
 
 import orjson
 import pytest
-from sluice.batch import collect_batch, submit_batch
-from sluice.cancel import ProviderWork, cancel_at_provider
 from sluice.contract import BEDROCK_INPUT_PREFIX, BEDROCK_OUTPUT_PREFIX
-from sluice.model import Request
-from sluice.parts import load_checkpoint
+from sluice.contract.model import Request
 from sluice.providers.batch import BatchLimits, BatchTag, BatchUpload, QueueFull
 from sluice.providers.bedrock import batch as bedrock
 from sluice.providers.bedrock.format import BEDROCK
 from sluice.providers.bedrock.records import dialect, model_input, output_row
 from sluice.providers.format import Unsupported
-from sluice.shard import ShardSpec, pending
+from sluice.runners.batch.submit import collect_batch, submit_batch
+from sluice.runners.cancel import ProviderWork, cancel_at_provider
+from sluice.shard.frame import ShardSpec, pending
+from sluice.shard.parts import load_checkpoint
 
 from local.cloud.bedrock_jobs import EXPIRED, PARTIAL, BedrockJobs
 from tests.unit.test_batch_runner import BUCKET, Env

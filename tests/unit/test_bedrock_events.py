@@ -9,8 +9,8 @@ from typing import Any
 import boto3
 import pytest
 from moto import mock_aws
-from sluice.store import JobStore
-from sluice.webhooks import handle_job_event
+from sluice.runners.webhooks import handle_job_event
+from sluice.store.jobs import JobStore
 
 from local.cloud import LocalCloud
 from local.cloud.bedrock_jobs import BedrockJobs

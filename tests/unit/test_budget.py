@@ -11,7 +11,9 @@ import boto3
 import orjson
 import pytest
 from moto import mock_aws
-from sluice.budget import (
+from sluice.contract import parse_budget
+from sluice.contract.model import Outcome, Request
+from sluice.limits.budget import (
     CHUNK_REQUESTS,
     DEFAULT_OUTPUT_TOKENS,
     HOLDERS_POLL_MAX_S,
@@ -23,10 +25,8 @@ from sluice.budget import (
     usd_to_nano,
     worst_case_nano,
 )
-from sluice.contract import parse_budget
-from sluice.model import Outcome, Request
 from sluice.providers import OPENAI
-from sluice.store import JobStore
+from sluice.store.jobs import JobStore
 
 from local.cloud import create_table
 from tests.conftest import plan_figures

@@ -11,7 +11,7 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sluice.cache import (
+from sluice.cache.entries import (
     INDEXES,
     SEGMENTS,
     CacheFill,
@@ -25,11 +25,11 @@ from sluice.cache import (
     stats,
 )
 from sluice.contract import Settings
-from sluice.lines import parse_line
-from sluice.model import Outcome, Request
-from sluice.plan import JobOptions, PlanError
+from sluice.contract.model import Outcome, Request
+from sluice.core.records import result_record
+from sluice.formats.lines import parse_line
+from sluice.plan.plan import JobOptions, PlanError
 from sluice.providers import OPENAI
-from sluice.records import result_record
 
 from tests.unit.cache_fakes import BASE, PATH, WholeObjects, answer, ask, fill, request, text
 
@@ -101,8 +101,8 @@ def test_only_finished_successful_answers_are_kept() -> None:
 
 
 def test_the_usage_a_shards_figures_read_is_the_usage_the_index_keeps() -> None:
-    from sluice.cache import answer_usage
-    from sluice.stats import Stats
+    from sluice.cache.entries import answer_usage
+    from sluice.shard.stats import Stats
 
     stats = Stats()
     for body in ({"model": "m", "usage": {"input_tokens": 3, "output_tokens": 4}}, {"usage": {"prompt_tokens": 5}}):
@@ -163,7 +163,7 @@ def test_a_row_is_only_served_for_its_own_key(tmp_path: Path) -> None:
 
 
 def test_the_answer_kept_is_the_result_lines_response_byte_for_byte() -> None:
-    from sluice.cache import answer_of
+    from sluice.cache.entries import answer_of
 
     tricky = answer(3, 'say ,"response": and ,"error":null}', custom_id='id ,"response":{"x":1},"error":null}')
     record = result_record("job", tricky)
@@ -222,9 +222,9 @@ def test_the_index_keeps_each_answers_usage_and_reads_the_first_releases_indexes
 def test_a_segment_written_whole_is_cut_at_its_size_and_is_the_answers_result_lines(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import sluice.cache
+    import sluice.cache.entries
 
-    monkeypatch.setattr(sluice.cache, "SEGMENT_ROWS", 3)
+    monkeypatch.setattr(sluice.cache.entries, "SEGMENT_ROWS", 3)
     store = WholeObjects()
     cache = CacheFill(store, base_url=BASE, name="shard", request_format=OPENAI, canonical=True)
     pairs = [(request(n, {"q": n}), answer(n, f"a{n}", model="m", usage={"input_tokens": n})) for n in range(1, 6)]
@@ -279,9 +279,9 @@ def test_plans_result_line_for_a_hit_is_the_one_the_cache_record_format_gives(
     custom_id: str, spaced: bool, first: bool
 ) -> None:
     """Plan takes a hit's custom_id from the line without parsing it where it can: the same bytes."""
-    from sluice.cache import cached_record
-    from sluice.cache_plan import cached_line, custom_id_json, record_ids
-    from sluice.records import record_id
+    from sluice.cache.entries import cached_record
+    from sluice.core.records import record_id
+    from sluice.plan.cache_plan import cached_line, custom_id_json, record_ids
 
     doc = {"custom_id": custom_id, "method": "POST", "url": PATH, "body": {"q": '"custom_id"'}}
     if not first:

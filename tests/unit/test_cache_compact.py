@@ -6,12 +6,12 @@ import itertools
 from pathlib import Path
 
 import pytest
-import sluice.cache_compact
-import sluice.cache_index
-from sluice.cache_compact import GRACE_S, Compacted, GenerationPlan, compact
-from sluice.cache_index import ROW, Manifest, generation_folder, is_level0, manifest_name
-from sluice.cache_lookup import CacheView, IndexListing, read_manifest
-from sluice.cache_store import INDEXES, SEGMENTS, CacheStore, DirStore
+import sluice.cache.compact
+import sluice.cache.index
+from sluice.cache.blobs import INDEXES, SEGMENTS, CacheStore, DirStore
+from sluice.cache.compact import GRACE_S, Compacted, GenerationPlan, compact
+from sluice.cache.index import ROW, Manifest, generation_folder, is_level0, manifest_name
+from sluice.cache.lookup import CacheView, IndexListing, read_manifest
 from sluice.providers import OPENAI
 
 from tests.unit.cache_fakes import DAY, NOW, WholeObjects, answer, ask, fill, request, text
@@ -52,8 +52,8 @@ def newest(store: CacheStore) -> Manifest:
 @pytest.fixture(autouse=True)
 def small(monkeypatch: pytest.MonkeyPatch) -> None:
     # a few answers make a generation and split it into partitions, as millions do deployed
-    monkeypatch.setattr(sluice.cache_compact, "COMPACT_AT", 4)
-    monkeypatch.setattr(sluice.cache_index, "PARTITION_ROWS", 8)
+    monkeypatch.setattr(sluice.cache.compact, "COMPACT_AT", 4)
+    monkeypatch.setattr(sluice.cache.index, "PARTITION_ROWS", 8)
 
 
 def test_level0_is_folded_into_a_generation_that_answers_the_same_and_is_read_in_its_place() -> None:
@@ -151,12 +151,12 @@ def test_two_compactions_at_once_publish_one_generation_and_the_other_is_given_u
     before = ask(store, asked(lines))
     listing = IndexListing.read(store)
     # two Merges plan a generation from the same state, each under its own name
-    one = sluice.cache_compact._start(store, listing, None, now=NOW, ttl_days=0)
-    two = sluice.cache_compact._start(store, listing, None, now=NOW, ttl_days=0)
+    one = sluice.cache.compact._start(store, listing, None, now=NOW, ttl_days=0)
+    two = sluice.cache.compact._start(store, listing, None, now=NOW, ttl_days=0)
     assert isinstance(one, GenerationPlan) and isinstance(two, GenerationPlan) and one.generation != two.generation
     # both build at once: the same partitions, written twice, are the same bytes
     for plan in (one, two):
-        sluice.cache_compact._build(store, plan, None, deadline=FOREVER, clock=lambda: 0.0, now=NOW)
+        sluice.cache.compact._build(store, plan, None, deadline=FOREVER, clock=lambda: 0.0, now=NOW)
     published = IndexListing.read(store).manifests
     assert list(published) == [one.generation]
     assert ask(store, asked(lines)) == before

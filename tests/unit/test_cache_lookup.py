@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import random
 
-from sluice.cache import cache_key, line_tag
-from sluice.cache_index import (
+from sluice.cache.entries import cache_key, line_tag
+from sluice.cache.index import (
     ROW,
     Manifest,
     SegmentTable,
@@ -16,7 +16,7 @@ from sluice.cache_index import (
     partitions,
     segments_name,
 )
-from sluice.model import Request
+from sluice.contract.model import Request
 
 from tests.unit.cache_fakes import BASE, NOW, PATH, WholeObjects, answer, ask, fill, request, text
 
@@ -105,7 +105,7 @@ def test_own_answers_are_found_across_levels_and_another_lines_answer_is_shared(
 
 
 def test_a_big_level_zero_is_read_by_partition_over_a_small_generation() -> None:
-    import sluice.cache_index
+    import sluice.cache.index
 
     store = WholeObjects()
     fill(store, "earlier", [(r, answer(r.line, f"a{r.line}")) for r in job(range(1, 4))])
@@ -114,12 +114,12 @@ def test_a_big_level_zero_is_read_by_partition_over_a_small_generation() -> None
     generation(store, 0, 200, [(key, ref.tag, 1, ref.offset, ref.length) for key, ref in rows])
     # the answers of a big job since: level 0 outgrows the generation's one partition
     fill(store, "big", [(r, answer(r.line, f"b{r.line}")) for r in job(range(100, 400))])
-    saved = sluice.cache_index.PARTITION_ROWS
-    sluice.cache_index.PARTITION_ROWS = 16
+    saved = sluice.cache.index.PARTITION_ROWS
+    sluice.cache.index.PARTITION_ROWS = 16
     try:
         found = ask(store, job(range(1, 400)))
     finally:
-        sluice.cache_index.PARTITION_ROWS = saved
+        sluice.cache.index.PARTITION_ROWS = saved
     assert {n: text(f) for n, f in found.items()} == {
         **{n: f"a{n}" for n in range(1, 4)},
         **{n: f"b{n}" for n in range(100, 400)},

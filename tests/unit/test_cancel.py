@@ -15,14 +15,14 @@ import orjson
 import pytest
 from aiohttp import web
 from moto import mock_aws
-from sluice.cancel import JobNotFound, cancel_job
 from sluice.contract import Settings, Summary
-from sluice.direct import run_direct
-from sluice.engine import make_session
-from sluice.merge import load_manifest
-from sluice.plan import plan_job
-from sluice.shard import ShardContext
-from sluice.store import ItemState, JobStore
+from sluice.merge.merge import load_manifest
+from sluice.plan.plan import plan_job
+from sluice.runners.cancel import JobNotFound, cancel_job
+from sluice.runners.direct import run_direct
+from sluice.send.engine import make_session
+from sluice.shard.frame import ShardContext
+from sluice.store.jobs import ItemState, JobStore
 
 from local.cloud import create_table
 from tests.conftest import request_line
@@ -237,7 +237,7 @@ def test_a_refused_cancel_of_work_that_already_ended_is_not_a_failure(aws: Aws) 
 
 
 def test_only_batches_that_have_not_ended_are_cancelled(aws: Aws) -> None:
-    from sluice.cancel import open_provider_work
+    from sluice.runners.cancel import open_provider_work
 
     state = aws.plan("inbox/batches.jsonl", [request_line(f"x-{n}") for n in range(10)])
     job_id = state["job_id"]
@@ -249,7 +249,7 @@ def test_only_batches_that_have_not_ended_are_cancelled(aws: Aws) -> None:
 
 
 def test_files_still_waiting_for_room_in_the_batch_queue_are_no_batch_to_cancel(aws: Aws) -> None:
-    from sluice.cancel import open_provider_work
+    from sluice.runners.cancel import open_provider_work
 
     state = aws.plan("inbox/queued.jsonl", [request_line(f"x-{n}") for n in range(10)])
     job_id = state["job_id"]

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 from sluice.contract import causes
-from sluice.keys import job_key
-from sluice.lease import LeasePolicy, lease_period_s
-from sluice.parts import PartWriter
+from sluice.limits.lease import LeasePolicy, lease_period_s
+from sluice.shard.parts import PartWriter
+from sluice.store.keys import job_key
 
 from bench import capacity
 from bench.scale import counts, figures, memory, rates, runs

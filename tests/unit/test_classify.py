@@ -6,11 +6,11 @@ from collections.abc import Mapping
 
 import orjson
 import pytest
-from sluice.classify import FAIL, OK, RETRY, AttemptVerdict, classify, describe_lost
-from sluice.model import ErrorCode
+from sluice.contract.model import ErrorCode
+from sluice.core.retry import RetryPolicy
 from sluice.providers import OPENAI, RequestFormat
 from sluice.providers.openai import OpenAIFormat
-from sluice.retry import RetryPolicy
+from sluice.send.classify import FAIL, OK, RETRY, AttemptVerdict, classify, describe_lost
 
 POLICY = RetryPolicy(max_attempts=3, base_delay_s=1.0, max_delay_s=30.0, max_retry_after_s=60.0)
 NOW = 1_700_000_000.0

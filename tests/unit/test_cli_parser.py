@@ -19,7 +19,7 @@ from sluice.contract import (
     Settings,
     job_option_key,
 )
-from sluice.plan import JobOptions
+from sluice.plan.plan import JobOptions
 
 from local.cli import build_parser
 from local.cloud import LocalSettings

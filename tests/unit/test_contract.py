@@ -17,8 +17,8 @@ from sluice.contract import (
     WebhookSettings,
     manifest_key,
 )
-from sluice.lines import parse_line
-from sluice.model import Request
+from sluice.contract.model import Request
+from sluice.formats.lines import parse_line
 
 REQUIRED: dict[str, Any] = {"bucket": "b", "table": "t", "provider_base_url": "http://p", "api_key_secret_arn": "arn:s"}
 
@@ -148,7 +148,7 @@ def test_an_unknown_or_missing_key_in_a_shards_state_is_an_error(state: dict[str
 
 @pytest.mark.parametrize("unknown", ["concurency", "priority"])
 def test_a_manifest_item_with_an_unknown_key_is_refused_by_name(unknown: str) -> None:
-    from sluice.shard import ShardSpec
+    from sluice.shard.frame import ShardSpec
 
     # Merge and `sluice results` read the manifest with it: a typo is an error, not a default
     with pytest.raises(StateError, match=unknown):

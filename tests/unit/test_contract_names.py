@@ -1,5 +1,5 @@
 """Every layout, key and status word is written once, in the contract (`sluice.contract`) or the
-table's keys (`sluice.keys`): elsewhere in functions/, infra/ and local/ a string literal that is a
+table's keys (`sluice.store.keys`): elsewhere in functions/, infra/ and local/ a string literal that is a
 piece of one fails here, named by file and line.
 
 A literal is a piece of a layout when it has no whitespace (prose in a help text or a message may
@@ -24,7 +24,7 @@ SCANNED = ("functions", "infra", "local")
 # where the names are written, once
 HOMES = {
     *(path.relative_to(ROOT).as_posix() for path in (ROOT / "functions" / "sluice" / "contract").glob("*.py")),
-    "functions/sluice/keys.py",
+    "functions/sluice/store/keys.py",
 }
 # files that still spell a name the contract holds, each with what (none now: keep it that way)
 NOT_YET: dict[str, str] = {}
@@ -99,7 +99,7 @@ def strays() -> list[str]:
 
 
 def test_no_layout_key_or_status_is_spelled_outside_the_contract() -> None:
-    assert strays() == [], "read these from sluice.contract or sluice.keys:\n" + "\n".join(strays())
+    assert strays() == [], "read these from sluice.contract or sluice.store.keys:\n" + "\n".join(strays())
 
 
 def test_the_scan_finds_a_stray_literal(tmp_path: Path) -> None:

@@ -9,8 +9,8 @@ from typing import Any
 import boto3
 import pytest
 from moto import mock_aws
-from sluice.merge import merge_job
-from sluice.store import ItemState, JobStore
+from sluice.merge.merge import merge_job
+from sluice.store.jobs import ItemState, JobStore
 
 from local.cloud import create_table
 from local.deployed.jobs import describe_job, status_json, with_counts

@@ -14,9 +14,9 @@ from typing import Any
 import orjson
 import pytest
 from aiohttp import web
-from sluice.engine import EngineSettings, EngineStats, fan_out, make_session
-from sluice.model import ErrorCode, Outcome, Request
-from sluice.retry import RetryPolicy
+from sluice.contract.model import ErrorCode, Outcome, Request
+from sluice.core.retry import RetryPolicy
+from sluice.send.engine import EngineSettings, EngineStats, fan_out, make_session
 
 FAST = RetryPolicy(max_attempts=4, base_delay_s=0.01, max_delay_s=0.05, request_timeout_s=0.5)
 
@@ -467,7 +467,7 @@ _MMAP_PROBE = textwrap.dedent(
 
     libc = ctypes.CDLL(None)
     libc.mallinfo2.restype = MallInfo2
-    from sluice.engine import EngineSettings, fan_out, make_session
+    from sluice.send.engine import EngineSettings, fan_out, make_session
 
     async def empty_run():
         async with make_session(1) as session:

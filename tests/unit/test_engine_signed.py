@@ -9,11 +9,11 @@ from typing import Any
 
 import orjson
 from aiohttp import web
-from sluice.engine import EngineSettings, fan_out, make_session
-from sluice.lines import parse_line
-from sluice.model import Outcome, Request
+from sluice.contract.model import Outcome, Request
+from sluice.core.retry import RetryPolicy
+from sluice.formats.lines import parse_line
 from sluice.providers import BEDROCK
-from sluice.retry import RetryPolicy
+from sluice.send.engine import EngineSettings, fan_out, make_session
 
 MODEL = "anthropic.claude-3-haiku-20240307-v1:0"
 ANSWER = {

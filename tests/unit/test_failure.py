@@ -11,13 +11,13 @@ import boto3
 import orjson
 import pytest
 from moto import mock_aws
-from sluice import failure
 from sluice.contract import Planned
-from sluice.failure import mark_failed, record_failure
-from sluice.model import Outcome
-from sluice.parts import PartWriter, assemble
-from sluice.shard import ShardSpec
-from sluice.store import ItemState, JobStore
+from sluice.contract.model import Outcome
+from sluice.merge import mark_failed as failure
+from sluice.merge.mark_failed import mark_failed, record_failure
+from sluice.shard.frame import ShardSpec
+from sluice.shard.parts import PartWriter, assemble
+from sluice.store.jobs import ItemState, JobStore
 
 from local.cloud import create_table
 from tests.conftest import request_line

@@ -14,13 +14,13 @@ from typing import Any
 import orjson
 import pytest
 from aiohttp import web
-from sluice.engine import EngineSettings, EngineStats, fan_out, make_session
-from sluice.limit_table import BucketTable
-from sluice.model import ErrorCode, Outcome, Request
+from sluice.contract.model import ErrorCode, Outcome, Request
+from sluice.core.retry import RetryPolicy
+from sluice.limits.shared import SharedLimit
+from sluice.limits.table import BucketTable
 from sluice.providers import OPENAI
-from sluice.refusal import REFUSAL_ANSWERS, RefusalWatch, likely_cause
-from sluice.retry import RetryPolicy
-from sluice.shared_limit import SharedLimit
+from sluice.send.engine import EngineSettings, EngineStats, fan_out, make_session
+from sluice.send.refusal import REFUSAL_ANSWERS, RefusalWatch, likely_cause
 
 from tests.unit.test_shared_limit_scale import RecordingTable
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from sluice.limit_table import BucketTable
-from sluice.shared_limit import limit_key
+from sluice.limits.shared import limit_key
+from sluice.limits.table import BucketTable
 
 from tests.unit.test_cancel import Aws
 from tests.unit.test_engine import Scripted

@@ -3,7 +3,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from sluice.limits import AdaptiveLimit, RatePacer
+from sluice.limits.flow import AdaptiveLimit, RatePacer
 from sluice.providers import OPENAI
 
 

@@ -2,8 +2,8 @@ import re
 
 import orjson
 import pytest
-from sluice.lines import LineError, parse_line, split_lines
-from sluice.model import ErrorCode, Request
+from sluice.contract.model import ErrorCode, Request
+from sluice.formats.lines import LineError, parse_line, split_lines
 
 GOOD = {"custom_id": "a", "method": "POST", "url": "/v1/chat/completions", "body": {"model": "m"}}
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sluice import merge
-from sluice.merge import plan_parts
+from sluice.merge import merge
+from sluice.merge.merge import plan_parts
 
 MIN = 100
 

@@ -21,7 +21,7 @@ import orjson
 import pytest
 from handlers import observability, webhook
 from moto import mock_aws
-from sluice.store import ItemState, JobStore
+from sluice.store.jobs import ItemState, JobStore
 
 from local.cloud import LambdaContext, LocalCloud
 from tests.conftest import plan_figures

@@ -8,7 +8,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from sluice.shard import OPENINGS_PER_S, ShardSpec, opening_delay_s
+from sluice.shard.frame import OPENINGS_PER_S, ShardSpec, opening_delay_s
 
 from tests.unit.test_cancel import Aws
 from tests.unit.test_engine import Action, Scripted

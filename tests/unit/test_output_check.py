@@ -1,4 +1,4 @@
-"""Targeted resubmission (`sluice.output_check`): which answers are sent again, with what, and how
+"""Targeted resubmission (`sluice.send.output_check`): which answers are sent again, with what, and how
 a line still invalid at the end reads in the errors file and the figures."""
 
 from __future__ import annotations
@@ -7,12 +7,12 @@ from typing import Any
 
 import orjson
 from sluice.contract import ShardSpec
-from sluice.model import ErrorCode, Outcome, Request
-from sluice.output_check import INVALID, REPAIRED, VALID, OutputCheck, cached_answer_check
+from sluice.contract.model import ErrorCode, Outcome, Request
+from sluice.core.records import outcome_record
+from sluice.formats.validation import Validator
 from sluice.providers import OPENAI
-from sluice.records import outcome_record
-from sluice.stats import Stats
-from sluice.validation import Validator
+from sluice.send.output_check import INVALID, REPAIRED, VALID, OutputCheck, cached_answer_check
+from sluice.shard.stats import Stats
 
 CHAT = "/v1/chat/completions"
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
@@ -130,7 +130,7 @@ class _Bucket:
 
 def test_a_job_names_a_schema_under_inbox_that_plan_reads_and_checks() -> None:
     import pytest
-    from sluice.output_check import read_job_schema
+    from sluice.send.output_check import read_job_schema
 
     bucket = _Bucket({"inbox/s.json": orjson.dumps(SCHEMA), "inbox/bad.json": b"{", "inbox/odd.json": b"[1]"})
     assert orjson.loads(read_job_schema(bucket, "b", "inbox/s.json")) == SCHEMA

@@ -11,13 +11,21 @@ import boto3
 import orjson
 import pytest
 from moto import mock_aws
-from sluice import parts
 from sluice.contract import ShardStats, StateError
-from sluice.lines import LineError
-from sluice.model import ErrorCode, Outcome
-from sluice.parts import PartWriter, assemble, assemble_outputs, load_checkpoint, part_keys, parts_stats, read_part
-from sluice.shard import ShardSpec
-from sluice.store import ItemState
+from sluice.contract.model import ErrorCode, Outcome
+from sluice.formats.lines import LineError
+from sluice.shard import parts
+from sluice.shard.frame import ShardSpec
+from sluice.shard.parts import (
+    PartWriter,
+    assemble,
+    assemble_outputs,
+    load_checkpoint,
+    part_keys,
+    parts_stats,
+    read_part,
+)
+from sluice.store.jobs import ItemState
 
 from tests.conftest import request_line
 

@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from moto import mock_aws
 from sluice.contract import Settings, SettingsError
-from sluice.lines import split_lines
-from sluice.merge import outcome_status
-from sluice.plan import (
+from sluice.formats.lines import split_lines
+from sluice.merge.merge import outcome_status
+from sluice.plan.plan import (
     JobOptions,
     PlanError,
     check_budget_models,
@@ -181,7 +181,7 @@ def test_a_job_completes_with_errors_when_failed_lines_pass_its_max_error_rate(
 def test_a_run_stops_taking_items_once_its_shard_is_marked() -> None:
     from types import SimpleNamespace
 
-    from sluice.shard import CANCEL_CHECK_S, Stopper
+    from sluice.shard.frame import CANCEL_CHECK_S, Stopper
 
     marks: dict[tuple[str, int], str] = {}
     reads: list[tuple[str, int]] = []
@@ -258,10 +258,10 @@ def test_a_budget_needs_a_price_for_every_model_the_job_sends_to() -> None:
 def test_a_shard_the_cache_answers_whole_grows_until_a_miss_or_its_answers_fill_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import sluice.line_pass
-    from sluice.line_pass import cut_shards, read_lines
+    import sluice.plan.line_pass
+    from sluice.plan.line_pass import cut_shards, read_lines
 
-    monkeypatch.setattr(sluice.line_pass, "MAX_ANSWERED_BYTES", 1000)
+    monkeypatch.setattr(sluice.plan.line_pass, "MAX_ANSWERED_BYTES", 1000)
     table = read_lines([request(f"c-{i}") for i in range(40)], keys=SimpleNamespace(add=lambda request: None))
 
     def hits_but(*misses: int) -> Callable[[int], int | None]:
@@ -293,7 +293,7 @@ def test_plan_holds_a_few_bytes_a_line_not_its_custom_id() -> None:
 
 
 def test_plans_manifest_items_are_exactly_a_shard_spec_each(monkeypatch: pytest.MonkeyPatch) -> None:
-    from sluice.shard import ShardSpec
+    from sluice.shard.frame import ShardSpec
 
     from tests.unit.test_cancel import BUCKET, Aws
 

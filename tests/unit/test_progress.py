@@ -7,9 +7,9 @@ import time
 from typing import Any
 
 import pytest
-from sluice.model import Outcome
-from sluice.parts import PartWriter
-from sluice.shard import ShardSpec
+from sluice.contract.model import Outcome
+from sluice.shard.frame import ShardSpec
+from sluice.shard.parts import PartWriter
 
 from local.progress import Display, LiveCounts, RateMeter, Snapshot, clock, compact, format_line
 

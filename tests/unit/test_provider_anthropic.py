@@ -11,8 +11,8 @@ from typing import Any
 import orjson
 import pytest
 from sluice.contract import Settings
-from sluice.lines import LineError, parse_line
-from sluice.model import ErrorCode, Request
+from sluice.contract.model import ErrorCode, Request
+from sluice.formats.lines import LineError, parse_line
 from sluice.providers import ANTHROPIC, COMPLETE, CUT_SHORT, ProviderError, RateLimits, Unsupported, Usage, apis, family
 from sluice.providers.anthropic.batch import AnthropicBatchApi
 from sluice.providers.anthropic.format import parse_reset

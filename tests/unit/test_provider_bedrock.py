@@ -9,13 +9,13 @@ from typing import Any
 import orjson
 import pytest
 from botocore.credentials import Credentials
-from sluice.classify import FAIL, RETRY, classify
-from sluice.lines import LineError, parse_line
-from sluice.model import ErrorCode, Request
+from sluice.contract.model import ErrorCode, Request
+from sluice.core.retry import RetryPolicy
+from sluice.formats.lines import LineError, parse_line
 from sluice.providers import BEDROCK, COMPLETE, CUT_SHORT, Unsupported, Usage, family, modes
 from sluice.providers.bedrock import auth
 from sluice.providers.signing import signed
-from sluice.retry import RetryPolicy
+from sluice.send.classify import FAIL, RETRY, classify
 
 CHAT = "/v1/chat/completions"
 MESSAGES = "/v1/messages"

@@ -9,8 +9,8 @@ from typing import Any
 
 import orjson
 import pytest
-from sluice.lines import LineError, parse_line
-from sluice.model import ErrorCode, Request
+from sluice.contract.model import ErrorCode, Request
+from sluice.formats.lines import LineError, parse_line
 from sluice.providers.anthropic.format import ANTHROPIC
 from sluice.providers.bedrock.format import BEDROCK
 from sluice.providers.format import COMPLETE, CUT_SHORT, RequestFormat, Unsupported

@@ -7,9 +7,9 @@ from html.parser import HTMLParser
 from typing import Any
 
 import pytest
-from sluice.model import Outcome
+from sluice.contract.model import Outcome
 from sluice.providers import OPENAI
-from sluice.stats import TIMELINE_MAX_POINTS, Stats
+from sluice.shard.stats import TIMELINE_MAX_POINTS, Stats
 
 from local.report import render_report
 from local.report_charts import timeline_points

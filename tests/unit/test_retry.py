@@ -6,7 +6,7 @@ from email.utils import format_datetime
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from sluice.retry import (
+from sluice.core.retry import (
     DEFAULT_POLICY,
     RetryPolicy,
     backoff_s,

@@ -22,9 +22,9 @@ from sluice.contract import (
     Summary,
     SummaryRow,
 )
-from sluice.keys import item_key, job_key, shard_key
-from sluice.rows import conditional, plain
-from sluice.store import ItemState, JobStore
+from sluice.store.jobs import ItemState, JobStore
+from sluice.store.keys import item_key, job_key, shard_key
+from sluice.store.rows import conditional, plain
 
 from local.cloud import create_table
 from tests.conftest import plan_figures

@@ -14,11 +14,11 @@ import orjson
 import pytest
 from moto import mock_aws
 from sluice.contract import RateSeed
-from sluice.lease import SEATS, Bucket, LeasePolicy, drained, give_back, lease, refill, retuned, seat_of
-from sluice.limit_table import BucketTable
-from sluice.model import Request
+from sluice.contract.model import Request
+from sluice.limits.lease import SEATS, Bucket, LeasePolicy, drained, give_back, lease, refill, retuned, seat_of
+from sluice.limits.shared import DEFAULT_OUTPUT_TOKENS, SharedLimit, Ticket, limit_key
+from sluice.limits.table import BucketTable
 from sluice.providers import OPENAI
-from sluice.shared_limit import DEFAULT_OUTPUT_TOKENS, SharedLimit, Ticket, limit_key
 
 from local.cloud import create_table
 from local.moto_patches import consistent

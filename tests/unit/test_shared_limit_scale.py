@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 from sluice.contract import RateSeed
-from sluice.lease import LeasePolicy
-from sluice.limit_table import BucketTable
-from sluice.model import Request
+from sluice.contract.model import Request
+from sluice.core.retry import table_retry_delay_s
+from sluice.limits.lease import LeasePolicy
+from sluice.limits.shared import SharedLimit
+from sluice.limits.table import BucketTable
 from sluice.providers import OPENAI
-from sluice.retry import table_retry_delay_s
-from sluice.shared_limit import SharedLimit
 
 POLICY = LeasePolicy()
 # 1,200 requests a minute, the environment's figure, so the item exists before any answer

@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 from botocore.credentials import Credentials
-from sluice.classify import RETRY, classify
 from sluice.contract import VALIDATION_CHECKS
+from sluice.core.retry import RetryPolicy
+from sluice.formats.validation import Validator
 from sluice.providers import BEDROCK, Signer
 from sluice.providers.bedrock import auth
-from sluice.retry import RetryPolicy
-from sluice.validation import Validator
+from sluice.send.classify import RETRY, classify
 
 from local.simulator import SimConfig, SimulatorServer
 

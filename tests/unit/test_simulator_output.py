@@ -14,8 +14,8 @@ from typing import Any
 import fastjsonschema
 import pytest
 from sluice.contract import VALIDATION_CHECKS
+from sluice.formats.validation import Validator
 from sluice.providers import ANTHROPIC, OPENAI
-from sluice.validation import Validator
 
 from local.simulator import SimConfig, SimulatorServer
 from local.simulator.structured import conforming

@@ -12,8 +12,8 @@ import boto3
 import pytest
 from moto import mock_aws
 from sluice.contract import StateError
-from sluice.keys import item_key, job_key, shard_key
-from sluice.store import ItemState, JobStore
+from sluice.store.jobs import ItemState, JobStore
+from sluice.store.keys import item_key, job_key, shard_key
 
 from local.cloud import create_table
 from tests.conftest import plan_figures
@@ -243,7 +243,7 @@ class Throttled:
 
 
 def test_keys_left_unprocessed_are_asked_again_after_a_jittered_backoff(moto_table: Any) -> None:
-    from sluice.retry import table_retry_delay_s
+    from sluice.core.retry import table_retry_delay_s
 
     run_checkpoints(moto_table, "job", 3)
     slept: list[float] = []

@@ -10,10 +10,10 @@ import boto3
 import orjson
 import pytest
 from moto import mock_aws
-from sluice.cancel import cancel_job
-from sluice.failure import mark_failed, record_failure
-from sluice.merge import merge_job
-from sluice.store import JobStore
+from sluice.merge.mark_failed import mark_failed, record_failure
+from sluice.merge.merge import merge_job
+from sluice.runners.cancel import cancel_job
+from sluice.store.jobs import JobStore
 
 from local.cloud import create_table
 from tests.unit.test_failure import BUCKET, JOB, LINES, failed_job

@@ -10,13 +10,13 @@ from typing import Any
 import orjson
 import pytest
 from moto import mock_aws
-from sluice.direct import run_direct
-from sluice.engine import make_session
-from sluice.merge import load_manifest
-from sluice.model import ErrorCode, Outcome
-from sluice.parts import part_keys, parts_stats, read_part
-from sluice.shard import ShardContext, ShardSpec
-from sluice.sweep import merged, split_attempts, sweep_concurrency, sweepable
+from sluice.contract.model import ErrorCode, Outcome
+from sluice.merge.merge import load_manifest
+from sluice.runners.direct import run_direct
+from sluice.runners.sweep import merged, split_attempts, sweep_concurrency, sweepable
+from sluice.send.engine import make_session
+from sluice.shard.frame import ShardContext, ShardSpec
+from sluice.shard.parts import part_keys, parts_stats, read_part
 
 from tests.conftest import request_line
 from tests.unit.test_cancel import BUCKET, Aws

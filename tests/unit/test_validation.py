@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 from sluice.contract import VALIDATION_CHECKS, parse_validate
+from sluice.formats.validation import Invalid, Validator
 from sluice.providers import ANTHROPIC, answers
-from sluice.validation import Invalid, Validator
 
 CHAT = "/v1/chat/completions"
 RESPONSES = "/v1/responses"
@@ -192,7 +192,7 @@ def test_an_unknown_check_is_refused_with_the_known_ones() -> None:
 
 
 def test_one_schema_is_compiled_once() -> None:
-    from sluice import validation
+    from sluice.formats import validation
 
     schema = {"type": "object", "required": ["only_here"]}
     validation.schema_error(schema, {})
@@ -202,6 +202,6 @@ def test_one_schema_is_compiled_once() -> None:
 
 
 def test_the_contract_names_every_check_the_validator_runs() -> None:
-    from sluice import validation
+    from sluice.formats import validation
 
     assert sorted(validation.CHECKS) == sorted(VALIDATION_CHECKS)

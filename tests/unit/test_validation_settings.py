@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from sluice.contract import VALIDATION_CHECKS, Settings, SettingsError
-from sluice.plan import JobOptions, PlanError
+from sluice.plan.plan import JobOptions, PlanError
 
 from local.cli.parser import build_parser
 from local.cli.run import _job_metadata

@@ -1,5 +1,5 @@
 import orjson
-from sluice.verify import verify
+from sluice.merge.verify import verify
 
 
 def req(cid: str) -> bytes:

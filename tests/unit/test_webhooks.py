@@ -13,8 +13,8 @@ import boto3
 import orjson
 import pytest
 from moto import mock_aws
-from sluice.store import ItemState, JobStore
-from sluice.webhooks import MAX_BODY_BYTES, handle_webhook
+from sluice.runners.webhooks import MAX_BODY_BYTES, handle_webhook
+from sluice.store.jobs import ItemState, JobStore
 
 from local.cloud import LocalCloud
 from tests.conftest import plan_figures

@@ -11,9 +11,9 @@ from typing import Any
 import boto3
 import orjson
 import pytest
-from sluice.cancel import cancel_job
-from sluice.plan import job_id_for
-from sluice.store import JobStore
+from sluice.plan.plan import job_id_for
+from sluice.runners.cancel import cancel_job
+from sluice.store.jobs import JobStore
 
 from local.cloud import REGION, run_job
 from local.simulator import SimulatorServer

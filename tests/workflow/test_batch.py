@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 import pytest
-from sluice.store import JobStore
+from sluice.store.jobs import JobStore
 
 from local.cloud import run_job
 from local.simulator import SimulatorServer

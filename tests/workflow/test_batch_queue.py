@@ -12,8 +12,8 @@ from typing import Any
 import boto3
 import openai
 import orjson
-from sluice.batch_queue import QUEUE_SLOTS, SLOT_NAMES, caught_up, window_of
-from sluice.batch_queue_table import read_slot
+from sluice.limits.batch_queue import QUEUE_SLOTS, SLOT_NAMES, caught_up, window_of
+from sluice.limits.batch_queue_table import read_slot
 
 from local.cloud import REGION, run_job
 from local.simulator import SimulatorServer

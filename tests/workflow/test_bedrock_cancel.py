@@ -11,10 +11,10 @@ from typing import Any
 
 import boto3
 import orjson
-from sluice.cancel import cancel_job, open_provider_work
 from sluice.contract import OUTBOX_PREFIX, output_key
-from sluice.plan import job_id_for
-from sluice.store import JobStore
+from sluice.plan.plan import job_id_for
+from sluice.runners.cancel import cancel_job, open_provider_work
+from sluice.store.jobs import JobStore
 
 from local.cloud import REGION
 from local.interrupt import Signals, stop_run

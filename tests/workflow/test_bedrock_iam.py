@@ -14,12 +14,12 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
-from sluice.batch import collect_batch, submit_batch
 from sluice.contract import Settings
-from sluice.engine import make_session
 from sluice.providers.bedrock import batch as bedrock
-from sluice.shard import ShardContext, ShardSpec
-from sluice.store import JobStore
+from sluice.runners.batch.submit import collect_batch, submit_batch
+from sluice.send.engine import make_session
+from sluice.shard.frame import ShardContext, ShardSpec
+from sluice.store.jobs import JobStore
 
 from local import iam
 from local.cloud import REGION, create_table, function_name
@@ -120,7 +120,7 @@ def test_without_the_service_roles_read_the_job_fails_naming_its_input(policies:
 
 def test_in_the_local_cloud_a_job_runs_by_itself_and_its_end_reaches_the_webhook_function(make_cloud) -> None:  # type: ignore[no-untyped-def]
     from handlers.runtime import session_for
-    from sluice.store import JobStore
+    from sluice.store.jobs import JobStore
 
     cloud = make_cloud()
     assert cloud.bedrock_jobs is not None

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from sluice.budget import worst_case_nano
-from sluice.lines import parse_line
-from sluice.model import Request
+from sluice.contract.model import Request
+from sluice.formats.lines import parse_line
+from sluice.limits.budget import worst_case_nano
 from sluice.providers import OPENAI
 
 from local.cloud import run_job

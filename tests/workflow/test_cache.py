@@ -102,7 +102,7 @@ def test_shards_the_cache_answers_whole_never_run_and_the_rest_send_only_their_m
     from types import SimpleNamespace
 
     from sluice.contract import manifest_key
-    from sluice.merge import load_manifest
+    from sluice.merge.merge import load_manifest
 
     from local.deployed.lines import line_outcome
 
@@ -293,9 +293,9 @@ def test_answers_older_than_the_cache_ttl_are_sent_again_though_their_segments_r
 def test_merge_folds_the_indexes_into_a_generation_that_later_jobs_read(
     make_cloud: Any, simulator: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import sluice.cache_compact
+    import sluice.cache.compact
 
-    monkeypatch.setattr(sluice.cache_compact, "COMPACT_AT", 3)
+    monkeypatch.setattr(sluice.cache.compact, "COMPACT_AT", 3)
     cloud = make_cloud(shard_lines=20)
     first, second = lines(40), [request_line(f"d-{i}", f"other review {i}") for i in range(40)]
     run_job(cloud, write_jsonl(tmp_path / "a.jsonl", first))

@@ -14,7 +14,7 @@ import pytest
 from botocore.exceptions import ClientError
 from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
-from sluice import merge
+from sluice.merge import merge
 
 from local.cloud import REGION, LambdaTimeout, function_arn, run_job
 from tests.conftest import request_line, write_jsonl

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sluice import parts
+from sluice.shard import parts
 
 from local.cloud import LambdaTimeout, run_job
 from tests.conftest import request_line, write_jsonl

@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 import pytest
-from sluice.plan import job_id_for, output_prefix
+from sluice.plan.plan import job_id_for, output_prefix
 
 from local.cloud import LocalCloud
 from tests.conftest import request_line, write_jsonl

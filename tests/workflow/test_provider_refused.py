@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from sluice.contract import PROVIDER_REFUSED, JobStatus
-from sluice.refusal import REFUSAL_ANSWERS
+from sluice.send.refusal import REFUSAL_ANSWERS
 
 from local.cloud import LocalCloud, LocalSettings, run_job
 from tests.conftest import request_line, write_jsonl

@@ -118,9 +118,9 @@ def test_history_over_25_000_events_fails_the_execution(make_cloud) -> None:
 def test_a_background_shard_stays_under_the_history_cap_for_24_hours(make_cloud, simulator, tmp_path) -> None:
     """Defect 5: measure the events one AwaitWebhooks -> Collect loop records, then count the
     loops the poll schedule makes in 24 hours (after which a response is reported expired)."""
-    from sluice.background import BACKGROUND_MAX_WAIT_S
     from sluice.contract import Settings
-    from sluice.shard import poll_wait_seconds
+    from sluice.runners.background import BACKGROUND_MAX_WAIT_S
+    from sluice.shard.frame import poll_wait_seconds
 
     simulator.configure(latency_s=2.5, webhook_drop_rate=1.0)
     cloud = make_cloud(shard_lines=10, concurrency=10, poll_seconds=1)
@@ -210,7 +210,7 @@ def test_steps_that_run_alone_are_measured_within_their_memory(make_cloud, tmp_p
 def test_one_shard_stays_within_lambdas_file_descriptors(make_cloud, simulator, tmp_path) -> None:
     """Defect 4: a one-shard job used to get all 1,000 connections; counted at the peak with
     the SDK pools and the runtime's own, that is more than Lambda's 1,024."""
-    from sluice.limits import MAX_SHARD_CONNECTIONS
+    from sluice.limits.flow import MAX_SHARD_CONNECTIONS
 
     # slow enough answers that every connection the shard may open is open at once
     simulator.configure(latency_s=5.0)
@@ -224,7 +224,7 @@ def test_one_shard_stays_within_lambdas_file_descriptors(make_cloud, simulator, 
 
 
 def test_more_connections_than_descriptors_fail_the_shard_loudly(make_cloud, simulator, tmp_path, monkeypatch) -> None:
-    from sluice import plan
+    from sluice.plan import plan
 
     monkeypatch.setattr(plan, "MAX_SHARD_CONNECTIONS", 1000)
     # answers slow enough that no connection is free for reuse before the shard has opened them
@@ -366,8 +366,8 @@ def test_a_batch_shard_waiting_10_days_stays_under_half_the_history_cap(make_clo
     """Measure the events one AwaitBatch -> CollectBatch loop records in the local cloud, then count
     the loops the poll schedule makes while a batch stays unfinished for 10 days (a Bedrock job may
     wait and run for a week, and 2,000 jobs at 20 a model queue for longer)."""
-    from sluice.batch_advance import batch_wait_seconds
     from sluice.contract import Settings
+    from sluice.runners.batch.advance import batch_wait_seconds
 
     # no webhooks and batches that take a few polls: the shard loops on its own
     simulator.configure(batch_phase_s=1.5)

@@ -16,7 +16,7 @@ import boto3
 import orjson
 import pytest
 from handlers import mark_failed, plan
-from sluice import shard
+from sluice.shard import frame as shard
 
 from local.cloud import REGION, LambdaContext, function_name
 from tests.conftest import request_line, write_jsonl

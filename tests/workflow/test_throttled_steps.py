@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
-from sluice.store import JobStore
+from sluice.store.jobs import JobStore
 
 from local.cloud import run_job
 from tests.conftest import request_line, write_jsonl

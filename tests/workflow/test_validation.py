@@ -12,10 +12,10 @@ from typing import Any
 import boto3
 import orjson
 import pytest
-from sluice.cancel import open_provider_work
 from sluice.contract import VALIDATION_CHECKS
-from sluice.store import JobStore
-from sluice.validation import Validator
+from sluice.formats.validation import Validator
+from sluice.runners.cancel import open_provider_work
+from sluice.store.jobs import JobStore
 
 from local.cloud import REGION, run_job
 from tests.conftest import write_jsonl

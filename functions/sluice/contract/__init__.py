@@ -5,7 +5,8 @@ at run time: the steps and their functions (`steps`), the modes, job options and
 (`status`), the table's keys and index, the S3 key layout and the metric namespace (`layout`), the
 settings, the environment variables that carry them and their defaults (`settings`), what each
 step returns into the workflow's state (`state`), the job summary's own types (`summary`) and the
-store's job, shard and item rows (`rows`).
+store's job, shard and item rows (`rows`), and the types a request and its outcome carry through
+every stage (`model`, imported as `sluice.contract.model`).
 Standard library only, so that `cdk synth` needs nothing of the Lambda code's dependencies, and
 nothing here creates a client or reads the environment at import. Import from the package itself:
 `from sluice.contract import Settings`.

@@ -44,7 +44,7 @@ INBOX_PREFIX = "inbox/"
 JOBS_PREFIX = "jobs/"
 # ... and the merged outputs appear here
 OUTBOX_PREFIX = "outbox/"
-# the response cache's segments and indexes (`sluice.cache`), expired after `cache_ttl_days`
+# the response cache's segments and indexes (`sluice.cache.entries`), expired after `cache_ttl_days`
 CACHE_PREFIX = "cache/"
 # Amazon Bedrock batch inference reads its jobs' input files here and writes their answers there;
 # its service role may read only the one and write only the other

@@ -1,7 +1,7 @@
 """The store's rows as the core, the CLI and the local cloud read them, parsed strictly.
 
-Every row is written by the store alone (`sluice.store`, `sluice.batch_rows`,
-`sluice.webhook_rows`). The job row: Plan's claim, then its plan, the shards' budget figures, and
+Every row is written by the store alone (`sluice.store.jobs`, `sluice.store.batch_rows`,
+`sluice.store.webhook_rows`). The job row: Plan's claim, then its plan, the shards' budget figures, and
 how the job ended. A shard row: Plan's figures, the shard's runs, a webhook and a stop the rest.
 An item row: a line a shard checkpointed (failed, or out at the provider), settled by a webhook.
 An attribute those writes never make is an error here, never a silent default; one a path has
@@ -131,7 +131,7 @@ class PlanFigures(JsonRecord):
 @dataclass(frozen=True)
 class JobRow:
     """The job row: Plan's claim (`JobStore.claim_job`), its plan (`record_plan`), the budget
-    figures its shards write (`sluice.budget`, nano-USD), and how it ended (`finish_job`). It
+    figures its shards write (`sluice.limits.budget`, nano-USD), and how it ended (`finish_job`). It
     holds no line counts: those are its shard rows' (`JobProgress`)."""
 
     job_id: str
@@ -198,7 +198,7 @@ class ItemRow:
     expires_at: int
     provider_id: str | None = None
     error: str | None = None
-    # sent again by the shard's last sweep (`sluice.sweep`); the store writes only a True
+    # sent again by the shard's last sweep (`sluice.runners.sweep`); the store writes only a True
     swept: bool = False
 
     @classmethod

@@ -197,16 +197,16 @@ class ShardSpec:
     # background mode: when the shard first waited for its responses (epoch seconds); Plan leaves
     # it unset, the handlers take it from Submit's result (`Submitted.waiting_since`)
     waiting_since: float | None = None
-    # the job's spending cap in US dollars (0 = none), held across its shards (`sluice.budget`)
+    # the job's spending cap in US dollars (0 = none), held across its shards (`sluice.limits.budget`)
     budget_usd: float = 0.0
-    # the response cache (`sluice.cache`): Plan already answered the hits; `on`/`write` files answers
+    # the response cache (`sluice.cache.entries`): Plan already answered the hits; `on`/`write` files answers
     cache: str = "off"
     cache_incomplete: bool = False
     # Plan answered every line from the cache and wrote the shard's outputs: the shard runs nothing
     answered: bool = False
     # the provider family the shard sends to (`Settings.provider`): how its requests and answers read
     provider: str = DEFAULT_PROVIDER
-    # per-line output validation (`sluice.validation`): the checks, by name separated by commas
+    # per-line output validation (`sluice.formats.validation`): the checks, by name separated by commas
     # ("" = none), how many times an answer is sent in all, and whether a resend repairs
     validate: str = ""
     validate_attempts: int = 1
@@ -261,7 +261,7 @@ class ShardSpec:
 
     @property
     def refusal_key(self) -> str:
-        """Why the provider's answers stopped the shard sending, for the summary (`sluice.refusal`)."""
+        """Why the provider's answers stopped the shard sending, for the summary (`sluice.send.refusal`)."""
         return self.prefix + "refused.json"
 
 

@@ -31,7 +31,7 @@ PROVIDERS = (DEFAULT_PROVIDER, "anthropic", BEDROCK_PROVIDER)
 # holds no API key, and its functions read the secret named by NO_API_KEY_SECRET never
 SIGNED_PROVIDERS = frozenset({BEDROCK_PROVIDER})
 NO_API_KEY_SECRET = "none"
-# what per-line output validation can check of an answer (`sluice.validation`); `all` (or the
+# what per-line output validation can check of an answer (`sluice.formats.validation`); `all` (or the
 # option given bare) turns on every one, and each applies to a line only where it can
 VALIDATION_CHECKS = ("json", "schema", "cut_short", "refusal", "empty")
 VALIDATE_ALL = "all"
@@ -56,7 +56,7 @@ def parse_validate(text: str) -> tuple[str, ...]:
 
 # A job's own options: each input object may override its environment's settings with S3 object
 # metadata `sluice-<option>` (`x-amz-meta-sluice-mode: batch`), read by Plan
-# (`sluice.plan.JobOptions.from_metadata`) and written by `sluice submit` and `sluice retry`.
+# (`sluice.plan.plan.JobOptions.from_metadata`) and written by `sluice submit` and `sluice retry`.
 METADATA_PREFIX = "sluice-"
 JOB_OPTIONS = (
     "mode",

@@ -40,7 +40,7 @@ class Step:
 STEPS: dict[str, Step] = {
     step.name: step
     for step in (
-        # Plan keeps about 20 bytes a line (`sluice.line_pass`: its offset, and a 12-byte hash of its
+        # Plan keeps about 20 bytes a line (`sluice.plan.line_pass`: its offset, and a 12-byte hash of its
         # custom_id until duplicates are settled), 200 MB at 10M lines; the rest is the cache's lookups
         Step("plan", 900, 3008),
         Step("run_shard", 900, FULL_VCPU_MB),

@@ -154,7 +154,7 @@ class ShardBatches(JsonRecord):
 class ShardStats(JsonRecord):
     """A finished shard's `stats.json` (`ShardSpec.stats_key`): its line counts, which Merge
     checks against the plan, the sizes of its results and errors, which spare Merge a HEAD of
-    each (None in a file written before it had them), and its figures as `sluice.stats.Stats`
+    each (None in a file written before it had them), and its figures as `sluice.shard.stats.Stats`
     writes them (this package reads no further: it imports the standard library only)."""
 
     OPTIONAL: ClassVar[frozenset[str]] = frozenset({"results_bytes", "errors_bytes"})
@@ -222,7 +222,7 @@ class Figures(JsonRecord):
     budget: Budget | None
     provider_refused: ProviderRefused | None
     # a validating job's lines by how they ended, and the answers each check turned down
-    # (`sluice.output_check`); None for a job that validates nothing
+    # (`sluice.send.output_check`); None for a job that validates nothing
     validation: dict[str, int] | None = None
 
 

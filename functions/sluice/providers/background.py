@@ -1,7 +1,7 @@
 """A provider's background responses as background mode uses them: the request that starts one, the
 poll that reads it, and what a poll's body says (settled or not, and how).
 
-The runners (`sluice.background`) send these requests with the engine like any other, so a
+The runners (`sluice.runners.background`) send these requests with the engine like any other, so a
 `BackgroundApi` only shapes requests and reads bodies: it holds no client.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..model import Request
+from sluice.contract.model import Request
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """A provider's Batch API as the batch runners use it: what they ask of it, and what it answers.
 
-The runners (`sluice.batch`, `batch_advance`, `batch_collect`) cut a shard into input files, keep
+The runners (`sluice.runners.batch.submit`, `batch_advance`, `batch_collect`) cut a shard into input files, keep
 the row maps and the queue's accounting, and write outcomes; a `BatchApi` is everything they
 need from one provider family: how a request is written as a row of an input file, submitting a
 file as a batch (tagged so that it can be found again), finding the batches a lost answer or a
@@ -21,7 +21,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import IO, Any, Protocol
 
-from ..model import Request
+from sluice.contract.model import Request
 
 # provider and Lambda clocks differ: a search for batches an earlier attempt created looks this far
 # before that attempt

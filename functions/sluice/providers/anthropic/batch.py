@@ -37,8 +37,9 @@ from typing import Any
 import aiohttp
 import orjson
 
-from ...model import Request
-from ...retry import RetryPolicy, backoff_s, next_delay_s
+from sluice.contract.model import Request
+from sluice.core.retry import RetryPolicy, backoff_s, next_delay_s
+
 from ..batch import (
     CLOCK_SLACK_S,
     CREATE_JITTER_FLOOR,

@@ -17,7 +17,8 @@ import re
 from datetime import datetime
 from typing import Any, Final
 
-from ...model import ErrorCode
+from sluice.contract.model import ErrorCode
+
 from ..batch import BatchCounts, BatchRow, BatchState, BatchStatus, BatchTag
 from . import translate
 

@@ -23,8 +23,9 @@ from typing import Any, Final, TypeVar
 import orjson
 from botocore.exceptions import ClientError
 
+from sluice.contract.model import Request
+
 from ...contract import BEDROCK_INPUT_PREFIX, BEDROCK_JOB_NAME_PREFIX, BEDROCK_OUTPUT_PREFIX
-from ...model import Request
 from ..batch import (
     ENDED,
     BatchApiOpener,

@@ -17,7 +17,8 @@ from typing import Any, Final
 
 import orjson
 
-from ...model import ErrorCode, Request
+from sluice.contract.model import ErrorCode, Request
+
 from ..anthropic.translate import CHAT, DEFAULT_MAX_TOKENS, MESSAGES, RESPONSES, to_line_shape
 from ..batch import BatchCounts, BatchRow, BatchState
 from ..format import Unsupported

@@ -7,7 +7,8 @@ from typing import Any
 
 import orjson
 
-from ...model import ErrorCode, Request
+from sluice.contract.model import ErrorCode, Request
+
 from ..background import Settled
 
 # Only the Responses API can run a request in the background

@@ -15,8 +15,9 @@ from typing import Any, Literal, cast
 import openai
 import orjson
 
-from ...model import ErrorCode, Request
-from ...retry import RetryPolicy, backoff_s
+from sluice.contract.model import ErrorCode, Request
+from sluice.core.retry import RetryPolicy, backoff_s
+
 from ..batch import (
     CLOCK_SLACK_S,
     CREATE_JITTER_FLOOR,

@@ -1,0 +1,143 @@
+"""MarkFailed: a job that cannot finish still writes what finished, and accounts for the rest."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from botocore.exceptions import ClientError
+
+from sluice.contract import JobFailed, JobStatus, MarkedFailed, Planned, Summary
+from sluice.contract.model import ErrorCode
+from sluice.merge.merge import Deadlines, merge_job
+from sluice.merge.outputs import OutOfTime
+from sluice.merge.summary import end_job
+from sluice.plan.plan import find_object, job_id_for, output_prefix
+
+# The share of an invocation's time MarkFailed spends assembling the shards that never finished.
+# Shards left over wait for the next invocation (the definition loops), which finds the ones
+# already assembled finished. An invocation that assembled for longer than MERGE_AFTER_SHARE
+# leaves the merge, which takes what Merge's does, to the next one too.
+ASSEMBLY_SHARE = 0.4
+MERGE_AFTER_SHARE = 0.1
+
+
+# errors whose message says what the user asked for and why it cannot be: shown without their type
+USER_ERRORS = frozenset({"PlanError"})
+
+
+@dataclass(frozen=True)
+class Failure:
+    """What one MarkFailed call did: once the job ended FAILED, the event that says so; until
+    then the `shards_left` to assemble (0: only the merge) wait for its next call."""
+
+    job_id: str
+    event: JobFailed | None
+    shards_left: int = 0
+
+    @property
+    def result(self) -> MarkedFailed:
+        return MarkedFailed(done=self.event is not None, shards_left=self.shards_left)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The step's answer: the event's detail (the job alone while it waits), then its result."""
+        detail = self.event.to_json() if self.event else {"job_id": self.job_id, "status": JobStatus.FAILED}
+        return {**detail, **self.result.to_dict()}
+
+
+def _reason(error: str, cause: str) -> str:
+    """Step Functions hands over a Lambda failure as a JSON cause; users want its message."""
+    try:
+        parsed = orjson.loads(cause)
+    except orjson.JSONDecodeError:
+        return f"{error}: {cause}" if cause else error
+    if isinstance(parsed, dict) and parsed.get("errorMessage"):
+        kind = parsed.get("errorType", error)
+        # a refused option or input: the message is the user's, the class name means nothing to them
+        return str(parsed["errorMessage"]) if kind in USER_ERRORS else f"{kind}: {parsed['errorMessage']}"
+    return error
+
+
+def mark_failed(
+    *, s3: Any, store: Any, state: Planned | Mapping[str, Any], error: str, cause: str, remaining_s: float | None = None
+) -> Failure:
+    """Account for every line and write the outputs, status FAILED. `state` is the job Plan
+    planned, or the execution's input (the S3 event) when Plan itself failed. `done` is False
+    when the shards left to assemble, or the merge, wait for another call (`remaining_s`: the
+    time this invocation has; None: no limit), and the event comes with the call that is done."""
+    reason = _reason(error, cause)
+    if not isinstance(state, Planned):
+        # Plan itself failed: no shards and no manifest, so the job is the input object and the reason
+        return _summary_only(s3, store, state, reason)
+    # first: the shards still running stop sending (and drawing on the budget) within one poll
+    # period; every call of the loop marks again, which changes nothing once they are marked
+    store.stop_shards(state.job_id, JobStatus.FAILED, shards=state.shards)
+    now = time.monotonic()
+    deadlines = (
+        None
+        if remaining_s is None
+        else Deadlines(assemble=now + ASSEMBLY_SHARE * remaining_s, merge=now + MERGE_AFTER_SHARE * remaining_s)
+    )
+    try:
+        summary = merge_job(
+            s3=s3,
+            store=store,
+            state=state,
+            status=JobStatus.FAILED,
+            missing_code=ErrorCode.JOB_FAILED,
+            missing_message=f"the job failed before this line finished ({reason})",
+            error=reason,
+            deadlines=deadlines,
+        )
+    except OutOfTime as exc:
+        return Failure(job_id=state.job_id, event=None, shards_left=exc.left)
+    assert summary.figures is not None
+    event = JobFailed(
+        job_id=state.job_id,
+        status=JobStatus.FAILED,
+        error=reason,
+        counts=summary.figures.counts,
+        outputs=summary.figures.outputs,
+    )
+    return Failure(job_id=state.job_id, event=event)
+
+
+def record_failure(
+    *,
+    s3: Any,
+    store: Any,
+    state: Planned | Mapping[str, Any],
+    error: str,
+    cause: str,
+    failed_again: Mapping[str, Any],
+) -> Failure:
+    """MarkFailed's last resort, once MarkFailed itself failed: only the job row and a summary
+    that says why, a few requests whatever the job's size. `state` as `mark_failed`'s."""
+    if isinstance(state, Planned):
+        store.stop_shards(state.job_id, JobStatus.FAILED, shards=state.shards)
+    reason = _reason(error, cause)
+    again = _reason(str(failed_again.get("Error", "Unknown")), str(failed_again.get("Cause", "")))
+    return _summary_only(s3, store, state, f"{reason}; accounting for its lines failed too: {again}")
+
+
+def _summary_only(s3: Any, store: Any, state: Planned | Mapping[str, Any], reason: str) -> Failure:
+    """The job FAILED with a summary in outbox/ that says why, and no other output."""
+    if isinstance(state, Planned):
+        job_id, bucket, key, prefix = state.job_id, state.bucket, state.key, state.output_prefix
+    else:
+        detail = state["event"]["detail"] if "event" in state else state["detail"]
+        bucket, key = detail["bucket"]["name"], detail["object"]["key"]
+        # the object's own key, as Plan would have found it, however the event encoded it; if it
+        # is gone or replaced, the event's key is all there is
+        with contextlib.suppress(ClientError):
+            key, _ = find_object(s3, bucket, key, detail["object"]["etag"])
+        job_id, prefix = job_id_for(bucket, key, detail["object"]["etag"]), output_prefix(key)
+    summary = Summary(job_id=job_id, status=JobStatus.FAILED, input=f"s3://{bucket}/{key}", error=reason)
+    # Plan may have failed before it made the job's row, or after
+    summary_at = end_job(s3, store if store.job(job_id) is not None else None, summary, bucket=bucket, prefix=prefix)
+    event = JobFailed(job_id=job_id, status=JobStatus.FAILED, error=reason, summary=f"s3://{bucket}/{summary_at}")
+    return Failure(job_id=job_id, event=event)

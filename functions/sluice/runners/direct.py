@@ -1,0 +1,119 @@
+"""Direct mode: every line is one HTTP request through the engine, answered while the shard runs.
+
+A run sends what has no terminal result yet and checkpoints outcomes as parts (the lines
+that failed transiently last, after one more pass: `sweep`); a run that ends short of the
+shard (the Lambda's time is nearly up) is followed by another, and the last one assembles
+the shard's files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+
+from sluice.contract import DirectRun, Mode, ProviderRefused, parse_validate
+from sluice.contract.model import ErrorCode, Outcome, Request
+from sluice.formats.lines import LineError
+from sluice.runners.sweep import send_and_hand_back
+from sluice.send.refusal import unsent_message, write_refusal
+from sluice.shard.frame import (
+    ShardContext,
+    ShardSpec,
+    Stopper,
+    fill_for,
+    left_to_send,
+    margin_s,
+    opening_delay_s,
+    pending,
+    shard_budget,
+    write_unsent,
+)
+from sluice.shard.parts import PartWriter, assemble, load_checkpoint, turned_down
+
+
+class ShardStalled(RuntimeError):
+    """A run ended before sending anything: the Lambda timeout leaves no room for a request."""
+
+
+async def run_direct(ctx: ShardContext, spec: ShardSpec) -> DirectRun:
+    started = time.monotonic()
+    checkpoint = load_checkpoint(ctx.s3, spec)
+    fill = fill_for(ctx, spec, run=checkpoint.runs + 1, path=Mode.DIRECT)
+    writer = PartWriter(
+        s3=ctx.s3,
+        store=ctx.store,
+        spec=spec,
+        run=checkpoint.runs + 1,
+        item_rows_for_results=False,
+        progress=ctx.progress,
+        cache=fill,
+    )
+    stopper = Stopper(ctx, spec)
+    if checkpoint.runs == 0:
+        await asyncio.sleep(opening_delay_s(spec))
+    budget = shard_budget(ctx, spec)
+    source = pending(ctx.s3, spec, checkpoint.done, writer.add_invalid)
+    if spec.mode == Mode.BATCH and parse_validate(spec.validate):
+        source = _carrying(source, await asyncio.to_thread(turned_down, ctx.s3, spec))
+    requests = fill.track(source) if fill is not None else source
+    # the lines this run ended, to know which the budget or a refusing provider kept back
+    ended: set[int] = set()
+
+    def sink(outcome: Outcome) -> None:
+        ended.add(outcome.line)
+        writer.add_outcome(outcome)
+
+    expected = left_to_send(spec, checkpoint.done)
+    stats = await send_and_hand_back(ctx, spec, requests, sink, writer, budget, stopper, expected=expected)
+    out_of_budget = budget is not None and budget.exhausted and not stopper.stopped
+    refused = stats.refused if not stopper.stopped and not out_of_budget else None
+    if out_of_budget:
+        await asyncio.to_thread(write_unsent, ctx.s3, spec, source, checkpoint.done | ended, writer.add_invalid)
+    elif refused is not None:
+        await asyncio.to_thread(_write_refused, ctx, spec, source, checkpoint.done | ended, writer, refused)
+    finished = not stats.stopped_early or out_of_budget or refused is not None
+    if stopper.stopped:
+        await writer.aflush(finished=False)
+        return DirectRun(done=False, cancelled=True, run=checkpoint.runs + 1, sent=writer.done + writer.failed)
+    if not finished and stats.sent == 0:
+        raise ShardStalled(
+            f"shard {spec.shard} stopped before sending anything: {ctx.remaining_s():.0f} s left is under the "
+            f"request timeout plus safety margin ({margin_s(ctx):.0f} s)"
+        )
+    await writer.aflush(finished=finished)
+    if finished:
+        assemble(ctx.s3, spec)
+    return DirectRun(
+        done=finished,
+        run=checkpoint.runs + 1,
+        sent=writer.done + writer.failed,
+        seconds=round(time.monotonic() - started, 3),
+    )
+
+
+def _carrying(source: Iterator[Request], turned: dict[int, str]) -> Iterator[Request]:
+    """A batch shard's direct pass: each line its batches answered invalid carries the check that
+    answer failed, so the line's sends go on from it (counted repaired when it then passes)."""
+    for request in source:
+        check = turned.get(request.line)
+        yield request if check is None else replace(request, failed_checks=(check,))
+
+
+def _write_refused(
+    ctx: ShardContext,
+    spec: ShardSpec,
+    source: Iterator[Request],
+    ended: set[int],
+    writer: PartWriter,
+    refused: ProviderRefused,
+) -> None:
+    """The lines a refusing provider kept from being sent, as errors carrying its error, and the
+    note Merge puts in the summary."""
+
+    def error(spec: ShardSpec, line: int, custom_id: str) -> LineError:
+        return LineError(line, ErrorCode.PROVIDER_REFUSED, f"line {line}: {unsent_message(refused)}", custom_id)
+
+    lines = write_unsent(ctx.s3, spec, source, ended, writer.add_invalid, error)
+    write_refusal(ctx.s3, spec.bucket, spec.refusal_key, replace(refused, lines=lines))

@@ -1,0 +1,453 @@
+"""The direct-mode hot path: a fixed pool of workers pushing Requests through one session.
+
+Three parts, in the manner of openai-python's `_base_client.py`: `classify` (pure) says what
+an answer means, `_Run.send` is one flat loop of attempts acting on that verdict, and the
+limiter (`limits`) decides when an attempt may start.
+
+Memory is O(concurrency): the workers pull from one shared iterator, so the engine never
+holds more than `concurrency` requests, tasks or responses at once however long the input.
+Provider behaviour (429s, 5xx, timeouts, resets, garbage) always ends in an Outcome; an
+exception escaping `fan_out` is a bug in Sluice, in the iterator or in the sink.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import time
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sized
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import orjson
+from yarl import URL
+
+from sluice.contract import DEFAULT_PROVIDER, ProviderRefused
+from sluice.contract.model import Outcome, Request
+from sluice.core.retry import DEFAULT_POLICY, RetryPolicy
+from sluice.limits.budget import Budget
+from sluice.limits.flow import AdaptiveLimit, Gate, RatePacer
+from sluice.limits.shared import SharedLimit, Ticket
+from sluice.providers import RequestFormat, Signer, family
+from sluice.send.classify import FAIL, OK, AttemptVerdict, classify, describe_lost
+from sluice.send.output_check import OutputCheck
+from sluice.send.process_tuning import keep_read_buffers_off_mmap, tuned_gc
+from sluice.send.refusal import RefusalWatch
+
+# per-path URLs are parsed once; polls (/v1/responses/<id>) are unique, so don't cache forever
+_URL_CACHE_MAX = 64
+_START_BATCH = 10
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSettings:
+    concurrency: int = 200
+    policy: RetryPolicy = DEFAULT_POLICY
+    rpm: float = 0
+    tpm: float = 0
+    user_agent: str = "sluice/0.1"
+    # AIMD starts here (default: at `concurrency`) and never grows past `concurrency`
+    initial_limit: int | None = None
+    # share of a cohort of requests that may be 429s before the limit halves (see AdaptiveLimit)
+    throttle_tolerance: float = 0.2
+    # Standby workers, as a share of `concurrency`, that take new items while others sleep
+    # out a Retry-After. Without them every 429 idles a worker for the whole wait. They only
+    # wake when a worker goes to sleep, so a healthy run still holds at most `concurrency`
+    # items; the worst case is concurrency * (1 + retry_headroom).
+    retry_headroom: float = 0.5
+    # see fan_out: fewer, cheaper garbage collections while the engine runs
+    tune_gc: bool = True
+    # when the first this many answers are all the same non-retryable error, stop taking requests
+    # (`sluice.send.refusal`); 0 never stops
+    fail_fast_after: int = 0
+    # the provider's request format (`sluice.providers`): a shard's is its spec's family
+    request_format: RequestFormat = field(default_factory=lambda: family(DEFAULT_PROVIDER))
+    # a validating job's checks (`sluice.send.output_check`): an invalid answer is sent again
+    output_check: OutputCheck | None = None
+
+
+@dataclass(slots=True)
+class EngineStats:
+    sent: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    attempts: int = 0
+    retries: int = 0
+    throttled_429: int = 0
+    server_errors: int = 0
+    connection_errors: int = 0
+    stopped_early: bool = False
+    remaining: int = 0
+    limit_min: int = 0
+    limit_final: int = 0
+    elapsed_s: float = 0.0
+    error_codes: dict[str, int] = field(default_factory=dict)
+    # the run stopped because the provider refused its first answers (`fail_fast_after`)
+    refused: ProviderRefused | None = None
+
+
+def _orjson_str(obj: Any) -> str:
+    return orjson.dumps(obj).decode()
+
+
+def make_session(concurrency: int, *, user_agent: str | None = None) -> aiohttp.ClientSession:
+    """One session per shard: the connection pool is sized to the worker pool, so a worker
+    never waits for a socket another worker isn't using."""
+    connector = aiohttp.TCPConnector(
+        limit=concurrency,
+        limit_per_host=concurrency,
+        ttl_dns_cache=300,
+        keepalive_timeout=30,
+    )
+    return aiohttp.ClientSession(
+        connector=connector,
+        # per-request totals come from the RetryPolicy; here only guard the connect phase
+        timeout=aiohttp.ClientTimeout(total=None, sock_connect=15),
+        json_serialize=_orjson_str,
+        # an API client has no use for cookies (a CDN's bot cookie at most); skipping the jar
+        # saves filtering and parsing them on every request
+        cookie_jar=aiohttp.DummyCookieJar(),
+        headers={"User-Agent": user_agent} if user_agent else None,
+        raise_for_status=False,
+    )
+
+
+def _never() -> bool:
+    return False
+
+
+async def fan_out(
+    requests: Iterable[Request],
+    *,
+    session: aiohttp.ClientSession,
+    base_url: str,
+    api_key: str,
+    settings: EngineSettings,
+    sink: Callable[[Outcome], None],
+    should_stop: Callable[[], bool] = _never,
+    count_remaining: bool = True,
+    sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+    rand: Callable[[], float] = random.random,
+    shared: SharedLimit | None = None,
+    budget: Budget | None = None,
+    sign: Signer | None = None,
+) -> EngineStats:
+    """Send every request, retrying per `settings.policy`, and hand each Outcome to `sink`.
+
+    `sign`: for a family that authenticates with AWS credentials, not `api_key`, signs each attempt.
+
+    With a `budget`, each request is reserved before it is sent and settled with its answer;
+    once the budget refuses one, no more are taken (that one is not sent, and not in the sink).
+
+    Once `should_stop()` turns true no new request is taken; those in flight (including
+    their retries) still finish and reach the sink. So once the first `fail_fast_after`
+    outcomes were all one non-retryable error (`stats.refused` says which). `stats.remaining` counts the rest (by
+    `len()` when `requests` is Sized, else by draining the iterator; with `count_remaining=False`
+    it is only 1 or 0, and one item past the stop is read to know which).
+    """
+    if settings.concurrency < 1:
+        raise ValueError("concurrency must be >= 1")
+    run = _Run(session, base_url, api_key, settings, sink, should_stop, sleep, rand, shared, budget, sign)
+    it = iter(requests)
+    # an iterator is its own iter(): its len(), if it has one, no longer counts what is left
+    own_iterator = it is requests
+    await run.run(it)
+    stats = run.stats
+    if run.stopping and not run.exhausted:
+        if isinstance(requests, Sized) and not own_iterator:
+            stats.remaining = max(0, len(requests) - run.taken)
+        elif count_remaining:
+            stats.remaining = sum(1 for _ in it)
+        else:
+            # the caller resumes from its own checkpoint: whether anything is left is enough,
+            # and counting would read (a shard: download) the rest of the source for nothing
+            stats.remaining = 0 if next(it, None) is None else 1
+        stats.stopped_early = stats.remaining > 0
+    return stats
+
+
+class _Run:
+    """One call of `fan_out`: its workers, the attempt loop, and the figures they keep."""
+
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        base_url: str,
+        api_key: str,
+        settings: EngineSettings,
+        sink: Callable[[Outcome], None],
+        should_stop: Callable[[], bool],
+        sleep: Callable[[float], Awaitable[Any]],
+        rand: Callable[[], float],
+        shared: SharedLimit | None = None,
+        budget: Budget | None = None,
+        sign: Signer | None = None,
+    ) -> None:
+        self.settings = settings
+        self.sign = sign
+        self.format = settings.request_format
+        self.shared = shared
+        self.budget = budget
+        self.policy = settings.policy
+        self.stats = EngineStats()
+        self.limiter = AdaptiveLimit(
+            settings.concurrency, settings.initial_limit, tolerance=settings.throttle_tolerance
+        )
+        self.stats.limit_min = self.limiter.limit
+        self.pacer = RatePacer(settings.rpm, settings.tpm)
+        self.gate = Gate(settings.concurrency)
+        self.refusals = RefusalWatch(settings.fail_fast_after, self.format) if settings.fail_fast_after > 0 else None
+        self.timeout = aiohttp.ClientTimeout(total=self.policy.request_timeout_s)
+        self.base_headers = {
+            **self.format.auth_headers(api_key),
+            "Content-Type": "application/json",
+            "User-Agent": settings.user_agent,
+        }
+        self.base_url = base_url
+        # a family whose URL names the model: the cache is keyed by the path with the model in it
+        self.routed = self.format.model_in_url
+        self.url_cache: dict[str, URL] = {}
+        self.request = session.request
+        self.sink = sink
+        self.should_stop = should_stop
+        self.sleep = sleep
+        self.rand = rand
+        self.taken = 0
+        self.stopping = False
+        self.exhausted = False
+
+    def url_for(self, path: str) -> URL:
+        url = self.url_cache.get(path)
+        if url is None:
+            # as the family encoded it: a signature covers the path as it is sent
+            url = URL(self.format.url(self.base_url, path), encoded=self.routed)
+            if len(self.url_cache) < _URL_CACHE_MAX:
+                self.url_cache[path] = url
+        return url
+
+    async def send(self, req: Request, held: list[bool]) -> Outcome:
+        """One request to its Outcome: attempt, classify, and act on the verdict until it is final.
+
+        Longer than 80 lines on purpose: the one flat retry loop every attempt of every request
+        runs, with its state in locals (`bench/engine.py` measures it); split, each attempt would
+        pay calls and attribute lookups that the reference clients do not."""
+        stats = self.stats
+        limiter = self.limiter
+        pacer = self.pacer
+        shared = self.shared
+        ticket: Ticket | None = None
+        policy = self.policy
+        body = req.body
+        if self.routed:
+            routed, body = self.format.route(req.path, body)
+            url = self.url_for(routed)
+        else:
+            url = self.url_for(req.path)
+        headers = {**self.base_headers, "x-sluice-custom-id": req.custom_id}
+        sign = self.sign
+        attempt = 0
+        throttled = 0
+        started = 0.0
+        while True:
+            attempt += 1
+            token = await limiter.acquire(attempt > 1)
+            status: int | None = None
+            raw = b""
+            answer: Mapping[str, str] | None = None
+            lost: str | None = None
+            try:
+                if pacer.active:
+                    await pacer.take(req.estimated_tokens)
+                if shared is not None:
+                    ticket = await shared.take(req)
+                if attempt == 1:
+                    started = time.monotonic()
+                stats.attempts += 1
+                if sign is not None:
+                    # each attempt anew: a signature is dated, and a retry may come minutes later
+                    headers = sign(req.method, str(url), headers, body)
+                async with self.request(req.method, url, data=body, headers=headers, timeout=self.timeout) as resp:
+                    status = resp.status
+                    answer = resp.headers
+                    raw = await resp.read()
+            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                # a status with no body (reset mid-read) still counts as a lost connection
+                status = None
+                lost = describe_lost(exc)
+                stats.connection_errors += 1
+            finally:
+                limiter.release()
+            if shared is not None:
+                if ticket is not None:
+                    shared.observe(ticket, status, answer)
+            elif answer is not None:
+                # Without the shared limit, the provider's own word paces the shard: a spent quota
+                # pauses it until the reset. With it, the shared bucket paces, and such a pause
+                # (OpenAI's reset is until the bucket is full again, a minute) would idle a shard
+                # that holds a lease.
+                pacer.observe_headers(answer, self.format)
+
+            verdict = classify(
+                status,
+                answer,
+                raw,
+                lost,
+                attempt=attempt,
+                policy=policy,
+                request_format=self.format,
+                now=time.time(),
+                rand=self.rand,
+            )
+            if verdict.kind == OK:
+                limiter.on_success(token)
+                if shared is not None and ticket is not None:
+                    shared.settle(ticket, verdict.body)
+                return self.finish_ok(req, verdict, status, answer, attempt, started, throttled)
+            if verdict.throttled:
+                throttled += 1
+                if status == 429:
+                    stats.throttled_429 += 1
+                if limiter.on_throttled(token) and limiter.limit < stats.limit_min:
+                    stats.limit_min = limiter.limit
+            elif verdict.server_error:
+                stats.server_errors += 1
+            if verdict.kind == FAIL:
+                return self.finish_error(req, verdict, status, answer, attempt, started, throttled)
+            stats.retries += 1
+            if held[0]:
+                # a standby worker takes this place while this one sleeps
+                held[0] = False
+                self.gate.leave()
+            await self.sleep(verdict.delay_s)
+
+    def finish_ok(
+        self,
+        req: Request,
+        verdict: AttemptVerdict,
+        status: int | None,
+        headers: Mapping[str, str] | None,
+        attempts: int,
+        started: float,
+        throttled: int,
+    ) -> Outcome:
+        """An answered request's Outcome, with the provider's id of the answer, its body in the shape
+        the line was written in."""
+        self.stats.succeeded += 1
+        body = verdict.body
+        request_id = self.format.request_id(headers, body)
+        body = self.format.from_wire(req.path, body, int(time.time()), sent=req.body, request_id=request_id)
+        return Outcome(
+            line=req.line,
+            custom_id=req.custom_id,
+            status_code=status,
+            body=body,
+            request_id=request_id,
+            attempts=attempts,
+            latency_s=time.monotonic() - started,
+            throttled=throttled,
+        )
+
+    def finish_error(
+        self,
+        req: Request,
+        verdict: AttemptVerdict,
+        status: int | None,
+        headers: Mapping[str, str] | None,
+        attempts: int,
+        started: float,
+        throttled: int,
+    ) -> Outcome:
+        stats = self.stats
+        code = verdict.code or ""
+        stats.failed += 1
+        stats.error_codes[code] = stats.error_codes.get(code, 0) + 1
+        return Outcome(
+            line=req.line,
+            custom_id=req.custom_id,
+            status_code=status,
+            body=verdict.body,
+            request_id=self.format.request_id(headers, None),
+            error_code=code,
+            error_message=verdict.message,
+            attempts=attempts,
+            latency_s=time.monotonic() - started,
+            throttled=throttled,
+            headers=dict(headers) if headers is not None else {},
+        )
+
+    async def checked(self, check: OutputCheck, req: Request, outcome: Outcome, held: list[bool]) -> Outcome:
+        """The line's last outcome: its answer sent again while it fails the job's checks and has
+        sends left, each within the budget."""
+        failed = list(req.failed_checks)
+        attempts = outcome.attempts
+        while (again := check.judge(req, outcome, failed)) is not None:
+            budget = self.budget
+            if budget is not None and not await budget.reserve(again):
+                self.stopping = True
+                return check.give_up(outcome, failed)
+            outcome = await self.send(again, held)
+            if budget is not None:
+                budget.settle(again, outcome)
+            attempts += outcome.attempts
+            outcome.attempts = attempts
+            req = again
+        return outcome
+
+    async def worker(self, it: Iterator[Request]) -> None:
+        gate = self.gate
+        held = [False]
+        while True:
+            if not held[0]:
+                await gate.enter()
+                held[0] = True
+            if self.stopping or self.exhausted:
+                break
+            if self.should_stop():
+                self.stopping = True
+                break
+            try:
+                req = next(it)
+            except StopIteration:
+                self.exhausted = True
+                break
+            self.taken += 1
+            budget = self.budget
+            if budget is not None and not await budget.reserve(req):
+                self.stopping = True
+                break
+            outcome = await self.send(req, held)
+            if budget is not None:
+                budget.settle(req, outcome)
+            if self.settings.output_check is not None:
+                outcome = await self.checked(self.settings.output_check, req, outcome, held)
+            if self.refusals is not None and self.refusals.see(outcome):
+                self.stopping = True
+                self.stats.refused = self.refusals.refused
+            self.sink(outcome)
+        # pass the permit on so a standby worker wakes, sees the end, and exits in turn
+        gate.leave()
+
+    async def run(self, it: Iterator[Request]) -> None:
+        settings = self.settings
+        workers = settings.concurrency + math.ceil(settings.concurrency * max(0.0, settings.retry_headroom))
+        keep_read_buffers_off_mmap()
+        t0 = time.monotonic()
+        try:
+            with tuned_gc(settings.tune_gc):
+                async with asyncio.TaskGroup() as group:
+                    for index in range(workers):
+                        group.create_task(self.worker(it))
+                        if index % _START_BATCH == _START_BATCH - 1:
+                            # Opening a connection costs ~0.3 ms of CPU. Started all at once, 1000
+                            # workers would each open theirs before any request leaves; in batches,
+                            # the first requests go out while later workers are still connecting.
+                            await asyncio.sleep(0)
+        except BaseExceptionGroup as group_error:
+            # callers want the bug itself, not a group; several workers often trip on the same one
+            first = group_error.exceptions[0]
+            raise first from (group_error if len(group_error.exceptions) > 1 else None)
+        self.stats.sent = self.taken
+        self.stats.limit_final = self.limiter.limit
+        self.stats.elapsed_s = time.monotonic() - t0

@@ -1,0 +1,332 @@
+"""The frame every mode shares: what a shard is, how its lines are read, and how a run sends.
+
+A shard is a byte range of the input object. Each mode (`direct`, `background`, `batch`)
+reads its lines here, checkpoints terminal outcomes through `parts`, and stops when the
+Lambda's time is nearly up or the job is cancelled.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import orjson
+
+from sluice.cache.blobs import cache_store
+from sluice.cache.entries import CacheFill, segment_name
+from sluice.contract import Mode, RateSeed, Settings, causes, parse_rate_limits
+from sluice.contract import ShardSpec as ShardSpec  # the contract's, which the modes import from here
+from sluice.contract.model import ErrorCode, Outcome, Request
+from sluice.core.retry import RetryPolicy
+from sluice.formats.lines import READ_CHUNK, LineError, parse_line, split_lines
+from sluice.limits.budget import HOLDERS_WAIT_S, Budget, usd_to_nano
+from sluice.limits.shared import SharedLimit
+from sluice.limits.table import BucketTable
+from sluice.providers import Signer, apis, family
+from sluice.providers.background import BackgroundApi
+from sluice.providers.batch import BatchApi, BatchApiOpener
+from sluice.send.engine import EngineSettings, EngineStats, fan_out
+from sluice.send.output_check import OutputCheck
+from sluice.send.refusal import REFUSAL_ANSWERS
+from sluice.shard.progress import ProgressSink
+from sluice.store.jobs import JobStore
+
+
+def poll_wait_seconds(settings: Settings, elapsed_s: float) -> int:
+    """How long a shard sleeps before it polls again. Webhooks end the wait as soon as the work
+    ends, so polling only reconciles, and backs off as the work ages: each wait is a tenth of
+    the time waited so far, between `poll_seconds` and `batch_poll_max_s`. Over 24 hours that
+    is about 330 loops, where a fixed 10 s would be 8,640 (and 25,000 history events in 5 hours)."""
+    return int(max(settings.poll_seconds, min(settings.batch_poll_max_s, elapsed_s / 10)))
+
+
+def read_shard_lines(s3: Any, spec: ShardSpec) -> Iterator[Request | LineError]:
+    """The shard's lines, validated, straight from its byte range of the input object, each body
+    as the shard's provider family is sent it."""
+    request_format = family(spec.provider)
+    duplicates: dict[int, int] = {}
+    if spec.duplicates_key:
+        raw = s3.get_object(Bucket=spec.bucket, Key=spec.duplicates_key)["Body"].read()
+        duplicates = {int(k): v for k, v in orjson.loads(raw).items()}
+    body = s3.get_object(
+        Bucket=spec.bucket, Key=spec.key, Range=f"bytes={spec.start}-{spec.end - 1}", IfMatch=spec.etag
+    )["Body"]
+    for offset, raw in enumerate(split_lines(body.iter_chunks(READ_CHUNK))):
+        number = spec.first_line + offset
+        # a job that fills the cache sends each body with its keys sorted: the one encode the body
+        # needs anyway is then also its canonical form, which the cache key hashes as it is
+        parsed = parse_line(
+            raw,
+            number,
+            model=spec.model,
+            default_model=spec.default_model,
+            sort_keys=spec.fills_cache,
+            request_format=request_format,
+        )
+        if parsed is None:
+            continue
+        if isinstance(parsed, LineError):
+            yield parsed
+        elif number in duplicates:
+            yield LineError(
+                number,
+                ErrorCode.DUPLICATE_CUSTOM_ID,
+                f"line {number}: duplicate custom_id {parsed.custom_id!r} (first on line {duplicates[number]})",
+                parsed.custom_id,
+            )
+        else:
+            yield parsed
+
+
+@dataclass
+class ShardContext:
+    """What a shard run needs from outside; handlers build it, tests pass fakes."""
+
+    s3: Any
+    store: JobStore
+    settings: Settings
+    api_key: str
+    remaining_s: Callable[[], float]
+    session_factory: Callable[[int], aiohttp.ClientSession]
+    # in-process listener for live progress (the local cloud's display); deployed, there is none
+    progress: ProgressSink | None = None
+    # the provider's Batch API and background responses (`sluice.providers`), as the handler chose
+    # them; None: those of the family the settings name
+    batch_api: BatchApiOpener | None = None
+    background_api: BackgroundApi | None = None
+    # a family that signs each request with the function's AWS credentials (Bedrock): how; `api_key` is then ""
+    sign: Signer | None = None
+
+    def batches(self) -> AbstractAsyncContextManager[BatchApi]:
+        """The provider's Batch API, open for one run."""
+        return (self.batch_api or apis.batch_api_for(self.settings, self.api_key))()
+
+    @property
+    def background(self) -> BackgroundApi:
+        return self.background_api or apis.background_api(self.settings.provider)
+
+
+def _engine_settings(spec: ShardSpec, settings: Settings, *, check_answers: bool = False) -> EngineSettings:
+    policy = RetryPolicy(
+        max_attempts=spec.max_attempts,
+        request_timeout_s=settings.request_timeout_s,
+        base_delay_s=settings.retry_base_delay_s,
+    )
+    # a direct shard stops sending when the provider refuses everything (a background shard's
+    # responses and a batch's rows are answered later, not in the order they were sent)
+    fail_fast = REFUSAL_ANSWERS if spec.mode == Mode.DIRECT else 0
+    return EngineSettings(
+        concurrency=spec.concurrency,
+        policy=policy,
+        rpm=spec.rpm,
+        tpm=spec.tpm,
+        fail_fast_after=fail_fast,
+        request_format=family(spec.provider),
+        # a direct shard's answers, and those of a batch shard's direct pass (what its batches left
+        # or answered invalid); a background shard's arrive by poll, and only its sends again are checked here
+        output_check=OutputCheck.for_spec(spec) if check_answers or spec.mode in (Mode.DIRECT, Mode.BATCH) else None,
+    )
+
+
+def margin_s(ctx: ShardContext) -> float:
+    """Time a run keeps in hand: one request may still be in flight when it stops taking more."""
+    return ctx.settings.request_timeout_s + ctx.settings.safety_margin_s
+
+
+# The shards of a job's first wave start together; each waits `opening_delay_s` before its first
+# request, so that at most this many a second make their first reads and writes of the items every
+# shard shares (the key's limit, the job row's budget): at 1,000 shards in flight the openings
+# spread over 50 s, and the items take the openings of 100 shards in any 5 seconds, not 1,000
+OPENINGS_PER_S = 20.0
+
+
+def opening_delay_s(spec: ShardSpec) -> float:
+    """How long the shard's first run waits before its first request: its place in the first wave
+    (shards beyond it start as others end, already spread)."""
+    return spec.shard / OPENINGS_PER_S if spec.shard < spec.running else 0.0
+
+
+# how often a running shard reads its stop mark: a cancelled or failed job stops sending within this
+CANCEL_CHECK_S = 5.0
+
+
+class Stopper:
+    """When a run stops taking items: the Lambda's time is nearly up, or the job was cancelled or
+    has failed.
+
+    Neither stopping the execution (`sluice cancel`) nor a failed Map (MarkFailed) stops a Lambda
+    that is already running, so both mark every shard row (`JobStore.stop_shards`) and the run
+    reads the mark on its own row when it starts and every CANCEL_CHECK_S after: one read a period
+    per shard, each on the shard's own partition, never an item every shard reads. `stopped` is
+    the job's status then.
+    """
+
+    def __init__(self, ctx: ShardContext, spec: ShardSpec, clock: Callable[[], float] = time.monotonic) -> None:
+        self._ctx = ctx
+        self._spec = spec
+        self._clock = clock
+        self._margin = margin_s(ctx)
+        # a run that starts after the mark (the workflow had not stopped the shard yet) sends nothing
+        self._next_check = clock()
+        self.stopped: str | None = None
+
+    def __call__(self) -> bool:
+        if self._ctx.remaining_s() < self._margin:
+            return True
+        now = self._clock()
+        if self.stopped is None and now >= self._next_check:
+            self._next_check = now + CANCEL_CHECK_S
+            with causes.because(causes.CANCEL_CHECK, period_s=CANCEL_CHECK_S):
+                self.stopped = self._ctx.store.stop_mark(self._spec.job_id, self._spec.shard)
+        return self.stopped is not None
+
+
+async def send_requests(
+    ctx: ShardContext,
+    spec: ShardSpec,
+    requests: Iterable[Request],
+    sink: Callable[[Outcome], None],
+    stopper: Stopper | None = None,
+    budget: Budget | None = None,
+    *,
+    expected: int | None = None,
+    check_answers: bool = False,
+) -> EngineStats:
+    """Send `requests` with the shard's engine settings, each outcome to `sink`, until the
+    Lambda's time is nearly up, the job is cancelled or its `budget` is spent. `expected`: how
+    many requests there are, when the caller knows (a collect run's polls). `check_answers`: judge
+    every answer by the job's checks, whatever the mode (a background shard's sends again).
+
+    With the shared limit on, every attempt draws from the key-wide bucket and also keeps to
+    the shard's part of the job's own rate limits: a job never exceeds its `sluice-rpm`, and never
+    takes more than its fair share of the key. What the run leased and did not spend goes back
+    when it ends, however it ends."""
+    shared = None
+    if ctx.settings.shared_limit == "on":
+        shared = SharedLimit(
+            BucketTable(ctx.store.table),
+            base_url=ctx.settings.provider_base_url,
+            api_key=ctx.api_key,
+            lessee=f"{spec.job_id}#{spec.shard}",
+            request_format=family(spec.provider),
+            seeds=parse_rate_limits(ctx.settings.rate_limits),
+            default_seed=RateSeed(spec.job_rpm, spec.job_tpm) if spec.job_rpm else None,
+            expected=expected,
+        )
+    try:
+        async with ctx.session_factory(spec.concurrency) as session:
+            return await fan_out(
+                requests,
+                session=session,
+                base_url=ctx.settings.provider_base_url,
+                api_key=ctx.api_key,
+                settings=_engine_settings(spec, ctx.settings, check_answers=check_answers),
+                sink=sink,
+                should_stop=stopper or Stopper(ctx, spec),
+                count_remaining=False,
+                shared=shared,
+                budget=budget,
+                sign=ctx.sign,
+            )
+    finally:
+        if shared is not None:
+            await shared.close()
+
+
+def budget_message(spec: ShardSpec) -> str:
+    # how to send the rest depends on where the job ran: `sluice status` and `sluice run` say it
+    return f"not sent: the job's budget of ${spec.budget_usd:g} is spent"
+
+
+def unsent(spec: ShardSpec, line: int, custom_id: str) -> LineError:
+    """The error of a line the job's budget did not let the shard send."""
+    return LineError(line, ErrorCode.BUDGET_EXCEEDED, f"line {line}: {budget_message(spec)}", custom_id)
+
+
+def write_unsent(
+    s3: Any,
+    spec: ShardSpec,
+    source: Iterator[Request],
+    ended: set[int],
+    add: Callable[[LineError], None],
+    error: Callable[[ShardSpec, int, str], LineError] = unsent,
+) -> int:
+    """Once the budget stopped a run: each request line not in `ended` to `add` as `budget_exceeded`
+    (or as `error` makes it: a refusing provider's). Returns how many.
+
+    `source` (the run's `pending`) is read to its end first, so that the invalid lines it had not
+    reached yet go to its own sink with their own codes.
+    """
+    for _ in source:
+        pass
+    count = 0
+    for item in read_shard_lines(s3, spec):
+        if isinstance(item, Request) and item.line not in ended:
+            add(error(spec, item.line, item.custom_id))
+            count += 1
+    return count
+
+
+def shard_budget(ctx: ShardContext, spec: ShardSpec, *, batch: bool = False) -> Budget | None:
+    """The run's share of the job's spending cap, or None when the job has none."""
+    if not spec.budget_usd:
+        return None
+    wait_s = min(HOLDERS_WAIT_S, ctx.settings.safety_margin_s)
+    return Budget(
+        ctx.store,
+        spec.job_id,
+        usd_to_nano(spec.budget_usd),
+        request_format=family(spec.provider),
+        batch=batch,
+        wait_s=wait_s,
+        waiters=spec.running,
+    )
+
+
+def left_to_send(spec: ShardSpec, skip: set[int]) -> int:
+    """At most how many requests a run of the shard sends before retries: its lines without an
+    outcome. The shared limit leases no more than that, so a run's last lease leaves nothing to
+    give back at its end (a lease and a give-back a moment apart were two writes of the key's item
+    for every run's end)."""
+    return max(0, spec.lines - spec.blank - len(skip))
+
+
+def pending(s3: Any, spec: ShardSpec, skip: set[int], on_invalid: Callable[[LineError], None]) -> Iterator[Request]:
+    """Requests still to send; invalid lines go to `on_invalid` as they stream past.
+
+    A shard whose every line already has its outcome (Plan answered them all from the response
+    cache, or an earlier run finished them) is not read at all.
+    """
+    if len(skip) >= spec.lines - spec.blank:
+        return
+    for item in read_shard_lines(s3, spec):
+        if item.line in skip:
+            continue
+        if isinstance(item, LineError):
+            on_invalid(item)
+        else:
+            yield item
+
+
+def fill_for(ctx: ShardContext, spec: ShardSpec, *, run: int, path: str) -> CacheFill | None:
+    """The cache a shard's writer fills, when its job writes to the cache."""
+    if not spec.fills_cache:
+        return None
+
+    def keys_for() -> Iterator[Request]:
+        return (item for item in read_shard_lines(ctx.s3, spec) if isinstance(item, Request))
+
+    return CacheFill(
+        cache_store(ctx.s3, ctx.settings),
+        base_url=ctx.settings.cache_provider_name,
+        name=segment_name(spec.job_id, spec.shard, run, path),
+        request_format=family(spec.provider),
+        keep_incomplete=spec.cache_incomplete,
+        keys_for=keys_for,
+        # `read_shard_lines` sorted the bodies' keys, as it does for every job that fills the cache
+        canonical=True,
+    )
