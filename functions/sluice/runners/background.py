@@ -24,7 +24,6 @@ from sluice.send.output_check import OutputCheck, Resends
 from sluice.shard.frame import (
     ShardContext,
     ShardSpec,
-    fill_for,
     left_to_send,
     opening_delay_s,
     pending,
@@ -33,7 +32,8 @@ from sluice.shard.frame import (
     shard_budget,
     write_unsent,
 )
-from sluice.shard.parts import PartWriter, assemble, load_checkpoint
+from sluice.shard.parts import PartWriter, assemble
+from sluice.shard.run import open_run
 from sluice.store.jobs import ItemState
 
 # A background response still running after this long is reported expired: every wait loop
@@ -47,19 +47,10 @@ async def submit_background(ctx: ShardContext, spec: ShardSpec) -> Submitted:
     Lines for an endpoint with no background form (chat completions, embeddings, completions)
     are sent directly instead: their answer is final the moment it arrives.
     """
-    checkpoint = load_checkpoint(ctx.s3, spec)
-    skip = set(checkpoint.done)
+    run = open_run(ctx, spec, path=Mode.BACKGROUND)
+    writer, fill = run.writer, run.fill
+    skip = set(run.checkpoint.done)
     skip.update(i.line for i in ctx.store.items(spec.job_id, spec.shard) if i.provider_id)
-    fill = fill_for(ctx, spec, run=checkpoint.runs + 1, path=Mode.BACKGROUND)
-    writer = PartWriter(
-        s3=ctx.s3,
-        store=ctx.store,
-        spec=spec,
-        run=checkpoint.runs + 1,
-        path=Mode.BACKGROUND,
-        progress=ctx.progress,
-        cache=fill,
-    )
     # lines in flight that were sent directly; a set of the in-flight ones only
     direct: set[int] = set()
     # every line this run ended or handed to the provider, to know which the budget kept back
@@ -83,7 +74,7 @@ async def submit_background(ctx: ShardContext, spec: ShardSpec) -> Submitted:
     source = pending(ctx.s3, spec, skip, writer.add_invalid)
     # keyed as the line asks, before `background: true` is added: a direct run of it shares the answer
     requests = (prepare(r) for r in (fill.track(source) if fill is not None else source))
-    if checkpoint.runs == 0:
+    if run.first:
         await asyncio.sleep(opening_delay_s(spec))
     budget = shard_budget(ctx, spec)
     expected = left_to_send(spec, skip)
@@ -102,7 +93,7 @@ async def submit_background(ctx: ShardContext, spec: ShardSpec) -> Submitted:
     return Submitted(
         # a line left to send again is in no part and no item: the next submit run sends it afresh
         submitted=out_of_budget or (not stats.stopped_early and left == 0),
-        run=checkpoint.runs + 1,
+        run=run.number,
         wait_seconds=ctx.settings.poll_seconds,
         waiting_since=spec.waiting_since or time.time(),
     )
@@ -206,21 +197,13 @@ async def collect_background(ctx: ShardContext, spec: ShardSpec) -> Collected:
 async def _collect_background(ctx: ShardContext, spec: ShardSpec) -> Collected:
     """Poll every submitted response once; settle the finished ones, keep waiting for the rest. A
     validating job's answers are judged once the polls are done, and the invalid ones sent again."""
-    checkpoint = load_checkpoint(ctx.s3, spec)
+    run = open_run(ctx, spec, path=Mode.BACKGROUND)
+    checkpoint, writer = run.checkpoint, run.writer
     waiting = {
         i.line: i
         for i in ctx.store.items(spec.job_id, spec.shard)
         if i.status in ("submitted", "settled") and i.provider_id and i.line not in checkpoint.done
     }
-    writer = PartWriter(
-        s3=ctx.s3,
-        store=ctx.store,
-        spec=spec,
-        run=checkpoint.runs + 1,
-        path=Mode.BACKGROUND,
-        progress=ctx.progress,
-        cache=fill_for(ctx, spec, run=checkpoint.runs + 1, path=Mode.BACKGROUND),
-    )
     still: list[int] = []
     # items a webhook settled were already counted off the shard's wait; the rest are counted here
     unsettled_done = 0

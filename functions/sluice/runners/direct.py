@@ -22,7 +22,6 @@ from sluice.shard.frame import (
     ShardContext,
     ShardSpec,
     Stopper,
-    fill_for,
     left_to_send,
     margin_s,
     opening_delay_s,
@@ -30,7 +29,8 @@ from sluice.shard.frame import (
     shard_budget,
     write_unsent,
 )
-from sluice.shard.parts import PartWriter, assemble, load_checkpoint, turned_down
+from sluice.shard.parts import PartWriter, assemble, turned_down
+from sluice.shard.run import open_run
 
 
 class ShardStalled(RuntimeError):
@@ -39,19 +39,10 @@ class ShardStalled(RuntimeError):
 
 async def run_direct(ctx: ShardContext, spec: ShardSpec) -> DirectRun:
     started = time.monotonic()
-    checkpoint = load_checkpoint(ctx.s3, spec)
-    fill = fill_for(ctx, spec, run=checkpoint.runs + 1, path=Mode.DIRECT)
-    writer = PartWriter(
-        s3=ctx.s3,
-        store=ctx.store,
-        spec=spec,
-        run=checkpoint.runs + 1,
-        item_rows_for_results=False,
-        progress=ctx.progress,
-        cache=fill,
-    )
+    run = open_run(ctx, spec, path=Mode.DIRECT, item_rows_for_results=False)
+    checkpoint, writer, fill = run.checkpoint, run.writer, run.fill
     stopper = Stopper(ctx, spec)
-    if checkpoint.runs == 0:
+    if run.first:
         await asyncio.sleep(opening_delay_s(spec))
     budget = shard_budget(ctx, spec)
     source = pending(ctx.s3, spec, checkpoint.done, writer.add_invalid)
@@ -76,7 +67,7 @@ async def run_direct(ctx: ShardContext, spec: ShardSpec) -> DirectRun:
     finished = not stats.stopped_early or out_of_budget or refused is not None
     if stopper.stopped:
         await writer.aflush(finished=False)
-        return DirectRun(done=False, cancelled=True, run=checkpoint.runs + 1, sent=writer.done + writer.failed)
+        return DirectRun(done=False, cancelled=True, run=run.number, sent=writer.done + writer.failed)
     if not finished and stats.sent == 0:
         raise ShardStalled(
             f"shard {spec.shard} stopped before sending anything: {ctx.remaining_s():.0f} s left is under the "
@@ -87,7 +78,7 @@ async def run_direct(ctx: ShardContext, spec: ShardSpec) -> DirectRun:
         assemble(ctx.s3, spec)
     return DirectRun(
         done=finished,
-        run=checkpoint.runs + 1,
+        run=run.number,
         sent=writer.done + writer.failed,
         seconds=round(time.monotonic() - started, 3),
     )

@@ -16,8 +16,6 @@ from typing import Any
 import aiohttp
 import orjson
 
-from sluice.cache.blobs import cache_store
-from sluice.cache.entries import CacheFill, segment_name
 from sluice.contract import Mode, RateSeed, Settings, causes, parse_rate_limits
 from sluice.contract import ShardSpec as ShardSpec  # the contract's, which the modes import from here
 from sluice.contract.model import ErrorCode, Outcome, Request
@@ -310,23 +308,3 @@ def pending(s3: Any, spec: ShardSpec, skip: set[int], on_invalid: Callable[[Line
             on_invalid(item)
         else:
             yield item
-
-
-def fill_for(ctx: ShardContext, spec: ShardSpec, *, run: int, path: str) -> CacheFill | None:
-    """The cache a shard's writer fills, when its job writes to the cache."""
-    if not spec.fills_cache:
-        return None
-
-    def keys_for() -> Iterator[Request]:
-        return (item for item in read_shard_lines(ctx.s3, spec) if isinstance(item, Request))
-
-    return CacheFill(
-        cache_store(ctx.s3, ctx.settings),
-        base_url=ctx.settings.cache_provider_name,
-        name=segment_name(spec.job_id, spec.shard, run, path),
-        request_format=family(spec.provider),
-        keep_incomplete=spec.cache_incomplete,
-        keys_for=keys_for,
-        # `read_shard_lines` sorted the bodies' keys, as it does for every job that fills the cache
-        canonical=True,
-    )

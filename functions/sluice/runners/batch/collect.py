@@ -25,8 +25,9 @@ from sluice.runners.batch.advance import (
 )
 from sluice.runners.batch.files import BatchPart, part_key
 from sluice.send.output_check import OutputCheck
-from sluice.shard.frame import ShardContext, ShardSpec, fill_for, pending
-from sluice.shard.parts import PartWriter, assemble, load_checkpoint, parts_stats
+from sluice.shard.frame import ShardContext, ShardSpec, pending
+from sluice.shard.parts import PartWriter, assemble, parts_stats
+from sluice.shard.run import open_run
 
 # the code for a row left unfinished, by how its batch ended
 _LEFTOVER_CODE = {
@@ -243,19 +244,10 @@ async def _collect_batch(ctx: ShardContext, spec: ShardSpec) -> BatchCollected:
     row = ctx.store.shard(spec.job_id, spec.shard)
     state = ShardBatches.from_row(row)
     states = {k: CollectedBatch.from_dict(v) for k, v in ((row and row.batch_states) or {}).items()}
-    checkpoint = load_checkpoint(ctx.s3, spec)
-    writer = PartWriter(
-        s3=ctx.s3,
-        store=ctx.store,
-        spec=spec,
-        run=checkpoint.runs + 1,
-        # a batch's answers are found through its row map and the results file, never by item
-        # row: a row per answered line was most of a batch job's DynamoDB writes
-        item_rows_for_results=False,
-        path=Mode.BATCH,
-        progress=ctx.progress,
-        cache=fill_for(ctx, spec, run=checkpoint.runs + 1, path=Mode.BATCH),
-    )
+    # a batch's answers are found through its row map and the results file, never by item row:
+    # a row per answered line was most of a batch job's DynamoDB writes
+    run = open_run(ctx, spec, path=Mode.BATCH, item_rows_for_results=False)
+    checkpoint, writer = run.checkpoint, run.writer
     async with ctx.batches() as api:
         seen = await _look_at_batches(api, ctx, spec, state, states, checkpoint.done, writer)
     collected, ended, refused, waiting = seen.collected, seen.ended, seen.refused, seen.waiting

@@ -28,7 +28,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from sluice.contract import BatchSubmitted, CollectedBatch, ShardRow
+from sluice.contract import BatchSubmitted, CollectedBatch, Mode, ShardRow
 from sluice.contract.model import Request
 from sluice.limits.batch_queue_table import QueueTable
 from sluice.limits.budget import Budget, worst_case_nano
@@ -38,7 +38,8 @@ from sluice.runners.batch.advance import ShardBatches, advance, batch_wait_secon
 from sluice.runners.batch.collect import collect_batch as collect_batch
 from sluice.runners.batch.files import BatchPart, part_key, split_parts
 from sluice.shard.frame import ShardContext, ShardSpec, pending, shard_budget, unsent
-from sluice.shard.parts import PartWriter, load_checkpoint
+from sluice.shard.parts import PartWriter
+from sluice.shard.run import open_run
 
 # the shard row's name, among its batches' states, for the lines of files too small for a batch:
 # they count as left over from the start, so CollectBatch hands them to RunShard
@@ -102,8 +103,9 @@ async def submit_batch(ctx: ShardContext, spec: ShardSpec) -> BatchSubmitted:
 
 async def _submit(api: BatchApi, ctx: ShardContext, spec: ShardSpec) -> BatchSubmitted:
     row = ctx.store.shard(spec.job_id, spec.shard)
-    checkpoint = load_checkpoint(ctx.s3, spec)
-    writer = PartWriter(s3=ctx.s3, store=ctx.store, spec=spec, run=checkpoint.runs + 1, progress=ctx.progress)
+    # a line sent direct instead (no batch takes it) is written as direct's; a batch fills no cache
+    run = open_run(ctx, spec, path=Mode.DIRECT, fills_cache=False)
+    checkpoint, writer = run.checkpoint, run.writer
     settings = ctx.settings
     budget = shard_budget(ctx, spec, batch=True)
     # each line's worst case at the batch price, so a part's batch is created only once it is reserved
