@@ -39,7 +39,7 @@ from sluice.contract import causes
 from sluice.contract.model import Outcome, Request
 from sluice.core.costs import price_per_million
 from sluice.providers import RequestFormat
-from sluice.store.jobs import BudgetState
+from sluice.store.rows import BudgetState
 
 NANO = 1_000_000_000
 # the output a request may produce when its body sets no cap; set one for a hard bound.

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 from boto3.dynamodb.conditions import Attr, Key
 from botocore.exceptions import ClientError
@@ -32,7 +32,7 @@ from sluice.contract import (
 )
 from sluice.store.batch_rows import BatchRows
 from sluice.store.keys import ITEM_PREFIX, item_key, job_key, response_key, shard_key, shard_partition
-from sluice.store.rows import SHARD_WORKERS, ItemState, conditional, dynamo, each_shard, plain
+from sluice.store.rows import SHARD_WORKERS, BudgetState, ItemState, conditional, dynamo, each_shard, plain
 from sluice.store.webhook_rows import WebhookRows
 
 __all__ = ["QUEUED_PREFIX", "BudgetState", "ItemState", "JobCounts", "JobStore"]
@@ -43,13 +43,6 @@ QUEUED_PREFIX = "QUEUED#"
 # the attribute of a shard row that tells a running shard to stop: the job's status (`CANCELLED`,
 # `FAILED`); each shard reads it from its own row (`shard.Stopper`)
 STOP_ATTRIBUTE = "stop"
-
-
-class BudgetState(NamedTuple):
-    """The job row's figures a waiting shard looks at."""
-
-    committed: int
-    holders: int
 
 
 @dataclass(frozen=True)

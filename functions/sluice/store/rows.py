@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from botocore.exceptions import ClientError
 
@@ -73,6 +73,13 @@ def each_shard(call: Callable[[int], T], shards: Iterable[int]) -> list[T]:
 
 
 @dataclass
+class BudgetState(NamedTuple):
+    """The job row's figures a waiting shard looks at."""
+
+    committed: int
+    holders: int
+
+
 class ItemState:
     line: int
     custom_id: str
