@@ -72,7 +72,6 @@ def each_shard(call: Callable[[int], T], shards: Iterable[int]) -> list[T]:
         return list(pool.map(call, shards))
 
 
-@dataclass
 class BudgetState(NamedTuple):
     """The job row's figures a waiting shard looks at."""
 
@@ -80,6 +79,7 @@ class BudgetState(NamedTuple):
     holders: int
 
 
+@dataclass
 class ItemState:
     line: int
     custom_id: str
