@@ -128,7 +128,9 @@ def refusal_lines(summary: dict[str, Any]) -> list[str]:
     lines = [f"the provider refused the job's first requests alike: HTTP {status}: {message}"]
     cause = str(refused.get("cause") or "").strip()
     unsent = refused.get("lines")
-    stopped = "the job stopped sending" + (f": {int(unsent):,} lines not sent (in the errors)" if unsent else "")
+    stopped = "the job stopped sending" + (
+        f": {int(unsent):,} lines not sent or given up in flight (in the errors)" if unsent else ""
+    )
     lines.append(f"likely cause: {cause}; {stopped}" if cause else stopped)
     return lines
 

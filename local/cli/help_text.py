@@ -29,3 +29,16 @@ MAX_ERROR_RATE_HELP = (
     "share of the requests that may fail before the job ends COMPLETED_WITH_ERRORS (exit 9), "
     "0 to 1; 0.001 allows 1 in 1,000 (default: 0, any failed line)"
 )
+
+
+def modes_by_provider() -> str:
+    """`openai: direct, background, batch, auto; anthropic: ...`: each family's modes, as the code
+    offers them (`sluice.providers.modes`), which the README's table of families says too."""
+    from sluice import providers
+    from sluice.contract import MODES, PROVIDERS, Mode
+
+    def offered(family: str) -> str:
+        return ", ".join(m for m in MODES if m == Mode.AUTO or m in providers.modes(family))
+
+    each = "; ".join(f"{family}: {offered(family)}" for family in PROVIDERS)
+    return f"modes by --provider: {each} (another is refused before anything is sent, exit 2)"

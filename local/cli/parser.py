@@ -22,7 +22,14 @@ from sluice.contract import (
 )
 
 from local import checks
-from local.cli.help_text import BUDGET_HELP, MAX_ATTEMPTS_HELP, MAX_ERROR_RATE_HELP, MODE_HELP, PROVIDER_HELP
+from local.cli.help_text import (
+    BUDGET_HELP,
+    MAX_ATTEMPTS_HELP,
+    MAX_ERROR_RATE_HELP,
+    MODE_HELP,
+    PROVIDER_HELP,
+    modes_by_provider,
+)
 from local.cli.validate_options import validate_options
 from local.console import EXIT_CODES_HELP
 from local.sim_options import add_options as add_simulator_options
@@ -61,7 +68,10 @@ def _job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--mode",
         metavar="MODE",
-        help=MODE_HELP + "; auto never batches with --deadline-hours under 24 (default: the environment's)",
+        help=MODE_HELP
+        + "; auto never batches with --deadline-hours under 24; "
+        + modes_by_provider()
+        + " (default: the environment's)",
     )
     p.add_argument(
         "--provider",
@@ -176,7 +186,11 @@ def _run(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.add_argument("file", help="input JSONL in the OpenAI Batch input format")
     p.add_argument("--out", default="out", help="directory for results, errors, summary and report (default: out)")
-    p.add_argument("--mode", choices=MODES, help=with_default(MODE_HELP, SETTING_DEFAULTS["default_mode"]))
+    p.add_argument(
+        "--mode",
+        choices=MODES,
+        help=with_default(f"{MODE_HELP}; {modes_by_provider()}", SETTING_DEFAULTS["default_mode"]),
+    )
     p.add_argument(
         "--provider", choices=PROVIDERS, default=DEFAULT_PROVIDER, help=with_default(PROVIDER_HELP, DEFAULT_PROVIDER)
     )

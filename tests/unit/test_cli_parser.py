@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import io
 import re
+from contextlib import redirect_stdout
 from dataclasses import fields
 from pathlib import Path
 
@@ -130,3 +132,14 @@ def test_submit_validate_sets_the_jobs_validation_metadata(tmp_path: Path) -> No
     assert (options.validate, options.validate_attempts, options.validate_repair) == (VALIDATION_CHECKS, 4, True)
     some = build_parser().parse_args(["submit", "in.jsonl", "--validate", "json,schema"])
     assert options_metadata(some) == {"sluice-validate": "json,schema", "sluice-validate-repair": "no"}
+
+
+def test_run_help_says_which_modes_each_provider_has() -> None:
+    """Issue 42: the README's table of families, in `sluice run --help`, from the code's own modes."""
+    with pytest.raises(SystemExit), redirect_stdout(io.StringIO()) as out:
+        build_parser().parse_args(["run", "--help"])
+    text = " ".join(out.getvalue().split())
+    assert (
+        "modes by --provider: openai: direct, background, batch, auto; anthropic: direct, batch, auto; "
+        "bedrock: direct, batch, auto" in text
+    )

@@ -20,7 +20,7 @@ from sluice.limits.shared import SharedLimit
 from sluice.limits.table import BucketTable
 from sluice.providers import OPENAI
 from sluice.send.engine import EngineSettings, EngineStats, fan_out, make_session
-from sluice.send.refusal import REFUSAL_ANSWERS, RefusalWatch, likely_cause
+from sluice.send.refusal import OUTAGE_S, REFUSAL_ANSWERS, RefusalWatch, likely_cause
 
 from tests.unit.test_shared_limit_scale import RecordingTable
 
@@ -93,6 +93,7 @@ def run(
     policy: RetryPolicy = FAST,
     fail_fast_after: int = 0,
     shared: Callable[[], SharedLimit] | None = None,
+    refusals: RefusalWatch | None = None,
 ) -> tuple[EngineStats, list[Outcome]]:
     outcomes: list[Outcome] = []
 
@@ -108,6 +109,7 @@ def run(
                     settings=EngineSettings(concurrency=concurrency, policy=policy, fail_fast_after=fail_fast_after),
                     sink=outcomes.append,
                     shared=limit,
+                    refusals=refusals,
                 )
             finally:
                 if limit is not None:
@@ -191,10 +193,91 @@ def test_the_watch_trips_only_on_the_same_refusal_every_time() -> None:
     for outcome in (_refusal(400, "line one is bad"), _refusal(400, "line two is bad"), _refusal(400, "x")):
         assert not mixed.see(outcome)
     assert mixed.refused is None
-    # a retried failure that ran out is not a refusal
-    late = RefusalWatch(1, OPENAI)
-    exhausted = Outcome(1, "r1", 503, None, None, ErrorCode.RETRIES_EXHAUSTED, "gave up")
-    assert not late.see(exhausted) and not late.see(_refusal(404, "no such path"))
+    # a success ends the watch
+    answered = RefusalWatch(2, OPENAI)
+    assert not answered.see(_refusal(404, "no such path"))
+    assert not answered.see(Outcome(2, "r2", 200, {"choices": []}, None))
+    assert not answered.see(_refusal(404, "no such path")) and answered.refused is None
+
+
+def test_outcomes_that_say_nothing_of_the_provider_neither_count_nor_end_the_watch() -> None:
+    """Issue 42: a connection lost or a timeout to the last attempt, or 429s to the end, among the
+    first answers: the decision is the same whichever request answers first."""
+    watch = RefusalWatch(2, OPENAI)
+    lost = Outcome(1, "r1", None, None, None, ErrorCode.RETRIES_EXHAUSTED, "gave up after 3 attempts; last: reset")
+    busy = Outcome(2, "r2", 429, None, None, ErrorCode.RETRIES_EXHAUSTED, "gave up after 3 attempts; last: HTTP 429")
+    assert not watch.see(lost) and not watch.see(_refusal(404, "no such path", 3)) and not watch.see(busy)
+    assert watch.see(_refusal(404, "no such path", 4))
+
+
+def _bare_500(line: int, attempts: int = 3) -> Outcome:
+    message = f"gave up after {attempts} attempts; last: HTTP 500"
+    return Outcome(line, f"r{line}", 500, "", None, ErrorCode.RETRIES_EXHAUSTED, message)
+
+
+def test_a_5xx_on_every_attempt_is_a_refusal_once_it_has_lasted() -> None:
+    """A provider (or a proxy before it) that answers a bare 500 to every attempt of every request:
+    a refusal, once it has lasted OUTAGE_S (a shorter outage is what the last sweep is for)."""
+    now = [0.0]
+    watch = RefusalWatch(2, OPENAI, clock=lambda: now[0])
+    assert not watch.see(_bare_500(1)) and not watch.see(_bare_500(2, attempts=2))
+    now[0] = OUTAGE_S - 0.1
+    assert not watch.see(_bare_500(3))
+    now[0] = OUTAGE_S
+    assert watch.see(_bare_500(4))
+    assert watch.refused is not None
+    assert (watch.refused.status, watch.refused.message) == (500, "")
+    assert watch.refused.cause.startswith("server error")
+
+
+@dataclass
+class Holding(Provider):
+    """Refuses every request with a 404 at once, except those it holds: never answered while the
+    run lasts (a server whose listen queue is full does so until TCP's retransmission gets through)."""
+
+    hold: set[str] = field(default_factory=set)
+    held: int = 0
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        if request.headers.get("x-sluice-custom-id", "") in self.hold:
+            self.held += 1
+            await asyncio.sleep(3600)
+        return await super().handle(request)
+
+
+def test_requests_in_flight_when_the_run_is_refused_are_given_up_not_waited_for() -> None:
+    """Issue 42: the run ended with its slowest request in flight, up to the request timeout (120 s)
+    after the refusal was clear. Now those in flight end at once, each an error `provider_refused`."""
+    provider = Holding(status=404, body=NOT_FOUND, delay_s=0.0, hold={f"r{i}" for i in range(5)})
+    policy = RetryPolicy(max_attempts=2, base_delay_s=0.01, max_delay_s=0.02, request_timeout_s=5.0)
+    stats, outcomes = run(provider, 500, concurrency=10, policy=policy, fail_fast_after=REFUSAL_ANSWERS)
+    assert stats.refused is not None and provider.held == 5
+    given_up = [o for o in outcomes if o.error_code == ErrorCode.PROVIDER_REFUSED]
+    # the held ones, and any refusal still on its way back when the watch tripped
+    assert {f"r{i}" for i in range(5)} <= {o.custom_id for o in given_up}
+    assert stats.given_up == len(given_up) <= 10
+    assert all((o.error_message or "").startswith("given up unanswered") for o in given_up)
+    assert all(o.status_code is None for o in given_up)
+    # every request taken has its outcome: the given-up ones and the refusals
+    assert len(outcomes) == stats.sent and stats.remaining == 500 - stats.sent
+
+
+def test_a_provider_back_within_the_outage_time_is_no_refusal() -> None:
+    now = [0.0]
+    watch = RefusalWatch(2, OPENAI, clock=lambda: now[0])
+    for line in range(1, 10):
+        assert not watch.see(_bare_500(line))
+    assert not watch.see(Outcome(10, "r10", 200, {"choices": []}, None))
+    now[0] = OUTAGE_S + 1
+    assert not watch.see(_bare_500(11)) and watch.refused is None
+
+
+def test_a_run_answered_500_on_every_attempt_stops_sending() -> None:
+    provider = Provider(status=500, body={}, delay_s=0.0)
+    watch = RefusalWatch(REFUSAL_ANSWERS, OPENAI, outage_s=0.0)
+    stats, outcomes = run(provider, 2_000, concurrency=10, fail_fast_after=REFUSAL_ANSWERS, refusals=watch)
+    assert stats.refused is not None and stats.refused.status == 500
+    assert stats.stopped_early and len(outcomes) == stats.sent < 100
 
 
 @pytest.mark.parametrize(

@@ -69,7 +69,8 @@ def test_an_exhausted_retry_budget_puts_the_line_in_errors_with_the_reason(
 ) -> None:
     simulator.configure(rate_500=1.0)
     cloud = make_cloud(shard_lines=100, concurrency=20, max_attempts=2)
-    path = write_jsonl(tmp_path / "hopeless.jsonl", lines(30))
+    # fewer lines than it takes a provider refusing every request to stop the job (`sluice.refusal`)
+    path = write_jsonl(tmp_path / "hopeless.jsonl", lines(15))
     run = run_job(cloud, path)
 
     assert run.status == "SUCCEEDED"
@@ -82,7 +83,7 @@ def test_an_exhausted_retry_budget_puts_the_line_in_errors_with_the_reason(
     assert all(e["response"]["status_code"] == 500 for e in run.errors)
     # two attempts in all: one, then one in the shard's last sweep
     assert all("(1, then 1 in the shard's last sweep)" in e["error"]["message"] for e in run.errors)
-    assert sends(simulator) == Counter({f"f-{i}": 2 for i in range(30)})
+    assert sends(simulator) == Counter({f"f-{i}": 2 for i in range(15)})
 
 
 def test_a_shard_lambda_killed_mid_run_resumes_without_resending_finished_items(

@@ -44,7 +44,8 @@ def _plain(value: Any) -> Any:
 class ProviderRefused(JsonRecord):
     """Why a shard stopped sending: the first answers of its run were all this one non-retryable
     error. `status` is the HTTP status, `message` the provider's error message, `cause` the likely
-    cause in plain words, `lines` the lines not sent because of it (in the summary, the job's)."""
+    cause in plain words, `lines` the lines not sent because of it, or given up in flight (in the
+    summary, the job's)."""
 
     status: int
     message: str

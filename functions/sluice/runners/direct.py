@@ -63,7 +63,9 @@ async def run_direct(ctx: ShardContext, spec: ShardSpec) -> DirectRun:
     if out_of_budget:
         await asyncio.to_thread(write_unsent, ctx.s3, spec, source, checkpoint.done | ended, writer.add_invalid)
     elif refused is not None:
-        await asyncio.to_thread(_write_refused, ctx, spec, source, checkpoint.done | ended, writer, refused)
+        await asyncio.to_thread(
+            _write_refused, ctx, spec, source, checkpoint.done | ended, writer, refused, stats.given_up
+        )
     finished = not stats.stopped_early or out_of_budget or refused is not None
     if stopper.stopped:
         await writer.aflush(finished=False)
@@ -99,12 +101,14 @@ def _write_refused(
     ended: set[int],
     writer: PartWriter,
     refused: ProviderRefused,
+    given_up: int = 0,
 ) -> None:
     """The lines a refusing provider kept from being sent, as errors carrying its error, and the
-    note Merge puts in the summary."""
+    note Merge puts in the summary (counting the `given_up` lines too: those in flight)."""
 
     def error(spec: ShardSpec, line: int, custom_id: str) -> LineError:
         return LineError(line, ErrorCode.PROVIDER_REFUSED, f"line {line}: {unsent_message(refused)}", custom_id)
 
     lines = write_unsent(ctx.s3, spec, source, ended, writer.add_invalid, error)
-    write_refusal(ctx.s3, spec.bucket, spec.refusal_key, replace(refused, lines=lines))
+    # with those in flight it gave up (already in `ended`, as `provider_refused`)
+    write_refusal(ctx.s3, spec.bucket, spec.refusal_key, replace(refused, lines=lines + given_up))

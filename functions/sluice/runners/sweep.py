@@ -20,9 +20,12 @@ import asyncio
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 
+from sluice.contract import Mode
 from sluice.contract.model import ErrorCode, Outcome, Request
 from sluice.limits.budget import Budget
+from sluice.providers import family
 from sluice.send.engine import EngineStats
+from sluice.send.refusal import REFUSAL_ANSWERS, RefusalWatch
 from sluice.shard.frame import ShardContext, ShardSpec, Stopper, send_requests
 from sluice.shard.parts import PartWriter
 
@@ -101,13 +104,18 @@ async def send_with_sweep(
             return
         sink(outcome)
 
+    # one watch for both passes: a 5xx on every attempt is a refusal once it lasts (`refusal`)
+    refusals = RefusalWatch(REFUSAL_ANSWERS, family(spec.provider)) if spec.mode == Mode.DIRECT else None
     first = replace(spec, max_attempts=first_pass)
-    stats = await send_requests(ctx, first, tracked(), hold_or_pass, stopper, budget, expected=expected)
+    stats = await send_requests(
+        ctx, first, tracked(), hold_or_pass, stopper, budget, expected=expected, refusals=refusals
+    )
     in_flight.clear()
     if not held:
         return stats
-    if stopper.stopped or (budget is not None and budget.exhausted):
-        # the job was cancelled or has failed, or its budget is spent: what these lines last got is their outcome
+    if stopper.stopped or stats.refused is not None or (budget is not None and budget.exhausted):
+        # the job was cancelled or has failed, the provider refused the run (`refusal`: a 5xx on
+        # every attempt), or its budget is spent: what these lines last got is their outcome
         for _, outcome in held.values():
             sink(outcome)
         return stats
@@ -119,8 +127,11 @@ async def send_with_sweep(
 
     again = [request for request, _ in held.values()]
     sweep = replace(spec, concurrency=sweep_concurrency(spec.concurrency), max_attempts=last_pass)
-    await send_requests(ctx, sweep, again, swept, stopper, budget, expected=len(again))
-    if stopper.stopped or (budget is not None and budget.exhausted):
+    last = await send_requests(ctx, sweep, again, swept, stopper, budget, expected=len(again), refusals=refusals)
+    if last.refused is not None:
+        # still failing every attempt: the lines not swept yet keep what their first pass got
+        stats.refused, stats.given_up = last.refused, last.given_up
+    if stopper.stopped or stats.refused is not None or (budget is not None and budget.exhausted):
         for _, outcome in held.values():
             sink(outcome)
         held.clear()

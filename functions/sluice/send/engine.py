@@ -25,7 +25,7 @@ import orjson
 from yarl import URL
 
 from sluice.contract import DEFAULT_PROVIDER, ProviderRefused
-from sluice.contract.model import Outcome, Request
+from sluice.contract.model import ErrorCode, Outcome, Request
 from sluice.core.retry import DEFAULT_POLICY, RetryPolicy
 from sluice.limits.budget import Budget
 from sluice.limits.flow import AdaptiveLimit, Gate, RatePacer
@@ -34,7 +34,7 @@ from sluice.providers import RequestFormat, Signer, family
 from sluice.send.classify import FAIL, OK, AttemptVerdict, classify, describe_lost
 from sluice.send.output_check import OutputCheck
 from sluice.send.process_tuning import keep_read_buffers_off_mmap, tuned_gc
-from sluice.send.refusal import RefusalWatch
+from sluice.send.refusal import RefusalWatch, given_up_message
 
 # per-path URLs are parsed once; polls (/v1/responses/<id>) are unique, so don't cache forever
 _URL_CACHE_MAX = 64
@@ -86,6 +86,8 @@ class EngineStats:
     error_codes: dict[str, int] = field(default_factory=dict)
     # the run stopped because the provider refused its first answers (`fail_fast_after`)
     refused: ProviderRefused | None = None
+    # requests in flight when it did, given up rather than waited for (`given_up_outcome`)
+    given_up: int = 0
 
 
 def _orjson_str(obj: Any) -> str:
@@ -133,23 +135,28 @@ async def fan_out(
     shared: SharedLimit | None = None,
     budget: Budget | None = None,
     sign: Signer | None = None,
+    refusals: RefusalWatch | None = None,
 ) -> EngineStats:
     """Send every request, retrying per `settings.policy`, and hand each Outcome to `sink`.
 
     `sign`: for a family that authenticates with AWS credentials, not `api_key`, signs each attempt.
+    `refusals`: the watch of `fail_fast_after` (one of its own when None), to share it with another run.
 
     With a `budget`, each request is reserved before it is sent and settled with its answer;
     once the budget refuses one, no more are taken (that one is not sent, and not in the sink).
 
     Once `should_stop()` turns true no new request is taken; those in flight (including
-    their retries) still finish and reach the sink. So once the first `fail_fast_after`
-    outcomes were all one non-retryable error (`stats.refused` says which). `stats.remaining` counts the rest (by
-    `len()` when `requests` is Sized, else by draining the iterator; with `count_remaining=False`
-    it is only 1 or 0, and one item past the stop is read to know which).
+    their retries) still finish and reach the sink. Once the first `fail_fast_after` outcomes
+    were all one refusal (`stats.refused` says which), no new request is taken either, and
+    those in flight are given up at once: each reaches the sink as `provider_refused`
+    (`stats.given_up`), so the run ends with its last refusal, not with its slowest request.
+    `stats.remaining` counts the rest (by `len()` when `requests` is Sized, else by draining the
+    iterator; with `count_remaining=False` it is only 1 or 0, and one item past the stop is read
+    to know which).
     """
     if settings.concurrency < 1:
         raise ValueError("concurrency must be >= 1")
-    run = _Run(session, base_url, api_key, settings, sink, should_stop, sleep, rand, shared, budget, sign)
+    run = _Run(session, base_url, api_key, settings, sink, should_stop, sleep, rand, shared, budget, sign, refusals)
     it = iter(requests)
     # an iterator is its own iter(): its len(), if it has one, no longer counts what is left
     own_iterator = it is requests
@@ -184,6 +191,7 @@ class _Run:
         shared: SharedLimit | None = None,
         budget: Budget | None = None,
         sign: Signer | None = None,
+        refusals: RefusalWatch | None = None,
     ) -> None:
         self.settings = settings
         self.sign = sign
@@ -198,7 +206,9 @@ class _Run:
         self.stats.limit_min = self.limiter.limit
         self.pacer = RatePacer(settings.rpm, settings.tpm)
         self.gate = Gate(settings.concurrency)
-        self.refusals = RefusalWatch(settings.fail_fast_after, self.format) if settings.fail_fast_after > 0 else None
+        if refusals is None and settings.fail_fast_after > 0:
+            refusals = RefusalWatch(settings.fail_fast_after, self.format)
+        self.refusals = refusals
         self.timeout = aiohttp.ClientTimeout(total=self.policy.request_timeout_s)
         self.base_headers = {
             **self.format.auth_headers(api_key),
@@ -217,6 +227,9 @@ class _Run:
         self.taken = 0
         self.stopping = False
         self.exhausted = False
+        # the workers awaiting an answer, and those given up once the provider refused the run
+        self.sending: set[asyncio.Task[Any]] = set()
+        self.abandoned: set[asyncio.Task[Any]] = set()
 
     def url_for(self, path: str) -> URL:
         url = self.url_cache.get(path)
@@ -395,9 +408,32 @@ class _Run:
             req = again
         return outcome
 
+    def refused(self, refused: ProviderRefused | None) -> None:
+        """The provider refused the run's first answers alike: take no more requests, and give up
+        those still in flight (every one would get the same answer, and a server that cannot keep
+        up, its listen queue full, may hold one for the whole request timeout)."""
+        self.stopping = True
+        self.stats.refused = refused
+        for task in self.sending:
+            if task is not asyncio.current_task():
+                self.abandoned.add(task)
+                task.cancel()
+
+    def given_up_outcome(self, req: Request) -> Outcome:
+        refused = self.stats.refused
+        self.stats.given_up += 1
+        self.stats.failed += 1
+        code = ErrorCode.PROVIDER_REFUSED
+        self.stats.error_codes[code] = self.stats.error_codes.get(code, 0) + 1
+        message = given_up_message(refused) if refused is not None else "given up"
+        return Outcome(req.line, req.custom_id, None, None, None, error_code=code, error_message=message)
+
     async def worker(self, it: Iterator[Request]) -> None:
         gate = self.gate
         held = [False]
+        sending = self.sending
+        task = asyncio.current_task()
+        assert task is not None
         while True:
             if not held[0]:
                 await gate.enter()
@@ -417,14 +453,26 @@ class _Run:
             if budget is not None and not await budget.reserve(req):
                 self.stopping = True
                 break
-            outcome = await self.send(req, held)
-            if budget is not None:
-                budget.settle(req, outcome)
-            if self.settings.output_check is not None:
-                outcome = await self.checked(self.settings.output_check, req, outcome, held)
+            settled = False
+            sending.add(task)
+            try:
+                outcome = await self.send(req, held)
+                if budget is not None:
+                    budget.settle(req, outcome)
+                    settled = True
+                if self.settings.output_check is not None:
+                    outcome = await self.checked(self.settings.output_check, req, outcome, held)
+            except asyncio.CancelledError:
+                # given up because the provider refused the run; any other cancel goes on up
+                if task not in self.abandoned or task.uncancel() > 0:
+                    raise
+                outcome = self.given_up_outcome(req)
+                if budget is not None and not settled:
+                    budget.settle(req, outcome)
+            finally:
+                sending.discard(task)
             if self.refusals is not None and self.refusals.see(outcome):
-                self.stopping = True
-                self.stats.refused = self.refusals.refused
+                self.refused(self.refusals.refused)
             self.sink(outcome)
         # pass the permit on so a standby worker wakes, sees the end, and exits in turn
         gate.leave()

@@ -29,7 +29,7 @@ from sluice.providers.background import BackgroundApi
 from sluice.providers.batch import BatchApi, BatchApiOpener
 from sluice.send.engine import EngineSettings, EngineStats, fan_out
 from sluice.send.output_check import OutputCheck
-from sluice.send.refusal import REFUSAL_ANSWERS
+from sluice.send.refusal import REFUSAL_ANSWERS, RefusalWatch
 from sluice.shard.progress import ProgressSink
 from sluice.store.jobs import JobStore
 
@@ -193,11 +193,13 @@ async def send_requests(
     *,
     expected: int | None = None,
     check_answers: bool = False,
+    refusals: RefusalWatch | None = None,
 ) -> EngineStats:
     """Send `requests` with the shard's engine settings, each outcome to `sink`, until the
     Lambda's time is nearly up, the job is cancelled or its `budget` is spent. `expected`: how
     many requests there are, when the caller knows (a collect run's polls). `check_answers`: judge
     every answer by the job's checks, whatever the mode (a background shard's sends again).
+    `refusals`: a direct shard's watch for a refusing provider (`refusal`), shared with its sweep.
 
     With the shared limit on, every attempt draws from the key-wide bucket and also keeps to
     the shard's part of the job's own rate limits: a job never exceeds its `sluice-rpm`, and never
@@ -229,6 +231,7 @@ async def send_requests(
                 shared=shared,
                 budget=budget,
                 sign=ctx.sign,
+                refusals=refusals,
             )
     finally:
         if shared is not None:
