@@ -20,13 +20,10 @@ import asyncio
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 
-from sluice.contract import Mode
 from sluice.contract.model import ErrorCode, Outcome, Request
 from sluice.limits.budget import Budget
-from sluice.providers import family
 from sluice.send.engine import EngineStats
-from sluice.send.refusal import REFUSAL_ANSWERS, RefusalWatch
-from sluice.shard.frame import ShardContext, ShardSpec, Stopper, send_requests
+from sluice.shard.frame import ShardContext, ShardSpec, Stopper, refusal_watch, send_requests
 from sluice.shard.parts import PartWriter
 
 # the sweep's concurrency: a tenth of the shard's (at least this, at most the shard's own)
@@ -105,7 +102,7 @@ async def send_with_sweep(
         sink(outcome)
 
     # one watch for both passes: a 5xx on every attempt is a refusal once it lasts (`refusal`)
-    refusals = RefusalWatch(REFUSAL_ANSWERS, family(spec.provider)) if spec.mode == Mode.DIRECT else None
+    refusals = refusal_watch(spec)
     first = replace(spec, max_attempts=first_pass)
     stats = await send_requests(
         ctx, first, tracked(), hold_or_pass, stopper, budget, expected=expected, refusals=refusals

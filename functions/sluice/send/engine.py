@@ -372,10 +372,7 @@ class _Run:
         started: float,
         throttled: int,
     ) -> Outcome:
-        stats = self.stats
-        code = verdict.code or ""
-        stats.failed += 1
-        stats.error_codes[code] = stats.error_codes.get(code, 0) + 1
+        code = self.count_error(verdict.code or "")
         return Outcome(
             line=req.line,
             custom_id=req.custom_id,
@@ -419,12 +416,15 @@ class _Run:
                 self.abandoned.add(task)
                 task.cancel()
 
+    def count_error(self, code: str) -> str:
+        self.stats.failed += 1
+        self.stats.error_codes[code] = self.stats.error_codes.get(code, 0) + 1
+        return code
+
     def given_up_outcome(self, req: Request) -> Outcome:
         refused = self.stats.refused
         self.stats.given_up += 1
-        self.stats.failed += 1
-        code = ErrorCode.PROVIDER_REFUSED
-        self.stats.error_codes[code] = self.stats.error_codes.get(code, 0) + 1
+        code = self.count_error(ErrorCode.PROVIDER_REFUSED)
         message = given_up_message(refused) if refused is not None else "given up"
         return Outcome(req.line, req.custom_id, None, None, None, error_code=code, error_message=message)
 

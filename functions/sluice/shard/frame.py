@@ -114,20 +114,30 @@ def _engine_settings(spec: ShardSpec, settings: Settings, *, check_answers: bool
         request_timeout_s=settings.request_timeout_s,
         base_delay_s=settings.retry_base_delay_s,
     )
-    # a direct shard stops sending when the provider refuses everything (a background shard's
-    # responses and a batch's rows are answered later, not in the order they were sent)
-    fail_fast = REFUSAL_ANSWERS if spec.mode == Mode.DIRECT else 0
     return EngineSettings(
         concurrency=spec.concurrency,
         policy=policy,
         rpm=spec.rpm,
         tpm=spec.tpm,
-        fail_fast_after=fail_fast,
+        fail_fast_after=fail_fast_after(spec),
         request_format=family(spec.provider),
         # a direct shard's answers, and those of a batch shard's direct pass (what its batches left
         # or answered invalid); a background shard's arrive by poll, and only its sends again are checked here
         output_check=OutputCheck.for_spec(spec) if check_answers or spec.mode in (Mode.DIRECT, Mode.BATCH) else None,
     )
+
+
+def fail_fast_after(spec: ShardSpec) -> int:
+    """How many answers alike stop a shard's run as a refusing provider's (`sluice.send.refusal`): a
+    direct shard's; 0 for the others, whose responses and batch rows are answered later, not in the
+    order they were sent."""
+    return REFUSAL_ANSWERS if spec.mode == Mode.DIRECT else 0
+
+
+def refusal_watch(spec: ShardSpec) -> RefusalWatch | None:
+    """A watch for a refusing provider that more than one pass of the shard's run can share."""
+    answers = fail_fast_after(spec)
+    return RefusalWatch(answers, family(spec.provider)) if answers else None
 
 
 def margin_s(ctx: ShardContext) -> float:
