@@ -138,7 +138,8 @@ def provider(
         # a batch's three phases (validating, in progress, finalizing) share its turnaround
         config = SimConfig(latency_s=latency_s)
         if batch_turnaround_s is not None:
-            config = config.updated({"batch_phase_s": batch_turnaround_s / 3})
+            # a cancel ends within two polls of the local cloud, as the run's deadline margin expects
+            config = config.updated({"batch_phase_s": batch_turnaround_s / 3, "batch_cancel_s": 2.0})
         with SimulatorServer(config) as sim:
             yield sim.base_url, SIMULATOR_KEY, f"provider: built-in SIMULATOR at {sim.base_url} (not a real model)", sim
     finally:

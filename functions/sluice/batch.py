@@ -34,6 +34,7 @@ from .batch_files import BatchPart, part_key, split_parts
 from .batch_queue_table import QueueTable
 from .budget import Budget, worst_case_nano
 from .contract import BatchSubmitted, CollectedBatch, ShardRow
+from .deadline_cutover import until_cutover
 from .model import Request
 from .parts import PartWriter, load_checkpoint
 from .providers import family
@@ -165,5 +166,5 @@ async def _submit(api: BatchApi, ctx: ShardContext, spec: ShardSpec) -> BatchSub
         batches_created=created,
         requests=sum(len(p.lines) for p in parts),
         # no batch to wait for when every file was too small for one: straight on to RunShard
-        wait_seconds=batch_wait_seconds(settings, 0.0) if parts else 0,
+        wait_seconds=until_cutover(batch_wait_seconds(settings, 0.0), spec.cutover_at, time.time()) if parts else 0,
     )

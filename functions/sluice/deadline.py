@@ -14,8 +14,8 @@ Three ways to send a shard, cheapest first where the deadline allows:
   no window, but each request slower (`FLEX_SLOWDOWN`), so it takes more of the key's time.
 - **direct**: list price, at the key's rate.
 
-The key's rate is what its `rpm` (and `tpm`, over the job's tokens a request) allow, at most the
-job's concurrency over `DIRECT_LATENCY_S` a request. A job whose lines cannot all be sent directly
+The key's rate is what its `rpm` (and `tpm`, over the job's tokens a request) allow; where neither is
+known, the job's concurrency over `DIRECT_LATENCY_S` a request. A job whose lines cannot all be sent directly
 by the deadline at that rate is refused (`DeadlineRefused`), with the earliest finish Sluice could
 promise. A batch's expected turnaround is measured from earlier batches of the same family and
 model when there are some (`expected_turnaround`), else the family's documented default
@@ -187,12 +187,13 @@ class KeyLimits:
     concurrency: int = 1000
 
     def requests_per_s(self, tokens_per_request: float) -> float:
-        rates = [self.concurrency / DIRECT_LATENCY_S]
+        rates: list[float] = []
         if self.rpm:
             rates.append(self.rpm / 60)
         if self.tpm and tokens_per_request > 0:
             rates.append(self.tpm / 60 / tokens_per_request)
-        return max(min(rates), 1e-9)
+        # no rate known: the job's concurrency at a long round trip each
+        return max(min(rates or [self.concurrency / DIRECT_LATENCY_S]), 1e-9)
 
     def describe(self) -> str:
         parts = [f"{self.rpm:,.0f} requests a minute"] if self.rpm else []

@@ -231,8 +231,9 @@ class JobOptions:
         rpm = positive("rpm", settings.rpm, zero=True)
         model = meta.get("model") or None
         map_concurrency = capped_map_concurrency(positive("map-concurrency", settings.map_concurrency), settings)
-        if mode != Mode.BATCH:
-            # a batch shard sends nothing at the key's rate; the others share it
+        if mode != Mode.BATCH and deadline is None:
+            # a batch shard sends nothing at the key's rate; the others share it. A deadline job's
+            # batch shards must all be in flight from the start, or its cutover comes before some exist
             limit = key_rpm(rpm, model, settings)
             map_concurrency = rate_capped_shards(map_concurrency, key_rpm=limit, concurrency=concurrency)
         return cls(

@@ -261,6 +261,8 @@ def _ended(
 
 # the built-in simulator's batch turnaround when `--sim-batch-turnaround` is not given (3 x 0.2 s)
 SIMULATOR_TURNAROUND_S = 0.6
+# what a local run's deadline keeps in hand after a cancelled batch ends: polls, collect, Merge
+LOCAL_OVERHEAD_S = 6.0
 
 
 def _settings(args: argparse.Namespace) -> LocalSettings:
