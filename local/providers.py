@@ -105,7 +105,9 @@ def check_mode(family: str, mode: str | None) -> None:
 
 
 @contextmanager
-def provider(family: str, latency_s: float) -> Iterator[tuple[str, str, str, SimulatorServer | None]]:
+def provider(
+    family: str, latency_s: float, batch_turnaround_s: float | None = None
+) -> Iterator[tuple[str, str, str, SimulatorServer | None]]:
     """(base URL, key, what to say, the simulator if it is the one) of the user's provider for
     `family` when its base URL is set (with its key, or none: a vLLM server needs none), else of
     the simulator. A user's provider is checked before anything is sent."""
@@ -133,7 +135,12 @@ def provider(family: str, latency_s: float) -> Iterator[tuple[str, str, str, Sim
     server_log = logging.getLogger("aiohttp.server")
     level, server_log.level = server_log.level, logging.CRITICAL
     try:
-        with SimulatorServer(SimConfig(latency_s=latency_s)) as sim:
+        # a batch's three phases (validating, in progress, finalizing) share its turnaround
+        config = SimConfig(latency_s=latency_s)
+        if batch_turnaround_s is not None:
+            # a cancel ends within two polls of the local cloud, as the run's deadline margin expects
+            config = config.updated({"batch_phase_s": batch_turnaround_s / 3, "batch_cancel_s": 2.0})
+        with SimulatorServer(config) as sim:
             yield sim.base_url, SIMULATOR_KEY, f"provider: built-in SIMULATOR at {sim.base_url} (not a real model)", sim
     finally:
         server_log.setLevel(level)

@@ -8,8 +8,10 @@ from typing import Any
 
 import orjson
 from sluice.contract import Mode
+from sluice.plan.deadline import plan_lines
 from sluice.providers import modes
 
+from local.cli.estimate_deadline import deadline_plan
 from local.console import EXIT_OK, human_seconds, human_usd
 from local.inputs import estimate_file, require_valid
 
@@ -29,6 +31,9 @@ def run(args: argparse.Namespace) -> int:
     data = {"provider": args.provider, **est.to_dict()}
     if args.invalid_rate is not None:
         data["validation"] = resubmissions(data, args.invalid_rate, args.validate_attempts)
+    plan = deadline_plan(args, est) if args.deadline else None
+    if plan is not None:
+        data["deadline"] = plan.to_dict()
     if args.json:
         print(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
         return EXIT_OK
@@ -81,6 +86,10 @@ def run(args: argparse.Namespace) -> int:
         f"  AWS (estimate): {human_usd(data['aws_usd'])} — Lambda, Step Functions, DynamoDB and S3 for about "
         f"{human_seconds(a['wall_seconds'])} at concurrency {a['concurrency']:,} and {a['latency_s']} s a request"
     )
+    if plan is not None:
+        print("deadline plan:")
+        for line in plan_lines(plan):
+            print(line)
     print(
         f"  input tokens: ~{a['bytes_per_token']} bytes of prompt a token, plus a few a message (within about "
         "20% for English prose; each provider, and the simulator, counts its own way)"

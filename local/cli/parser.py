@@ -96,6 +96,48 @@ def _job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget", dest="budget_usd", type=_budget, metavar="USD", help=BUDGET_HELP)
 
 
+DEADLINE_HELP = (
+    "the job must end by then: a duration (6h, 90m, 2d, 1h30m) or an ISO-8601 time with its zone "
+    "(2025-06-01T09:00:00+02:00); Sluice picks batch, flex or direct per shard, cheapest first, cancels a "
+    "batch that runs late and sends the rest direct, and refuses a deadline the key's rate cannot meet (exit 2)"
+)
+
+
+def _deadline_options(p: argparse.ArgumentParser) -> None:
+    """`--deadline` and what its plan weighs: the key's rate and the batch turnaround expected."""
+    p.add_argument("--deadline", metavar="WHEN", type=_deadline, help=DEADLINE_HELP)
+    p.add_argument(
+        "--batch-turnaround",
+        metavar="DURATION",
+        type=_duration,
+        help="with --deadline: how long a batch is expected to take (default: measured, else the family's)",
+    )
+    p.add_argument(
+        "--rpm", type=checks.positive_int, help="the key's requests a minute for the job (as metadata sluice-rpm)"
+    )
+
+
+def _deadline(raw: str) -> str:
+    import time
+
+    from sluice.plan.deadline import DeadlineError, parse_deadline
+
+    try:
+        parse_deadline(raw, now=time.time(), name="--deadline")
+    except DeadlineError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return raw
+
+
+def _duration(raw: str) -> str:
+    from sluice.plan.deadline import parse_duration
+
+    seconds = parse_duration(raw)
+    if not seconds:
+        raise argparse.ArgumentTypeError(f"{raw!r}: expected a duration (30m, 2h, 1h30m)")
+    return raw
+
+
 def _watch_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--watch",
@@ -205,7 +247,14 @@ def _run(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         default = LOCAL_SETTING_DEFAULTS[name]
         p.add_argument(flag, type=kind, default=default, help=with_default(text, default))
     validate_options(p)
+    _deadline_options(p)
     p.add_argument("--latency", type=checks.seconds, default=0.05, help="simulator latency in seconds (default: 0.05)")
+    p.add_argument(
+        "--sim-batch-turnaround",
+        type=checks.seconds,
+        metavar="SECONDS",
+        help="the built-in simulator's batches take this long from created to ended (default: 0.6)",
+    )
     p.add_argument("--max-error-rate", type=_error_rate, metavar="RATE", help=MAX_ERROR_RATE_HELP)
     p.add_argument("--budget", dest="budget_usd", type=_budget, metavar="USD", help=BUDGET_HELP)
     p.add_argument(
@@ -304,6 +353,7 @@ def _estimate(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
 
         example:
           sluice estimate examples/reviews.jsonl --output-tokens 5
+          sluice estimate big.jsonl --deadline 6h --rpm 500      # which shards batch, which go direct
         """,
     )
     e.add_argument("file", help="input JSONL in the OpenAI Batch input format")
@@ -353,6 +403,8 @@ def _estimate(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
         metavar="N",
         help="sends a line gets in all (default: 3)",
     )
+    _deadline_options(e)
+    e.add_argument("--tpm", type=checks.positive_int, help="with --deadline: the key's tokens a minute")
     e.add_argument("--allow-invalid", action="store_true", help="estimate the valid lines even if some are invalid")
     e.add_argument("--json", action="store_true", help="print the estimate as JSON")
     e.add_argument("--quiet", action="store_true", help="no progress bar")

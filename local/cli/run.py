@@ -15,6 +15,7 @@ from sluice.cache.entries import default_cache_dir
 from sluice.contract import (
     DEFAULT_PROVIDER,
     INBOX_PREFIX,
+    LOCAL_SETTING_DEFAULTS,
     OUTBOX_PREFIX,
     OUTPUT_SUFFIXES,
     STEPS,
@@ -79,7 +80,7 @@ def _run(args: argparse.Namespace, signals: Signals) -> int:
     out = out_dir(Path(args.out))
     # with --quiet, only how the job ended is said (and why, when it did not succeed)
     tell = (lambda _text: None) if args.quiet else say
-    with provider(args.provider, args.latency) as (base_url, api_key, label, simulator):
+    with provider(args.provider, args.latency, args.sim_batch_turnaround) as (base_url, api_key, label, simulator):
         tell(label)
         ran = _through_local_cloud(args, signals, path, out, settings, base_url, api_key, simulator)
     command_s = time.monotonic() - started
@@ -136,6 +137,9 @@ def _job_metadata(args: argparse.Namespace) -> dict[str, str]:
         metadata["sluice-validate-schema"] = f"{INBOX_PREFIX}schemas/{Path(args.validate_schema).name}"
     if args.validate_attempts is not None:
         metadata["sluice-validate-attempts"] = str(args.validate_attempts)
+    for option in ("deadline", "batch_turnaround", "rpm"):
+        if getattr(args, option, None) is not None:
+            metadata["sluice-" + option.replace("_", "-")] = str(getattr(args, option))
     return metadata
 
 
@@ -255,9 +259,24 @@ def _ended(
     return code
 
 
+# the built-in simulator's batch turnaround when `--sim-batch-turnaround` is not given (3 x 0.2 s)
+SIMULATOR_TURNAROUND_S = 0.6
+# what a local run's deadline keeps in hand after a cancelled batch ends: polls, collect, Merge
+LOCAL_OVERHEAD_S = 6.0
+
+
 def _settings(args: argparse.Namespace) -> LocalSettings:
     cache_dir = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
+    # the built-in simulator cancels a batch in one of its three phases; a user's provider as deployed
+    simulated = not users_base_url(args.provider)
+    turnaround = args.sim_batch_turnaround if args.sim_batch_turnaround is not None else SIMULATOR_TURNAROUND_S
+    cancel_s = (
+        turnaround / 3 + 2 * LOCAL_SETTING_DEFAULTS["poll_seconds"]
+        if simulated
+        else LOCAL_SETTING_DEFAULTS["batch_cancel_s"]
+    )
     return LocalSettings(
+        batch_cancel_s=cancel_s,
         concurrency=args.concurrency,
         map_concurrency=args.map_concurrency,
         shard_lines=args.shard_lines,

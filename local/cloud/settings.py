@@ -30,6 +30,8 @@ class LocalSettings:
     shared_limit: str = LOCAL_SETTING_DEFAULTS["shared_limit"]
     batch_queue_tokens: str = LOCAL_SETTING_DEFAULTS["batch_queue_tokens"]
     batch_queue_default_tokens: int = LOCAL_SETTING_DEFAULTS["batch_queue_default_tokens"]
+    # how long a cancelled batch takes to end (a deadline job's margin): the simulator's, a phase
+    batch_cancel_s: float = LOCAL_SETTING_DEFAULTS["batch_cancel_s"]
     # the provider's limits per model, as cdk.json's `rate_limits` (`sluice.contract.parse_rate_limits`)
     rate_limits: str | None = LOCAL_SETTING_DEFAULTS["rate_limits"]
     cache: str = LOCAL_SETTING_DEFAULTS["cache"]

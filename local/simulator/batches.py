@@ -261,7 +261,7 @@ class Batches:
     def _status(self, batch: Batch, now: float) -> str:
         p = batch.phase_s
         if batch.cancel_t is not None:
-            return "cancelled" if now >= batch.cancel_t + p else "cancelling"
+            return "cancelled" if now >= batch.cancel_t + self._cancel_s(batch) else "cancelling"
         if now < batch.t0 + p:
             return "validating"
         if batch.plan == "failed":
@@ -271,6 +271,9 @@ class Batches:
         if now < batch.t0 + 3 * p:
             return "in_progress" if batch.plan == "expired" else "finalizing"
         return batch.plan
+
+    def _cancel_s(self, batch: Batch) -> float:
+        return self._core.config.batch_cancel_s or batch.phase_s
 
     def _progress(self, batch: Batch, now: float) -> float:
         p = batch.phase_s
@@ -409,7 +412,7 @@ class Batches:
             "failed_at": when(status == "failed", p),
             "expired_at": when(status == "expired", 3 * p),
             "cancelling_at": when(cancel_off is not None, cancel_off or 0.0),
-            "cancelled_at": when(status == "cancelled", (cancel_off or 0.0) + p),
+            "cancelled_at": when(status == "cancelled", (cancel_off or 0.0) + self._cancel_s(batch)),
             "request_counts": {"total": total, "completed": completed, "failed": failed},
             "metadata": batch.metadata,
             "usage": usage,
@@ -432,7 +435,7 @@ class Batches:
             batch.cancel_t = now
             if batch.timer is not None:
                 batch.timer.cancel()
-            batch.timer = asyncio.get_running_loop().call_at(now + batch.phase_s, self._refresh, batch)
+            batch.timer = asyncio.get_running_loop().call_at(now + self._cancel_s(batch), self._refresh, batch)
         return json_response(self._describe(batch, now))
 
     async def list_batches(self, request: web.Request) -> web.StreamResponse:

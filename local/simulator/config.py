@@ -39,6 +39,8 @@ class SimConfig:
     quota_tpm: int = 0
     embedding_dims: int = 16
     batch_phase_s: float = 0.2
+    # how long a cancelled batch stays `cancelling` before it ends `cancelled`; 0: a phase
+    batch_cancel_s: float = 0.0
     batch_expire_fraction: float = 0.0  # share of batches that end `expired`
     batch_expire_done_fraction: float = 0.5  # share of an expired batch's rows that finished
     batch_validation_error: bool = False  # every batch fails validation

@@ -65,6 +65,11 @@ def manifest_key(job_id: str) -> str:
     return f"{job_prefix(job_id)}manifest.json"
 
 
+def deadline_plan_key(job_id: str) -> str:
+    """A deadline job's plan (`sluice.plan.deadline`): each shard's choice and why, for the summary."""
+    return f"{job_prefix(job_id)}deadline.json"
+
+
 def shard_prefix(job_id: str, shard: int) -> str:
     """One shard's working files: its checkpoint parts, then its results, errors and stats."""
     return f"{job_prefix(job_id)}shards/{shard:05d}/"

@@ -170,6 +170,10 @@ class Settings:
     # (`model=tokens,...`; 0 = no limit), and the limit of a model not named
     batch_queue_tokens: str = field(default=DEFAULT_BATCH_QUEUE_TOKENS, metadata={_KIND: "queue_tokens"})
     batch_queue_default_tokens: int = field(default=DEFAULT_BATCH_QUEUE_DEFAULT_TOKENS, metadata={_KIND: "limit"})
+    # how long a cancelled batch may take to end and hand back its answers (OpenAI's `cancelling`
+    # lasts up to 10 minutes): a deadline job cancels a late batch this long before it must send
+    # the rest directly (`sluice.plan.deadline`)
+    batch_cancel_s: float = 600.0
     # auto mode sends a shard through the Batch API from this many requests up
     auto_batch_min_requests: int = 1000
     on_batch_incomplete: str = field(default="direct", metadata={_KIND: "choice", _CHOICES: BATCH_INCOMPLETE_POLICIES})

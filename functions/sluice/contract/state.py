@@ -194,6 +194,11 @@ class ShardSpec:
     blank: int = 0
     # batch mode: rows a batch did not finish are re-run directly ("direct") or reported ("error")
     on_batch_incomplete: str = "direct"
+    # a deadline job's batch shard (`sluice.plan.deadline`): when (epoch seconds) a batch not ended yet is
+    # cancelled, its answers kept and the rest sent directly; None: never
+    cutover_at: float | None = None
+    # a deadline job's direct shard on OpenAI's flex tier sends `service_tier: flex` ("" : none)
+    service_tier: str = ""
     # background mode: when the shard first waited for its responses (epoch seconds); Plan leaves
     # it unset, the handlers take it from Submit's result (`Submitted.waiting_since`)
     waiting_since: float | None = None

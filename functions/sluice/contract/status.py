@@ -67,6 +67,11 @@ JOB_OPTIONS = (
     "max-attempts",
     "on-batch-incomplete",
     "deadline-hours",
+    # the time the job must end by (issue 44): a duration from the upload (`6h`) or an ISO-8601 time
+    # with its zone; Plan picks batch, flex or direct per shard to hold it (`sluice.plan.deadline`)
+    "deadline",
+    # what the job expects a batch to take (a duration), instead of what Sluice measured or assumes
+    "batch-turnaround",
     "max-error-rate",
     "rpm",
     "tpm",

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -22,6 +23,7 @@ from sluice.contract import (
     parse_validate,
 )
 from sluice.limits.flow import MAX_SHARD_CONNECTIONS
+from sluice.plan.deadline import DeadlineError, JobDeadline, read_job_deadline
 from sluice.plan.line_pass import MAX_SHARD_BYTES
 from sluice.providers import apis, modes
 
@@ -101,6 +103,8 @@ class JobOptions:
     model: str | None = None
     on_batch_incomplete: str = "direct"
     deadline_hours: float | None = None
+    # the time the job must end by (`sluice-deadline`; `sluice.plan.deadline`): Plan picks each shard's way
+    deadline: JobDeadline | None = None
     # provider budgets for the whole job; 0 = none
     rpm: int = 0
     tpm: int = 0
@@ -123,8 +127,11 @@ class JobOptions:
     schema: str = ""
 
     @classmethod
-    def from_metadata(cls, metadata: Mapping[str, str], settings: Settings) -> JobOptions:
-        """Per-object overrides from S3 metadata (`x-amz-meta-sluice-mode: batch`, ...)."""
+    def from_metadata(
+        cls, metadata: Mapping[str, str], settings: Settings, *, uploaded_at: float | None = None
+    ) -> JobOptions:
+        """Per-object overrides from S3 metadata (`x-amz-meta-sluice-mode: batch`, ...); a deadline's
+        duration counts from `uploaded_at` (the object's LastModified; else now)."""
         meta = {
             k.lower().removeprefix(METADATA_PREFIX): v
             for k, v in metadata.items()
@@ -133,7 +140,25 @@ class JobOptions:
         unknown = sorted(set(meta) - set(JOB_OPTIONS))
         if unknown:
             raise PlanError(f"unknown option(s) in object metadata: {', '.join(METADATA_PREFIX + u for u in unknown)}")
-        mode = meta.get("mode", settings.default_mode)
+        now = time.time()
+        try:
+            deadline = read_job_deadline(
+                meta,
+                mode=meta.get("mode"),
+                family=settings.provider,
+                has_batch=Mode.BATCH in modes(settings.provider),
+                uploaded_at=now if uploaded_at is None else uploaded_at,
+                now=now,
+                prefix=METADATA_PREFIX,
+            )
+        except DeadlineError as exc:
+            raise PlanError(str(exc)) from exc
+        if deadline is not None and meta.get("on-batch-incomplete") == "error":
+            raise PlanError(
+                f"{METADATA_PREFIX}deadline sends what a cancelled batch left directly, so it takes no "
+                f"{METADATA_PREFIX}on-batch-incomplete=error"
+            )
+        mode = meta.get("mode", Mode.AUTO if deadline is not None else settings.default_mode)
         if mode not in MODES:
             raise PlanError(f"{METADATA_PREFIX}mode={mode!r}; expected one of {', '.join(MODES)}")
         _check_provider(meta.get("provider"), settings)
@@ -144,20 +169,20 @@ class JobOptions:
                 f"{METADATA_PREFIX}mode={mode}: the {settings.provider} provider has no {_MODE_APIS.get(mode, mode)} "
                 f"Sluice can run; use one of {usable}"
             )
-        incomplete = meta.get("on-batch-incomplete", settings.on_batch_incomplete)
+        incomplete = meta.get("on-batch-incomplete", "direct" if deadline else settings.on_batch_incomplete)
         if incomplete not in BATCH_INCOMPLETE_POLICIES:
             expected = ", ".join(BATCH_INCOMPLETE_POLICIES)
             raise PlanError(f"{METADATA_PREFIX}on-batch-incomplete={incomplete!r}; expected one of {expected}")
-        deadline: float | None = None
+        deadline_hours: float | None = None
         if "deadline-hours" in meta:
             raw_deadline = meta["deadline-hours"]
             try:
-                deadline = float(raw_deadline)
+                deadline_hours = float(raw_deadline)
             except ValueError:
-                deadline = -1.0
-            if not math.isfinite(deadline) or deadline <= 0:
+                deadline_hours = -1.0
+            if not math.isfinite(deadline_hours) or deadline_hours <= 0:
                 raise PlanError(f"{METADATA_PREFIX}deadline-hours={raw_deadline!r}; expected a positive number")
-        if mode == Mode.BATCH and deadline is not None and deadline < BATCH_WINDOW_HOURS:
+        if mode == Mode.BATCH and deadline_hours is not None and deadline_hours < BATCH_WINDOW_HOURS:
             raise PlanError(
                 f"{METADATA_PREFIX}mode=batch cannot promise {METADATA_PREFIX}deadline-hours={meta['deadline-hours']}: "
                 f"the Batch API may take up to {BATCH_WINDOW_HOURS:g} hours; use direct or auto"
@@ -206,8 +231,9 @@ class JobOptions:
         rpm = positive("rpm", settings.rpm, zero=True)
         model = meta.get("model") or None
         map_concurrency = capped_map_concurrency(positive("map-concurrency", settings.map_concurrency), settings)
-        if mode != Mode.BATCH:
-            # a batch shard sends nothing at the key's rate; the others share it
+        if mode != Mode.BATCH and deadline is None:
+            # a batch shard sends nothing at the key's rate; the others share it. A deadline job's
+            # batch shards must all be in flight from the start, or its cutover comes before some exist
             limit = key_rpm(rpm, model, settings)
             map_concurrency = rate_capped_shards(map_concurrency, key_rpm=limit, concurrency=concurrency)
         return cls(
@@ -217,7 +243,8 @@ class JobOptions:
             max_attempts=positive("max-attempts", settings.max_attempts),
             model=model,
             on_batch_incomplete=incomplete,
-            deadline_hours=deadline,
+            deadline_hours=deadline_hours,
+            deadline=deadline,
             rpm=rpm,
             tpm=positive("tpm", settings.tpm, zero=True),
             max_error_rate=max_error_rate,
@@ -258,6 +285,9 @@ class JobOptions:
         `auto_batch_min_requests` within a batch), so that a shard it sends direct still holds fewer
         requests than that. Any other shard holds `shard_lines`, which bounds a Lambda's run.
         """
+        if self.deadline is not None:
+            # a deadline chooses per shard: shards of `shard_lines`, so the choice has some to weigh
+            return settings.shard_lines, MAX_SHARD_BYTES
         if self.may_batch(settings):
             limits = apis.batch_limits(settings)
             if self.mode == Mode.BATCH or settings.auto_batch_min_requests <= limits.max_records:

@@ -24,6 +24,7 @@ from sluice.contract import (
     Planned,
     Settings,
     ShardSpec,
+    deadline_plan_key,
     manifest_key,
     shard_prefix,
 )
@@ -32,6 +33,8 @@ from sluice.formats.lines import READ_CHUNK, split_lines
 from sluice.limits.budget import budget_models, usd_to_nano
 from sluice.limits.flow import MAX_SHARD_CONNECTIONS
 from sluice.plan.cache_plan import CacheAnswers, JobKeys, find_hits
+from sluice.plan.deadline import Choice, DeadlinePlan
+from sluice.plan.deadline_plan import CHOICE_MODES, plan_for_job
 from sluice.plan.job_options import JobOptions, PlanError
 from sluice.plan.line_pass import MAX_SHARD_BYTES, ShardRange, cut_shards, read_lines
 from sluice.providers import family
@@ -148,7 +151,10 @@ def plan_job(
     key, head = find_object(s3, bucket, key, etag)
     job_id = job_id_for(bucket, key, etag)
     quoted = '"' + etag.strip('"') + '"'
-    options = JobOptions.from_metadata(head.get("Metadata", {}), settings)
+    uploaded = head.get("LastModified")
+    options = JobOptions.from_metadata(
+        head.get("Metadata", {}), settings, uploaded_at=uploaded.timestamp() if uploaded is not None else None
+    )
     if options.validate_schema:
         try:
             options = replace(options, schema=read_job_schema(s3, bucket, options.validate_schema))
@@ -168,10 +174,21 @@ def plan_job(
     if not store.claim_job(job_id, execution=execution, bucket=bucket, key=key, etag=quoted, started_at=started):
         return replace(planned, duplicate=True)
 
-    result, cached, answered = _cut(s3, settings, options, planned, started)
+    result, cached, answered, models = _cut(s3, settings, options, planned, started)
     if progress is not None and cached:
         progress.cached(sum(cached.values()))
-    manifest = _shard_specs(s3, settings, options, planned, result, answered)
+    deadline = None
+    if options.deadline is not None:
+        # the lines' model prices the plan (the first, where they name several)
+        model = options.model or min((m for m in models if m), default=None) or settings.default_model
+        deadline = plan_for_job(options, settings, result.shards, now=time.time(), model=model)
+        s3.put_object(
+            Bucket=bucket,
+            Key=deadline_plan_key(job_id),
+            Body=orjson.dumps(deadline.to_dict()),
+            ContentType="application/json",
+        )
+    manifest = _shard_specs(s3, settings, options, planned, result, answered, deadline)
     items = [spec.to_item() for spec in manifest]
     s3.put_object(Bucket=bucket, Key=planned.manifest_key, Body=orjson.dumps(items), ContentType="application/json")
     figures = PlanFigures(
@@ -202,9 +219,10 @@ def plan_job(
 
 def _cut(
     s3: Any, settings: Settings, options: JobOptions, planned: Planned, started: float
-) -> tuple[PlanResult, dict[int, int], set[int]]:
+) -> tuple[PlanResult, dict[int, int], set[int], set[str | None]]:
     """Read the object's lines and cut them into shards, answering from the cache what it holds.
-    Also returns the cache hits per shard and the shards the cache answered whole."""
+    Also returns the cache hits per shard, the shards the cache answered whole and the lines'
+    models (read for a budget or a deadline only)."""
     view: CacheView | None = None
     if options.cache in ("on", "read"):
         view = CacheView.load(
@@ -227,7 +245,9 @@ def _cut(
     )
     body = s3.get_object(Bucket=planned.bucket, Key=planned.key, IfMatch=planned.etag)["Body"]
     # a budget needs a price for every model the job sends to; the job's model replaces the lines'
-    models: set[str | None] | None = set() if options.budget_usd and not options.model else None
+    models: set[str | None] | None = (
+        set() if (options.budget_usd or options.deadline is not None) and not options.model else None
+    )
     table = read_lines(
         split_lines(body.iter_chunks(READ_CHUNK)),
         model=options.model,
@@ -268,15 +288,23 @@ def _cut(
             answers.finish()
     result = PlanResult(shards, table.lines, table.requests, table.invalid, table.blank, sum(table.lengths))
     if answers is None:
-        return result, {}, set()
-    return result, answers.shard_hits, answers.answered
+        return result, {}, set(), models or set()
+    return result, answers.shard_hits, answers.answered, models or set()
 
 
 def _shard_specs(
-    s3: Any, settings: Settings, options: JobOptions, planned: Planned, result: PlanResult, answered: set[int]
+    s3: Any,
+    settings: Settings,
+    options: JobOptions,
+    planned: Planned,
+    result: PlanResult,
+    answered: set[int],
+    deadline: DeadlinePlan | None = None,
 ) -> list[ShardSpec]:
     """One spec per shard, each with an equal share of the job's limits; a shard's duplicate
-    custom ids are written to a file of its own, which its spec names."""
+    custom ids are written to a file of its own, which its spec names. A deadline job's shard runs
+    as its plan chose (a shard the plan does not name, one the cache answered whole, direct)."""
+    choices = deadline.choices() if deadline is not None else {}
     job_id = planned.job_id
     running = max(1, min(len(result.shards), options.map_concurrency))
     # every running shard gets an equal share of the job's budgets; one Lambda holds at most
@@ -296,8 +324,14 @@ def _shard_specs(
             end=shard.end,
             first_line=shard.first_line,
             lines=shard.lines,
-            mode=options.shard_mode(shard.requests, settings),
+            mode=(
+                CHOICE_MODES[choices.get(shard.index, Choice.DIRECT)]
+                if deadline is not None
+                else options.shard_mode(shard.requests, settings)
+            ),
             on_batch_incomplete=options.on_batch_incomplete,
+            cutover_at=deadline.cutover_at if choices.get(shard.index) == Choice.BATCH and deadline else None,
+            service_tier="flex" if choices.get(shard.index) == Choice.FLEX else "",
             concurrency=per_shard,
             running=running,
             rpm=rpm_share,

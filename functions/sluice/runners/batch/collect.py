@@ -23,6 +23,7 @@ from sluice.runners.batch.advance import (
     queued_wait_seconds,
     requeue,
 )
+from sluice.runners.batch.cutover import cancel_late, past_cutover, until_cutover
 from sluice.runners.batch.files import BatchPart, part_key
 from sluice.send.output_check import OutputCheck
 from sluice.shard.frame import ShardContext, ShardSpec, pending
@@ -207,6 +208,8 @@ async def _look_at_batches(
             continue
         batch = await api.status(batch_id)
         if not batch.ended:
+            # a deadline job's batch not ended by its cutover stops, and what it left goes direct
+            await cancel_late(api, batch, cutover_at=spec.cutover_at, now=time.time())
             seen.waiting.append(batch_id)
             continue
         with causes.because(causes.BATCH_COLLECT):
@@ -225,7 +228,8 @@ async def _look_at_batches(
                 checked = _Checked(check, {r.line: r for r in pending(ctx.s3, spec, done, lambda _: None)})
             seen.collected[batch_id] = await _collect_one(api, spec, batch, part, done, writer, checked)
             seen.ended.append(batch)
-    await advance(api, ctx, spec, state, None, queue)
+    if not past_cutover(spec.cutover_at, time.time()):
+        await advance(api, ctx, spec, state, None, queue)
     seen.waiting += [
         b for b in state.batch_ids if b and b not in states and b not in seen.collected and b not in seen.waiting
     ]
@@ -256,6 +260,10 @@ async def _collect_batch(ctx: ShardContext, spec: ShardSpec) -> BatchCollected:
         ctx.progress.waiting(-sum(one.left for one in collected.values()))
     queued = state.waiting_for_room()
     left = sum(one.left for one in states.values())
+    if queued and past_cutover(spec.cutover_at, time.time()):
+        # files still waiting for room at a deadline's cutover are never created: their lines go direct
+        left += sum(state.lines[index] for index in queued)
+        queued = []
     fallback = not waiting and not queued and left > 0
     done = not waiting and not queued and not fallback
     # outcomes first: a batch marked collected must have its rows in the parts
@@ -269,7 +277,7 @@ async def _collect_batch(ctx: ShardContext, spec: ShardSpec) -> BatchCollected:
     elapsed = time.time() - float((row and row.batch_submit_at) or time.time())
     pointed = row.provider_id if row else None
     settled = row is not None and row.batch_settled is not None
-    wait_seconds = batch_wait_seconds(ctx.settings, elapsed)
+    wait_seconds = until_cutover(batch_wait_seconds(ctx.settings, elapsed), spec.cutover_at, time.time())
     outcome = BatchCollected(
         done=done, fallback=fallback, waiting=len(waiting), collected=len(collected), wait_seconds=wait_seconds
     )

@@ -36,6 +36,7 @@ from sluice.providers import family
 from sluice.providers.batch import BatchApi
 from sluice.runners.batch.advance import ShardBatches, advance, batch_wait_seconds, queued_marker
 from sluice.runners.batch.collect import collect_batch as collect_batch
+from sluice.runners.batch.cutover import until_cutover
 from sluice.runners.batch.files import BatchPart, part_key, split_parts
 from sluice.shard.frame import ShardContext, ShardSpec, pending, shard_budget, unsent
 from sluice.shard.parts import PartWriter
@@ -167,5 +168,5 @@ async def _submit(api: BatchApi, ctx: ShardContext, spec: ShardSpec) -> BatchSub
         batches_created=created,
         requests=sum(len(p.lines) for p in parts),
         # no batch to wait for when every file was too small for one: straight on to RunShard
-        wait_seconds=batch_wait_seconds(settings, 0.0) if parts else 0,
+        wait_seconds=until_cutover(batch_wait_seconds(settings, 0.0), spec.cutover_at, time.time()) if parts else 0,
     )

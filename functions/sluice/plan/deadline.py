@@ -1,0 +1,490 @@
+"""A job that says when it must finish (`sluice-deadline`, `--deadline`): the deadline read, and the
+pure arithmetic that picks, shard by shard, the cheapest way to answer by then.
+
+Three ways to send a shard, cheapest first where the deadline allows:
+
+- **batch**: the provider's Batch API at half price. It promises only its window (24 h), so a shard
+  goes as a batch only when, should its batch not have ended by the *cutover*, there is still time
+  to cancel it (`cancel_s`: a cancelled batch takes a while to end and hand back what it answered)
+  and send every line of every batch shard directly at the key's rate before the deadline. The
+  cutover is that latest moment: `deadline - margin - batch lines / key rate`. A shard whose batch
+  has not ended by then cancels it, keeps every answer it gave, and sends the rest direct
+  (`batch_collect`); nothing is sent twice.
+- **flex**: OpenAI's flex processing (`service_tier: flex`) where the model has it: batch prices,
+  no window, but each request slower (`FLEX_SLOWDOWN`), so it takes more of the key's time.
+- **direct**: list price, at the key's rate.
+
+The key's rate is what its `rpm` (and `tpm`, over the job's tokens a request) allow; where neither is
+known, the job's concurrency over `DIRECT_LATENCY_S` a request. A job whose lines cannot all be sent directly
+by the deadline at that rate is refused (`DeadlineRefused`), with the earliest finish Sluice could
+promise. A batch's expected turnaround is measured from earlier batches of the same family and
+model when there are some (`expected_turnaround`), else the family's documented default
+(`DEFAULT_TURNAROUND_S`), or what the job says (`sluice-batch-turnaround`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from sluice.core.costs import price_per_million
+
+
+class Choice:
+    """How one shard of a deadline job is sent."""
+
+    BATCH = "batch"
+    FLEX = "flex"
+    DIRECT = "direct"
+
+
+# A batch's expected turnaround (created to ended) where Sluice has measured none of the family's:
+# Anthropic says most Message Batches end within an hour; OpenAI and Bedrock publish no typical
+# figure, only the 24 h window, so Sluice plans on a quarter of it. Every one is an expectation for
+# the plan, never a promise: the cutover holds the deadline when a batch is slower.
+DEFAULT_TURNAROUND_S = {"openai": 6 * 3600.0, "anthropic": 3600.0, "bedrock": 6 * 3600.0}
+# measured turnarounds are read at this quantile: a plan on the median misses half the time
+TURNAROUND_QUANTILE = 0.9
+# a request's round trip when the key's rate is not known, as `sluice estimate` assumes
+DIRECT_LATENCY_S = 2.0
+# a flex request takes this many times a direct one's share of the key (slower answers, occasional
+# 429 `resource_unavailable` retried): OpenAI gives no figure
+FLEX_SLOWDOWN = 2.0
+# what the plan keeps in hand of the direct sending time (retries, a slow tail)
+SEND_SLACK = 0.05
+# OpenAI's flex processing tier: the models that take `service_tier: flex` (and their snapshots)
+FLEX_MODELS = ("o3", "o4-mini", "gpt-5", "gpt-5-mini", "gpt-5-nano")
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)([smhd]))+$")
+_PART = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+
+
+class DeadlineError(ValueError):
+    """A deadline Sluice cannot take: the message names the problem (past, unparseable, no batch)."""
+
+
+class DeadlineRefused(DeadlineError):
+    """Not even every line sent directly at the key's rate finishes by the deadline."""
+
+    def __init__(self, message: str, earliest_finish: float) -> None:
+        super().__init__(message)
+        self.earliest_finish = earliest_finish
+
+
+def parse_duration(text: str) -> float | None:
+    """Seconds of `6h`, `90m`, `2d`, `1h30m`, `45s`; None when `text` is not one."""
+    raw = text.strip().lower()
+    if not _DURATION.match(raw):
+        return None
+    return sum(float(n) * _UNITS[unit] for n, unit in _PART.findall(raw))
+
+
+def parse_deadline(text: str, *, now: float, name: str = "deadline") -> float:
+    """The deadline `text` names, as epoch seconds: a duration from `now` (`6h`, `90m`, `2d`,
+    `1h30m`) or an ISO-8601 time with its zone (`2025-06-01T09:00:00+02:00`, `...Z`)."""
+    raw = text.strip()
+    seconds = parse_duration(raw)
+    if seconds is not None:
+        if seconds <= 0:
+            raise DeadlineError(f"{name}={text!r}: a duration must be more than nothing")
+        return now + seconds
+    try:
+        when = datetime.fromisoformat(raw)
+    except ValueError:
+        raise DeadlineError(
+            f"{name}={text!r} is neither a duration (6h, 90m, 2d, 1h30m) nor an ISO-8601 time with its zone "
+            "(2025-06-01T09:00:00+02:00, or Z for UTC)"
+        ) from None
+    if when.tzinfo is None:
+        raise DeadlineError(
+            f"{name}={text!r} has no time zone: add one (+02:00, or Z for UTC), as Sluice's functions run in UTC"
+        )
+    at = when.timestamp()
+    if at <= now:
+        ago = human_duration(now - at)
+        stamp = datetime.fromtimestamp(now, UTC).isoformat(timespec="seconds")
+        raise DeadlineError(f"{name}={text!r} is in the past ({ago} before {stamp})")
+    return at
+
+
+def human_duration(seconds: float) -> str:
+    """`2 h 05 min`, `3 min 20 s`, `12 s`."""
+    seconds = max(0.0, seconds)
+    if seconds >= 2 * 86400:
+        return f"{seconds / 86400:,.1f} days"
+    if seconds >= 3600:
+        hours, rest = divmod(round(seconds / 60), 60)
+        return f"{hours} h {rest:02d} min"
+    if seconds >= 60:
+        minutes, rest = divmod(round(seconds), 60)
+        return f"{minutes} min {rest:02d} s"
+    return f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"
+
+
+def iso(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def has_flex(model: str | None) -> bool:
+    """Whether OpenAI's flex processing takes `model` (a snapshot of one named in `FLEX_MODELS` too)."""
+    if not model:
+        return False
+    return any(model == name or model.startswith(name + "-2") for name in FLEX_MODELS)
+
+
+def expected_turnaround(family: str, measured: Sequence[float] = ()) -> tuple[float, str]:
+    """A batch's expected turnaround and where the figure comes from: the `TURNAROUND_QUANTILE` of
+    earlier batches' (of the same family and model) when Sluice has measured some, else the family's
+    documented default."""
+    if measured:
+        ordered = sorted(measured)
+        at = ordered[min(len(ordered) - 1, math.ceil(TURNAROUND_QUANTILE * len(ordered)) - 1)]
+        return at, f"measured: the {TURNAROUND_QUANTILE:.0%} point of {len(ordered)} earlier batches"
+    default = DEFAULT_TURNAROUND_S.get(family, DEFAULT_TURNAROUND_S["openai"])
+    return default, f"the {family} default ({human_duration(default)}; no earlier batch measured)"
+
+
+@dataclass(frozen=True)
+class ShardLoad:
+    """What one shard asks: its requests, their expected tokens, and the model they go to."""
+
+    shard: int
+    requests: int
+    tokens_in: int
+    tokens_out: int
+    model: str | None = None
+
+
+@dataclass(frozen=True)
+class Prices:
+    """USD a shard costs each way: direct (list), batch (half), flex (batch prices; None where the
+    model has no flex). None for a model with no known price."""
+
+    direct: float | None
+    batch: float | None
+    flex: float | None
+
+    @classmethod
+    def of(cls, load: ShardLoad) -> Prices:
+        price = price_per_million(load.model or "")
+        if price is None:
+            return cls(None, None, None)
+        direct = (load.tokens_in * price[0] + load.tokens_out * price[1]) / 1_000_000
+        return cls(direct, direct / 2, direct / 2 if has_flex(load.model) else None)
+
+
+@dataclass(frozen=True)
+class KeyLimits:
+    """What the job may send at: its key's requests and tokens a minute (0: not known), and its
+    concurrency, which with `DIRECT_LATENCY_S` bounds the rate where the key's is not known."""
+
+    rpm: float = 0.0
+    tpm: float = 0.0
+    concurrency: int = 1000
+
+    def requests_per_s(self, tokens_per_request: float) -> float:
+        rates: list[float] = []
+        if self.rpm:
+            rates.append(self.rpm / 60)
+        if self.tpm and tokens_per_request > 0:
+            rates.append(self.tpm / 60 / tokens_per_request)
+        # no rate known: the job's concurrency at a long round trip each
+        return max(min(rates or [self.concurrency / DIRECT_LATENCY_S]), 1e-9)
+
+    def describe(self) -> str:
+        parts = [f"{self.rpm:,.0f} requests a minute"] if self.rpm else []
+        if self.tpm:
+            parts.append(f"{self.tpm:,.0f} tokens a minute")
+        if not parts:
+            parts.append(f"no rate known: {self.concurrency:,} in flight at {DIRECT_LATENCY_S:g} s a request")
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class DeadlineInputs:
+    """Everything the plan is made of but the shards; `now` and `deadline` are epoch seconds."""
+
+    now: float
+    deadline: float
+    key: KeyLimits
+    family: str
+    turnaround_s: float
+    turnaround_source: str
+    # how long a cancelled batch may take to end and hand back its answers (the cutover's margin)
+    cancel_s: float = 600.0
+    # whether the family has a Batch API Sluice runs, and the fewest rows a batch may hold
+    batch: bool = True
+    min_batch_requests: int = 1
+    # input tokens the model's Batch queue holds at once (0: no limit)
+    queue_tokens: int = 0
+    # whether direct shards may use the flex tier (OpenAI's family only)
+    flex: bool = True
+
+
+@dataclass(frozen=True)
+class ShardChoice:
+    """One shard's way, why, what it is expected to cost (next to all direct and all batch) and when
+    it is expected to end."""
+
+    shard: int
+    requests: int
+    choice: str
+    why: str
+    cost_usd: float | None
+    all_direct_usd: float | None
+    all_batch_usd: float | None
+    finish_at: float
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "shard": self.shard,
+            "requests": self.requests,
+            "choice": self.choice,
+            "why": self.why,
+            "cost_usd": _round(self.cost_usd),
+            "all_direct_usd": _round(self.all_direct_usd),
+            "all_batch_usd": _round(self.all_batch_usd),
+            "finish_at": iso(self.finish_at),
+        }
+
+
+@dataclass(frozen=True)
+class DeadlinePlan:
+    """The job's plan: each shard's choice, the cutover batches are cancelled at, the expected finish."""
+
+    deadline: float
+    now: float
+    rate_per_s: float
+    turnaround_s: float
+    turnaround_source: str
+    shards: list[ShardChoice] = field(default_factory=list)
+    # when a batch shard whose batch has not ended cancels it and sends the rest direct; None: no batch
+    cutover_at: float | None = None
+    finish_at: float = 0.0
+    earliest_direct_finish: float = 0.0
+
+    def total(self, what: str) -> float | None:
+        values = [getattr(s, what) for s in self.shards]
+        known = [v for v in values if v is not None]
+        return round(sum(known), 6) if known else None
+
+    def choices(self) -> dict[int, str]:
+        return {s.shard: s.choice for s in self.shards}
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "deadline": iso(self.deadline),
+            "planned_at": iso(self.now),
+            "key_rate_per_s": round(self.rate_per_s, 3),
+            "batch_turnaround_s": round(self.turnaround_s, 1),
+            "batch_turnaround_source": self.turnaround_source,
+            "cutover_at": iso(self.cutover_at) if self.cutover_at is not None else None,
+            "expected_finish": iso(self.finish_at),
+            "earliest_direct_finish": iso(self.earliest_direct_finish),
+            "cost_usd": self.total("cost_usd"),
+            "all_direct_usd": self.total("all_direct_usd"),
+            "all_batch_usd": self.total("all_batch_usd"),
+            "shards": [s.to_dict() for s in self.shards],
+        }
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
+
+
+@dataclass
+class _Mix:
+    """A candidate assignment's lines, and whether it holds the deadline."""
+
+    direct: float = 0.0  # key-seconds of direct and flex sending
+    batch_lines: int = 0
+    batch_tokens: int = 0
+
+
+def _holds(mix: _Mix, inputs: DeadlineInputs, rate: float) -> tuple[bool, float | None]:
+    """Whether a mix holds the deadline, and its cutover: direct and flex sending must end by the
+    cutover, and so must the batches' expected turnaround; after it, every batch line is sent direct
+    in what is left, less the time a cancelled batch takes."""
+    window = inputs.deadline - inputs.now
+    sending = mix.direct * (1 + SEND_SLACK)
+    if not mix.batch_lines:
+        return sending <= window, None
+    fallback = mix.batch_lines / rate * (1 + SEND_SLACK)
+    cutover = inputs.deadline - inputs.cancel_s - fallback
+    ok = inputs.now + max(sending, inputs.turnaround_s) <= cutover
+    return ok, cutover
+
+
+def plan_deadline(loads: Iterable[ShardLoad], inputs: DeadlineInputs) -> DeadlinePlan:
+    """Each shard's cheapest way that still holds the deadline: batch, else flex, else direct.
+
+    Raises `DeadlineRefused` when not even all direct at the key's rate ends by the deadline."""
+    shards = list(loads)
+    requests = sum(s.requests for s in shards)
+    tokens = sum(s.tokens_in + s.tokens_out for s in shards)
+    rate = inputs.key.requests_per_s(tokens / requests if requests else 0.0)
+    all_direct_s = requests / rate * (1 + SEND_SLACK)
+    earliest = inputs.now + all_direct_s
+    if earliest > inputs.deadline:
+        raise DeadlineRefused(
+            f"deadline {iso(inputs.deadline)} cannot be met: {requests:,} requests at the key's rate "
+            f"({inputs.key.describe()}: {rate:,.1f} a second) take {human_duration(all_direct_s)} sent directly; "
+            f"the earliest finish Sluice can promise is {iso(earliest)} "
+            f"({human_duration(earliest - inputs.now)} from now)",
+            earliest,
+        )
+    mix = _Mix(direct=requests / rate)
+    chosen: dict[int, tuple[str, str]] = {}
+    for load in shards:
+        seconds = load.requests / rate
+        why_not_batch = _why_not_batch(load, inputs)
+        if why_not_batch is None:
+            trial = _Mix(mix.direct - seconds, mix.batch_lines + load.requests, mix.batch_tokens + load.tokens_in)
+            if inputs.queue_tokens and trial.batch_tokens > inputs.queue_tokens:
+                why_not_batch = (
+                    f"the Batch queue holds {inputs.queue_tokens:,} tokens, and the batches before it fill it"
+                )
+            else:
+                ok, cutover = _holds(trial, inputs, rate)
+                if ok and cutover is not None:
+                    mix = trial
+                    chosen[load.shard] = (
+                        Choice.BATCH,
+                        f"a batch is expected in {human_duration(inputs.turnaround_s)}, and should it not have ended "
+                        "by the cutover there is time to cancel it and send what it left directly",
+                    )
+                    continue
+                why_not_batch = (
+                    f"a batch expected in {human_duration(inputs.turnaround_s)} would leave too little time to "
+                    f"send its lines directly should it not end"
+                )
+        if inputs.flex and has_flex(load.model):
+            trial = _Mix(mix.direct + seconds * (FLEX_SLOWDOWN - 1), mix.batch_lines, mix.batch_tokens)
+            if _holds(trial, inputs, rate)[0]:
+                mix = trial
+                chosen[load.shard] = (Choice.FLEX, f"flex at batch prices ends in time ({why_not_batch})")
+                continue
+        chosen[load.shard] = (Choice.DIRECT, why_not_batch)
+    ok, cutover = _holds(mix, inputs, rate)
+    assert ok, "every step kept the deadline"
+    return _finish(shards, chosen, inputs, rate, cutover, earliest)
+
+
+def _why_not_batch(load: ShardLoad, inputs: DeadlineInputs) -> str | None:
+    if not inputs.batch:
+        return f"the {inputs.family} provider has no Batch API Sluice runs"
+    if load.requests < inputs.min_batch_requests:
+        return f"{load.requests:,} requests are fewer than a batch takes ({inputs.min_batch_requests:,})"
+    return None
+
+
+def _finish(
+    shards: list[ShardLoad],
+    chosen: dict[int, tuple[str, str]],
+    inputs: DeadlineInputs,
+    rate: float,
+    cutover: float | None,
+    earliest: float,
+) -> DeadlinePlan:
+    """Expected finishes: direct and flex shards one after another at the key's rate, batch shards
+    at the expected turnaround."""
+    plan: list[ShardChoice] = []
+    sent = inputs.now
+    for load in shards:
+        choice, why = chosen[load.shard]
+        prices = Prices.of(load)
+        if choice == Choice.BATCH:
+            finish, cost = inputs.now + inputs.turnaround_s, prices.batch
+        else:
+            slow = FLEX_SLOWDOWN if choice == Choice.FLEX else 1.0
+            sent += load.requests / rate * slow * (1 + SEND_SLACK)
+            finish, cost = sent, prices.flex if choice == Choice.FLEX else prices.direct
+        plan.append(ShardChoice(load.shard, load.requests, choice, why, cost, prices.direct, prices.batch, finish))
+    return DeadlinePlan(
+        deadline=inputs.deadline,
+        now=inputs.now,
+        rate_per_s=rate,
+        turnaround_s=inputs.turnaround_s,
+        turnaround_source=inputs.turnaround_source,
+        shards=plan,
+        cutover_at=cutover,
+        finish_at=max([s.finish_at for s in plan] or [inputs.now]),
+        earliest_direct_finish=earliest,
+    )
+
+
+def plan_lines(plan: DeadlinePlan) -> list[str]:
+    """The plan as `sluice estimate --deadline` prints it."""
+    lines = [
+        f"  deadline {iso(plan.deadline)} ({human_duration(plan.deadline - plan.now)} from now); key rate "
+        f"{plan.rate_per_s:,.1f} requests a second; batch turnaround {human_duration(plan.turnaround_s)} "
+        f"({plan.turnaround_source})",
+    ]
+    width = max(len(str(s.shard)) for s in plan.shards) if plan.shards else 1
+    for s in plan.shards:
+        lines.append(
+            f"  shard {s.shard:>{width}}: {s.choice:<6} {s.requests:>9,} requests  {_usd(s.cost_usd):>10} "
+            f"(direct {_usd(s.all_direct_usd)}, batch {_usd(s.all_batch_usd)})  ends ~{iso(s.finish_at)}: {s.why}"
+        )
+    lines.append(
+        f"  plan: {_usd(plan.total('cost_usd'))} against {_usd(plan.total('all_direct_usd'))} all direct and "
+        f"{_usd(plan.total('all_batch_usd'))} all batch; expected finish {iso(plan.finish_at)}"
+        + (f"; batches not ended by {iso(plan.cutover_at)} are cancelled and sent direct" if plan.cutover_at else "")
+    )
+    return lines
+
+
+def _usd(value: float | None) -> str:
+    return "n/a" if value is None else f"${value:,.4f}"
+
+
+@dataclass(frozen=True)
+class JobDeadline:
+    """A job's deadline as its options carry it: when (epoch seconds), and the batch turnaround the
+    job expects, if it says (seconds; None: measured or the family's default)."""
+
+    at: float
+    batch_turnaround_s: float | None = None
+
+
+def read_job_deadline(
+    meta: dict[str, str], *, mode: str | None, family: str, has_batch: bool, uploaded_at: float, now: float, prefix: str
+) -> JobDeadline | None:
+    """The deadline of a job's options (`<prefix>deadline`, `<prefix>batch-turnaround`), checked: a
+    duration counts from the upload (`uploaded_at`), an ISO time must be ahead of `now`; a deadline
+    picks the mode of each shard, so it takes no other mode than auto, and needs a Batch API to
+    choose."""
+    if "deadline" not in meta:
+        if "batch-turnaround" in meta:
+            raise DeadlineError(f"{prefix}batch-turnaround is read with {prefix}deadline only; set one")
+        return None
+    raw = meta["deadline"]
+    at = parse_deadline(raw, now=uploaded_at, name=f"{prefix}deadline")
+    if at <= now:
+        raise DeadlineError(f"{prefix}deadline={raw!r} is in the past ({human_duration(now - at)} ago)")
+    if "deadline-hours" in meta:
+        raise DeadlineError(
+            f"{prefix}deadline and {prefix}deadline-hours say the same thing twice; keep {prefix}deadline"
+        )
+    if mode not in (None, "auto"):
+        raise DeadlineError(
+            f"{prefix}deadline picks batch, flex or direct for each shard, so it takes no {prefix}mode={mode}; "
+            "drop the mode (or set auto)"
+        )
+    if not has_batch:
+        raise DeadlineError(
+            f"{prefix}deadline chooses between a batch and direct requests, and the {family} provider has no Batch "
+            "API Sluice runs: send the job without a deadline"
+        )
+    turnaround: float | None = None
+    if "batch-turnaround" in meta:
+        turnaround = parse_duration(meta["batch-turnaround"])
+        if turnaround is None or turnaround <= 0:
+            raise DeadlineError(
+                f"{prefix}batch-turnaround={meta['batch-turnaround']!r}: expected a duration (30m, 2h, 1h30m)"
+            )
+    return JobDeadline(at=at, batch_turnaround_s=turnaround)

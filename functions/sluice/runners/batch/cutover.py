@@ -1,0 +1,44 @@
+"""A deadline job's batch shard at its cutover (`sluice.plan.deadline`): a batch that has not ended by
+then is cancelled, so that what it answered is kept and the rest is sent directly in time.
+
+The provider hands back every answer a cancelled (or expired) batch gave, and bills only those;
+CollectBatch writes them to the shard's parts when the batch has ended, and RunShard then sends
+just the lines the parts do not hold: a line the batch answered is never sent again. The cancel is
+one call a late batch, made by the poll that finds the cutover passed: nothing per line."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+from sluice.providers.batch import BatchApi, BatchState, BatchStatus, CancelRefused
+
+logger = logging.getLogger(__name__)
+
+
+def past_cutover(cutover_at: float | None, now: float) -> bool:
+    return cutover_at is not None and now >= cutover_at
+
+
+async def cancel_late(api: BatchApi, batch: BatchStatus, *, cutover_at: float | None, now: float) -> bool:
+    """Cancel `batch` (still running) when the shard's cutover has passed; True when it was asked to
+    stop, now or before (it ends as `cancelled` and is collected as any ended batch)."""
+    if not past_cutover(cutover_at, now):
+        return False
+    if batch.state == BatchState.CANCELLING:
+        return True
+    try:
+        await api.cancel(batch.id)
+    except CancelRefused as exc:
+        # it ended meanwhile, or the provider says no: the next look collects whatever it is
+        logger.warning("batch %s: cancel at the deadline's cutover refused: %s", batch.id, exc)
+        return False
+    logger.info("batch %s: not ended by the cutover; cancelled, its answers kept, the rest sent directly", batch.id)
+    return True
+
+
+def until_cutover(wait_s: int, cutover_at: float | None, now: float) -> int:
+    """A batch shard's wait, cut short to wake at its cutover."""
+    if cutover_at is None or now >= cutover_at:
+        return wait_s
+    return max(1, min(wait_s, math.ceil(cutover_at - now)))

@@ -1,0 +1,77 @@
+"""`sluice estimate --deadline`: the plan a deadline job would get, from the file's figures alone."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+
+from sluice.contract import SETTING_DEFAULTS, Mode
+from sluice.plan.deadline import (
+    DeadlineError,
+    DeadlineInputs,
+    DeadlinePlan,
+    DeadlineRefused,
+    KeyLimits,
+    ShardLoad,
+    expected_turnaround,
+    parse_deadline,
+    parse_duration,
+    plan_deadline,
+)
+from sluice.providers import modes
+
+from local.console import EXIT_USAGE, CliError
+from local.inputs import Estimate
+
+
+def shard_loads(est: Estimate, shard_lines: int) -> list[ShardLoad]:
+    """The file's requests as Plan would cut them, model by model: `shard_lines` a shard, each with
+    its share of the model's expected tokens."""
+    loads: list[ShardLoad] = []
+    for model, totals in est.by_model.items():
+        shards = max(1, math.ceil(totals.requests / shard_lines))
+        for n in range(shards):
+            requests = min(shard_lines, totals.requests - n * shard_lines)
+            share = requests / totals.requests if totals.requests else 0.0
+            loads.append(
+                ShardLoad(
+                    shard=len(loads),
+                    requests=requests,
+                    tokens_in=round(totals.tokens_in * share),
+                    tokens_out=round(totals.tokens_out * share),
+                    model=None if model == "(no model)" else model,
+                )
+            )
+    return loads
+
+
+def deadline_plan(args: argparse.Namespace, est: Estimate) -> DeadlinePlan:
+    """The plan, or a CliError (exit 2) for a deadline that is wrong or cannot be met."""
+    now = time.time()
+    try:
+        deadline = parse_deadline(args.deadline, now=now, name="--deadline")
+        if Mode.BATCH not in modes(args.provider):
+            raise DeadlineError(
+                f"--deadline chooses between a batch and direct requests, and the {args.provider} provider has no "
+                "Batch API Sluice runs"
+            )
+        if args.batch_turnaround:
+            turnaround, source = float(parse_duration(args.batch_turnaround) or 0), "--batch-turnaround"
+        else:
+            turnaround, source = expected_turnaround(args.provider)
+        inputs = DeadlineInputs(
+            now=now,
+            deadline=deadline,
+            key=KeyLimits(rpm=args.rpm or 0, tpm=args.tpm or 0, concurrency=args.concurrency),
+            family=args.provider,
+            turnaround_s=turnaround,
+            turnaround_source=source,
+            cancel_s=SETTING_DEFAULTS["batch_cancel_s"],
+            flex=args.provider == "openai",
+        )
+        return plan_deadline(shard_loads(est, args.shard_lines), inputs)
+    except DeadlineRefused as exc:
+        raise CliError(f"refused: {exc}", EXIT_USAGE) from exc
+    except DeadlineError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from exc

@@ -1,0 +1,149 @@
+"""A job's deadline (issue 44): reading it, and the pure plan of batch, flex and direct per shard."""
+
+from __future__ import annotations
+
+import pytest
+from sluice.contract import Settings
+from sluice.plan.deadline import (
+    DEFAULT_TURNAROUND_S,
+    Choice,
+    DeadlineError,
+    DeadlineInputs,
+    DeadlineRefused,
+    KeyLimits,
+    ShardLoad,
+    expected_turnaround,
+    has_flex,
+    parse_deadline,
+    parse_duration,
+    plan_deadline,
+)
+from sluice.plan.job_options import JobOptions, PlanError
+
+NOW = 1_750_000_000.0
+SETTINGS = Settings(bucket="b", table="t", provider_base_url="http://x", api_key_secret_arn="a")
+
+
+def test_durations_and_iso_times() -> None:
+    assert parse_duration("6h") == 6 * 3600
+    assert parse_duration("90m") == 5400
+    assert parse_duration("2d") == 172_800
+    assert parse_duration("1h30m") == 5400
+    assert parse_duration("soon") is None
+    assert parse_deadline("6h", now=NOW) == NOW + 6 * 3600
+    assert parse_deadline("2025-06-15T17:06:40+00:00", now=NOW) == 1_750_007_200.0
+    assert parse_deadline("2025-06-15T17:06:40Z", now=NOW) == 1_750_007_200.0
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("2020-01-01T00:00:00Z", "in the past"),
+        ("tomorrow", "neither a duration"),
+        ("2025-06-15T18:00:00", "no time zone"),
+        ("0h", "more than nothing"),
+    ],
+)
+def test_bad_deadlines_name_the_problem(text: str, problem: str) -> None:
+    with pytest.raises(DeadlineError, match=problem):
+        parse_deadline(text, now=NOW)
+
+
+def test_metadata_deadline_makes_the_job_auto_and_checks_its_options() -> None:
+    options = JobOptions.from_metadata({"sluice-deadline": "6h"}, SETTINGS, uploaded_at=NOW + 10**9)
+    assert options.mode == "auto"
+    assert options.deadline is not None and options.deadline.at == NOW + 10**9 + 6 * 3600
+    assert options.on_batch_incomplete == "direct"
+    with pytest.raises(PlanError, match="in the past"):
+        JobOptions.from_metadata({"sluice-deadline": "2020-01-01T00:00:00Z"}, SETTINGS)
+    with pytest.raises(PlanError, match="neither a duration"):
+        JobOptions.from_metadata({"sluice-deadline": "by nine"}, SETTINGS)
+    with pytest.raises(PlanError, match="no sluice-mode=direct"):
+        JobOptions.from_metadata({"sluice-deadline": "6h", "sluice-mode": "direct"}, SETTINGS)
+    with pytest.raises(PlanError, match="on-batch-incomplete=error"):
+        JobOptions.from_metadata({"sluice-deadline": "6h", "sluice-on-batch-incomplete": "error"}, SETTINGS)
+    with pytest.raises(PlanError, match="batch-turnaround"):
+        JobOptions.from_metadata({"sluice-deadline": "6h", "sluice-batch-turnaround": "fast"}, SETTINGS)
+
+
+def test_a_family_without_batch_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sluice.job_options as job_options
+
+    monkeypatch.setattr(job_options, "modes", lambda _name: frozenset({"direct"}))
+    with pytest.raises(PlanError, match="has no Batch API"):
+        JobOptions.from_metadata({"sluice-deadline": "6h"}, SETTINGS)
+
+
+def _loads(shards: int, requests: int = 1000, model: str = "gpt-4o-mini") -> list[ShardLoad]:
+    return [ShardLoad(n, requests, requests * 100, requests * 50, model) for n in range(shards)]
+
+
+def _inputs(window_s: float, *, rpm: float = 6000, turnaround_s: float = 600, cancel_s: float = 60) -> DeadlineInputs:
+    return DeadlineInputs(
+        now=NOW,
+        deadline=NOW + window_s,
+        key=KeyLimits(rpm=rpm),
+        family="openai",
+        turnaround_s=turnaround_s,
+        turnaround_source="test",
+        cancel_s=cancel_s,
+    )
+
+
+def test_a_deadline_the_batch_meets_is_all_batch_at_half_price() -> None:
+    # 4,000 requests at 100 a second: 42 s direct; a 10-minute batch, a day to go
+    plan = plan_deadline(_loads(4), _inputs(86_400))
+    assert set(plan.choices().values()) == {Choice.BATCH}
+    assert plan.total("cost_usd") == pytest.approx(plan.total("all_direct_usd") / 2)
+    assert plan.total("all_batch_usd") == plan.total("cost_usd")
+    assert plan.cutover_at is not None and plan.cutover_at < plan.deadline
+    # the cutover leaves time to cancel and send every batch line directly
+    assert plan.deadline - plan.cutover_at >= 60 + 4000 / 100
+
+
+def test_a_tight_deadline_batches_what_the_fallback_can_cover() -> None:
+    # 10 shards of 1,000 at 100 a second (105 s direct); 600 s batch, 60 s to cancel, 700 s to go:
+    # the batch shards' fallback must fit in 700 - 60 - 600 = 40 s: three shards' (31.5 s)
+    plan = plan_deadline(_loads(10), _inputs(700))
+    choices = list(plan.choices().values())
+    assert choices.count(Choice.BATCH) == 3
+    assert plan.total("cost_usd") < plan.total("all_direct_usd")  # type: ignore[operator]
+    assert plan.finish_at <= plan.deadline
+    assert plan.cutover_at is not None and plan.cutover_at >= NOW + 600
+
+
+def test_no_time_for_a_batch_is_all_direct_with_the_reason() -> None:
+    plan = plan_deadline(_loads(3), _inputs(200))
+    assert set(plan.choices().values()) == {Choice.DIRECT}
+    assert plan.cutover_at is None
+    assert "too little time" in plan.shards[0].why
+    assert plan.total("cost_usd") == plan.total("all_direct_usd")
+
+
+def test_flex_where_the_model_has_it_and_time_allows() -> None:
+    assert has_flex("o4-mini") and has_flex("gpt-5-mini-2025-08-07") and not has_flex("gpt-4o-mini")
+    plan = plan_deadline(_loads(3, model="o4-mini"), _inputs(200))
+    assert set(plan.choices().values()) == {Choice.FLEX}
+    assert plan.total("cost_usd") == pytest.approx(plan.total("all_batch_usd"))  # flex: batch prices
+
+
+def test_an_impossible_deadline_is_refused_with_the_earliest_finish() -> None:
+    with pytest.raises(DeadlineRefused, match="cannot be met") as caught:
+        plan_deadline(_loads(10), _inputs(60))
+    assert caught.value.earliest_finish == pytest.approx(NOW + 10_000 / 100 * 1.05)
+    assert "earliest finish" in str(caught.value)
+
+
+def test_the_batch_queue_limits_what_batches() -> None:
+    inputs = DeadlineInputs(**{**_inputs(86_400).__dict__, "queue_tokens": 250_000})
+    choices = list(plan_deadline(_loads(4), inputs).choices().values())
+    assert choices.count(Choice.BATCH) == 2  # 100,000 input tokens a shard
+
+
+def test_turnaround_measured_else_the_family_default() -> None:
+    at, source = expected_turnaround("anthropic")
+    assert at == DEFAULT_TURNAROUND_S["anthropic"] and "default" in source
+    at, source = expected_turnaround("openai", [60.0] * 9 + [600.0])
+    assert at == 60.0 and "10 earlier batches" in source
+    at, _ = expected_turnaround("openai", [60.0] * 8 + [600.0] * 2)
+    assert at == 600.0

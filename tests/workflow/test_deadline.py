@@ -1,0 +1,82 @@
+"""A job with a deadline (issue 44) end to end: the plan per shard, a batch cancelled at its cutover
+with its answers kept and the rest sent direct, a deadline the batch meets, and one refused."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+
+from local.cloud import run_job
+from tests.conftest import write_jsonl
+from tests.workflow.test_batch import lines, returned_by_batches, sent_directly
+
+
+def answered(simulator) -> Counter[str]:  # type: ignore[no-untyped-def]
+    """Each custom_id the provider answered, by batch or direct, with how many times."""
+    direct = Counter(
+        e["custom_id"]
+        for e in simulator.log
+        if e["method"] == "POST" and e["path"] == "/v1/chat/completions" and e["status"] == 200
+    )
+    return direct + returned_by_batches(simulator)
+
+
+def test_a_batch_that_would_miss_the_deadline_is_cancelled_and_the_rest_sent_direct(
+    make_cloud, simulator, tmp_path: Path
+) -> None:
+    # 400 lines at 100 a second (4.2 s direct). The job expects a 2 s batch; the simulator's takes
+    # 24 s (8 s a phase, and 8 s to cancel): the plan batches all four shards, cancels at the cutover
+    # (deadline - 14 s for the cancel, a poll, the collect and Merge - 4.2 s), and sends what the
+    # batches left directly.
+    cloud = make_cloud(shard_lines=100, map_concurrency=4, batch_cancel_s=14.0)
+    simulator.configure(batch_phase_s=8.0)
+    started = time.time()
+    run = run_job(
+        cloud,
+        write_jsonl(tmp_path / "late.jsonl", lines(400)),
+        metadata={"sluice-deadline": "34s", "sluice-rpm": "6000", "sluice-batch-turnaround": "2s"},
+    )
+    finished = time.time()
+    assert run.status == "SUCCEEDED"
+    assert [r["custom_id"] for r in run.results] == [f"q-{n}" for n in range(400)] and run.errors == []
+    from sluice.contract import deadline_plan_key
+
+    plan = cloud.read(deadline_plan_key(run.job_id)).decode()[:600]
+    shards = [plan, [(s["batch"]["batches"], s["batch"]["direct_fallback_lines"]) for s in run.summary["shards"]]]
+    assert finished < started + 34, f"ended {finished - started - 34:.1f} s after the deadline: {shards}"
+    by_batch, direct = returned_by_batches(simulator), sent_directly(simulator)
+    assert by_batch and direct, (len(by_batch), len(direct))
+    # nothing paid twice: no custom_id answered by both, or twice by either
+    assert max(answered(simulator).values()) == 1
+    assert not set(by_batch) & set(direct)
+    costs = run.summary["cost_estimate_usd"]
+    assert costs["provider_all_batch"] < costs["provider"] < costs["provider_all_direct"]
+
+
+def test_a_deadline_the_batch_meets_is_all_batch_at_half_price(make_cloud, simulator, tmp_path: Path) -> None:
+    cloud = make_cloud(shard_lines=100, batch_cancel_s=2.0)
+    simulator.configure(batch_phase_s=0.2)
+    run = run_job(
+        cloud,
+        write_jsonl(tmp_path / "easy.jsonl", lines(300)),
+        metadata={"sluice-deadline": "10m", "sluice-rpm": "6000", "sluice-batch-turnaround": "5s"},
+    )
+    assert run.status == "SUCCEEDED" and len(run.results) == 300
+    assert not sent_directly(simulator)
+    assert [s["mode"] for s in run.summary["shards"]] == ["batch"] * 3
+    costs = run.summary["cost_estimate_usd"]
+    assert costs["provider"] == costs["provider_all_batch"]
+    assert abs(costs["provider"] * 2 - costs["provider_all_direct"]) < 1e-5
+
+
+def test_a_deadline_the_key_cannot_meet_is_refused_at_plan(make_cloud, simulator, tmp_path: Path) -> None:
+    cloud = make_cloud(shard_lines=100)
+    run = run_job(
+        cloud,
+        write_jsonl(tmp_path / "rushed.jsonl", lines(300)),
+        metadata={"sluice-deadline": "10s", "sluice-rpm": "60"},
+    )
+    assert run.status == "FAILED"
+    assert "cannot be met" in run.summary["error"] and "earliest finish" in run.summary["error"]
+    assert not sent_directly(simulator) and not returned_by_batches(simulator)
