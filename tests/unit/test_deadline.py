@@ -94,7 +94,9 @@ def test_a_deadline_the_batch_meets_is_all_batch_at_half_price() -> None:
     # 4,000 requests at 100 a second: 42 s direct; a 10-minute batch, a day to go
     plan = plan_deadline(_loads(4), _inputs(86_400))
     assert set(plan.choices().values()) == {Choice.BATCH}
-    assert plan.total("cost_usd") == pytest.approx(plan.total("all_direct_usd") / 2)
+    all_direct = plan.total("all_direct_usd")
+    assert all_direct is not None
+    assert plan.total("cost_usd") == pytest.approx(all_direct / 2)
     assert plan.total("all_batch_usd") == plan.total("cost_usd")
     assert plan.cutover_at is not None and plan.cutover_at < plan.deadline
     # the cutover leaves time to cancel and send every batch line directly
