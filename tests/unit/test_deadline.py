@@ -67,7 +67,7 @@ def test_metadata_deadline_makes_the_job_auto_and_checks_its_options() -> None:
 
 
 def test_a_family_without_batch_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    import sluice.job_options as job_options
+    import sluice.plan.job_options as job_options
 
     monkeypatch.setattr(job_options, "modes", lambda _name: frozenset({"direct"}))
     with pytest.raises(PlanError, match="has no Batch API"):
