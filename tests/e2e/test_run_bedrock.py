@@ -61,7 +61,7 @@ def test_a_run_goes_to_the_endpoint_boto3_would_signed_with_the_users_credential
     Converse server Sluice's simulator is not, signed with the user's own access key, and its answers
     come back as chat completions."""
     path = write_jsonl(tmp_path / "endpoint.jsonl", [_chat(f"e-{n}") for n in range(12)])
-    with InThread() as server:
+    with InThread(secrets={"AKIDUSERSOWN": "users-secret"}) as server:
         done, summary = _run(
             path,
             tmp_path / "out",
@@ -79,10 +79,25 @@ def test_a_run_goes_to_the_endpoint_boto3_would_signed_with_the_users_credential
     assert "users-secret" not in stderr
     assert server.requests == 12 and server.models == {MODEL: 12}
     assert server.access_keys == {"AKIDUSERSOWN": 12} and server.regions == {"eu-west-3": 12}
+    # each signature recomputed by botocore from the request as it arrived, each body valid in AWS's model
+    assert server.verified == 12 and not server.refused
     assert summary["status"] == "SUCCEEDED" and summary["run"]["provider"] == f"bedrock: {server.base_url}"
     bodies = [r["response"]["body"] for r in _results(tmp_path / "out", "endpoint")]
     assert [b["object"] for b in bodies] == ["chat.completion"] * 12
     assert all(b["choices"][0]["message"]["content"].startswith(ANSWER_PREFIX) for b in bodies)
+
+
+def test_a_signature_the_endpoint_rejects_ends_the_run_as_a_refusal(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "wrong.jsonl", [_chat(f"w-{n}") for n in range(30)])
+    with InThread(secrets={"AKIDUSERSOWN": "the-real-secret"}) as server:
+        done, summary = _run(
+            path, tmp_path / "out", "--mode", "direct", AWS_ENDPOINT_URL_BEDROCK_RUNTIME=server.base_url,
+            AWS_ACCESS_KEY_ID="AKIDUSERSOWN", AWS_SECRET_ACCESS_KEY="a-stale-secret",
+        )  # fmt: skip
+    assert done.returncode == 8, done.stderr.decode()[-2000:]
+    assert server.requests == server.verified == 0 and server.refused["signature"] > 0
+    assert "a-stale-secret" not in done.stderr.decode()
+    assert summary["counts"]["lines"] == 30 and summary["counts"]["results"] + summary["counts"]["errors"] == 30
 
 
 def test_batch_at_a_users_endpoint_is_refused_and_no_credentials_is_said(tmp_path: Path) -> None:
