@@ -85,6 +85,8 @@ def test_a_run_goes_to_the_endpoint_boto3_would_signed_with_the_users_credential
     bodies = [r["response"]["body"] for r in _results(tmp_path / "out", "endpoint")]
     assert [b["object"] for b in bodies] == ["chat.completion"] * 12
     assert all(b["choices"][0]["message"]["content"].startswith(ANSWER_PREFIX) for b in bodies)
+    # that server sends no x-amzn-RequestId, as a gateway may not: each answer still has an id of its own
+    assert len({b["id"] for b in bodies}) == 12 and all(isinstance(b["id"], str) for b in bodies)
 
 
 def test_a_signature_the_endpoint_rejects_ends_the_run_as_a_refusal(tmp_path: Path) -> None:
