@@ -3,10 +3,10 @@ its own SDK reads for the base URL and the key (OPENAI_BASE_URL and OPENAI_API_K
 ANTHROPIC_BASE_URL and ANTHROPIC_API_KEY), else the built-in simulator, which speaks every
 family's dialect. The key is sent, never shown.
 
-Bedrock has no key and no such choice: a local run's functions sign with moto's credentials,
-which no Bedrock endpoint (nor a proxy that checks signatures) accepts, so its requests and its
-batch jobs always go to the simulator and the local cloud's emulation of batch inference; the
-endpoint variables boto3 reads are said to be ignored here, and serve a deployed environment."""
+Bedrock has no key: with the endpoint variable boto3 reads (AWS_ENDPOINT_URL_BEDROCK_RUNTIME, then
+AWS_ENDPOINT_URL) set, a local run sends its requests there, signed with the user's AWS credentials
+(`local.bedrock_endpoint`); else to the simulator, and its batch jobs always to the local cloud's
+emulation of batch inference."""
 
 from __future__ import annotations
 
@@ -17,8 +17,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from sluice import providers
-from sluice.contract import DEFAULT_PROVIDER, MODES, Mode
+from sluice.contract import BEDROCK_PROVIDER, DEFAULT_PROVIDER, MODES, Mode
 
+from local.bedrock_endpoint import UsersEndpoint, endpoint_variable
 from local.console import EXIT_PROVIDER, EXIT_USAGE, CliError, say
 from local.simulator import SimConfig, SimulatorServer
 
@@ -82,14 +83,13 @@ PROVIDER_ENVS = {
 }
 
 
-# the endpoints boto3 reads for Bedrock's runtime, which a deployed environment's functions follow
-SIGNED_ENDPOINT_VARS = {"bedrock": ("AWS_ENDPOINT_URL_BEDROCK_RUNTIME", "AWS_ENDPOINT_URL")}
-
-
 def users_base_url(family: str) -> str:
     """The base URL the user set for `family`; "" when the run uses the simulator."""
     env = PROVIDER_ENVS.get(family)
-    return env.base_url if env else ""
+    if env is not None:
+        return env.base_url
+    found = endpoint_variable() if family == BEDROCK_PROVIDER else None
+    return found[1] if found else ""
 
 
 def check_mode(family: str, mode: str | None) -> None:
@@ -106,11 +106,20 @@ def check_mode(family: str, mode: str | None) -> None:
 
 @contextmanager
 def provider(
-    family: str, latency_s: float, batch_turnaround_s: float | None = None
+    family: str, latency_s: float, endpoint: UsersEndpoint | None = None, batch_turnaround_s: float | None = None
 ) -> Iterator[tuple[str, str, str, SimulatorServer | None]]:
     """(base URL, key, what to say, the simulator if it is the one) of the user's provider for
-    `family` when its base URL is set (with its key, or none: a vLLM server needs none), else of
-    the simulator. A user's provider is checked before anything is sent."""
+    `family` when its base URL is set (with its key, or none: a vLLM server needs none), or its
+    signed `endpoint` (Bedrock's), else of the simulator. A user's provider is checked before
+    anything is sent (a signed endpoint by its first answers: it has no models list to ask)."""
+    if endpoint is not None:
+        where = (
+            f"provider: {family} runtime at {endpoint.url} ({endpoint.variable}; requests signed with "
+            f"the AWS credentials from {endpoint.credentials_from}, region {endpoint.region})"
+        )
+        # the local cloud keeps a secret for every run; a signed family never reads it
+        yield endpoint.url, NO_API_KEY, where, None
+        return
     env = PROVIDER_ENVS.get(family)
     if env is not None and env.base_url:
         api_key = env.api_key
@@ -118,13 +127,6 @@ def provider(
         note = "" if api_key else f" ({env.api_key_var} is not set: no API key is sent, as a vLLM server expects)"
         yield env.base_url, api_key or NO_API_KEY, f"provider: {env.base_url}{note}", None
         return
-    ignored = [name for name in SIGNED_ENDPOINT_VARS.get(family, ()) if os.environ.get(name, "").strip()]
-    if ignored:
-        say(
-            f"note: {' and '.join(ignored)} {'is' if len(ignored) == 1 else 'are'} not used by a local run: its "
-            f"functions sign with the local cloud's credentials, which {family} refuses, so this run uses the "
-            "simulator; a deployed environment's functions follow it"
-        )
     if env is not None and env.api_key:
         say(
             f"note: {env.api_key_var} is set but {env.base_url_var} is not, so this run uses the simulator; "

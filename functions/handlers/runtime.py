@@ -136,7 +136,8 @@ class Runtime:
             if Mode.BATCH in offered
             else None,
             background_api=apis.background_api(self.settings.provider) if Mode.BACKGROUND in offered else None,
-            sign=self.sign,
+            # the local cloud's context carries the user's signer when `sluice run` sends to their Bedrock endpoint
+            sign=getattr(context, "sign", None) or self.sign,
         )
 
 

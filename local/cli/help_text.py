@@ -17,7 +17,8 @@ MODE_HELP = (
 PROVIDER_HELP = (
     "the provider family the job is sent to (openai also names what copies its API, such as vLLM); "
     "a chat-completions line runs on any family, translated, and is answered as a chat completion; "
-    "bedrock runs on the simulator locally (its requests are signed, and a local run has no AWS credentials)"
+    "bedrock runs locally at AWS_ENDPOINT_URL_BEDROCK_RUNTIME when set (signed with your AWS credentials, "
+    "as boto3 finds them), else on the simulator"
 )
 
 MAX_ATTEMPTS_HELP = (

@@ -13,6 +13,7 @@ from typing import Any
 
 from sluice.cache.entries import default_cache_dir
 from sluice.contract import (
+    BEDROCK_PROVIDER,
     DEFAULT_PROVIDER,
     INBOX_PREFIX,
     LOCAL_SETTING_DEFAULTS,
@@ -21,10 +22,13 @@ from sluice.contract import (
     STEPS,
     ExecutionStatus,
     JobStatus,
+    Mode,
     output_key,
 )
 from sluice.plan.plan import PlanError, job_id_for
+from sluice.providers import Signer
 
+from local.bedrock_endpoint import users_endpoint
 from local.checks import budget_needs_prices, out_dir, usable_out_dir
 from local.cloud import LocalCloud, LocalSettings
 from local.console import EXIT_USAGE, CliError, file_link, need_file, say
@@ -76,13 +80,23 @@ def usable_cache_dir(path: Path, *, given: bool) -> None:
 
 def _run(args: argparse.Namespace, signals: Signals) -> int:
     started = getattr(args, "started", None) or time.monotonic()
+    endpoint = users_endpoint() if args.provider == BEDROCK_PROVIDER else None
+    if endpoint is not None:
+        _bedrock_mode(args)
     path, settings = _checked(args)
     out = out_dir(Path(args.out))
     # with --quiet, only how the job ended is said (and why, when it did not succeed)
     tell = (lambda _text: None) if args.quiet else say
-    with provider(args.provider, args.latency, args.sim_batch_turnaround) as (base_url, api_key, label, simulator):
+    with provider(args.provider, args.latency, endpoint, args.sim_batch_turnaround) as (
+        base_url,
+        api_key,
+        label,
+        simulator,
+    ):
         tell(label)
-        ran = _through_local_cloud(args, signals, path, out, settings, base_url, api_key, simulator)
+        ran = _through_local_cloud(
+            args, signals, path, out, settings, base_url, api_key, simulator, endpoint.sign if endpoint else None
+        )
     command_s = time.monotonic() - started
     facts = RunFacts(
         input_path=path,
@@ -92,6 +106,23 @@ def _run(args: argparse.Namespace, signals: Signals) -> int:
         cache=not args.no_cache,
     )
     return _ended(args, ran, facts, command_s, out, tell)
+
+
+def _bedrock_mode(args: argparse.Namespace) -> None:
+    """A run at the user's Bedrock runtime endpoint sends every line directly: batch inference jobs are
+    Bedrock's control plane (`bedrock`, not `bedrock-runtime`), which a local run emulates on the
+    simulator only, so answers would come from two places."""
+    if args.mode == Mode.BATCH:
+        raise CliError(
+            "--mode batch: Bedrock's batch inference jobs are not at its runtime endpoint "
+            "(AWS_ENDPOINT_URL_BEDROCK_RUNTIME), and a local run emulates them on the built-in simulator only; "
+            "use --mode direct, or unset the endpoint to run batch on the simulator",
+            EXIT_USAGE,
+        )
+    if args.mode == Mode.AUTO:
+        if not args.quiet:
+            say("note: --mode auto runs direct at a Bedrock runtime endpoint (its batch jobs are not there)")
+        args.mode = Mode.DIRECT
 
 
 def _checked(args: argparse.Namespace) -> tuple[Path, LocalSettings]:
@@ -164,13 +195,19 @@ def _through_local_cloud(
     base_url: str,
     api_key: str,
     simulator: SimulatorServer | None = None,
+    sign: Signer | None = None,
 ) -> _Ran:
     """The job from upload to its outputs in `out`, shown as it goes; a signal stops it and
     keeps what was answered."""
     interrupted: int | None = None
     counts = LiveCounts()
     cloud = LocalCloud(
-        provider_base_url=base_url, api_key=api_key, settings=settings, progress=counts, simulator=simulator
+        provider_base_url=base_url,
+        api_key=api_key,
+        settings=settings,
+        progress=counts,
+        simulator=simulator,
+        sign=sign,
     )
     display = Display(counts, quiet=args.quiet)
     with display.starting("starting the local cloud (moto, in this process)"), cloud.running():

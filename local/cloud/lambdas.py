@@ -51,6 +51,8 @@ class LambdaContext:
         self.progress = progress
         # the `bedrock` client the step's Bedrock Batch API uses (`local.cloud.bedrock_jobs`)
         self.bedrock: Callable[[], Any] | None = None
+        # how the step signs Bedrock requests, when not with its role's credentials (`local.bedrock_endpoint`)
+        self.sign: Callable[..., dict[str, str]] | None = None
         self._lock = threading.Lock()
         # the loop and task sending through a session now, while its session is open
         self._sending: tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]] | None = None

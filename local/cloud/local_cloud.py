@@ -99,6 +99,9 @@ class LocalCloud:
     simulator: Any = None
     # shards report each line here as it ends (`sluice run`'s display); no AWS request involved
     progress: ProgressSink | None = None
+    # a user's Bedrock endpoint (`local.bedrock_endpoint`): the steps sign with the user's
+    # credentials, not their roles' (which only the simulator knows)
+    sign: Callable[..., dict[str, str]] | None = None
     # every AWS quota the run breached, and the figures measured against them
     quotas: quotas.Ledger = field(default_factory=quotas.Ledger)
     # every AWS call the run made, with its keys and capacity units (`bench/capacity.py` reads it)
@@ -223,6 +226,7 @@ class LocalCloud:
             if self.bedrock_jobs is not None:
                 # the step's `bedrock` client: the local cloud's emulated batch jobs, under its grants
                 context.bedrock = functools.partial(self.bedrock_jobs.client_for, step)
+            context.sign = self.sign
             self._admit(step, context)
             begun, cpu = time.monotonic(), time.thread_time()
             try:

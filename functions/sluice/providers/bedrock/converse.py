@@ -13,6 +13,7 @@ is sent, rather than an answer to another question.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from typing import Any, Final
 from urllib.parse import quote
@@ -194,7 +195,9 @@ def _count(usage: Mapping[str, Any], name: str) -> int:
 
 def to_chat_completion(body: Any, created: int, model: Any, request_id: str | None) -> Any:
     """A Converse answer as the chat.completion an OpenAI provider would have given: Converse names
-    neither the model nor an id, so the line's model and the answer's request id stand in."""
+    neither the model nor an id, so the line's model and the answer's request id stand in. A
+    Converse-compatible server that sends no request id gets one made up: OpenAI's clients and SDK
+    models require the id to be a string."""
     output = body.get("output") if isinstance(body, dict) else None
     message = output.get("message") if isinstance(output, dict) else None
     if not isinstance(message, dict) or not isinstance(message.get("content"), list):
@@ -219,7 +222,7 @@ def to_chat_completion(body: Any, created: int, model: Any, request_id: str | No
     usage: Mapping[str, Any] = found if isinstance(found, dict) else {}
     prompt, completion = _count(usage, "inputTokens"), _count(usage, "outputTokens")
     return {
-        "id": request_id,
+        "id": request_id or f"chatcmpl-{uuid.uuid4().hex}",
         "object": "chat.completion",
         "created": created,
         "model": model,
