@@ -262,6 +262,7 @@ def render_report(summary: Mapping[str, Any], *, files: Mapping[str, str] | None
         "<h2>Throughput</h2>",
         throughput_chart(summary.get("timeline") or {}, summary.get("started_at")),
         cost_section(summary.get("cost_estimate_usd") or {}),
+        *_deadline_sections(summary),
         *_error_sections(summary),
         *_shard_sections(summary),
     ]
@@ -401,6 +402,40 @@ def _error_sections(summary: Mapping[str, Any]) -> list[str]:
         for c, n in sorted(errors.items(), key=lambda item: -int(item[1]))
     )
     return ["<h2>Errors by code</h2>", _table(["code", "lines", "for example"], rows, css="examples")]
+
+
+def _deadline_sections(summary: Mapping[str, Any]) -> list[str]:
+    """A deadline job's plan next to how it ran, and each shard's choice, why and cost."""
+    deadline = summary.get("deadline")
+    if not deadline:
+        return []
+    held = "met" if deadline.get("met") else "MISSED"
+    lines = [
+        "<h2>Deadline</h2>",
+        f"<p>deadline {esc(deadline.get('deadline'))}: {held}, ended {esc(deadline.get('ended_at'))} "
+        f"(expected {esc(deadline.get('expected_finish'))}); batches not ended by "
+        f"{esc(deadline.get('cutover_at') or '—')} cancelled and the rest sent direct. Batch turnaround planned "
+        f"on: {esc(seconds_text(deadline.get('batch_turnaround_s')))} "
+        f"({esc(deadline.get('batch_turnaround_source'))}).</p>",
+        f"<p>provider cost as run {_usd(deadline.get('as_run_usd'))} (planned {_usd(deadline.get('planned_usd'))}) "
+        f"against {_usd(deadline.get('all_direct_usd'))} all direct and {_usd(deadline.get('all_batch_usd'))} "
+        "all batch.</p>",
+    ]
+    shards = [s for s in summary.get("shards") or [] if s.get("choice")][:MAX_SHARD_ROWS]
+    rows = (
+        [
+            _n(s.get("shard")),
+            esc(s["choice"]),
+            esc(", ".join(f"{path} {n:,}" for path, n in (s.get("paths") or {}).items())),
+            _usd((s.get("provider_cost_usd") or {}).get("as_run")),
+            _usd((s.get("provider_cost_usd") or {}).get("all_direct")),
+            _usd((s.get("provider_cost_usd") or {}).get("all_batch")),
+            f'<span class="example">{esc(s.get("why", ""))}</span>',
+        ]
+        for s in shards
+    )
+    lines.append(_table(["shard", "choice", "ran", "cost", "all direct", "all batch", "why"], rows, css="examples"))
+    return lines
 
 
 def _shard_sections(summary: Mapping[str, Any]) -> list[str]:

@@ -117,6 +117,21 @@ def budget_lines(summary: dict[str, Any], *, cache: bool) -> list[str]:
     return [line, advice]
 
 
+def deadline_lines(summary: dict[str, Any]) -> list[str]:
+    """A deadline job's plan as it ran: whether it held, the shards by choice, the cost against
+    all direct and all batch."""
+    deadline = summary.get("deadline")
+    if not deadline:
+        return []
+    held = "met" if deadline["met"] else "MISSED"
+    chosen = ", ".join(f"{n:,} {choice}" for choice, n in deadline["shards_by_choice"].items())
+    return [
+        f"deadline {deadline['deadline']}: {held} (ended {deadline['ended_at']}); shards: {chosen}; provider "
+        f"{human_usd(deadline['as_run_usd'])} against {human_usd(deadline['all_direct_usd'])} all direct and "
+        f"{human_usd(deadline['all_batch_usd'])} all batch (est.)"
+    ]
+
+
 def refusal_lines(summary: dict[str, Any]) -> list[str]:
     """The provider's own words when the job's first answers were all the same refusal, and what
     most likely caused it (a wrong URL, model or key)."""

@@ -40,6 +40,7 @@ from local.report import write_report
 from local.run_end import (
     RunFacts,
     budget_lines,
+    deadline_lines,
     exit_code,
     local_summary,
     refusal_lines,
@@ -112,6 +113,12 @@ def _bedrock_mode(args: argparse.Namespace) -> None:
     """A run at the user's Bedrock runtime endpoint sends every line directly: batch inference jobs are
     Bedrock's control plane (`bedrock`, not `bedrock-runtime`), which a local run emulates on the
     simulator only, so answers would come from two places."""
+    if getattr(args, "deadline", None) is not None:
+        raise CliError(
+            "--deadline chooses between a batch and direct requests, and a Bedrock runtime endpoint "
+            "(AWS_ENDPOINT_URL_BEDROCK_RUNTIME) has no batch jobs: run without --deadline",
+            EXIT_USAGE,
+        )
     if args.mode == Mode.BATCH:
         raise CliError(
             "--mode batch: Bedrock's batch inference jobs are not at its runtime endpoint "
@@ -130,6 +137,12 @@ def _checked(args: argparse.Namespace) -> tuple[Path, LocalSettings]:
     the --out directory, a budget with no price to hold it to, a cache directory the shards
     could not write."""
     check_mode(args.provider, args.mode)
+    if getattr(args, "deadline", None) is not None and args.mode not in (None, Mode.AUTO):
+        raise CliError(
+            f"--deadline picks batch, flex or direct for each shard, so it takes no --mode {args.mode}: "
+            "drop --mode (or use --mode auto)",
+            EXIT_USAGE,
+        )
     path = need_file(Path(args.file))
     usable_out_dir(Path(args.out))
     # the models the lines name, for a budget that needs a price for each (none to read with --model)
@@ -275,7 +288,7 @@ def _ended(
         f"job {ran.job_id}: {status} {timing(summary, command_s)} — "
         f"{results:,} results, {errors:,} errors{swept(summary)}{usage(summary)}"
     )
-    for line in validation_lines(summary):
+    for line in validation_lines(summary) + deadline_lines(summary):
         tell(line)
     why = refusal_lines(summary) + budget_lines(summary, cache=not args.no_cache)
     if summary.get("error") and not summary.get("provider_refused"):

@@ -52,6 +52,12 @@ def test_a_batch_that_would_miss_the_deadline_is_cancelled_and_the_rest_sent_dir
     assert not set(by_batch) & set(direct)
     costs = run.summary["cost_estimate_usd"]
     assert costs["provider_all_batch"] < costs["provider"] < costs["provider_all_direct"]
+    # the summary says what was chosen for each shard and why, and that the deadline held
+    deadline = run.summary["deadline"]
+    assert deadline["met"] is True and deadline["shards_by_choice"] == {"batch": 4}
+    assert deadline["batch_turnaround_source"] == "the job's sluice-batch-turnaround"
+    assert deadline["as_run_usd"] == costs["provider"] and deadline["all_direct_usd"] == costs["provider_all_direct"]
+    assert all(s["choice"] == "batch" and "cutover" in s["why"] for s in run.summary["shards"])
 
 
 def test_a_deadline_the_batch_meets_is_all_batch_at_half_price(make_cloud, simulator, tmp_path: Path) -> None:
@@ -65,6 +71,7 @@ def test_a_deadline_the_batch_meets_is_all_batch_at_half_price(make_cloud, simul
     assert run.status == "SUCCEEDED" and len(run.results) == 300
     assert not sent_directly(simulator)
     assert [s["mode"] for s in run.summary["shards"]] == ["batch"] * 3
+    assert run.summary["deadline"]["shards_by_choice"] == {"batch": 3} and run.summary["deadline"]["met"]
     costs = run.summary["cost_estimate_usd"]
     assert costs["provider"] == costs["provider_all_batch"]
     assert abs(costs["provider"] * 2 - costs["provider_all_direct"]) < 1e-5

@@ -199,6 +199,8 @@ class ShardSpec:
     cutover_at: float | None = None
     # a deadline job's direct shard on OpenAI's flex tier sends `service_tier: flex` ("" : none)
     service_tier: str = ""
+    # a deadline job's choice for the shard (batch, flex or direct), which the summary shows; "": no deadline
+    choice: str = ""
     # background mode: when the shard first waited for its responses (epoch seconds); Plan leaves
     # it unset, the handlers take it from Submit's result (`Submitted.waiting_since`)
     waiting_since: float | None = None

@@ -173,9 +173,10 @@ class ShardStats(JsonRecord):
 @dataclass(frozen=True)
 class ShardFigures(JsonRecord):
     """One shard's line in the summary. `swept`: lines its last sweep sent once more;
-    `recovered`: those that became results. `batch` only for a shard that ran batches."""
+    `recovered`: those that became results. `batch` only for a shard that ran batches; `choice` and
+    `why` only in a deadline job: what its plan chose for the shard (batch, flex, direct) and why."""
 
-    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"batch"})
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"batch", "choice", "why"})
     shard: int
     mode: str
     first_line: int
@@ -187,6 +188,8 @@ class ShardFigures(JsonRecord):
     batch: ShardBatches | None
     paths: dict[str, int]
     provider_cost_usd: ShardCosts
+    choice: str | None = None
+    why: str | None = None
 
 
 @dataclass(frozen=True)
@@ -194,9 +197,10 @@ class Figures(JsonRecord):
     """What a merge of the job's shards found, every line accounted for. `lines_by_path`: lines the
     provider answered, by how they went; `error_examples`: one message a code; `latency_histogram`
     and `timeline`: what the report draws; `merge`: the requests and bytes the outputs took.
-    `budget` only for a job with a cap; `provider_refused` always, null unless one refused."""
+    `budget` only for a job with a cap; `provider_refused` always, null unless one refused;
+    `deadline` only for a deadline job (`DeadlineFigures`)."""
 
-    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"budget", "validation"})
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"budget", "validation", "deadline"})
     outputs: dict[str, str]
     counts: Counts
     error_rate: float
@@ -225,6 +229,28 @@ class Figures(JsonRecord):
     # a validating job's lines by how they ended, and the answers each check turned down
     # (`sluice.send.output_check`); None for a job that validates nothing
     validation: dict[str, int] | None = None
+    deadline: DeadlineFigures | None = None
+
+
+@dataclass(frozen=True)
+class DeadlineFigures(JsonRecord):
+    """A deadline job's plan next to how it ran: when it had to end and when it did (`met`), the
+    cutover late batches were cancelled at, the batch turnaround planned on and where that figure
+    came from, the shards by choice, and the provider's cost as planned, as run, all direct and all
+    batch (the run's from its tokens, as `cost_estimate_usd`)."""
+
+    deadline: str
+    ended_at: str
+    met: bool
+    cutover_at: str | None
+    expected_finish: str
+    batch_turnaround_s: float
+    batch_turnaround_source: str
+    shards_by_choice: dict[str, int]
+    planned_usd: float | None
+    as_run_usd: float | None
+    all_direct_usd: float | None
+    all_batch_usd: float | None
 
 
 @dataclass(frozen=True)

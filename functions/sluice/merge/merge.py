@@ -28,7 +28,7 @@ from sluice.contract import (
     output_key,
 )
 from sluice.merge.outputs import OutOfTime, shard_outputs
-from sluice.merge.summary import InvariantError, Tally, end_job, job_figures
+from sluice.merge.summary import InvariantError, Tally, end_job, job_figures, with_deadline
 from sluice.shard.parts import s3_pool
 from sluice.store.jobs import JobStore
 
@@ -344,6 +344,7 @@ def merge_job(
         started=started,
         wall=wall,
     )
+    figures = with_deadline(s3, bucket, job_id, specs, figures, clock())
     summary = Summary(job_id=job_id, status=status, input=f"s3://{bucket}/{state.key}", figures=figures, error=error)
     end_job(s3, store, summary, bucket=bucket, prefix=prefix)
     return summary

@@ -5,8 +5,10 @@ or it ended before it had any."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -17,6 +19,7 @@ from sluice.contract import (
     CacheFigures,
     Costs,
     Counts,
+    DeadlineFigures,
     Figures,
     JobRow,
     Latency,
@@ -28,6 +31,8 @@ from sluice.contract import (
     Summary,
     Sweep,
     Tokens,
+    causes,
+    deadline_plan_key,
     summary_key,
 )
 from sluice.contract.model import ErrorCode
@@ -221,3 +226,35 @@ def end_job(s3: Any, store: JobStore | None, summary: Summary, *, bucket: str, p
     if store is not None:
         store.finish_job(summary)
     return key
+
+
+def with_deadline(s3: Any, bucket: str, job_id: str, specs: list[ShardSpec], figures: Figures, now: float) -> Figures:
+    """A deadline job's figures with its plan beside them: each shard's choice and why, and the job's
+    `DeadlineFigures`. One read of the plan Plan wrote, for a deadline job only."""
+    if not any(spec.choice for spec in specs):
+        return figures
+    with causes.because(causes.MERGE):
+        plan = orjson.loads(s3.get_object(Bucket=bucket, Key=deadline_plan_key(job_id))["Body"].read())
+    whys = {int(s["shard"]): str(s["why"]) for s in plan.get("shards", [])}
+    choices = {spec.shard: spec.choice for spec in specs}
+    shards = [replace(s, choice=choices.get(s.shard) or None, why=whys.get(s.shard)) for s in figures.shards]
+    deadline = datetime.fromisoformat(plan["deadline"]).timestamp()
+    costs = figures.cost_estimate_usd
+    return replace(
+        figures,
+        shards=shards,
+        deadline=DeadlineFigures(
+            deadline=plan["deadline"],
+            ended_at=datetime.fromtimestamp(now, UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
+            met=now <= deadline,
+            cutover_at=plan.get("cutover_at"),
+            expected_finish=plan["expected_finish"],
+            batch_turnaround_s=float(plan["batch_turnaround_s"]),
+            batch_turnaround_source=str(plan["batch_turnaround_source"]),
+            shards_by_choice=dict(sorted(Counter(c for c in choices.values() if c).items())),
+            planned_usd=plan.get("cost_usd"),
+            as_run_usd=costs.provider,
+            all_direct_usd=costs.provider_all_direct,
+            all_batch_usd=costs.provider_all_batch,
+        ),
+    )

@@ -332,6 +332,7 @@ def _shard_specs(
             on_batch_incomplete=options.on_batch_incomplete,
             cutover_at=deadline.cutover_at if choices.get(shard.index) == Choice.BATCH and deadline else None,
             service_tier="flex" if choices.get(shard.index) == Choice.FLEX else "",
+            choice=choices.get(shard.index, Choice.DIRECT) if deadline is not None else "",
             concurrency=per_shard,
             running=running,
             rpm=rpm_share,
