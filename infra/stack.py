@@ -18,6 +18,7 @@ from sluice.contract import (
     PROVIDER_ID_INDEX,
     PROVIDER_STEPS,
     SIGNED_PROVIDERS,
+    TURNAROUNDS_PREFIX,
 )
 
 from infra.bedrock_batch import BedrockBatch, grant_bedrock_batch, grant_bedrock_invoke
@@ -309,6 +310,7 @@ class SluiceStack(cdk.Stack):
         )
 
         self._grant_cache()
+        self._grant_turnarounds()
 
         # AwaitShard wakes its own shard when nothing is left to wait for; it never fails a task
         allow(TASK_TOKEN_STEPS, ["states:SendTaskSuccess"], ["*"], wildcard_reason=CALLBACK_REASON)
@@ -340,6 +342,21 @@ class SluiceStack(cdk.Stack):
             ["s3:PutObject"],
             self._objects(f"{CACHE_PREFIX}segments/", cache_index),
             wildcard_reason=cache,
+        )
+
+    def _grant_turnarounds(self) -> None:
+        """The batch turnarounds measured of earlier jobs (`sluice.plan.turnarounds`): Merge reads and
+        rewrites a model's object, a deadline job's Plan reads it. Both list the prefix, so that a
+        model nothing was measured of yet reads as 404 (none measured), not 403."""
+        allow = self._allow_steps
+        why = "Batch turnarounds are kept one object per provider family and model, under turnarounds/."
+        allow(["plan"], ["s3:GetObject"], self._objects(TURNAROUNDS_PREFIX), wildcard_reason=why)
+        allow(["merge"], ["s3:GetObject", "s3:PutObject"], self._objects(TURNAROUNDS_PREFIX), wildcard_reason=why)
+        allow(
+            ["plan", "merge"],
+            ["s3:ListBucket"],
+            [self.storage.bucket.bucket_arn],
+            conditions={"StringLike": {"s3:prefix": [TURNAROUNDS_PREFIX, f"{TURNAROUNDS_PREFIX}*"]}},
         )
 
     def _grant_webhook(self) -> None:

@@ -18,6 +18,7 @@ from sluice.contract import (
     PROVIDER_ID_PROJECTION,
     SORT_KEY,
     TTL_ATTRIBUTE,
+    TURNAROUNDS_PREFIX,
 )
 
 # S3 server access logs are for audits after the fact; a quarter covers the usual look-back.
@@ -136,9 +137,16 @@ def _lifecycle_rules(*, ttl_days: int, cache_ttl_days: int, versioned: bool) -> 
         for prefix in (INBOX_PREFIX, OUTBOX_PREFIX)
         if versioned
     ]
+    # The batch turnarounds measured outlive every job (the next deadline plan reads them), so only
+    # what each Merge's rewrite replaced goes; a versioned bucket would keep one version a job
+    turnarounds_rule = s3.LifecycleRule(
+        id="expire-noncurrent-turnarounds",
+        prefix=TURNAROUNDS_PREFIX,
+        noncurrent_version_expiration=cdk.Duration.days(1),
+    )
     # Merge writes outbox/ objects with multipart uploads; a failed one would bill forever.
     abort_uploads = s3.LifecycleRule(
         id="abort-incomplete-uploads",
         abort_incomplete_multipart_upload_after=cdk.Duration.days(1),
     )
-    return [jobs_rule, bedrock_rule, cache_rule, *kept_rules, abort_uploads]
+    return [jobs_rule, bedrock_rule, cache_rule, *kept_rules, *([turnarounds_rule] if versioned else []), abort_uploads]

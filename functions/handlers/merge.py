@@ -15,7 +15,7 @@ from .runtime import runtime
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     rt = runtime(context)
     plan = Planned.from_dict(event[Planned.KEY])
-    summary = merge_job(s3=rt.s3, store=rt.store, state=plan)
+    summary = merge_job(s3=rt.s3, store=rt.store, state=plan, settings=rt.settings)
     assert summary.figures is not None
     figures = summary.figures
     logger.info("job merged", extra={"status": summary.status, **scalars(figures.counts.to_json())})

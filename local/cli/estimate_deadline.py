@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import math
 import time
+from pathlib import Path
 
+from sluice.cache.entries import default_cache_dir
 from sluice.contract import SETTING_DEFAULTS, Mode
 from sluice.plan.deadline import (
     DeadlineError,
@@ -23,6 +25,8 @@ from sluice.providers import modes
 
 from local.console import EXIT_USAGE, CliError
 from local.inputs import Estimate
+from local.providers import users_base_url
+from local.turnarounds import read_local, turnarounds_root
 
 
 def shard_loads(est: Estimate, shard_lines: int) -> list[ShardLoad]:
@@ -46,6 +50,16 @@ def shard_loads(est: Estimate, shard_lines: int) -> list[ShardLoad]:
     return loads
 
 
+def measured(args: argparse.Namespace, est: Estimate) -> list[float]:
+    """The batch turnarounds `sluice run` measured of the model the plan is priced by (as Plan picks
+    it: --model, else the first the lines name), where a run with the same provider would keep them:
+    the simulator's apart from a user's provider's."""
+    model = args.model or min((m for m in est.by_model if m != "(no model)"), default=None)
+    cache_dir = Path(args.cache_dir) if getattr(args, "cache_dir", None) else default_cache_dir()
+    root = turnarounds_root(cache_dir, simulated=not users_base_url(args.provider))
+    return read_local(root, args.provider, model)
+
+
 def deadline_plan(args: argparse.Namespace, est: Estimate) -> DeadlinePlan:
     """The plan, or a CliError (exit 2) for a deadline that is wrong or cannot be met."""
     now = time.time()
@@ -59,7 +73,7 @@ def deadline_plan(args: argparse.Namespace, est: Estimate) -> DeadlinePlan:
         if args.batch_turnaround:
             turnaround, source = float(parse_duration(args.batch_turnaround) or 0), "--batch-turnaround"
         else:
-            turnaround, source = expected_turnaround(args.provider)
+            turnaround, source = expected_turnaround(args.provider, measured(args, est))
         inputs = DeadlineInputs(
             now=now,
             deadline=deadline,

@@ -405,6 +405,11 @@ def _estimate(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
     )
     _deadline_options(e)
     e.add_argument("--tpm", type=checks.positive_int, help="with --deadline: the key's tokens a minute")
+    e.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        help="with --deadline: where `sluice run` kept the batch turnarounds it measured (default: as `sluice run`)",
+    )
     e.add_argument("--allow-invalid", action="store_true", help="estimate the valid lines even if some are invalid")
     e.add_argument("--json", action="store_true", help="print the estimate as JSON")
     e.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -416,6 +416,16 @@ class LocalCloud:
     def read(self, key: str) -> bytes:
         return bytes(boto3.client("s3", region_name=REGION).get_object(Bucket=self.bucket, Key=key)["Body"].read())
 
+    def write(self, key: str, body: bytes) -> None:
+        boto3.client("s3", region_name=REGION).put_object(Bucket=self.bucket, Key=key, Body=body)
+
+    def keys(self, prefix: str) -> list[str]:
+        """The bucket's keys under `prefix`."""
+        pages = boto3.client("s3", region_name=REGION).get_paginator("list_objects_v2")
+        return [
+            o["Key"] for page in pages.paginate(Bucket=self.bucket, Prefix=prefix) for o in page.get("Contents", [])
+        ]
+
 
 def _identities(local_iam: Any) -> dict[str, str]:
     """Whose role each access key is: a step's, the webhook's, or the state machine's."""

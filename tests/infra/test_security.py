@@ -37,7 +37,7 @@ OUTPUT_S3 = {
     ("s3:AbortMultipartUpload", "outbox/*"),
     ("s3:ListBucket", ""),
 }
-JOBS, CACHE = ["jobs/", "jobs/*"], ["cache/", "cache/*"]
+JOBS, CACHE, TURNAROUNDS = ["jobs/", "jobs/*"], ["cache/", "cache/*"], ["turnarounds/", "turnarounds/*"]
 EXPECTED_S3 = {
     "plan": {
         ("s3:GetObject", "inbox/*"),
@@ -45,6 +45,8 @@ EXPECTED_S3 = {
         # the response cache: it lists and reads the indexes, and reads the hits; nothing it writes
         ("s3:GetObject", "cache/*"),
         ("s3:ListBucket", ""),
+        # a deadline job's plan reads the batch turnarounds earlier jobs measured
+        ("s3:GetObject", "turnarounds/*"),
     },
     "run_shard": PROVIDER_S3,
     "submit": PROVIDER_S3,
@@ -59,6 +61,9 @@ EXPECTED_S3 = {
         ("s3:GetObject", "cache/index/*"),
         ("s3:PutObject", "cache/index/*"),
         ("s3:DeleteObject", "cache/index/*"),
+        # and adds the job's measured batch turnarounds to their model's object
+        ("s3:GetObject", "turnarounds/*"),
+        ("s3:PutObject", "turnarounds/*"),
     },
     # it finishes the shards a failed job left unfinished before it writes the outputs
     "mark_failed": OUTPUT_S3
@@ -137,7 +142,7 @@ def _exact_s3_access(synthesis: Synthesis, env: str) -> None:
                     suffix = arn.split(".Arn>", 1)[1].lstrip("/")
                     granted.add((action, suffix))
                     if action == "s3:ListBucket":
-                        listed = {"plan": [CACHE], "merge": [JOBS, CACHE]}.get(step, [JOBS])
+                        listed = {"plan": [CACHE, TURNAROUNDS], "merge": [JOBS, CACHE, TURNAROUNDS]}.get(step, [JOBS])
                         listed += [BEDROCK] if on_bedrock and step in ("submit_batch", "collect_batch") else []
                         assert statement["Condition"] in [{"StringLike": {"s3:prefix": p}} for p in listed]
         expected = EXPECTED_S3[step] if on_bedrock or EXPECTED_S3[step] is not BATCH_S3 else PROVIDER_S3

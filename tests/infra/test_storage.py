@@ -74,7 +74,14 @@ def test_the_response_cache_expires_after_its_own_ttl_per_environment(synthesis:
 def test_every_prefix_expires_its_noncurrent_versions_where_versioning_keeps_them(
     synthesis: Synthesis, env: str
 ) -> None:
-    from sluice.contract import BEDROCK_BATCH_PREFIX, CACHE_PREFIX, INBOX_PREFIX, JOBS_PREFIX, OUTBOX_PREFIX
+    from sluice.contract import (
+        BEDROCK_BATCH_PREFIX,
+        CACHE_PREFIX,
+        INBOX_PREFIX,
+        JOBS_PREFIX,
+        OUTBOX_PREFIX,
+        TURNAROUNDS_PREFIX,
+    )
 
     props = _job_bucket(synthesis, env)
     config = synthesis.stacks[env].config
@@ -87,12 +94,13 @@ def test_every_prefix_expires_its_noncurrent_versions_where_versioning_keeps_the
         for r in rules
         if "NoncurrentVersionExpiration" in r
     }
-    # a job's working files and the cache's expire as soon as they are replaced; an input or result
-    # replaced or deleted by its user stays restorable as long as jobs are kept
+    # a job's working files, the cache's and the turnarounds' expire as soon as they are replaced; an
+    # input or result replaced or deleted by its user stays restorable as long as jobs are kept
     assert noncurrent == {
         JOBS_PREFIX: 1,
         BEDROCK_BATCH_PREFIX: 1,
         CACHE_PREFIX: 1,
+        TURNAROUNDS_PREFIX: 1,
         INBOX_PREFIX: config.ttl_days,
         OUTBOX_PREFIX: config.ttl_days,
     }

@@ -126,7 +126,11 @@ class FakeBatchApi:
         batch = self.batches[batch_id]
         self.clock += 60
         output = f"out_{batch_id}" if answers else None
-        batch.status = replace(batch.status, state=state, ended_at=self.clock, output_file=output, **changes)
+        # as the providers say it: only a batch that completed has a completion time
+        completed = self.clock if state == BatchState.COMPLETED else None
+        batch.status = replace(
+            batch.status, state=state, ended_at=self.clock, completed_at=completed, output_file=output, **changes
+        )
         batch.answers = answers
 
     def answer(self, ref: str, batch_id: str, *, status_code: int = 200) -> BatchRow:

@@ -7,6 +7,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import orjson
+
 from local.cloud import run_job
 from tests.conftest import write_jsonl
 from tests.workflow.test_batch import lines, returned_by_batches, sent_directly
@@ -87,3 +89,33 @@ def test_a_deadline_the_key_cannot_meet_is_refused_at_plan(make_cloud, simulator
     assert run.status == "FAILED"
     assert "cannot be met" in run.summary["error"] and "earliest finish" in run.summary["error"]
     assert not sent_directly(simulator) and not returned_by_batches(simulator)
+
+
+def test_a_batch_jobs_measured_turnaround_is_what_the_next_deadline_job_plans_on(
+    make_cloud, simulator, tmp_path: Path
+) -> None:
+    from sluice.contract import deadline_plan_key, turnarounds_key
+
+    # the cache off: the second job's lines ask what the first's did, and would all be hits
+    cloud = make_cloud(shard_lines=100, batch_cancel_s=2.0, cache="off")
+    simulator.configure(batch_phase_s=0.2)
+    first = run_job(cloud, write_jsonl(tmp_path / "first.jsonl", lines(100)), metadata={"sluice-mode": "batch"})
+    assert first.status == "SUCCEEDED"
+    assert [b["status"] for b in first.summary["shards"][0]["batch"]["batches"]] == ["completed"]
+    key = turnarounds_key("openai", "gpt-4o-mini")
+    [measured] = orjson.loads(cloud.read(key))["turnarounds_s"]
+
+    # on the family's default (6 h) a 10-minute deadline sends everything direct; on the batch
+    # measured (about a second here) it batches every shard
+    second = run_job(
+        cloud,
+        write_jsonl(tmp_path / "second.jsonl", lines(200, prefix="r")),
+        metadata={"sluice-deadline": "10m", "sluice-rpm": "6000"},
+    )
+    assert second.status == "SUCCEEDED" and len(second.results) == 200
+    plan = orjson.loads(cloud.read(deadline_plan_key(second.job_id)))
+    assert plan["batch_turnaround_source"].startswith("measured"), plan["batch_turnaround_source"]
+    assert plan["batch_turnaround_s"] == round(measured, 1)
+    assert [s["mode"] for s in second.summary["shards"]] == ["batch", "batch"]
+    # and its own completed batches are kept after the first job's
+    assert len(orjson.loads(cloud.read(key))["turnarounds_s"]) == 3

@@ -35,6 +35,7 @@ from .layout import (
     SERVICE,
     SORT_KEY,
     TTL_ATTRIBUTE,
+    TURNAROUNDS_PREFIX,
     create_table_request,
     deadline_plan_key,
     job_prefix,
@@ -42,6 +43,7 @@ from .layout import (
     output_key,
     shard_prefix,
     summary_key,
+    turnarounds_key,
 )
 from .rows import CollectedBatch, ItemRow, JobProgress, JobRow, PlanCache, PlanFigures, ShardRow
 from .settings import (
@@ -182,6 +184,7 @@ __all__ = [
     "TERMINAL_STATUSES",
     "TIER1_BATCH_QUEUE_TOKENS",
     "TTL_ATTRIBUTE",
+    "TURNAROUNDS_PREFIX",
     "VALIDATE_ALL",
     "VALIDATION_CHECKS",
     "WEBHOOK",
@@ -246,4 +249,5 @@ __all__ = [
     "shard_prefix",
     "strict",
     "summary_key",
+    "turnarounds_key",
 ]

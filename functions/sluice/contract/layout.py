@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import urllib.parse
 from typing import Any
 
 PARTITION_KEY = "pk"
@@ -46,6 +47,9 @@ JOBS_PREFIX = "jobs/"
 OUTBOX_PREFIX = "outbox/"
 # the response cache's segments and indexes (`sluice.cache.entries`), expired after `cache_ttl_days`
 CACHE_PREFIX = "cache/"
+# the batch turnarounds measured of earlier jobs, one small object per provider family and model
+# (`turnarounds_key`): kept across jobs, so no lifecycle rule expires them
+TURNAROUNDS_PREFIX = "turnarounds/"
 # Amazon Bedrock batch inference reads its jobs' input files here and writes their answers there;
 # its service role may read only the one and write only the other
 BEDROCK_BATCH_PREFIX = "bedrock-batch/"
@@ -68,6 +72,13 @@ def manifest_key(job_id: str) -> str:
 def deadline_plan_key(job_id: str) -> str:
     """A deadline job's plan (`sluice.plan.deadline`): each shard's choice and why, for the summary."""
     return f"{job_prefix(job_id)}deadline.json"
+
+
+def turnarounds_key(family: str, model: str) -> str:
+    """The batch turnarounds measured of `family`'s `model` (`sluice.plan.turnarounds`): Merge adds
+    a job's, a deadline job's Plan reads them. The model is quoted whole: a Bedrock model may be an
+    ARN, whose slashes and colons would otherwise cut the key."""
+    return f"{TURNAROUNDS_PREFIX}{urllib.parse.quote(family, safe='')}/{urllib.parse.quote(model, safe='')}.json"
 
 
 def shard_prefix(job_id: str, shard: int) -> str:

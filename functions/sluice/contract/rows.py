@@ -75,7 +75,9 @@ class CollectedBatch:
     id (`ShardRow.batch_states`), and the shard's batch report lists it. `unfinished`: rows the
     provider never ran; `left`: those of them RunShard sends directly (the job's policy);
     `turnaround_s`: created to ended in the provider's whole seconds, what a batch row waits
-    instead of a latency (None when the provider gave no end: the row then holds none)."""
+    instead of a latency (None when the provider gave no end: the row then holds none);
+    `measured_s`: created to completed, for a batch that completed, which Merge keeps for the
+    deadline plans of later jobs of its `model` (None for any other end: a censored figure)."""
 
     status: str
     requests: int
@@ -84,6 +86,8 @@ class CollectedBatch:
     unfinished: int
     left: int
     turnaround_s: float | None = None
+    model: str | None = None
+    measured_s: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

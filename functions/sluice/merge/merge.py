@@ -6,22 +6,26 @@ pass through the Lambda; only the seams between small shard files are downloaded
 
 from __future__ import annotations
 
+import logging
 import mmap
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from botocore.exceptions import ClientError
 
 from sluice.contract import (
+    DEFAULT_PROVIDER,
     OUTPUT_SUFFIXES,
     Counts,
     JobStatus,
     PlanFigures,
     Planned,
+    Settings,
     ShardSpec,
     Summary,
     causes,
@@ -29,6 +33,7 @@ from sluice.contract import (
 )
 from sluice.merge.outputs import OutOfTime, shard_outputs
 from sluice.merge.summary import InvariantError, Tally, end_job, job_figures, with_deadline
+from sluice.plan.turnarounds import keep_turnarounds
 from sluice.shard.parts import s3_pool
 from sluice.store.jobs import JobStore
 
@@ -42,6 +47,8 @@ THROUGH_IN_FLIGHT = 3
 # a piece is read into its part's buffer this many bytes at a time (urllib3 reads each into a
 # temporary of that size first)
 READ_CHUNK = 1 << 20
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -313,11 +320,13 @@ def merge_job(
     error: str | None = None,
     clock: Any = time.time,
     deadlines: Deadlines | None = None,
+    settings: Settings | None = None,
 ) -> Summary:
     """Write the job's outputs and summary; raise InvariantError if any line is unaccounted for.
 
     With `missing_code`, shards that never finished are assembled first (see `shard_outputs`),
-    within `deadlines`, else OutOfTime."""
+    within `deadlines`, else OutOfTime. With `settings` (Merge's own call), the turnarounds of the
+    job's completed batches are kept for later jobs' deadline plans (`keep_measured`)."""
     bucket, job_id, prefix = state.bucket, state.job_id, state.output_prefix
     specs = load_manifest(s3, bucket, state.manifest_key)
     job = store.job(job_id)
@@ -347,4 +356,21 @@ def merge_job(
     figures = with_deadline(s3, bucket, job_id, specs, figures, clock())
     summary = Summary(job_id=job_id, status=status, input=f"s3://{bucket}/{state.key}", figures=figures, error=error)
     end_job(s3, store, summary, bucket=bucket, prefix=prefix)
+    if settings is not None and tally.measured:
+        keep_measured(s3, bucket, settings, tally.measured)
     return summary
+
+
+def keep_measured(s3: Any, bucket: str, settings: Settings, measured: Mapping[str | None, list[float]]) -> None:
+    """The job's measured turnarounds added to each model's object (a batch whose row named no model
+    ran the environment's default). After the summary, and never failing the merge: the job has
+    ended as it did, and a figure lost only leaves a later plan one fewer to read."""
+    by_model: dict[str, list[float]] = {}
+    for model, figures in measured.items():
+        name = model or settings.default_model
+        if name:
+            by_model.setdefault(name, []).extend(figures)
+    try:
+        keep_turnarounds(s3, bucket, settings.provider or DEFAULT_PROVIDER, by_model)
+    except ClientError as exc:
+        logger.warning("the job's batch turnarounds were not kept: %s", exc)

@@ -68,6 +68,8 @@ class Tally:
     refused: ProviderRefused | None = None
     # shards this call assembled from the parts they left
     assembled: int = 0
+    # the completed batches' turnarounds (created to completed), by the model each ran
+    measured: dict[str | None, list[float]] = field(default_factory=dict)
 
     def add(self, s3: Any, output: ShardOutput) -> None:
         """Count one shard's output in; InvariantError if it does not account for its lines."""
@@ -90,6 +92,9 @@ class Tally:
         self.result_sizes.append(figures.results_bytes)
         self.error_sizes.append(figures.errors_bytes)
         batch_models: dict[str, list[int]] = output.report.get("batch_models", {}) if output.report else {}
+        for batch in (output.report or {}).get("batches", []):
+            if batch.get("measured_s") is not None:
+                self.measured.setdefault(batch.get("model"), []).append(float(batch["measured_s"]))
         self.batch_totals.merge(Stats(models={k: list(v) for k, v in batch_models.items()}))
         self.shards.append(shard_figures(spec, stats, (results, errors), output.report, batch_models))
 

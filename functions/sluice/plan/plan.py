@@ -16,6 +16,7 @@ import orjson
 from sluice.cache.blobs import cache_store
 from sluice.cache.lookup import CacheView
 from sluice.contract import (
+    DEFAULT_PROVIDER,
     INBOX_PREFIX,
     METADATA_PREFIX,
     OUTBOX_PREFIX,
@@ -37,6 +38,7 @@ from sluice.plan.deadline import Choice, DeadlinePlan
 from sluice.plan.deadline_plan import CHOICE_MODES, plan_for_job
 from sluice.plan.job_options import JobOptions, PlanError
 from sluice.plan.line_pass import MAX_SHARD_BYTES, ShardRange, cut_shards, read_lines
+from sluice.plan.turnarounds import read_turnarounds
 from sluice.providers import family
 from sluice.send.output_check import cached_answer_check, read_job_schema
 from sluice.shard.progress import ProgressSink
@@ -181,7 +183,13 @@ def plan_job(
     if options.deadline is not None:
         # the lines' model prices the plan (the first, where they name several)
         model = options.model or min((m for m in models if m), default=None) or settings.default_model
-        deadline = plan_for_job(options, settings, result.shards, now=time.time(), model=model)
+        # the job's own expected turnaround wins: then what earlier jobs measured is not read
+        measured = (
+            read_turnarounds(s3, bucket, settings.provider or DEFAULT_PROVIDER, model)
+            if options.deadline.batch_turnaround_s is None
+            else []
+        )
+        deadline = plan_for_job(options, settings, result.shards, now=time.time(), model=model, measured=measured)
         s3.put_object(
             Bucket=bucket,
             Key=deadline_plan_key(job_id),

@@ -127,13 +127,16 @@ class BatchCounts:
 @dataclass(frozen=True)
 class BatchStatus:
     """A batch as the provider describes it. `ended_at`: when it ended (the last step it recorded,
-    for one that ended naming no end), None while it runs. `files`: the provider's references to
-    its input, output and error files, whatever `clean_up` deletes and `rows` reads."""
+    for one that ended naming no end), None while it runs. `completed_at`: when the provider says
+    it completed, for a batch that did and only as the provider names it (no stand-in). `files`:
+    the provider's references to its input, output and error files, whatever `clean_up` deletes
+    and `rows` reads."""
 
     id: str
     state: str
     created_at: float
     ended_at: float | None = None
+    completed_at: float | None = None
     tag: BatchTag | None = None
     counts: BatchCounts = field(default_factory=BatchCounts)
     input_file: str | None = None
@@ -150,6 +153,15 @@ class BatchStatus:
     @property
     def queued(self) -> bool:
         return self.state in QUEUED
+
+    @property
+    def measured_turnaround_s(self) -> float | None:
+        """Created to completed, what a deadline job's plan expects of the next batch; None for a
+        batch that ended otherwise: a cancelled, expired or failed batch's end says only that it had
+        not completed by then (a censored figure), and one the provider dated only in part says nothing."""
+        if self.state != BatchState.COMPLETED or self.completed_at is None or self.created_at <= 0:
+            return None
+        return max(0.0, self.completed_at - self.created_at)
 
     @property
     def files(self) -> tuple[str, ...]:

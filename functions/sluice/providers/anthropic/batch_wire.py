@@ -125,6 +125,8 @@ def batch_status(batch: dict[str, Any]) -> BatchStatus:
         state=state,
         created_at=created,
         ended_at=ended,
+        # a Message Batch completes by ending with nothing cancelled or expired: its end is its completion
+        completed_at=epoch(batch.get("ended_at")) if state == BatchState.COMPLETED else None,
         counts=BatchCounts(
             total=processing + succeeded + errored + canceled + expired,
             completed=succeeded,

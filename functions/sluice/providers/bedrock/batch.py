@@ -33,6 +33,7 @@ from ..batch import (
     BatchLimits,
     BatchProblem,
     BatchRow,
+    BatchState,
     BatchStatus,
     BatchTag,
     BatchUpload,
@@ -226,6 +227,8 @@ class BedrockBatchApi:
             state=said,
             created_at=_time(job.get("submitTime")) or 0.0,
             ended_at=ended,
+            # Completed and PartiallyCompleted both ran every record: endTime is when they had
+            completed_at=_time(job.get("endTime")) if said == BatchState.COMPLETED else None,
             tag=_tag(input_uri),
             counts=counts,
             input_file=input_uri or None,

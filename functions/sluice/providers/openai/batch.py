@@ -95,12 +95,14 @@ def batch_status(batch: Any) -> BatchStatus:
     ended = None
     if batch.status in ENDED:
         ended = next((float(v) for v in (getattr(batch, name, None) for name in _ENDED_AT) if v), None)
+    completed = getattr(batch, "completed_at", None) if batch.status == BatchState.COMPLETED else None
     counts = getattr(batch, "request_counts", None)
     return BatchStatus(
         id=str(getattr(batch, "id", "")),
         state=str(batch.status),
         created_at=float(batch.created_at),
         ended_at=ended,
+        completed_at=float(completed) if completed else None,
         tag=_tag(getattr(batch, "metadata", None)),
         counts=BatchCounts(counts.total, counts.completed, counts.failed) if counts else BatchCounts(),
         input_file=getattr(batch, "input_file_id", None),

@@ -150,6 +150,8 @@ async def _collect_one(
         unfinished=not_run,
         left=len(left),
         turnaround_s=latency_s if ended else None,
+        model=part.model,
+        measured_s=batch.measured_turnaround_s,
     )
 
 
