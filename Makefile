@@ -35,7 +35,7 @@ scale: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy functions local infra tests bench
+	$(BIN)/mypy functions local infra tests bench examples
 	$(BIN)/mypy --strict --cache-dir .mypy_cache/strict functions infra
 
 synth: $(STAMP)

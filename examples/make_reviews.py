@@ -36,7 +36,7 @@ SINCE = ["after a week", "after a month", "after three months", "after a year", 
 
 def build(n: int = 2000, seed: int = 7) -> list[dict[str, object]]:
     rng = random.Random(seed)
-    rows = []
+    rows: list[dict[str, object]] = []
     for i in range(n):
         product = rng.choice(PRODUCTS)
         verdict = rng.choice(GOOD if rng.random() < 0.6 else BAD)
