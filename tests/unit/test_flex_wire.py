@@ -1,5 +1,6 @@
 """A deadline job's flex shard (issue 44) on the wire: each OpenAI request of a spec at the flex tier
-asks for `service_tier: flex`, a line's own tier is kept, and any other spec's requests go as written."""
+asks for `service_tier: flex`, a line's own tier is kept, and any other spec's requests go as written;
+and an answer served at flex is priced at batch prices."""
 
 from __future__ import annotations
 
@@ -8,11 +9,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import orjson
+import pytest
 from sluice.contract import ShardSpec
-from sluice.contract.model import FLEX, Request, ServiceTier
+from sluice.contract.model import FLEX, Outcome, Request, ServiceTier
+from sluice.core.costs import provider_costs
 from sluice.formats.lines import parse_line
+from sluice.merge.summary import batch_priced
 from sluice.providers import ANTHROPIC, OPENAI
 from sluice.shard.frame import read_shard_lines
+from sluice.shard.stats import Stats
 
 from tests.unit.test_engine import Scripted, run, serve
 
@@ -114,3 +119,31 @@ def test_only_openai_splices_a_tier() -> None:
     assert orjson.loads(OPENAI.tiered(b'{"model":"m"}', FLEX)) == {"service_tier": "flex", "model": "m"}
     assert ANTHROPIC.added_tier("/v1/chat/completions", {"model": "claude-sonnet-4"}, FLEX) == ""
     assert OPENAI.batch_priced({"service_tier": "flex"}) and not OPENAI.batch_priced({"service_tier": "default"})
+
+
+def answer(tier: str) -> Outcome:
+    body = {"model": "gpt-5-mini", "service_tier": tier, "usage": {"prompt_tokens": 1000, "completion_tokens": 500}}
+    return Outcome(1, "a", 200, body, "req")
+
+
+def test_an_answer_served_at_flex_is_priced_at_batch_prices() -> None:
+    stats = Stats()
+    stats.add_outcome(answer("flex"), request_format=OPENAI)
+    stats.add_outcome(answer("default"), request_format=OPENAI)
+    again = Stats.from_dict(orjson.loads(orjson.dumps(stats.to_dict())))
+    merged = Stats()
+    merged.merge(again)
+    assert merged.models == {"gpt-5-mini": [2000, 1000]}
+    assert merged.batch_priced_models == {"gpt-5-mini": [1000, 500]}
+    costs = provider_costs(merged.models, batch_priced(merged, {}))
+    assert costs.all_direct is not None and costs.all_batch is not None and costs.as_run is not None
+    # one answer at list price, one at half
+    assert costs.as_run == pytest.approx(costs.all_direct * 0.75)
+    assert costs.all_batch == pytest.approx(costs.all_direct / 2)
+
+
+def test_a_batch_row_served_at_flex_is_not_discounted_twice() -> None:
+    stats = Stats()
+    stats.add_outcome(answer("flex"), request_format=OPENAI)
+    assert batch_priced(stats, {"gpt-5-mini": [1000, 500]}) == {"gpt-5-mini": [1000, 500]}
+    assert batch_priced(Stats(), {"gpt-4o-mini": [10, 5]}) == {"gpt-4o-mini": [10, 5]}
