@@ -105,7 +105,9 @@ class LiveCounts:
                 return
             self._results += 1
             if tokens_in or tokens_out:
-                per_model = self._tokens.setdefault((model or "", batch), [0, 0])
+                # an answer served at flex is billed at the Batch API's prices, as the summary prices it
+                discounted = batch or self._format.batch_priced(outcome.body)
+                per_model = self._tokens.setdefault((model or "", discounted), [0, 0])
                 per_model[0] += tokens_in
                 per_model[1] += tokens_out
 

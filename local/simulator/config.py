@@ -14,6 +14,8 @@ class SimConfig:
 
     latency_s: float = 0.05
     jitter_s: float = 0.0  # each answer waits latency_s + u * jitter_s, u from the fault hash
+    # a request at OpenAI's flex tier (`service_tier: flex`) waits this many times as long
+    flex_slowdown: float = 2.0
     seed: int = 0
     api_key: str | None = None  # None: any non-empty bearer token is accepted
     rate_429: float = 0.0
@@ -72,6 +74,8 @@ class SimConfig:
             raise ValueError("incomplete_rate + failed_rate > 1")
         if not 400 <= self.queue_wait_status <= 599:
             raise ValueError(f"queue_wait_status must be an HTTP error status, got {self.queue_wait_status}")
+        if self.flex_slowdown < 1.0:
+            raise ValueError(f"flex_slowdown must be at least 1 (flex is never faster), got {self.flex_slowdown}")
         if self.embedding_dims < 1 or self.log_limit < 1:
             raise ValueError("embedding_dims and log_limit must be positive")
 

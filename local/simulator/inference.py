@@ -30,7 +30,7 @@ from local.simulator.faults import (
     pick_fault,
 )
 from local.simulator.messages import OVERLOADED, plan_messages, speaks
-from local.simulator.plans import plan_for
+from local.simulator.plans import FLEX, plan_for, served_tier
 from local.simulator.requestlog import NOTES
 from local.simulator.structured import pick_output_fault, spoil
 from local.simulator.wire import CUSTOM_ID_HEADER, ApiError, Dropped, json_response, read_json, retry_headers
@@ -66,6 +66,9 @@ class Inference:
             plan = plan_bedrock(request, data, self._core.new_id)
         else:
             plan = plan_for(request.path, data, self._core.new_id, cfg.embedding_dims)
+        # the journal shows the tier each OpenAI request was served at, so a test can see flex was asked
+        tier = None if messages or bedrock else served_tier(data)
+        request[NOTES]["service_tier"] = tier
         try:
             self._admit(request, plan.prompt_tokens + plan.completion_tokens)
         except ApiError:
@@ -77,7 +80,7 @@ class Inference:
         u_fault, u_jitter, u_outcome = draws(cfg.seed, key, attempt)
         fault = pick_fault(cfg, u_fault)
         request[NOTES]["fault"] = fault
-        delay = cfg.latency_s + cfg.jitter_s * u_jitter
+        delay = (cfg.latency_s + cfg.jitter_s * u_jitter) * (cfg.flex_slowdown if tier == FLEX else 1.0)
         if fault == FAULT_429:
             raise ApiError(
                 429,

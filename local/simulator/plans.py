@@ -29,6 +29,17 @@ BATCH_ENDPOINTS = ("/v1/chat/completions", "/v1/responses", "/v1/embeddings", "/
 
 NewId = Callable[[str], str]
 
+# the tier OpenAI's flex processing is asked for with, and answers that it served
+FLEX = "flex"
+# the tiers an answer names as the one that served it; any other ask ("auto", none) is the default
+_SERVED_TIERS = frozenset({FLEX, "priority"})
+
+
+def served_tier(data: Mapping[str, Any]) -> str:
+    """The tier an OpenAI answer says served a request whose body is `data`."""
+    asked = data.get("service_tier")
+    return asked if isinstance(asked, str) and asked in _SERVED_TIERS else "default"
+
 
 @dataclass(slots=True)
 class Plan:
@@ -105,7 +116,7 @@ def _chat(model: str, data: dict[str, Any], new_id: NewId) -> Plan:
                 "completion_tokens_details": {"reasoning_tokens": 0},
             },
             "system_fingerprint": FINGERPRINT,
-            "service_tier": "default",
+            "service_tier": served_tier(data),
         }
 
     return Plan(pt, ct, build, reply)
@@ -245,7 +256,7 @@ def response_object(
         "parallel_tool_calls": True,
         "previous_response_id": None,
         "reasoning": {"effort": None, "summary": None},
-        "service_tier": "default",
+        "service_tier": served_tier(data),
         "store": True,
         "temperature": data.get("temperature", 1.0),
         "text": {"format": {"type": "text"}},

@@ -23,6 +23,8 @@ def entry(request: web.Request, started: float, status: int | None, request_id: 
         "status": status,
         "fault": notes.pop("fault", None),
         "attempt": notes.pop("attempt", None),
+        # the tier an OpenAI inference request was served at ("default", "flex"); None for any other
+        "service_tier": notes.pop("service_tier", None),
         "request_id": request_id,
     }
     logged.update(notes)

@@ -370,7 +370,22 @@ def test_slow_and_queue_wait(sim: SimulatorServer) -> None:
     assert "retry-after" in headers
 
 
+def test_flex_answers_slower_and_says_so(sim: SimulatorServer) -> None:
+    sim.configure(latency_s=0.2, flex_slowdown=2.0)
+    started = time.monotonic()
+    _, _, default = http("POST", f"{sim.base_url}/chat/completions", chat_body("x"))
+    between = time.monotonic()
+    _, _, flex = http("POST", f"{sim.base_url}/chat/completions", chat_body("x", service_tier="flex"))
+    _, _, response = http("POST", f"{sim.base_url}/responses", {"model": "m", "input": "y", "service_tier": "flex"})
+    ended = time.monotonic()
+    assert default["service_tier"] == "default" and between - started < 0.4
+    assert flex["service_tier"] == "flex" and response["service_tier"] == "flex" and ended - between >= 0.8
+    assert [e["service_tier"] for e in sim.log] == ["default", "flex", "flex"]
+
+
 def test_config_validation() -> None:
+    with pytest.raises(ValueError):
+        SimConfig(flex_slowdown=0.5)
     with pytest.raises(ValueError):
         SimConfig(rate_429=0.7, rate_500=0.5)
     with pytest.raises(ValueError):

@@ -1,5 +1,6 @@
 """A job with a deadline (issue 44) end to end: the plan per shard, a batch cancelled at its cutover
-with its answers kept and the rest sent direct, a deadline the batch meets, and one refused."""
+with its answers kept and the rest sent direct, a deadline the batch meets, one only flex meets, and
+one refused."""
 
 from __future__ import annotations
 
@@ -74,6 +75,34 @@ def test_a_deadline_the_batch_meets_is_all_batch_at_half_price(make_cloud, simul
     assert not sent_directly(simulator)
     assert [s["mode"] for s in run.summary["shards"]] == ["batch"] * 3
     assert run.summary["deadline"]["shards_by_choice"] == {"batch": 3} and run.summary["deadline"]["met"]
+    costs = run.summary["cost_estimate_usd"]
+    assert costs["provider"] == costs["provider_all_batch"]
+    assert abs(costs["provider"] * 2 - costs["provider_all_direct"]) < 1e-5
+
+
+def test_a_deadline_only_flex_meets_sends_every_line_at_flex_at_batch_prices(
+    make_cloud, simulator, tmp_path: Path
+) -> None:
+    # a batch takes an hour and the deadline is ten minutes off; gpt-5-mini has flex, which sends at
+    # the key's rate (slower) and is billed at batch prices: every shard goes direct at flex
+    cloud = make_cloud(shard_lines=100)
+    flex_lines = [line.replace(b'"gpt-4o-mini"', b'"gpt-5-mini"') for line in lines(300)]
+    run = run_job(
+        cloud,
+        write_jsonl(tmp_path / "flex.jsonl", flex_lines),
+        metadata={"sluice-deadline": "10m", "sluice-rpm": "6000", "sluice-batch-turnaround": "1h"},
+    )
+    assert run.status == "SUCCEEDED"
+    assert [r["custom_id"] for r in run.results] == [f"q-{n}" for n in range(300)] and run.errors == []
+    from sluice.contract import deadline_plan_key
+
+    plan = orjson.loads(cloud.read(deadline_plan_key(run.job_id)))
+    assert [s["choice"] for s in plan["shards"]] == ["flex"] * 3
+    assert [s["mode"] for s in run.summary["shards"]] == ["direct"] * 3
+    sent = [e for e in simulator.log if e["method"] == "POST" and e["path"] == "/v1/chat/completions"]
+    assert len(sent) >= 300 and {e["service_tier"] for e in sent} == {"flex"}
+    assert not returned_by_batches(simulator)
+    assert {r["response"]["body"]["service_tier"] for r in run.results} == {"flex"}
     costs = run.summary["cost_estimate_usd"]
     assert costs["provider"] == costs["provider_all_batch"]
     assert abs(costs["provider"] * 2 - costs["provider_all_direct"]) < 1e-5

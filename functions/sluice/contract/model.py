@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final, Literal
+
+# the processing tier a request asks its provider for where its line names none: "" the provider's
+# default, or OpenAI's flex processing (a deadline job's flex shard, `ShardSpec.service_tier`); how a
+# tier is asked on the wire is its family's (`RequestFormat.tiered`)
+ServiceTier = Literal["", "flex"]
+FLEX: Final = "flex"
 
 
 class ErrorCode:
@@ -54,6 +60,10 @@ class Request:
     # a validating job's line sent again directly: the checks its earlier answers failed (a batch
     # row's, a background response's), which its sends go on from (`sluice.send.output_check`)
     failed_checks: tuple[str, ...] = ()
+    # the tier the request is sent at, which its `body` does not name: the body stays the line as
+    # asked, which the response cache keys by (a flex answer is the same answer), and the engine
+    # adds the tier as it sends (`RequestFormat.tiered`)
+    tier: ServiceTier = ""
 
     @property
     def estimated_tokens(self) -> int:

@@ -8,6 +8,7 @@ from dataclasses import MISSING, asdict, dataclass, fields, replace
 from typing import Any, ClassVar, Self, TypeVar
 
 from .layout import shard_prefix
+from .model import ServiceTier
 from .status import DEFAULT_PROVIDER
 
 T = TypeVar("T")
@@ -197,8 +198,8 @@ class ShardSpec:
     # a deadline job's batch shard (`sluice.plan.deadline`): when (epoch seconds) a batch not ended yet is
     # cancelled, its answers kept and the rest sent directly; None: never
     cutover_at: float | None = None
-    # a deadline job's direct shard on OpenAI's flex tier sends `service_tier: flex` ("" : none)
-    service_tier: str = ""
+    # a deadline job's direct shard on OpenAI's flex tier: each request asks for it ("": the default)
+    service_tier: ServiceTier = ""
     # a deadline job's choice for the shard (batch, flex or direct), which the summary shows; "": no deadline
     choice: str = ""
     # background mode: when the shard first waited for its responses (epoch seconds); Plan leaves

@@ -7,12 +7,21 @@ import re
 from sluice.contract import STEPS, ShardCosts
 
 # USD per million tokens (input, output), standard tier; the Batch API of each family (OpenAI's,
-# Anthropic's Message Batches, Bedrock's batch inference) is half of this.
+# Anthropic's Message Batches, Bedrock's batch inference) is half of this, and so is OpenAI's flex
+# processing (`service_tier: flex`), where a model has it.
 PROVIDER_PRICES = {
     "gpt-4o-mini": (0.15, 0.60),
     "gpt-4o": (2.50, 10.00),
     "gpt-4.1-mini": (0.40, 1.60),
     "gpt-4.1-nano": (0.10, 0.40),
+    # models with flex processing (`sluice.plan.deadline.FLEX_MODELS`), so a deadline can price it;
+    # each longer name that the prefix rule would price as its shorter kin has its own price
+    "gpt-5": (1.25, 10.00),
+    "gpt-5-pro": (15.00, 120.00),
+    "gpt-5-mini": (0.25, 2.00),
+    "gpt-5-nano": (0.05, 0.40),
+    "o4-mini": (1.10, 4.40),
+    "o4-mini-deep-research": (2.00, 8.00),
     "text-embedding-3-small": (0.02, 0.0),
     # Anthropic's (anthropic.com/pricing); a dated snapshot takes its alias's price by prefix
     "claude-3-5-haiku-latest": (0.80, 4.00),

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from sluice.contract.model import ErrorCode, Request
+from sluice.contract.model import ErrorCode, Request, ServiceTier
 from sluice.providers import OPENAI, RequestFormat, Unsupported
 
 MAX_LINE_BYTES = 1_000_000
@@ -42,6 +42,7 @@ def parse_line(
     default_model: str | None = None,
     sort_keys: bool = False,
     request_format: RequestFormat = OPENAI,
+    service_tier: ServiceTier = "",
 ) -> Request | LineError | None:
     """Validate one input line; None for a blank line, which is not a request.
 
@@ -50,6 +51,8 @@ def parse_line(
     body needs anyway. `sort_keys` encodes it canonically (the response cache's key), for Plan,
     which sends nothing. The body kept is the one `request_format`'s provider is sent
     (`RequestFormat.to_wire`: a line in another family's shape translated); the path, the line's.
+    `service_tier`: the tier the shard sends at, which the request carries beside its body where the
+    family takes it and the line names none (`Request.tier`).
     """
     if line == 1 and raw.startswith(BOM):
         raw = raw[len(BOM) :]
@@ -99,6 +102,7 @@ def parse_line(
         body = request_format.to_wire(url, body)
     except Unsupported as exc:
         return LineError(line, ErrorCode.UNSUPPORTED_FIELD, f"line {line}: {exc}", custom_id)
+    tier: ServiceTier = request_format.added_tier(url, body, service_tier) if service_tier else ""
     encoded = None
     if keep_body:
         encoded = orjson.dumps(body, option=orjson.OPT_SORT_KEYS) if sort_keys else orjson.dumps(body)
@@ -109,6 +113,7 @@ def parse_line(
         path=url,
         body=encoded,
         cache=doc.get("sluice_cache") is not False,
+        tier=tier,
     )
 
 

@@ -95,13 +95,27 @@ class Tally:
         for batch in (output.report or {}).get("batches", []):
             if batch.get("measured_s") is not None:
                 self.measured.setdefault(batch.get("model"), []).append(float(batch["measured_s"]))
-        self.batch_totals.merge(Stats(models={k: list(v) for k, v in batch_models.items()}))
-        self.shards.append(shard_figures(spec, stats, (results, errors), output.report, batch_models))
+        discounted = batch_priced(stats, batch_models)
+        self.batch_totals.merge(Stats(models=discounted))
+        self.shards.append(shard_figures(spec, stats, (results, errors), output.report, discounted))
 
     @property
     def unsent(self) -> int:
         """Lines the job's budget left unsent."""
         return self.totals.errors.get(ErrorCode.BUDGET_EXCEEDED, 0)
+
+
+def batch_priced(stats: Stats, batch_models: Mapping[str, list[int]]) -> dict[str, list[int]]:
+    """The tokens of a shard's answers billed at Batch API prices, by model: those its batches
+    answered and those served at flex, never more than the shard's answers took (a batch's row that
+    says it was served at flex is counted once)."""
+    discounted: dict[str, list[int]] = {}
+    for model in batch_models.keys() | stats.batch_priced_models.keys():
+        batched = batch_models.get(model, [0, 0])
+        flex = stats.batch_priced_models.get(model, [0, 0])
+        ceiling = stats.models.get(model, [0, 0])
+        discounted[model] = [min(max(ceiling[i], batched[i]), batched[i] + flex[i]) for i in (0, 1)]
+    return discounted
 
 
 def shard_figures(

@@ -29,6 +29,7 @@ from sluice.contract import (
     manifest_key,
     shard_prefix,
 )
+from sluice.contract.model import FLEX
 from sluice.core.costs import PROVIDER_PRICES
 from sluice.formats.lines import READ_CHUNK, split_lines
 from sluice.limits.budget import budget_models, usd_to_nano
@@ -339,7 +340,7 @@ def _shard_specs(
             ),
             on_batch_incomplete=options.on_batch_incomplete,
             cutover_at=deadline.cutover_at if choices.get(shard.index) == Choice.BATCH and deadline else None,
-            service_tier="flex" if choices.get(shard.index) == Choice.FLEX else "",
+            service_tier=FLEX if choices.get(shard.index) == Choice.FLEX else "",
             choice=choices.get(shard.index, Choice.DIRECT) if deadline is not None else "",
             concurrency=per_shard,
             running=running,

@@ -20,6 +20,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal, Protocol
 
+from ..contract.model import ServiceTier
+
 # the two limits a provider puts on a key, each a minute: requests, and tokens
 RateKind = Literal["requests", "tokens"]
 REQUESTS: Final = "requests"
@@ -148,6 +150,18 @@ class RequestFormat(Protocol):
     def to_wire(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         """The body the provider is sent for a line's `body` to `path`: a line written in another
         family's shape translated, else `body` itself. Raises `Unsupported` for a field it cannot honour."""
+
+    def added_tier(self, path: str, body: Mapping[str, Any], tier: ServiceTier) -> ServiceTier:
+        """The tier a request for `path` whose body (as `to_wire` made it) is `body` is sent at on top of
+        its body (`Request.tier`): `tier` where the family takes it on that endpoint and the line names
+        no tier of its own, else ""."""
+
+    def tiered(self, body: bytes, tier: ServiceTier) -> bytes:
+        """The encoded `body` as sent at the `added_tier` it was given (never "")."""
+
+    def batch_priced(self, body: Any) -> bool:
+        """Whether a successful answer's body says it was served at a tier billed at the family's
+        Batch API prices (OpenAI's flex processing)."""
 
     def from_wire(
         self, path: str, body: Any, created: int, *, sent: bytes | None = None, request_id: str | None = None

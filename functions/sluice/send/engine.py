@@ -253,6 +253,8 @@ class _Run:
         ticket: Ticket | None = None
         policy = self.policy
         body = req.body
+        if req.tier and body is not None:
+            body = self.format.tiered(body, req.tier)
         if self.routed:
             routed, body = self.format.route(req.path, body)
             url = self.url_for(routed)

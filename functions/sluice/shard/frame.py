@@ -64,6 +64,7 @@ def read_shard_lines(s3: Any, spec: ShardSpec) -> Iterator[Request | LineError]:
             default_model=spec.default_model,
             sort_keys=spec.fills_cache,
             request_format=request_format,
+            service_tier=spec.service_tier,
         )
         if parsed is None:
             continue

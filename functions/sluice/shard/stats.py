@@ -70,6 +70,8 @@ class Stats:
     latency: dict[int, int] = field(default_factory=dict)
     # tokens by the model that answered, for the cost estimate
     models: dict[str, list[int]] = field(default_factory=dict)
+    # the part of `models` answered at a tier billed at Batch API prices (OpenAI's flex processing)
+    batch_priced_models: dict[str, list[int]] = field(default_factory=dict)
     # epoch millisecond a step starts -> [results, errors, 429s] of the lines that finished within it
     timeline: dict[int, list[int]] = field(default_factory=dict)
     timeline_step_ms: int = TIMELINE_STEPS_MS[0]
@@ -134,6 +136,10 @@ class Stats:
                 per_model = self.models.setdefault(model, [0, 0])
                 per_model[0] += tokens_in
                 per_model[1] += tokens_out
+                if request_format.batch_priced(outcome.body):
+                    discounted = self.batch_priced_models.setdefault(model, [0, 0])
+                    discounted[0] += tokens_in
+                    discounted[1] += tokens_out
             if timed:
                 key = _bucket(outcome.latency_s)
                 self.latency[key] = self.latency.get(key, 0) + 1
@@ -199,6 +205,10 @@ class Stats:
             per_model = self.models.setdefault(model, [0, 0])
             per_model[0] += tokens_in
             per_model[1] += tokens_out
+        for model, (tokens_in, tokens_out) in other.batch_priced_models.items():
+            per_model = self.batch_priced_models.setdefault(model, [0, 0])
+            per_model[0] += tokens_in
+            per_model[1] += tokens_out
         for path, n in other.paths.items():
             self.paths[path] = self.paths.get(path, 0) + n
         self.cached += other.cached
@@ -245,6 +255,7 @@ class Stats:
             "tokens_out": self.tokens_out,
             "latency": {str(k): v for k, v in sorted(self.latency.items())},
             "models": self.models,
+            "batch_priced_models": self.batch_priced_models,
             "timeline_step_ms": self.timeline_step_ms,
             "timeline": {str(k): v for k, v in sorted(self.timeline.items())},
             "paths": dict(sorted(self.paths.items())),
@@ -284,6 +295,7 @@ class Stats:
             tokens_out=data.get("tokens_out", 0),
             latency={int(k): v for k, v in data.get("latency", {}).items()},
             models={k: list(v) for k, v in data.get("models", {}).items()},
+            batch_priced_models={k: list(v) for k, v in data.get("batch_priced_models", {}).items()},
             timeline={int(k): _slot(list(v)) for k, v in data.get("timeline", {}).items()},
             timeline_step_ms=int(data.get("timeline_step_ms", TIMELINE_STEPS_MS[0])),
             paths=dict(data.get("paths", {})),

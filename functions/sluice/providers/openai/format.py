@@ -15,6 +15,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final, TypeGuard
 
+from ...contract.model import FLEX, ServiceTier
 from ..format import COMPLETE, CUT_SHORT, UNFINISHED, Finish, ProviderError, RateKind, RateLimits, Usage
 
 NAME: Final = "openai"
@@ -27,6 +28,11 @@ _INPUT_FIELDS = ("messages", "input", "prompt", "instructions")
 # the request body's caps on its output, newest spelling first: a body that sets two means the first
 _OUTPUT_CAPS = ("max_completion_tokens", "max_tokens", "max_output_tokens")
 _EMBEDDINGS = "/embeddings"
+# the endpoints that take a processing tier (`service_tier`): flex serves these, not embeddings
+_TIERED_PATHS = frozenset({"/v1/chat/completions", "/v1/responses"})
+_TIER = "service_tier"
+# the tier's member put first in an encoded body, whose other members follow unchanged
+_TIER_MEMBERS = {FLEX: b'{"service_tier":"flex"'}
 # Body error codes that mean "the provider is congested" (OpenAI's and those of the servers that speak
 # its format): retried like a 429 (and counted as throttling) whatever status the provider sent them with
 CONGESTION_CODES = frozenset(
@@ -226,6 +232,21 @@ class OpenAIFormat:
 
     def to_wire(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         return body
+
+    def added_tier(self, path: str, body: Mapping[str, Any], tier: ServiceTier) -> ServiceTier:
+        # a line that names its own tier asked for it: the job's tier does not overrule it
+        return tier if tier and path in _TIERED_PATHS and _TIER not in body else ""
+
+    def tiered(self, body: bytes, tier: ServiceTier) -> bytes:
+        # spliced into the bytes already encoded: no second parse or encode on the hot path, and
+        # `added_tier` saw that the body has no such member
+        member = _TIER_MEMBERS[tier]
+        rest = body[1:].lstrip()
+        return member + (rest if rest.startswith(b"}") else b"," + rest)
+
+    def batch_priced(self, body: Any) -> bool:
+        # OpenAI's answer names the tier that served it; flex is billed at Batch API prices
+        return isinstance(body, dict) and body.get(_TIER) == FLEX
 
     def from_wire(
         self, path: str, body: Any, created: int, *, sent: bytes | None = None, request_id: str | None = None
