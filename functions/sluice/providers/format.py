@@ -70,6 +70,20 @@ class RateLimits:
     tokens_per_s: float | None = None
 
 
+class NoServiceTiers:
+    """The tier methods of a family with no processing tiers (Anthropic's, Bedrock's): every
+    request goes at the default, and no answer is billed at batch prices."""
+
+    def added_tier(self, path: str, body: Mapping[str, Any], tier: ServiceTier) -> ServiceTier:
+        return ""
+
+    def tiered(self, body: bytes, tier: ServiceTier) -> bytes:
+        return body
+
+    def batch_priced(self, body: Any) -> bool:
+        return False
+
+
 class RequestFormat(Protocol):
     """One provider family's wire shape, as the core asks for it."""
 

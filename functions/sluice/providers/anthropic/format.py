@@ -19,8 +19,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Final, TypeGuard
 
-from ...contract.model import ServiceTier
-from ..format import COMPLETE, CUT_SHORT, RATE_KINDS, Finish, ProviderError, RateKind, RateLimits, Usage
+from ..format import COMPLETE, CUT_SHORT, RATE_KINDS, Finish, NoServiceTiers, ProviderError, RateKind, RateLimits, Usage
 from . import translate
 
 NAME: Final = "anthropic"
@@ -94,7 +93,7 @@ def _usage_of(body: Any) -> Mapping[str, Any] | None:
     return usage if isinstance(usage, dict) else None
 
 
-class AnthropicFormat:
+class AnthropicFormat(NoServiceTiers):
     """Anthropic's `RequestFormat`."""
 
     __slots__ = ()
@@ -201,16 +200,6 @@ class AnthropicFormat:
 
     def to_wire(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         return translate.to_messages(path, body)
-
-    def added_tier(self, path: str, body: Mapping[str, Any], tier: ServiceTier) -> ServiceTier:
-        # no flex processing tier: a request goes at the default
-        return ""
-
-    def tiered(self, body: bytes, tier: ServiceTier) -> bytes:
-        return body
-
-    def batch_priced(self, body: Any) -> bool:
-        return False
 
     def from_wire(
         self, path: str, body: Any, created: int, *, sent: bytes | None = None, request_id: str | None = None

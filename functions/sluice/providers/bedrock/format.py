@@ -21,8 +21,7 @@ from typing import Any, Final, TypeGuard
 
 import orjson
 
-from ...contract.model import ServiceTier
-from ..format import COMPLETE, CUT_SHORT, Finish, ProviderError, RateKind, RateLimits, Usage
+from ..format import COMPLETE, CUT_SHORT, Finish, NoServiceTiers, ProviderError, RateKind, RateLimits, Usage
 from ..openai import responses
 from . import converse
 
@@ -66,7 +65,7 @@ def _header(headers: Mapping[str, str], name: str) -> str | None:
     return value
 
 
-class BedrockFormat:
+class BedrockFormat(NoServiceTiers):
     """Bedrock's `RequestFormat`."""
 
     __slots__ = ()
@@ -158,16 +157,6 @@ class BedrockFormat:
 
     def to_wire(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         return converse.to_wire(path, body)
-
-    def added_tier(self, path: str, body: Mapping[str, Any], tier: ServiceTier) -> ServiceTier:
-        # no flex processing tier: a request goes at the default
-        return ""
-
-    def tiered(self, body: bytes, tier: ServiceTier) -> bytes:
-        return body
-
-    def batch_priced(self, body: Any) -> bool:
-        return False
 
     def from_wire(
         self, path: str, body: Any, created: int, *, sent: bytes | None = None, request_id: str | None = None
