@@ -49,21 +49,14 @@ def write_lines(path: Path, lines: int) -> Path:
 
 def answered(sim: Any) -> tuple[Counter[str], Counter[str]]:
     """custom_ids the simulator answered directly, and those its batches' output files returned."""
+    from tests.workflow.test_batch import returned_by_batches
+
     direct = Counter(
         e["custom_id"]
         for e in sim.log
         if e["method"] == "POST" and e["path"] == "/v1/chat/completions" and e["status"] == 200
     )
-
-    def read(core: Any) -> list[str]:
-        found: list[str] = []
-        for batch in core.batches.values():
-            if batch.output_file_id:
-                stored = core.files.get(batch.output_file_id) or core.deleted_files[batch.output_file_id]
-                found.extend(orjson.loads(r)["custom_id"] for r in stored.content.splitlines())
-        return found
-
-    return direct, Counter(sim.call(read))
+    return direct, returned_by_batches(sim)
 
 
 def run_case(name: str, args: argparse.Namespace, metadata: dict[str, str], phase_s: float) -> bool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -39,6 +39,7 @@ from sluice.contract.model import ErrorCode
 from sluice.core.costs import aws_cost_usd, provider_cost_usd, provider_costs
 from sluice.limits.budget import nano_to_usd
 from sluice.merge.outputs import ShardOutput
+from sluice.plan.deadline import iso
 from sluice.send.refusal import read_refusal
 from sluice.shard.stats import Stats
 from sluice.store.jobs import JobStore
@@ -264,7 +265,7 @@ def with_deadline(s3: Any, bucket: str, job_id: str, specs: list[ShardSpec], fig
         shards=shards,
         deadline=DeadlineFigures(
             deadline=plan["deadline"],
-            ended_at=datetime.fromtimestamp(now, UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
+            ended_at=iso(now),
             met=now <= deadline,
             cutover_at=plan.get("cutover_at"),
             expected_finish=plan["expected_finish"],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -201,23 +202,14 @@ class Stats:
         self.tokens_out += other.tokens_out
         for key, n in other.latency.items():
             self.latency[key] = self.latency.get(key, 0) + n
-        for model, (tokens_in, tokens_out) in other.models.items():
-            per_model = self.models.setdefault(model, [0, 0])
-            per_model[0] += tokens_in
-            per_model[1] += tokens_out
-        for model, (tokens_in, tokens_out) in other.batch_priced_models.items():
-            per_model = self.batch_priced_models.setdefault(model, [0, 0])
-            per_model[0] += tokens_in
-            per_model[1] += tokens_out
+        _add_tokens(self.models, other.models)
+        _add_tokens(self.batch_priced_models, other.batch_priced_models)
         for path, n in other.paths.items():
             self.paths[path] = self.paths.get(path, 0) + n
         self.cached += other.cached
         for outcome_kind, n in other.validation.items():
             self.validation[outcome_kind] = self.validation.get(outcome_kind, 0) + n
-        for model, (tokens_in, tokens_out) in other.cached_models.items():
-            per_model = self.cached_models.setdefault(model, [0, 0])
-            per_model[0] += tokens_in
-            per_model[1] += tokens_out
+        _add_tokens(self.cached_models, other.cached_models)
         if other.timeline:
             self._coarsen(other.timeline_step_ms)
             step = self.timeline_step_ms
@@ -303,3 +295,11 @@ class Stats:
             cached_models={k: list(v) for k, v in data.get("cached_models", {}).items()},
             validation=dict(data.get("validation", {})),
         )
+
+
+def _add_tokens(into: dict[str, list[int]], tokens: Mapping[str, list[int]]) -> None:
+    """Add each model's [input, output] tokens of `tokens` to `into`'s."""
+    for model, (tokens_in, tokens_out) in tokens.items():
+        per_model = into.setdefault(model, [0, 0])
+        per_model[0] += tokens_in
+        per_model[1] += tokens_out
