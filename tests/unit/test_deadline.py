@@ -149,3 +149,15 @@ def test_turnaround_measured_else_the_family_default() -> None:
     assert at == 60.0 and "10 earlier batches" in source
     at, _ = expected_turnaround("openai", [60.0] * 8 + [600.0] * 2)
     assert at == 600.0
+
+
+def test_past_the_cutover_a_batch_shard_looks_again_soon_enough_to_keep_the_margin() -> None:
+    from sluice.runners.batch.cutover import until_cutover
+
+    # before the cutover: woken at it
+    assert until_cutover(14, cutover_at=105.0, now=100.0, cancel_s=10.0, floor_s=1) == 5
+    # past it: a tenth of the cancel's time, not the 14 s a wait grown with the time waited asks
+    assert until_cutover(14, cutover_at=100.0, now=101.0, cancel_s=10.0, floor_s=1) == 1
+    assert until_cutover(300, cutover_at=100.0, now=101.0, cancel_s=600.0, floor_s=10) == 60
+    # no deadline: the wait as it was
+    assert until_cutover(14, cutover_at=None, now=101.0, cancel_s=10.0, floor_s=1) == 14

@@ -279,7 +279,13 @@ async def _collect_batch(ctx: ShardContext, spec: ShardSpec) -> BatchCollected:
     elapsed = time.time() - float((row and row.batch_submit_at) or time.time())
     pointed = row.provider_id if row else None
     settled = row is not None and row.batch_settled is not None
-    wait_seconds = until_cutover(batch_wait_seconds(ctx.settings, elapsed), spec.cutover_at, time.time())
+    wait_seconds = until_cutover(
+        batch_wait_seconds(ctx.settings, elapsed),
+        spec.cutover_at,
+        time.time(),
+        cancel_s=ctx.settings.batch_cancel_s,
+        floor_s=ctx.settings.poll_seconds,
+    )
     outcome = BatchCollected(
         done=done, fallback=fallback, waiting=len(waiting), collected=len(collected), wait_seconds=wait_seconds
     )

@@ -37,8 +37,12 @@ async def cancel_late(api: BatchApi, batch: BatchStatus, *, cutover_at: float | 
     return True
 
 
-def until_cutover(wait_s: int, cutover_at: float | None, now: float) -> int:
-    """A batch shard's wait, cut short to wake at its cutover."""
-    if cutover_at is None or now >= cutover_at:
+def until_cutover(wait_s: int, cutover_at: float | None, now: float, *, cancel_s: float, floor_s: int) -> int:
+    """A batch shard's wait, cut short to wake at its cutover; past it, short enough to hear the
+    cancelled batch end within a tenth of the time a cancel is given (`cancel_s`), not a wait grown
+    with the time waited, which would eat the margin the plan kept for sending the rest."""
+    if cutover_at is None:
         return wait_s
+    if now >= cutover_at:
+        return max(1, min(wait_s, max(floor_s, math.ceil(cancel_s / 10))))
     return max(1, min(wait_s, math.ceil(cutover_at - now)))

@@ -168,5 +168,15 @@ async def _submit(api: BatchApi, ctx: ShardContext, spec: ShardSpec) -> BatchSub
         batches_created=created,
         requests=sum(len(p.lines) for p in parts),
         # no batch to wait for when every file was too small for one: straight on to RunShard
-        wait_seconds=until_cutover(batch_wait_seconds(settings, 0.0), spec.cutover_at, time.time()) if parts else 0,
+        wait_seconds=(
+            until_cutover(
+                batch_wait_seconds(settings, 0.0),
+                spec.cutover_at,
+                time.time(),
+                cancel_s=settings.batch_cancel_s,
+                floor_s=settings.poll_seconds,
+            )
+            if parts
+            else 0
+        ),
     )
