@@ -10,6 +10,9 @@ from typing import Any
 import boto3
 import orjson
 import pytest
+from botocore.config import Config
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from moto import mock_aws
 from sluice.contract import ShardStats, StateError
 from sluice.contract.model import ErrorCode, Outcome
@@ -276,3 +279,52 @@ def test_a_shard_that_never_ran_is_assembled_holding_a_few_bytes_a_line_not_its_
         tracemalloc.stop()
     assert (written.result_lines, written.error_lines) == (0, count)
     assert peak < 1000 * count, f"held {peak:,} bytes for {count:,} lines"
+
+
+# what the local cloud and a Lambda with checksums off send: the body as the caller gave it
+UNCHECKSUMMED = Config(request_checksum_calculation="when_required")
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    sizes=st.lists(
+        st.one_of(st.integers(0, 2000), st.integers(1 << 20, 5 << 20)),
+        max_size=8,
+    )
+)
+def test_an_upload_writes_what_it_is_given_whatever_its_size(s3: Any, sizes: list[int]) -> None:
+    """One PUT under UPLOAD_PIECE_BYTES, pieces over it: on either side of it, and across several
+    pieces, the object is the records given, a line each (8 MiB of a shard's outputs failed a job)."""
+    client = boto3.client("s3", region_name="us-east-1", config=UNCHECKSUMMED)
+    records = [bytes([65 + n % 26]) * size for n, size in enumerate(sizes)]
+    upload = parts._Upload(client, BUCKET, "outputs/property.jsonl")
+    for record in records:
+        upload.write(record)
+    upload.close()
+
+    written = client.get_object(Bucket=BUCKET, Key="outputs/property.jsonl")["Body"].read()
+    assert written == b"".join(record + b"\n" for record in records)
+    assert (upload.lines, upload.size) == (len(records), len(written))
+    etag = client.head_object(Bucket=BUCKET, Key="outputs/property.jsonl")["ETag"]
+    assert ("-" in etag) == (len(written) >= parts.UPLOAD_PIECE_BYTES)
+
+
+@pytest.mark.parametrize("mib", [8, 20, 100])
+def test_a_shards_outputs_of_many_mib_are_assembled_whole(s3: Any, mib: int) -> None:
+    """8, 20 and 100 MiB of a shard's answers through the assembly every mode ends with."""
+    client = boto3.client("s3", region_name="us-east-1", config=UNCHECKSUMMED)
+    count = 400
+    spec = shard_of(s3, count)
+    writer = PartWriter(s3=client, store=RecordingStore(), spec=spec, run=1, every=100)  # type: ignore[arg-type]
+    for line in range(1, count + 1):
+        writer.add_outcome(padded(line, (mib << 20) // (count - count // 50) + 100) if line % 50 else failure(line))
+    writer.flush(finished=False)
+
+    written = assemble_outputs(client, spec)
+
+    results = client.get_object(Bucket=BUCKET, Key=spec.results_key)["Body"].read()
+    assert len(results) > mib << 20 and written.results_bytes == len(results)
+    assert [orjson.loads(r)["custom_id"] for r in results.splitlines()] == [
+        f"c-{n}" for n in range(1, count + 1) if n % 50
+    ]
+    assert written.error_lines == count // 50

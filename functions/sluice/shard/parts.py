@@ -449,8 +449,9 @@ class _Upload:
         if self._upload_id is None:
             self._upload_id = self._s3.create_multipart_upload(Bucket=self._bucket, Key=self._key)["UploadId"]
         number = len(self._pieces) + 1
-        # the buffer itself, not a copy of it: it is replaced, never written again
-        piece, self._buffer = self._buffer, bytearray()
+        # bytes, not the bytearray: botocore passes a body it need not checksum on as it is, and
+        # an HTTP stack may take a bytearray for form fields (moto's does: AttributeError 'items')
+        piece, self._buffer = bytes(self._buffer), bytearray()
         answer = self._s3.upload_part(
             Bucket=self._bucket, Key=self._key, UploadId=self._upload_id, PartNumber=number, Body=piece
         )
