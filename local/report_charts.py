@@ -231,10 +231,16 @@ def _number(value: float) -> str:
     return f"{value:,.0f}" if value == int(value) else f"{value:g}"
 
 
-def throughput_chart(timeline: Mapping[str, Any], started_at: float | None) -> str:
+def throughput_chart(timeline: Mapping[str, Any], started_at: float | None, *, failed: bool = False) -> str:
     """Lines ended a second over the job's wall time, in bars of one round width (results, with
-    errors on top), and the 429s those lines met as a line over them."""
+    errors on top), and the 429s those lines met as a line over them. A `failed` job's summary may
+    lack the figures of what was sent: it then says nothing of what was."""
     points = timeline_points(timeline)
+    if not points and failed:
+        return (
+            '<p class="muted">No throughput data: the job failed before its shards\' figures were gathered. '
+            "Requests may have been sent and paid for; the errors say what became of each line.</p>"
+        )
     if not points:
         return '<p class="muted">No throughput data: nothing was sent to the provider.</p>'
     step = float(timeline.get("step_s") or 1)

@@ -204,9 +204,11 @@ def test_a_mark_failed_call_that_assembled_for_long_leaves_the_merge_to_the_next
     assert not [k for _, k in counted.calls if "/part-" in k]
 
 
-def test_when_mark_failed_fails_its_last_resort_still_ends_the_job_with_a_summary(
+def test_when_mark_failed_fails_its_last_resort_still_accounts_for_every_line_from_the_input(
     aws: tuple[Counted, JobStore],
 ) -> None:
+    """Whatever made MarkFailed fail (a step out of time, an assembly that raised), its last resort
+    writes every line to errors from the input alone, naming both causes, and the job ends FAILED."""
     counted, store = aws
     s3 = counted.client
     state = failed_job(s3, store, shards=2, done={0: LINES}, part_rows=4)
@@ -221,34 +223,41 @@ def test_when_mark_failed_fails_its_last_resort_still_ends_the_job_with_a_summar
         "States.TaskFailed: shard 1 failed; accounting for its lines failed too: "
         "Sandbox.Timedout: Task timed out after 900.00 seconds"
     )
-    assert failed.to_dict() == {
-        "job_id": JOB,
-        "status": "FAILED",
-        "error": reason,
-        "summary": f"s3://{BUCKET}/outbox/failed.summary.json",
-        "done": True,
-        "shards_left": 0,
+    answer = failed.to_dict()
+    assert (answer["status"], answer["error"], answer["done"]) == ("FAILED", reason, True)
+    assert answer["counts"] == {
+        "lines": 2 * LINES,
+        "blank": 0,
+        "requests": 2 * LINES,
+        "results": 0,
+        "errors": 2 * LINES,
     }
+    errors = outputs(s3, "errors")
+    assert [e["line"] for e in errors] == list(range(1, 2 * LINES + 1))
+    assert {e["error"]["code"] for e in errors} == {"job_failed"} and outputs(s3, "results") == []
+    assert all(reason in e["error"]["message"] for e in errors)
     summary = orjson.loads(s3.get_object(Bucket=BUCKET, Key="outbox/failed.summary.json")["Body"].read())
-    assert summary == {"job_id": JOB, "status": "FAILED", "error": reason, "input": f"s3://{BUCKET}/{state.key}"}
+    assert summary["status"] == "FAILED" and summary["error"] == reason
+    assert summary["errors_by_code"] == {"job_failed": 2 * LINES}
     job = store.job(JOB)
-    assert job is not None and job.status == "FAILED" and job.summary is not None and job.summary.error == reason
-    # no shard is read: a last resort costs the same whatever the job's size
-    assert not [k for _, k in counted.calls if k.startswith("jobs/")]
+    assert job is not None and job.status == "FAILED" and job.summary is not None
+    assert job.summary.counts is not None and job.summary.counts.errors == 2 * LINES
 
 
-def test_a_refused_option_reads_as_its_message_and_an_unexpected_error_keeps_its_type(
+def test_a_last_resort_that_cannot_read_the_input_ends_the_job_with_a_summary_that_says_why(
     aws: tuple[Counted, JobStore],
 ) -> None:
     counted, store = aws
     s3 = counted.client
-    refused = '{"errorType": "PlanError", "errorMessage": "sluice-mode=\'fast\'; expected one of direct, batch"}'
-    crashed = '{"errorType": "KeyError", "errorMessage": "\'shard\'"}'
-    for cause, shown in (
-        (refused, "sluice-mode='fast'; expected one of direct, batch"),
-        (crashed, "KeyError: 'shard'"),
-    ):
-        state = {"detail": {"bucket": {"name": BUCKET}, "object": {"key": "inbox/refused.jsonl", "etag": "e"}}}
-        mark_failed(s3=s3, store=store, state=state, error="PlanError", cause=cause)
-        summary = orjson.loads(s3.get_object(Bucket=BUCKET, Key="outbox/refused.summary.json")["Body"].read())
-        assert summary["error"] == shown
+    state = failed_job(s3, store, shards=2, done={0: LINES}, part_rows=4)
+    s3.delete_object(Bucket=BUCKET, Key=state.key)
+    timed_out = {"Error": "Sandbox.Timedout", "Cause": '{"errorMessage": "Task timed out after 900.00 seconds"}'}
+
+    failed = record_failure(
+        s3=s3, store=store, state=state, error="States.TaskFailed", cause="shard 1 failed", failed_again=timed_out
+    )
+
+    assert failed.event is not None and failed.event.summary == f"s3://{BUCKET}/outbox/failed.summary.json"
+    summary = orjson.loads(s3.get_object(Bucket=BUCKET, Key="outbox/failed.summary.json")["Body"].read())
+    assert summary["status"] == "FAILED"
+    assert "writing its lines from the input failed" in summary["error"] and "NoSuchKey" in summary["error"]

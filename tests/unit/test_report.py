@@ -194,6 +194,20 @@ def test_a_job_that_failed_before_any_request_still_gets_a_page() -> None:
     assert not tags.of("rect", "bar")
 
 
+def test_a_failed_job_without_figures_never_says_nothing_was_sent() -> None:
+    """A job whose accounting failed has no timeline, though every request may have been paid for."""
+    summary = {
+        "job_id": "big-0123",
+        "status": "FAILED",
+        "error": "States.TaskFailed; accounting for its lines failed too: Sandbox.Timedout",
+        "input": "s3://b/inbox/big.jsonl",
+        "counts": {"lines": 20, "blank": 0, "requests": 20, "results": 0, "errors": 20},
+    }
+    text = " ".join(parse(render_report(summary)).text)
+    assert "nothing was sent to the provider" not in text
+    assert "Requests may have been sent and paid for" in text
+
+
 def test_files_next_to_the_report_are_linked_relatively() -> None:
     stats = Stats()
     stats.add_outcome(outcome(1, 0.2), at=1000.0, request_format=OPENAI)

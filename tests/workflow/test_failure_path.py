@@ -68,6 +68,12 @@ def test_a_job_whose_mark_failed_times_out_still_ends_failed_with_its_summary_an
     first, again = run.summary["error"].split("; accounting for its lines failed too: ")
     assert any(reason in first for reason in ("disk on fire", "States.ExceedToleratedFailureThreshold"))
     assert again == "Sandbox.Timedout: Task timed out after 900.00 seconds"
+    # and still every line is accounted for, from the input alone, each saying why
+    assert run.results == []
+    assert [e["custom_id"] for e in run.errors] == [f"d-{n}" for n in range(30)]
+    assert {e["error"]["code"] for e in run.errors} == {"job_failed"}
+    assert all(run.summary["error"] in e["error"]["message"] for e in run.errors)
+    assert run.summary["counts"] == {"lines": 30, "blank": 0, "requests": 30, "results": 0, "errors": 30}
     job = cloud.job(run.job_id)
     assert job is not None and job.job.status == "FAILED"
     # a timeout would only come back: MarkFailed is not run again, its last resort is

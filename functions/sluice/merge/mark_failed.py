@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -13,10 +14,13 @@ from botocore.exceptions import ClientError
 
 from sluice.contract import JobFailed, JobStatus, MarkedFailed, Planned, Summary
 from sluice.contract.model import ErrorCode
+from sluice.merge.last_resort import account_from_input
 from sluice.merge.merge import Deadlines, merge_job
 from sluice.merge.outputs import OutOfTime
 from sluice.merge.summary import end_job
 from sluice.plan.plan import find_object, job_id_for, output_prefix
+
+logger = logging.getLogger(__name__)
 
 # The share of an invocation's time MarkFailed spends assembling the shards that never finished.
 # Shards left over wait for the next invocation (the definition loops), which finds the ones
@@ -115,13 +119,30 @@ def record_failure(
     cause: str,
     failed_again: Mapping[str, Any],
 ) -> Failure:
-    """MarkFailed's last resort, once MarkFailed itself failed: only the job row and a summary
-    that says why, a few requests whatever the job's size. `state` as `mark_failed`'s."""
-    if isinstance(state, Planned):
-        store.stop_shards(state.job_id, JobStatus.FAILED, shards=state.shards)
+    """MarkFailed's last resort, once MarkFailed itself failed: every line accounted for from the
+    input alone (`account_from_input`), and should that fail as well, the job row and a summary
+    that says why. `state` as `mark_failed`'s."""
     reason = _reason(error, cause)
     again = _reason(str(failed_again.get("Error", "Unknown")), str(failed_again.get("Cause", "")))
-    return _summary_only(s3, store, state, f"{reason}; accounting for its lines failed too: {again}")
+    reason = f"{reason}; accounting for its lines failed too: {again}"
+    if not isinstance(state, Planned):
+        return _summary_only(s3, store, state, reason)
+    store.stop_shards(state.job_id, JobStatus.FAILED, shards=state.shards)
+    try:
+        summary = account_from_input(s3, store, state, reason)
+    except Exception as exc:
+        # the lines go unaccounted for only here, and the summary says so and why
+        logger.exception("the failed job's lines could not be accounted for from its input")
+        return _summary_only(s3, store, state, f"{reason}; writing its lines from the input failed: {exc!r}")
+    assert summary.figures is not None
+    event = JobFailed(
+        job_id=state.job_id,
+        status=JobStatus.FAILED,
+        error=reason,
+        counts=summary.figures.counts,
+        outputs=summary.figures.outputs,
+    )
+    return Failure(job_id=state.job_id, event=event)
 
 
 def _summary_only(s3: Any, store: Any, state: Planned | Mapping[str, Any], reason: str) -> Failure:
