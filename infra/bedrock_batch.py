@@ -19,7 +19,7 @@ import aws_cdk.aws_iam as iam
 import aws_cdk.aws_lambda as lambda_
 from constructs import Construct
 from sluice.contract import BEDROCK_INPUT_PREFIX as INPUT
-from sluice.contract import BEDROCK_JOB_NAME_PREFIX, PROVIDER_STEPS, Settings
+from sluice.contract import BEDROCK_JOB_NAME_PREFIX, PROVIDER_STEPS, SHARD_FAILED_STEP, Settings
 from sluice.contract import BEDROCK_OUTPUT_PREFIX as OUTPUT
 
 if TYPE_CHECKING:
@@ -142,5 +142,7 @@ def grant_bedrock_batch(stack: SluiceStack, bedrock: BedrockBatch) -> None:
     allow(BATCH_STEPS, ["bedrock:TagResource"], [bedrock.job_arns], wildcard_reason=why)
     why = "ListModelInvocationJobs supports no resource-level permission."
     allow(BATCH_STEPS, ["bedrock:ListModelInvocationJobs"], ["*"], wildcard_reason=why)
+    # a failed shard's open jobs are stopped, and their state read, by ShardFailed
+    allow([SHARD_FAILED_STEP], jobs[1:], [bedrock.job_arns], wildcard_reason=why)
     for step in BATCH_STEPS:
         stack.functions.by_step[step].add_environment(ROLE_VARIABLE, role.role_arn)

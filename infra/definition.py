@@ -15,6 +15,7 @@ from sluice.contract import (
     MARK_FAILED_ERROR_KEY,
     PLAN_EVENT_KEY,
     PLAN_EXECUTION_KEY,
+    SHARD_FAILED_STEP,
     SHARD_KEY,
     STEP_ERROR_KEY,
     STEPS,
@@ -131,6 +132,17 @@ def _is_true(path: str, next_state: str) -> dict[str, Any]:
     return {"Variable": path, "BooleanEquals": True, "Next": next_state}
 
 
+# A shard step that failed after its retries ends its shard, not its job: ShardFailed cancels the
+# shard's open work and writes its unfinished lines to the errors, naming the cause, and the Map's
+# other children run on. Only ShardFailed's own failure fails the Map, and with it the job.
+SHARD_CATCH = [{"ErrorEquals": ["States.ALL"], "ResultPath": f"$.{STEP_ERROR_KEY}", "Next": "ShardFailed"}]
+
+
+def _caught(state: dict[str, Any]) -> dict[str, Any]:
+    """`state` with SHARD_CATCH after the catches it has."""
+    return {**state, "Catch": [*state.get("Catch", []), *SHARD_CATCH]}
+
+
 def _shard_states() -> dict[str, Any]:
     """The child workflow every shard runs: one branch per mode, each a loop until done.
 
@@ -138,63 +150,70 @@ def _shard_states() -> dict[str, Any]:
     result under its own key, so that no step's answer overwrites the shard or another's.
     """
     p = FUNCTION_PLACEHOLDERS
+    states = _mode_states()
+    for name, state in states.items():
+        if state["Type"] == "Task":
+            states[name] = _caught(state)
+    states["ShardFailed"] = _invoke(p[SHARD_FAILED_STEP], "$", None, "Shard finished")
+    return {"StartAt": "Answered from the cache?", "States": states}
+
+
+def _mode_states() -> dict[str, Any]:
+    p = FUNCTION_PLACEHOLDERS
     return {
-        "StartAt": "Answered from the cache?",
-        "States": {
-            # Plan wrote the outputs of a shard the response cache answered whole: nothing to run
-            "Answered from the cache?": {
-                "Type": "Choice",
-                "Choices": [_is_true(ShardSpec.path("answered"), "Shard finished")],
-                "Default": "Which mode?",
-            },
-            "Which mode?": {
-                "Type": "Choice",
-                "Choices": [
-                    {"Variable": ShardSpec.path("mode"), "StringEquals": Mode.BACKGROUND, "Next": "Submit"},
-                    {"Variable": ShardSpec.path("mode"), "StringEquals": Mode.BATCH, "Next": "SubmitBatch"},
-                ],
-                "Default": "RunShard",
-            },
-            "RunShard": _invoke(p["run_shard"], "$", DirectRun, "Shard done?"),
-            "Shard done?": {
-                "Type": "Choice",
-                "Choices": [_is_true(DirectRun.path("done"), "Shard finished")],
-                "Default": "RunShard",
-            },
-            "Submit": _invoke(p["submit"], "$", Submitted, "Submitted?"),
-            "Submitted?": {
-                "Type": "Choice",
-                "Choices": [_is_true(Submitted.path("submitted"), "AwaitWebhooks (first)")],
-                "Default": "Submit",
-            },
-            # two waits, one per step whose result says how long: the state keeps both results
-            "AwaitWebhooks (first)": _await(Submitted.path("wait_seconds"), "Collect"),
-            "Collect": _invoke(p["collect"], "$", Collected, "Collected?"),
-            "Collected?": {
-                "Type": "Choice",
-                "Choices": [_is_true(Collected.path("done"), "Shard finished")],
-                "Default": "AwaitWebhooks",
-            },
-            "AwaitWebhooks": _await(Collected.path("wait_seconds"), "Collect"),
-            "SubmitBatch": _invoke(p["submit_batch"], "$", BatchSubmitted, "AwaitBatch (first)"),
-            "AwaitBatch (first)": _await(BatchSubmitted.path("wait_seconds"), "CollectBatch"),
-            "CollectBatch": _invoke(p["collect_batch"], "$", BatchCollected, "Batch finished?"),
-            "Batch finished?": {
-                "Type": "Choice",
-                "Choices": [
-                    _is_true(BatchCollected.path("done"), "Shard finished"),
-                    # rows the batch did not finish go through the fan-out engine, if the job allows
-                    _is_true(BatchCollected.path("fallback"), "RunShard"),
-                ],
-                "Default": "AwaitBatch",
-            },
-            "AwaitBatch": _await(BatchCollected.path("wait_seconds"), "CollectBatch"),
-            # The Distributed Map gathers every child's output into its own, which Step Functions
-            # caps at 256 KiB even with ResultPath null: a child ends with one boolean (5 bytes
-            # with its comma; about 52,000 shards), not with its state (~450 bytes; ~580 shards).
-            # Only a finished shard gets here, so the boolean is `true`.
-            "Shard finished": {"Type": "Pass", "Result": True, "End": True},
+        # Plan wrote the outputs of a shard the response cache answered whole: nothing to run
+        "Answered from the cache?": {
+            "Type": "Choice",
+            "Choices": [_is_true(ShardSpec.path("answered"), "Shard finished")],
+            "Default": "Which mode?",
         },
+        "Which mode?": {
+            "Type": "Choice",
+            "Choices": [
+                {"Variable": ShardSpec.path("mode"), "StringEquals": Mode.BACKGROUND, "Next": "Submit"},
+                {"Variable": ShardSpec.path("mode"), "StringEquals": Mode.BATCH, "Next": "SubmitBatch"},
+            ],
+            "Default": "RunShard",
+        },
+        "RunShard": _invoke(p["run_shard"], "$", DirectRun, "Shard done?"),
+        "Shard done?": {
+            "Type": "Choice",
+            "Choices": [_is_true(DirectRun.path("done"), "Shard finished")],
+            "Default": "RunShard",
+        },
+        "Submit": _invoke(p["submit"], "$", Submitted, "Submitted?"),
+        "Submitted?": {
+            "Type": "Choice",
+            "Choices": [_is_true(Submitted.path("submitted"), "AwaitWebhooks (first)")],
+            "Default": "Submit",
+        },
+        # two waits, one per step whose result says how long: the state keeps both results
+        "AwaitWebhooks (first)": _await(Submitted.path("wait_seconds"), "Collect"),
+        "Collect": _invoke(p["collect"], "$", Collected, "Collected?"),
+        "Collected?": {
+            "Type": "Choice",
+            "Choices": [_is_true(Collected.path("done"), "Shard finished")],
+            "Default": "AwaitWebhooks",
+        },
+        "AwaitWebhooks": _await(Collected.path("wait_seconds"), "Collect"),
+        "SubmitBatch": _invoke(p["submit_batch"], "$", BatchSubmitted, "AwaitBatch (first)"),
+        "AwaitBatch (first)": _await(BatchSubmitted.path("wait_seconds"), "CollectBatch"),
+        "CollectBatch": _invoke(p["collect_batch"], "$", BatchCollected, "Batch finished?"),
+        "Batch finished?": {
+            "Type": "Choice",
+            "Choices": [
+                _is_true(BatchCollected.path("done"), "Shard finished"),
+                # rows the batch did not finish go through the fan-out engine, if the job allows
+                _is_true(BatchCollected.path("fallback"), "RunShard"),
+            ],
+            "Default": "AwaitBatch",
+        },
+        "AwaitBatch": _await(BatchCollected.path("wait_seconds"), "CollectBatch"),
+        # The Distributed Map gathers every child's output into its own, which Step Functions
+        # caps at 256 KiB even with ResultPath null: a child ends with one boolean (5 bytes
+        # with its comma; about 52,000 shards), not with its state (~450 bytes; ~580 shards).
+        # Only a finished shard gets here, so the boolean is `true`.
+        "Shard finished": {"Type": "Pass", "Result": True, "End": True},
     }
 
 
@@ -220,7 +239,8 @@ def definition() -> dict[str, Any]:
             **_shard_states(),
         },
         "MaxConcurrencyPath": Planned.path("map_concurrency"),
-        # a shard that fails after its retries fails the job; moto wants the number as a float
+        # a shard that failed ended through ShardFailed; a child that fails even so fails the job
+        # (moto wants the number as a float)
         "ToleratedFailurePercentage": 0.0,
         "Label": "Shards",
         "ResultPath": None,
@@ -238,7 +258,7 @@ def definition() -> dict[str, Any]:
     # MarkFailed reads the plan if there is one, else the S3 event the execution started with. It
     # assembles the shards that never finished for part of its time and runs again for the rest;
     # a timeout would come back on a retry, so it goes to the Catch. Whatever fails it, the job
-    # still ends FAILED, with a summary and its event, at the cost of a few requests.
+    # still ends FAILED, every line accounted for from the input alone, with its summary and event.
     mark_failed = _invoke(
         p["mark_failed"],
         "$",
@@ -247,7 +267,7 @@ def definition() -> dict[str, Any]:
         transient=[e for e in TRANSIENT_LAMBDA_ERRORS if e != LAMBDA_TIMEOUT],
     )
     mark_failed["Catch"] = [
-        {"ErrorEquals": ["States.ALL"], "ResultPath": f"$.{MARK_FAILED_ERROR_KEY}", "Next": "MarkFailed (summary only)"}
+        {"ErrorEquals": ["States.ALL"], "ResultPath": f"$.{MARK_FAILED_ERROR_KEY}", "Next": "MarkFailed (from the input)"}
     ]
 
     return {
@@ -271,7 +291,7 @@ def definition() -> dict[str, Any]:
                 "Choices": [_is_true(MarkedFailed.path("done"), "Job failed")],
                 "Default": "MarkFailed",
             },
-            "MarkFailed (summary only)": _invoke(p["mark_failed"], "$", None, "Job failed"),
+            "MarkFailed (from the input)": _invoke(p["mark_failed"], "$", None, "Job failed"),
             "Job failed": {"Type": "Fail", "Error": "JobFailed", "Cause": "See the job's errors file."},
         },
     }

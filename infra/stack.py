@@ -17,6 +17,7 @@ from sluice.contract import (
     OUTBOX_PREFIX,
     PROVIDER_ID_INDEX,
     PROVIDER_STEPS,
+    SHARD_FAILED_STEP,
     SIGNED_PROVIDERS,
     TURNAROUNDS_PREFIX,
 )
@@ -276,6 +277,23 @@ class SluiceStack(cdk.Stack):
                 for step in PROVIDER_STEPS:
                     self._allow_secret_decrypt(by_step[step].role, api_key.secret_arn)
 
+        # ShardFailed reads its shard's lines and parts, and writes its outputs, under jobs/; it
+        # needs the key only to cancel the shard's open work
+        allow([SHARD_FAILED_STEP], ["s3:GetObject"], self._objects(INBOX_PREFIX, JOBS_PREFIX), wildcard_reason=inbox)
+        allow(
+            [SHARD_FAILED_STEP],
+            ["s3:PutObject"],
+            [
+                self.storage.bucket.arn_for_objects(ANY_SHARD_PREFIX + name)
+                for name in ("results.jsonl", "errors.jsonl", "stats.json")
+            ],
+            wildcard_reason="A failed shard's outputs are under jobs/<job id>/shards/<shard>/, named when it runs.",
+        )
+        if api_key is not None:
+            allow([SHARD_FAILED_STEP], ["secretsmanager:GetSecretValue"], [api_key.secret_arn])
+            if not self.secrets.created:
+                self._allow_secret_decrypt(by_step[SHARD_FAILED_STEP].role, api_key.secret_arn)
+
         # UploadPartCopy needs GetObject on the source part and PutObject on the target.
         allow(OUTPUT_STEPS, ["s3:GetObject"], self._objects(JOBS_PREFIX), wildcard_reason=jobs)
         allow(
@@ -303,7 +321,7 @@ class SluiceStack(cdk.Stack):
 
         # Without ListBucket a missing checkpoint reads as 403 instead of 404.
         allow(
-            [*PROVIDER_STEPS, *OUTPUT_STEPS],
+            [*PROVIDER_STEPS, SHARD_FAILED_STEP, *OUTPUT_STEPS],
             ["s3:ListBucket"],
             [self.storage.bucket.bucket_arn],
             conditions={"StringLike": {"s3:prefix": [JOBS_PREFIX, f"{JOBS_PREFIX}*"]}},

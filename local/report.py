@@ -260,7 +260,7 @@ def render_report(summary: Mapping[str, Any], *, files: Mapping[str, str] | None
         settings_section(summary),
         *_latency_sections(summary),
         "<h2>Throughput</h2>",
-        throughput_chart(summary.get("timeline") or {}, summary.get("started_at"), failed=status == "FAILED"),
+        throughput_chart(summary.get("timeline") or {}, summary.get("started_at"), failed=status == JobStatus.FAILED),
         cost_section(summary.get("cost_estimate_usd") or {}),
         *_deadline_sections(summary),
         *_error_sections(summary),

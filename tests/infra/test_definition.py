@@ -46,10 +46,10 @@ def test_a_failure_of_mark_failed_ends_in_its_last_resort_and_a_timeout_is_not_r
     states = definition()["States"]
     mark_failed = states["MarkFailed"]
     assert mark_failed["Catch"] == [
-        {"ErrorEquals": ["States.ALL"], "ResultPath": f"$.{MARK_FAILED_ERROR_KEY}", "Next": "MarkFailed (summary only)"}
+        {"ErrorEquals": ["States.ALL"], "ResultPath": f"$.{MARK_FAILED_ERROR_KEY}", "Next": "MarkFailed (from the input)"}
     ]
     assert not any("Sandbox.Timedout" in rule["ErrorEquals"] for rule in mark_failed["Retry"])
-    last_resort = states["MarkFailed (summary only)"]
+    last_resort = states["MarkFailed (from the input)"]
     assert last_resort["Parameters"]["FunctionName"] == mark_failed["Parameters"]["FunctionName"]
     assert last_resort["Next"] == "Job failed" and "Catch" not in last_resort
     # MarkFailed runs again until every line is accounted for

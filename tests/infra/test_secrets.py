@@ -83,8 +83,9 @@ def _decrypt_by_handler(api_key: str | None, webhook: str | None, key: str | Non
 
 def test_imported_secrets_under_a_customer_key_can_be_decrypted_by_exactly_their_readers() -> None:
     found = _decrypt_by_handler(EXISTING, EXISTING_WEBHOOK, KEY)
-    provider_steps = {"run_shard", "submit", "collect", "submit_batch", "collect_batch"}
-    assert set(found) == provider_steps | {"webhook"}
+    # the steps that send, and ShardFailed, which cancels a failed shard's open work
+    key_readers = {"run_shard", "submit", "collect", "submit_batch", "collect_batch", "fail_shard"}
+    assert set(found) == key_readers | {"webhook"}
     for handler, statements in found.items():
         secret = EXISTING_WEBHOOK if handler == "webhook" else EXISTING
         assert statements == [
@@ -106,5 +107,5 @@ def test_imported_secrets_under_a_customer_key_can_be_decrypted_by_exactly_their
 
 def test_decrypt_only_for_the_secrets_that_are_imported_and_only_with_a_key() -> None:
     only_api_key = _decrypt_by_handler(EXISTING, None, KEY)
-    assert set(only_api_key) == {"run_shard", "submit", "collect", "submit_batch", "collect_batch"}
+    assert set(only_api_key) == {"run_shard", "submit", "collect", "submit_batch", "collect_batch", "fail_shard"}
     assert _decrypt_by_handler(EXISTING, EXISTING_WEBHOOK, None) == {}

@@ -14,6 +14,8 @@ from tests.infra.test_functions import secret_id, step_functions, webhook_functi
 from tests.infra.test_workflow import _flat
 
 PROVIDER_STEPS = ("run_shard", "submit", "collect", "submit_batch", "collect_batch")
+# the steps that read the API key: the senders, and ShardFailed, which cancels a failed shard's open work
+KEY_READERS = (*PROVIDER_STEPS, "fail_shard")
 PROVIDER_S3 = {
     ("s3:GetObject", "inbox/*"),
     ("s3:GetObject", "jobs/*"),
@@ -74,6 +76,15 @@ EXPECTED_S3 = {
         ("s3:PutObject", "jobs/*/shards/*/stats.json"),
     },
     "notify": set(),
+    # a failed shard's lines and parts read, its outputs written; nothing of outbox/ or the cache
+    "fail_shard": {
+        ("s3:GetObject", "inbox/*"),
+        ("s3:GetObject", "jobs/*"),
+        ("s3:ListBucket", ""),
+        ("s3:PutObject", "jobs/*/shards/*/results.jsonl"),
+        ("s3:PutObject", "jobs/*/shards/*/errors.jsonl"),
+        ("s3:PutObject", "jobs/*/shards/*/stats.json"),
+    },
 }
 
 
@@ -152,7 +163,7 @@ def _exact_s3_access(synthesis: Synthesis, env: str) -> None:
 def test_only_provider_steps_read_the_api_key(synthesis: Synthesis, env: str) -> None:
     for step, statements in _step_statements(synthesis, env).items():
         actions = {a for s in statements for a in _listed(s["Action"])}
-        assert ("secretsmanager:GetSecretValue" in actions) is (step in PROVIDER_STEPS), step
+        assert ("secretsmanager:GetSecretValue" in actions) is (step in KEY_READERS), step
         assert not any(a.startswith("secretsmanager:") and a != "secretsmanager:GetSecretValue" for a in actions)
         # Merge's outcome goes out through Notify; MarkFailed announces a failure itself
         assert ("events:PutEvents" in actions) is (step in ("mark_failed", "notify")), step

@@ -109,6 +109,7 @@ from .status import (
 from .steps import (
     FULL_VCPU_MB,
     PROVIDER_STEPS,
+    SHARD_FAILED_STEP,
     STEPS,
     WEBHOOK,
     Step,
@@ -174,6 +175,7 @@ __all__ = [
     "REPORT_SUFFIX",
     "SERVICE",
     "SETTING_DEFAULTS",
+    "SHARD_FAILED_STEP",
     "SHARD_KEY",
     "SHARED_LIMIT_CHOICES",
     "SIGNED_PROVIDERS",

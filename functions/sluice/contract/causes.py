@@ -102,6 +102,7 @@ SHARD_OUTPUTS = Cause("a shard's outputs read or marked, by Merge or MarkFailed"
 COMPACT = Cause("merge: a compaction slice", Per.JOB)
 NOTIFY = Cause("notify", Per.JOB)
 MARK_FAILED = Cause("mark failed", Per.JOB)
+SHARD_FAILED = Cause("a failed shard ended: its open work cancelled, its outputs written", Per.SHARD)
 
 CAUSES: tuple[Cause, ...] = (
     PLAN,
@@ -157,6 +158,7 @@ STEP_CAUSES: dict[str, Cause] = {
     "merge": MERGE,
     "notify": NOTIFY,
     "mark_failed": MARK_FAILED,
+    "fail_shard": SHARD_FAILED,
     "webhook": WEBHOOK,
 }
 

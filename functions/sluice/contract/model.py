@@ -42,6 +42,8 @@ class ErrorCode:
     BATCH_CANCELLED = "batch_cancelled"
     BATCH_FAILED = "batch_failed"
     JOB_FAILED = "job_failed"
+    # not finished: its shard failed after its retries (the message names the cause); its siblings ran on
+    SHARD_FAILED = "shard_failed"
     # the answer failed the job's output checks (`sluice-validate`) on its last send
     INVALID_OUTPUT = "invalid_output"
 

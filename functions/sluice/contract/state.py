@@ -295,6 +295,8 @@ class ShardState:
     collect: Collected | None = None
     submit_batch: BatchSubmitted | None = None
     collect_batch: BatchCollected | None = None
+    # a step's failure after its retries, as the child's Catch gave it: {"Error", "Cause"}
+    error: dict[str, Any] | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ShardState:

@@ -49,6 +49,8 @@ STEPS: dict[str, Step] = {
         Step("collect", 900),
         Step("submit_batch", 900),
         Step("collect_batch", 900),
+        # a shard whose step failed after its retries: cancels its open work, writes its outputs
+        Step("fail_shard", 900),
         Step("merge", 900),
         Step("notify", 30),
         Step("mark_failed", 900),
@@ -62,3 +64,5 @@ WEBHOOK = Step("webhook", 10, 512)
 
 # The steps that talk to the provider and work through their shard's rows and checkpoints.
 PROVIDER_STEPS = ("run_shard", "submit", "collect", "submit_batch", "collect_batch")
+# The step that ends a failed shard: it reaches the provider only to cancel the shard's open work.
+SHARD_FAILED_STEP = "fail_shard"

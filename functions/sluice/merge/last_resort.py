@@ -13,7 +13,7 @@ from typing import Any
 from boto3.s3.transfer import TransferConfig
 
 from sluice.contract import JobStatus, Planned, Summary, causes
-from sluice.contract.layout import OUTPUT_SUFFIXES, output_key
+from sluice.contract.layout import OUTPUT_SUFFIXES, job_prefix, output_key
 from sluice.contract.model import ErrorCode
 from sluice.contract.summary import Counts
 from sluice.core.records import error_record
@@ -60,7 +60,7 @@ def account_from_input(s3: Any, store: Any, state: Planned, reason: str, *, cloc
     written = [0]
     message = (
         f"the job failed before this line's outcome was written, and its outputs could not be assembled ({reason}); "
-        f"an answer the provider gave is kept under s3://{bucket}/jobs/{job_id}/"
+        f"an answer the provider gave is kept under s3://{bucket}/{job_prefix(job_id)}"
     )
 
     def records() -> Iterator[bytes]:

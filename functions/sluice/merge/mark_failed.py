@@ -9,11 +9,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
 from botocore.exceptions import ClientError
 
 from sluice.contract import JobFailed, JobStatus, MarkedFailed, Planned, Summary
 from sluice.contract.model import ErrorCode
+from sluice.core.failures import failure_reason
 from sluice.merge.last_resort import account_from_input
 from sluice.merge.merge import Deadlines, merge_job
 from sluice.merge.outputs import OutOfTime
@@ -28,10 +28,6 @@ logger = logging.getLogger(__name__)
 # leaves the merge, which takes what Merge's does, to the next one too.
 ASSEMBLY_SHARE = 0.4
 MERGE_AFTER_SHARE = 0.1
-
-
-# errors whose message says what the user asked for and why it cannot be: shown without their type
-USER_ERRORS = frozenset({"PlanError"})
 
 
 @dataclass(frozen=True)
@@ -53,19 +49,6 @@ class Failure:
         return {**detail, **self.result.to_dict()}
 
 
-def _reason(error: str, cause: str) -> str:
-    """Step Functions hands over a Lambda failure as a JSON cause; users want its message."""
-    try:
-        parsed = orjson.loads(cause)
-    except orjson.JSONDecodeError:
-        return f"{error}: {cause}" if cause else error
-    if isinstance(parsed, dict) and parsed.get("errorMessage"):
-        kind = parsed.get("errorType", error)
-        # a refused option or input: the message is the user's, the class name means nothing to them
-        return str(parsed["errorMessage"]) if kind in USER_ERRORS else f"{kind}: {parsed['errorMessage']}"
-    return error
-
-
 def mark_failed(
     *, s3: Any, store: Any, state: Planned | Mapping[str, Any], error: str, cause: str, remaining_s: float | None = None
 ) -> Failure:
@@ -73,7 +56,7 @@ def mark_failed(
     planned, or the execution's input (the S3 event) when Plan itself failed. `done` is False
     when the shards left to assemble, or the merge, wait for another call (`remaining_s`: the
     time this invocation has; None: no limit), and the event comes with the call that is done."""
-    reason = _reason(error, cause)
+    reason = failure_reason(error, cause)
     if not isinstance(state, Planned):
         # Plan itself failed: no shards and no manifest, so the job is the input object and the reason
         return _summary_only(s3, store, state, reason)
@@ -122,8 +105,8 @@ def record_failure(
     """MarkFailed's last resort, once MarkFailed itself failed: every line accounted for from the
     input alone (`account_from_input`), and should that fail as well, the job row and a summary
     that says why. `state` as `mark_failed`'s."""
-    reason = _reason(error, cause)
-    again = _reason(str(failed_again.get("Error", "Unknown")), str(failed_again.get("Cause", "")))
+    reason = failure_reason(error, cause)
+    again = failure_reason(str(failed_again.get("Error", "Unknown")), str(failed_again.get("Cause", "")))
     reason = f"{reason}; accounting for its lines failed too: {again}"
     if not isinstance(state, Planned):
         return _summary_only(s3, store, state, reason)

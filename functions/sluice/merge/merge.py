@@ -31,6 +31,7 @@ from sluice.contract import (
     causes,
     output_key,
 )
+from sluice.contract.model import ErrorCode
 from sluice.merge.outputs import OutOfTime, shard_outputs
 from sluice.merge.summary import InvariantError, Tally, end_job, job_figures, with_deadline
 from sluice.plan.turnarounds import keep_turnarounds
@@ -240,15 +241,29 @@ def load_manifest(s3: Any, bucket: str, manifest_key: str) -> list[ShardSpec]:
     return [ShardSpec.from_dict(item) for item in orjson.loads(raw)]
 
 
-def outcome_status(errors: int, requests: int, max_error_rate: float) -> str:
+def outcome_status(errors: int, requests: int, max_error_rate: float, *, failed_shards: bool = False) -> str:
     """SUCCEEDED, or COMPLETED_WITH_ERRORS when failed lines pass the job's threshold.
 
     Strictly more than the allowed share: with 0, one failed line is enough; with 1, never.
     The product is rounded so that 29 of 100 is within 0.29 (0.29 * 100 is 28.999999999999996).
+    A job with `failed_shards` never SUCCEEDED: within the threshold it COMPLETED_WITH_ERRORS, past
+    it FAILED.
     """
-    if errors and errors > round(max_error_rate * requests, 6):
-        return JobStatus.COMPLETED_WITH_ERRORS
-    return JobStatus.SUCCEEDED
+    over = bool(errors) and errors > round(max_error_rate * requests, 6)
+    if failed_shards:
+        return JobStatus.FAILED if over else JobStatus.COMPLETED_WITH_ERRORS
+    return JobStatus.COMPLETED_WITH_ERRORS if over else JobStatus.SUCCEEDED
+
+
+def shard_failures(tally: Tally) -> str | None:
+    """What the job's failed shards say of why (their errors' example names the cause), or None."""
+    lines = tally.totals.errors.get(ErrorCode.SHARD_FAILED, 0)
+    if not lines:
+        return None
+    example = tally.totals.error_examples.get(ErrorCode.SHARD_FAILED, "")
+    # "line N: its shard failed: <cause>"
+    cause = example.split("its shard failed: ", 1)[-1]
+    return f"{lines:,} lines of failed shards went to the errors as {ErrorCode.SHARD_FAILED}; the first: {cause}"
 
 
 def _tally(
@@ -337,12 +352,15 @@ def merge_job(
     started = float(job.started_at) if job else float(clock())
     wall = round(clock() - started, 3)
     max_error_rate = float(plan.max_error_rate) if plan else 0.0
+    failed_shards = shard_failures(tally)
     if status is None:
         status = (
             JobStatus.BUDGET_EXCEEDED
             if tally.unsent
-            else outcome_status(counts.errors, counts.requests, max_error_rate)
+            else outcome_status(counts.errors, counts.requests, max_error_rate, failed_shards=bool(failed_shards))
         )
+    if failed_shards and error is None:
+        error = failed_shards
     figures = job_figures(
         tally,
         counts=counts,

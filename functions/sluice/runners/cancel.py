@@ -29,6 +29,7 @@ from sluice.contract import (
     manifest_key,
 )
 from sluice.contract.model import ErrorCode, Outcome
+from sluice.contract.rows import ShardRow
 from sluice.core.retry import RetryPolicy
 from sluice.merge.merge import merge_job
 from sluice.merge.summary import end_job
@@ -82,7 +83,11 @@ def open_provider_work(store: JobStore, job_id: str, *, shards: int | None = Non
     """Batches and background responses of the job that the provider may still be running: every
     shard row, then every shard's item rows, each strongly consistent (an id stored a moment ago
     is work to cancel). `shards` is the job row's count, read when not given."""
-    rows = store.shards(job_id, count=shards, consistent=True)
+    return provider_work_of(store, job_id, store.shards(job_id, count=shards, consistent=True))
+
+
+def provider_work_of(store: JobStore, job_id: str, rows: list[ShardRow]) -> ProviderWork:
+    """The open batches and background responses of the shards whose rows are `rows`."""
     batches: list[str] = []
     for shard in rows:
         # collected batches have a state; the one a webhook said has ended is settled
