@@ -14,9 +14,11 @@ from importlib.metadata import PackageNotFoundError, version
 from sluice.contract import (
     DEFAULT_PROVIDER,
     LOCAL_SETTING_DEFAULTS,
+    MAX_REQUEST_TIMEOUT_S,
     MODES,
     PROVIDERS,
     SETTING_DEFAULTS,
+    STEPS,
     parse_budget,
     parse_error_rate,
 )
@@ -55,6 +57,16 @@ def _error_rate(raw: str) -> float:
         return parse_error_rate(raw)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"{raw!r}: {exc}") from None
+
+
+def _request_timeout(raw: str) -> float:
+    value = checks.positive_seconds(raw)
+    if value >= MAX_REQUEST_TIMEOUT_S:
+        raise argparse.ArgumentTypeError(
+            f"{raw} s leaves a shard no time to send: give under {MAX_REQUEST_TIMEOUT_S:g} s "
+            f"(a shard Lambda's {STEPS['run_shard'].timeout_s} s less its safety margin)"
+        )
+    return value
 
 
 def _budget(raw: str) -> float:
@@ -242,7 +254,12 @@ def _run(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         ("--map-concurrency", "map_concurrency", checks.positive_int, "shards running at once"),
         ("--shard-lines", "shard_lines", checks.positive_int, "lines per shard"),
         ("--max-attempts", "max_attempts", checks.positive_int, MAX_ATTEMPTS_HELP),
-        ("--request-timeout", "request_timeout_s", checks.positive_seconds, "seconds per attempt"),
+        (
+            "--request-timeout",
+            "request_timeout_s",
+            _request_timeout,
+            f"seconds per attempt, under {MAX_REQUEST_TIMEOUT_S:g} (a shard Lambda's time less its margin)",
+        ),
     ):
         default = LOCAL_SETTING_DEFAULTS[name]
         p.add_argument(flag, type=kind, default=default, help=with_default(text, default))

@@ -14,14 +14,17 @@ from sluice.contract import (
     DEFAULT_PROVIDER,
     JOB_OPTIONS,
     LOCAL_SETTING_DEFAULTS,
+    MAX_BUDGET_USD,
+    MAX_REQUEST_TIMEOUT_S,
     METADATA_PREFIX,
     PROVIDERS,
     SETTING_DEFAULTS,
+    STEPS,
     VALIDATION_CHECKS,
     Settings,
     job_option_key,
 )
-from sluice.plan.plan import JobOptions
+from sluice.plan.plan import JobOptions, PlanError
 
 from local.cli import build_parser
 from local.cloud import LocalSettings
@@ -53,7 +56,7 @@ def test_help_shows_the_default_it_uses(capsys: pytest.CaptureFixture[str]) -> N
         build_parser().parse_args(["run", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert f"shards running at once (default: {LOCAL_SETTING_DEFAULTS['map_concurrency']})" in text
-    assert f"seconds per attempt (default: {LOCAL_SETTING_DEFAULTS['request_timeout_s']:g})" in text
+    assert f"(a shard Lambda's time less its margin) (default: {LOCAL_SETTING_DEFAULTS['request_timeout_s']:g})" in text
 
 
 def test_every_job_option_the_cli_takes_is_one_plan_reads() -> None:
@@ -143,3 +146,26 @@ def test_run_help_says_which_modes_each_provider_has() -> None:
         "modes by --provider: openai: direct, background, batch, auto; anthropic: direct, batch, auto; "
         "bedrock: direct, batch, auto" in text
     )
+
+
+def test_a_request_timeout_that_leaves_a_shard_no_time_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """A shard stops once less than the timeout plus its margin is left: at 880 s it never starts."""
+    assert MAX_REQUEST_TIMEOUT_S == STEPS["run_shard"].timeout_s - SETTING_DEFAULTS["safety_margin_s"] == 880
+    assert build_parser().parse_args(["run", "in.jsonl", "--request-timeout", "879"]).request_timeout == 879
+    for too_long in ("880", "3600"):
+        with pytest.raises(SystemExit) as refused:
+            build_parser().parse_args(["run", "in.jsonl", "--request-timeout", too_long])
+        assert refused.value.code == 2
+        assert "give under 880 s (a shard Lambda's 900 s less its safety margin)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["run", "submit", "retry"])
+def test_a_budget_past_what_the_job_row_counts_is_refused(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert build_parser().parse_args([command, "x", "--budget", "1e9"]).budget_usd == MAX_BUDGET_USD
+    for huge in ("1e30", "1e308"):
+        with pytest.raises(SystemExit) as refused:
+            build_parser().parse_args([command, "x", "--budget", huge])
+        assert refused.value.code == 2
+        assert f"{huge!r} is more than the largest budget Sluice counts, $1,000,000,000" in capsys.readouterr().err
+    with pytest.raises(PlanError, match="largest budget"):
+        JobOptions.from_metadata({"sluice-budget-usd": "1e30"}, SETTINGS)
