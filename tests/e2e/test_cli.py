@@ -164,7 +164,7 @@ def test_bad_input_says_where_and_exits_3(tmp_path: Path) -> None:
     option = sluice(
         "submit", str(write_jsonl(tmp_path / "ok.jsonl", [request_line("a")])), "--mode", "sideways", env=env
     )
-    assert option.returncode == 2 and "sluice-mode='sideways'" in option.stderr
+    assert option.returncode == 2 and "argument --mode: invalid choice: 'sideways'" in option.stderr
 
 
 def test_without_aws_credentials_exits_5(tmp_path: Path) -> None:

@@ -148,7 +148,7 @@ BAD_ARGUMENTS = [
     case("submit", "{good}", "--max-attempts", "0", code=EXIT_USAGE, says="argument --max-attempts"),
     case("submit", "{good}", "--deadline-hours", "0", code=EXIT_USAGE, says="argument --deadline-hours"),
     case("submit", "{good}", "--watch", "--interval", "0", code=EXIT_USAGE, says="argument --interval"),
-    case("submit", "{good}", "--mode", "sideways", code=EXIT_USAGE, says="sluice-mode='sideways'"),
+    case("submit", "{good}", "--mode", "sideways", code=EXIT_USAGE, says="argument --mode: invalid choice"),
     case("status", "--limit", "0", code=EXIT_USAGE, says="argument --limit"),
     case("status", "job-1", "--watch", "--interval", "-1", code=EXIT_USAGE, says="argument --interval"),
     case("retry", "job-1", "--concurrency", "0", code=EXIT_USAGE, says="argument --concurrency"),

@@ -69,12 +69,23 @@ def test_every_job_option_the_cli_takes_is_one_plan_reads() -> None:
     given = {"mode": "auto", "budget": "5", "model": "m", "concurrency": "3", "map-concurrency": "2"}
     given |= {"max-attempts": "4", "on-batch-incomplete": "error", "deadline-hours": "30", "max-error-rate": "0.1"}
     given |= {"provider": "openai"}
-    args = build_parser().parse_args(
-        ["submit", "in.jsonl", *(part for k, v in given.items() for part in (f"--{k}", v))]
+    # a deadline picks each shard's mode and replaces --deadline-hours: Plan takes it apart from those
+    deadline = {"deadline": "12h", "batch-turnaround": "2h", "rpm": "500", "tpm": "90000"}
+    named: set[str] = set()
+    for options in (given, deadline):
+        args = build_parser().parse_args(
+            ["submit", "in.jsonl", *(part for k, v in options.items() for part in (f"--{k}", v))]
+        )
+        metadata = options_metadata(args)
+        assert len(metadata) == len(options)
+        named |= set(metadata)
+    assert len(named) == len(dests) == len(given) + len(deadline)
+    assert (
+        JobOptions.from_metadata(
+            options_metadata(build_parser().parse_args(["submit", "x", "--budget", "5"])), SETTINGS
+        ).budget_usd
+        == 5.0
     )
-    metadata = options_metadata(args)
-    assert len(metadata) == len(dests) == len(given)
-    assert JobOptions.from_metadata(metadata, SETTINGS).budget_usd == 5.0
 
 
 def test_the_readme_documents_every_job_option_and_no_other() -> None:
@@ -169,3 +180,43 @@ def test_a_budget_past_what_the_job_row_counts_is_refused(command: str, capsys: 
         assert f"{huge!r} is more than the largest budget Sluice counts, $1,000,000,000" in capsys.readouterr().err
     with pytest.raises(PlanError, match="largest budget"):
         JobOptions.from_metadata({"sluice-budget-usd": "1e30"}, SETTINGS)
+
+
+def _job_flags(command: str) -> dict[str, tuple[str | None, tuple[str, ...] | None]]:
+    """The job options `command` takes: each flag's metavar and choices, as its help shows them."""
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return {
+        flag: (action.metavar, tuple(action.choices) if action.choices else None)
+        for action in sub.choices[command]._actions
+        for flag in action.option_strings
+        if flag.removeprefix("--").replace("budget", "budget-usd") in JOB_OPTIONS
+    }
+
+
+def test_run_submit_and_retry_take_the_same_job_options_under_the_same_names() -> None:
+    run = _job_flags("run")
+    assert run == _job_flags("submit")
+    # a retry carries its parent's validation
+    assert {f: v for f, v in run.items() if not f.startswith("--validate")} == _job_flags("retry")
+    assert {"--deadline", "--deadline-hours", "--rpm", "--tpm", "--on-batch-incomplete", "--budget"} <= set(run)
+    deadline = {"--deadline", "--batch-turnaround", "--rpm", "--tpm", "--model", "--provider"}
+    assert {f: run[f] for f in deadline} == {f: v for f, v in _job_flags("estimate").items() if f in deadline}
+
+
+def test_the_readmes_submit_with_a_deadline_and_a_rate_is_taken_as_written() -> None:
+    """`--deadline 12h` was taken for --deadline-hours ("'12h' is not a number"), and `--rpm` refused."""
+    args = build_parser().parse_args(["submit", "big.jsonl", "--env", "dev", "--deadline", "12h", "--rpm", "30000"])
+    assert options_metadata(args) == {"sluice-deadline": "12h", "sluice-rpm": "30000"}
+    run = build_parser().parse_args(["run", "big.jsonl", "--deadline", "12h", "--rpm", "500", "--tpm", "90000"])
+    assert (run.deadline, run.rpm, run.tpm) == ("12h", 500, 90000)
+
+
+@pytest.mark.parametrize("abbreviated", [["--deadline-h", "3"], ["--budg", "5"], ["--conc", "3"]])
+def test_a_flag_is_never_taken_from_its_first_letters(
+    abbreviated: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as refused:
+        build_parser().parse_args(["run", "in.jsonl", *abbreviated])
+    assert refused.value.code == 2
+    assert f"unrecognized arguments: {' '.join(abbreviated)}" in capsys.readouterr().err
