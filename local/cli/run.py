@@ -30,6 +30,7 @@ from sluice.providers import Signer
 
 from local.bedrock_endpoint import users_endpoint
 from local.checks import budget_needs_prices, out_dir, usable_out_dir
+from local.cli.validate_options import check_repair
 from local.cloud import LocalCloud, LocalSettings
 from local.console import EXIT_USAGE, CliError, file_link, need_file, say
 from local.inputs import check_file, model_of, require_valid
@@ -138,6 +139,7 @@ def _checked(args: argparse.Namespace) -> tuple[Path, LocalSettings]:
     the --out directory, a budget with no price to hold it to, a cache directory the shards
     could not write."""
     check_mode(args.provider, args.mode)
+    check_repair(args)
     if getattr(args, "deadline", None) is not None and args.mode not in (None, Mode.AUTO):
         raise CliError(
             f"--deadline picks batch, flex or direct for each shard, so it takes no --mode {args.mode}: "

@@ -123,6 +123,7 @@ BAD_ARGUMENTS = [
     case("run", "{good}", "--latency", "-1", code=EXIT_USAGE, says="argument --latency: -1 is not allowed"),
     case("run", "{good}", "--mode", "sideways", code=EXIT_USAGE, says="argument --mode: invalid choice"),
     case("run", "{good}", "--out", "{file}", code=EXIT_USAGE, says="is a file, not a directory"),
+    case("run", "{good}", "--repair", code=EXIT_USAGE, says="--repair adds what was wrong to a resend of --validate"),
     case("run", code=EXIT_USAGE, says="the following arguments are required: file"),
     case("run", "{good}", "--no-cache", "--cache-dir", "x", code=EXIT_USAGE, says="not allowed with argument"),
     case("estimate", "{good}", "--output-tokens", "-1", code=EXIT_USAGE, says="argument --output-tokens"),
@@ -149,6 +150,9 @@ BAD_ARGUMENTS = [
     case("submit", "{good}", "--deadline-hours", "0", code=EXIT_USAGE, says="argument --deadline-hours"),
     case("submit", "{good}", "--watch", "--interval", "0", code=EXIT_USAGE, says="argument --interval"),
     case("submit", "{good}", "--mode", "sideways", code=EXIT_USAGE, says="argument --mode: invalid choice"),
+    case(
+        "submit", "{good}", "--repair", code=EXIT_USAGE, says="--repair adds what was wrong to a resend of --validate"
+    ),
     case("status", "--limit", "0", code=EXIT_USAGE, says="argument --limit"),
     case("status", "job-1", "--watch", "--interval", "-1", code=EXIT_USAGE, says="argument --interval"),
     case("retry", "job-1", "--concurrency", "0", code=EXIT_USAGE, says="argument --concurrency"),

@@ -220,3 +220,36 @@ def test_a_flag_is_never_taken_from_its_first_letters(
         build_parser().parse_args(["run", "in.jsonl", *abbreviated])
     assert refused.value.code == 2
     assert f"unrecognized arguments: {' '.join(abbreviated)}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["run", "submit"])
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        ('{"type": "object", "properties": {', "not JSON (unexpected end of data"),
+        ('{"type": "nonsense"}', "not a JSON schema answers can be checked against: Unknown type"),
+        ("[1, 2]", "not a JSON schema answers can be checked against: a schema is a JSON object"),
+    ],
+)
+def test_a_schema_file_that_is_no_schema_is_refused_with_the_arguments(
+    command: str, content: str, says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Refused by Plan, it started the local cloud, then ended FAILED with 0 results, 0 errors."""
+    schema = tmp_path / "review.json"
+    schema.write_text(content)
+    with pytest.raises(SystemExit) as refused:
+        build_parser().parse_args([command, "in.jsonl", "--validate", "--validate-schema", str(schema)])
+    assert refused.value.code == 2
+    assert f"argument --validate-schema: {schema}: {says}" in capsys.readouterr().err
+
+
+def test_repair_without_validate_is_refused_not_dropped() -> None:
+    from local.cli.validate_options import check_repair
+
+    args = build_parser().parse_args(["submit", "in.jsonl", "--repair"])
+    with pytest.raises(CliError, match=r"--repair adds what was wrong to a resend of --validate") as refused:
+        options_metadata(args)
+    assert refused.value.code == EXIT_USAGE
+    with pytest.raises(CliError):
+        check_repair(build_parser().parse_args(["run", "in.jsonl", "--repair"]))
+    check_repair(build_parser().parse_args(["run", "in.jsonl", "--validate", "json", "--repair"]))
