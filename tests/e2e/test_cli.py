@@ -157,7 +157,7 @@ def test_bad_input_says_where_and_exits_3(tmp_path: Path) -> None:
     done = sluice("submit", str(bad), "--env", "dev", env=env)
     assert done.returncode == 3
     assert "2 invalid line(s) of 4" in done.stderr
-    assert "line 2, column 37: invalid JSON: unexpected end of data" in done.stderr
+    assert "line 2, column 37: not JSON: it ends before the JSON does (cut short?)" in done.stderr
     assert "line 4: duplicate custom_id 'a' (first on line 1)" in done.stderr
     assert done.stdout == ""
 
@@ -472,7 +472,7 @@ def test_retry_uploads_only_the_failed_lines_with_the_parent_job(deployed: Deplo
     assert "state       failed (HTTP 500)" in item.stdout and "attempts    1" in item.stdout
     assert "last error  retries_exhausted: gave up after 1 attempts" in item.stdout
     invalid = deployed.cli("status", job_id, "--item", "f-3", "--input", str(path))
-    assert invalid.returncode == 0 and "state       failed" in invalid.stdout and "invalid JSON" in invalid.stdout
+    assert invalid.returncode == 0 and "state       failed" in invalid.stdout and "not JSON" in invalid.stdout
 
     retried = deployed.cli("retry", job_id, "--quiet")
     assert retried.returncode == 0, retried.stderr

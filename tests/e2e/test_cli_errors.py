@@ -174,7 +174,7 @@ BAD_FILES = [
         ("empty", "no requests in the file"),
         ("blank", "no requests in the file"),
         ("random", "invalid line(s)"),
-        ("csv", "line 1, column 1: invalid JSON"),
+        ("csv", "line 1, column 1: not JSON"),
     )
 ] + [
     case("verify", "{missing}", "{results}", "{empty}", code=EXIT_INPUT, says="no such file"),
@@ -242,8 +242,8 @@ DEPLOYED_WITHOUT_AWS = [
 FIRST_HOUR = [
     case(code=EXIT_USAGE, says="On this machine:        sluice run FILE"),
     case("run", "{gz}", code=EXIT_INPUT, says="is gzip-compressed, and the input is read as plain JSONL"),
-    case("estimate", "{gz}", code=EXIT_INPUT, says="gunzip -k"),
-    case("submit", "{gz}", code=EXIT_INPUT, says="gunzip -k"),
+    case("estimate", "{gz}", code=EXIT_INPUT, says="gunzip -c"),
+    case("submit", "{gz}", code=EXIT_INPUT, says="gunzip -c"),
     case("run", "{zip}", code=EXIT_INPUT, says="is zip-compressed"),
     case("run", "{llama}", "--budget", "5", code=EXIT_USAGE, says="'llama-3-8b' (the file's lines) has none"),
     case("run", "{llama}", "--budget", "5", code=EXIT_USAGE, says="(no model)"),
