@@ -7,7 +7,7 @@ import argparse
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -100,15 +100,13 @@ def _run(args: argparse.Namespace, signals: Signals) -> int:
         ran = _through_local_cloud(
             args, signals, path, out, settings, base_url, api_key, simulator, endpoint.sign if endpoint else None
         )
-    command_s = time.monotonic() - started
     facts = RunFacts(
         input_path=path,
         provider=_provider_name(args.provider, base_url, args.latency),
         settings=_settings_shown(args),
-        command_seconds=command_s,
         cache=not args.no_cache,
     )
-    return _ended(args, ran, facts, command_s, out, tell)
+    return _ended(args, ran, facts, started, out, tell)
 
 
 def _bedrock_mode(args: argparse.Namespace) -> None:
@@ -286,9 +284,12 @@ def _keep_turnarounds(cloud: LocalCloud, root: Path) -> None:
 
 
 def _ended(
-    args: argparse.Namespace, ran: _Ran, facts: RunFacts, command_s: float, out: Path, tell: Callable[[str], None]
+    args: argparse.Namespace, ran: _Ran, facts: RunFacts, started: float, out: Path, tell: Callable[[str], None]
 ) -> int:
     """How the job ended, said, and its report written; the exit code."""
+    # as late as the summary allows: only the report's writing and the interpreter's exit come after
+    command_s = time.monotonic() - started
+    facts = replace(facts, command_seconds=command_s)
     summary = local_summary(ran.written, facts) if "summary" in ran.written else {}
     counts_of = summary.get("counts", {})
     # the job's own word; the execution's (ABORTED for a cancelled job) only when there is none

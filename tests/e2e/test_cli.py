@@ -104,6 +104,28 @@ def test_run_writes_the_outputs_and_a_report_linked_from_the_last_line(tmp_path:
     assert broken.returncode == 1 and "input line 5 (None) is in neither results nor errors" in broken.stdout
 
 
+def test_a_runs_time_is_the_whole_commands_as_time_counts_it(tmp_path: Path) -> None:
+    """It said 7.3 s while `time` said 11.1 s: the interpreter's start, and its second of tearing
+    down the local cloud's objects after the last line, went uncounted."""
+    path = write_jsonl(tmp_path / "timed.jsonl", [request_line(f"t-{n}") for n in range(5)])
+    began = time.monotonic()
+    done = sluice("run", str(path), "--out", str(tmp_path / "out"), "--quiet", "--latency", "0.01", env=clean_env())
+    wall = time.monotonic() - began
+    assert done.returncode == 0, done.stderr
+    said = float(re.findall(r"\(([\d.]+) s with the local cloud\)", done.stderr)[0])
+    # what is left: the report's writing and the process's own exit
+    assert said <= wall + 0.05 and wall - said < 0.75, (said, wall)
+
+
+def test_the_process_start_is_when_the_command_began() -> None:
+    code = (
+        "import time; time.sleep(0.5); from local.cli.app import process_started; "
+        "print(time.monotonic() - process_started())"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert 0.5 <= float(done.stdout) < 5
+
+
 def test_simulator_serves_until_stopped() -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "local.cli", "simulator", "--port", "0", "--latency", "0"],
