@@ -1,4 +1,4 @@
-"""One file, any provider (issue 32): `sluice run` of the same file on each provider family, in
+"""One file, any provider: `sluice run` of the same file on each provider family, in
 each mode, printed as one table.
 
     .venv/bin/python examples/providers.py                  # the built-in simulator, every family
