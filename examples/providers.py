@@ -2,7 +2,7 @@
 each mode, printed as one table.
 
     .venv/bin/python examples/providers.py                  # the built-in simulator, every family
-    .venv/bin/python examples/providers.py --file big.jsonl --only anthropic
+    .venv/bin/python examples/providers.py --file out/big.jsonl --only anthropic
 
 Each run is `sluice run FILE --provider P --model MODEL --mode M --no-cache`, as a user types
 it, so the table shows what a user sees: a family this checkout does not know, or a mode the
