@@ -302,16 +302,19 @@ def _cache(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         """\
         `sluice run` answers a line from the response cache when the same request (provider,
         endpoint, body after --model) was answered before, and keeps every new answer there.
-        `stats` counts what it holds; `clear` deletes it.
+        `stats` counts what it holds; `clear` deletes it, once you answer y (off a terminal,
+        with --yes only).
 
         examples:
           sluice cache stats
           sluice cache clear --cache-dir .sluice-cache
+          sluice cache clear --yes    # in a script: no one is asked
         """,
     )
     ch.add_argument("action", choices=("stats", "clear"), help="stats: count the answers kept; clear: delete them")
     ch.add_argument("--cache-dir", metavar="DIR", help="the cache's directory (default: as `sluice run`)")
     ch.add_argument("--json", action="store_true", help="print JSON instead of text")
+    ch.add_argument("--yes", action="store_true", help="with clear: delete without asking (needed off a terminal)")
 
 
 def _simulator(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
