@@ -1,4 +1,4 @@
-"""`sluice run` N times in a row against a provider that answers every request the same bad way (issue 42).
+"""`sluice run` N times in a row against a provider that answers every request the same bad way.
 
 For each status (404 a web server's page, 401 and 403 OpenAI's JSON error for a wrong key, 500 with
 an empty body) a stock web server on 127.0.0.1 (`http.server`'s, as `python -m http.server` runs it:

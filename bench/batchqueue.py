@@ -1,4 +1,4 @@
-"""Batch mode within the provider's enqueued-token limit (issue 16): a job of 3x the limit.
+"""Batch mode within the provider's enqueued-token limit: a job of 3x the limit.
 
 The simulator enforces --limit input tokens enqueued at once for the model (OpenAI's Batch
 queue limit: a batch that would pass it fails with `token_limit_exceeded`), and Sluice is

@@ -1,4 +1,4 @@
-"""The spending cap (issue 16): a job stops within one request's cost of its cap, and a retry with a
+"""The spending cap: a job stops within one request's cost of its cap, and a retry with a
 higher budget finishes it, sending no line twice.
 
 The local cloud (moto, in-process Lambdas, IAM enforced) runs a job of --lines chat completions

@@ -1,4 +1,4 @@
-"""A small Converse-compatible server on 127.0.0.1, independent of Sluice (issue 42): it imports
+"""A small Converse-compatible server on 127.0.0.1, independent of Sluice: it imports
 nothing of `sluice` or `local`, and answers `POST /model/{modelId}/converse` in Amazon Bedrock's
 Converse shape (output.message.content[].text, stopReason, usage.inputTokens/outputTokens/
 totalTokens, metrics.latencyMs) with its own words, so a run's results show whose answers they are.

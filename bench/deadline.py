@@ -1,4 +1,4 @@
-"""A job with a deadline (issue 44), the three cases the issue names, on the local cloud and the
+"""A job with a deadline, in three cases (late, meets, refused), on the local cloud and the
 built-in simulator with its batch turnaround set to a duration.
 
 - late: the job expects a batch in `--expect-s`, the simulator's takes `--turnaround-s` (longer than

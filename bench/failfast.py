@@ -1,4 +1,4 @@
-"""The first seconds against providers that send no rate headers (issue 31), each figure with its bound.
+"""The first seconds against providers that send no rate headers, each figure with its bound.
 
 Each figure starts a small server on 127.0.0.1 (no x-ratelimit-* header on any answer) and runs a
 job through the local cloud (moto, in-process Lambdas) with `sluice run`'s defaults (concurrency
@@ -7,7 +7,7 @@ job through the local cloud (moto, in-process Lambdas) with `sluice run`'s defau
   refuse     every request answered 404 (a wrong base URL), through `sluice run` itself (with
              OPENAI_BASE_URL at the server, --no-cache): --lines lines must end within 15 s, the
              local cloud's start included, with exit 8 and the provider's message.
-  timeouts   every answer takes --slow-s, over a 1 s request timeout, 2 attempts (issue 31's
+  timeouts   every answer takes --slow-s, over a 1 s request timeout, 2 attempts (as
              `--latency 3 --request-timeout 1 --max-attempts 2`): --timeout-lines lines.
   vllm       a vLLM-like server: 200 after --latency s, no rate headers; the requests in flight
              each quarter second of the first seconds, against --vllm-concurrency (200: at 1,000,

@@ -1,4 +1,4 @@
-"""The shared rate limit against a provider's per-key quota (issue 16), each figure with its reference.
+"""The shared rate limit against a provider's per-key quota, each figure with its reference.
 
 The simulator enforces --rpm requests a minute per API key (bucket full at start, continuous
 refill, Retry-After, rate-limit headers on every answer). The local cloud runs the jobs
@@ -19,7 +19,7 @@ against the quota (for the whole run and per job), the shared limit's DynamoDB w
 and how the shards of each job split the rate (each shard's lines a second, from its first
 attempt to its last). The simulator's bucket is full when a run starts, so the first
 line also gives the time of the one job as the quota allows it: the full bucket spent at once,
-then the rate (issue 31), and, for comparison, paced from a 10 s burst.
+then the rate, and, for comparison, paced from a 10 s burst.
 
     .venv/bin/python bench/limiter.py --rpm 1200 --lines 2400 --shard-lines 300
     .venv/bin/python bench/limiter.py --only tpm --tpm 20000 --lines 1200 --shard-lines 150

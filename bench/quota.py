@@ -1,4 +1,4 @@
-"""The simulator's quota mode as a provider would enforce it: a reference for the shared limiter (issue 16).
+"""The simulator's quota mode as a provider would enforce it: a reference for the shared limiter.
 
 Two clients against one API key with a quota of --rpm requests a minute:
   burst   --burst requests at once, no retries: how many the full bucket lets through.

@@ -1,4 +1,4 @@
-"""The last sweep under random faults (issue 16): lines in errors per run, with the sweep and without it.
+"""The last sweep under random faults: lines in errors per run, with the sweep and without it.
 
 Each run is a direct-mode job of --lines lines through the local cloud, against the
 simulator answering --rate-429 of attempts with a 429 and --rate-500 with a 500, at random

@@ -1,4 +1,4 @@
-"""Validation's CPU cost per line (issue 33): the schema check with jsonschema and with
+"""Validation's CPU cost per line: the schema check with jsonschema and with
 fastjsonschema, each compiled once per schema, on realistic answers, and a whole line through
 `sluice.formats.validation.Validator` (read the answer, parse its JSON, check it against its schema).
 

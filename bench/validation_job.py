@@ -1,4 +1,4 @@
-"""Issue 33's must-show, as a whole job: --lines lines with a json_schema each, the simulator
+"""Output validation as a whole job: --lines lines with a json_schema each, the simulator
 answering 10% off the schema, 5% invalid JSON and 5% cut short, run with `sluice-validate: all` in
 direct, batch and background mode on the local cloud (moto, in-process Lambdas, IAM enforced).
 

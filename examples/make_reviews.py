@@ -4,7 +4,7 @@ Every request is distinct (each review is numbered by its seed and line), so a f
 is sent in full the first time, not answered from the response cache; another --seed writes a
 file that shares no request with the first.
 
-    python examples/make_reviews.py --lines 20000 --seed 1 --out big.jsonl
+    python examples/make_reviews.py --lines 20000 --seed 1 --out out/big.jsonl
 """
 
 from __future__ import annotations
@@ -84,5 +84,7 @@ if __name__ == "__main__":
     )
     parser.add_argument("--out", type=Path, default=Path(__file__).with_name("reviews.jsonl"))
     args = parser.parse_args()
+    # out/, where the README writes its bigger file, is not in a fresh clone (and git ignores it)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("".join(json.dumps(row) + "\n" for row in build(args.lines, args.seed)))
     print(f"wrote {args.out} ({args.lines:,} distinct requests, seed {args.seed})")

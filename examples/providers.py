@@ -1,8 +1,8 @@
-"""One file, any provider (issue 32): `sluice run` of the same file on each provider family, in
+"""One file, any provider: `sluice run` of the same file on each provider family, in
 each mode, printed as one table.
 
     .venv/bin/python examples/providers.py                  # the built-in simulator, every family
-    .venv/bin/python examples/providers.py --file big.jsonl --only anthropic
+    .venv/bin/python examples/providers.py --file out/big.jsonl --only anthropic
 
 Each run is `sluice run FILE --provider P --model MODEL --mode M --no-cache`, as a user types
 it, so the table shows what a user sees: a family this checkout does not know, or a mode the

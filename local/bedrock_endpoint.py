@@ -19,7 +19,7 @@ from typing import Any
 from sluice.providers import Signer
 from sluice.providers.bedrock.auth import ENDPOINT_VARIABLES, signer
 
-from local.console import EXIT_ENVIRONMENT, EXIT_USAGE, CliError
+from local.console import EXIT_AWS, EXIT_USAGE, CliError
 
 DEFAULT_REGION = "us-east-1"
 
@@ -72,7 +72,7 @@ def users_endpoint() -> UsersEndpoint | None:
             f"{variable} is set, but no AWS credentials were found to sign the requests with (as boto3 "
             "looks for them: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, ~/.aws/credentials, "
             "SSO, a role); set them, or unset it to use the built-in simulator",
-            EXIT_ENVIRONMENT,
+            EXIT_AWS,
         )
     region = session.region_name or DEFAULT_REGION
     return UsersEndpoint(url, variable, region, signer(_Held(credentials), region), str(credentials.method))

@@ -7,6 +7,7 @@ passes there, with the same messages.
 from __future__ import annotations
 
 import math
+import shlex
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -49,23 +50,37 @@ def _chunks(path: Path, bar: Any) -> Iterator[bytes]:
             yield chunk
 
 
-# what a compressed file starts with, and how to undo it: JSONL is read as it is
+# what a compressed file starts with, and the command that decompresses it to standard output
+# (gunzip -k and zstd -d refuse a name without their suffix: "unknown suffix"); zip names its members
 COMPRESSED = (
-    (b"\x1f\x8b", "gzip", "gunzip -k"),
+    (b"\x1f\x8b", "gzip", "gunzip -c"),
     (b"PK\x03\x04", "zip", "unzip"),
-    (b"\x28\xb5\x2f\xfd", "zstd", "zstd -d"),
+    (b"\x28\xb5\x2f\xfd", "zstd", "zstd -dc"),
 )
 
 
+def decompressed_name(path: Path) -> Path:
+    """Where the plain copy of a compressed `path` goes: without its compression's suffix, else
+    `.plain` before its own (a gzip file named f.jsonl: f.plain.jsonl)."""
+    if path.suffix in (".gz", ".zst", ".zstd"):
+        return path.with_suffix("")
+    return path.with_name(f"{path.stem}.plain{path.suffix}")
+
+
 def refuse_compressed(path: Path) -> None:
-    """A compressed file would fail on its first line as 'not UTF-8'; say what it is instead."""
+    """A compressed file would fail on its first line as 'not UTF-8'; say what it is, and a command
+    that works whatever its name, instead."""
     with path.open("rb") as fh:
         head = fh.read(4)
     for magic, kind, undo in COMPRESSED:
         if head.startswith(magic):
+            command = (
+                f"{undo} {shlex.quote(str(path))}"
+                if kind == "zip"
+                else f"{undo} {shlex.quote(str(path))} > {shlex.quote(str(decompressed_name(path)))}"
+            )
             raise CliError(
-                f"{path}: is {kind}-compressed, and the input is read as plain JSONL: decompress it first "
-                f"({undo} {path})",
+                f"{path}: is {kind}-compressed, and the input is read as plain JSONL: decompress it first ({command})",
                 EXIT_INPUT,
             )
 

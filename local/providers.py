@@ -104,6 +104,15 @@ def check_mode(family: str, mode: str | None) -> None:
     )
 
 
+def no_key_note(env: ProviderEnv) -> str:
+    """What a provider is sent when its key variable is unset: the placeholder, as the header carries it."""
+    header, value = next(iter(providers.family(env.family).auth_headers(NO_API_KEY).items()))
+    return (
+        f"{env.api_key_var} is not set: each request carries {header}: {value}, "
+        "which a server started without a key (vLLM's default) ignores"
+    )
+
+
 @contextmanager
 def provider(
     family: str, latency_s: float, endpoint: UsersEndpoint | None = None, batch_turnaround_s: float | None = None
@@ -124,7 +133,7 @@ def provider(
     if env is not None and env.base_url:
         api_key = env.api_key
         check_provider(env.base_url, api_key or NO_API_KEY, key_given=bool(api_key), env=env)
-        note = "" if api_key else f" ({env.api_key_var} is not set: no API key is sent, as a vLLM server expects)"
+        note = "" if api_key else f" ({no_key_note(env)})"
         yield env.base_url, api_key or NO_API_KEY, f"provider: {env.base_url}{note}", None
         return
     if env is not None and env.api_key:

@@ -98,6 +98,17 @@ def _svg(label: str, parts: Iterable[str]) -> str:
     return f'<svg viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{esc(label)}" xmlns="http://www.w3.org/2000/svg">\n{body}\n</svg>'
 
 
+# the chart's labels are set at 11 px (`report.py`'s `svg text`); a character of them is at most this wide,
+# with a gap to the next label
+LABEL_CHAR_PX = 7.0
+LABEL_GAP_PX = 4.0
+
+
+def label_width(text: str) -> float:
+    """How wide a percentile's label may be drawn, its gap to the next included."""
+    return LABEL_CHAR_PX * len(text) + LABEL_GAP_PX
+
+
 def latency_chart(
     histogram: list[Mapping[str, Any]],
     percentiles: Mapping[str, float | None],
@@ -138,21 +149,29 @@ def latency_chart(
     for offset in _ticks(slots):
         # a bucket boundary: the lower bound of bucket `first + offset`
         parts.append(_x_label(PAD_LEFT + offset * slot_w, seconds_text(latency_bucket_bounds_s(first + offset)[0])))
-    marked: dict[float, int] = {}
+    lines: set[float] = set()
+    # each row's labels as (from, to) x spans: a label takes the first row where it overlaps none,
+    # so percentiles in one bucket, or in buckets narrower than a label, stack instead of overprinting
+    rows: list[list[tuple[float, float]]] = []
     for name, value in percentiles.items():
         if value is None:
             continue
         px = x_of(float(value))
         if px is None:
             continue
-        # percentiles in the same bucket share a line; their names stack
-        row = marked.get(px, 0)
-        marked[px] = row + 1
-        if row == 0:
+        if px not in lines:
+            lines.add(px)
             parts.append(f'<line class="pct" x1="{px:.1f}" y1="{PAD_TOP}" x2="{px:.1f}" y2="{HEIGHT - PAD_BOTTOM}"/>')
         end = px > WIDTH - PAD_RIGHT - 30
+        x = px - 3 if end else px + 3
+        width = label_width(name)
+        span = (x - width, x) if end else (x, x + width)
+        row = next((r for r, taken in enumerate(rows) if all(span[1] < a or span[0] > b for a, b in taken)), len(rows))
+        if row == len(rows):
+            rows.append([])
+        rows[row].append(span)
         parts.append(
-            f'<text class="pct-label" x="{px - 3 if end else px + 3:.1f}" y="{PAD_TOP + 10 + 12 * row}" '
+            f'<text class="pct-label" x="{x:.1f}" y="{PAD_TOP + 10 + 12 * row}" '
             f'text-anchor="{"end" if end else "start"}">{esc(name)}</text>'
         )
     parts.append(

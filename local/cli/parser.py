@@ -9,14 +9,19 @@ from __future__ import annotations
 import argparse
 import os
 import textwrap
+from collections.abc import Mapping
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 from sluice.contract import (
+    BATCH_INCOMPLETE_POLICIES,
     DEFAULT_PROVIDER,
     LOCAL_SETTING_DEFAULTS,
+    MAX_REQUEST_TIMEOUT_S,
     MODES,
     PROVIDERS,
     SETTING_DEFAULTS,
+    STEPS,
     parse_budget,
     parse_error_rate,
 )
@@ -47,6 +52,8 @@ def _parser(sub: argparse._SubParsersAction, name: str, summary: str, text: str)
         description=textwrap.dedent(text),
         epilog=EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        # `--deadline 12h` must not be taken for `--deadline-hours`, nor any flag for another it begins
+        allow_abbrev=False,
     )
 
 
@@ -57,6 +64,16 @@ def _error_rate(raw: str) -> float:
         raise argparse.ArgumentTypeError(f"{raw!r}: {exc}") from None
 
 
+def _request_timeout(raw: str) -> float:
+    value = checks.positive_seconds(raw)
+    if value >= MAX_REQUEST_TIMEOUT_S:
+        raise argparse.ArgumentTypeError(
+            f"{raw} s leaves a shard no time to send: give under {MAX_REQUEST_TIMEOUT_S:g} s "
+            f"(a shard Lambda's {STEPS['run_shard'].timeout_s} s less its safety margin)"
+        )
+    return value
+
+
 def _budget(raw: str) -> float:
     try:
         return parse_budget(raw)
@@ -64,26 +81,30 @@ def _budget(raw: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _job_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--mode",
-        metavar="MODE",
-        help=MODE_HELP
-        + "; auto never batches with --deadline-hours under 24; "
-        + modes_by_provider()
-        + " (default: the environment's)",
-    )
-    p.add_argument(
-        "--provider",
-        choices=PROVIDERS,
-        help=PROVIDER_HELP + "; an environment takes the one its cdk.json names (default: the environment's)",
-    )
-    p.add_argument("--model", help="send every request to this model, whatever its body says")
-    p.add_argument("--concurrency", type=checks.positive_int, help="requests in flight for the whole job")
-    p.add_argument("--map-concurrency", type=checks.positive_int, help="shards running at once")
-    p.add_argument("--max-attempts", type=checks.positive_int, help=MAX_ATTEMPTS_HELP)
+def _job_options(p: argparse.ArgumentParser, defaults: Mapping[str, Any] | None = None) -> None:
+    """The job's options, alike on `run`, `submit` and `retry`: with `defaults` (a local run's), each
+    takes and shows its default; without, the environment's (metadata left unset)."""
+
+    def default(name: str) -> Any:
+        return None if defaults is None else defaults[name]
+
+    def shown(text: str, name: str) -> str:
+        return with_default(text, defaults[name]) if defaults is not None else f"{text} (default: the environment's)"
+
+    mode_help = f"{MODE_HELP}; auto never batches with --deadline-hours under 24; {modes_by_provider()}"
+    p.add_argument("--mode", choices=MODES, help=shown(mode_help, "default_mode"))
+    provider_help = PROVIDER_HELP + ("" if defaults else "; an environment takes the one its cdk.json names")
+    p.add_argument("--provider", choices=PROVIDERS, default=default("provider"), help=shown(provider_help, "provider"))
+    p.add_argument("--model", help="send every request to this model, whatever its body says (its body.model)")
+    for flag, name, text in (
+        ("--concurrency", "concurrency", "requests in flight for the whole job"),
+        ("--map-concurrency", "map_concurrency", "shards running at once"),
+        ("--max-attempts", "max_attempts", MAX_ATTEMPTS_HELP),
+    ):
+        p.add_argument(flag, type=checks.positive_int, default=default(name), help=shown(text, name))
     p.add_argument(
         "--on-batch-incomplete",
+        choices=BATCH_INCOMPLETE_POLICIES,
         metavar="POLICY",
         help="what batch rows the provider did not finish become: direct (sent directly) or error",
     )
@@ -92,6 +113,7 @@ def _job_options(p: argparse.ArgumentParser) -> None:
         type=checks.positive_number,
         help="the job must end within this many hours (auto avoids batch)",
     )
+    _deadline_options(p)
     p.add_argument("--max-error-rate", type=_error_rate, metavar="RATE", help=MAX_ERROR_RATE_HELP)
     p.add_argument("--budget", dest="budget_usd", type=_budget, metavar="USD", help=BUDGET_HELP)
 
@@ -115,6 +137,7 @@ def _deadline_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--rpm", type=checks.positive_int, help="the key's requests a minute for the job (as metadata sluice-rpm)"
     )
+    p.add_argument("--tpm", type=checks.positive_int, help="the key's tokens a minute (as metadata sluice-tpm)")
 
 
 def _deadline(raw: str) -> str:
@@ -179,6 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     """Every command's arguments; `args.command` names the module of local.cli that runs it."""
     parser = argparse.ArgumentParser(
         prog="sluice",
+        allow_abbrev=False,
         description=textwrap.dedent(
             """\
             Push many LLM requests (OpenAI Batch JSONL) through an LLM provider (--provider).
@@ -228,26 +252,19 @@ def _run(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.add_argument("file", help="input JSONL in the OpenAI Batch input format")
     p.add_argument("--out", default="out", help="directory for results, errors, summary and report (default: out)")
-    p.add_argument(
-        "--mode",
-        choices=MODES,
-        help=with_default(f"{MODE_HELP}; {modes_by_provider()}", SETTING_DEFAULTS["default_mode"]),
-    )
-    p.add_argument(
-        "--provider", choices=PROVIDERS, default=DEFAULT_PROVIDER, help=with_default(PROVIDER_HELP, DEFAULT_PROVIDER)
-    )
-    p.add_argument("--model", help="send every request to this model, whatever its body says (its body.model)")
+    _job_options(p, {**LOCAL_SETTING_DEFAULTS, "provider": DEFAULT_PROVIDER})
     for flag, name, kind, text in (
-        ("--concurrency", "concurrency", checks.positive_int, "requests in flight for the whole job"),
-        ("--map-concurrency", "map_concurrency", checks.positive_int, "shards running at once"),
         ("--shard-lines", "shard_lines", checks.positive_int, "lines per shard"),
-        ("--max-attempts", "max_attempts", checks.positive_int, MAX_ATTEMPTS_HELP),
-        ("--request-timeout", "request_timeout_s", checks.positive_seconds, "seconds per attempt"),
+        (
+            "--request-timeout",
+            "request_timeout_s",
+            _request_timeout,
+            f"seconds per attempt, under {MAX_REQUEST_TIMEOUT_S:g} (a shard Lambda's time less its margin)",
+        ),
     ):
         default = LOCAL_SETTING_DEFAULTS[name]
         p.add_argument(flag, type=kind, default=default, help=with_default(text, default))
     validate_options(p)
-    _deadline_options(p)
     p.add_argument("--latency", type=checks.seconds, default=0.05, help="simulator latency in seconds (default: 0.05)")
     p.add_argument(
         "--sim-batch-turnaround",
@@ -255,8 +272,6 @@ def _run(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         metavar="SECONDS",
         help="the built-in simulator's batches take this long from created to ended (default: 0.6)",
     )
-    p.add_argument("--max-error-rate", type=_error_rate, metavar="RATE", help=MAX_ERROR_RATE_HELP)
-    p.add_argument("--budget", dest="budget_usd", type=_budget, metavar="USD", help=BUDGET_HELP)
     p.add_argument(
         "--allow-invalid", action="store_true", help="run even if some lines are invalid (they go to errors)"
     )
@@ -287,16 +302,19 @@ def _cache(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         """\
         `sluice run` answers a line from the response cache when the same request (provider,
         endpoint, body after --model) was answered before, and keeps every new answer there.
-        `stats` counts what it holds; `clear` deletes it.
+        `stats` counts what it holds; `clear` deletes it, once you answer y (off a terminal,
+        with --yes only).
 
         examples:
           sluice cache stats
           sluice cache clear --cache-dir .sluice-cache
+          sluice cache clear --yes    # in a script: no one is asked
         """,
     )
     ch.add_argument("action", choices=("stats", "clear"), help="stats: count the answers kept; clear: delete them")
     ch.add_argument("--cache-dir", metavar="DIR", help="the cache's directory (default: as `sluice run`)")
     ch.add_argument("--json", action="store_true", help="print JSON instead of text")
+    ch.add_argument("--yes", action="store_true", help="with clear: delete without asking (needed off a terminal)")
 
 
 def _simulator(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -404,7 +422,6 @@ def _estimate(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
         help="sends a line gets in all (default: 3)",
     )
     _deadline_options(e)
-    e.add_argument("--tpm", type=checks.positive_int, help="with --deadline: the key's tokens a minute")
     e.add_argument(
         "--cache-dir",
         metavar="DIR",

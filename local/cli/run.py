@@ -7,7 +7,7 @@ import argparse
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from sluice.providers import Signer
 
 from local.bedrock_endpoint import users_endpoint
 from local.checks import budget_needs_prices, out_dir, usable_out_dir
+from local.cli.validate_options import check_repair
 from local.cloud import LocalCloud, LocalSettings
 from local.console import EXIT_USAGE, CliError, file_link, need_file, say
 from local.inputs import check_file, model_of, require_valid
@@ -99,15 +100,13 @@ def _run(args: argparse.Namespace, signals: Signals) -> int:
         ran = _through_local_cloud(
             args, signals, path, out, settings, base_url, api_key, simulator, endpoint.sign if endpoint else None
         )
-    command_s = time.monotonic() - started
     facts = RunFacts(
         input_path=path,
         provider=_provider_name(args.provider, base_url, args.latency),
         settings=_settings_shown(args),
-        command_seconds=command_s,
         cache=not args.no_cache,
     )
-    return _ended(args, ran, facts, command_s, out, tell)
+    return _ended(args, ran, facts, started, out, tell)
 
 
 def _bedrock_mode(args: argparse.Namespace) -> None:
@@ -138,6 +137,7 @@ def _checked(args: argparse.Namespace) -> tuple[Path, LocalSettings]:
     the --out directory, a budget with no price to hold it to, a cache directory the shards
     could not write."""
     check_mode(args.provider, args.mode)
+    check_repair(args)
     if getattr(args, "deadline", None) is not None and args.mode not in (None, Mode.AUTO):
         raise CliError(
             f"--deadline picks batch, flex or direct for each shard, so it takes no --mode {args.mode}: "
@@ -182,7 +182,7 @@ def _job_metadata(args: argparse.Namespace) -> dict[str, str]:
         metadata["sluice-validate-schema"] = f"{INBOX_PREFIX}schemas/{Path(args.validate_schema).name}"
     if args.validate_attempts is not None:
         metadata["sluice-validate-attempts"] = str(args.validate_attempts)
-    for option in ("deadline", "batch_turnaround", "rpm"):
+    for option in ("on_batch_incomplete", "deadline_hours", "deadline", "batch_turnaround", "rpm", "tpm"):
         if getattr(args, option, None) is not None:
             metadata["sluice-" + option.replace("_", "-")] = str(getattr(args, option))
     return metadata
@@ -284,9 +284,12 @@ def _keep_turnarounds(cloud: LocalCloud, root: Path) -> None:
 
 
 def _ended(
-    args: argparse.Namespace, ran: _Ran, facts: RunFacts, command_s: float, out: Path, tell: Callable[[str], None]
+    args: argparse.Namespace, ran: _Ran, facts: RunFacts, started: float, out: Path, tell: Callable[[str], None]
 ) -> int:
     """How the job ended, said, and its report written; the exit code."""
+    # as late as the summary allows: only the report's writing and the interpreter's exit come after
+    command_s = time.monotonic() - started
+    facts = replace(facts, command_seconds=command_s)
     summary = local_summary(ran.written, facts) if "summary" in ran.written else {}
     counts_of = summary.get("counts", {})
     # the job's own word; the execution's (ABORTED for a cancelled job) only when there is none

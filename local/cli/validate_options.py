@@ -10,6 +10,7 @@ from pathlib import Path
 from sluice.contract import INBOX_PREFIX, job_option_key, parse_validate
 
 from local import checks
+from local.console import EXIT_USAGE, CliError
 
 
 def _checks(text: str) -> str:
@@ -21,8 +22,17 @@ def _checks(text: str) -> str:
 
 
 def _schema_file(text: str) -> str:
+    # only when the option is given: the check compiles the schema, as Plan would
+    from sluice.send.output_check import schema_text
+
     if not text.endswith(".json") or not os.path.isfile(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a .json file")
+    try:
+        schema_text(Path(text).read_bytes())
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"{text}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text}: {exc}") from None
     return text
 
 
@@ -57,8 +67,19 @@ def schema_key(path: str) -> str:
     return f"{INBOX_PREFIX}schemas/{Path(path).name}"
 
 
+def check_repair(args: argparse.Namespace) -> None:
+    """Refuse --repair alone: it shapes --validate's resends, and without it would be dropped unsaid."""
+    if getattr(args, "repair", False) and getattr(args, "validate", None) is None:
+        raise CliError(
+            "--repair adds what was wrong to a resend of --validate, which is not given: "
+            "add --validate (all, or the checks to make)",
+            EXIT_USAGE,
+        )
+
+
 def validate_metadata(args: argparse.Namespace) -> dict[str, str]:
     """The job metadata of the validation options `args` gives (none given: none)."""
+    check_repair(args)
     metadata: dict[str, str] = {}
     if getattr(args, "validate", None) is not None:
         metadata[job_option_key("validate")] = args.validate

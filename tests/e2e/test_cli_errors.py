@@ -123,6 +123,7 @@ BAD_ARGUMENTS = [
     case("run", "{good}", "--latency", "-1", code=EXIT_USAGE, says="argument --latency: -1 is not allowed"),
     case("run", "{good}", "--mode", "sideways", code=EXIT_USAGE, says="argument --mode: invalid choice"),
     case("run", "{good}", "--out", "{file}", code=EXIT_USAGE, says="is a file, not a directory"),
+    case("run", "{good}", "--repair", code=EXIT_USAGE, says="--repair adds what was wrong to a resend of --validate"),
     case("run", code=EXIT_USAGE, says="the following arguments are required: file"),
     case("run", "{good}", "--no-cache", "--cache-dir", "x", code=EXIT_USAGE, says="not allowed with argument"),
     case("estimate", "{good}", "--output-tokens", "-1", code=EXIT_USAGE, says="argument --output-tokens"),
@@ -148,7 +149,10 @@ BAD_ARGUMENTS = [
     case("submit", "{good}", "--max-attempts", "0", code=EXIT_USAGE, says="argument --max-attempts"),
     case("submit", "{good}", "--deadline-hours", "0", code=EXIT_USAGE, says="argument --deadline-hours"),
     case("submit", "{good}", "--watch", "--interval", "0", code=EXIT_USAGE, says="argument --interval"),
-    case("submit", "{good}", "--mode", "sideways", code=EXIT_USAGE, says="sluice-mode='sideways'"),
+    case("submit", "{good}", "--mode", "sideways", code=EXIT_USAGE, says="argument --mode: invalid choice"),
+    case(
+        "submit", "{good}", "--repair", code=EXIT_USAGE, says="--repair adds what was wrong to a resend of --validate"
+    ),
     case("status", "--limit", "0", code=EXIT_USAGE, says="argument --limit"),
     case("status", "job-1", "--watch", "--interval", "-1", code=EXIT_USAGE, says="argument --interval"),
     case("retry", "job-1", "--concurrency", "0", code=EXIT_USAGE, says="argument --concurrency"),
@@ -170,7 +174,7 @@ BAD_FILES = [
         ("empty", "no requests in the file"),
         ("blank", "no requests in the file"),
         ("random", "invalid line(s)"),
-        ("csv", "line 1, column 1: invalid JSON"),
+        ("csv", "line 1, column 1: not JSON"),
     )
 ] + [
     case("verify", "{missing}", "{results}", "{empty}", code=EXIT_INPUT, says="no such file"),
@@ -238,8 +242,8 @@ DEPLOYED_WITHOUT_AWS = [
 FIRST_HOUR = [
     case(code=EXIT_USAGE, says="On this machine:        sluice run FILE"),
     case("run", "{gz}", code=EXIT_INPUT, says="is gzip-compressed, and the input is read as plain JSONL"),
-    case("estimate", "{gz}", code=EXIT_INPUT, says="gunzip -k"),
-    case("submit", "{gz}", code=EXIT_INPUT, says="gunzip -k"),
+    case("estimate", "{gz}", code=EXIT_INPUT, says="gunzip -c"),
+    case("submit", "{gz}", code=EXIT_INPUT, says="gunzip -c"),
     case("run", "{zip}", code=EXIT_INPUT, says="is zip-compressed"),
     case("run", "{llama}", "--budget", "5", code=EXIT_USAGE, says="'llama-3-8b' (the file's lines) has none"),
     case("run", "{llama}", "--budget", "5", code=EXIT_USAGE, says="(no model)"),

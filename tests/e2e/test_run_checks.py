@@ -39,7 +39,7 @@ def test_run_refuses_invalid_lines_unless_allowed_and_names_the_local_files(
 
     assert main(["run", str(path), "--out", str(out), "--quiet"]) == EXIT_INPUT
     err = capsys.readouterr().err
-    assert "1 invalid line(s) of 6" in err and "line 3, column 39: invalid JSON" in err
+    assert "1 invalid line(s) of 6" in err and "line 3, column 39: not JSON" in err
     assert "--allow-invalid" in err
     # a run refused for its input leaves nothing behind, not even the --out it would have made
     assert not out.exists()

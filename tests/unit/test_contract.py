@@ -58,7 +58,12 @@ def test_settings_survive_the_environment_both_ways() -> None:
         ("SLUICE_MAX_ERROR_RATE", "2", "SLUICE_MAX_ERROR_RATE='2'"),
         ("SLUICE_ON_BATCH_INCOMPLETE", "drop", "expected one of direct, error"),
         ("SLUICE_PROVIDER", "mistral", "SLUICE_PROVIDER='mistral'; expected one of openai, anthropic, bedrock"),
-        ("SLUICE_BUDGET_USD", "-5", "SLUICE_BUDGET_USD='-5' is not an amount of US dollars (0 means no budget)"),
+        (
+            "SLUICE_BUDGET_USD",
+            "-5",
+            "SLUICE_BUDGET_USD='-5' is not an amount of US dollars up to 1,000,000,000 (0 means no budget)",
+        ),
+        ("SLUICE_BUDGET_USD", "1e30", "SLUICE_BUDGET_USD='1e30' is not an amount of US dollars up to"),
         ("SLUICE_BUDGET_USD", "nan", "SLUICE_BUDGET_USD='nan' is not an amount of US dollars"),
         ("SLUICE_RATE_LIMITS", '{"gpt-4o-mini": 500}', 'SLUICE_RATE_LIMITS: gpt-4o-mini: expected {"rpm"'),
         ("SLUICE_RATE_LIMITS", "rpm=500", "SLUICE_RATE_LIMITS: expected a JSON object of models"),

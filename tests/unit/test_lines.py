@@ -15,7 +15,7 @@ def line(doc: object) -> bytes:
 @pytest.mark.parametrize(
     ("raw", "code", "fragment"),
     [
-        (b"{not json\n", ErrorCode.INVALID_JSON, "invalid JSON"),
+        (b"{not json\n", ErrorCode.INVALID_JSON, "not JSON: a key not in double quotes"),
         (b"[1, 2]\n", ErrorCode.INVALID_LINE, "expected a JSON object"),
         (line({**GOOD, "custom_id": None}), ErrorCode.MISSING_CUSTOM_ID, "missing custom_id"),
         (line({k: v for k, v in GOOD.items() if k != "custom_id"}), ErrorCode.MISSING_CUSTOM_ID, "missing custom_id"),
@@ -23,6 +23,8 @@ def line(doc: object) -> bytes:
         (line({**GOOD, "method": "GET"}), ErrorCode.INVALID_METHOD, "method must be POST"),
         (line({**GOOD, "url": "/v1/images"}), ErrorCode.UNSUPPORTED_URL, "unsupported url"),
         (line({**GOOD, "body": "text"}), ErrorCode.INVALID_BODY, "body must be a JSON object"),
+        (line({k: v for k, v in GOOD.items() if k != "body"}), ErrorCode.INVALID_BODY, "body is missing"),
+        (line({k: v for k, v in GOOD.items() if k != "method"}), ErrorCode.INVALID_METHOD, "method is missing"),
         (b'{"custom_id": "\xff"}\n', ErrorCode.INVALID_ENCODING, "not UTF-8"),
     ],
 )
@@ -39,7 +41,32 @@ def test_a_line_that_is_not_json_says_its_line_and_column_once() -> None:
     result = parse_line(raw, 2)
     assert isinstance(result, LineError)
     # not "line 2: invalid JSON: unexpected character: line 1 column 86 (char 85)"
-    assert result.message == f"line 2, column {len(raw) - 5}: invalid JSON: unexpected character, expected a string key"
+    assert result.message == f"line 2, column {len(raw) - 5}: not JSON: a key not in double quotes"
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        # not "invalid JSON: invalid literal, expected 'true'" (its first letter is a t)
+        (b"this is not json\n", "line 4, column 1: not JSON"),
+        (b"custom_id,prompt\n", "line 4, column 1: not JSON"),
+        (b'{"custom_id": "a", "method": POST}\n', "line 4, column 30: not JSON: a value that is not JSON (text needs"),
+        (b'{"custom_id": "a", "method": post}\n', "line 4, column 30: not JSON: a value that is not JSON (text needs"),
+        (b'{"custom_id": "a"\n', "line 4, column 18: not JSON: it ends before the JSON does (cut short?)"),
+        (b'{"custom_id": "a"}}\n', "line 4, column 19: not JSON: more follows the JSON object"),
+    ],
+)
+def test_a_line_that_is_not_json_says_so_in_plain_words(raw: bytes, message: str) -> None:
+    result = parse_line(raw, 4)
+    assert isinstance(result, LineError) and result.code == ErrorCode.INVALID_JSON
+    assert result.message.startswith(message), result.message
+
+
+def test_a_line_with_no_body_says_it_is_missing() -> None:
+    """Not "body must be a JSON object": there is no body to be anything."""
+    result = parse_line(line({k: v for k, v in GOOD.items() if k != "body"}), 9)
+    assert isinstance(result, LineError)
+    assert (result.message, result.custom_id) == ("line 9: body is missing", "a")
 
 
 def test_a_line_over_the_limit_gives_its_size_readably() -> None:

@@ -412,3 +412,27 @@ def test_a_validating_job_shows_how_its_lines_ended_and_the_checks_that_turned_a
     page = render_report(summary_of(stats, validation=validation))
     assert "1,596 valid first time, 404 repaired, 0 invalid; answers turned down: 120 json, 248 schema" in page
     assert "output validation" not in render_report(summary_of(stats))
+
+
+def test_percentile_labels_in_neighbouring_buckets_never_overprint() -> None:
+    """Over five decades a bucket is a few pixels wide: p50, p95 and p99 in three buckets side by
+    side were drawn on one row, over each other."""
+    stats = Stats()
+    latencies = [0.0011] + [0.1] * 100 + [0.115] * 90 + [0.13] * 8 + [60.0]
+    for n, latency in enumerate(latencies):
+        stats.add_outcome(outcome(n, latency), at=1000.0, request_format=OPENAI)
+    page = parse(render_report(summary_of(stats)))
+
+    assert len(page.of("line", "pct")) == 3
+    labels = page.of("text", "pct-label")
+    assert len(labels) == 3
+    spans: dict[str, list[tuple[float, float]]] = {}
+    for label, name in zip(labels, ("p50", "p95", "p99"), strict=True):
+        x = float(label["x"] or 0)
+        # an 11 px character is at most 7 px wide
+        width = 7.0 * len(name)
+        span = (x - width, x) if label["text-anchor"] == "end" else (x, x + width)
+        row = spans.setdefault(str(label["y"]), [])
+        assert all(span[1] < a or span[0] > b for a, b in row), (name, span, row)
+        row.append(span)
+    assert len(spans) > 1

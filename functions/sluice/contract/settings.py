@@ -19,6 +19,7 @@ from .status import (
     VALIDATE_REPAIR_CHOICES,
     parse_validate,
 )
+from .steps import STEPS
 
 DEFAULT_PROVIDER_BASE_URL = "https://api.openai.com/v1"
 
@@ -75,14 +76,21 @@ def parse_queue_tokens(text: str) -> dict[str, int]:
 DEFAULT_BATCH_QUEUE_TOKENS = queue_tokens_text(TIER1_BATCH_QUEUE_TOKENS)
 
 
+# The job row counts a budget in whole nano-dollars (`sluice.limits.budget`); a billion dollars is
+# 1e18 of them, within a signed 64-bit integer and DynamoDB's 38 digits, where 1e30 dollars is not
+MAX_BUDGET_USD = 1e9
+
+
 def parse_budget(raw: str) -> float:
-    """A spending cap in US dollars: a finite number above 0; ValueError says what is wrong."""
+    """A spending cap in US dollars: a number above 0, up to MAX_BUDGET_USD; ValueError says what is wrong."""
     try:
         value = float(raw)
     except ValueError:
         value = -1.0
     if not 0 < value < float("inf"):
         raise ValueError(f"{raw!r} is not an amount of US dollars above 0, such as 12.50")
+    if value > MAX_BUDGET_USD:
+        raise ValueError(f"{raw!r} is more than the largest budget Sluice counts, ${MAX_BUDGET_USD:,.0f}")
     return value
 
 
@@ -273,8 +281,10 @@ def _parse(name: str, raw: str, kind: Any, metadata: Mapping[str, Any]) -> Any:
             value = float(raw)
         except ValueError:
             value = -1.0
-        if not 0 <= value < float("inf"):
-            raise SettingsError(f"{name}={raw!r} is not an amount of US dollars (0 means no budget)")
+        if not 0 <= value <= MAX_BUDGET_USD:
+            raise SettingsError(
+                f"{name}={raw!r} is not an amount of US dollars up to {MAX_BUDGET_USD:,.0f} (0 means no budget)"
+            )
         return value
     if how == "rate_limits":
         try:
@@ -306,6 +316,11 @@ def _parse(name: str, raw: str, kind: Any, metadata: Mapping[str, Any]) -> Any:
 
 
 SETTING_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Settings) if f.default is not MISSING}
+
+# A shard stops taking lines once less than a request timeout plus its safety margin is left of its
+# Lambda's time (`sluice.shard.frame.margin_s`): a timeout this long or more leaves it none, so it
+# would fail without sending a line
+MAX_REQUEST_TIMEOUT_S: float = STEPS["run_shard"].timeout_s - SETTING_DEFAULTS["safety_margin_s"]
 
 # A local run (`sluice run`, `local.cloud.LocalSettings`) changes two: its shards share one
 # machine's cores, so fewer run at once, and the simulator answers within seconds, so a background

@@ -74,7 +74,7 @@ def parse_line(
         doc = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         # orjson's own text adds "line 1 column N (char M)": within this one line, the column is what says where
-        return LineError(line, ErrorCode.INVALID_JSON, f"line {line}, column {exc.colno}: invalid JSON: {exc.msg}")
+        return LineError(line, ErrorCode.INVALID_JSON, f"line {line}, column {exc.colno}: {_not_json(raw, exc)}")
     if not isinstance(doc, dict):
         return LineError(line, ErrorCode.INVALID_LINE, f"line {line}: expected a JSON object, got {type(doc).__name__}")
     custom_id = doc.get("custom_id")
@@ -83,6 +83,8 @@ def parse_line(
     if not isinstance(custom_id, str):
         return LineError(line, ErrorCode.MISSING_CUSTOM_ID, f"line {line}: custom_id must be a string")
     method = doc.get("method")
+    if method is None:
+        return LineError(line, ErrorCode.INVALID_METHOD, f"line {line}: method is missing (must be POST)", custom_id)
     if method != "POST":
         return LineError(line, ErrorCode.INVALID_METHOD, f"line {line}: method must be POST, got {method!r}", custom_id)
     url = doc.get("url")
@@ -92,6 +94,8 @@ def parse_line(
             line, ErrorCode.UNSUPPORTED_URL, f"line {line}: unsupported url {url!r}; use one of {supported}", custom_id
         )
     body = doc.get("body")
+    if body is None:
+        return LineError(line, ErrorCode.INVALID_BODY, f"line {line}: body is missing", custom_id)
     if not isinstance(body, dict):
         return LineError(line, ErrorCode.INVALID_BODY, f"line {line}: body must be a JSON object", custom_id)
     if model is not None:
@@ -115,6 +119,26 @@ def parse_line(
         cache=doc.get("sluice_cache") is not False,
         tier=tier,
     )
+
+
+# orjson's reasons in a user's words; one not here is said as orjson says it
+_PLAIN_REASONS = {
+    "unexpected end of data": "it ends before the JSON does (cut short?)",
+    "unexpected content after document": "more follows the JSON object",
+    "trailing comma is not allowed": "a comma before a closing bracket",
+    "unexpected character, expected a string key": "a key not in double quotes",
+    "unexpected character, expected a JSON value": "a value that is not JSON (text needs double quotes)",
+}
+
+
+def _not_json(raw: bytes, exc: orjson.JSONDecodeError) -> str:
+    """Why a line is no JSON, in plain words: a line that does not even start as JSON (text, CSV,
+    HTML) is just "not JSON", whatever word of it the parser tripped on."""
+    if not raw.lstrip().startswith((b"{", b"[")):
+        return "not JSON"
+    if exc.msg.startswith("invalid literal"):
+        return f"not JSON: {_PLAIN_REASONS['unexpected character, expected a JSON value']}"
+    return f"not JSON: {_PLAIN_REASONS.get(exc.msg, exc.msg)}"
 
 
 def _json_string(token: bytes) -> str | None:

@@ -148,6 +148,12 @@ def read_job_schema(s3: Any, bucket: str, key: str) -> str:
         raw = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
     except ClientError as exc:
         raise ValueError(f"cannot be read ({exc.response['Error']['Code']})") from exc
+    return schema_text(raw)
+
+
+def schema_text(raw: bytes) -> str:
+    """A schema file's content, checked as Plan checks a job's, as canonical JSON; ValueError says
+    what is wrong (`sluice run` and `submit` ask before anything starts)."""
     try:
         schema = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
