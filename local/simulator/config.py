@@ -47,6 +47,9 @@ class SimConfig:
     batch_expire_done_fraction: float = 0.5  # share of an expired batch's rows that finished
     batch_validation_error: bool = False  # every batch fails validation
     batch_row_error_rate: float = 0.0  # rows answered 500 in the error file
+    # a Message Batch's `results_url` as a path, not a whole URL (as a gateway or proxy may give it),
+    # so that every Anthropic batch test reads it against the provider's base
+    relative_results_url: bool = True
     # input tokens one model's batches may hold in the queue at once (validating, in progress,
     # finalizing), as OpenAI's per-model Batch queue limit; 0 = none
     batch_queue_limit: int = 0
