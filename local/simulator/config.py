@@ -16,6 +16,12 @@ class SimConfig:
     jitter_s: float = 0.0  # each answer waits latency_s + u * jitter_s, u from the fault hash
     # a request at OpenAI's flex tier (`service_tier: flex`) waits this many times as long
     flex_slowdown: float = 2.0
+    # the share of flex requests answered 429 `resource_unavailable` (flex has no capacity now), as
+    # the real tier does on a busy day: on by default, so that every flex test meets them
+    flex_unavailable_rate: float = 0.05
+    # models that refuse flex (400, param `service_tier`), as OpenAI's without flex processing do;
+    # names separated by commas
+    flex_refusing_models: str = "gpt-4o,gpt-4o-mini"
     seed: int = 0
     api_key: str | None = None  # None: any non-empty bearer token is accepted
     rate_429: float = 0.0
