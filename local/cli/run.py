@@ -182,7 +182,7 @@ def _job_metadata(args: argparse.Namespace) -> dict[str, str]:
         metadata["sluice-validate-schema"] = f"{INBOX_PREFIX}schemas/{Path(args.validate_schema).name}"
     if args.validate_attempts is not None:
         metadata["sluice-validate-attempts"] = str(args.validate_attempts)
-    for option in ("deadline", "batch_turnaround", "rpm"):
+    for option in ("deadline", "batch_turnaround", "rpm", "flex_models"):
         if getattr(args, option, None) is not None:
             metadata["sluice-" + option.replace("_", "-")] = str(getattr(args, option))
     return metadata

@@ -141,6 +141,32 @@ def test_a_flex_line_flex_has_no_capacity_for_goes_on_at_the_standard_tier_at_li
     assert abs(costs["provider"] - expected) < expected * 0.05, (costs, share)
 
 
+def test_a_model_that_refuses_flex_sends_its_shard_at_the_standard_tier(make_cloud, simulator, tmp_path: Path) -> None:
+    # the user says gpt-4o-mini has flex; the provider says no (400 on service_tier): the shard is
+    # sent at the standard tier, not to errors
+    cloud = make_cloud(shard_lines=100)
+    run = run_job(
+        cloud,
+        write_jsonl(tmp_path / "refused.jsonl", lines(200)),
+        metadata={
+            "sluice-deadline": "10m",
+            "sluice-rpm": "6000",
+            "sluice-batch-turnaround": "1h",
+            "sluice-flex-models": "gpt-4o-mini",
+        },
+    )
+    assert run.status == "SUCCEEDED"
+    assert [r["custom_id"] for r in run.results] == [f"q-{n}" for n in range(200)] and run.errors == []
+    assert [s["choice"] for s in run.summary["shards"]] == ["flex"] * 2
+    assert {r["response"]["body"]["service_tier"] for r in run.results} == {"default"}
+    assert run.summary["deadline"]["flex_fallback_lines"] == 200
+    refused = [e for e in simulator.log if e["method"] == "POST" and e["status"] == 400]
+    # each run learns it once a request in flight, not once a line
+    assert 0 < len(refused) <= 2 * 50, len(refused)
+    costs = run.summary["cost_estimate_usd"]
+    assert costs["provider"] == costs["provider_all_direct"]
+
+
 def test_a_deadline_the_key_cannot_meet_is_refused_at_plan(make_cloud, simulator, tmp_path: Path) -> None:
     cloud = make_cloud(shard_lines=100)
     run = run_job(
