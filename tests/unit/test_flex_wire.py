@@ -255,3 +255,11 @@ def test_a_flex_request_waits_for_its_slow_answer_where_a_standard_one_times_out
 
     by_id = {o.custom_id: o for o in asyncio.run(go()).outcomes}
     assert by_id["r0"].ok and not by_id["plain"].ok
+
+
+def test_a_line_that_fails_at_the_standard_tier_still_counts_as_fallen_back() -> None:
+    server_error: Any = ("status", 500, {}, {"error": {"message": "boom", "code": "server_error"}})
+    script = {"r0": [UNAVAILABLE, UNAVAILABLE, server_error, server_error, server_error, server_error]}
+    _, ran = flex_run(Scripted(script=script), [flex_request(0)])
+    [outcome] = ran.outcomes
+    assert not outcome.ok and outcome.tier_fallback and ran.stats.tier_fallbacks == 1

@@ -166,8 +166,9 @@ async def fan_out(
     """
     if settings.concurrency < 1:
         raise ValueError("concurrency must be >= 1")
-    run = _Run(session, base_url, api_key, settings, sink, should_stop, sleep, rand, shared, budget, sign, refusals)
-    run.time_left = time_left
+    run = _Run(
+        session, base_url, api_key, settings, sink, should_stop, sleep, rand, shared, budget, sign, refusals, time_left
+    )
     it = iter(requests)
     # an iterator is its own iter(): its len(), if it has one, no longer counts what is left
     own_iterator = it is requests
@@ -203,6 +204,7 @@ class _Run:
         budget: Budget | None = None,
         sign: Signer | None = None,
         refusals: RefusalWatch | None = None,
+        time_left: Callable[[], float] = _forever,
     ) -> None:
         self.settings = settings
         self.sign = sign
@@ -241,7 +243,7 @@ class _Run:
         # the workers awaiting an answer, and those given up once the provider refused the run
         self.sending: set[asyncio.Task[Any]] = set()
         self.abandoned: set[asyncio.Task[Any]] = set()
-        self.time_left: Callable[[], float] = _forever
+        self.time_left = time_left
 
     def url_for(self, path: str) -> URL:
         url = self.url_cache.get(path)
@@ -354,7 +356,7 @@ class _Run:
             if verdict.kind == FAIL:
                 if tier != req.tier:
                     stats.tier_fallbacks += 1
-                return self.finish_error(req, verdict, status, answer, attempt, started, throttled)
+                return self.finish_error(req, verdict, status, answer, attempt, started, throttled, tier != req.tier)
             stats.retries += 1
             if held[0]:
                 # a standby worker takes this place while this one sleeps
@@ -410,6 +412,7 @@ class _Run:
         attempts: int,
         started: float,
         throttled: int,
+        fell_back: bool = False,
     ) -> Outcome:
         code = self.count_error(verdict.code or "")
         return Outcome(
@@ -424,6 +427,7 @@ class _Run:
             latency_s=time.monotonic() - started,
             throttled=throttled,
             headers=dict(headers) if headers is not None else {},
+            tier_fallback=fell_back,
         )
 
     async def checked(self, check: OutputCheck, req: Request, outcome: Outcome, held: list[bool]) -> Outcome:
