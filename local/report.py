@@ -421,6 +421,11 @@ def _deadline_sections(summary: Mapping[str, Any]) -> list[str]:
         f"against {_usd(deadline.get('all_direct_usd'))} all direct and {_usd(deadline.get('all_batch_usd'))} "
         "all batch.</p>",
     ]
+    if deadline.get("flex_fallback_lines"):
+        lines.append(
+            f"<p>{_n(deadline['flex_fallback_lines'])} lines of the flex shards went on at the standard tier, "
+            "at list price: flex had no capacity for them, or the model refused it.</p>"
+        )
     shards = [s for s in summary.get("shards") or [] if s.get("choice")][:MAX_SHARD_ROWS]
     rows = (
         [

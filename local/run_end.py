@@ -125,10 +125,12 @@ def deadline_lines(summary: dict[str, Any]) -> list[str]:
         return []
     held = "met" if deadline["met"] else "MISSED"
     chosen = ", ".join(f"{n:,} {choice}" for choice, n in deadline["shards_by_choice"].items())
+    fallback = deadline.get("flex_fallback_lines") or 0
     return [
         f"deadline {deadline['deadline']}: {held} (ended {deadline['ended_at']}); shards: {chosen}; provider "
         f"{human_usd(deadline['as_run_usd'])} against {human_usd(deadline['all_direct_usd'])} all direct and "
         f"{human_usd(deadline['all_batch_usd'])} all batch (est.)"
+        + (f"; {fallback:,} flex lines went on at the standard tier, at list price" if fallback else "")
     ]
 
 

@@ -41,6 +41,25 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     faults.add_argument("--rate-drop", type=checks.fraction, default=0.0, help="connection dropped without an answer")
     faults.add_argument("--rate-slow", type=checks.fraction, default=0.0, help="answered after --slow seconds")
     faults.add_argument("--slow", type=checks.seconds, default=5.0, help="seconds of a slow answer")
+    flex = parser.add_argument_group("OpenAI's flex processing (service_tier: flex)")
+    flex.add_argument(
+        "--flex-slowdown",
+        type=checks.positive_number,
+        default=2.0,
+        help="a flex answer waits this many times as long (default: 2)",
+    )
+    flex.add_argument(
+        "--flex-unavailable",
+        type=checks.fraction,
+        default=0.05,
+        help="share of flex requests answered 429 resource_unavailable, as on a busy day (default: 0.05)",
+    )
+    flex.add_argument(
+        "--flex-refusing-models",
+        default="gpt-4o,gpt-4o-mini",
+        metavar="MODELS",
+        help="models whose flex requests are refused 400, separated by commas (default: gpt-4o,gpt-4o-mini)",
+    )
     output = parser.add_argument_group("answers a pipeline cannot use (shares of answers, 0 to 1; together at most 1)")
     output.add_argument("--rate-off-schema", type=checks.fraction, default=0.0, help="JSON off the request's schema")
     output.add_argument(
@@ -65,6 +84,13 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         type=checks.whole_number,
         default=0,
         help="input tokens a model's running batches may hold, as OpenAI's Batch queue limit (0: none)",
+    )
+    batches = parser.add_argument_group("batches")
+    batches.add_argument(
+        "--relative-results-url",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="a Message Batch's results_url is a path, as a gateway may give it, not a whole URL (default: on)",
     )
     hooks = parser.add_argument_group("webhooks")
     hooks.add_argument("--webhook-url", default=None, help="where to send response.* and batch.* events")
@@ -93,6 +119,10 @@ def config_from(args: argparse.Namespace) -> SimConfig:
         quota_rpm=args.quota_rpm,
         quota_tpm=args.quota_tpm,
         batch_queue_limit=args.batch_queue_tokens,
+        relative_results_url=args.relative_results_url,
+        flex_slowdown=args.flex_slowdown,
+        flex_unavailable_rate=args.flex_unavailable,
+        flex_refusing_models=args.flex_refusing_models,
         seed=args.seed,
         api_key=args.api_key,
         webhook_url=args.webhook_url,

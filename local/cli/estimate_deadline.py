@@ -10,6 +10,7 @@ from pathlib import Path
 from sluice.cache.entries import default_cache_dir
 from sluice.contract import SETTING_DEFAULTS, Mode
 from sluice.plan.deadline import (
+    FLEX_MODELS,
     DeadlineError,
     DeadlineInputs,
     DeadlinePlan,
@@ -17,6 +18,7 @@ from sluice.plan.deadline import (
     KeyLimits,
     ShardLoad,
     expected_turnaround,
+    flex_models,
     parse_deadline,
     parse_duration,
     plan_deadline,
@@ -83,6 +85,7 @@ def deadline_plan(args: argparse.Namespace, est: Estimate) -> DeadlinePlan:
             turnaround_source=source,
             cancel_s=SETTING_DEFAULTS["batch_cancel_s"],
             flex=args.provider == "openai",
+            flex_models=FLEX_MODELS + flex_models(args.flex_models or ""),
         )
         return plan_deadline(shard_loads(est, args.shard_lines), inputs)
     except DeadlineRefused as exc:

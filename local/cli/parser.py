@@ -138,6 +138,12 @@ def _deadline_options(p: argparse.ArgumentParser) -> None:
         "--rpm", type=checks.positive_int, help="the key's requests a minute for the job (as metadata sluice-rpm)"
     )
     p.add_argument("--tpm", type=checks.positive_int, help="the key's tokens a minute (as metadata sluice-tpm)")
+    p.add_argument(
+        "--flex-models",
+        metavar="MODELS",
+        help="with --deadline: models that take OpenAI's flex tier besides those Sluice knows (o3, o4-mini, the "
+        "gpt-5 family, gpt-5.4, gpt-5.5), separated by commas (as metadata sluice-flex-models)",
+    )
 
 
 def _deadline(raw: str) -> str:

@@ -182,7 +182,15 @@ def _job_metadata(args: argparse.Namespace) -> dict[str, str]:
         metadata["sluice-validate-schema"] = f"{INBOX_PREFIX}schemas/{Path(args.validate_schema).name}"
     if args.validate_attempts is not None:
         metadata["sluice-validate-attempts"] = str(args.validate_attempts)
-    for option in ("on_batch_incomplete", "deadline_hours", "deadline", "batch_turnaround", "rpm", "tpm"):
+    for option in (
+        "on_batch_incomplete",
+        "deadline_hours",
+        "deadline",
+        "batch_turnaround",
+        "rpm",
+        "tpm",
+        "flex_models",
+    ):
         if getattr(args, option, None) is not None:
             metadata["sluice-" + option.replace("_", "-")] = str(getattr(args, option))
     return metadata

@@ -16,6 +16,12 @@ class SimConfig:
     jitter_s: float = 0.0  # each answer waits latency_s + u * jitter_s, u from the fault hash
     # a request at OpenAI's flex tier (`service_tier: flex`) waits this many times as long
     flex_slowdown: float = 2.0
+    # the share of flex requests answered 429 `resource_unavailable` (flex has no capacity now), as
+    # the real tier does on a busy day: on by default, so that every flex test meets them
+    flex_unavailable_rate: float = 0.05
+    # models that refuse flex (400, param `service_tier`), as OpenAI's without flex processing do;
+    # names separated by commas
+    flex_refusing_models: str = "gpt-4o,gpt-4o-mini"
     seed: int = 0
     api_key: str | None = None  # None: any non-empty bearer token is accepted
     rate_429: float = 0.0
@@ -47,6 +53,9 @@ class SimConfig:
     batch_expire_done_fraction: float = 0.5  # share of an expired batch's rows that finished
     batch_validation_error: bool = False  # every batch fails validation
     batch_row_error_rate: float = 0.0  # rows answered 500 in the error file
+    # a Message Batch's `results_url` as a path, not a whole URL (as a gateway or proxy may give it),
+    # so that every Anthropic batch test reads it against the provider's base
+    relative_results_url: bool = True
     # input tokens one model's batches may hold in the queue at once (validating, in progress,
     # finalizing), as OpenAI's per-model Batch queue limit; 0 = none
     batch_queue_limit: int = 0

@@ -19,6 +19,7 @@ FAULT_DROP = "drop"
 FAULT_SLOW = "slow"
 FAULT_QUEUE_WAIT = "queue_wait"
 FAULT_RATE_LIMIT = "rate_limit"  # the RPM/TPM limiter, not an injected fault
+FAULT_FLEX_UNAVAILABLE = "flex_unavailable"
 
 
 def draws(seed: int, key: str, attempt: int) -> tuple[float, float, float]:
@@ -46,6 +47,12 @@ def pick_fault(config: SimConfig, u: float) -> str | None:
 def decide_fault(config: SimConfig, key: str, attempt: int) -> str | None:
     """The injected fault for the `attempt`-th (0-based) request with this key, or None."""
     return pick_fault(config, draws(config.seed, key, attempt)[0])
+
+
+def flex_unavailable(config: SimConfig, key: str, attempt: int) -> bool:
+    """Whether this flex request is answered 429 `resource_unavailable`: a draw of its own, so that
+    flex's bad days never shift the other faults of a key."""
+    return draws(config.seed, f"flex\x1f{key}", attempt)[0] < config.flex_unavailable_rate
 
 
 def body_key(path: str, body: bytes) -> str:

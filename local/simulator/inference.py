@@ -22,11 +22,13 @@ from local.simulator.faults import (
     FAULT_429,
     FAULT_500,
     FAULT_DROP,
+    FAULT_FLEX_UNAVAILABLE,
     FAULT_QUEUE_WAIT,
     FAULT_RATE_LIMIT,
     FAULT_SLOW,
     body_key,
     draws,
+    flex_unavailable,
     pick_fault,
 )
 from local.simulator.messages import OVERLOADED, plan_messages, speaks
@@ -69,6 +71,13 @@ class Inference:
         # the journal shows the tier each OpenAI request was served at, so a test can see flex was asked
         tier = None if messages or bedrock else served_tier(data)
         request[NOTES]["service_tier"] = tier
+        if tier == FLEX and data.get("model") in cfg.flex_refusing_models.split(","):
+            raise ApiError(
+                400,
+                f"Unsupported service_tier: flex is not available for model {data.get('model')} (simulated).",
+                param="service_tier",
+                code="invalid_value",
+            )
         try:
             self._admit(request, plan.prompt_tokens + plan.completion_tokens)
         except ApiError:
@@ -80,6 +89,15 @@ class Inference:
         u_fault, u_jitter, u_outcome = draws(cfg.seed, key, attempt)
         fault = pick_fault(cfg, u_fault)
         request[NOTES]["fault"] = fault
+        if tier == FLEX and flex_unavailable(cfg, key, attempt):
+            request[NOTES]["fault"] = FAULT_FLEX_UNAVAILABLE
+            raise ApiError(
+                429,
+                "Resource unavailable: flex processing has no capacity for this request right now "
+                "(simulated fault). Please try again later, or send it at the default tier.",
+                type="rate_limit_error",
+                code="resource_unavailable",
+            )
         delay = (cfg.latency_s + cfg.jitter_s * u_jitter) * (cfg.flex_slowdown if tier == FLEX else 1.0)
         if fault == FAULT_429:
             raise ApiError(

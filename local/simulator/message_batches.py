@@ -187,7 +187,9 @@ class MessageBatches:
             p = batch.phase_s
             end = batch.cancel_t + p if batch.cancel_t is not None else batch.t0 + 2 * p
             ended_at: str | None = _rfc3339(batch.created_at + (end - batch.t0))
-            results_url: str | None = f"{request.url.origin()}{BATCHES_PATH}/{batch.id}/results"
+            results_url: str | None = f"{BATCHES_PATH}/{batch.id}/results"
+            if not self._core.config.relative_results_url:
+                results_url = f"{request.url.origin()}{results_url}"
         else:
             counts = {"processing": len(batch.requests), "succeeded": 0, "errored": 0, "canceled": 0, "expired": 0}
             status = "canceling" if batch.cancel_t is not None else "in_progress"

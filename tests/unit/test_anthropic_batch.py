@@ -121,6 +121,24 @@ def test_a_batch_answers_responses_lines_as_responses(sim: SimulatorServer) -> N
     assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"] > 0
 
 
+@pytest.mark.parametrize("relative", [True, False], ids=["a path", "a whole URL"])
+@pytest.mark.parametrize("base", ["", "/v1", "/v1/"], ids=["bare", "v1", "v1 slash"])
+def test_a_results_url_is_read_against_the_providers_base(sim: SimulatorServer, relative: bool, base: str) -> None:
+    sim.configure(relative_results_url=relative)
+
+    async def go() -> tuple[BatchStatus, list[BatchRow]]:
+        async with opener(sim.url + base, "sk-ant-test", timeout_s=5.0)() as api:
+            assert isinstance(api, AnthropicBatchApi)
+            batch_id = await api.submit(upload(api, [native(1, "a"), native(2, "b")]), TAG)
+            status = await until_ended(api, batch_id)
+            return status, [row async for row in api.rows(status)]
+
+    status, rows = asyncio.run(go())
+
+    assert (status.output_file or "").startswith("/v1/" if relative else "http")
+    assert sorted(row.ref for row in rows) == ["1", "2"] and all(row.status_code == 200 for row in rows)
+
+
 def test_an_expired_batch_keeps_its_answers_and_names_the_rest_unfinished(sim: SimulatorServer) -> None:
     sim.configure(batch_expire_fraction=1.0, batch_expire_done_fraction=0.5)
     requests = [chat(n, f"c-{n}", f"review {n}") for n in range(1, 41)]

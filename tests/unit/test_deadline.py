@@ -6,6 +6,8 @@ import pytest
 from sluice.contract import Settings
 from sluice.plan.deadline import (
     DEFAULT_TURNAROUND_S,
+    FLEX_FALLBACK_SHARE,
+    FLEX_SLOWDOWN,
     Choice,
     DeadlineError,
     DeadlineInputs,
@@ -13,11 +15,13 @@ from sluice.plan.deadline import (
     KeyLimits,
     ShardLoad,
     expected_turnaround,
+    flex_key_share,
     has_flex,
     parse_deadline,
     parse_duration,
     plan_deadline,
 )
+from sluice.plan.deadline_plan import deadline_inputs
 from sluice.plan.job_options import JobOptions, PlanError
 
 NOW = 1_750_000_000.0
@@ -129,6 +133,31 @@ def test_flex_where_the_model_has_it_and_time_allows() -> None:
     assert plan.total("cost_usd") == pytest.approx(plan.total("all_batch_usd"))  # flex: batch prices
 
 
+def test_the_flex_models_are_a_default_a_job_extends() -> None:
+    assert has_flex("gpt-5.4") and has_flex("gpt-5.5") and not has_flex("my-flex-model")
+    options = JobOptions.from_metadata(
+        {"sluice-deadline": "6h", "sluice-flex-models": "my-flex-model, gpt-4.1-mini"}, SETTINGS
+    )
+    assert options.flex_models == ("my-flex-model", "gpt-4.1-mini")
+    inputs = deadline_inputs(options, SETTINGS, now=NOW, model="gpt-4.1-mini")
+    assert set(inputs.flex_models) >= {"o3", "gpt-5.5", "my-flex-model", "gpt-4.1-mini"}
+    # no time for a batch: what the job names goes at flex, what it does not, direct
+    extended = DeadlineInputs(**{**_inputs(200).__dict__, "flex_models": inputs.flex_models})
+    assert set(plan_deadline(_loads(3, model="gpt-4.1-mini"), extended).choices().values()) == {Choice.FLEX}
+    assert set(plan_deadline(_loads(3, model="gpt-4.1-mini"), _inputs(200)).choices().values()) == {Choice.DIRECT}
+    with pytest.raises(PlanError, match="with sluice-deadline only"):
+        JobOptions.from_metadata({"sluice-flex-models": "m"}, SETTINGS)
+
+
+def test_flex_time_allows_for_lines_that_go_on_at_the_standard_tier() -> None:
+    # flex answers at twice a direct request's share of the key, and a quarter of its lines take two
+    # answers without capacity and a standard request more
+    assert flex_key_share() == pytest.approx(FLEX_SLOWDOWN + FLEX_FALLBACK_SHARE * 3) == 2.75
+    # 3,000 requests at 100 a second: 31.5 s direct, 86.6 s at flex with its fallbacks
+    assert set(plan_deadline(_loads(3, model="o4-mini"), _inputs(90)).choices().values()) == {Choice.FLEX}
+    assert Choice.DIRECT in plan_deadline(_loads(3, model="o4-mini"), _inputs(80)).choices().values()
+
+
 def test_an_impossible_deadline_is_refused_with_the_earliest_finish() -> None:
     with pytest.raises(DeadlineRefused, match="cannot be met") as caught:
         plan_deadline(_loads(10), _inputs(60))
@@ -161,3 +190,13 @@ def test_past_the_cutover_a_batch_shard_looks_again_soon_enough_to_keep_the_marg
     assert until_cutover(300, cutover_at=100.0, now=101.0, cancel_s=600.0, floor_s=10) == 60
     # no deadline: the wait as it was
     assert until_cutover(14, cutover_at=None, now=101.0, cancel_s=10.0, floor_s=1) == 14
+
+
+def test_sluice_run_and_estimate_take_the_flex_models() -> None:
+    from local.cli.parser import build_parser
+    from local.cli.run import _job_metadata
+
+    args = build_parser().parse_args(["run", "in.jsonl", "--deadline", "1h", "--flex-models", "my-flex-model"])
+    assert _job_metadata(args)["sluice-flex-models"] == "my-flex-model"
+    estimate = build_parser().parse_args(["estimate", "in.jsonl", "--deadline", "1h", "--flex-models", "a,b"])
+    assert estimate.flex_models == "a,b"

@@ -5,6 +5,7 @@ and an answer served at flex is priced at batch prices."""
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 from sluice.contract import ShardSpec
 from sluice.contract.model import FLEX, Outcome, Request, ServiceTier
 from sluice.core.costs import provider_costs
+from sluice.core.retry import RetryPolicy, tier_timeout_s
 from sluice.formats.lines import parse_line
 from sluice.merge.summary import batch_priced
 from sluice.providers import ANTHROPIC, OPENAI
@@ -147,3 +149,117 @@ def test_a_batch_row_served_at_flex_is_not_discounted_twice() -> None:
     stats.add_outcome(answer("flex"), request_format=OPENAI)
     assert batch_priced(stats, {"gpt-5-mini": [1000, 500]}) == {"gpt-5-mini": [1000, 500]}
     assert batch_priced(Stats(), {"gpt-4o-mini": [10, 5]}) == {"gpt-4o-mini": [10, 5]}
+
+
+UNAVAILABLE: Any = (
+    "status",
+    429,
+    {},
+    {
+        "error": {
+            "message": "Resource unavailable",
+            "type": "rate_limit_error",
+            "param": None,
+            "code": "resource_unavailable",
+        }
+    },
+)
+REFUSED: Any = (
+    "status",
+    400,
+    {},
+    {
+        "error": {
+            "message": "Unsupported service_tier: flex",
+            "type": "invalid_request_error",
+            "param": "service_tier",
+            "code": "invalid_value",
+        }
+    },
+)
+
+
+def flex_request(n: int) -> Request:
+    body = orjson.dumps({"model": "gpt-5-mini", "messages": [{"role": "user", "content": f"hi {n}"}]})
+    return Request(n + 1, f"r{n}", "POST", "/v1/chat/completions", body, tier=FLEX)
+
+
+def tiers_sent(provider: Scripted, custom_id: str) -> list[str | None]:
+    return [orjson.loads(e["body"]).get("service_tier") for e in provider.log if e["cid"] == custom_id]
+
+
+def flex_run(provider: Scripted, requests: list[Request], concurrency: int = 4) -> tuple[Scripted, Any]:
+    async def go() -> Any:
+        async with serve(provider):
+            return await run(provider, requests, concurrency=concurrency)
+
+    return provider, asyncio.run(go())
+
+
+def test_after_two_resource_unavailable_answers_a_flex_line_goes_on_at_the_standard_tier() -> None:
+    provider, ran = flex_run(
+        Scripted(script={"r0": [UNAVAILABLE, UNAVAILABLE], "r1": [UNAVAILABLE]}), [flex_request(0), flex_request(1)]
+    )
+    by_id = {o.custom_id: o for o in ran.outcomes}
+    assert all(o.ok for o in ran.outcomes)
+    assert tiers_sent(provider, "r0") == ["flex", "flex", None] and by_id["r0"].tier_fallback
+    # one answer without capacity is retried at flex, after the usual wait
+    assert tiers_sent(provider, "r1") == ["flex", "flex"] and not by_id["r1"].tier_fallback
+    assert ran.stats.tier_fallbacks == 1 and ran.stats.tier_refused is None
+    # flex's capacity is not the key's rate: no throttle counted, so the shard's pace holds
+    assert ran.stats.throttled_429 == 0 and by_id["r0"].throttled == 0
+    stats = Stats()
+    for outcome in ran.outcomes:
+        stats.add_outcome(outcome, request_format=OPENAI)
+    assert stats.tier_fallback == 1 and Stats.from_dict(stats.to_dict()).tier_fallback == 1
+
+
+def test_a_model_that_refuses_flex_sends_the_rest_of_the_run_at_the_standard_tier() -> None:
+    provider, ran = flex_run(Scripted(script={"r0": [REFUSED]}), [flex_request(n) for n in range(5)], concurrency=1)
+    assert all(o.ok for o in ran.outcomes) and ran.stats.failed == 0
+    assert tiers_sent(provider, "r0") == ["flex", None]
+    # learnt once: the later requests are not asked at flex at all
+    assert [tiers_sent(provider, f"r{n}") for n in range(1, 5)] == [[None]] * 4
+    assert ran.stats.tier_fallbacks == 5 and "service_tier" in (ran.stats.tier_refused or "")
+    assert all(o.tier_fallback for o in ran.outcomes)
+
+
+def test_what_openai_says_of_a_tier() -> None:
+    assert OPENAI.tier_unavailable(429, UNAVAILABLE[3])
+    assert not OPENAI.tier_unavailable(429, {"error": {"code": "rate_limit_exceeded", "message": "slow down"}})
+    assert OPENAI.tier_refused(400, REFUSED[3])
+    assert OPENAI.tier_refused(400, {"error": {"message": "Flex is not available for this model.", "param": None}})
+    assert not OPENAI.tier_refused(400, {"error": {"message": "'messages' must be a non-empty array."}})
+    assert not OPENAI.tier_refused(500, REFUSED[3])
+    assert not ANTHROPIC.tier_unavailable(429, UNAVAILABLE[3]) and not ANTHROPIC.tier_refused(400, REFUSED[3])
+
+
+def test_a_flex_attempt_waits_up_to_fifteen_minutes_within_what_the_lambda_has_left() -> None:
+    policy = RetryPolicy(request_timeout_s=120.0)
+    assert tier_timeout_s(policy, math.inf) == 900.0 == 15 * 60
+    # an answer after the Lambda's end is lost with it
+    assert tier_timeout_s(policy, 600.0) == 600.0
+    # never under the standard timeout, which the run keeps in hand when it stops taking requests
+    assert tier_timeout_s(policy, 30.0) == 120.0
+
+
+def test_a_flex_request_waits_for_its_slow_answer_where_a_standard_one_times_out() -> None:
+    slow = ("hang", 0.5)
+    provider = Scripted(script={"r0": [slow], "plain": [slow]})
+    plain = Request(9, "plain", "POST", "/v1/chat/completions", flex_request(9).body)
+    policy = RetryPolicy(max_attempts=1, request_timeout_s=0.1, tier_timeout_s=5.0)
+
+    async def go() -> Any:
+        async with serve(provider):
+            return await run(provider, [flex_request(0), plain], policy=policy)
+
+    by_id = {o.custom_id: o for o in asyncio.run(go()).outcomes}
+    assert by_id["r0"].ok and not by_id["plain"].ok
+
+
+def test_a_line_that_fails_at_the_standard_tier_still_counts_as_fallen_back() -> None:
+    server_error: Any = ("status", 500, {}, {"error": {"message": "boom", "code": "server_error"}})
+    script = {"r0": [UNAVAILABLE, UNAVAILABLE, server_error, server_error, server_error, server_error]}
+    _, ran = flex_run(Scripted(script=script), [flex_request(0)])
+    [outcome] = ran.outcomes
+    assert not outcome.ok and outcome.tier_fallback and ran.stats.tier_fallbacks == 1

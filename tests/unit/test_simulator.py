@@ -371,7 +371,7 @@ def test_slow_and_queue_wait(sim: SimulatorServer) -> None:
 
 
 def test_flex_answers_slower_and_says_so(sim: SimulatorServer) -> None:
-    sim.configure(latency_s=0.2, flex_slowdown=2.0)
+    sim.configure(latency_s=0.2, flex_slowdown=2.0, flex_unavailable_rate=0.0)
     started = time.monotonic()
     _, _, default = http("POST", f"{sim.base_url}/chat/completions", chat_body("x"))
     between = time.monotonic()
@@ -381,6 +381,38 @@ def test_flex_answers_slower_and_says_so(sim: SimulatorServer) -> None:
     assert default["service_tier"] == "default" and between - started < 0.4
     assert flex["service_tier"] == "flex" and response["service_tier"] == "flex" and ended - between >= 0.8
     assert [e["service_tier"] for e in sim.log] == ["default", "flex", "flex"]
+
+
+def test_flex_has_bad_days_by_default_and_refuses_the_models_without_it(sim: SimulatorServer) -> None:
+    assert SimConfig().flex_unavailable_rate > 0
+    sim.configure(flex_unavailable_rate=0.5)
+    answers = [
+        http(
+            "POST",
+            f"{sim.base_url}/chat/completions",
+            chat_body("x", service_tier="flex"),
+            {"x-sluice-custom-id": f"c-{n}"},
+        )
+        for n in range(40)
+    ]
+    unavailable = [body for status, _, body in answers if status == 429]
+    assert 10 <= len(unavailable) <= 30 and all(status in (200, 429) for status, _, _ in answers)
+    assert unavailable[0] == {
+        "error": {
+            "message": unavailable[0]["error"]["message"],
+            "type": "rate_limit_error",
+            "param": None,
+            "code": "resource_unavailable",
+        }
+    }
+    # only flex has such days
+    plain = [http("POST", f"{sim.base_url}/chat/completions", chat_body(f"d-{n}"))[0] for n in range(20)]
+    assert plain == [200] * 20
+
+    status, _, body = http(
+        "POST", f"{sim.base_url}/chat/completions", {**chat_body("x"), "model": "gpt-4o-mini", "service_tier": "flex"}
+    )
+    assert status == 400 and body["error"]["param"] == "service_tier"
 
 
 def test_config_validation() -> None:

@@ -108,6 +108,65 @@ def test_a_deadline_only_flex_meets_sends_every_line_at_flex_at_batch_prices(
     assert abs(costs["provider"] * 2 - costs["provider_all_direct"]) < 1e-5
 
 
+def test_a_flex_line_flex_has_no_capacity_for_goes_on_at_the_standard_tier_at_list_price(
+    make_cloud, simulator, tmp_path: Path
+) -> None:
+    # flex's bad day: half its requests answered 429 resource_unavailable. Each line goes on at the
+    # standard tier after two of them, so every line is answered, and those lines are priced direct
+    cloud = make_cloud(shard_lines=100)
+    simulator.configure(flex_unavailable_rate=0.5)
+    flex_lines = [line.replace(b'"gpt-4o-mini"', b'"gpt-5-mini"') for line in lines(300)]
+    run = run_job(
+        cloud,
+        write_jsonl(tmp_path / "busy.jsonl", flex_lines),
+        metadata={"sluice-deadline": "10m", "sluice-rpm": "6000", "sluice-batch-turnaround": "1h"},
+    )
+    assert run.status == "SUCCEEDED"
+    assert [r["custom_id"] for r in run.results] == [f"q-{n}" for n in range(300)] and run.errors == []
+    assert [s["choice"] for s in run.summary["shards"]] == ["flex"] * 3
+    served = Counter(r["response"]["body"]["service_tier"] for r in run.results)
+    assert served["flex"] and served["default"], served
+    assert run.summary["deadline"]["flex_fallback_lines"] == served["default"]
+    # a line that fell back was asked at flex twice, each refused, then once at the standard tier
+    sent = [e for e in simulator.log if e["method"] == "POST" and e["path"] == "/v1/chat/completions"]
+    fell_back = {r["custom_id"] for r in run.results if r["response"]["body"]["service_tier"] == "default"}
+    for custom_id in list(fell_back)[:20]:
+        tiers = [(e["service_tier"], e["status"]) for e in sent if e["custom_id"] == custom_id]
+        assert tiers == [("flex", 429), ("flex", 429), ("default", 200)], tiers
+    # priced as flex (batch prices) where flex answered, at list price where the standard tier did
+    costs = run.summary["cost_estimate_usd"]
+    assert costs["provider_all_batch"] < costs["provider"] < costs["provider_all_direct"]
+    share = served["default"] / 300
+    expected = costs["provider_all_batch"] * (1 + share)
+    assert abs(costs["provider"] - expected) < expected * 0.05, (costs, share)
+
+
+def test_a_model_that_refuses_flex_sends_its_shard_at_the_standard_tier(make_cloud, simulator, tmp_path: Path) -> None:
+    # the user says gpt-4o-mini has flex; the provider says no (400 on service_tier): the shard is
+    # sent at the standard tier, not to errors
+    cloud = make_cloud(shard_lines=100)
+    run = run_job(
+        cloud,
+        write_jsonl(tmp_path / "refused.jsonl", lines(200)),
+        metadata={
+            "sluice-deadline": "10m",
+            "sluice-rpm": "6000",
+            "sluice-batch-turnaround": "1h",
+            "sluice-flex-models": "gpt-4o-mini",
+        },
+    )
+    assert run.status == "SUCCEEDED"
+    assert [r["custom_id"] for r in run.results] == [f"q-{n}" for n in range(200)] and run.errors == []
+    assert [s["choice"] for s in run.summary["shards"]] == ["flex"] * 2
+    assert {r["response"]["body"]["service_tier"] for r in run.results} == {"default"}
+    assert run.summary["deadline"]["flex_fallback_lines"] == 200
+    refused = [e for e in simulator.log if e["method"] == "POST" and e["status"] == 400]
+    # each run learns it once a request in flight, not once a line
+    assert 0 < len(refused) <= 2 * 50, len(refused)
+    costs = run.summary["cost_estimate_usd"]
+    assert costs["provider"] == costs["provider_all_direct"]
+
+
 def test_a_deadline_the_key_cannot_meet_is_refused_at_plan(make_cloud, simulator, tmp_path: Path) -> None:
     cloud = make_cloud(shard_lines=100)
     run = run_job(

@@ -98,6 +98,9 @@ class Outcome:
     # invalid), and the check each of its invalid answers failed
     validation: str | None = None
     failed_checks: tuple[str, ...] = ()
+    # asked at a tier (`Request.tier`, flex) and sent on at the standard one (an answer at its price):
+    # the tier had no capacity, or the model refused it
+    tier_fallback: bool = False
 
     @property
     def ok(self) -> bool:

@@ -72,6 +72,8 @@ JOB_OPTIONS = (
     "deadline",
     # what the job expects a batch to take (a duration), instead of what Sluice measured or assumes
     "batch-turnaround",
+    # models the job says take OpenAI's flex tier, besides those Sluice knows (names separated by commas)
+    "flex-models",
     "max-error-rate",
     "rpm",
     "tpm",

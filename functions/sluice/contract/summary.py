@@ -237,7 +237,9 @@ class DeadlineFigures(JsonRecord):
     """A deadline job's plan next to how it ran: when it had to end and when it did (`met`), the
     cutover late batches were cancelled at, the batch turnaround planned on and where that figure
     came from, the shards by choice, and the provider's cost as planned, as run, all direct and all
-    batch (the run's from its tokens, as `cost_estimate_usd`)."""
+    batch (the run's from its tokens, as `cost_estimate_usd`). `flex_fallback_lines`: lines of its flex
+    shards that went on at the standard tier, at list price (flex had no capacity, or the model
+    refused it)."""
 
     deadline: str
     ended_at: str
@@ -251,6 +253,7 @@ class DeadlineFigures(JsonRecord):
     as_run_usd: float | None
     all_direct_usd: float | None
     all_batch_usd: float | None
+    flex_fallback_lines: int = 0
 
 
 @dataclass(frozen=True)

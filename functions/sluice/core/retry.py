@@ -27,6 +27,14 @@ class RetryPolicy:
     # outlive the Lambda, so the line goes to errors with the reason instead.
     max_retry_after_s: float = 300.0
     retryable_statuses: frozenset[int] = field(default_factory=_default_statuses)
+    # A request at a processing tier that trades speed for price (OpenAI's flex) may wait this long
+    # for its answer: OpenAI's advice for flex is 15 minutes, where a standard answer gets
+    # `request_timeout_s`.
+    tier_timeout_s: float = 900.0
+    # After this many answers that the tier has no capacity now (OpenAI's 429 `resource_unavailable`),
+    # a request goes on at the standard tier: OpenAI's own advice, and a line that waited out more
+    # would spend its attempts, and the deadline's time, on a tier that is not there today.
+    tier_fallback_after: int = 2
 
 
 DEFAULT_POLICY = RetryPolicy()
@@ -44,6 +52,19 @@ def is_retryable(status: int | None, congested: bool, policy: RetryPolicy) -> bo
     if status in policy.retryable_statuses:
         return True
     return congested
+
+
+def tier_timeout_s(policy: RetryPolicy, time_left_s: float) -> float:
+    """How long one attempt at a slow tier may wait: `tier_timeout_s`, cut to the time the run has
+    left (`time_left_s`: a Lambda ends, and the answer with it), never under the standard
+    `request_timeout_s`, which the run keeps in hand when it stops taking requests."""
+    return max(policy.request_timeout_s, min(policy.tier_timeout_s, time_left_s))
+
+
+def falls_back(unavailable: int, policy: RetryPolicy) -> bool:
+    """Whether a request whose tier said `unavailable` times that it has no capacity goes on at
+    the standard tier."""
+    return unavailable >= policy.tier_fallback_after
 
 
 def should_retry(

@@ -371,7 +371,7 @@ def merge_job(
         started=started,
         wall=wall,
     )
-    figures = with_deadline(s3, bucket, job_id, specs, figures, clock())
+    figures = with_deadline(s3, bucket, job_id, specs, figures, clock(), flex_fallback=tally.totals.tier_fallback)
     summary = Summary(job_id=job_id, status=status, input=f"s3://{bucket}/{state.key}", figures=figures, error=error)
     end_job(s3, store, summary, bucket=bucket, prefix=prefix)
     if settings is not None and tally.measured:

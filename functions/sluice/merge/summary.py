@@ -248,9 +248,12 @@ def end_job(s3: Any, store: JobStore | None, summary: Summary, *, bucket: str, p
     return key
 
 
-def with_deadline(s3: Any, bucket: str, job_id: str, specs: list[ShardSpec], figures: Figures, now: float) -> Figures:
+def with_deadline(
+    s3: Any, bucket: str, job_id: str, specs: list[ShardSpec], figures: Figures, now: float, *, flex_fallback: int = 0
+) -> Figures:
     """A deadline job's figures with its plan beside them: each shard's choice and why, and the job's
-    `DeadlineFigures`. One read of the plan Plan wrote, for a deadline job only."""
+    `DeadlineFigures` (`flex_fallback`: the lines its flex shards sent at the standard tier). One read
+    of the plan Plan wrote, for a deadline job only."""
     if not any(spec.choice for spec in specs):
         return figures
     with causes.because(causes.MERGE):
@@ -276,5 +279,6 @@ def with_deadline(s3: Any, bucket: str, job_id: str, specs: list[ShardSpec], fig
             as_run_usd=costs.provider,
             all_direct_usd=costs.provider_all_direct,
             all_batch_usd=costs.provider_all_batch,
+            flex_fallback_lines=flex_fallback,
         ),
     )

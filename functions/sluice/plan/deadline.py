@@ -10,8 +10,10 @@ Three ways to send a shard, cheapest first where the deadline allows:
   cutover is that latest moment: `deadline - margin - batch lines / key rate`. A shard whose batch
   has not ended by then cancels it, keeps every answer it gave, and sends the rest direct
   (`batch_collect`); nothing is sent twice.
-- **flex**: OpenAI's flex processing (`service_tier: flex`) where the model has it: batch prices,
-  no window, but each request slower (`FLEX_SLOWDOWN`), so it takes more of the key's time.
+- **flex**: OpenAI's flex processing (`service_tier: flex`) where the model has it (`FLEX_MODELS`,
+  and those the job adds with `sluice-flex-models`): batch prices, no window, but each request
+  slower (`FLEX_SLOWDOWN`), and some lines finding no capacity and going on at the standard tier
+  (`FLEX_FALLBACK_SHARE`), so it takes more of the key's time (`flex_key_share`).
 - **direct**: list price, at the key's rate.
 
 The key's rate is what its `rpm` (and `tpm`, over the job's tokens a request) allow; where neither is
@@ -31,6 +33,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from sluice.core.costs import price_per_million
+from sluice.core.retry import DEFAULT_POLICY
 
 
 class Choice:
@@ -55,8 +58,13 @@ DIRECT_LATENCY_S = 2.0
 FLEX_SLOWDOWN = 2.0
 # what the plan keeps in hand of the direct sending time (retries, a slow tail)
 SEND_SLACK = 0.05
-# OpenAI's flex processing tier: the models that take `service_tier: flex` (and their snapshots)
-FLEX_MODELS = ("o3", "o4-mini", "gpt-5", "gpt-5-mini", "gpt-5-nano")
+# the share of a flex shard's lines the plan expects to go on at the standard tier, each after
+# `RetryPolicy.tier_fallback_after` answers that flex has no capacity (429 `resource_unavailable`):
+# OpenAI gives no figure; a quarter keeps time for a busy day
+FLEX_FALLBACK_SHARE = 0.25
+# OpenAI's flex processing tier: the models that take `service_tier: flex` (and their snapshots), as
+# OpenAI's flex guide lists them; a job adds others with `sluice-flex-models` (`--flex-models`)
+FLEX_MODELS = ("o3", "o4-mini", "gpt-5", "gpt-5-mini", "gpt-5-nano", "gpt-5.4", "gpt-5.5")
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)([smhd]))+$")
@@ -129,11 +137,24 @@ def iso(at: float) -> str:
     return datetime.fromtimestamp(at, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def has_flex(model: str | None) -> bool:
-    """Whether OpenAI's flex processing takes `model` (a snapshot of one named in `FLEX_MODELS` too)."""
+def has_flex(model: str | None, models: Iterable[str] = FLEX_MODELS) -> bool:
+    """Whether OpenAI's flex processing takes `model` (a snapshot of one named in `models` too)."""
     if not model:
         return False
-    return any(model == name or model.startswith(name + "-2") for name in FLEX_MODELS)
+    return any(model == name or model.startswith(name + "-2") for name in models)
+
+
+def flex_models(extra: str) -> tuple[str, ...]:
+    """The models a job says take flex besides `FLEX_MODELS` (`sluice-flex-models`: names separated by
+    commas)."""
+    return tuple(name.strip() for name in extra.split(",") if name.strip())
+
+
+def flex_key_share(fallback_after: int = DEFAULT_POLICY.tier_fallback_after) -> float:
+    """How many direct requests' worth of the key's time a flex line is planned to take: its slower
+    answer, and for `FLEX_FALLBACK_SHARE` of the lines the answers without capacity and the request
+    at the standard tier that follow."""
+    return FLEX_SLOWDOWN + FLEX_FALLBACK_SHARE * (fallback_after + 1)
 
 
 def expected_turnaround(family: str, measured: Sequence[float] = ()) -> tuple[float, str]:
@@ -169,12 +190,12 @@ class Prices:
     flex: float | None
 
     @classmethod
-    def of(cls, load: ShardLoad) -> Prices:
+    def of(cls, load: ShardLoad, flex_models: Iterable[str] = FLEX_MODELS) -> Prices:
         price = price_per_million(load.model or "")
         if price is None:
             return cls(None, None, None)
         direct = (load.tokens_in * price[0] + load.tokens_out * price[1]) / 1_000_000
-        return cls(direct, direct / 2, direct / 2 if has_flex(load.model) else None)
+        return cls(direct, direct / 2, direct / 2 if has_flex(load.model, flex_models) else None)
 
 
 @dataclass(frozen=True)
@@ -221,8 +242,9 @@ class DeadlineInputs:
     min_batch_requests: int = 1
     # input tokens the model's Batch queue holds at once (0: no limit)
     queue_tokens: int = 0
-    # whether direct shards may use the flex tier (OpenAI's family only)
+    # whether direct shards may use the flex tier (OpenAI's family only), and the models that have it
     flex: bool = True
+    flex_models: tuple[str, ...] = FLEX_MODELS
 
 
 @dataclass(frozen=True)
@@ -362,8 +384,8 @@ def plan_deadline(loads: Iterable[ShardLoad], inputs: DeadlineInputs) -> Deadlin
                     f"a batch expected in {human_duration(inputs.turnaround_s)} would leave too little time to "
                     f"send its lines directly should it not end"
                 )
-        if inputs.flex and has_flex(load.model):
-            trial = _Mix(mix.direct + seconds * (FLEX_SLOWDOWN - 1), mix.batch_lines, mix.batch_tokens)
+        if inputs.flex and has_flex(load.model, inputs.flex_models):
+            trial = _Mix(mix.direct + seconds * (flex_key_share() - 1), mix.batch_lines, mix.batch_tokens)
             if _holds(trial, inputs, rate)[0]:
                 mix = trial
                 chosen[load.shard] = (Choice.FLEX, f"flex at batch prices ends in time ({why_not_batch})")
@@ -396,11 +418,11 @@ def _finish(
     sent = inputs.now
     for load in shards:
         choice, why = chosen[load.shard]
-        prices = Prices.of(load)
+        prices = Prices.of(load, inputs.flex_models)
         if choice == Choice.BATCH:
             finish, cost = inputs.now + inputs.turnaround_s, prices.batch
         else:
-            slow = FLEX_SLOWDOWN if choice == Choice.FLEX else 1.0
+            slow = flex_key_share() if choice == Choice.FLEX else 1.0
             sent += load.requests / rate * slow * (1 + SEND_SLACK)
             finish, cost = sent, prices.flex if choice == Choice.FLEX else prices.direct
         plan.append(ShardChoice(load.shard, load.requests, choice, why, cost, prices.direct, prices.batch, finish))

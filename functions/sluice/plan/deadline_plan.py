@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 
 from sluice.contract import DEFAULT_PROVIDER, METADATA_PREFIX, Mode, Settings, parse_rate_limits
 from sluice.plan.deadline import (
+    FLEX_MODELS,
     Choice,
     DeadlineInputs,
     DeadlinePlan,
@@ -61,6 +62,7 @@ def deadline_inputs(
         min_batch_requests=limits.min_records if limits else 1,
         queue_tokens=settings.batch_queue_limit(model) if limits and limits.token_queue else 0,
         flex=family == DEFAULT_PROVIDER,
+        flex_models=FLEX_MODELS + options.flex_models,
     )
 
 

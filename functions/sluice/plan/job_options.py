@@ -23,7 +23,7 @@ from sluice.contract import (
     parse_validate,
 )
 from sluice.limits.flow import MAX_SHARD_CONNECTIONS
-from sluice.plan.deadline import DeadlineError, JobDeadline, read_job_deadline
+from sluice.plan.deadline import DeadlineError, JobDeadline, flex_models, read_job_deadline
 from sluice.plan.line_pass import MAX_SHARD_BYTES
 from sluice.providers import apis, modes
 
@@ -105,6 +105,8 @@ class JobOptions:
     deadline_hours: float | None = None
     # the time the job must end by (`sluice-deadline`; `sluice.plan.deadline`): Plan picks each shard's way
     deadline: JobDeadline | None = None
+    # models that take OpenAI's flex tier besides `sluice.plan.deadline.FLEX_MODELS` (`sluice-flex-models`)
+    flex_models: tuple[str, ...] = ()
     # provider budgets for the whole job; 0 = none
     rpm: int = 0
     tpm: int = 0
@@ -153,6 +155,11 @@ class JobOptions:
             )
         except DeadlineError as exc:
             raise PlanError(str(exc)) from exc
+        extra_flex = flex_models(meta.get("flex-models", ""))
+        if extra_flex and deadline is None:
+            raise PlanError(
+                f"{METADATA_PREFIX}flex-models is read with {METADATA_PREFIX}deadline only, which picks flex; set one"
+            )
         if deadline is not None and meta.get("on-batch-incomplete") == "error":
             raise PlanError(
                 f"{METADATA_PREFIX}deadline sends what a cancelled batch left directly, so it takes no "
@@ -245,6 +252,7 @@ class JobOptions:
             on_batch_incomplete=incomplete,
             deadline_hours=deadline_hours,
             deadline=deadline,
+            flex_models=extra_flex,
             rpm=rpm,
             tpm=positive("tpm", settings.tpm, zero=True),
             max_error_rate=max_error_rate,

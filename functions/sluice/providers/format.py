@@ -83,6 +83,12 @@ class NoServiceTiers:
     def batch_priced(self, body: Any) -> bool:
         return False
 
+    def tier_unavailable(self, status: int, body: Any) -> bool:
+        return False
+
+    def tier_refused(self, status: int, body: Any) -> bool:
+        return False
+
 
 class RequestFormat(Protocol):
     """One provider family's wire shape, as the core asks for it."""
@@ -176,6 +182,15 @@ class RequestFormat(Protocol):
     def batch_priced(self, body: Any) -> bool:
         """Whether a successful answer's body says it was served at a tier billed at the family's
         Batch API prices (OpenAI's flex processing)."""
+
+    def tier_unavailable(self, status: int, body: Any) -> bool:
+        """Whether an error answer (`body` parsed) says the tier a request asked for has no capacity
+        now (OpenAI's flex: 429 `resource_unavailable`, not billed): the request may go on at the
+        standard tier."""
+
+    def tier_refused(self, status: int, body: Any) -> bool:
+        """Whether an error answer to a request sent at a tier says the model does not take that tier
+        (a 400 naming it): its requests go at the standard tier instead."""
 
     def from_wire(
         self, path: str, body: Any, created: int, *, sent: bytes | None = None, request_id: str | None = None

@@ -42,6 +42,10 @@ class AttemptVerdict:
     throttled: bool = False
     # a 5xx that is not throttling
     server_error: bool = False
+    # the answer of a request sent at a tier (`Request.tier`): the tier has no capacity now, or the
+    # model does not take it (`RequestFormat.tier_unavailable`, `tier_refused`)
+    tier_unavailable: bool = False
+    tier_refused: bool = False
 
 
 def describe_lost(exc: BaseException) -> str:
@@ -88,12 +92,18 @@ def classify(
     failure = f"HTTP {status}" + (f": {message}" if message else "")
     if body_code and (not message or body_code not in message):
         failure += f" ({body_code})"
-    congested = status in request_format.throttle_statuses or (
-        body_code is not None and body_code in request_format.congestion_codes
+    # a tier out of capacity is no sign of the key's rate: the limiter keeps its pace for the
+    # requests that go on at the standard tier
+    unavailable = request_format.tier_unavailable(status, parsed)
+    congested = not unavailable and (
+        status in request_format.throttle_statuses
+        or (body_code is not None and body_code in request_format.congestion_codes)
     )
     verdict = _failed(status, congested, failure, parsed, attempt, policy, headers, now, rand)
     verdict.throttled = congested
     verdict.server_error = not congested and status >= 500
+    verdict.tier_unavailable = unavailable
+    verdict.tier_refused = request_format.tier_refused(status, parsed)
     return verdict
 
 

@@ -25,8 +25,8 @@ import orjson
 from yarl import URL
 
 from sluice.contract import DEFAULT_PROVIDER, ProviderRefused
-from sluice.contract.model import ErrorCode, Outcome, Request
-from sluice.core.retry import DEFAULT_POLICY, RetryPolicy
+from sluice.contract.model import ErrorCode, Outcome, Request, ServiceTier
+from sluice.core.retry import DEFAULT_POLICY, RetryPolicy, falls_back, tier_timeout_s
 from sluice.limits.budget import Budget
 from sluice.limits.flow import AdaptiveLimit, Gate, RatePacer
 from sluice.limits.shared import SharedLimit, Ticket
@@ -88,6 +88,10 @@ class EngineStats:
     refused: ProviderRefused | None = None
     # requests in flight when it did, given up rather than waited for (`given_up_outcome`)
     given_up: int = 0
+    # requests asked at a tier (flex) that went on at the standard one: the tier had no capacity,
+    # or the model refused it (`tier_refused`: what it said, and every later request goes at standard)
+    tier_fallbacks: int = 0
+    tier_refused: str | None = None
 
 
 def _orjson_str(obj: Any) -> str:
@@ -120,6 +124,10 @@ def _never() -> bool:
     return False
 
 
+def _forever() -> float:
+    return math.inf
+
+
 async def fan_out(
     requests: Iterable[Request],
     *,
@@ -136,11 +144,13 @@ async def fan_out(
     budget: Budget | None = None,
     sign: Signer | None = None,
     refusals: RefusalWatch | None = None,
+    time_left: Callable[[], float] = _forever,
 ) -> EngineStats:
     """Send every request, retrying per `settings.policy`, and hand each Outcome to `sink`.
 
     `sign`: for a family that authenticates with AWS credentials, not `api_key`, signs each attempt.
     `refusals`: the watch of `fail_fast_after` (one of its own when None), to share it with another run.
+    `time_left`: seconds an answer may still arrive in (a Lambda's end), which bounds a slow tier's wait.
 
     With a `budget`, each request is reserved before it is sent and settled with its answer;
     once the budget refuses one, no more are taken (that one is not sent, and not in the sink).
@@ -156,7 +166,9 @@ async def fan_out(
     """
     if settings.concurrency < 1:
         raise ValueError("concurrency must be >= 1")
-    run = _Run(session, base_url, api_key, settings, sink, should_stop, sleep, rand, shared, budget, sign, refusals)
+    run = _Run(
+        session, base_url, api_key, settings, sink, should_stop, sleep, rand, shared, budget, sign, refusals, time_left
+    )
     it = iter(requests)
     # an iterator is its own iter(): its len(), if it has one, no longer counts what is left
     own_iterator = it is requests
@@ -192,6 +204,7 @@ class _Run:
         budget: Budget | None = None,
         sign: Signer | None = None,
         refusals: RefusalWatch | None = None,
+        time_left: Callable[[], float] = _forever,
     ) -> None:
         self.settings = settings
         self.sign = sign
@@ -230,6 +243,7 @@ class _Run:
         # the workers awaiting an answer, and those given up once the provider refused the run
         self.sending: set[asyncio.Task[Any]] = set()
         self.abandoned: set[asyncio.Task[Any]] = set()
+        self.time_left = time_left
 
     def url_for(self, path: str) -> URL:
         url = self.url_cache.get(path)
@@ -252,18 +266,15 @@ class _Run:
         shared = self.shared
         ticket: Ticket | None = None
         policy = self.policy
-        body = req.body
-        if req.tier and body is not None:
-            body = self.format.tiered(body, req.tier)
-        if self.routed:
-            routed, body = self.format.route(req.path, body)
-            url = self.url_for(routed)
-        else:
-            url = self.url_for(req.path)
+        # the model refused the tier for an earlier request of the run: this one goes at standard
+        tier = req.tier if self.stats.tier_refused is None else ""
+        url, body = self.addressed(req, tier)
+        timeout = self.timeout
         headers = {**self.base_headers, "x-sluice-custom-id": req.custom_id}
         sign = self.sign
         attempt = 0
         throttled = 0
+        unavailable = 0
         started = 0.0
         while True:
             attempt += 1
@@ -283,7 +294,9 @@ class _Run:
                 if sign is not None:
                     # each attempt anew: a signature is dated, and a retry may come minutes later
                     headers = sign(req.method, str(url), headers, body)
-                async with self.request(req.method, url, data=body, headers=headers, timeout=self.timeout) as resp:
+                if tier:
+                    timeout = aiohttp.ClientTimeout(total=tier_timeout_s(policy, self.time_left()))
+                async with self.request(req.method, url, data=body, headers=headers, timeout=timeout) as resp:
                     status = resp.status
                     answer = resp.headers
                     raw = await resp.read()
@@ -319,7 +332,19 @@ class _Run:
                 limiter.on_success(token)
                 if shared is not None and ticket is not None:
                     shared.settle(ticket, verdict.body)
-                return self.finish_ok(req, verdict, status, answer, attempt, started, throttled)
+                if tier != req.tier:
+                    stats.tier_fallbacks += 1
+                return self.finish_ok(req, verdict, status, answer, attempt, started, throttled, tier != req.tier)
+            if tier and (verdict.tier_refused or (verdict.tier_unavailable and falls_back(unavailable + 1, policy))):
+                # at once: the standard tier is another queue, which this one's wait says nothing of
+                if verdict.tier_refused and stats.tier_refused is None:
+                    stats.tier_refused = verdict.message
+                tier = ""
+                timeout = self.timeout
+                url, body = self.addressed(req, tier)
+                stats.retries += 1
+                continue
+            unavailable += verdict.tier_unavailable
             if verdict.throttled:
                 throttled += 1
                 if status == 429:
@@ -329,13 +354,25 @@ class _Run:
             elif verdict.server_error:
                 stats.server_errors += 1
             if verdict.kind == FAIL:
-                return self.finish_error(req, verdict, status, answer, attempt, started, throttled)
+                if tier != req.tier:
+                    stats.tier_fallbacks += 1
+                return self.finish_error(req, verdict, status, answer, attempt, started, throttled, tier != req.tier)
             stats.retries += 1
             if held[0]:
                 # a standby worker takes this place while this one sleeps
                 held[0] = False
                 self.gate.leave()
             await self.sleep(verdict.delay_s)
+
+    def addressed(self, req: Request, tier: ServiceTier) -> tuple[URL, bytes | None]:
+        """Where a request goes and the body it is sent, at `tier` ("": the standard tier)."""
+        body = req.body
+        if tier and body is not None:
+            body = self.format.tiered(body, tier)
+        if self.routed:
+            routed, body = self.format.route(req.path, body)
+            return self.url_for(routed), body
+        return self.url_for(req.path), body
 
     def finish_ok(
         self,
@@ -346,6 +383,7 @@ class _Run:
         attempts: int,
         started: float,
         throttled: int,
+        fell_back: bool = False,
     ) -> Outcome:
         """An answered request's Outcome, with the provider's id of the answer, its body in the shape
         the line was written in."""
@@ -362,6 +400,7 @@ class _Run:
             attempts=attempts,
             latency_s=time.monotonic() - started,
             throttled=throttled,
+            tier_fallback=fell_back,
         )
 
     def finish_error(
@@ -373,6 +412,7 @@ class _Run:
         attempts: int,
         started: float,
         throttled: int,
+        fell_back: bool = False,
     ) -> Outcome:
         code = self.count_error(verdict.code or "")
         return Outcome(
@@ -387,6 +427,7 @@ class _Run:
             latency_s=time.monotonic() - started,
             throttled=throttled,
             headers=dict(headers) if headers is not None else {},
+            tier_fallback=fell_back,
         )
 
     async def checked(self, check: OutputCheck, req: Request, outcome: Outcome, held: list[bool]) -> Outcome:

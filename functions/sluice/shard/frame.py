@@ -243,6 +243,8 @@ async def send_requests(
                 budget=budget,
                 sign=ctx.sign,
                 refusals=refusals,
+                # an answer arriving after the Lambda's end is lost with it
+                time_left=lambda: ctx.remaining_s() - ctx.settings.safety_margin_s,
             )
     finally:
         if shared is not None:

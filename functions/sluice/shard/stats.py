@@ -90,6 +90,8 @@ class Stats:
     # a validating job's lines by how they ended (`sluice.send.output_check`: valid_first_time,
     # repaired, invalid), and `failed_<check>`: the answers each check turned down
     validation: dict[str, int] = field(default_factory=dict)
+    # lines asked at a tier (flex) that went on at the standard one (`Outcome.tier_fallback`)
+    tier_fallback: int = 0
 
     def add_cached(self, model: str | None, tokens_in: int, tokens_out: int) -> None:
         """A result the cache answered: counted, its tokens what the job did not pay for."""
@@ -121,6 +123,7 @@ class Stats:
         self.attempts += outcome.attempts
         self.retries += max(outcome.attempts - 1, 0)
         self.throttled += outcome.throttled
+        self.tier_fallback += outcome.tier_fallback
         if outcome.swept:
             self.swept += 1
             self.recovered_by_sweep += outcome.ok
@@ -196,6 +199,7 @@ class Stats:
         self.attempts += other.attempts
         self.retries += other.retries
         self.throttled += other.throttled
+        self.tier_fallback += other.tier_fallback
         self.swept += other.swept
         self.recovered_by_sweep += other.recovered_by_sweep
         self.tokens_in += other.tokens_in
@@ -254,6 +258,7 @@ class Stats:
             "cached": self.cached,
             "cached_models": self.cached_models,
             "validation": dict(sorted(self.validation.items())),
+            "tier_fallback": self.tier_fallback,
         }
 
     def latency_histogram(self) -> list[dict[str, float | int]]:
@@ -294,6 +299,7 @@ class Stats:
             cached=data.get("cached", 0),
             cached_models={k: list(v) for k, v in data.get("cached_models", {}).items()},
             validation=dict(data.get("validation", {})),
+            tier_fallback=data.get("tier_fallback", 0),
         )
 
 

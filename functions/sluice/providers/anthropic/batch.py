@@ -33,6 +33,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable
 from dataclasses import replace
 from typing import Any
+from urllib.parse import urljoin
 
 import aiohttp
 import orjson
@@ -131,6 +132,8 @@ class AnthropicBatchApi:
         self._session = session
         root = base_url.rstrip("/")
         self._url = root.removesuffix("/v1") + BATCHES_PATH
+        # a `results_url` may be relative (a gateway's, a proxy's): it is read against the base
+        self._base = root + "/"
         self._limits = limits
         # the batches this process created, by id: `find` knows them while they still run
         self._created: dict[str, BatchTag] = {}
@@ -292,6 +295,7 @@ class AnthropicBatchApi:
         return status if tag is None else _tagged(status, tag)
 
     async def _records(self, url: str) -> AsyncGenerator[dict[str, Any], None]:
+        url = urljoin(self._base, url)
         async with self._session.get(url) as response:
             if response.status >= 300:
                 raise ProviderUnavailable(f"GET {url}: HTTP {response.status}")

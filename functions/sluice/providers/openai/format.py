@@ -33,6 +33,11 @@ _TIERED_PATHS = frozenset({"/v1/chat/completions", "/v1/responses"})
 _TIER = "service_tier"
 # the tier's member put first in an encoded body, whose other members follow unchanged
 _TIER_MEMBERS = {FLEX: b'{"service_tier":"flex"'}
+# flex's answer when it has no capacity now: a 429 of its own, not the key's rate limit
+_TIER_UNAVAILABLE = "resource_unavailable"
+# the statuses of a request refused for its tier: the model does not take it ("Unsupported
+# service_tier: flex", "Flex is not available for this model")
+_TIER_REFUSED_STATUSES = frozenset({400, 404})
 # Body error codes that mean "the provider is congested" (OpenAI's and those of the servers that speak
 # its format): retried like a 429 (and counted as throttling) whatever status the provider sent them with
 CONGESTION_CODES = frozenset(
@@ -247,6 +252,18 @@ class OpenAIFormat:
     def batch_priced(self, body: Any) -> bool:
         # OpenAI's answer names the tier that served it; flex is billed at Batch API prices
         return isinstance(body, dict) and body.get(_TIER) == FLEX
+
+    def tier_unavailable(self, status: int, body: Any) -> bool:
+        return status == 429 and self.error(body).code == _TIER_UNAVAILABLE
+
+    def tier_refused(self, status: int, body: Any) -> bool:
+        if status not in _TIER_REFUSED_STATUSES:
+            return False
+        error = body.get("error") if isinstance(body, dict) else None
+        if isinstance(error, dict) and error.get("param") == _TIER:
+            return True
+        message = (self.error(body).message or "").lower()
+        return _TIER in message or FLEX in message
 
     def from_wire(
         self, path: str, body: Any, created: int, *, sent: bytes | None = None, request_id: str | None = None
