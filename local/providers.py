@@ -178,6 +178,14 @@ def check_provider(
 
     if not base_url.startswith(("http://", "https://")):
         raise CliError(f"{env.base_url_var}={base_url!r} is not an http(s) URL (e.g. {env.official_url})", EXIT_USAGE)
+    if not env.versioned and base_url.rstrip("/").endswith("/v1"):
+        # Anthropic's SDK (and so every other tool the user has) adds /v1 itself: the real API
+        # answers such a URL's requests 404, so it is refused here rather than forgiven
+        raise CliError(
+            f"{env.base_url_var}={base_url!r} ends in /v1, which {env.family}'s SDK adds itself; "
+            f"{env.url_hint}: set {env.base_url_var}={base_url.rstrip('/').removesuffix('/v1')}",
+            EXIT_USAGE,
+        )
     # the same headers the job will send, so the key is checked as the job will use it
     headers = {"User-Agent": "sluice-check", **providers.family(env.family).auth_headers(api_key)}
     request = urllib.request.Request(env.models_url(base_url), headers=headers)

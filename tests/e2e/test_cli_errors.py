@@ -206,6 +206,16 @@ PROVIDERS = [
         ANTHROPIC_BASE_URL="api.anthropic.com",
         OPENAI_BASE_URL=REFUSED,
     ),
+    # Anthropic's SDK adds /v1 itself: with it in the variable, the real API answers 404
+    case(
+        "run",
+        "{good}",
+        "--provider",
+        "anthropic",
+        code=EXIT_USAGE,
+        says="ANTHROPIC_BASE_URL='http://127.0.0.1:9/v1' ends in /v1",
+        ANTHROPIC_BASE_URL="http://127.0.0.1:9/v1",
+    ),
     # before any work, whatever the provider's variables say
     case(
         "run",

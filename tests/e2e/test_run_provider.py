@@ -37,6 +37,29 @@ def test_run_uses_the_configured_provider_and_its_key(tmp_path: Path) -> None:
     assert [orjson.loads(r)["custom_id"] for r in results] == [f"p-{n}" for n in range(25)]
 
 
+def test_a_base_url_without_its_version_is_refused_as_the_real_provider_would(tmp_path: Path) -> None:
+    """The openai SDK reads OPENAI_BASE_URL with its /v1: without it every request reaches a path
+    the provider does not serve. The simulator answers 404 there as OpenAI does, so the mistake
+    shows up on it, before a real key is used."""
+    path = write_jsonl(tmp_path / "mine.jsonl", [request_line(f"p-{n}") for n in range(25)])
+    with SimulatorServer(SimConfig(latency_s=0.01)) as provider:
+        env = {**os.environ, "PYTHONPATH": f"{ROOT / 'functions'}:{ROOT}", "OPENAI_BASE_URL": provider.url}
+        command = [sys.executable, "-m", "local.cli", "run", str(path), "--no-cache", "--out", str(tmp_path / "out")]
+        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, timeout=120)
+        log = list(provider.log)
+
+    assert done.returncode == 8, done.stderr.decode()[-2000:]
+    assert b"answered HTTP 404 to GET /models" in done.stderr
+    # not one request reached the API's own paths
+    assert not any(e["path"].startswith("/v1/") for e in log)
+    errors = (tmp_path / "out" / "mine.errors.jsonl").read_bytes().splitlines()
+    # the first answers are errors as they came; the rest were refused once they showed the 404
+    assert len(errors) == 25 and {orjson.loads(e)["error"]["code"] for e in errors} <= {
+        "provider_error",
+        "provider_refused",
+    }
+
+
 def test_run_on_anthropic_sends_to_anthropic_base_url_with_its_key_and_never_shows_it(tmp_path: Path) -> None:
     lines = [request_line(f"a-{n}").replace(b"gpt-4o-mini", b"claude-3-5-haiku-latest") for n in range(12)]
     path = write_jsonl(tmp_path / "claude.jsonl", lines)

@@ -57,11 +57,13 @@ _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 def join_url(base_url: str, path: str) -> str:
-    """Base URLs conventionally end in /v1 and request paths start with it; say it once."""
+    """Where the openai SDK sends `path` (a line's `/v1/...` url): its base URL holds the version, so
+    the path goes after it without one. A base URL without /v1 then reaches a path the provider does
+    not serve, as it would through the SDK and the Batch API, and shows up at the first request."""
     base = base_url.rstrip("/")
     if not path.startswith("/"):
         path = "/" + path
-    if base.endswith("/v1") and (path == "/v1" or path.startswith("/v1/")):
+    if path == "/v1" or path.startswith("/v1/"):
         path = path[3:]
     return base + path
 
