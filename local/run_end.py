@@ -134,6 +134,20 @@ def deadline_lines(summary: dict[str, Any]) -> list[str]:
     ]
 
 
+def batch_direct_lines(summary: dict[str, Any]) -> list[str]:
+    """How many lines of batch shards went direct, at list price, and why: no batch took them."""
+    shards = [s for s in summary.get("shards") or [] if isinstance(s.get("batch"), dict)]
+    direct = sum(int(s["batch"].get("direct_fallback_lines") or 0) for s in shards)
+    if not direct:
+        return []
+    lines = sum(int(s.get("lines") or 0) for s in shards)
+    return [
+        f"{direct:,} of the {lines:,} lines of batch shards went direct, at list price: no batch took them "
+        "(a part under the provider's fewest records a batch, a model its batch jobs do not run, or rows "
+        "a batch left unanswered)"
+    ]
+
+
 def refusal_lines(summary: dict[str, Any]) -> list[str]:
     """The provider's own words when the job's first answers were all the same refusal, and what
     most likely caused it (a wrong URL, model or key)."""

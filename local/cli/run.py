@@ -40,6 +40,7 @@ from local.providers import check_mode, provider, users_base_url
 from local.report import write_report
 from local.run_end import (
     RunFacts,
+    batch_direct_lines,
     budget_lines,
     deadline_lines,
     exit_code,
@@ -313,7 +314,7 @@ def _ended(
         f"job {ran.job_id}: {status} {timing(summary, command_s)} — "
         f"{results:,} results, {errors:,} errors{swept(summary)}{usage(summary)}"
     )
-    for line in validation_lines(summary) + deadline_lines(summary):
+    for line in validation_lines(summary) + deadline_lines(summary) + batch_direct_lines(summary):
         tell(line)
     why = refusal_lines(summary) + budget_lines(summary, cache=not args.no_cache)
     if summary.get("error") and not summary.get("provider_refused"):

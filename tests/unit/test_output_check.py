@@ -156,3 +156,13 @@ def test_the_schema_a_job_names_is_checked_on_every_line() -> None:
     outcome = answer('{"n": 1}')
     assert found.judge(plain, outcome, []) is None
     assert outcome.error_code == ErrorCode.INVALID_OUTPUT and outcome.failed_checks == ("schema",)
+
+
+def test_a_run_says_how_many_lines_of_batch_shards_went_direct_and_why() -> None:
+    from local.run_end import batch_direct_lines
+
+    shard = {"lines": 1000, "batch": {"batches": [], "direct_fallback_lines": 0, "requeued": 0}}
+    fell = {"lines": 1000, "batch": {"batches": [], "direct_fallback_lines": 40, "requeued": 0}}
+    assert batch_direct_lines({"shards": [shard, {"lines": 5, "batch": None}]}) == []
+    (line,) = batch_direct_lines({"shards": [shard, fell]})
+    assert line.startswith("40 of the 2,000 lines of batch shards went direct, at list price: no batch took them")

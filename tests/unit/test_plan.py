@@ -15,6 +15,7 @@ from sluice.merge.merge import outcome_status
 from sluice.plan.plan import (
     JobOptions,
     PlanError,
+    check_batch_models,
     check_budget_models,
     event_key_candidates,
     find_object,
@@ -240,6 +241,22 @@ def test_a_budget_is_dollars_from_the_object_or_the_environment() -> None:
 def test_a_bad_budget_names_the_option(raw: str) -> None:
     with pytest.raises(PlanError, match=r"sluice-budget-usd: .* is not an amount of US dollars above 0"):
         JobOptions.from_metadata({"sluice-budget-usd": raw}, SETTINGS)
+
+
+def test_a_batch_job_none_of_whose_lines_a_batch_would_take_is_refused_at_plan() -> None:
+    """Bedrock's batch jobs run Anthropic models only: a batch job of other models would send every
+    line direct at list price, so it is refused; one model a batch runs is enough to go on."""
+    bedrock = replace(SETTINGS, provider="bedrock")
+    options = JobOptions.from_metadata({"sluice-mode": "batch"}, bedrock)
+    with pytest.raises(PlanError, match=r"no line of the job can go by batch \(Bedrock batch inference runs"):
+        check_batch_models(options, bedrock, {"gpt-4o-mini"})
+    check_batch_models(options, bedrock, {"gpt-4o-mini", "anthropic.claude-3-haiku-20240307-v1:0"})
+    forced = JobOptions.from_metadata(
+        {"sluice-mode": "batch", "sluice-model": "us.anthropic.claude-3-5-haiku"}, bedrock
+    )
+    check_batch_models(forced, bedrock, set())
+    # OpenAI's Batch API takes any model
+    check_batch_models(JobOptions.from_metadata({"sluice-mode": "batch"}, SETTINGS), SETTINGS, {"my-finetune"})
 
 
 def test_a_budget_needs_a_price_for_every_model_the_job_sends_to() -> None:

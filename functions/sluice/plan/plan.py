@@ -20,6 +20,7 @@ from sluice.contract import (
     INBOX_PREFIX,
     METADATA_PREFIX,
     OUTBOX_PREFIX,
+    Mode,
     PlanCache,
     PlanFigures,
     Planned,
@@ -40,7 +41,7 @@ from sluice.plan.deadline_plan import CHOICE_MODES, plan_for_job
 from sluice.plan.job_options import JobOptions, PlanError
 from sluice.plan.line_pass import MAX_SHARD_BYTES, ShardRange, cut_shards, read_lines
 from sluice.plan.turnarounds import read_turnarounds
-from sluice.providers import family
+from sluice.providers import batch_refuses, family
 from sluice.send.output_check import cached_answer_check, read_job_schema
 from sluice.shard.progress import ProgressSink
 from sluice.store.jobs import JobStore
@@ -106,6 +107,19 @@ def check_budget_models(options: JobOptions, settings: Settings, models: set[str
             f"{METADATA_PREFIX}budget-usd needs a price for every model, and {names} has none; "
             f"priced models: {', '.join(sorted(PROVIDER_PRICES))} (and their dated snapshots). "
             f"Drop the budget, or send to a priced model with {METADATA_PREFIX}model"
+        )
+
+
+def check_batch_models(options: JobOptions, settings: Settings, models: set[str | None]) -> None:
+    """Refuse a batch job none of whose lines a batch could take: every line would go direct, at
+    list price, which is not what `mode: batch` asks for. Some lines may go direct (the summary and
+    the run's end say how many): a job with one model the batch jobs run is not refused."""
+    sent = {options.model} if options.model else {m or settings.default_model for m in models}
+    reasons = [batch_refuses(settings.provider, model) for model in sorted(sent, key=str)]
+    if sent and all(reasons):
+        raise PlanError(
+            f"{METADATA_PREFIX}mode=batch: no line of the job can go by batch ({reasons[0]}); every line would go "
+            "direct at list price. Send them with mode direct, or name a model the batch jobs run"
         )
 
 
@@ -255,7 +269,9 @@ def _cut(
     body = s3.get_object(Bucket=planned.bucket, Key=planned.key, IfMatch=planned.etag)["Body"]
     # a budget needs a price for every model the job sends to; the job's model replaces the lines'
     models: set[str | None] | None = (
-        set() if (options.budget_usd or options.deadline is not None) and not options.model else None
+        set()
+        if (options.budget_usd or options.deadline is not None or options.mode == Mode.BATCH) and not options.model
+        else None
     )
     table = read_lines(
         split_lines(body.iter_chunks(READ_CHUNK)),
@@ -267,6 +283,8 @@ def _cut(
     )
     if options.budget_usd:
         check_budget_models(options, settings, models or set())
+    if options.mode == Mode.BATCH:
+        check_batch_models(options, settings, models or set())
     answers: CacheAnswers | None = None
     if view is not None and keys is not None:
         view.read_level0()

@@ -8,11 +8,14 @@ family a shard runs against (`ShardSpec.provider`, from `Settings.provider`) thr
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..contract import PROVIDERS, Mode
 from .anthropic import ANTHROPIC
 from .background import BackgroundApi, Settled
 from .batch import BatchApi, BatchApiOpener, BatchLimits, BatchRow, BatchStatus, BatchTag, BatchUpload
 from .bedrock import BEDROCK
+from .bedrock.records import batch_refuses as bedrock_batch_refuses
 from .format import (
     COMPLETE,
     CUT_SHORT,
@@ -32,6 +35,8 @@ from .format import (
 from .openai import OPENAI
 
 _FORMATS: dict[str, RequestFormat] = {f.name: f for f in (OPENAI, ANTHROPIC, BEDROCK)}
+# the families whose batch jobs run some models only: why not, for a model they do not run
+_BATCH_REFUSES: dict[str, Callable[[str | None], str | None]] = {BEDROCK.name: bedrock_batch_refuses}
 # how each family's shards may send their lines: direct always; batch and background where Sluice
 # runs the family's Batch API and background responses (`apis`); only OpenAI's has background responses
 _MODES: dict[str, frozenset[str]] = {
@@ -47,6 +52,13 @@ def family(name: str) -> RequestFormat:
         return _FORMATS[name]
     except KeyError:
         raise ValueError(f"unknown provider family {name!r}; expected one of {', '.join(PROVIDERS)}") from None
+
+
+def batch_refuses(name: str, model: str | None) -> str | None:
+    """Why the family `name`'s batch jobs cannot run `model` (None: they can, or the family has no
+    such limit)."""
+    refuses = _BATCH_REFUSES.get(family(name).name)
+    return refuses(model) if refuses is not None else None
 
 
 def modes(name: str) -> frozenset[str]:
@@ -82,6 +94,7 @@ __all__ = [
     "Signer",
     "Unsupported",
     "Usage",
+    "batch_refuses",
     "family",
     "modes",
 ]

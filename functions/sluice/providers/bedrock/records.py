@@ -64,6 +64,13 @@ def anthropic_model(model: str | None) -> bool:
     return model.startswith(_ANTHROPIC) or (head.isalpha() and rest.startswith(_ANTHROPIC))
 
 
+def batch_refuses(model: str | None) -> str | None:
+    """Why Bedrock's batch inference, as Sluice writes its records, cannot run `model`; None if it can."""
+    if anthropic_model(model):
+        return None
+    return f"Bedrock batch inference runs Anthropic models only here, not {model!r}"
+
+
 def model_input(request: Request) -> dict[str, Any]:
     """The InvokeModel body of a request for an Anthropic model on Bedrock; raises `Unsupported` for
     another model family or a field Messages cannot honour."""
