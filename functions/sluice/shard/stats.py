@@ -65,6 +65,8 @@ class Stats:
     errors: dict[str, int] = field(default_factory=dict)
     attempts: int = 0
     retries: int = 0
+    # the most attempts one line took (the first pass's and the last sweep's)
+    max_attempts: int = 0
     throttled: int = 0
     tokens_in: int = 0
     tokens_out: int = 0
@@ -120,6 +122,7 @@ class Stats:
             self.paths[path] = self.paths.get(path, 0) + 1
         self.attempts += outcome.attempts
         self.retries += max(outcome.attempts - 1, 0)
+        self.max_attempts = max(self.max_attempts, outcome.attempts)
         self.throttled += outcome.throttled
         if outcome.swept:
             self.swept += 1
@@ -195,6 +198,7 @@ class Stats:
             self.error_examples.setdefault(code, message)
         self.attempts += other.attempts
         self.retries += other.retries
+        self.max_attempts = max(self.max_attempts, other.max_attempts)
         self.throttled += other.throttled
         self.swept += other.swept
         self.recovered_by_sweep += other.recovered_by_sweep
@@ -240,6 +244,7 @@ class Stats:
             "error_examples": dict(sorted(self.error_examples.items())),
             "attempts": self.attempts,
             "retries": self.retries,
+            "max_attempts": self.max_attempts,
             "throttled": self.throttled,
             "swept": self.swept,
             "recovered_by_sweep": self.recovered_by_sweep,
@@ -280,6 +285,7 @@ class Stats:
             error_examples=dict(data.get("error_examples", {})),
             attempts=data.get("attempts", 0),
             retries=data.get("retries", 0),
+            max_attempts=data.get("max_attempts", 0),
             throttled=data.get("throttled", 0),
             swept=data.get("swept", 0),
             recovered_by_sweep=data.get("recovered_by_sweep", 0),
