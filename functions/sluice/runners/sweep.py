@@ -225,8 +225,9 @@ async def send_with_sweep(
             end_held(_no_more(cap, faults, late))
             break
         if rounds:
-            # as a line's next attempt would back off: a provider still recovering gets the time
-            await sleep(backoff_s(given, pause, rand))
+            # longer each round, so a provider still recovering gets the time; not a line's own next
+            # backoff (16 s after six attempts), which a line merely unlucky would wait for nothing
+            await sleep(backoff_s(rounds, pause, rand))
         again = [request for request, _ in held.values()]
         sweep = replace(spec, concurrency=concurrency, max_attempts=attempts)
         last = await send_requests(ctx, sweep, again, swept, stopper, budget, expected=len(again), refusals=refusals)
