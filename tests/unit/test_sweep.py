@@ -217,6 +217,17 @@ def test_no_sweep_round_starts_once_the_sweeps_time_is_up(aws: Aws, monkeypatch:
     assert "last sweep), the sweep's 0 s were up; last: HTTP 500" in error["message"]
 
 
+def test_past_a_deadlines_cutover_the_sweep_is_one_round(aws: Aws) -> None:
+    spec = replace(shard(aws, ["ok-1", "down"]), cutover_at=1.0)
+    provider = Scripted(script={"down": [SERVER_ERROR] * 30})
+
+    run(aws, provider, spec)
+
+    assert sends(provider)["down"] == 6
+    (error,) = (e["error"] for e in shard_file(aws, spec.errors_key).values())
+    assert "last sweep), the deadline's cutover has passed; last: HTTP 500" in error["message"]
+
+
 def outcome(code: str | None, attempts: int = 1, throttled: int = 0) -> Outcome:
     return Outcome(1, "c", 500, None, None, error_code=code, error_message="m", attempts=attempts, throttled=throttled)
 

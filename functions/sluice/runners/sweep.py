@@ -13,8 +13,9 @@ call for (`line_attempts`): under random faults at the rate the shard's ended li
 then ends in errors with chance below 1e-8, 0.01 lines a million. A line failing where most
 succeed reads as a small rate, and ends at the six attempts of a cap of six. A provider that
 fails everything is the refusal watch's (`sluice.send.refusal`), which ends the sweep too, as
-do a spent budget and a stopped job (cancelled, or a deadline's cutover). No round starts
-SWEEP_MAX_S after the first began.
+do a spent budget and a stopped job (cancelled, failed). No round but the first starts
+SWEEP_MAX_S after the first began, nor past a deadline job's cutover (its shard then sends
+what its batch left directly, and the deadline comes first).
 
 A held line is in no checkpoint part until the sweep ends it. A run that stops early (the
 Lambda's time is nearly up) just drops what it holds: those lines are not in a part, so the
@@ -115,8 +116,10 @@ class Faults:
             self.failed += outcome.attempts
 
 
-def _no_more(cap: int, faults: Faults, late: bool) -> str:
+def _no_more(cap: int, faults: Faults, late: bool, cutover: bool) -> str:
     """Why the sweep's rounds ended with lines still failing."""
+    if cutover:
+        return "the deadline's cutover has passed"
     if late:
         return f"the sweep's {SWEEP_MAX_S:.0f} s were up"
     if cap:
@@ -137,6 +140,7 @@ async def send_with_sweep(
     *,
     expected: int | None = None,
     clock: Callable[[], float] = time.monotonic,
+    wall: Callable[[], float] = time.time,
     sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
     rand: Callable[[], float] = random.random,
 ) -> EngineStats:
@@ -220,9 +224,11 @@ async def send_with_sweep(
             end_held(_stopped(stopper, stats, budget))
             break
         late = rounds > 0 and clock() - started >= SWEEP_MAX_S
+        # a deadline job's shard sending directly what its batch left: the deadline comes first
+        cutover = rounds > 0 and spec.cutover_at is not None and wall() >= spec.cutover_at
         attempts = sweep_round_attempts(given, cap, line_attempts(faults.failed, faults.attempts))
-        if late or not attempts:
-            end_held(_no_more(cap, faults, late))
+        if late or cutover or not attempts:
+            end_held(_no_more(cap, faults, late, cutover))
             break
         if rounds:
             # longer each round, so a provider still recovering gets the time; not a line's own next
