@@ -213,6 +213,10 @@ async def send_with_sweep(
     if not held or (stats.stopped_early and not over()):
         # out of time: what it holds is pending for the next run
         return stats
+    if over():
+        # the first pass's figures stand: what it left unsent is the caller's to write
+        end_held(_stopped(stopper, stats, budget))
+        return stats
     concurrency = sweep_concurrency(spec.concurrency)
     pause = RetryPolicy(base_delay_s=ctx.settings.retry_base_delay_s)
     started = clock()
