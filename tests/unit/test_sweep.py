@@ -15,9 +15,9 @@ from sluice.contract.model import ErrorCode, Outcome
 from sluice.merge.merge import load_manifest
 from sluice.runners import sweep
 from sluice.runners.direct import run_direct
-from sluice.runners.sweep import merged, split_attempts, sweep_concurrency, sweepable
+from sluice.runners.sweep import merged, send_with_sweep, split_attempts, sweep_concurrency, sweepable
 from sluice.send.engine import make_session
-from sluice.shard.frame import ShardContext, ShardSpec
+from sluice.shard.frame import ShardContext, ShardSpec, pending
 from sluice.shard.parts import part_keys, parts_stats, read_part
 
 from tests.conftest import request_line
@@ -215,6 +215,29 @@ def test_no_sweep_round_starts_once_the_sweeps_time_is_up(aws: Aws, monkeypatch:
     assert sends(provider)["down"] == 6
     (error,) = (e["error"] for e in shard_file(aws, spec.errors_key).values())
     assert "last sweep), the sweep's 0 s were up; last: HTTP 500" in error["message"]
+
+
+def test_each_sweep_round_after_the_first_waits_a_backoff_doubling_each_round(aws: Aws) -> None:
+    spec = shard(aws, ["ok-1", "down"])
+    # answered on its twelfth attempt: three in the first pass, then rounds of three
+    provider = Scripted(script={"down": [SERVER_ERROR] * 11})
+    pauses: list[float] = []
+    outcomes: list[Outcome] = []
+
+    async def pause(seconds: float) -> None:
+        pauses.append(seconds)
+
+    async def go() -> None:
+        async with serve(provider):
+            settings = replace(aws.settings, provider_base_url=provider.base_url, retry_base_delay_s=0.001)
+            ctx = ShardContext(aws.s3, aws.store, settings, "sk-test", lambda: 900.0, make_session)
+            requests = pending(aws.s3, spec, set(), lambda _: None)
+            await send_with_sweep(ctx, spec, requests, outcomes.append, sleep=pause, rand=lambda: 1.0)
+
+    asyncio.run(go())
+
+    assert [(o.custom_id, o.ok, o.attempts) for o in outcomes] == [("ok-1", True, 1), ("down", True, 12)]
+    assert pauses == [0.001, 0.002]
 
 
 def test_past_a_deadlines_cutover_the_sweep_is_one_round(aws: Aws) -> None:
