@@ -127,12 +127,16 @@ class Run:
 
 def one_run(server: Server, path: Path, out: Path, limit_s: float, extra: list[str]) -> Run:
     env = {**os.environ, "OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": "sk-bench-badprovider"}
-    command = [str(Path(sys.executable).parent / "sluice"), "run", str(path), "--out", str(out), "--no-cache"]
+    # this checkout's code: the virtualenv's `sluice` script runs whichever checkout it was installed from
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "functions"), str(ROOT)])
+    command = [sys.executable, "-m", "local.cli", "run", str(path), "--out", str(out), "--no-cache"]
     command += ["--quiet", *extra]
     before = server.requests
     started = time.monotonic()
     try:
-        done = subprocess.run(command, env=env, capture_output=True, text=True, check=False, timeout=limit_s * 6)
+        done = subprocess.run(
+            command, env=env, cwd=ROOT, capture_output=True, text=True, check=False, timeout=limit_s * 6
+        )
         code: int | None = done.returncode
         text = done.stdout + done.stderr
     except subprocess.TimeoutExpired as exc:

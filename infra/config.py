@@ -250,7 +250,6 @@ def _typed_values(values: dict[str, Any], fail: Fail) -> dict[str, Any]:
     for key in (
         "concurrency",
         "map_concurrency",
-        "max_attempts",
         "shard_lines",
         "ttl_days",
         "cache_ttl_days",
@@ -283,6 +282,8 @@ def _typed_values(values: dict[str, Any], fail: Fail) -> dict[str, Any]:
         ):
             raise fail("batch_queue_tokens", "must map model names to whole numbers of tokens (0 = no limit)")
         values["batch_queue_tokens"] = dict(limits)
+    if "max_attempts" in values and (type(values["max_attempts"]) is not int or values["max_attempts"] < 0):
+        raise fail("max_attempts", "must be a whole number of sends (0 = as the job needs)")
     if "batch_queue_default_tokens" in values and (
         type(values["batch_queue_default_tokens"]) is not int or values["batch_queue_default_tokens"] < 0
     ):

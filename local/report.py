@@ -208,9 +208,12 @@ def settings_section(summary: Mapping[str, Any]) -> str:
         ("concurrency", "requests in flight (concurrency)"),
         ("map_concurrency", "shards at once"),
         ("shard_lines", "lines a shard"),
-        ("max_attempts", "sends a line at most (last sweep included)"),
     ):
         row(name, f"{run[key]:,}" if isinstance(run.get(key), int) else None)
+    cap = run.get("max_attempts")
+    if isinstance(cap, int):
+        # 0: no cap, the last sweep sizes a line's attempts to the faults its shard saw
+        row("sends a line at most (last sweep included)", f"{cap:,}" if cap else "as the job needs")
     row("request timeout", run.get("request_timeout_s") and f"{run['request_timeout_s']:g} s")
     rate = summary.get("max_error_rate", run.get("max_error_rate"))
     row("max error rate", None if rate is None else f"{float(rate):g}")
@@ -350,6 +353,11 @@ def _tiles(summary: Mapping[str, Any]) -> list[str]:
         _tile("tokens in", _n(tokens.get("input"))),
         _tile("tokens out", _n(tokens.get("output"))),
         _tile("retries", _n(summary.get("retries"))),
+        *(
+            [_tile("attempts of the longest line", _n(summary["max_line_attempts"]))]
+            if summary.get("max_line_attempts")
+            else []
+        ),
         _tile("throttled (429)", _n(summary.get("throttled"))),
         *sweep_tiles(summary.get("sweep")),
         _tile("provider cost (est.)", esc(_usd(costs.get("provider")))),

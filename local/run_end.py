@@ -57,6 +57,24 @@ def swept(summary: dict[str, Any]) -> str:
     return f", {count:,} line{'s' if count != 1 else ''} swept ({int(sweep.get('recovered') or 0):,} recovered)"
 
 
+def longest(summary: dict[str, Any]) -> str:
+    """`, the longest line 9 attempts`: what the line retried most took, when one was retried."""
+    most = int(summary.get("max_line_attempts") or 0)
+    return f", the longest line {most:,} attempts" if most > 1 else ""
+
+
+# codes whose lines `refusal_lines` and `budget_lines` explain
+_EXPLAINED = frozenset({"provider_refused", "budget_exceeded"})
+
+
+def error_lines(summary: dict[str, Any]) -> list[str]:
+    """`1 retries_exhausted: gave up after 22 attempts (...), ...`: why lines ended in errors, one
+    message a code, the most frequent first."""
+    examples = summary.get("error_examples") or {}
+    counts = sorted((summary.get("errors_by_code") or {}).items(), key=lambda item: -int(item[1]))
+    return [f"{int(n):,} {code}: {examples.get(code, '—')}" for code, n in counts if code not in _EXPLAINED]
+
+
 def validation_lines(summary: dict[str, Any]) -> list[str]:
     """`validated: 280 valid first time, 20 repaired, 0 invalid; answers turned down: schema 31,
     json 12`: a validating job's lines by how they ended, and what each check refused."""

@@ -22,8 +22,10 @@ PROVIDER_HELP = (
 )
 
 MAX_ATTEMPTS_HELP = (
-    "sends of a request at most, in all, before it goes to errors; when the first half fail on 429s, "
-    "5xx or timeouts, the rest wait for the shard's last sweep, after its other lines"
+    "sends of a request at most, in all, before it goes to errors, a hard cap: when the first half fail on 429s, "
+    "5xx or timeouts, the rest wait for the shard's last sweep, after its other lines (default: as the job needs: "
+    "3, then rounds of 3 in the last sweep until the faults the shard saw, were they random, would end a line "
+    "in errors less than once in 100 million; at most 22, and no round after 300 s of sweeping)"
 )
 
 MAX_ERROR_RATE_HELP = (

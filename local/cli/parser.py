@@ -269,7 +269,8 @@ def _run(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         ),
     ):
         default = LOCAL_SETTING_DEFAULTS[name]
-        p.add_argument(flag, type=kind, default=default, help=with_default(text, default))
+        # the default of --max-attempts (0, none) is said in its help
+        p.add_argument(flag, type=kind, default=default, help=with_default(text, default) if default else text)
     validate_options(p)
     p.add_argument("--latency", type=checks.seconds, default=0.05, help="simulator latency in seconds (default: 0.05)")
     p.add_argument(

@@ -43,8 +43,10 @@ from local.run_end import (
     batch_direct_lines,
     budget_lines,
     deadline_lines,
+    error_lines,
     exit_code,
     local_summary,
+    longest,
     refusal_lines,
     swept,
     timing,
@@ -312,11 +314,11 @@ def _ended(
     results, errors = int(counts_of.get("results", 0)), int(counts_of.get("errors", 0))
     say(
         f"job {ran.job_id}: {status} {timing(summary, command_s)} — "
-        f"{results:,} results, {errors:,} errors{swept(summary)}{usage(summary)}"
+        f"{results:,} results, {errors:,} errors{swept(summary)}{longest(summary)}{usage(summary)}"
     )
     for line in validation_lines(summary) + deadline_lines(summary) + batch_direct_lines(summary):
         tell(line)
-    why = refusal_lines(summary) + budget_lines(summary, cache=not args.no_cache)
+    why = error_lines(summary) + refusal_lines(summary) + budget_lines(summary, cache=not args.no_cache)
     if summary.get("error") and not summary.get("provider_refused"):
         why.append(f"error: {summary['error']}")
     for line in why:

@@ -48,6 +48,7 @@ def test_unknown_environment_names_the_known_ones() -> None:
         ("concurrency", -1, r"environment 'dev': concurrency must be a positive integer, got -1"),
         ("concurrency", True, r"concurrency must be a positive integer"),
         ("map_concurrency", "10", r"map_concurrency must be a positive integer"),
+        ("max_attempts", -1, r"max_attempts must be a whole number of sends \(0 = as the job needs\)"),
         ("request_timeout_s", 0, r"request_timeout_s must be a positive number"),
         ("default_mode", "turbo", r"default_mode must be one of direct, background, batch, auto"),
         ("removal_policy", "snapshot", r"removal_policy must be one of destroy, retain"),

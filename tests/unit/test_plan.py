@@ -96,7 +96,9 @@ def test_a_job_runs_no_more_shards_at_once_than_the_environment_allows() -> None
 
 def test_options_from_object_metadata() -> None:
     options = JobOptions.from_metadata({"sluice-mode": "background", "sluice-concurrency": "50"}, SETTINGS)
-    assert (options.mode, options.concurrency, options.max_attempts) == ("background", 50, 6)
+    # max_attempts 0: as many as the job needs; a job's own is a hard cap
+    assert (options.mode, options.concurrency, options.max_attempts) == ("background", 50, 0)
+    assert JobOptions.from_metadata({"sluice-max-attempts": "4"}, SETTINGS).max_attempts == 4
     with pytest.raises(PlanError, match="sluice-concurrency='lots'"):
         JobOptions.from_metadata({"sluice-concurrency": "lots"}, SETTINGS)
     budgets = JobOptions.from_metadata({"sluice-rpm": "600", "sluice-tpm": "0"}, SETTINGS)

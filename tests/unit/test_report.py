@@ -13,6 +13,7 @@ from sluice.shard.stats import TIMELINE_MAX_POINTS, Stats
 
 from local.report import render_report
 from local.report_charts import timeline_points
+from local.run_end import error_lines, longest
 
 
 class Tags(HTMLParser):
@@ -404,6 +405,41 @@ def test_the_page_shows_how_the_job_ran_and_its_budget() -> None:
     tiles = dict((k, v) for v, k in re.findall(r'<div class="v">([^<]*)</div><div class="k">([^<]*)</div>', page))
     assert tiles["job wall time (Plan to Merge)"] == "2.0 s"
     assert tiles["sluice run in all, with the local cloud"] == "4.3 s"
+
+
+def test_the_longest_lines_attempts_survive_the_merge_and_show_and_no_cap_reads_as_the_job_needs() -> None:
+    first, second = Stats(), Stats()
+    retried = outcome(1, 0.1)
+    retried.attempts = 9
+    first.add_outcome(retried, at=1000.0, request_format=OPENAI)
+    second.add_outcome(outcome(2, 0.1), at=1000.0, request_format=OPENAI)
+    merged = Stats.from_dict(first.to_dict())
+    merged.merge(Stats.from_dict(second.to_dict()))
+    assert merged.max_attempts == 9
+    run = {"mode": "direct", "max_attempts": 0}
+    page = render_report(summary_of(merged, max_line_attempts=merged.max_attempts, run=run))
+    rows = dict(re.findall(r"<tr><td>([^<]*)</td><td>([^<]*)</td></tr>", page))
+    assert rows["sends a line at most (last sweep included)"] == "as the job needs"
+    tiles = dict((k, v) for v, k in re.findall(r'<div class="v">([^<]*)</div><div class="k">([^<]*)</div>', page))
+    assert tiles["attempts of the longest line"] == "9"
+
+
+def test_the_run_end_says_the_longest_lines_attempts_and_why_lines_ended_in_errors() -> None:
+    summary = {
+        "max_line_attempts": 22,
+        "errors_by_code": {"invalid_json": 1, "retries_exhausted": 2, "provider_refused": 5},
+        "error_examples": {
+            "retries_exhausted": "gave up after 22 attempts (3, then 19 in the shard's last sweep), ...",
+            "invalid_json": "line 7: invalid JSON",
+        },
+    }
+    assert longest(summary) == ", the longest line 22 attempts"
+    assert longest({"max_line_attempts": 1}) == longest({}) == ""
+    # a refusal has lines of its own (`refusal_lines`)
+    assert error_lines(summary) == [
+        "2 retries_exhausted: gave up after 22 attempts (3, then 19 in the shard's last sweep), ...",
+        "1 invalid_json: line 7: invalid JSON",
+    ]
 
 
 def test_a_validating_job_shows_how_its_lines_ended_and_the_checks_that_turned_answers_down() -> None:

@@ -8,12 +8,20 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sluice.core.retry import (
     DEFAULT_POLICY,
+    FIRST_PASS_ATTEMPTS,
+    LINE_ATTEMPTS_CEILING,
+    LINE_ERROR_TARGET,
     RetryPolicy,
     backoff_s,
+    fault_rate,
+    first_pass_attempts,
     is_retryable,
+    line_attempts,
     next_delay_s,
     retry_after_s,
     should_retry,
+    sweep_round_attempts,
+    unswept_attempts,
 )
 
 NOW = 1_800_000_000.0
@@ -168,3 +176,34 @@ def test_next_delay_never_under_hint(attempt: int, r: float, hint: float) -> Non
     delay = next_delay_s(attempt, DEFAULT_POLICY, {"retry-after-ms": str(hint * 1000)}, NOW, lambda: r)
     assert delay >= hint - 1e-9
     assert delay <= max(hint, DEFAULT_POLICY.max_delay_s) + 1e-9
+
+
+@pytest.mark.parametrize(
+    ("failed", "attempts", "expected"),
+    # 15% of attempts failing: 10 attempts (0.15**10 = 5.8e-9 a line); a rare failure: the
+    # first pass and one round, six; most attempts failing: the ceiling
+    [(150, 1000, 10), (1500, 10000, 10), (300, 1000, 16), (1, 100, 6), (0, 1, 17), (900, 1000, LINE_ATTEMPTS_CEILING)],
+)
+def test_a_lines_attempts_follow_from_the_faults_seen(failed: int, attempts: int, expected: int) -> None:
+    assert line_attempts(failed, attempts) == expected
+
+
+def test_under_random_faults_at_the_rate_seen_a_line_ends_in_errors_less_than_once_in_100_million() -> None:
+    for rate in (0.01, 0.05, 0.15, 0.3, 0.4):
+        failed, attempts = int(rate * 100_000), 100_000
+        assert fault_rate(failed, attempts) ** line_attempts(failed, attempts) < LINE_ERROR_TARGET == 1e-8
+
+
+@pytest.mark.parametrize(
+    ("sent", "cap", "needed", "expected"),
+    [(3, 0, 10, 3), (6, 0, 10, 3), (9, 0, 10, 1), (10, 0, 10, 0), (3, 6, 22, 3), (6, 6, 22, 0), (1, 1, 22, 0)],
+)
+def test_a_sweep_round_gives_what_the_cap_leaves_or_rounds_of_three_up_to_the_need(
+    sent: int, cap: int, needed: int, expected: int
+) -> None:
+    assert sweep_round_attempts(sent, cap, needed) == expected
+
+
+def test_without_a_cap_the_first_pass_gives_three_and_a_line_with_no_sweep_six() -> None:
+    assert (first_pass_attempts(0), first_pass_attempts(6), first_pass_attempts(7)) == (FIRST_PASS_ATTEMPTS, 3, 4)
+    assert (unswept_attempts(0), unswept_attempts(2)) == (6, 2)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
@@ -12,10 +13,11 @@ import pytest
 from moto import mock_aws
 from sluice.contract.model import ErrorCode, Outcome
 from sluice.merge.merge import load_manifest
+from sluice.runners import sweep
 from sluice.runners.direct import run_direct
-from sluice.runners.sweep import merged, split_attempts, sweep_concurrency, sweepable
+from sluice.runners.sweep import merged, send_with_sweep, split_attempts, sweep_concurrency, sweepable
 from sluice.send.engine import make_session
-from sluice.shard.frame import ShardContext, ShardSpec
+from sluice.shard.frame import ShardContext, ShardSpec, pending
 from sluice.shard.parts import part_keys, parts_stats, read_part
 
 from tests.conftest import request_line
@@ -86,7 +88,7 @@ def test_a_line_that_exhausted_its_first_attempts_on_500s_ends_as_a_result_and_a
 
 
 def test_a_line_the_sweep_cannot_save_goes_to_errors_once_with_every_attempt_counted(aws: Aws) -> None:
-    spec = shard(aws, ["ok-1", "down"])
+    spec = replace(shard(aws, ["ok-1", "down"]), max_attempts=6)
     provider = Scripted(script={"down": [THROTTLED, SERVER_ERROR] * 10})
 
     run(aws, provider, spec)
@@ -96,7 +98,9 @@ def test_a_line_the_sweep_cannot_save_goes_to_errors_once_with_every_attempt_cou
     assert set(errors) == {"down"}
     error = errors["down"]["error"]
     assert error["code"] == ErrorCode.RETRIES_EXHAUSTED
-    assert error["message"].startswith("gave up after 6 attempts (3, then 3 in the shard's last sweep); last: HTTP 500")
+    assert error["message"].startswith(
+        "gave up after 6 attempts (3, then 3 in the shard's last sweep), the job's max-attempts of 6; last: HTTP 500"
+    )
     stats = parts_stats(aws.s3, spec)
     assert (stats.swept, stats.recovered_by_sweep) == (1, 0)
     assert stats.attempts == 7 and stats.throttled == 3
@@ -140,6 +144,111 @@ def test_a_run_out_of_time_before_the_sweep_leaves_the_line_pending_and_the_next
     assert sorted(rows) == [spec.first_line, spec.first_line + 1, spec.first_line + 2], "each line in one part"
     assert set(shard_file(aws, spec.results_key)) == {"ok-1", "flaky", "ok-2"}
     assert shard_file(aws, spec.errors_key) == {}
+
+
+def random_faults(ids: list[str], rate: float, seed: int) -> dict[str, list[Action]]:
+    """Each attempt of each line a 429 or a 500 with chance `rate`, drawn once from `seed`: the same
+    schedule whatever order the attempts come in."""
+    rng = random.Random(seed)
+    draws = {cid: [rng.random() for _ in range(30)] for cid in ids}
+    return {
+        cid: [("ok",) if d >= rate else THROTTLED if d < rate / 2 else SERVER_ERROR for d in line]
+        for cid, line in draws.items()
+    }
+
+
+# seed 13 draws, among 400 lines at 30% faults, one line whose first 8 attempts fail and one whose first 6 do
+FAULT_IDS = [f"r{i}" for i in range(400)]
+FAULTS = random_faults(FAULT_IDS, 0.3, seed=13)
+
+
+def test_the_seeded_schedule_fails_two_lines_under_a_cap_of_six(aws: Aws) -> None:
+    spec = replace(shard(aws, FAULT_IDS), max_attempts=6)
+    provider = Scripted(script=FAULTS)
+
+    run(aws, provider, spec)
+
+    errors = shard_file(aws, spec.errors_key)
+    assert len(errors) == 2
+    assert {e["error"]["code"] for e in errors.values()} == {ErrorCode.RETRIES_EXHAUSTED}
+    assert max(sends(provider).values()) == 6
+
+
+def test_random_faults_end_no_line_when_the_job_sizes_its_attempts(aws: Aws) -> None:
+    spec = shard(aws, FAULT_IDS)
+    assert spec.max_attempts == 0, "the default: as the job needs"
+    provider = Scripted(script=FAULTS)
+
+    run(aws, provider, spec)
+
+    assert shard_file(aws, spec.errors_key) == {}
+    assert len(shard_file(aws, spec.results_key)) == len(FAULT_IDS)
+    # the unlucky line took nine attempts: three, then two rounds of three in the last sweep
+    assert max(sends(provider).values()) == 9
+    stats = parts_stats(aws.s3, spec)
+    assert (stats.swept, stats.recovered_by_sweep) == (stats.recovered_by_sweep, stats.swept) != (0, 0)
+
+
+def test_a_line_that_fails_where_the_rest_succeed_ends_after_six_attempts(aws: Aws) -> None:
+    ids = [f"ok-{i}" for i in range(100)] + ["down"]
+    spec = shard(aws, ids)
+    provider = Scripted(script={"down": [SERVER_ERROR] * 30})
+
+    run(aws, provider, spec)
+
+    assert sends(provider)["down"] == 6
+    (error,) = (e["error"] for e in shard_file(aws, spec.errors_key).values())
+    assert error["message"].startswith(
+        "gave up after 6 attempts (3, then 3 in the shard's last sweep), as many as 1% of the shard's attempts "
+        "failing call for; last: HTTP 500"
+    )
+
+
+def test_no_sweep_round_starts_once_the_sweeps_time_is_up(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sweep, "SWEEP_MAX_S", 0.0)
+    spec = shard(aws, ["ok-1", "down"])
+    provider = Scripted(script={"down": [SERVER_ERROR] * 30})
+
+    run(aws, provider, spec)
+
+    # a tiny shard's faults would call for more (`line_attempts`): the time bound ends it after one round
+    assert sends(provider)["down"] == 6
+    (error,) = (e["error"] for e in shard_file(aws, spec.errors_key).values())
+    assert "last sweep), the sweep's 0 s were up; last: HTTP 500" in error["message"]
+
+
+def test_each_sweep_round_after_the_first_waits_a_backoff_doubling_each_round(aws: Aws) -> None:
+    spec = shard(aws, ["ok-1", "down"])
+    # answered on its twelfth attempt: three in the first pass, then rounds of three
+    provider = Scripted(script={"down": [SERVER_ERROR] * 11})
+    pauses: list[float] = []
+    outcomes: list[Outcome] = []
+
+    async def pause(seconds: float) -> None:
+        pauses.append(seconds)
+
+    async def go() -> None:
+        async with serve(provider):
+            settings = replace(aws.settings, provider_base_url=provider.base_url, retry_base_delay_s=0.001)
+            ctx = ShardContext(aws.s3, aws.store, settings, "sk-test", lambda: 900.0, make_session)
+            requests = pending(aws.s3, spec, set(), lambda _: None)
+            await send_with_sweep(ctx, spec, requests, outcomes.append, sleep=pause, rand=lambda: 1.0)
+
+    asyncio.run(go())
+
+    assert [(o.custom_id, o.ok, o.attempts) for o in outcomes] == [("ok-1", True, 1), ("down", True, 12)]
+    assert pauses == [0.001, 0.002]
+
+
+def test_past_a_deadlines_cutover_the_sweep_is_one_round(aws: Aws) -> None:
+    spec = replace(shard(aws, ["ok-1", "down"]), cutover_at=1.0)
+    provider = Scripted(script={"down": [SERVER_ERROR] * 30})
+
+    run(aws, provider, spec)
+
+    assert sends(provider)["down"] == 6
+    (error,) = (e["error"] for e in shard_file(aws, spec.errors_key).values())
+    assert "last sweep), the deadline's cutover has passed; last: HTTP 500" in error["message"]
 
 
 def outcome(code: str | None, attempts: int = 1, throttled: int = 0) -> Outcome:

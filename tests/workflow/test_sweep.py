@@ -6,6 +6,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from local.cloud import run_job
 from local.simulator import decide_fault
 from tests.conftest import request_line, write_jsonl
@@ -44,6 +46,36 @@ def test_lines_that_ran_out_of_attempts_get_one_more_pass_before_they_go_to_erro
     assert {cid: sent[cid] for cid in clean} == dict.fromkeys(clean, 1)
     assert run.summary["sweep"] == {"swept": 5, "recovered": 3}
     assert run.summary["counts"]["errors"] == 2
+
+
+@pytest.mark.parametrize(("max_attempts", "errors"), [(6, 1), (0, 0)])
+def test_a_line_whose_first_seven_attempts_fail_at_random_ends_in_errors_only_under_a_cap_of_six(
+    make_cloud: Any, simulator: Any, tmp_path: Path, max_attempts: int, errors: int
+) -> None:
+    config = simulator.configure(rate_500=0.3)
+    ids = [f"f-{i}" for i in range(2000)]
+    # the simulator's faults are drawn from (seed, custom id, attempt): the same schedule every run
+    unlucky = next(
+        cid for cid in ids if [decide_fault(config, cid, n) is not None for n in range(8)] == [True] * 7 + [False]
+    )
+    chosen = sorted({unlucky, *ids[:40]})
+    path = write_jsonl(tmp_path / "random.jsonl", [request_line(cid) for cid in chosen])
+    cloud = make_cloud(shard_lines=100, concurrency=10, max_attempts=max_attempts)
+
+    run = run_job(cloud, path)
+
+    assert run.verify(path).ok
+    assert run.summary["counts"]["errors"] == errors
+    if errors:
+        (error,) = run.errors
+        assert error["custom_id"] == unlucky
+        assert error["error"]["message"].startswith(
+            "gave up after 6 attempts (3, then 3 in the shard's last sweep), the job's max-attempts of 6"
+        )
+        assert run.summary["max_line_attempts"] == 6
+    else:
+        # three, then rounds of three while 30% of attempts failing call for more: the eighth answers
+        assert run.summary["max_line_attempts"] == 8
 
 
 def test_a_background_line_the_sweep_submitted_counts_as_swept_once_collected(

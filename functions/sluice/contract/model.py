@@ -28,7 +28,8 @@ class ErrorCode:
     INVALID_ENCODING = "invalid_encoding"
     # the provider answered with a status that retrying cannot fix (400, 401, 404, 422, ...)
     PROVIDER_ERROR = "provider_error"
-    # retryable failures (429, 5xx, timeouts, dropped connections) outlasted `max_attempts`
+    # retryable failures (429, 5xx, timeouts, dropped connections) outlasted the line's attempts:
+    # `max_attempts`, or as many as its shard's faults call for (`sluice.runners.sweep`)
     RETRIES_EXHAUSTED = "retries_exhausted"
     # a background response settled as failed, or incomplete with no output
     RESPONSE_FAILED = "response_failed"

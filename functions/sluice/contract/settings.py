@@ -156,7 +156,8 @@ class Settings:
     # shards working at once across the environment's jobs (the shard steps' reserved concurrency);
     # a job's map concurrency above it only makes shards wait (0 = no cap, as in a local run)
     max_shards_in_flight: int = field(default=0, metadata={_KIND: "limit"})
-    max_attempts: int = 6
+    # sends of a line at most; 0: as many as the shard's faults call for (`sluice.runners.sweep`)
+    max_attempts: int = field(default=0, metadata={_KIND: "limit"})
     request_timeout_s: float = 120.0
     shard_lines: int = 5000
     ttl_days: int = 14

@@ -211,6 +211,8 @@ class Figures(JsonRecord):
     tokens: Tokens
     attempts: int
     retries: int
+    # how many attempts the longest line took
+    max_line_attempts: int
     throttled: int
     sweep: Sweep
     cache: CacheFigures

@@ -171,3 +171,56 @@ def next_delay_s(
     if hinted is None:
         return jittered
     return max(hinted, jittered)
+
+
+# How many times a line is sent when the user set no --max-attempts (issue 61). A shard's first
+# pass gives each line FIRST_PASS_ATTEMPTS; a line they all fail on transient causes waits for the
+# shard's last sweep, which goes in rounds of SWEEP_ROUND_ATTEMPTS while a line has fewer than
+# `line_attempts` of the shard's faults call for.
+FIRST_PASS_ATTEMPTS = 3
+SWEEP_ROUND_ATTEMPTS = 3
+# Under random faults at rate p, a line of k attempts ends in errors with chance p**k: the sweep
+# gives it attempts until that is below this, 0.01 lines a million. At p = 0.15 (10% 429s and 5%
+# 500s) that is 10 attempts (0.15**10 = 5.8e-9), at 0.3 it is 16, at 0.4 it is 21.
+LINE_ERROR_TARGET = 1e-8
+# however often the faults come: past this, most attempts fail and waiting is the provider's cure,
+# not sending again (at p = 0.4, 0.4**22 = 1.8e-9)
+LINE_ATTEMPTS_CEILING = 22
+# the last sweep starts no round this long after its first began: what bounds a shard's retrying
+SWEEP_MAX_S = 300.0
+
+
+def fault_rate(failed: int, attempts: int) -> float:
+    """The chance an attempt fails, from `failed` of `attempts` seen; one failure and one success
+    assumed besides, so that a shard with few lines does not read as fault-free."""
+    return (failed + 1) / (attempts + 2)
+
+
+def line_attempts(failed: int, attempts: int) -> int:
+    """How many times a line is sent before it ends in errors, the user having set no cap: enough that
+    under random faults at the rate seen (`fault_rate`) it would fail every one with chance below
+    LINE_ERROR_TARGET. A line that fails where most succeed is the one a small rate ends soon (at
+    1 failed attempt in 100, four attempts reach the target): it is not unlucky, it is refused."""
+    rate = fault_rate(failed, attempts)
+    needed = math.ceil(math.log(LINE_ERROR_TARGET) / math.log(rate))
+    return min(LINE_ATTEMPTS_CEILING, max(FIRST_PASS_ATTEMPTS + SWEEP_ROUND_ATTEMPTS, needed))
+
+
+def first_pass_attempts(cap: int) -> int:
+    """A line's attempts in its shard's first pass; `cap`: the user's --max-attempts, 0 for none.
+    With a cap, the first pass has the larger half and the sweep the rest."""
+    return cap - cap // 2 if cap else FIRST_PASS_ATTEMPTS
+
+
+def sweep_round_attempts(given: int, cap: int, needed: int) -> int:
+    """Attempts the sweep's next round gives each line still failing, `given` each so far; 0: none.
+    A cap's sweep is one round of what the cap leaves; else rounds of SWEEP_ROUND_ATTEMPTS up to
+    `needed` (`line_attempts`)."""
+    if cap:
+        return max(0, cap - given)
+    return max(0, min(SWEEP_ROUND_ATTEMPTS, needed - given))
+
+
+def unswept_attempts(cap: int) -> int:
+    """A line's attempts where no sweep follows (a background shard's sends again of invalid answers)."""
+    return cap or FIRST_PASS_ATTEMPTS + SWEEP_ROUND_ATTEMPTS

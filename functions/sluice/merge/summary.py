@@ -208,6 +208,7 @@ def job_figures(
         tokens=Tokens(input=totals.tokens_in, output=totals.tokens_out),
         attempts=totals.attempts,
         retries=totals.retries,
+        max_line_attempts=totals.max_attempts,
         throttled=totals.throttled,
         sweep=Sweep(swept=totals.swept, recovered=totals.recovered_by_sweep),
         cache=CacheFigures(

@@ -247,7 +247,7 @@ class JobOptions:
             mode=mode,
             concurrency=concurrency,
             map_concurrency=map_concurrency,
-            max_attempts=positive("max-attempts", settings.max_attempts),
+            max_attempts=positive("max-attempts", settings.max_attempts, zero=True),
             model=model,
             on_batch_incomplete=incomplete,
             deadline_hours=deadline_hours,

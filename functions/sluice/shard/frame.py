@@ -19,7 +19,7 @@ import orjson
 from sluice.contract import Mode, RateSeed, Settings, causes, parse_rate_limits
 from sluice.contract import ShardSpec as ShardSpec  # the contract's, which the modes import from here
 from sluice.contract.model import ErrorCode, Outcome, Request
-from sluice.core.retry import RetryPolicy
+from sluice.core.retry import RetryPolicy, unswept_attempts
 from sluice.formats.lines import READ_CHUNK, LineError, parse_line, split_lines
 from sluice.limits.budget import HOLDERS_WAIT_S, Budget, usd_to_nano
 from sluice.limits.shared import SharedLimit
@@ -111,7 +111,7 @@ class ShardContext:
 
 def _engine_settings(spec: ShardSpec, settings: Settings, *, check_answers: bool = False) -> EngineSettings:
     policy = RetryPolicy(
-        max_attempts=spec.max_attempts,
+        max_attempts=unswept_attempts(spec.max_attempts),
         request_timeout_s=settings.request_timeout_s,
         base_delay_s=settings.retry_base_delay_s,
     )

@@ -65,6 +65,8 @@ class Stats:
     errors: dict[str, int] = field(default_factory=dict)
     attempts: int = 0
     retries: int = 0
+    # the most attempts one line took (the first pass's and the last sweep's)
+    max_attempts: int = 0
     throttled: int = 0
     tokens_in: int = 0
     tokens_out: int = 0
@@ -122,6 +124,7 @@ class Stats:
             self.paths[path] = self.paths.get(path, 0) + 1
         self.attempts += outcome.attempts
         self.retries += max(outcome.attempts - 1, 0)
+        self.max_attempts = max(self.max_attempts, outcome.attempts)
         self.throttled += outcome.throttled
         self.tier_fallback += outcome.tier_fallback
         if outcome.swept:
@@ -198,6 +201,7 @@ class Stats:
             self.error_examples.setdefault(code, message)
         self.attempts += other.attempts
         self.retries += other.retries
+        self.max_attempts = max(self.max_attempts, other.max_attempts)
         self.throttled += other.throttled
         self.tier_fallback += other.tier_fallback
         self.swept += other.swept
@@ -244,6 +248,7 @@ class Stats:
             "error_examples": dict(sorted(self.error_examples.items())),
             "attempts": self.attempts,
             "retries": self.retries,
+            "max_attempts": self.max_attempts,
             "throttled": self.throttled,
             "swept": self.swept,
             "recovered_by_sweep": self.recovered_by_sweep,
@@ -285,6 +290,7 @@ class Stats:
             error_examples=dict(data.get("error_examples", {})),
             attempts=data.get("attempts", 0),
             retries=data.get("retries", 0),
+            max_attempts=data.get("max_attempts", 0),
             throttled=data.get("throttled", 0),
             swept=data.get("swept", 0),
             recovered_by_sweep=data.get("recovered_by_sweep", 0),
