@@ -267,7 +267,11 @@ def definition() -> dict[str, Any]:
         transient=[e for e in TRANSIENT_LAMBDA_ERRORS if e != LAMBDA_TIMEOUT],
     )
     mark_failed["Catch"] = [
-        {"ErrorEquals": ["States.ALL"], "ResultPath": f"$.{MARK_FAILED_ERROR_KEY}", "Next": "MarkFailed (from the input)"}
+        {
+            "ErrorEquals": ["States.ALL"],
+            "ResultPath": f"$.{MARK_FAILED_ERROR_KEY}",
+            "Next": "MarkFailed (from the input)",
+        }
     ]
 
     return {

@@ -46,7 +46,11 @@ def test_a_failure_of_mark_failed_ends_in_its_last_resort_and_a_timeout_is_not_r
     states = definition()["States"]
     mark_failed = states["MarkFailed"]
     assert mark_failed["Catch"] == [
-        {"ErrorEquals": ["States.ALL"], "ResultPath": f"$.{MARK_FAILED_ERROR_KEY}", "Next": "MarkFailed (from the input)"}
+        {
+            "ErrorEquals": ["States.ALL"],
+            "ResultPath": f"$.{MARK_FAILED_ERROR_KEY}",
+            "Next": "MarkFailed (from the input)",
+        }
     ]
     assert not any("Sandbox.Timedout" in rule["ErrorEquals"] for rule in mark_failed["Retry"])
     last_resort = states["MarkFailed (from the input)"]

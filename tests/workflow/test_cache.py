@@ -147,7 +147,8 @@ def test_a_failed_job_keeps_the_answers_of_the_shards_the_cache_answered(
     path = write_jsonl(tmp_path / "edited.jsonl", [*first_lines[:39], request_line("c-39", "changed")])
 
     def break_shard_one(step: str, payload: dict[str, Any]) -> None:
-        if step == "run_shard" and payload["shard"]["shard"] == 1:
+        # the shard fails, and so does the ShardFailed step that would have ended it alone
+        if step in ("run_shard", "fail_shard") and payload["shard"]["shard"] == 1:
             raise RuntimeError("disk on fire")
 
     cloud.before_invoke = break_shard_one

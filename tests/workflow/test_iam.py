@@ -42,7 +42,8 @@ def test_a_failed_job_ends_with_its_errors_file_and_summary_written_by_mark_fail
     cloud = make_cloud(shard_lines=10, map_concurrency=1)
 
     def break_shard_one(step: str, payload: dict) -> None:
-        if step == "run_shard" and payload["shard"]["shard"] == 1:
+        # the shard fails, and so does the ShardFailed step that would have ended it alone
+        if step in ("run_shard", "fail_shard") and payload["shard"]["shard"] == 1:
             raise RuntimeError("disk on fire")
 
     cloud.before_invoke = break_shard_one

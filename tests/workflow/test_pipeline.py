@@ -77,11 +77,14 @@ def test_the_same_object_never_runs_twice_but_new_content_does(make_cloud, tmp_p
     assert sum(1 for i in cloud.invocations if i.step == "merge") == 2
 
 
-def test_a_failing_shard_marks_the_job_failed_and_still_accounts_for_every_line(make_cloud, tmp_path: Path) -> None:
+def test_a_shard_that_cannot_even_end_alone_marks_the_job_failed_and_still_accounts_for_every_line(
+    make_cloud, tmp_path: Path
+) -> None:
     cloud = make_cloud(shard_lines=10)
 
     def break_shard_two(step: str, payload: dict) -> None:
-        if step == "run_shard" and payload["shard"]["shard"] == 2:
+        # the shard fails, and so does the ShardFailed step that would have ended it alone
+        if step in ("run_shard", "fail_shard") and payload["shard"]["shard"] == 2:
             raise RuntimeError("disk on fire")
 
     cloud.before_invoke = break_shard_two
