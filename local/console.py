@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,8 @@ EXIT_PROVIDER = 8
 EXIT_COMPLETED_WITH_ERRORS = 9
 EXIT_BUDGET_EXCEEDED = 10
 EXIT_INTERRUPTED = 130
+# sysexits' EX_CANTCREAT: an output that could not be written
+EXIT_OUTPUT = 73
 EXIT_INTERNAL = 70
 
 EXIT_CODES_HELP = """\
@@ -46,6 +50,8 @@ exit codes:
   10   the job ended BUDGET_EXCEEDED: its --budget was spent; the lines it did not send are
        errors `budget_exceeded` (deployed, `sluice retry JOB --budget USD` sends them; after
        `run`, run the file again with a higher --budget: the response cache answers the rest)
+  73   an output could not be written (no space left on the device, no permission): the
+       message names the file; none is left half-written
   70   internal error: a bug in sluice (SLUICE_DEBUG=1 shows the traceback; please report it)
   130  interrupted by Ctrl-C; for `run`, 143 for SIGTERM and 129 for SIGHUP: the job is
        CANCELLED, its outputs hold every answer the provider gave, the other lines are errors
@@ -68,6 +74,22 @@ class CliError(Exception):
     def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
         super().__init__(message)
         self.code = code
+
+
+def write_output(path: Path, data: bytes) -> Path:
+    """`data` at `path` whole, or nothing there: a file cut short by a full disk would read as a
+    complete one, so it is written beside its name and renamed into place once all of it is down."""
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        with open(partial, "wb") as file:
+            file.write(data)
+        os.replace(partial, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            partial.unlink()
+        why = exc.strerror or str(exc)
+        raise CliError(f"could not write {path}: {why}; nothing of it was left in place", EXIT_OUTPUT) from exc
+    return path
 
 
 def say(message: str = "") -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 from sluice.contract import ExecutionStatus, JobStatus
 
-from local.console import human_usd
+from local.console import human_usd, write_output
 from local.report_charts import esc, latency_chart, seconds_text, throughput_chart
 
 MAX_SHARD_ROWS = 200
@@ -480,5 +480,4 @@ def _shard_sections(summary: Mapping[str, Any]) -> list[str]:
 
 
 def write_report(summary: Mapping[str, Any], path: Path, *, files: Mapping[str, str] | None = None) -> Path:
-    path.write_text(render_report(summary, files=files), encoding="utf-8")
-    return path
+    return write_output(path, render_report(summary, files=files).encode())

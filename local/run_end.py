@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from local.console import EXIT_PROVIDER, human_seconds, human_usd, job_exit_code
+from local.console import EXIT_PROVIDER, human_seconds, human_usd, job_exit_code, write_output
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ def local_summary(written: dict[str, Path], facts: RunFacts) -> dict[str, Any]:
     summary["run"] = {"provider": facts.provider, **facts.settings}
     if facts.command_seconds is not None:
         summary["command_seconds"] = round(facts.command_seconds, 3)
-    written["summary"].write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2))
+    write_output(written["summary"], orjson.dumps(summary, option=orjson.OPT_INDENT_2))
     return summary
 
 

@@ -32,7 +32,7 @@ from local.bedrock_endpoint import users_endpoint
 from local.checks import budget_needs_prices, out_dir, usable_out_dir
 from local.cli.validate_options import check_repair
 from local.cloud import LocalCloud, LocalSettings
-from local.console import EXIT_USAGE, CliError, file_link, need_file, say
+from local.console import EXIT_USAGE, CliError, file_link, need_file, say, write_output
 from local.inputs import check_file, model_of, require_valid
 from local.interrupt import Interrupted, Signals, stop_run, writing_note
 from local.progress import Display, LiveCounts
@@ -275,9 +275,7 @@ def _through_local_cloud(
                 data = cloud.read(output_key(OUTBOX_PREFIX + stem, kind))
             except Exception:
                 continue
-            target = out / f"{stem}{suffix}"
-            target.write_bytes(data)
-            written[kind] = target
+            written[kind] = write_output(out / f"{stem}{suffix}", data)
         _keep_turnarounds(cloud, kept)
     refused = any(
         i.step == STEPS["plan"].name and (i.error or "").startswith(f"{PlanError.__name__}(") for i in cloud.invocations

@@ -8,6 +8,7 @@ import re
 from contextlib import redirect_stdout
 from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sluice.contract import (
@@ -70,7 +71,7 @@ def test_every_job_option_the_cli_takes_is_one_plan_reads() -> None:
     given |= {"max-attempts": "4", "on-batch-incomplete": "error", "deadline-hours": "30", "max-error-rate": "0.1"}
     given |= {"provider": "openai"}
     # a deadline picks each shard's mode and replaces --deadline-hours: Plan takes it apart from those
-    deadline = {"deadline": "12h", "batch-turnaround": "2h", "rpm": "500", "tpm": "90000"}
+    deadline = {"deadline": "12h", "batch-turnaround": "2h", "rpm": "500", "tpm": "90000", "flex-models": "gpt-9"}
     named: set[str] = set()
     for options in (given, deadline):
         args = build_parser().parse_args(
@@ -253,3 +254,40 @@ def test_repair_without_validate_is_refused_not_dropped() -> None:
     with pytest.raises(CliError):
         check_repair(build_parser().parse_args(["run", "in.jsonl", "--repair"]))
     check_repair(build_parser().parse_args(["run", "in.jsonl", "--validate", "json", "--repair"]))
+
+
+def test_an_output_the_disk_has_no_room_for_is_named_and_never_left_cut_short(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+    import io
+
+    import local.console as console
+
+    class FullDisk(io.BytesIO):
+        """A file on a device with 10 bytes left."""
+
+        def write(self, data: Any) -> int:
+            if self.tell() + len(data) > 10:
+                super().write(bytes(data)[: 10 - self.tell()])
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return super().write(data)
+
+    real_open = open
+
+    def full_disk_open(path: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        if "w" in mode:
+            real_open(path, mode, *args, **kwargs).close()
+            return FullDisk()
+        return real_open(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(console, "open", full_disk_open, raising=False)
+    target = tmp_path / "reviews.results.jsonl"
+    with pytest.raises(console.CliError) as refused:
+        console.write_output(target, b'{"custom_id": "r-1"}\n' * 100)
+    assert refused.value.code == console.EXIT_OUTPUT == 73
+    assert str(refused.value) == f"could not write {target}: No space left on device; nothing of it was left in place"
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.undo()
+    assert console.write_output(target, b"whole\n").read_bytes() == b"whole\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["reviews.results.jsonl"]
