@@ -21,7 +21,7 @@ import aws_cdk.aws_sns_subscriptions as subscriptions
 import aws_cdk.aws_sqs as sqs
 import aws_cdk.aws_stepfunctions as sfn
 from constructs import Construct
-from sluice.contract import METRICS_NAMESPACE, PROVIDER_STEPS, SERVICE
+from sluice.contract import JOBS_OVER_ERROR_RATE, METRICS_NAMESPACE, PROVIDER_STEPS, SERVICE
 
 PERIOD = cdk.Duration.minutes(5)
 MINUTE = cdk.Duration.minutes(1)
@@ -113,6 +113,15 @@ class Monitoring(Construct):
             "ExecutionsFailed",
             state_machine.metric_failed(period=PERIOD, statistic="Sum"),
             f"A Sluice {env_name} job failed; its errors file in outbox/ says why.",
+        )
+        # A job whose every line failed (a revoked key, insufficient_quota) ends with its execution
+        # SUCCEEDED: only the job's own figures, counted by Notify and MarkFailed, show it.
+        self._alarm(
+            "JobsOverErrorRate",
+            self.metric(JOBS_OVER_ERROR_RATE),
+            f"A Sluice {env_name} job ended with more failed lines than its max_error_rate allows, or with every "
+            "line failed. Its errors file in outbox/ names each line's cause; a cause shared by all of them (an "
+            "invalid or revoked API key, insufficient_quota) is the provider account's to fix.",
         )
         for step, function in functions.items():
             retried_by = "the provider retries the delivery" if step == "webhook" else "the workflow retries"
@@ -207,7 +216,7 @@ class Monitoring(Construct):
         self.dashboard.add_widgets(
             cloudwatch.GraphWidget(
                 title="Jobs",
-                left=[self.metric("JobsCompleted"), self.metric("JobsFailed")],
+                left=[self.metric("JobsCompleted"), self.metric("JobsFailed"), self.metric(JOBS_OVER_ERROR_RATE)],
                 width=8,
             ),
             cloudwatch.GraphWidget(

@@ -25,7 +25,7 @@ def test_alarms_cover_executions_each_function_and_the_dlq(synthesis: Synthesis,
         [("AWS/States", "ExecutionsFailed"), ("AWS/SQS", "ApproximateNumberOfMessagesVisible")]
         + [("AWS/Lambda", "Errors")] * functions
         + [("AWS/Lambda", "Throttles")] * throttled
-        + [("Sluice", "WebhookRejected")]
+        + [("Sluice", "WebhookRejected"), ("Sluice", "JobsOverErrorRate")]
     )
     # and one on DynamoDB's throttling, a math expression over its metrics (no namespace of its own)
     assert sorted(m for m in metrics if m != (None, None)) == sorted(expected)
@@ -106,6 +106,34 @@ def test_rejected_webhooks_alarm_on_this_environments_emf_metric(synthesis: Synt
     assert alarm["Statistic"] == "Sum"
     assert alarm["Threshold"] == WEBHOOK_REJECTIONS_THRESHOLD
     assert alarm["TreatMissingData"] == "notBreaching"
+
+
+def test_a_job_past_its_error_rate_raises_an_alarm_on_the_metric_notify_and_mark_failed_emit(
+    synthesis: Synthesis, env: str
+) -> None:
+    from handlers.observability import SERVICE, metrics
+    from sluice.contract import JOBS_OVER_ERROR_RATE
+
+    (alarm,) = [
+        a["Properties"]
+        for a in synthesis.resources(env, "AWS::CloudWatch::Alarm").values()
+        if a["Properties"].get("MetricName") == JOBS_OVER_ERROR_RATE
+    ]
+    assert alarm["Namespace"] == metrics.namespace
+    assert sorted(alarm["Dimensions"], key=lambda d: d["Name"]) == [
+        {"Name": "environment", "Value": env},
+        {"Name": "service", "Value": SERVICE},
+    ]
+    # one such job is worth a look: the metric counts jobs, not lines
+    assert (alarm["Statistic"], alarm["Threshold"], alarm["ComparisonOperator"]) == (
+        "Sum",
+        1,
+        "GreaterThanOrEqualToThreshold",
+    )
+    assert alarm["TreatMissingData"] == "notBreaching"
+    (topic_id,) = synthesis.resources(env, "AWS::SNS::Topic")
+    assert alarm["AlarmActions"] == [{"Ref": topic_id}]
+    assert "max_error_rate" in alarm["AlarmDescription"]
 
 
 def test_dashboard_shows_jobs_items_shard_latency_and_webhooks(synthesis: Synthesis, env: str) -> None:
