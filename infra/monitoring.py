@@ -21,7 +21,14 @@ import aws_cdk.aws_sns_subscriptions as subscriptions
 import aws_cdk.aws_sqs as sqs
 import aws_cdk.aws_stepfunctions as sfn
 from constructs import Construct
-from sluice.contract import JOBS_OVER_ERROR_RATE, METRICS_NAMESPACE, PROVIDER_STEPS, SERVICE
+from sluice.contract import (
+    JOBS_OVER_ERROR_RATE,
+    METRICS_NAMESPACE,
+    PROVIDER_STEPS,
+    SERVICE,
+    SHARD_FAILED_STEP,
+    WEBHOOK,
+)
 
 PERIOD = cdk.Duration.minutes(5)
 MINUTE = cdk.Duration.minutes(1)
@@ -108,11 +115,17 @@ class Monitoring(Construct):
         table: dynamodb.ITable | None,
         table_indexes: Sequence[str],
     ) -> None:
-        """An alarm for each failure an operator acts on: jobs, functions, the table, starts, webhooks."""
+        """An alarm for each failure an operator acts on: jobs, functions, the table, starts, webhooks.
+
+        None watches a step's Lambda errors or throttles: the definition retries those by design
+        (TRANSIENT_RETRY, THROTTLE_RETRY), and a page for each retry that then succeeded is noise.
+        The alarms are on what outlasted the retries instead."""
+        # A job that could not finish: MarkFailed accounted for its lines, and the execution ended
+        # in `Job failed`.
         self._alarm(
             "ExecutionsFailed",
             state_machine.metric_failed(period=PERIOD, statistic="Sum"),
-            f"A Sluice {env_name} job failed; its errors file in outbox/ says why.",
+            f"A Sluice {env_name} job failed; its errors file and summary in outbox/ say why.",
         )
         # A job whose every line failed (a revoked key, insufficient_quota) ends with its execution
         # SUCCEEDED: only the job's own figures, counted by Notify and MarkFailed, show it.
@@ -123,20 +136,33 @@ class Monitoring(Construct):
             "line failed. Its errors file in outbox/ names each line's cause; a cause shared by all of them (an "
             "invalid or revoked API key, insufficient_quota) is the provider account's to fix.",
         )
-        for step, function in functions.items():
-            retried_by = "the provider retries the delivery" if step == "webhook" else "the workflow retries"
+        # An execution that times out ends where it is, without MarkFailed: its job has no outputs
+        # and its row stays RUNNING. The machine sets no timeout today, so only a state machine
+        # timeout added later, or Step Functions' year, gets here.
+        self._alarm(
+            "ExecutionsTimedOut",
+            state_machine.metric_timed_out(period=PERIOD, statistic="Sum"),
+            f"A Sluice {env_name} execution timed out before its job ended; its outputs may be missing. "
+            "The execution's history in Step Functions shows the step it was in.",
+        )
+        # A shard step failed after all its retries: its lines are errors, its siblings ran on.
+        shard_failed = functions.get(SHARD_FAILED_STEP)
+        if shard_failed is not None:
             self._alarm(
-                f"{_title(step)}Errors",
-                function.metric_errors(period=PERIOD, statistic="Sum"),
-                f"The {step} Lambda raised errors; {retried_by} transient ones.",
+                "ShardsFailed",
+                shard_failed.metric_invocations(period=PERIOD, statistic="Sum"),
+                f"A shard of a Sluice {env_name} job failed after its retries; its unfinished lines are errors "
+                "`shard_failed` naming the cause, and the job's summary says whether it passed max_error_rate.",
             )
+        # Step Functions does not call the webhook receiver, so nothing retries its errors but the
+        # provider, and a receiver that keeps failing leaves jobs to find their answers by polling.
+        webhook = functions.get(WEBHOOK.name)
+        if webhook is not None:
             self._alarm(
-                f"{_title(step)}Throttles",
-                function.metric_throttles(period=PERIOD, statistic="Sum"),
-                f"The {step} Lambda was throttled: the account's concurrency quota (or the webhook's reserved "
-                "share) was reached, and throttled steps wait to retry. Raise the quota and account_concurrency, "
-                "or the webhook's share, if it recurs "
-                "(docs/deploy.md, Concurrency across jobs).",
+                "WebhookErrors",
+                webhook.metric_errors(period=PERIOD, statistic="Sum"),
+                f"The Sluice {env_name} webhook receiver raised errors; the provider retries the delivery, and "
+                "jobs fall back to polling, only later. Its logs say why.",
             )
         if table is not None:
             self.table_throttles = self._throttles(table, table_indexes)

@@ -7,7 +7,7 @@ import aws_cdk.aws_lambda as lambda_
 import aws_cdk.aws_sqs as sqs
 import aws_cdk.aws_stepfunctions as sfn
 from aws_cdk import assertions
-from sluice.contract import STEPS
+from sluice.contract import SHARD_FAILED_STEP, STEPS, WEBHOOK, Step
 
 from infra.monitoring import WEBHOOK_REJECTIONS_THRESHOLD, Monitoring
 from infra.stack import build_app
@@ -15,24 +15,47 @@ from tests.infra.conftest import CONTEXT, Synthesis
 from tests.infra.test_workflow import _flat
 
 
-def test_alarms_cover_executions_each_function_and_the_dlq(synthesis: Synthesis, env: str) -> None:
+def _function_of(synthesis: Synthesis, env: str, step: Step) -> str:
+    """The logical id of the function that runs `step`."""
+    (found,) = [
+        logical
+        for logical, f in synthesis.resources(env, "AWS::Lambda::Function").items()
+        if f["Properties"]["Handler"] == step.handler
+    ]
+    return found
+
+
+def test_alarms_watch_final_failures_not_what_the_workflow_retries(synthesis: Synthesis, env: str) -> None:
     alarms = synthesis.resources(env, "AWS::CloudWatch::Alarm").values()
     metrics = sorted(((a["Properties"].get("Namespace"), a["Properties"].get("MetricName")) for a in alarms), key=str)
-    functions = len(STEPS) + 1  # the steps and the webhook receiver
-    # no step reserves a cap it reaches by design: a throttle anywhere is the account's quota
-    throttled = functions
-    expected = (
-        [("AWS/States", "ExecutionsFailed"), ("AWS/SQS", "ApproximateNumberOfMessagesVisible")]
-        + [("AWS/Lambda", "Errors")] * functions
-        + [("AWS/Lambda", "Throttles")] * throttled
-        + [("Sluice", "WebhookRejected"), ("Sluice", "JobsOverErrorRate")]
-    )
+    expected = [
+        ("AWS/States", "ExecutionsFailed"),
+        ("AWS/States", "ExecutionsTimedOut"),
+        ("AWS/Lambda", "Invocations"),  # ShardFailed: a shard that failed after its retries
+        ("AWS/Lambda", "Errors"),  # the webhook receiver, which Step Functions does not retry
+        ("AWS/SQS", "ApproximateNumberOfMessagesVisible"),
+        ("Sluice", "WebhookRejected"),
+        ("Sluice", "JobsOverErrorRate"),
+    ]
     # and one on DynamoDB's throttling, a math expression over its metrics (no namespace of its own)
-    assert sorted(m for m in metrics if m != (None, None)) == sorted(expected)
+    assert sorted(m for m in metrics if m != (None, None)) == sorted(expected, key=str)
     assert metrics.count((None, None)) == 1
     (topic_id,) = synthesis.resources(env, "AWS::SNS::Topic")
     for alarm in alarms:
         assert alarm["Properties"]["AlarmActions"] == [{"Ref": topic_id}]
+        assert alarm["Properties"]["AlarmDescription"]
+
+    lambda_alarms = {
+        a["Properties"]["MetricName"]: {d["Name"]: d["Value"] for d in a["Properties"]["Dimensions"]}
+        for a in alarms
+        if a["Properties"].get("Namespace") == "AWS/Lambda"
+    }
+    assert lambda_alarms == {
+        "Invocations": {"FunctionName": {"Ref": _function_of(synthesis, env, STEPS[SHARD_FAILED_STEP])}},
+        "Errors": {"FunctionName": {"Ref": _function_of(synthesis, env, WEBHOOK)}},
+    }
+    # no step the definition retries pages on its Lambda errors or throttles
+    assert not [a for a in alarms if a["Properties"].get("MetricName") == "Throttles"]
 
 
 def test_alarm_topic_is_encrypted_ssl_only_and_cloudwatch_can_use_its_key(synthesis: Synthesis, env: str) -> None:
