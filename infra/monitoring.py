@@ -41,6 +41,9 @@ WEBHOOK_REJECTIONS_THRESHOLD = 5
 THROTTLE_METRICS = ("ReadThrottleEvents", "WriteThrottleEvents")
 # The id of the warning an environment gets when its alarms reach nobody.
 NO_SUBSCRIBER_WARNING = "sluice:alarms-reach-nobody"
+# ... and when they go to an address at a domain reserved for examples (RFC 2606), as cdk.json's prod ships
+PLACEHOLDER_EMAIL_WARNING = "sluice:alarm-email-placeholder"
+EXAMPLE_DOMAINS = frozenset({"example.com", "example.org", "example.net"})
 
 
 class Monitoring(Construct):
@@ -55,6 +58,7 @@ class Monitoring(Construct):
         dead_letter_queue: sqs.IQueue,
         alarm_email: str | None,
         removal_policy: cdk.RemovalPolicy,
+        alarm_topic_arn: str | None = None,
         webhook_api: apigwv2.IHttpApi | None = None,
         table: dynamodb.ITable | None = None,
         table_indexes: Sequence[str] = (),
@@ -62,6 +66,10 @@ class Monitoring(Construct):
         super().__init__(scope, id)
         self.env_name = env_name
         self.topic_key, self.topic = self._alarm_topic(env_name, alarm_email, removal_policy)
+        self.alarm_topics: list[sns.ITopic] = [self.topic]
+        if alarm_topic_arn:
+            self.alarm_topics.append(sns.Topic.from_topic_arn(self, "OperatorTopic", alarm_topic_arn))
+        self._warn_if_unheard(env_name, alarm_email, alarm_topic_arn)
         self.alarms: list[cloudwatch.Alarm] = []
         self._add_alarms(env_name, state_machine, functions, dead_letter_queue, table, table_indexes)
         # Dashboards are global to the account; the region keeps two deployments apart.
@@ -97,14 +105,27 @@ class Monitoring(Construct):
         )
         if alarm_email:
             topic.add_subscription(subscriptions.EmailSubscription(alarm_email))
-        else:
+        return key, topic
+
+    def _warn_if_unheard(self, env_name: str, alarm_email: str | None, alarm_topic_arn: str | None) -> None:
+        """A warning when the alarms go nowhere, or to an address that is only an example.
+
+        A production environment never gets here without one (`infra.config`); the address is
+        checked too, since cdk.json ships prod with a placeholder that deploys and reaches nobody."""
+        if not (alarm_email or alarm_topic_arn):
             cdk.Annotations.of(self).add_warning_v2(
                 NO_SUBSCRIBER_WARNING,
                 f"The alarms of Sluice {env_name} reach nobody: their topic has no subscriber. Set "
                 f"`alarm_email` of environment {env_name!r} in cdk.json (context.environments.{env_name}.alarm_email), "
                 "or subscribe to the AlarmTopic yourself.",
             )
-        return key, topic
+        elif alarm_email and alarm_email.rsplit("@", 1)[-1].lower() in EXAMPLE_DOMAINS:
+            cdk.Annotations.of(self).add_warning_v2(
+                PLACEHOLDER_EMAIL_WARNING,
+                f"The alarms of Sluice {env_name} go to {alarm_email}, a placeholder that reaches nobody. Set "
+                f"`alarm_email` of environment {env_name!r} in cdk.json (context.environments.{env_name}.alarm_email) "
+                "to the address that answers them.",
+            )
 
     def _add_alarms(
         self,
@@ -347,7 +368,8 @@ class Monitoring(Construct):
             comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
         )
-        alarm.add_alarm_action(cloudwatch_actions.SnsAction(self.topic))
+        for topic in self.alarm_topics:
+            alarm.add_alarm_action(cloudwatch_actions.SnsAction(topic))
         self.alarms.append(alarm)
 
 
