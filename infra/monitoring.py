@@ -23,6 +23,7 @@ import aws_cdk.aws_stepfunctions as sfn
 from constructs import Construct
 from sluice.contract import (
     JOBS_OVER_ERROR_RATE,
+    JOBS_REFUSED,
     METRICS_NAMESPACE,
     PROVIDER_STEPS,
     SERVICE,
@@ -142,7 +143,8 @@ class Monitoring(Construct):
         (TRANSIENT_RETRY, THROTTLE_RETRY), and a page for each retry that then succeeded is noise.
         The alarms are on what outlasted the retries instead."""
         # A job that could not finish: MarkFailed accounted for its lines, and the execution ended
-        # in `Job failed`.
+        # in `Job failed`. A job Plan refused for its user's input ends in `Job refused`, which
+        # succeeds: the user hears of it (summary, event), and JobsRefused counts it on the dashboard.
         self._alarm(
             "ExecutionsFailed",
             state_machine.metric_failed(period=PERIOD, statistic="Sum"),
@@ -263,7 +265,12 @@ class Monitoring(Construct):
         self.dashboard.add_widgets(
             cloudwatch.GraphWidget(
                 title="Jobs",
-                left=[self.metric("JobsCompleted"), self.metric("JobsFailed"), self.metric(JOBS_OVER_ERROR_RATE)],
+                left=[
+                    self.metric("JobsCompleted"),
+                    self.metric("JobsFailed"),
+                    self.metric(JOBS_OVER_ERROR_RATE),
+                    self.metric(JOBS_REFUSED),
+                ],
                 width=8,
             ),
             cloudwatch.GraphWidget(

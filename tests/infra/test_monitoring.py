@@ -26,6 +26,8 @@ def _function_of(synthesis: Synthesis, env: str, step: Step) -> str:
 
 
 def test_alarms_watch_final_failures_not_what_the_workflow_retries(synthesis: Synthesis, env: str) -> None:
+    from sluice.contract import JOBS_REFUSED
+
     alarms = synthesis.resources(env, "AWS::CloudWatch::Alarm").values()
     metrics = sorted(((a["Properties"].get("Namespace"), a["Properties"].get("MetricName")) for a in alarms), key=str)
     expected = [
@@ -54,8 +56,8 @@ def test_alarms_watch_final_failures_not_what_the_workflow_retries(synthesis: Sy
         "Invocations": {"FunctionName": {"Ref": _function_of(synthesis, env, STEPS[SHARD_FAILED_STEP])}},
         "Errors": {"FunctionName": {"Ref": _function_of(synthesis, env, WEBHOOK)}},
     }
-    # no step the definition retries pages on its Lambda errors or throttles
-    assert not [a for a in alarms if a["Properties"].get("MetricName") == "Throttles"]
+    # no step the definition retries pages on its Lambda errors or throttles, and a user's bad input pages nobody
+    assert not [a for a in alarms if a["Properties"].get("MetricName") in ("Throttles", JOBS_REFUSED)]
 
 
 def test_alarm_topic_is_encrypted_ssl_only_and_cloudwatch_can_use_its_key(synthesis: Synthesis, env: str) -> None:
@@ -199,7 +201,8 @@ def test_dashboard_shows_jobs_items_shard_latency_and_webhooks(synthesis: Synthe
     titles = ("Jobs", "Items per minute", "Shard latency", "Lambda errors", "Webhooks by verdict", "Webhook endpoint")
     for title in titles:
         assert f'"title":"{title}' in body, title
-    for metric in ("JobsCompleted", "JobsFailed", "ItemsCompleted", "ItemsFailed", "WebhookRejected"):
+    metrics = ("JobsCompleted", "JobsFailed", "JobsOverErrorRate", "JobsRefused", "ItemsCompleted", "ItemsFailed")
+    for metric in (*metrics, "WebhookRejected"):
         assert f'"{metric}"' in body or f'MetricName=\\"{metric}' in body, metric
 
 
