@@ -88,7 +88,12 @@ def run_case(name: str, args: argparse.Namespace, metadata: dict[str, str], phas
     print(f"\n{name}: {args.lines:,} lines, metadata {metadata}, simulator batch {3 * phase_s:g} s")
     print(f"  status {run.status} in {ended - started:.1f} s; {results:,} results, {len(run.errors):,} errors")
     if name == "refused":
-        ok = run.status == "FAILED" and not direct and not by_batch and "earliest finish" in str(summary.get("error"))
+        ok = (
+            summary.get("status") == "FAILED"
+            and not direct
+            and not by_batch
+            and "earliest finish" in str(summary.get("error"))
+        )
         print(f"  error: {summary.get('error')}")
         print(f"  sent: {sum(direct.values())} direct, {sum(by_batch.values())} by batch -> {'ok' if ok else 'FAIL'}")
         return ok

@@ -37,12 +37,15 @@ LOG_RETENTION = {
     365: logs.RetentionDays.ONE_YEAR,
 }
 REMOVAL_POLICIES = {"destroy": cdk.RemovalPolicy.DESTROY, "retain": cdk.RemovalPolicy.RETAIN}
+# the environment that is production unless cdk.json says otherwise (`production`)
+PRODUCTION_NAME = "prod"
 
 # A complete ARN ends in the six random characters Secrets Manager appends; IAM policies need it
 # (or a `-??????` wildcard), so a partial ARN would silently grant nothing.
 _SECRET_ARN = re.compile(r"^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:.+-[A-Za-z0-9]{6}$")
 # A key ARN, not an alias: IAM matches kms:Decrypt against the key's own ARN.
 _KMS_KEY_ARN = re.compile(r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[A-Za-z0-9-]+$")
+_SNS_TOPIC_ARN = re.compile(r"^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_-]{1,256}(\.fifo)?$")
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 _ENV_NAME = re.compile(r"^[a-z][a-z0-9-]{0,19}$")
 # Keys cdk.json no longer takes, and what took their place.
@@ -128,6 +131,10 @@ class Environment:
     versioning: bool = False
     point_in_time_recovery: bool = False
     alarm_email: str | None = None
+    # an SNS topic of yours (its ARN) that the alarms publish to as well, beside their own topic
+    alarm_topic_arn: str | None = None
+    # a production environment refuses to synth with alarms that reach nobody; null: one named `prod` is
+    production: bool | None = None
     api_key_secret_arn: str | None = None
     # the provider's webhook signing secret (`whsec_...`); created with a placeholder when null
     webhook_secret_arn: str | None = None
@@ -146,6 +153,10 @@ class Environment:
     rate_limits: Mapping[str, Mapping[str, float]] | None = None
     account: str | None = None
     region: str | None = None
+
+    @property
+    def in_production(self) -> bool:
+        return self.production if self.production is not None else self.name == PRODUCTION_NAME
 
     @property
     def stack_name(self) -> str:
@@ -207,6 +218,7 @@ class Environment:
             )
         config = cls(name=name, **values)
         _check_concurrency(config)
+        _check_alarms(config)
         return config
 
 
@@ -306,12 +318,15 @@ def _typed_values(values: dict[str, Any], fail: Fail) -> dict[str, Any]:
     for key in ("versioning", "point_in_time_recovery"):
         if key in values and type(values[key]) is not bool:
             raise fail(key, "must be true or false")
+    if values.get("production") is not None and type(values["production"]) is not bool:
+        raise fail("production", "must be true, false or null (null: only an environment named prod)")
     for key in ("provider", "provider_base_url", "default_mode", "log_level", "removal_policy"):
         if key in values and not isinstance(values[key], str):
             raise fail(key, "must be a string")
     for key in (
         "default_model",
         "alarm_email",
+        "alarm_topic_arn",
         "api_key_secret_arn",
         "webhook_secret_arn",
         "secrets_kms_key_arn",
@@ -337,6 +352,8 @@ def _check_formats(values: Mapping[str, Any], fail: Fail) -> None:
         raise fail("removal_policy", f"must be one of {', '.join(REMOVAL_POLICIES)}")
     if values.get("alarm_email") and not _EMAIL.match(values["alarm_email"]):
         raise fail("alarm_email", "must be an email address")
+    if values.get("alarm_topic_arn") and not _SNS_TOPIC_ARN.match(values["alarm_topic_arn"]):
+        raise fail("alarm_topic_arn", "must be the ARN of an SNS topic (arn:aws:sns:<region>:<account>:<name>)")
     for key in ("api_key_secret_arn", "webhook_secret_arn"):
         if values.get(key) and not _SECRET_ARN.match(values[key]):
             raise fail(key, "must be the complete ARN of a Secrets Manager secret")
@@ -377,6 +394,18 @@ def _check_concurrency(config: Environment) -> None:
             f"{needed} concurrent Lambdas, more than the {room} an account_concurrency of "
             f"{config.account_concurrency} leaves (Lambda keeps {UNRESERVED_CONCURRENCY} unreserved); lower "
             "max_shards_in_flight, or raise the account's quota and account_concurrency"
+        )
+
+
+def _check_alarms(config: Environment) -> None:
+    """A production environment's alarms reach someone the stack can name."""
+    if config.in_production and not (config.alarm_email or config.alarm_topic_arn):
+        name = config.name
+        why = "is named prod" if config.production is None else 'says "production": true'
+        raise ConfigError(
+            f"environment {name!r} {why}, and its alarms would reach nobody: set alarm_email in cdk.json "
+            f"(context.environments.{name}.alarm_email) to the address that answers them, or alarm_topic_arn "
+            f"(context.environments.{name}.alarm_topic_arn) to an SNS topic that someone watches"
         )
 
 

@@ -292,11 +292,18 @@ def definition() -> dict[str, Any]:
             "MarkFailed": mark_failed,
             "Every line accounted for?": {
                 "Type": "Choice",
-                "Choices": [_is_true(MarkedFailed.path("done"), "Job failed")],
+                "Choices": [
+                    _is_true(MarkedFailed.path("refused"), "Job refused"),
+                    _is_true(MarkedFailed.path("done"), "Job failed"),
+                ],
                 "Default": "MarkFailed",
             },
             "MarkFailed (from the input)": _invoke(p["mark_failed"], "$", None, "Job failed"),
             "Job failed": {"Type": "Fail", "Error": "JobFailed", "Cause": "See the job's errors file."},
+            # Plan refused what the user asked for: the job is FAILED (its summary and event say
+            # why), but the execution succeeds, so the ExecutionsFailed alarm counts only failures
+            # that are ours; MarkFailed counts the refusal (JobsRefused). The output is the refusal.
+            "Job refused": {"Type": "Pass", "OutputPath": f"$.{STEP_ERROR_KEY}", "End": True},
         },
     }
 

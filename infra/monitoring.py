@@ -21,7 +21,15 @@ import aws_cdk.aws_sns_subscriptions as subscriptions
 import aws_cdk.aws_sqs as sqs
 import aws_cdk.aws_stepfunctions as sfn
 from constructs import Construct
-from sluice.contract import METRICS_NAMESPACE, PROVIDER_STEPS, SERVICE
+from sluice.contract import (
+    JOBS_OVER_ERROR_RATE,
+    JOBS_REFUSED,
+    METRICS_NAMESPACE,
+    PROVIDER_STEPS,
+    SERVICE,
+    SHARD_FAILED_STEP,
+    WEBHOOK,
+)
 
 PERIOD = cdk.Duration.minutes(5)
 MINUTE = cdk.Duration.minutes(1)
@@ -34,6 +42,9 @@ WEBHOOK_REJECTIONS_THRESHOLD = 5
 THROTTLE_METRICS = ("ReadThrottleEvents", "WriteThrottleEvents")
 # The id of the warning an environment gets when its alarms reach nobody.
 NO_SUBSCRIBER_WARNING = "sluice:alarms-reach-nobody"
+# ... and when they go to an address at a domain reserved for examples (RFC 2606), as cdk.json's prod ships
+PLACEHOLDER_EMAIL_WARNING = "sluice:alarm-email-placeholder"
+EXAMPLE_DOMAINS = frozenset({"example.com", "example.org", "example.net"})
 
 
 class Monitoring(Construct):
@@ -48,6 +59,7 @@ class Monitoring(Construct):
         dead_letter_queue: sqs.IQueue,
         alarm_email: str | None,
         removal_policy: cdk.RemovalPolicy,
+        alarm_topic_arn: str | None = None,
         webhook_api: apigwv2.IHttpApi | None = None,
         table: dynamodb.ITable | None = None,
         table_indexes: Sequence[str] = (),
@@ -55,6 +67,10 @@ class Monitoring(Construct):
         super().__init__(scope, id)
         self.env_name = env_name
         self.topic_key, self.topic = self._alarm_topic(env_name, alarm_email, removal_policy)
+        self.alarm_topics: list[sns.ITopic] = [self.topic]
+        if alarm_topic_arn:
+            self.alarm_topics.append(sns.Topic.from_topic_arn(self, "OperatorTopic", alarm_topic_arn))
+        self._warn_if_unheard(env_name, alarm_email, alarm_topic_arn)
         self.alarms: list[cloudwatch.Alarm] = []
         self._add_alarms(env_name, state_machine, functions, dead_letter_queue, table, table_indexes)
         # Dashboards are global to the account; the region keeps two deployments apart.
@@ -90,14 +106,27 @@ class Monitoring(Construct):
         )
         if alarm_email:
             topic.add_subscription(subscriptions.EmailSubscription(alarm_email))
-        else:
+        return key, topic
+
+    def _warn_if_unheard(self, env_name: str, alarm_email: str | None, alarm_topic_arn: str | None) -> None:
+        """A warning when the alarms go nowhere, or to an address that is only an example.
+
+        A production environment never gets here without one (`infra.config`); the address is
+        checked too, since cdk.json ships prod with a placeholder that deploys and reaches nobody."""
+        if not (alarm_email or alarm_topic_arn):
             cdk.Annotations.of(self).add_warning_v2(
                 NO_SUBSCRIBER_WARNING,
                 f"The alarms of Sluice {env_name} reach nobody: their topic has no subscriber. Set "
                 f"`alarm_email` of environment {env_name!r} in cdk.json (context.environments.{env_name}.alarm_email), "
                 "or subscribe to the AlarmTopic yourself.",
             )
-        return key, topic
+        elif alarm_email and alarm_email.rsplit("@", 1)[-1].lower() in EXAMPLE_DOMAINS:
+            cdk.Annotations.of(self).add_warning_v2(
+                PLACEHOLDER_EMAIL_WARNING,
+                f"The alarms of Sluice {env_name} go to {alarm_email}, a placeholder that reaches nobody. Set "
+                f"`alarm_email` of environment {env_name!r} in cdk.json (context.environments.{env_name}.alarm_email) "
+                "to the address that answers them.",
+            )
 
     def _add_alarms(
         self,
@@ -108,26 +137,55 @@ class Monitoring(Construct):
         table: dynamodb.ITable | None,
         table_indexes: Sequence[str],
     ) -> None:
-        """An alarm for each failure an operator acts on: jobs, functions, the table, starts, webhooks."""
+        """An alarm for each failure an operator acts on: jobs, functions, the table, starts, webhooks.
+
+        None watches a step's Lambda errors or throttles: the definition retries those by design
+        (TRANSIENT_RETRY, THROTTLE_RETRY), and a page for each retry that then succeeded is noise.
+        The alarms are on what outlasted the retries instead."""
+        # A job that could not finish: MarkFailed accounted for its lines, and the execution ended
+        # in `Job failed`. A job Plan refused for its user's input ends in `Job refused`, which
+        # succeeds: the user hears of it (summary, event), and JobsRefused counts it on the dashboard.
         self._alarm(
             "ExecutionsFailed",
             state_machine.metric_failed(period=PERIOD, statistic="Sum"),
-            f"A Sluice {env_name} job failed; its errors file in outbox/ says why.",
+            f"A Sluice {env_name} job failed; its errors file and summary in outbox/ say why.",
         )
-        for step, function in functions.items():
-            retried_by = "the provider retries the delivery" if step == "webhook" else "the workflow retries"
+        # A job whose every line failed (a revoked key, insufficient_quota) ends with its execution
+        # SUCCEEDED: only the job's own figures, counted by Notify and MarkFailed, show it.
+        self._alarm(
+            "JobsOverErrorRate",
+            self.metric(JOBS_OVER_ERROR_RATE),
+            f"A Sluice {env_name} job ended with more failed lines than its max_error_rate allows, or with every "
+            "line failed. Its errors file in outbox/ names each line's cause; a cause shared by all of them (an "
+            "invalid or revoked API key, insufficient_quota) is the provider account's to fix.",
+        )
+        # An execution that times out ends where it is, without MarkFailed: its job has no outputs
+        # and its row stays RUNNING. The machine sets no timeout today, so only a state machine
+        # timeout added later, or Step Functions' year, gets here.
+        self._alarm(
+            "ExecutionsTimedOut",
+            state_machine.metric_timed_out(period=PERIOD, statistic="Sum"),
+            f"A Sluice {env_name} execution timed out before its job ended; its outputs may be missing. "
+            "The execution's history in Step Functions shows the step it was in.",
+        )
+        # A shard step failed after all its retries: its lines are errors, its siblings ran on.
+        shard_failed = functions.get(SHARD_FAILED_STEP)
+        if shard_failed is not None:
             self._alarm(
-                f"{_title(step)}Errors",
-                function.metric_errors(period=PERIOD, statistic="Sum"),
-                f"The {step} Lambda raised errors; {retried_by} transient ones.",
+                "ShardsFailed",
+                shard_failed.metric_invocations(period=PERIOD, statistic="Sum"),
+                f"A shard of a Sluice {env_name} job failed after its retries; its unfinished lines are errors "
+                "`shard_failed` naming the cause, and the job's summary says whether it passed max_error_rate.",
             )
+        # Step Functions does not call the webhook receiver, so nothing retries its errors but the
+        # provider, and a receiver that keeps failing leaves jobs to find their answers by polling.
+        webhook = functions.get(WEBHOOK.name)
+        if webhook is not None:
             self._alarm(
-                f"{_title(step)}Throttles",
-                function.metric_throttles(period=PERIOD, statistic="Sum"),
-                f"The {step} Lambda was throttled: the account's concurrency quota (or the webhook's reserved "
-                "share) was reached, and throttled steps wait to retry. Raise the quota and account_concurrency, "
-                "or the webhook's share, if it recurs "
-                "(docs/deploy.md, Concurrency across jobs).",
+                "WebhookErrors",
+                webhook.metric_errors(period=PERIOD, statistic="Sum"),
+                f"The Sluice {env_name} webhook receiver raised errors; the provider retries the delivery, and "
+                "jobs fall back to polling, only later. Its logs say why.",
             )
         if table is not None:
             self.table_throttles = self._throttles(table, table_indexes)
@@ -207,7 +265,12 @@ class Monitoring(Construct):
         self.dashboard.add_widgets(
             cloudwatch.GraphWidget(
                 title="Jobs",
-                left=[self.metric("JobsCompleted"), self.metric("JobsFailed")],
+                left=[
+                    self.metric("JobsCompleted"),
+                    self.metric("JobsFailed"),
+                    self.metric(JOBS_OVER_ERROR_RATE),
+                    self.metric(JOBS_REFUSED),
+                ],
                 width=8,
             ),
             cloudwatch.GraphWidget(
@@ -312,7 +375,8 @@ class Monitoring(Construct):
             comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
         )
-        alarm.add_alarm_action(cloudwatch_actions.SnsAction(self.topic))
+        for topic in self.alarm_topics:
+            alarm.add_alarm_action(cloudwatch_actions.SnsAction(topic))
         self.alarms.append(alarm)
 
 

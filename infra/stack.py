@@ -134,6 +134,7 @@ class SluiceStack(cdk.Stack):
             functions={**self.functions.by_step, "webhook": self.functions.webhook},
             dead_letter_queue=self.workflow.dead_letter_queue,
             alarm_email=config.alarm_email,
+            alarm_topic_arn=config.alarm_topic_arn,
             removal_policy=removal,
             webhook_api=self.webhooks.api,
             table=self.storage.table,

@@ -2,11 +2,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from sluice.contract import MARK_FAILED_ERROR_KEY, STEP_ERROR_KEY, Planned
+from sluice.contract import JOBS_REFUSED, MARK_FAILED_ERROR_KEY, STEP_ERROR_KEY, Planned
 from sluice.merge.mark_failed import mark_failed, record_failure
 from sluice.merge.notify import publish
 
-from .observability import instrumented, job_finished, logger
+from .observability import count, instrumented, job_finished, logger
 from .runtime import runtime
 
 
@@ -38,4 +38,7 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         detail = failure.event.to_json()
         publish(rt.events, bus=rt.settings.event_bus, detail_type="Sluice Job Failed", detail=detail)
         job_finished(detail, failed=True)
+    if failure.refused:
+        # the user's to fix, and theirs to hear of (the summary, the event): a count, not a page
+        count(JOBS_REFUSED)
     return failure.to_dict()

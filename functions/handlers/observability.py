@@ -23,10 +23,19 @@ from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
-from sluice.contract import ENVIRONMENT_VARIABLE, METRICS_NAMESPACE, SERVICE, causes
+from sluice.contract import (
+    ENVIRONMENT_VARIABLE,
+    JOBS_OVER_ERROR_RATE,
+    METRICS_NAMESPACE,
+    SERVICE,
+    JobStatus,
+    causes,
+)
 from sluice.core.aws_errors import as_step_error
 
 WEBHOOK_REJECTION_REASONS = ("too_large", "missing_headers", "signature", "malformed", "unknown_type")
+# the ways a job ends that its failed lines can make a fault (`over_error_rate`)
+_JUDGED_BY_ERRORS = (JobStatus.SUCCEEDED, JobStatus.COMPLETED_WITH_ERRORS, JobStatus.FAILED)
 
 IN_LAMBDA = bool(os.environ.get("AWS_LAMBDA_FUNCTION_NAME"))
 
@@ -174,11 +183,33 @@ def job_finished(detail: Mapping[str, Any], *, failed: bool) -> None:
     if isinstance(counts, Mapping):
         count("ItemsSucceeded", int(counts.get("results", 0)))
         count("ItemsFailed", int(counts.get("errors", 0)))
+    # the one alarm on how jobs end reads this: a job whose execution succeeded may still have
+    # failed its user, and Step Functions' own metrics cannot tell
+    if over_error_rate(detail):
+        count(JOBS_OVER_ERROR_RATE)
     fields = {"status": detail.get("status"), **(scalars(counts) if isinstance(counts, Mapping) else {})}
     if failed:
         logger.error("job failed", extra={**fields, "reason": detail.get("error")})
     else:
         logger.info("job finished", extra=fields)
+
+
+def over_error_rate(detail: Mapping[str, Any]) -> bool:
+    """Whether a job that ended (the detail of its event) failed more of its lines than it allows:
+    its status says so (Merge's COMPLETED_WITH_ERRORS, or FAILED with lines in errors), its rate
+    is past its max_error_rate, or not one of its requests got a result. A job refused before it
+    had lines (no counts) is not: its user's input, not the provider, is at fault; nor is one its
+    user stopped, or its spending cap (its unsent lines are errors by intent)."""
+    counts, status = detail.get("counts"), detail.get("status")
+    if not isinstance(counts, Mapping) or status not in _JUDGED_BY_ERRORS:
+        return False
+    errors, results = int(counts.get("errors", 0)), int(counts.get("results", 0))
+    if errors == 0:
+        return False
+    if status != JobStatus.SUCCEEDED or results == 0:
+        return True
+    rate, allowed = detail.get("error_rate"), detail.get("max_error_rate")
+    return isinstance(rate, int | float) and isinstance(allowed, int | float) and rate > allowed
 
 
 def webhook_answered(outcome: str, event_type: str | None, status: int) -> None:

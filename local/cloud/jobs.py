@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 from botocore.exceptions import ClientError
-from sluice.contract import ExecutionStatus, output_key
+from sluice.contract import ExecutionStatus, JobStatus, output_key
 from sluice.merge.verify import Report, verify
 
 from local.cloud.local_cloud import LocalCloud
@@ -49,18 +49,23 @@ def run_job(cloud: LocalCloud, path: Path, *, metadata: dict[str, str] | None = 
     prefix = output_prefix(key)
     succeeded = execution["status"] == ExecutionStatus.SUCCEEDED
 
-    def read(kind: str) -> bytes | None:
-        """The output, or None when a job that did not succeed wrote none; anything else is raised,
-        so that no test reads a missing file as an empty one."""
+    def read(kind: str, *, written: bool) -> bytes | None:
+        """The output, or None when a job that did not end `written` wrote none; anything else is
+        raised, so that no test reads a missing file as an empty one."""
         try:
             return cloud.read(output_key(prefix, kind))
         except ClientError as exc:
-            if succeeded or exc.response["Error"]["Code"] not in ("NoSuchKey", "404"):
+            if written or exc.response["Error"]["Code"] not in ("NoSuchKey", "404"):
                 raise
             return None
 
-    def lines(kind: str) -> list[dict[str, Any]]:
-        return [json.loads(row) for row in (read(kind) or b"").splitlines()]
+    raw_summary = read("summary", written=succeeded)
+    summary = json.loads(raw_summary) if raw_summary else {}
+    # a job Plan refused ends its execution SUCCEEDED, and FAILED with a summary alone (no counts)
+    refused = summary.get("status") == JobStatus.FAILED and "counts" not in summary
+    written = succeeded and not refused
 
-    summary = read("summary")
-    return JobRun(job_id, execution, lines("results"), lines("errors"), json.loads(summary) if summary else {})
+    def lines(kind: str) -> list[dict[str, Any]]:
+        return [json.loads(row) for row in (read(kind, written=written) or b"").splitlines()]
+
+    return JobRun(job_id, execution, lines("results"), lines("errors"), summary)

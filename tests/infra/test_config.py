@@ -84,6 +84,8 @@ def test_unknown_environment_names_the_known_ones() -> None:
         ("rate_limits", {"gpt-4o-mini": {"tpm": 5}}, r"rate_limits must be an object of models"),
         ("rate_limits", {"gpt-4o-mini": {"rpm": -1}}, r"rate_limits must be an object of models"),
         ("rate_limits", ["gpt-4o-mini"], r"rate_limits must be an object of models"),
+        ("production", "yes", r"production must be true, false or null"),
+        ("alarm_topic_arn", "arn:aws:sqs:eu-west-1:123456789012:ops", r"alarm_topic_arn must be the ARN of an SNS"),
     ],
 )
 def test_bad_values_name_the_environment_and_key(key: str, value: object, message: str) -> None:
@@ -103,6 +105,31 @@ def test_env_context_builds_only_that_stack() -> None:
     stacks = build_app(app)
     assert [s.stack_name for s in stacks.values()] == ["Sluice-prod"]
     assert [c.node.id for c in app.node.children if isinstance(c, cdk.Stack)] == ["Sluice-prod"]
+
+
+def test_prod_without_anyone_to_alarm_fails_the_synth_naming_the_setting() -> None:
+    unheard = with_value("prod", "alarm_email", None)
+    app = cdk.App(context={**CONTEXT, "environments": unheard, "env": "prod", "aws:cdk:bundling-stacks": []})
+    with pytest.raises(ConfigError) as refused:
+        build_app(app)
+    assert str(refused.value) == (
+        "environment 'prod' says \"production\": true, and its alarms would reach nobody: set alarm_email in "
+        "cdk.json (context.environments.prod.alarm_email) to the address that answers them, or alarm_topic_arn "
+        "(context.environments.prod.alarm_topic_arn) to an SNS topic that someone watches"
+    )
+    # named prod is production unless cdk.json says otherwise
+    del unheard["prod"]["production"]
+    with pytest.raises(ConfigError, match=r"environment 'prod' is named prod, and its alarms would reach nobody"):
+        Environment.from_context("prod", unheard)
+    assert Environment.from_context("prod", unheard | {"prod": {**unheard["prod"], "production": False}})
+    # a topic of the operator's is someone to hear them too
+    topic = "arn:aws:sns:eu-west-1:123456789012:ops-pager"
+    unheard["prod"]["alarm_topic_arn"] = topic
+    assert Environment.from_context("prod", unheard).alarm_topic_arn == topic
+    # and any environment may say it is production
+    with pytest.raises(ConfigError, match=r"environment 'dev' says \"production\": true"):
+        Environment.from_context("dev", with_value("dev", "production", True))
+    assert not Environment.from_context("dev", ENVIRONMENTS).in_production
 
 
 def test_env_context_with_an_unknown_name_fails_clearly() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sluice.contract import MARK_FAILED_ERROR_KEY
+from sluice.contract import MARK_FAILED_ERROR_KEY, STEP_ERROR_KEY, MarkedFailed
 
 from infra.definition import definition
 
@@ -58,4 +58,15 @@ def test_a_failure_of_mark_failed_ends_in_its_last_resort_and_a_timeout_is_not_r
     assert last_resort["Next"] == "Job failed" and "Catch" not in last_resort
     # MarkFailed runs again until every line is accounted for
     assert states[mark_failed["Next"]]["Default"] == "MarkFailed"
-    assert [c["Next"] for c in states[mark_failed["Next"]]["Choices"]] == ["Job failed"]
+    assert [c["Next"] for c in states[mark_failed["Next"]]["Choices"]] == ["Job refused", "Job failed"]
+
+
+def test_a_job_refused_for_its_users_input_ends_the_execution_without_failing_it() -> None:
+    states = definition()["States"]
+    refused, failed = states["Every line accounted for?"]["Choices"]
+    assert refused == {"Variable": MarkedFailed.path("refused"), "BooleanEquals": True, "Next": "Job refused"}
+    assert states["MarkFailed"]["ResultSelector"]["refused.$"] == "$.Payload.refused"
+    assert states["Job refused"] == {"Type": "Pass", "OutputPath": f"$.{STEP_ERROR_KEY}", "End": True}
+    # every other way MarkFailed ends is a failed execution, and pages
+    assert states[failed["Next"]]["Type"] == "Fail"
+    assert states["MarkFailed (from the input)"]["Next"] == "Job failed"

@@ -169,7 +169,7 @@ def test_mark_failed_out_of_time_leaves_the_shards_left_for_its_next_call(aws: t
 
     first = mark_failed(s3=s3, store=store, state=state, error="States.TaskFailed", cause="", remaining_s=0.0)
 
-    assert first.to_dict() == {"job_id": JOB, "status": "FAILED", "done": False, "shards_left": 2}
+    assert first.to_dict() == {"job_id": JOB, "status": "FAILED", "done": False, "shards_left": 2, "refused": False}
     assert job_status(store) == "PLANNING"
     assert "Contents" not in s3.list_objects_v2(Bucket=BUCKET, Prefix="outbox/")
 
@@ -193,7 +193,7 @@ def test_a_mark_failed_call_that_assembled_for_long_leaves_the_merge_to_the_next
 
     first = mark_failed(s3=s3, store=store, state=state, error="States.TaskFailed", cause="", remaining_s=900.0)
 
-    assert first.to_dict() == {"job_id": JOB, "status": "FAILED", "done": False, "shards_left": 0}
+    assert first.to_dict() == {"job_id": JOB, "status": "FAILED", "done": False, "shards_left": 0, "refused": False}
     assert "Contents" not in s3.list_objects_v2(Bucket=BUCKET, Prefix="outbox/")
     counted.calls.clear()
 
@@ -261,3 +261,28 @@ def test_a_last_resort_that_cannot_read_the_input_ends_the_job_with_a_summary_th
     summary = orjson.loads(s3.get_object(Bucket=BUCKET, Key="outbox/failed.summary.json")["Body"].read())
     assert summary["status"] == "FAILED"
     assert "writing its lines from the input failed" in summary["error"] and "NoSuchKey" in summary["error"]
+
+
+@pytest.mark.parametrize(
+    ("error", "cause", "refused"),
+    [
+        # as Step Functions hands a Lambda's raised PlanError over
+        (
+            "PlanError",
+            orjson.dumps({"errorType": "PlanError", "errorMessage": "sluice-mode"}).decode(),
+            True,
+        ),
+        # a name Step Functions gave, with the Lambda's own type in the cause
+        ("States.TaskFailed", orjson.dumps({"errorType": "PlanError", "errorMessage": "no"}).decode(), True),
+        ("States.TaskFailed", orjson.dumps({"errorType": "KeyError", "errorMessage": "'detail'"}).decode(), False),
+        ("Lambda.Unknown", "", False),
+    ],
+)
+def test_a_job_plan_refused_for_its_users_input_is_refused_not_failed(
+    aws: tuple[Counted, JobStore], error: str, cause: str, refused: bool
+) -> None:
+    s3, store = aws
+    event = {"detail": {"bucket": {"name": BUCKET}, "object": {"key": "inbox/x.jsonl", "etag": "e"}}}
+    ended = mark_failed(s3=s3.client, store=store, state=event, error=error, cause=cause)
+    assert ended.to_dict()["done"] is True and ended.event is not None and ended.event.status == "FAILED"
+    assert ended.to_dict()["refused"] is refused

@@ -222,6 +222,52 @@ def test_step_handlers_count_items_and_jobs_and_carry_job_and_shard_in_logs(
     assert job_line["job_id"] == "job-1" and "shard" not in job_line
 
 
+def merged(status: str, results: int, errors: int, max_error_rate: float = 0.0) -> dict[str, Any]:
+    """A job's end as Notify publishes it (`Merged`)."""
+    counts = {"lines": results + errors, "blank": 0, "requests": results + errors, "results": results, "errors": errors}
+    rate = errors / max(1, results + errors)
+    return {"job_id": "j", "status": status, "counts": counts, "error_rate": rate, "max_error_rate": max_error_rate}
+
+
+@pytest.mark.parametrize(
+    ("detail", "over"),
+    [
+        (merged("SUCCEEDED", 1000, 0), False),
+        # within the job's allowance: its user asked for that
+        (merged("SUCCEEDED", 990, 10, max_error_rate=0.05), False),
+        (merged("COMPLETED_WITH_ERRORS", 900, 100, max_error_rate=0.05), True),
+        # every line failed (a revoked key, insufficient_quota), even where the job allows it
+        (merged("SUCCEEDED", 0, 1000, max_error_rate=1.0), True),
+        # a rate past the allowance, whatever the status says
+        (merged("SUCCEEDED", 900, 100, max_error_rate=0.05), True),
+        # Merge's FAILED: a shard failed and its lines passed max_error_rate
+        (merged("FAILED", 500, 500, max_error_rate=0.1), True),
+        # MarkFailed's, with the lines it accounted for
+        ({"job_id": "j", "status": "FAILED", "error": "x", "counts": merged("FAILED", 3, 7)["counts"]}, True),
+        # refused before it had lines: no counts, the user's input at fault
+        ({"job_id": "j", "status": "FAILED", "error": "sluice-mode='sideways'", "summary": "s3://b/k"}, False),
+        # stopped at its cap or by its user: the unsent lines are errors by intent
+        (merged("BUDGET_EXCEEDED", 10, 990), False),
+        (merged("CANCELLED", 0, 1000), False),
+        # an empty file
+        (merged("SUCCEEDED", 0, 0), False),
+    ],
+)
+def test_a_job_past_its_error_rate_or_with_every_line_failed_is_counted_for_the_alarm(
+    metrics_on: None, capsys: pytest.CaptureFixture[str], detail: dict[str, Any], over: bool
+) -> None:
+    from sluice.contract import JOBS_OVER_ERROR_RATE
+
+    @observability.instrumented
+    def notify(event: dict[str, Any], context: Any) -> dict[str, Any]:
+        observability.job_finished(event, failed=event["status"] == "FAILED" and "error" in event)
+        return {}
+
+    notify(detail, LambdaContext("notify", 30))
+    (record,) = emf_records(capsys.readouterr().out)
+    assert record.get(JOBS_OVER_ERROR_RATE) == ([1.0] if over else None)
+
+
 def test_the_deployed_functions_name_the_namespace_and_service_the_handlers_emit_under() -> None:
     from infra.config import Environment
     from infra.functions import powertools_environment

@@ -59,6 +59,12 @@ def test_a_failed_job_without_outputs_reads_as_none_and_its_summary(tmp_path: Pa
     assert (job.results, job.errors, job.summary["error"]) == ([], [], "bad option")
 
 
+def test_a_job_refused_at_plan_succeeds_with_its_summary_alone(tmp_path: Path) -> None:
+    cloud = Finished("SUCCEEDED", {"outbox/job.summary.json": b'{"status": "FAILED", "error": "bad option"}'})
+    job = run(cloud, tmp_path)
+    assert (job.results, job.errors, job.summary["error"]) == ([], [], "bad option")
+
+
 def test_what_cannot_be_read_for_another_reason_is_raised_whatever_the_status(tmp_path: Path) -> None:
     class Denied(Finished):
         def read(self, key: str) -> bytes:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 
 import orjson
+import pytest
 
 from local.cloud import run_job
 from tests.conftest import request_line, write_jsonl
@@ -106,12 +108,24 @@ def test_a_shard_that_cannot_even_end_alone_marks_the_job_failed_and_still_accou
     assert [r["custom_id"] for r in run.results] == sorted(done, key=lambda c: int(c.split("-")[1]))
 
 
-def test_a_bad_option_fails_the_job_with_a_clear_reason(make_cloud, tmp_path: Path) -> None:
+def test_a_bad_option_fails_the_job_with_a_clear_reason_and_pages_nobody(
+    make_cloud, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sluice.contract import JOBS_OVER_ERROR_RATE, JOBS_REFUSED
+
+    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "false")
     cloud = make_cloud()
     path = write_jsonl(tmp_path / "opts.jsonl", [request_line("x")])
     run = run_job(cloud, path, metadata={"sluice-mode": "sideways"})
-    assert run.status == "FAILED"
+    # the job failed, as its summary says; the execution did not, so ExecutionsFailed stays quiet
+    assert run.summary["status"] == "FAILED"
     assert "sluice-mode='sideways'" in run.summary["error"]
+    assert run.status == "SUCCEEDED"
+    assert orjson.loads(run.execution["output"])["Error"] == "PlanError"
+    # and the refusal is counted, once, where a dashboard shows it; no alarm's metric is
+    emitted = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith('{"_aws"')]
+    assert [record.get(JOBS_REFUSED) for record in emitted if JOBS_REFUSED in record] == [[1.0]]
+    assert not [record for record in emitted if JOBS_OVER_ERROR_RATE in record]
 
 
 def test_a_line_that_names_no_model_gets_the_environments_default(make_cloud, simulator, tmp_path: Path) -> None:

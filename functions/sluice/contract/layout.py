@@ -107,5 +107,9 @@ def summary_key(prefix: str) -> str:
 # the EMF namespace of every metric, and the `service` dimension
 METRICS_NAMESPACE = "Sluice"
 SERVICE = "sluice"
+# the job-end metrics the alarms watch: a job whose failed lines passed its max_error_rate (or that
+# answered none of its lines), and a job Plan refused for what the user asked (not a fault of ours)
+JOBS_OVER_ERROR_RATE = "JobsOverErrorRate"
+JOBS_REFUSED = "JobsRefused"
 # the `environment` dimension: the deployment (`dev`, `prod`, `local`), so two never mix
 ENVIRONMENT_VARIABLE = "SLUICE_ENV"

@@ -152,11 +152,13 @@ class Merged(StepResult):
 @dataclass(frozen=True)
 class MarkedFailed(StepResult):
     """MarkFailed: `done` once every line is accounted for and the job ended FAILED; else the
-    `shards_left` to assemble wait for its next run."""
+    `shards_left` to assemble wait for its next run. `refused` when what failed it is the user's
+    (a PlanError): the execution then ends as refused, not failed, and pages nobody."""
 
     KEY: ClassVar[str] = "mark_failed"
     done: bool
     shards_left: int = 0
+    refused: bool = False
 
 
 # the key of a Map child's state that holds its shard (the definition's ItemSelector)

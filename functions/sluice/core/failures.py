@@ -21,3 +21,15 @@ def failure_reason(error: str, cause: str) -> str:
         # a refused option or input: the message is the user's, the class name means nothing to them
         return str(parsed["errorMessage"]) if kind in USER_ERRORS else f"{kind}: {parsed['errorMessage']}"
     return error
+
+
+def is_user_error(error: str, cause: str) -> bool:
+    """Whether a step failed on what its user asked for (`USER_ERRORS`), by the error's name or by
+    the type its Lambda's cause names."""
+    if error in USER_ERRORS:
+        return True
+    try:
+        parsed = orjson.loads(cause)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(parsed, dict) and parsed.get("errorType") in USER_ERRORS

@@ -6,14 +6,14 @@ import contextlib
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from botocore.exceptions import ClientError
 
 from sluice.contract import JobFailed, JobStatus, MarkedFailed, Planned, Summary
 from sluice.contract.model import ErrorCode
-from sluice.core.failures import failure_reason
+from sluice.core.failures import failure_reason, is_user_error
 from sluice.merge.last_resort import account_from_input
 from sluice.merge.merge import Deadlines, merge_job
 from sluice.merge.outputs import OutOfTime
@@ -38,10 +38,11 @@ class Failure:
     job_id: str
     event: JobFailed | None
     shards_left: int = 0
+    refused: bool = False
 
     @property
     def result(self) -> MarkedFailed:
-        return MarkedFailed(done=self.event is not None, shards_left=self.shards_left)
+        return MarkedFailed(done=self.event is not None, shards_left=self.shards_left, refused=self.refused)
 
     def to_dict(self) -> dict[str, Any]:
         """The step's answer: the event's detail (the job alone while it waits), then its result."""
@@ -59,7 +60,8 @@ def mark_failed(
     reason = failure_reason(error, cause)
     if not isinstance(state, Planned):
         # Plan itself failed: no shards and no manifest, so the job is the input object and the reason
-        return _summary_only(s3, store, state, reason)
+        failure = _summary_only(s3, store, state, reason)
+        return replace(failure, refused=is_user_error(error, cause))
     # first: the shards still running stop sending (and drawing on the budget) within one poll
     # period; every call of the loop marks again, which changes nothing once they are marked
     store.stop_shards(state.job_id, JobStatus.FAILED, shards=state.shards)
