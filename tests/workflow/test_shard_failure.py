@@ -51,6 +51,7 @@ def test_a_batch_shard_that_fails_has_its_batch_cancelled_and_its_siblings_finis
     # a failed shard never leaves a job SUCCEEDED; past max_error_rate (0) it is FAILED, naming the cause
     assert run.summary["status"] == "FAILED" and cause in run.summary["error"]
     assert run.summary["counts"]["results"] == LINES - SHARD_LINES
+    assert [s.get("failure") for s in run.summary["shards"]] == [None, None, cause, None]
     # the failed shard's batch was cancelled at the provider; the others' were not
     cancels = [e for e in simulator.log if e["method"] == "POST" and e["path"].endswith("/cancel")]
     assert len(cancels) == 1

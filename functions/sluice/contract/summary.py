@@ -158,12 +158,14 @@ class ShardStats(JsonRecord):
     each (None in a file written before it had them), and its figures as `sluice.shard.stats.Stats`
     writes them (this package reads no further: it imports the standard library only)."""
 
-    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"results_bytes", "errors_bytes"})
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"results_bytes", "errors_bytes", "failure"})
     result_lines: int
     error_lines: int
     results_bytes: int | None = None
     errors_bytes: int | None = None
     stats: dict[str, Any]
+    # why the shard failed after its retries (ShardFailed wrote its outputs), as `Type: message`
+    failure: str | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ShardStats:
@@ -174,9 +176,10 @@ class ShardStats(JsonRecord):
 class ShardFigures(JsonRecord):
     """One shard's line in the summary. `swept`: lines its last sweep sent once more;
     `recovered`: those that became results. `batch` only for a shard that ran batches; `choice` and
-    `why` only in a deadline job: what its plan chose for the shard (batch, flex, direct) and why."""
+    `why` only in a deadline job: what its plan chose for the shard (batch, flex, direct) and why;
+    `failure` only for a shard that failed after its retries: why."""
 
-    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"batch", "choice", "why"})
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"batch", "choice", "why", "failure"})
     shard: int
     mode: str
     first_line: int
@@ -190,6 +193,7 @@ class ShardFigures(JsonRecord):
     provider_cost_usd: ShardCosts
     choice: str | None = None
     why: str | None = None
+    failure: str | None = None
 
 
 @dataclass(frozen=True)

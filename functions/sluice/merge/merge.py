@@ -256,14 +256,17 @@ def outcome_status(errors: int, requests: int, max_error_rate: float, *, failed_
 
 
 def shard_failures(tally: Tally) -> str | None:
-    """What the job's failed shards say of why (their errors' example names the cause), or None."""
-    lines = tally.totals.errors.get(ErrorCode.SHARD_FAILED, 0)
-    if not lines:
+    """What the job's failed shards say of why, or None when none failed."""
+    failed = [shard for shard in tally.shards if shard.failure]
+    if not failed:
         return None
-    example = tally.totals.error_examples.get(ErrorCode.SHARD_FAILED, "")
-    # "line N: its shard failed: <cause>"
-    cause = example.split("its shard failed: ", 1)[-1]
-    return f"{lines:,} lines of failed shards went to the errors as {ErrorCode.SHARD_FAILED}; the first: {cause}"
+    lines = tally.totals.errors.get(ErrorCode.SHARD_FAILED, 0)
+    first = failed[0]
+    return (
+        f"{len(failed):,} shard(s) failed after their retries ({lines:,} unfinished lines went to the errors as "
+        f"{ErrorCode.SHARD_FAILED}); shard {first.shard} (lines {first.first_line:,}-"
+        f"{first.first_line + first.lines - 1:,}): {first.failure}"
+    )
 
 
 def _tally(

@@ -98,7 +98,9 @@ class Tally:
                 self.measured.setdefault(batch.get("model"), []).append(float(batch["measured_s"]))
         discounted = batch_priced(stats, batch_models)
         self.batch_totals.merge(Stats(models=discounted))
-        self.shards.append(shard_figures(spec, stats, (results, errors), output.report, discounted))
+        self.shards.append(
+            replace(shard_figures(spec, stats, (results, errors), output.report, discounted), failure=figures.failure)
+        )
 
     @property
     def unsent(self) -> int:

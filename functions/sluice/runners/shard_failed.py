@@ -68,7 +68,7 @@ async def fail_shard(ctx: ShardContext, spec: ShardSpec, *, error: str, cause: s
             logger.warning("shard %s: its open work at the provider could not be cancelled: %r", spec.shard, exc)
             cancels.failures.append(f"no cancel sent: {exc!r}")
     written = assemble_outputs(
-        ctx.s3, spec, missing_code=ErrorCode.SHARD_FAILED, missing_message=f"its shard failed: {reason}"
+        ctx.s3, spec, missing_code=ErrorCode.SHARD_FAILED, missing_message=f"its shard failed: {reason}", failure=reason
     )
     unfinished = int(written.stats.get("errors", {}).get(ErrorCode.SHARD_FAILED, 0))
     return ShardFailure(

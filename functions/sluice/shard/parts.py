@@ -523,6 +523,7 @@ def assemble_outputs(
     missing_code: str | None = None,
     missing_message: str = "",
     pool: Executor | None = None,
+    failure: str | None = None,
 ) -> ShardStats:
     """Write the shard's results and errors in input order from its parts; return its stats as written.
 
@@ -598,6 +599,7 @@ def assemble_outputs(
         results_bytes=results.size,
         errors_bytes=errors.size,
         stats=stats.to_dict(),
+        failure=failure,
     )
     s3.put_object(Bucket=spec.bucket, Key=spec.prefix + "stats.json", Body=orjson.dumps(shard_stats.to_json()))
     return shard_stats
