@@ -1,4 +1,4 @@
-"""Random faults never end a line (issue 61): today's six attempts a line against attempts sized to the job.
+"""Random faults never end a line: today's six attempts a line against attempts sized to the job.
 
 Each run is a direct-mode job of --lines lines through the local cloud, against the simulator
 answering --rate-429 of attempts with a 429 (Retry-After: --retry-after) and --rate-500 with a

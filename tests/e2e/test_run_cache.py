@@ -162,7 +162,10 @@ def test_cache_stats_and_clear(tmp_path: Path, capsys: Any) -> None:
     assert main(["cache", "stats", "--cache-dir", str(cache), "--json"]) == 0
     stats = orjson.loads(capsys.readouterr().out)
     assert (stats["answers"], stats["requests"], stats["objects"]) == (6, 3, 2)
-    assert main(["cache", "clear", "--cache-dir", str(cache)]) == 0
+    # off a terminal, paid answers are deleted only when asked plainly
+    assert main(["cache", "clear", "--cache-dir", str(cache)]) == 2
+    assert "--yes" in capsys.readouterr().err
+    assert main(["cache", "clear", "--cache-dir", str(cache), "--yes"]) == 0
     assert "removed 2 files" in capsys.readouterr().err
     assert main(["cache", "stats", "--cache-dir", str(cache)]) == 0
     assert "0 answers" in capsys.readouterr().out

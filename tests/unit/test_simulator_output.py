@@ -82,7 +82,7 @@ def request_body(path: str, prompt: str) -> dict[str, Any]:
 def post(sim: SimulatorServer, path: str, body: dict[str, Any], custom_id: str) -> Any:
     family = ANTHROPIC if path == MESSAGES else OPENAI
     headers = {"Content-Type": "application/json", "x-sluice-custom-id": custom_id, **family.auth_headers("sk-t")}
-    request = urllib.request.Request(family.url(sim.url, path), data=json.dumps(body).encode(), headers=headers)
+    request = urllib.request.Request(family.url(sim.base_url, path), data=json.dumps(body).encode(), headers=headers)
     with urllib.request.urlopen(request, timeout=10) as answer:
         return json.loads(answer.read())
 
