@@ -142,7 +142,7 @@ def grant_bedrock_batch(stack: SluiceStack, bedrock: BedrockBatch) -> None:
     allow(BATCH_STEPS, ["bedrock:TagResource"], [bedrock.job_arns], wildcard_reason=why)
     why = "ListModelInvocationJobs supports no resource-level permission."
     allow(BATCH_STEPS, ["bedrock:ListModelInvocationJobs"], ["*"], wildcard_reason=why)
-    # a failed shard's open jobs are stopped, and their state read, by ShardFailed
-    allow([SHARD_FAILED_STEP], jobs[1:], [bedrock.job_arns], wildcard_reason=why)
+    # a failed shard's open jobs are stopped, and their state read, by ShardFailed; a failed job's by MarkFailed
+    allow([SHARD_FAILED_STEP, "mark_failed"], jobs[1:], [bedrock.job_arns], wildcard_reason=why)
     for step in BATCH_STEPS:
         stack.functions.by_step[step].add_environment(ROLE_VARIABLE, role.role_arn)

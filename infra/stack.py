@@ -41,6 +41,8 @@ TASK_TOKEN_STEPS = ("await_shard",)
 WITHOUT_PROVIDER_INDEX = "without_provider_index"
 # The steps that assemble outbox/ from the shards' files.
 OUTPUT_STEPS = ("merge", "mark_failed")
+# the steps that cancel work at the provider outside a shard's own run: a failed shard's, a failed job's
+CANCELLING_STEPS = (SHARD_FAILED_STEP, "mark_failed")
 # The steps that announce how a job ended (Merge's outcome goes out through Notify).
 EVENT_STEPS = ("notify", "mark_failed")
 # What the webhook Lambda does to the table, and to the index that finds a shard by its provider
@@ -291,9 +293,10 @@ class SluiceStack(cdk.Stack):
             wildcard_reason="A failed shard's outputs are under jobs/<job id>/shards/<shard>/, named when it runs.",
         )
         if api_key is not None:
-            allow([SHARD_FAILED_STEP], ["secretsmanager:GetSecretValue"], [api_key.secret_arn])
+            allow(CANCELLING_STEPS, ["secretsmanager:GetSecretValue"], [api_key.secret_arn])
             if not self.secrets.created:
-                self._allow_secret_decrypt(by_step[SHARD_FAILED_STEP].role, api_key.secret_arn)
+                for step in CANCELLING_STEPS:
+                    self._allow_secret_decrypt(by_step[step].role, api_key.secret_arn)
 
         # UploadPartCopy needs GetObject on the source part and PutObject on the target.
         allow(OUTPUT_STEPS, ["s3:GetObject"], self._objects(JOBS_PREFIX), wildcard_reason=jobs)

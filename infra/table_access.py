@@ -71,7 +71,8 @@ _STEPS: dict[str, tuple[tuple[str, ...], ...]] = {
     "await_shard": (UPDATE_SHARD,),
     # sluice.merge.merge.merge_job; sluice.merge.mark_failed.mark_failed (merge_job, or the job row alone)
     "merge": (READ_JOB, FINISH_JOB),
-    "mark_failed": (READ_JOB, FINISH_JOB),
+    # and before it sluice.runners.cancel.stop_failed_job: the open work of the job's background shards' items
+    "mark_failed": (READ_JOB, FINISH_JOB, READ_ITEMS),
     # sluice.runners.shard_failed.fail_shard: its shard row and item rows, for the open work to cancel
     "fail_shard": (READ_JOB, READ_ITEMS),
     # sluice.merge.notify.publish: EventBridge only

@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
-from sluice.contract import JOBS_REFUSED, MARK_FAILED_ERROR_KEY, STEP_ERROR_KEY, Planned
+from sluice.contract import JOBS_REFUSED, MARK_FAILED_ERROR_KEY, STEP_ERROR_KEY, MarkedFailed, Planned
 from sluice.merge.mark_failed import mark_failed, record_failure
 from sluice.merge.notify import publish
+from sluice.runners.cancel import stop_failed_job
 
 from .observability import count, instrumented, job_finished, logger
 from .runtime import runtime
@@ -20,6 +22,21 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     failed, cause = str(error.get("Error", "Unknown")), str(error.get("Cause", ""))
     # MarkFailed's own failure, caught by the definition: only the job's end is recorded
     failed_again = event.get(MARK_FAILED_ERROR_KEY)
+    if failed_again is None and isinstance(state, Planned) and event.get(MarkedFailed.KEY) is None:
+        # once, on the first call: the later ones only assemble and merge
+        work, cancels = asyncio.run(stop_failed_job(rt.store, state, lambda: rt.shard_context(context)))
+        if work:
+            logger.warning(
+                "the failed job's open work at the provider was cancelled",
+                extra={
+                    "batches": len(work.batches),
+                    "responses": len(work.responses),
+                    "batches_cancelled": cancels.batches_cancelled,
+                    "responses_cancelled": cancels.responses_cancelled,
+                    "already_ended": cancels.already_ended,
+                    "not_cancelled": cancels.failures[:20],
+                },
+            )
     if failed_again is None:
         failure = mark_failed(
             s3=rt.s3,

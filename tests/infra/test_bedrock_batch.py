@@ -79,8 +79,8 @@ def test_the_batch_steps_pass_the_service_role_to_bedrock_only(bedrock_synthesis
         # InvokeModel is every direct sender's (below); the rest is the batch steps' alone
         bedrock = {a for s in statements for a in _listed(s["Action"]) if a.startswith("bedrock:")}
         bedrock.discard("bedrock:InvokeModel")
-        if step == "fail_shard":
-            # a failed shard's open jobs are stopped and read, nothing else
+        if step in ("fail_shard", "mark_failed"):
+            # a failed shard's or job's open jobs are stopped and read, nothing else
             assert not passes and bedrock == {"bedrock:GetModelInvocationJob", "bedrock:StopModelInvocationJob"}
             continue
         if step not in ("submit_batch", "collect_batch"):

@@ -83,8 +83,8 @@ def _decrypt_by_handler(api_key: str | None, webhook: str | None, key: str | Non
 
 def test_imported_secrets_under_a_customer_key_can_be_decrypted_by_exactly_their_readers() -> None:
     found = _decrypt_by_handler(EXISTING, EXISTING_WEBHOOK, KEY)
-    # the steps that send, and ShardFailed, which cancels a failed shard's open work
-    key_readers = {"run_shard", "submit", "collect", "submit_batch", "collect_batch", "fail_shard"}
+    # the steps that send, and those that cancel a failed shard's or job's open work
+    key_readers = {"run_shard", "submit", "collect", "submit_batch", "collect_batch", "fail_shard", "mark_failed"}
     assert set(found) == key_readers | {"webhook"}
     for handler, statements in found.items():
         secret = EXISTING_WEBHOOK if handler == "webhook" else EXISTING
@@ -107,5 +107,13 @@ def test_imported_secrets_under_a_customer_key_can_be_decrypted_by_exactly_their
 
 def test_decrypt_only_for_the_secrets_that_are_imported_and_only_with_a_key() -> None:
     only_api_key = _decrypt_by_handler(EXISTING, None, KEY)
-    assert set(only_api_key) == {"run_shard", "submit", "collect", "submit_batch", "collect_batch", "fail_shard"}
+    assert set(only_api_key) == {
+        "run_shard",
+        "submit",
+        "collect",
+        "submit_batch",
+        "collect_batch",
+        "fail_shard",
+        "mark_failed",
+    }
     assert _decrypt_by_handler(EXISTING, EXISTING_WEBHOOK, None) == {}

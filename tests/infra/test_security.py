@@ -14,8 +14,8 @@ from tests.infra.test_functions import secret_id, step_functions, webhook_functi
 from tests.infra.test_workflow import _flat
 
 PROVIDER_STEPS = ("run_shard", "submit", "collect", "submit_batch", "collect_batch")
-# the steps that read the API key: the senders, and ShardFailed, which cancels a failed shard's open work
-KEY_READERS = (*PROVIDER_STEPS, "fail_shard")
+# the steps that read the API key: the senders, and those that cancel a failed shard's or job's open work
+KEY_READERS = (*PROVIDER_STEPS, "fail_shard", "mark_failed")
 PROVIDER_S3 = {
     ("s3:GetObject", "inbox/*"),
     ("s3:GetObject", "jobs/*"),

@@ -75,3 +75,34 @@ def test_a_direct_shard_that_fails_within_the_error_rate_completes_its_job_with_
     assert run.status == "SUCCEEDED" and run.summary["status"] == "COMPLETED_WITH_ERRORS"
     assert "ValueError: disk on fire" in run.summary["error"]
     assert run.verify(path).ok
+
+
+def test_a_job_that_fails_cancels_its_open_batches_and_accounts_for_every_line(
+    make_cloud, simulator, tmp_path: Path
+) -> None:
+    """A shard whose ShardFailed fails too fails the Map, and with it the job: MarkFailed then
+    cancels every batch still open at the provider before it writes the outputs."""
+    # slow batches: the others are still running when the job fails
+    simulator.configure(batch_phase_s=5.0)
+    cloud = make_cloud(shard_lines=SHARD_LINES, batch_max_requests=SHARD_LINES, map_concurrency=4, poll_seconds=1)
+
+    def fail(name: str, payload: dict[str, Any]) -> None:
+        if name in ("collect_batch", "fail_shard") and payload.get("shard", {}).get("shard") == 1:
+            raise ValueError("disk on fire")
+
+    cloud.before_invoke = fail
+    path = write_jsonl(tmp_path / "doomed.jsonl", [request_line(f"b-{n}") for n in range(LINES)])
+
+    run = run_job(cloud, path, metadata={"sluice-mode": "batch"})
+
+    assert run.status == "FAILED" and run.summary["status"] == "FAILED"
+    assert run.verify(path).ok
+    created = [e for e in simulator.log if e["method"] == "POST" and e["path"] == "/v1/batches"]
+    polled = {e["path"].split("/")[3] for e in simulator.log if e["method"] == "GET" and "/v1/batches/" in e["path"]}
+    cancelled = {e["path"].split("/")[3] for e in simulator.log if e["path"].endswith("/cancel")}
+    assert len(created) == LINES // SHARD_LINES
+    # moto's Map lets the other children run to their end before it fails (AWS stops them, and
+    # their batches are left open for MarkFailed too): the batch left open is the failed shard's,
+    # which no step polled again, and MarkFailed cancelled it
+    assert len(cancelled) == 1 and not cancelled & polled and len(polled) == len(created) - 1
+    assert {e["error"]["code"] for e in run.errors} <= {"job_failed"}

@@ -24,6 +24,7 @@ from sluice.contract import (
     TERMINAL_STATUSES,
     ExecutionStatus,
     JobStatus,
+    Mode,
     Planned,
     Summary,
     manifest_key,
@@ -39,6 +40,7 @@ from sluice.providers.background import BackgroundApi
 from sluice.providers.batch import BatchApiOpener, CancelRefused
 from sluice.providers.signing import keyless
 from sluice.send.engine import EngineSettings, fan_out, make_session
+from sluice.shard.frame import ShardContext
 from sluice.store.jobs import QUEUED_PREFIX, JobStore
 from sluice.store.rows import each_shard
 
@@ -86,8 +88,51 @@ def open_provider_work(store: JobStore, job_id: str, *, shards: int | None = Non
     return provider_work_of(store, job_id, store.shards(job_id, count=shards, consistent=True))
 
 
-def provider_work_of(store: JobStore, job_id: str, rows: list[ShardRow]) -> ProviderWork:
-    """The open batches and background responses of the shards whose rows are `rows`."""
+def failed_job_work(store: JobStore, job_id: str, *, shards: int) -> ProviderWork:
+    """What a failed job may still be running at the provider: its shards' open batches, and the
+    open responses of its background shards only (a direct or batch shard has none, and its item
+    rows, a row a line, are not read for nothing)."""
+    rows = store.shards(job_id, count=shards, consistent=True)
+    return provider_work_of(
+        store, job_id, rows, responses_of={row.shard for row in rows if row.mode == Mode.BACKGROUND}
+    )
+
+
+async def stop_failed_job(
+    store: JobStore, state: Planned, context: Callable[[], ShardContext]
+) -> tuple[ProviderWork, ProviderCancels]:
+    """A failed job's shards told to stop, then its open work at the provider cancelled, so that no
+    batch or background response goes on billing for lines nobody will collect; `context` makes a
+    step's clients, and is called only when there is work to cancel (it reads the key)."""
+    store.stop_shards(state.job_id, JobStatus.FAILED, shards=state.shards)
+    work = failed_job_work(store, state.job_id, shards=state.shards)
+    return work, (await cancel_open_work(context(), work) if work else ProviderCancels())
+
+
+async def cancel_open_work(ctx: ShardContext, work: ProviderWork) -> ProviderCancels:
+    """Cancel `work` at the job's provider, through the clients a shard step has (`ctx`); a cancel
+    that cannot even be sent is said in the answer's failures, never raised: what stays open is
+    reported, and the caller goes on accounting for the lines."""
+    try:
+        return await cancel_at_provider(
+            work,
+            base_url=ctx.settings.provider_base_url,
+            api_key=ctx.api_key,
+            session_factory=ctx.session_factory,
+            batch_api=ctx.batch_api,
+            background=ctx.background_api,
+            provider=ctx.settings.provider,
+            s3=ctx.s3,
+        )
+    except Exception as exc:
+        return ProviderCancels(failures=[f"no cancel sent: {exc!r}"])
+
+
+def provider_work_of(
+    store: JobStore, job_id: str, rows: list[ShardRow], *, responses_of: set[int] | None = None
+) -> ProviderWork:
+    """The open batches and background responses of the shards whose rows are `rows` (responses
+    only of the shards in `responses_of`, when given)."""
     batches: list[str] = []
     for shard in rows:
         # collected batches have a state; the one a webhook said has ended is settled
@@ -110,7 +155,7 @@ def provider_work_of(store: JobStore, job_id: str, rows: list[ShardRow]) -> Prov
             if item.status in OPEN_ITEM_STATUSES and item.provider_id
         ]
 
-    found = each_shard(open_items, [row.shard for row in rows])
+    found = each_shard(open_items, [row.shard for row in rows if responses_of is None or row.shard in responses_of])
     return ProviderWork(batches=batches, responses=[response for shard in found for response in shard])
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from sluice.contract.model import ErrorCode
 from sluice.core.failures import failure_reason
-from sluice.runners.cancel import ProviderCancels, cancel_at_provider, provider_work_of
+from sluice.runners.cancel import ProviderCancels, cancel_open_work, provider_work_of
 from sluice.shard.frame import ShardContext, ShardSpec
 from sluice.shard.parts import assemble_outputs
 
@@ -50,23 +50,10 @@ async def fail_shard(ctx: ShardContext, spec: ShardSpec, *, error: str, cause: s
     reason = failure_reason(error, cause)
     row = ctx.store.shard(spec.job_id, spec.shard)
     work = provider_work_of(ctx.store, spec.job_id, [row] if row is not None else [])
-    cancels = ProviderCancels()
-    if work:
-        try:
-            cancels = await cancel_at_provider(
-                work,
-                base_url=ctx.settings.provider_base_url,
-                api_key=ctx.api_key,
-                session_factory=ctx.session_factory,
-                batch_api=ctx.batch_api,
-                background=ctx.background_api,
-                provider=ctx.settings.provider,
-                s3=ctx.s3,
-            )
-        except Exception as exc:
-            # the lines are still accounted for below; what stays open is said, not hidden
-            logger.warning("shard %s: its open work at the provider could not be cancelled: %r", spec.shard, exc)
-            cancels.failures.append(f"no cancel sent: {exc!r}")
+    # the lines are still accounted for below, whatever the cancels said; what stays open is said
+    cancels = await cancel_open_work(ctx, work) if work else ProviderCancels()
+    if cancels.failures:
+        logger.warning("shard %s: open work left at the provider: %s", spec.shard, cancels.failures)
     written = assemble_outputs(
         ctx.s3, spec, missing_code=ErrorCode.SHARD_FAILED, missing_message=f"its shard failed: {reason}", failure=reason
     )
