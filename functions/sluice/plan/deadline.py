@@ -143,16 +143,52 @@ def has_flex(model: str | None) -> bool:
     return any(model == name or model.startswith(name + "-2") for name in FLEX_MODELS)
 
 
+class AtLeast(float):
+    """A censored turnaround: a batch cancelled or expired after this long had not completed, so its
+    turnaround is at least this (a plain float is a completed batch's)."""
+
+    __slots__ = ()
+
+
 def expected_turnaround(family: str, measured: Sequence[float] = ()) -> tuple[float, str]:
     """A batch's expected turnaround and where the figure comes from: the `TURNAROUND_QUANTILE` of
     earlier batches' (of the same family and model) when Sluice has measured some, else the family's
-    documented default."""
-    if measured:
-        ordered = sorted(measured)
-        at = ordered[min(len(ordered) - 1, math.ceil(TURNAROUND_QUANTILE * len(ordered)) - 1)]
-        return at, f"measured: the {TURNAROUND_QUANTILE:.0%} point of {len(ordered)} earlier batches"
+    documented default.
+
+    Cancelled and expired batches (`AtLeast`) are the slow ones, so dropping them would drift the
+    figure short; they count as Kaplan-Meier's censored observations: each keeps its place among
+    those still running at its time, and only completions step the estimate. Where so many are
+    censored that the estimate never reaches the quantile, all Sluice knows is that it lies past the
+    longest figure: it plans on that or the family's default, whichever is longer."""
     default = DEFAULT_TURNAROUND_S.get(family, DEFAULT_TURNAROUND_S["openai"])
-    return default, f"the {family} default ({human_duration(default)}; no earlier batch measured)"
+    if not measured:
+        return default, f"the {family} default ({human_duration(default)}; no earlier batch measured)"
+    censored = sum(isinstance(v, AtLeast) for v in measured)
+    what = f"{len(measured)} earlier batches" + (f", {censored} of them cancelled or expired" if censored else "")
+    at = _kaplan_meier_quantile(measured, TURNAROUND_QUANTILE)
+    if at is None:
+        longest = max(measured)
+        return max(longest, default), (
+            f"measured: past the longest of {what} ({human_duration(longest)}), "
+            f"so the longer of it and the {family} default"
+        )
+    return at, f"measured: the {TURNAROUND_QUANTILE:.0%} point of {what}"
+
+
+def _kaplan_meier_quantile(figures: Sequence[float], quantile: float) -> float | None:
+    """The first completion by which the Kaplan-Meier estimate says `quantile` of batches have
+    completed; None when the censored ones leave it unknown. At a tie a completion counts first, as
+    a batch cancelled at that moment had run at least as long."""
+    ordered = sorted(figures, key=lambda v: (float(v), isinstance(v, AtLeast)))
+    running = len(ordered)
+    surviving = 1.0
+    for value in ordered:
+        if not isinstance(value, AtLeast):
+            surviving *= 1 - 1 / running
+            if surviving <= 1 - quantile + 1e-9:
+                return float(value)
+        running -= 1
+    return None
 
 
 @dataclass(frozen=True)

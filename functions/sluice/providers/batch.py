@@ -166,6 +166,16 @@ class BatchStatus:
         return max(0.0, self.completed_at - self.created_at)
 
     @property
+    def censored_turnaround_s(self) -> float | None:
+        """Created to ended for a batch cancelled or expired before it completed: its turnaround is
+        at least this (a censored figure, which the plan counts as such); None for any other end."""
+        if self.state not in (BatchState.CANCELLED, BatchState.EXPIRED) or self.ended_at is None:
+            return None
+        if self.created_at <= 0:
+            return None
+        return max(0.0, self.ended_at - self.created_at)
+
+    @property
     def files(self) -> tuple[str, ...]:
         return tuple(ref for ref in (self.input_file, self.output_file, self.error_file) if ref)
 

@@ -152,6 +152,7 @@ async def _collect_one(
         turnaround_s=latency_s if ended else None,
         model=part.model,
         measured_s=batch.measured_turnaround_s,
+        censored_s=batch.censored_turnaround_s,
     )
 
 
