@@ -66,6 +66,13 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         default=0,
         help="input tokens a model's running batches may hold, as OpenAI's Batch queue limit (0: none)",
     )
+    limits.add_argument(
+        "--batch-cancel-answers",
+        choices=("elapsed", "none"),
+        default="elapsed",
+        help="what a cancelled batch hands back: the rows it had finished (elapsed, the default) or none, "
+        "which an expired batch then hands back too",
+    )
     hooks = parser.add_argument_group("webhooks")
     hooks.add_argument("--webhook-url", default=None, help="where to send response.* and batch.* events")
     hooks.add_argument("--webhook-secret", default=None, help="whsec_... used to sign them (default: unsigned)")
@@ -93,6 +100,7 @@ def config_from(args: argparse.Namespace) -> SimConfig:
         quota_rpm=args.quota_rpm,
         quota_tpm=args.quota_tpm,
         batch_queue_limit=args.batch_queue_tokens,
+        batch_cancel_answers=args.batch_cancel_answers,
         seed=args.seed,
         api_key=args.api_key,
         webhook_url=args.webhook_url,
