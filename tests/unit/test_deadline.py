@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from sluice.contract import Settings
 from sluice.plan.deadline import (
@@ -233,3 +235,46 @@ def test_past_the_cutover_a_late_batch_shard_takes_its_part_of_the_jobs_whole_ra
     # a direct shard, or a batch shard of a job with no deadline, keeps its share
     assert handed_over(replace(spec, mode="direct"), 100.0).rpm == 60
     assert handed_over(replace(spec, cutover_share=0.0), 100.0).rpm == 60
+
+
+def test_batch_cancel_is_parsed_and_planned_with_by_run_submit_and_estimate(tmp_path: Path) -> None:
+    from sluice.contract import LOCAL_SETTING_DEFAULTS
+    from sluice.plan.deadline_plan import deadline_inputs
+
+    from local.cli.estimate_deadline import deadline_plan, local_cancel_s
+    from local.cli.parser import build_parser
+    from local.cli.run import _job_metadata
+    from local.deployed.submit import options_metadata
+    from local.inputs import Estimate, FileCheck, ModelTotals
+
+    flags = ["--deadline", "2h", "--rpm", "1200", "--batch-turnaround", "1h", "--batch-cancel", "15m"]
+    # run: the job's metadata carries it, and Plan's inputs take it over the environment's 600 s
+    metadata = _job_metadata(build_parser().parse_args(["run", "in.jsonl", *flags]))
+    assert metadata["sluice-batch-cancel"] == "15m"
+    options = JobOptions.from_metadata(metadata, SETTINGS)
+    assert options.deadline is not None and options.deadline.batch_cancel_s == 900
+    assert deadline_inputs(options, SETTINGS, now=NOW, model="gpt-4o-mini").cancel_s == 900
+    without = JobOptions.from_metadata({"sluice-deadline": "2h"}, SETTINGS)
+    assert deadline_inputs(without, SETTINGS, now=NOW, model=None).cancel_s == SETTINGS.batch_cancel_s
+    # submit: as object metadata
+    submitted = options_metadata(build_parser().parse_args(["submit", "in.jsonl", *flags]))
+    assert submitted["sluice-batch-cancel"] == "15m"
+    # estimate: the plan keeps the same margin, and without it the one `sluice run` would
+    est = Estimate(
+        check=FileCheck(path=tmp_path / "in.jsonl", requests=100_000),
+        by_model={"gpt-4o-mini": ModelTotals(requests=100_000, tokens_in=10**7, tokens_out=3 * 10**7)},
+        assumed_output_tokens=300,
+        concurrency=100,
+        latency_s=2.0,
+        shard_lines=5000,
+    )
+    args = build_parser().parse_args(["estimate", "in.jsonl", "--shard-lines", "5000", *flags])
+    plan = deadline_plan(args, est)
+    assert plan.cancel_s == 900
+    assert plan.shard_rate_per_s == pytest.approx(20 / LOCAL_SETTING_DEFAULTS["map_concurrency"])
+    args = build_parser().parse_args(["estimate", "in.jsonl", *flags[:6]])
+    assert deadline_plan(args, est).cancel_s == local_cancel_s("openai")
+    with pytest.raises(PlanError, match="batch-cancel is read with"):
+        JobOptions.from_metadata({"sluice-batch-cancel": "10m"}, SETTINGS)
+    with pytest.raises(PlanError, match="expected a duration"):
+        JobOptions.from_metadata({"sluice-deadline": "2h", "sluice-batch-cancel": "soon"}, SETTINGS)

@@ -72,6 +72,9 @@ JOB_OPTIONS = (
     "deadline",
     # what the job expects a batch to take (a duration), instead of what Sluice measured or assumes
     "batch-turnaround",
+    # how long a cancelled batch is given to hand back its answers (a duration), instead of the
+    # environment's `batch_cancel_s`: the margin the deadline's cutover keeps for it
+    "batch-cancel",
     "max-error-rate",
     "rpm",
     "tpm",

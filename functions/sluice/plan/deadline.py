@@ -322,6 +322,8 @@ class DeadlinePlan:
     earliest_direct_finish: float = 0.0
     # the rate each shard sends at before the cutover: the key's over the shards running
     shard_rate_per_s: float = 0.0
+    # how long a cancelled batch is given to end and hand back its answers
+    cancel_s: float = 0.0
 
     def total(self, what: str) -> float | None:
         values = [getattr(s, what) for s in self.shards]
@@ -342,6 +344,7 @@ class DeadlinePlan:
             "shard_rate_per_s": round(self.shard_rate_per_s, 3),
             "batch_turnaround_s": round(self.turnaround_s, 1),
             "batch_turnaround_source": self.turnaround_source,
+            "batch_cancel_s": round(self.cancel_s, 1),
             "cutover_at": iso(self.cutover_at) if self.cutover_at is not None else None,
             "expected_finish": iso(self.finish_at),
             "earliest_direct_finish": iso(self.earliest_direct_finish),
@@ -563,6 +566,7 @@ def _finish(
         finish_at=max([s.finish_at for s in plan] or [inputs.now]),
         earliest_direct_finish=earliest,
         shard_rate_per_s=rate / (inputs.running or running_shards(len(shards), inputs.slots or len(shards))),
+        cancel_s=inputs.cancel_s,
     )
 
 
@@ -598,18 +602,22 @@ class JobDeadline:
 
     at: float
     batch_turnaround_s: float | None = None
+    # how long a cancelled batch is given to end and hand back its answers (None: the environment's)
+    batch_cancel_s: float | None = None
 
 
 def read_job_deadline(
     meta: dict[str, str], *, mode: str | None, family: str, has_batch: bool, uploaded_at: float, now: float, prefix: str
 ) -> JobDeadline | None:
-    """The deadline of a job's options (`<prefix>deadline`, `<prefix>batch-turnaround`), checked: a
+    """The deadline of a job's options (`<prefix>deadline`, `<prefix>batch-turnaround`,
+    `<prefix>batch-cancel`), checked: a
     duration counts from the upload (`uploaded_at`), an ISO time must be ahead of `now`; a deadline
     picks the mode of each shard, so it takes no other mode than auto, and needs a Batch API to
     choose."""
     if "deadline" not in meta:
-        if "batch-turnaround" in meta:
-            raise DeadlineError(f"{prefix}batch-turnaround is read with {prefix}deadline only; set one")
+        for option in ("batch-turnaround", "batch-cancel"):
+            if option in meta:
+                raise DeadlineError(f"{prefix}{option} is read with {prefix}deadline only; set one")
         return None
     raw = meta["deadline"]
     at = parse_deadline(raw, now=uploaded_at, name=f"{prefix}deadline")
@@ -636,4 +644,9 @@ def read_job_deadline(
             raise DeadlineError(
                 f"{prefix}batch-turnaround={meta['batch-turnaround']!r}: expected a duration (30m, 2h, 1h30m)"
             )
-    return JobDeadline(at=at, batch_turnaround_s=turnaround)
+    cancel: float | None = None
+    if "batch-cancel" in meta:
+        cancel = parse_duration(meta["batch-cancel"])
+        if cancel is None or cancel <= 0:
+            raise DeadlineError(f"{prefix}batch-cancel={meta['batch-cancel']!r}: expected a duration (10m, 90s, 1h)")
+    return JobDeadline(at=at, batch_turnaround_s=turnaround, batch_cancel_s=cancel)

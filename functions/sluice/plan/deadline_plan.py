@@ -64,7 +64,7 @@ def deadline_inputs(
         family=family,
         turnaround_s=turnaround,
         turnaround_source=source,
-        cancel_s=settings.batch_cancel_s,
+        cancel_s=options.deadline.batch_cancel_s or settings.batch_cancel_s,
         batch=has_batch,
         min_batch_requests=limits.min_records if limits else 1,
         queue_tokens=settings.batch_queue_limit(model) if limits and limits.token_queue else 0,

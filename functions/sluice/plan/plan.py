@@ -342,6 +342,7 @@ def _shard_specs(
             on_batch_incomplete=options.on_batch_incomplete,
             cutover_at=deadline.cutover_at if choices.get(shard.index) == Choice.BATCH and deadline else None,
             cutover_share=shares.get(shard.index, 0.0),
+            batch_cancel_s=deadline.cancel_s if deadline is not None else 0.0,
             service_tier=FLEX if choices.get(shard.index) == Choice.FLEX else "",
             choice=choices.get(shard.index, Choice.DIRECT) if deadline is not None else "",
             concurrency=per_shard,
