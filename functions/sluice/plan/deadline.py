@@ -453,7 +453,7 @@ def plan_deadline(loads: Iterable[ShardLoad], inputs: DeadlineInputs) -> Deadlin
         else:
             why[at] = reason
     cap, cap_reason = _batch_cap(shards, eligible, inputs)
-    taken = _most_batch(shards, eligible[:cap], inputs, rate)
+    taken = _most(shards, kinds, eligible[:cap], Choice.BATCH, inputs, rate)
     for at in eligible[:taken]:
         kinds[at] = Choice.BATCH
     for at in eligible[taken:]:
@@ -463,12 +463,11 @@ def plan_deadline(loads: Iterable[ShardLoad], inputs: DeadlineInputs) -> Deadlin
             else f"a batch expected in {human_duration(inputs.turnaround_s)} would leave too little time to "
             "send its lines directly should it not end"
         )
-    for at, load in enumerate(shards):
-        if kinds[at] == Choice.BATCH or not (inputs.flex and has_flex(load.model)):
-            continue
-        trial = [*kinds[:at], Choice.FLEX, *kinds[at + 1 :]]
-        if _holds(shards, trial, inputs, rate)[0]:
-            kinds = trial
+    flexible = [
+        at for at, load in enumerate(shards) if kinds[at] != Choice.BATCH and inputs.flex and has_flex(load.model)
+    ]
+    for at in flexible[: _most(shards, kinds, flexible, Choice.FLEX, inputs, rate)]:
+        kinds[at] = Choice.FLEX
     ok, cutover = _holds(shards, kinds, inputs, rate)
     assert ok, "every step kept the deadline"
     batch_why = (
@@ -507,16 +506,24 @@ def _batch_cap(shards: Sequence[ShardLoad], eligible: Sequence[int], inputs: Dea
     return len(eligible), ""
 
 
-def _most_batch(shards: Sequence[ShardLoad], eligible: Sequence[int], inputs: DeadlineInputs, rate: float) -> int:
-    """The most of `eligible` (first ones first) that may batch and hold the deadline: a search by
-    halves, each step one schedule, so that Plan stays quick at thousands of shards."""
+def _most(
+    shards: Sequence[ShardLoad],
+    kinds: Sequence[str],
+    candidates: Sequence[int],
+    choice: str,
+    inputs: DeadlineInputs,
+    rate: float,
+) -> int:
+    """The most of `candidates` (first ones first) that may go as `choice` beside `kinds` and hold
+    the deadline: a search by halves, each step one schedule, so that Plan stays quick at thousands
+    of shards."""
 
     def holds(count: int) -> bool:
-        chosen = set(eligible[:count])
-        kinds = [Choice.BATCH if at in chosen else Choice.DIRECT for at in range(len(shards))]
-        return _holds(shards, kinds, inputs, rate)[0]
+        chosen = set(candidates[:count])
+        trial = [choice if at in chosen else kind for at, kind in enumerate(kinds)]
+        return _holds(shards, trial, inputs, rate)[0]
 
-    low, high = 0, len(eligible)
+    low, high = 0, len(candidates)
     while low < high:
         middle = (low + high + 1) // 2
         if holds(middle):
