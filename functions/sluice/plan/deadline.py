@@ -456,10 +456,10 @@ def plan_deadline(loads: Iterable[ShardLoad], inputs: DeadlineInputs) -> Deadlin
     taken = _most(shards, kinds, eligible[:cap], Choice.BATCH, inputs, rate)
     for at in eligible[:taken]:
         kinds[at] = Choice.BATCH
-    for at in eligible[taken:]:
-        why[at] = (
+    for position in range(taken, len(eligible)):
+        why[eligible[position]] = (
             cap_reason
-            if at in eligible[cap:]
+            if position >= cap
             else f"a batch expected in {human_duration(inputs.turnaround_s)} would leave too little time to "
             "send its lines directly should it not end"
         )
@@ -581,8 +581,9 @@ def plan_lines(plan: DeadlinePlan) -> list[str]:
     """The plan as `sluice estimate --deadline` prints it."""
     lines = [
         f"  deadline {iso(plan.deadline)} ({human_duration(plan.deadline - plan.now)} from now); key rate "
-        f"{plan.rate_per_s:,.1f} requests a second; batch turnaround {human_duration(plan.turnaround_s)} "
-        f"({plan.turnaround_source})",
+        f"{plan.rate_per_s:,.1f} requests a second ({plan.shard_rate_per_s:,.1f} a shard until the cutover); "
+        f"batch turnaround {human_duration(plan.turnaround_s)} ({plan.turnaround_source}); "
+        f"{human_duration(plan.cancel_s)} for a cancel",
     ]
     width = max(len(str(s.shard)) for s in plan.shards) if plan.shards else 1
     for s in plan.shards:
