@@ -92,6 +92,13 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         default=True,
         help="a Message Batch's results_url is a path, as a gateway may give it, not a whole URL (default: on)",
     )
+    batches.add_argument(
+        "--batch-cancel-answers",
+        choices=("elapsed", "none"),
+        default="elapsed",
+        help="what a cancelled batch hands back: the rows it had finished (elapsed, the default) or none, "
+        "which an expired batch then hands back too",
+    )
     hooks = parser.add_argument_group("webhooks")
     hooks.add_argument("--webhook-url", default=None, help="where to send response.* and batch.* events")
     hooks.add_argument("--webhook-secret", default=None, help="whsec_... used to sign them (default: unsigned)")
@@ -123,6 +130,7 @@ def config_from(args: argparse.Namespace) -> SimConfig:
         flex_slowdown=args.flex_slowdown,
         flex_unavailable_rate=args.flex_unavailable,
         flex_refusing_models=args.flex_refusing_models,
+        batch_cancel_answers=args.batch_cancel_answers,
         seed=args.seed,
         api_key=args.api_key,
         webhook_url=args.webhook_url,

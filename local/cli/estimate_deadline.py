@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from sluice.cache.entries import default_cache_dir
-from sluice.contract import SETTING_DEFAULTS, Mode
+from sluice.contract import LOCAL_SETTING_DEFAULTS, Mode
 from sluice.plan.deadline import (
     FLEX_MODELS,
     DeadlineError,
@@ -22,6 +22,7 @@ from sluice.plan.deadline import (
     parse_deadline,
     parse_duration,
     plan_deadline,
+    running_shards,
 )
 from sluice.providers import modes
 
@@ -29,6 +30,19 @@ from local.console import EXIT_USAGE, CliError
 from local.inputs import Estimate
 from local.providers import users_base_url
 from local.turnarounds import read_local, turnarounds_root
+
+# the built-in simulator's batch turnaround when `--sim-batch-turnaround` is not given (3 x 0.2 s)
+SIMULATOR_TURNAROUND_S = 0.6
+
+
+def local_cancel_s(provider: str, sim_turnaround_s: float | None = None) -> float:
+    """How long `sluice run` gives a cancelled batch when the job does not say (`--batch-cancel`):
+    the built-in simulator ends one a phase (a third of its turnaround) after the cancel, heard
+    within two polls; a user's provider, the deployed default."""
+    if users_base_url(provider):
+        return float(LOCAL_SETTING_DEFAULTS["batch_cancel_s"])
+    turnaround = sim_turnaround_s if sim_turnaround_s is not None else SIMULATOR_TURNAROUND_S
+    return turnaround / 3 + 2 * LOCAL_SETTING_DEFAULTS["poll_seconds"]
 
 
 def shard_loads(est: Estimate, shard_lines: int) -> list[ShardLoad]:
@@ -76,6 +90,8 @@ def deadline_plan(args: argparse.Namespace, est: Estimate) -> DeadlinePlan:
             turnaround, source = float(parse_duration(args.batch_turnaround) or 0), "--batch-turnaround"
         else:
             turnaround, source = expected_turnaround(args.provider, measured(args, est))
+        loads = shard_loads(est, args.shard_lines)
+        slots = int(LOCAL_SETTING_DEFAULTS["map_concurrency"])
         inputs = DeadlineInputs(
             now=now,
             deadline=deadline,
@@ -83,11 +99,14 @@ def deadline_plan(args: argparse.Namespace, est: Estimate) -> DeadlinePlan:
             family=args.provider,
             turnaround_s=turnaround,
             turnaround_source=source,
-            cancel_s=SETTING_DEFAULTS["batch_cancel_s"],
+            # the margins `sluice run` would plan with: its cancel, its Map's slots
+            cancel_s=parse_duration(args.batch_cancel or "") or local_cancel_s(args.provider),
             flex=args.provider == "openai",
             flex_models=FLEX_MODELS + flex_models(args.flex_models or ""),
+            slots=slots,
+            running=running_shards(len(loads), slots),
         )
-        return plan_deadline(shard_loads(est, args.shard_lines), inputs)
+        return plan_deadline(loads, inputs)
     except DeadlineRefused as exc:
         raise CliError(f"refused: {exc}", EXIT_USAGE) from exc
     except DeadlineError as exc:

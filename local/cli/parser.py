@@ -135,6 +135,13 @@ def _deadline_options(p: argparse.ArgumentParser) -> None:
         help="with --deadline: how long a batch is expected to take (default: measured, else the family's)",
     )
     p.add_argument(
+        "--batch-cancel",
+        metavar="DURATION",
+        type=_duration,
+        help="with --deadline: how long a cancelled batch is given to hand back its answers, the margin the "
+        "cutover keeps for it (as metadata sluice-batch-cancel; default: the environment's batch_cancel_s)",
+    )
+    p.add_argument(
         "--rpm", type=checks.positive_int, help="the key's requests a minute for the job (as metadata sluice-rpm)"
     )
     p.add_argument("--tpm", type=checks.positive_int, help="the key's tokens a minute (as metadata sluice-tpm)")
@@ -464,6 +471,7 @@ def _submit(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     u.add_argument("file", help="input JSONL in the OpenAI Batch input format")
     u.add_argument("--name", help="object name under inbox/ (default: the file's name; .jsonl is added)")
     _job_options(u)
+    _deadline_options(u)
     validate_options(u)
     u.add_argument(
         "--allow-invalid", action="store_true", help="upload even if some lines are invalid (they go to errors)"

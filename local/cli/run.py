@@ -16,7 +16,6 @@ from sluice.contract import (
     BEDROCK_PROVIDER,
     DEFAULT_PROVIDER,
     INBOX_PREFIX,
-    LOCAL_SETTING_DEFAULTS,
     OUTBOX_PREFIX,
     OUTPUT_SUFFIXES,
     STEPS,
@@ -30,6 +29,7 @@ from sluice.providers import Signer
 
 from local.bedrock_endpoint import users_endpoint
 from local.checks import budget_needs_prices, out_dir, usable_out_dir
+from local.cli.estimate_deadline import local_cancel_s
 from local.cli.validate_options import check_repair
 from local.cloud import LocalCloud, LocalSettings
 from local.console import EXIT_USAGE, CliError, file_link, need_file, say, write_output
@@ -193,6 +193,7 @@ def _job_metadata(args: argparse.Namespace) -> dict[str, str]:
         "rpm",
         "tpm",
         "flex_models",
+        "batch_cancel",
     ):
         if getattr(args, option, None) is not None:
             metadata["sluice-" + option.replace("_", "-")] = str(getattr(args, option))
@@ -335,24 +336,15 @@ def _ended(
     return code
 
 
-# the built-in simulator's batch turnaround when `--sim-batch-turnaround` is not given (3 x 0.2 s)
-SIMULATOR_TURNAROUND_S = 0.6
 # what a local run's deadline keeps in hand after a cancelled batch ends: polls, collect, Merge
 LOCAL_OVERHEAD_S = 6.0
 
 
 def _settings(args: argparse.Namespace) -> LocalSettings:
     cache_dir = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
-    # the built-in simulator cancels a batch in one of its three phases; a user's provider as deployed
-    simulated = not users_base_url(args.provider)
-    turnaround = args.sim_batch_turnaround if args.sim_batch_turnaround is not None else SIMULATOR_TURNAROUND_S
-    cancel_s = (
-        turnaround / 3 + 2 * LOCAL_SETTING_DEFAULTS["poll_seconds"]
-        if simulated
-        else LOCAL_SETTING_DEFAULTS["batch_cancel_s"]
-    )
     return LocalSettings(
-        batch_cancel_s=cancel_s,
+        # the job's --batch-cancel, when it says, rides in its metadata and wins in the plan
+        batch_cancel_s=local_cancel_s(args.provider, args.sim_batch_turnaround),
         concurrency=args.concurrency,
         map_concurrency=args.map_concurrency,
         shard_lines=args.shard_lines,

@@ -268,6 +268,10 @@ class BedrockJobs:
         skipped = self.unanswered if self.ends in (PARTIAL, EXPIRED) else 0
         answered = rows[: len(rows) - skipped] if skipped else rows
         out = [self._answer(job, row) for row in answered]
+        if job.status == "Stopping":
+            # stopped while it ran: a stopped job hands back nothing, as a late one on a bad day
+            self._set(job, "Stopped")
+            return
         prefix = f"{job.output_uri.rstrip('/')}/{job.arn.rsplit('/', 1)[-1]}/"
         out_bucket, out_key = _s3(prefix)
         errors = sum("error" in row for row in out)

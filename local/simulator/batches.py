@@ -3,7 +3,8 @@
 Each phase lasts batch_phase_s. A batch `expired` (chance batch_expire_fraction, drawn from
 the seed and the input file) keeps batch_expire_done_fraction of its rows in the output
 file; the rest go to the error file with code `batch_expired` (`batch_cancelled` when
-cancelled). Output lines are shuffled, as real providers do.
+cancelled). A cancelled batch keeps what it had finished by the cancel, or nothing
+(batch_cancel_answers). Output lines are shuffled, as real providers do.
 
 The queue limit (batch_queue_limit) is OpenAI's per-model Batch queue limit: the input tokens
 of a model's batches still validating, in progress, finalizing or cancelling may not pass it,
@@ -147,7 +148,7 @@ class Batches:
             rows=rows,
             errors=errors,
             shuffle_seed=f"{cfg.seed}:{digest}",
-            done_fraction=cfg.batch_expire_done_fraction if outcome == "expired" else 1.0,
+            done_fraction=cfg.expired_done if outcome == "expired" else 1.0,
             model=model,
             tokens=tokens,
         )
@@ -296,7 +297,8 @@ class Batches:
 
     def _write_batch_files(self, batch: Batch, status: str) -> None:
         if status == "cancelled" and batch.cancel_t is not None:
-            done_fraction = self._progress(batch, batch.cancel_t)
+            elapsed = (batch.cancel_t - batch.t0) / (3 * batch.phase_s) if batch.phase_s > 0 else 1.0
+            done_fraction = self._core.config.done_when_cancelled(elapsed, self._progress(batch, batch.cancel_t))
         else:
             done_fraction = batch.done_fraction
         leftover_code = {"expired": "batch_expired", "cancelled": "batch_cancelled"}.get(status, "")

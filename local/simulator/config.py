@@ -7,6 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+# what a cancelled (or, with "none", expired) batch hands back: `SimConfig.batch_cancel_answers`
+BATCH_CANCEL_ANSWERS = ("elapsed", "none")
+
 
 @dataclass(frozen=True)
 class SimConfig:
@@ -51,6 +54,11 @@ class SimConfig:
     batch_cancel_s: float = 0.0
     batch_expire_fraction: float = 0.0  # share of batches that end `expired`
     batch_expire_done_fraction: float = 0.5  # share of an expired batch's rows that finished
+    # what a cancelled batch hands back: "elapsed", the rows it had finished by the cancel (its
+    # elapsed share of the turnaround, at most its share of the in-progress phase); "none", nothing,
+    # which an expired batch then hands back too (a provider's bad day: a batch late because it
+    # waited in the queue has run nothing). A plan that counts on a late batch's answers fails here
+    batch_cancel_answers: str = "elapsed"
     batch_validation_error: bool = False  # every batch fails validation
     batch_row_error_rate: float = 0.0  # rows answered 500 in the error file
     # a Message Batch's `results_url` as a path, not a whole URL (as a gateway or proxy may give it),
@@ -68,6 +76,18 @@ class SimConfig:
     webhook_jitter_s: float = 0.0
     log_limit: int = 1_000_000
 
+    def done_when_cancelled(self, elapsed: float, phase_done: float) -> float:
+        """The share of a cancelled batch's rows answered: `elapsed`, its elapsed share of the
+        turnaround; `phase_done`, its share of the in-progress phase."""
+        if self.batch_cancel_answers == "none":
+            return 0.0
+        return min(1.0, max(0.0, min(elapsed, phase_done)))
+
+    @property
+    def expired_done(self) -> float:
+        """The share of an expired batch's rows answered."""
+        return 0.0 if self.batch_cancel_answers == "none" else self.batch_expire_done_fraction
+
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
@@ -83,6 +103,11 @@ class SimConfig:
             raise ValueError("incomplete_rate + failed_rate > 1")
         if not 400 <= self.queue_wait_status <= 599:
             raise ValueError(f"queue_wait_status must be an HTTP error status, got {self.queue_wait_status}")
+        if self.batch_cancel_answers not in BATCH_CANCEL_ANSWERS:
+            raise ValueError(
+                f"batch_cancel_answers must be one of {', '.join(BATCH_CANCEL_ANSWERS)}, "
+                f"got {self.batch_cancel_answers!r}"
+            )
         if self.flex_slowdown < 1.0:
             raise ValueError(f"flex_slowdown must be at least 1 (flex is never faster), got {self.flex_slowdown}")
         if self.embedding_dims < 1 or self.log_limit < 1:

@@ -6,7 +6,8 @@ where they apply: a batch drawn to expire (batch_expire_fraction, from the seed 
 ends with batch_expire_done_fraction of its requests answered and the rest `expired`; a request
 drawn under batch_row_error_rate is `errored` with an api_error, as is one whose params
 /v1/messages would refuse (invalid_request_error). A cancel ends the batch one phase later with
-the requests done by then answered and the rest `canceled`. Each request is answered as
+the requests done by then answered (none with batch_cancel_answers "none") and the rest
+`canceled`. Each request is answered as
 /v1/messages answers it. batch_queue_limit holds the input tokens of the batches in progress (a
 row's tokens counted as the Batch API's are): a batch that would pass it is refused with a 429
 `rate_limit_error`, as Anthropic refuses a batch when its processing queue is full.
@@ -139,7 +140,7 @@ class MessageBatches:
             phase_s=cfg.batch_phase_s,
             requests=requests,
             expire=expire,
-            done_fraction=cfg.batch_expire_done_fraction if expire else 1.0,
+            done_fraction=cfg.expired_done if expire else 1.0,
             shuffle_seed=f"{cfg.seed}:{digest}",
             tokens=tokens,
         )
@@ -158,7 +159,8 @@ class MessageBatches:
             return
         if batch.cancel_t is not None:
             p = batch.phase_s
-            done = 1.0 if p <= 0 else min(1.0, max(0.0, (batch.cancel_t - batch.t0) / (2 * p)))
+            elapsed = 1.0 if p <= 0 else (batch.cancel_t - batch.t0) / (2 * p)
+            done = self._core.config.done_when_cancelled(elapsed, elapsed)
             left = "canceled"
         else:
             done, left = batch.done_fraction, "expired"

@@ -133,7 +133,8 @@ def test_a_completed_batchs_rows_become_outcomes_in_input_order(env: Env) -> Non
     # its created-to-completed time, measured for later deadline plans of its model
     assert env.report(spec)["batches"] == [
         {"id": batch_id, "status": "completed", "requests": 6, "results": 5, "errors": 1, "unfinished": 0,
-         "left": 0, "turnaround_s": 60.0, "model": "gpt-4o-mini", "measured_s": 60.0}
+         "left": 0, "turnaround_s": 60.0, "model": "gpt-4o-mini", "measured_s": 60.0,
+         "censored_s": None}
     ]  # fmt: skip
     # the files at the provider are deleted once the answers are in S3
     assert env.api.deleted == [f"in_{batch_id.removeprefix('fb_')}", f"out_{batch_id}"]
@@ -191,9 +192,10 @@ def test_a_cancel_stops_running_batches_and_their_unrun_lines_are_cancelled(env:
 
     env.api.finish_cancel(running, answered=1)
     assert asyncio.run(collect_batch(env.ctx, spec)).done is True
-    # a cancelled batch's time says only that it had not completed by then: nothing is measured
+    # a cancelled batch's time says only that it had not completed by then: kept as a censored figure
     [cancelled] = env.report(spec)["batches"]
     assert cancelled["status"] == "cancelled" and cancelled["turnaround_s"] and cancelled["measured_s"] is None
+    assert cancelled["censored_s"] == cancelled["turnaround_s"]
     results, errors = env.outputs(spec)
     assert [r["custom_id"] for r in results] == ["u-0"]
     assert [(e["custom_id"], e["error"]["code"]) for e in errors] == [

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from sluice.contract import Settings
 from sluice.plan.deadline import (
@@ -200,3 +202,118 @@ def test_sluice_run_and_estimate_take_the_flex_models() -> None:
     assert _job_metadata(args)["sluice-flex-models"] == "my-flex-model"
     estimate = build_parser().parse_args(["estimate", "in.jsonl", "--deadline", "1h", "--flex-models", "a,b"])
     assert estimate.flex_models == "a,b"
+
+
+def test_the_issues_example_meets_its_deadline_at_the_rates_shards_really_get() -> None:
+    # 20 shards of 5,000 at 1,200 requests a minute shared by 20 running shards (1 a second each), a
+    # 2 h deadline and a 1 h batch: the old plan batched 11 shards and a late one ended 35 min late
+    inputs = DeadlineInputs(
+        now=NOW,
+        deadline=NOW + 7200,
+        key=KeyLimits(rpm=1200),
+        family="openai",
+        turnaround_s=3600,
+        turnaround_source="test",
+        cancel_s=600,
+        slots=20,
+        running=20,
+    )
+    plan = plan_deadline(_loads(20, requests=5000), inputs)
+    assert plan.shard_rate_per_s == pytest.approx(1.0)
+    batch = [s for s in plan.shards if s.choice == Choice.BATCH]
+    direct = [s for s in plan.shards if s.choice != Choice.BATCH]
+    assert batch and plan.cutover_at is not None
+    # until the cutover every shard sends at its share; after it the late shards share the whole key
+    assert sum(s.cutover_share for s in batch) == pytest.approx(1.0)
+    for s in direct:
+        assert NOW + s.requests / plan.shard_rate_per_s <= plan.cutover_at
+    # every batch late, its cancel handing back nothing: each shard's lines at its part of the key
+    for s in batch:
+        assert plan.cutover_at + 600 + s.requests / (plan.rate_per_s * s.cutover_share) <= plan.deadline
+        assert plan.cutover_at >= NOW + 3600
+    assert plan.finish_at <= plan.deadline
+
+
+def test_a_deadline_the_shares_cannot_meet_is_refused_with_the_finish_they_give() -> None:
+    # 2,000 requests at 100 a second is 21 s for the key, but one shard of 1,900 among two running
+    # sends at 50 a second: 40 s
+    loads = [ShardLoad(0, 1900, 190_000, 95_000, "gpt-4o-mini"), ShardLoad(1, 100, 10_000, 5_000, "gpt-4o-mini")]
+    with pytest.raises(DeadlineRefused) as caught:
+        plan_deadline(loads, _inputs(30))
+    assert caught.value.earliest_finish == pytest.approx(NOW + 1900 / 50 * 1.05)
+
+
+def test_batch_shards_hold_their_slots_and_the_family_counts_its_jobs() -> None:
+    base = _inputs(3000, rpm=6000, turnaround_s=600).__dict__
+    # two slots for 6 shards: a batch shard holds its slot, so the direct ones queue in the other
+    few_slots = plan_deadline(_loads(6), DeadlineInputs(**{**base, "slots": 2, "running": 2}))
+    assert list(few_slots.choices().values()).count(Choice.BATCH) <= 1
+    assert few_slots.finish_at <= few_slots.deadline
+    # Bedrock's jobs a model: two at once, one a shard
+    quota = plan_deadline(_loads(6), DeadlineInputs(**{**base, "max_batch_jobs": 2, "batch_records": 50_000}))
+    shards = quota.shards
+    assert [s.choice for s in shards].count(Choice.BATCH) == 2
+    assert "2 batch jobs of a model at once" in shards[2].why
+
+
+def test_past_the_cutover_a_late_batch_shard_takes_its_part_of_the_jobs_whole_rate() -> None:
+    from dataclasses import replace
+
+    from sluice.contract import ShardSpec
+    from sluice.runners.batch.cutover import handed_over
+
+    spec = ShardSpec(
+        job_id="j", shard=0, bucket="b", key="k", etag="e", start=0, end=1, first_line=1, lines=5000,
+        mode="batch", concurrency=5, max_attempts=3, running=20, rpm=60, tpm=0, job_rpm=1200,
+        cutover_at=100.0, cutover_share=0.2,
+    )  # fmt: skip
+    # before the cutover: the equal share of the shards running
+    assert handed_over(spec, 99.0) is spec
+    late = handed_over(spec, 100.0)
+    assert (late.rpm, late.concurrency) == (240.0, 20)
+    # a direct shard, or a batch shard of a job with no deadline, keeps its share
+    assert handed_over(replace(spec, mode="direct"), 100.0).rpm == 60
+    assert handed_over(replace(spec, cutover_share=0.0), 100.0).rpm == 60
+
+
+def test_batch_cancel_is_parsed_and_planned_with_by_run_submit_and_estimate(tmp_path: Path) -> None:
+    from sluice.contract import LOCAL_SETTING_DEFAULTS
+    from sluice.plan.deadline_plan import deadline_inputs
+
+    from local.cli.estimate_deadline import deadline_plan, local_cancel_s
+    from local.cli.parser import build_parser
+    from local.cli.run import _job_metadata
+    from local.deployed.submit import options_metadata
+    from local.inputs import Estimate, FileCheck, ModelTotals
+
+    flags = ["--deadline", "2h", "--rpm", "1200", "--batch-turnaround", "1h", "--batch-cancel", "15m"]
+    # run: the job's metadata carries it, and Plan's inputs take it over the environment's 600 s
+    metadata = _job_metadata(build_parser().parse_args(["run", "in.jsonl", *flags]))
+    assert metadata["sluice-batch-cancel"] == "15m"
+    options = JobOptions.from_metadata(metadata, SETTINGS)
+    assert options.deadline is not None and options.deadline.batch_cancel_s == 900
+    assert deadline_inputs(options, SETTINGS, now=NOW, model="gpt-4o-mini").cancel_s == 900
+    without = JobOptions.from_metadata({"sluice-deadline": "2h"}, SETTINGS)
+    assert deadline_inputs(without, SETTINGS, now=NOW, model=None).cancel_s == SETTINGS.batch_cancel_s
+    # submit: as object metadata
+    submitted = options_metadata(build_parser().parse_args(["submit", "in.jsonl", *flags]))
+    assert submitted["sluice-batch-cancel"] == "15m"
+    # estimate: the plan keeps the same margin, and without it the one `sluice run` would
+    est = Estimate(
+        check=FileCheck(path=tmp_path / "in.jsonl", requests=100_000),
+        by_model={"gpt-4o-mini": ModelTotals(requests=100_000, tokens_in=10**7, tokens_out=3 * 10**7)},
+        assumed_output_tokens=300,
+        concurrency=100,
+        latency_s=2.0,
+        shard_lines=5000,
+    )
+    args = build_parser().parse_args(["estimate", "in.jsonl", "--shard-lines", "5000", *flags])
+    plan = deadline_plan(args, est)
+    assert plan.cancel_s == 900
+    assert plan.shard_rate_per_s == pytest.approx(20 / LOCAL_SETTING_DEFAULTS["map_concurrency"])
+    args = build_parser().parse_args(["estimate", "in.jsonl", *flags[:6]])
+    assert deadline_plan(args, est).cancel_s == local_cancel_s("openai")
+    with pytest.raises(PlanError, match="batch-cancel is read with"):
+        JobOptions.from_metadata({"sluice-batch-cancel": "10m"}, SETTINGS)
+    with pytest.raises(PlanError, match="expected a duration"):
+        JobOptions.from_metadata({"sluice-deadline": "2h", "sluice-batch-cancel": "soon"}, SETTINGS)

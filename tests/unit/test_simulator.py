@@ -622,6 +622,32 @@ def test_batch_cancel_and_list(sim: SimulatorServer) -> None:
         api.batches.retrieve("batch_missing")
 
 
+@pytest.mark.parametrize(("answers", "kept"), [("elapsed", (20, 57)), ("none", (0, 0))])
+def test_a_batch_cancelled_late_hands_back_only_what_it_had_finished(
+    sim: SimulatorServer, answers: str, kept: tuple[int, int]
+) -> None:
+    # cancelled while finalizing (past two of its three phases, about three quarters of its turnaround):
+    # it had finished about that share of its rows, not all of them as its in-progress phase says
+    sim.configure(batch_phase_s=0.4, batch_cancel_s=0.1, batch_cancel_answers=answers)
+    api = client(sim)
+    uploaded = api.files.create(file=("in.jsonl", batch_lines(60)), purpose="batch")
+    batch = api.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h")
+    time.sleep(0.9)
+    api.batches.cancel(batch.id)
+    cancelled = wait_for(lambda: (b := api.batches.retrieve(batch.id)).status == "cancelled" and b)
+    finished = read_jsonl(api, cancelled.output_file_id) if cancelled.output_file_id else []
+    leftover = read_jsonl(api, cancelled.error_file_id) if cancelled.error_file_id else []
+    assert kept[0] <= len(finished) <= kept[1] and len(finished) + len(leftover) == 60
+    assert {e["error"]["code"] for e in leftover} == {"batch_cancelled"}
+
+
+def test_with_batch_cancel_answers_none_an_expired_batch_hands_back_nothing(sim: SimulatorServer) -> None:
+    sim.configure(batch_expire_fraction=1.0, batch_expire_done_fraction=0.5, batch_cancel_answers="none")
+    api = client(sim)
+    done = run_batch(api, batch_lines(20))
+    assert done.status == "expired" and done.request_counts is not None and done.request_counts.completed == 0
+
+
 def test_batch_rejects_unknown_file(sim: SimulatorServer) -> None:
     with pytest.raises(openai.BadRequestError):
         client(sim).batches.create(input_file_id="file-nope", endpoint="/v1/chat/completions", completion_window="24h")

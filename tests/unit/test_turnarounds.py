@@ -17,7 +17,7 @@ import pytest
 from moto import mock_aws
 from sluice.contract import Settings, turnarounds_key
 from sluice.merge.merge import keep_measured, load_manifest, merge_job
-from sluice.plan.deadline import expected_turnaround
+from sluice.plan.deadline import AtLeast, expected_turnaround
 from sluice.plan.turnarounds import KEPT, keep_turnarounds, read_turnarounds
 from sluice.providers.anthropic.batch_wire import batch_status as anthropic_status
 from sluice.providers.batch import BatchCounts, BatchState
@@ -157,20 +157,25 @@ def _batch_job(s3: Any, store: JobStore, batches: list[list[dict[str, Any]]]) ->
     return state
 
 
-def test_merge_keeps_the_completed_batches_turnarounds_by_model(s3: Any, store: JobStore) -> None:
+def test_merge_keeps_the_batches_turnarounds_by_model_the_cancelled_ones_censored(s3: Any, store: JobStore) -> None:
     completed = {"id": "b1", "status": "completed", "turnaround_s": 600, "model": "gpt-4o-mini", "measured_s": 600.0}
-    cancelled = {"id": "b2", "status": "cancelled", "turnaround_s": 900, "model": "gpt-4o-mini", "measured_s": None}
+    cancelled = {
+        "id": "b2", "status": "cancelled", "turnaround_s": 900, "model": "gpt-4o-mini", "measured_s": None,
+        "censored_s": 900.0,
+    }  # fmt: skip
     # a row written before batches carried a measurement: nothing to keep of it
     older = {"id": "b3", "status": "completed", "turnaround_s": 300}
     nameless = {"id": "b4", "status": "completed", "turnaround_s": 60, "model": None, "measured_s": 60.0}
     state = _batch_job(s3, store, [[completed, cancelled], [older, nameless]])
     merge_job(s3=s3, store=store, state=state, settings=dataclasses.replace(SETTINGS, default_model="gpt-4.1"))
-    assert read_turnarounds(s3, BUCKET, "openai", "gpt-4o-mini") == [600.0]
+    figures = read_turnarounds(s3, BUCKET, "openai", "gpt-4o-mini")
+    assert figures == [600.0, 900.0] and [isinstance(f, AtLeast) for f in figures] == [False, True]
     # a batch whose rows named no model ran the environment's default
     assert read_turnarounds(s3, BUCKET, "openai", "gpt-4.1") == [60.0]
 
 
-def test_merge_writes_no_turnarounds_when_no_batch_completed(s3: Any, store: JobStore) -> None:
+def test_merge_writes_no_turnarounds_when_no_batch_was_measured(s3: Any, store: JobStore) -> None:
+    # a row written before cancelled batches were kept censored: nothing to keep of it
     cancelled = {"id": "b2", "status": "cancelled", "turnaround_s": 900, "model": "gpt-4o-mini", "measured_s": None}
     state = _batch_job(s3, store, [[cancelled]])
     merge_job(s3=s3, store=store, state=state, settings=SETTINGS)
@@ -184,6 +189,31 @@ def test_what_was_kept_is_what_a_deadline_plans_on(s3: Any) -> None:
     keep_turnarounds(s3, BUCKET, "openai", {"gpt-4o-mini": [float(n) for n in range(1, 11)]})
     turnaround, source = expected_turnaround("openai", read_turnarounds(s3, BUCKET, "openai", "gpt-4o-mini"))
     assert turnaround == 9.0 and source.startswith("measured")
+
+
+def test_censored_turnarounds_move_the_quantile_up_and_never_short() -> None:
+    quick = [60.0] * 8
+    # dropped, the two batches cancelled after 10 min left a 90% point of a minute
+    assert expected_turnaround("openai", quick)[0] == 60.0
+    # censored, they say the 90% point is past 10 min: unknown beyond it, so the longer of it and the default
+    at, source = expected_turnaround("openai", [*quick, AtLeast(600.0), AtLeast(600.0)])
+    assert at == 6 * 3600.0 and "2 of them cancelled or expired" in source
+    assert expected_turnaround("anthropic", [*quick, AtLeast(600.0), AtLeast(600.0)])[0] == 3600.0
+    # Kaplan-Meier: 18 completed in 1 to 18 min, two cancelled after 18.5 min: dropped, the 90% point
+    # was the 17th figure; counted as still running to 18.5 min, it is the 18th
+    figures = [float(n) * 60 for n in range(1, 19)]
+    assert expected_turnaround("openai", figures)[0] == 17 * 60.0
+    assert expected_turnaround("openai", [*figures, AtLeast(1110.0), AtLeast(1110.0)])[0] == 18 * 60.0
+    # a censored figure shorter than every completion changes nothing it should not
+    assert expected_turnaround("openai", [*[60.0] * 9, AtLeast(1.0)])[0] == 60.0
+
+
+def test_censored_figures_round_trip_flagged(s3: Any) -> None:
+    keep_turnarounds(s3, BUCKET, "openai", {"gpt-4o-mini": [600.0, AtLeast(7200.0)]})
+    body = orjson.loads(s3.get_object(Bucket=BUCKET, Key="turnarounds/openai/gpt-4o-mini.json")["Body"].read())
+    assert body["turnarounds_s"] == [600.0, {"at_least_s": 7200.0}]
+    figures = read_turnarounds(s3, BUCKET, "openai", "gpt-4o-mini")
+    assert figures == [600.0, 7200.0] and isinstance(figures[1], AtLeast)
 
 
 # local runs: the cache directory carries the figures from one fresh local cloud to the next

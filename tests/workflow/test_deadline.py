@@ -208,3 +208,31 @@ def test_a_batch_jobs_measured_turnaround_is_what_the_next_deadline_job_plans_on
     assert [s["mode"] for s in second.summary["shards"]] == ["batch", "batch"]
     # and its own completed batches are kept after the first job's
     assert len(orjson.loads(cloud.read(key))["turnarounds_s"]) == 3
+
+
+def test_late_batch_shards_among_many_running_whose_cancels_hand_back_nothing_meet_the_deadline(
+    make_cloud, simulator, tmp_path: Path
+) -> None:
+    # The case, scaled 1:200 in time: 20 shards of 25 lines at 1,200 a minute shared by the
+    # 20 running (1 a second each), a 40 s deadline, an 18 s batch expected and 8 s for a cancel. The
+    # simulator's batches take 60 s, and a cancelled one hands back nothing. The old plan batched 10
+    # shards and sent each late one at 1 a second after its cutover (ending about 45 s in); now the
+    # plan batches the few its arithmetic holds, and at the cutover they take the whole key.
+    cloud = make_cloud(shard_lines=25, map_concurrency=20, batch_cancel_s=8.0, cache="off")
+    simulator.configure(batch_phase_s=20.0, batch_cancel_s=1.0, batch_cancel_answers="none")
+    started = time.time()
+    run = run_job(
+        cloud,
+        write_jsonl(tmp_path / "many.jsonl", lines(500)),
+        metadata={"sluice-deadline": "40s", "sluice-rpm": "1200", "sluice-batch-turnaround": "18s"},
+    )
+    finished = time.time()
+    assert run.status == "SUCCEEDED"
+    assert [r["custom_id"] for r in run.results] == [f"q-{n}" for n in range(500)] and run.errors == []
+    by_choice = run.summary["deadline"]["shards_by_choice"]
+    assert 0 < by_choice["batch"] < by_choice["direct"], by_choice
+    # every batch was late and handed back nothing: each of their lines went direct, once
+    assert not returned_by_batches(simulator)
+    assert max(answered(simulator).values()) == 1 and len(sent_directly(simulator)) == 500
+    assert finished < started + 40, f"ended {finished - started - 40:.1f} s after the deadline: {by_choice}"
+    assert run.summary["deadline"]["met"] is True

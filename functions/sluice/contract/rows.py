@@ -77,7 +77,8 @@ class CollectedBatch:
     `turnaround_s`: created to ended in the provider's whole seconds, what a batch row waits
     instead of a latency (None when the provider gave no end: the row then holds none);
     `measured_s`: created to completed, for a batch that completed, which Merge keeps for the
-    deadline plans of later jobs of its `model` (None for any other end: a censored figure)."""
+    deadline plans of later jobs of its `model` (None for any other end); `censored_s`: created to
+    ended for a batch cancelled or expired first, kept as "at least this long" (None otherwise)."""
 
     status: str
     requests: int
@@ -88,6 +89,7 @@ class CollectedBatch:
     turnaround_s: float | None = None
     model: str | None = None
     measured_s: float | None = None
+    censored_s: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

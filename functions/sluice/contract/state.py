@@ -201,6 +201,12 @@ class ShardSpec:
     # a deadline job's batch shard (`sluice.plan.deadline`): when (epoch seconds) a batch not ended yet is
     # cancelled, its answers kept and the rest sent directly; None: never
     cutover_at: float | None = None
+    # ... and its part of the job's whole rate limits and concurrency once past it (0: its `rpm`, `tpm`
+    # and `concurrency` as before): the late shards together take what every shard shared
+    cutover_share: float = 0.0
+    # ... and how long its cancelled batch is given to hand back its answers (0: the environment's
+    # `batch_cancel_s`), which sets how soon past the cutover it looks again
+    batch_cancel_s: float = 0.0
     # a deadline job's direct shard on OpenAI's flex tier: each request asks for it ("": the default)
     service_tier: ServiceTier = ""
     # a deadline job's choice for the shard (batch, flex or direct), which the summary shows; "": no deadline

@@ -74,6 +74,9 @@ JOB_OPTIONS = (
     "batch-turnaround",
     # models the job says take OpenAI's flex tier, besides those Sluice knows (names separated by commas)
     "flex-models",
+    # how long a cancelled batch is given to hand back its answers (a duration), instead of the
+    # environment's `batch_cancel_s`: the margin the deadline's cutover keeps for it
+    "batch-cancel",
     "max-error-rate",
     "rpm",
     "tpm",

@@ -39,7 +39,7 @@ from sluice.contract.model import ErrorCode
 from sluice.core.costs import aws_cost_usd, provider_cost_usd, provider_costs
 from sluice.limits.budget import nano_to_usd
 from sluice.merge.outputs import ShardOutput
-from sluice.plan.deadline import iso
+from sluice.plan.deadline import AtLeast, iso
 from sluice.send.refusal import read_refusal
 from sluice.shard.stats import Stats
 from sluice.store.jobs import JobStore
@@ -69,7 +69,8 @@ class Tally:
     refused: ProviderRefused | None = None
     # shards this call assembled from the parts they left
     assembled: int = 0
-    # the completed batches' turnarounds (created to completed), by the model each ran
+    # the batches' turnarounds (created to completed; cancelled or expired ones as `AtLeast`), by
+    # the model each ran
     measured: dict[str | None, list[float]] = field(default_factory=dict)
 
     def add(self, s3: Any, output: ShardOutput) -> None:
@@ -96,6 +97,8 @@ class Tally:
         for batch in (output.report or {}).get("batches", []):
             if batch.get("measured_s") is not None:
                 self.measured.setdefault(batch.get("model"), []).append(float(batch["measured_s"]))
+            elif batch.get("censored_s") is not None:
+                self.measured.setdefault(batch.get("model"), []).append(AtLeast(batch["censored_s"]))
         discounted = batch_priced(stats, batch_models)
         self.batch_totals.merge(Stats(models=discounted))
         self.shards.append(

@@ -9,7 +9,8 @@ Three ways to send a shard, cheapest first where the deadline allows:
   and send every line of every batch shard directly at the key's rate before the deadline. The
   cutover is that latest moment: `deadline - margin - batch lines / key rate`. A shard whose batch
   has not ended by then cancels it, keeps every answer it gave, and sends the rest direct
-  (`batch_collect`); nothing is sent twice.
+  (`batch_collect`); nothing is sent twice. The plan assumes the worst: every batch late, and its
+  cancel handing back nothing.
 - **flex**: OpenAI's flex processing (`service_tier: flex`) where the model has it (`FLEX_MODELS`,
   and those the job adds with `sluice-flex-models`): batch prices, no window, but each request
   slower (`FLEX_SLOWDOWN`), and some lines finding no capacity and going on at the standard tier
@@ -17,15 +18,21 @@ Three ways to send a shard, cheapest first where the deadline allows:
 - **direct**: list price, at the key's rate.
 
 The key's rate is what its `rpm` (and `tpm`, over the job's tokens a request) allow; where neither is
-known, the job's concurrency over `DIRECT_LATENCY_S` a request. A job whose lines cannot all be sent directly
-by the deadline at that rate is refused (`DeadlineRefused`), with the earliest finish Sluice could
-promise. A batch's expected turnaround is measured from earlier batches of the same family and
+known, the job's concurrency over `DIRECT_LATENCY_S` a request. The plan runs the shards as the Map
+does (`_schedule`): at most `slots` at once, in order, a batch shard holding its slot while it waits,
+and each sending at an equal share of the key's rate among the shards `running` (Plan gives each
+shard that share). At the cutover the rate is handed over: each batch shard takes its part of the
+key's whole rate (`cutover_share`, its lines over all batch lines), so that every late shard, however
+few are late, has sent its lines by `cutover + cancel_s + batch lines / key rate`. A job whose lines
+cannot all be sent directly by the deadline so is refused (`DeadlineRefused`), with the earliest
+finish Sluice could promise. A batch's expected turnaround is measured from earlier batches of the same family and
 model when there are some (`expected_turnaround`), else the family's documented default
 (`DEFAULT_TURNAROUND_S`), or what the job says (`sluice-batch-turnaround`).
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 import re
 from collections.abc import Iterable, Sequence
@@ -157,16 +164,52 @@ def flex_key_share(fallback_after: int = DEFAULT_POLICY.tier_fallback_after) -> 
     return FLEX_SLOWDOWN + FLEX_FALLBACK_SHARE * (fallback_after + 1)
 
 
+class AtLeast(float):
+    """A censored turnaround: a batch cancelled or expired after this long had not completed, so its
+    turnaround is at least this (a plain float is a completed batch's)."""
+
+    __slots__ = ()
+
+
 def expected_turnaround(family: str, measured: Sequence[float] = ()) -> tuple[float, str]:
     """A batch's expected turnaround and where the figure comes from: the `TURNAROUND_QUANTILE` of
     earlier batches' (of the same family and model) when Sluice has measured some, else the family's
-    documented default."""
-    if measured:
-        ordered = sorted(measured)
-        at = ordered[min(len(ordered) - 1, math.ceil(TURNAROUND_QUANTILE * len(ordered)) - 1)]
-        return at, f"measured: the {TURNAROUND_QUANTILE:.0%} point of {len(ordered)} earlier batches"
+    documented default.
+
+    Cancelled and expired batches (`AtLeast`) are the slow ones, so dropping them would drift the
+    figure short; they count as Kaplan-Meier's censored observations: each keeps its place among
+    those still running at its time, and only completions step the estimate. Where so many are
+    censored that the estimate never reaches the quantile, all Sluice knows is that it lies past the
+    longest figure: it plans on that or the family's default, whichever is longer."""
     default = DEFAULT_TURNAROUND_S.get(family, DEFAULT_TURNAROUND_S["openai"])
-    return default, f"the {family} default ({human_duration(default)}; no earlier batch measured)"
+    if not measured:
+        return default, f"the {family} default ({human_duration(default)}; no earlier batch measured)"
+    censored = sum(isinstance(v, AtLeast) for v in measured)
+    what = f"{len(measured)} earlier batches" + (f", {censored} of them cancelled or expired" if censored else "")
+    at = _kaplan_meier_quantile(measured, TURNAROUND_QUANTILE)
+    if at is None:
+        longest = max(measured)
+        return max(longest, default), (
+            f"measured: past the longest of {what} ({human_duration(longest)}), "
+            f"so the longer of it and the {family} default"
+        )
+    return at, f"measured: the {TURNAROUND_QUANTILE:.0%} point of {what}"
+
+
+def _kaplan_meier_quantile(figures: Sequence[float], quantile: float) -> float | None:
+    """The first completion by which the Kaplan-Meier estimate says `quantile` of batches have
+    completed; None when the censored ones leave it unknown. At a tie a completion counts first, as
+    a batch cancelled at that moment had run at least as long."""
+    ordered = sorted(figures, key=lambda v: (float(v), isinstance(v, AtLeast)))
+    running = len(ordered)
+    surviving = 1.0
+    for value in ordered:
+        if not isinstance(value, AtLeast):
+            surviving *= 1 - 1 / running
+            if surviving <= 1 - quantile + 1e-9:
+                return float(value)
+        running -= 1
+    return None
 
 
 @dataclass(frozen=True)
@@ -245,6 +288,14 @@ class DeadlineInputs:
     # whether direct shards may use the flex tier (OpenAI's family only), and the models that have it
     flex: bool = True
     flex_models: tuple[str, ...] = FLEX_MODELS
+    # the Map's slots (its MaxConcurrency; 0: every shard at once) and the shards whose equal shares
+    # of the key's rate each shard sends at (0: as many as run at once)
+    slots: int = 0
+    running: int = 0
+    # batch jobs the family runs at once for a model (Bedrock's quota; 0: not counted), and the
+    # records one job holds, which is how many jobs a batch shard makes
+    max_batch_jobs: int = 0
+    batch_records: int = 0
 
 
 @dataclass(frozen=True)
@@ -260,6 +311,8 @@ class ShardChoice:
     all_direct_usd: float | None
     all_batch_usd: float | None
     finish_at: float
+    # a batch shard's part of the key's whole rate once past the cutover (0: not a batch shard)
+    cutover_share: float = 0.0
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -271,6 +324,7 @@ class ShardChoice:
             "all_direct_usd": _round(self.all_direct_usd),
             "all_batch_usd": _round(self.all_batch_usd),
             "finish_at": iso(self.finish_at),
+            "cutover_share": round(self.cutover_share, 6),
         }
 
 
@@ -288,6 +342,10 @@ class DeadlinePlan:
     cutover_at: float | None = None
     finish_at: float = 0.0
     earliest_direct_finish: float = 0.0
+    # the rate each shard sends at before the cutover: the key's over the shards running
+    shard_rate_per_s: float = 0.0
+    # how long a cancelled batch is given to end and hand back its answers
+    cancel_s: float = 0.0
 
     def total(self, what: str) -> float | None:
         values = [getattr(s, what) for s in self.shards]
@@ -297,13 +355,18 @@ class DeadlinePlan:
     def choices(self) -> dict[int, str]:
         return {s.shard: s.choice for s in self.shards}
 
+    def cutover_shares(self) -> dict[int, float]:
+        return {s.shard: s.cutover_share for s in self.shards if s.cutover_share}
+
     def to_dict(self) -> dict[str, object]:
         return {
             "deadline": iso(self.deadline),
             "planned_at": iso(self.now),
             "key_rate_per_s": round(self.rate_per_s, 3),
+            "shard_rate_per_s": round(self.shard_rate_per_s, 3),
             "batch_turnaround_s": round(self.turnaround_s, 1),
             "batch_turnaround_source": self.turnaround_source,
+            "batch_cancel_s": round(self.cancel_s, 1),
             "cutover_at": iso(self.cutover_at) if self.cutover_at is not None else None,
             "expected_finish": iso(self.finish_at),
             "earliest_direct_finish": iso(self.earliest_direct_finish),
@@ -318,82 +381,180 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 6)
 
 
-@dataclass
-class _Mix:
-    """A candidate assignment's lines, and whether it holds the deadline."""
-
-    direct: float = 0.0  # key-seconds of direct and flex sending
-    batch_lines: int = 0
-    batch_tokens: int = 0
+def running_shards(shards: int, map_concurrency: int) -> int:
+    """How many shards run at once, which is how many equal shares of the job's rate Plan cuts."""
+    return max(1, min(shards, map_concurrency))
 
 
-def _holds(mix: _Mix, inputs: DeadlineInputs, rate: float) -> tuple[bool, float | None]:
-    """Whether a mix holds the deadline, and its cutover: direct and flex sending must end by the
-    cutover, and so must the batches' expected turnaround; after it, every batch line is sent direct
-    in what is left, less the time a cancelled batch takes."""
-    window = inputs.deadline - inputs.now
-    sending = mix.direct * (1 + SEND_SLACK)
-    if not mix.batch_lines:
-        return sending <= window, None
-    fallback = mix.batch_lines / rate * (1 + SEND_SLACK)
-    cutover = inputs.deadline - inputs.cancel_s - fallback
-    ok = inputs.now + max(sending, inputs.turnaround_s) <= cutover
-    return ok, cutover
+def _schedule(
+    loads: Sequence[ShardLoad], kinds: Sequence[str], inputs: DeadlineInputs, rate: float, cutover: float | None
+) -> tuple[list[float], list[float]]:
+    """Each shard's start and end as the Map runs them: in order, in the first slot free, direct and
+    flex at the shard's share of the key's rate; a batch shard late (`cutover` given) holds its slot
+    until it has cancelled and sent every line at its part of the whole rate, else it ends at the
+    expected turnaround."""
+    shard_rate = rate / (inputs.running or running_shards(len(loads), inputs.slots or len(loads)))
+    batch_lines = sum(load.requests for load, kind in zip(loads, kinds, strict=True) if kind == Choice.BATCH)
+    free = [inputs.now] * max(1, min(inputs.slots or len(loads), len(loads)))
+    starts: list[float] = []
+    ends: list[float] = []
+    for load, kind in zip(loads, kinds, strict=True):
+        start = heapq.heappop(free)
+        if kind == Choice.BATCH:
+            # its part of the whole rate is its lines over all batch lines: every late shard ends together
+            late = cutover + inputs.cancel_s + batch_lines / rate * (1 + SEND_SLACK) if cutover is not None else None
+            end = late if late is not None else start + inputs.turnaround_s
+        else:
+            slow = flex_key_share() if kind == Choice.FLEX else 1.0
+            end = start + load.requests / shard_rate * slow * (1 + SEND_SLACK)
+        heapq.heappush(free, end)
+        starts.append(start)
+        ends.append(end)
+    return starts, ends
+
+
+def _holds(
+    loads: Sequence[ShardLoad], kinds: Sequence[str], inputs: DeadlineInputs, rate: float
+) -> tuple[bool, float | None]:
+    """Whether an assignment holds the deadline with every batch late and its cancel handing back
+    nothing, and its cutover: direct and flex shards end by the cutover (the key is then the late
+    shards'), each batch starts early enough to be expected back by then, and the batches' jobs fit
+    the family's quota."""
+    batch_lines = sum(load.requests for load, kind in zip(loads, kinds, strict=True) if kind == Choice.BATCH)
+    cutover = None
+    if batch_lines:
+        cutover = inputs.deadline - inputs.cancel_s - batch_lines / rate * (1 + SEND_SLACK)
+        if inputs.max_batch_jobs and _batch_jobs(loads, kinds, inputs) > inputs.max_batch_jobs:
+            return False, cutover
+    starts, ends = _schedule(loads, kinds, inputs, rate, cutover)
+    until = cutover if cutover is not None else inputs.deadline
+    for kind, start, end in zip(kinds, starts, ends, strict=True):
+        if kind == Choice.BATCH:
+            if start + inputs.turnaround_s > until or end > inputs.deadline:
+                return False, cutover
+        elif end > until:
+            return False, cutover
+    return True, cutover
+
+
+def _batch_jobs(loads: Sequence[ShardLoad], kinds: Sequence[str], inputs: DeadlineInputs) -> int:
+    per_job = inputs.batch_records or 0
+    return sum(
+        math.ceil(load.requests / per_job) if per_job else 1
+        for load, kind in zip(loads, kinds, strict=True)
+        if kind == Choice.BATCH
+    )
 
 
 def plan_deadline(loads: Iterable[ShardLoad], inputs: DeadlineInputs) -> DeadlinePlan:
     """Each shard's cheapest way that still holds the deadline: batch, else flex, else direct.
 
-    Raises `DeadlineRefused` when not even all direct at the key's rate ends by the deadline."""
+    Batch goes to the first shards that may take it, as many as hold (they start first, so their
+    batches have the longest to run). Raises `DeadlineRefused` when not even all direct, each shard
+    at its share of the key's rate, ends by the deadline."""
     shards = list(loads)
     requests = sum(s.requests for s in shards)
     tokens = sum(s.tokens_in + s.tokens_out for s in shards)
     rate = inputs.key.requests_per_s(tokens / requests if requests else 0.0)
-    all_direct_s = requests / rate * (1 + SEND_SLACK)
-    earliest = inputs.now + all_direct_s
+    kinds = [Choice.DIRECT] * len(shards)
+    earliest = max(_schedule(shards, kinds, inputs, rate, None)[1], default=inputs.now)
     if earliest > inputs.deadline:
         raise DeadlineRefused(
             f"deadline {iso(inputs.deadline)} cannot be met: {requests:,} requests at the key's rate "
-            f"({inputs.key.describe()}: {rate:,.1f} a second) take {human_duration(all_direct_s)} sent directly; "
-            f"the earliest finish Sluice can promise is {iso(earliest)} "
-            f"({human_duration(earliest - inputs.now)} from now)",
+            f"({inputs.key.describe()}: {rate:,.1f} a second, shared by the shards running) take "
+            f"{human_duration(earliest - inputs.now)} sent directly; the earliest finish Sluice can promise is "
+            f"{iso(earliest)} ({human_duration(earliest - inputs.now)} from now)",
             earliest,
         )
-    mix = _Mix(direct=requests / rate)
-    chosen: dict[int, tuple[str, str]] = {}
-    for load in shards:
-        seconds = load.requests / rate
-        why_not_batch = _why_not_batch(load, inputs)
-        if why_not_batch is None:
-            trial = _Mix(mix.direct - seconds, mix.batch_lines + load.requests, mix.batch_tokens + load.tokens_in)
-            if inputs.queue_tokens and trial.batch_tokens > inputs.queue_tokens:
-                why_not_batch = (
-                    f"the Batch queue holds {inputs.queue_tokens:,} tokens, and the batches before it fill it"
-                )
-            else:
-                ok, cutover = _holds(trial, inputs, rate)
-                if ok and cutover is not None:
-                    mix = trial
-                    chosen[load.shard] = (
-                        Choice.BATCH,
-                        f"a batch is expected in {human_duration(inputs.turnaround_s)}, and should it not have ended "
-                        "by the cutover there is time to cancel it and send what it left directly",
-                    )
-                    continue
-                why_not_batch = (
-                    f"a batch expected in {human_duration(inputs.turnaround_s)} would leave too little time to "
-                    f"send its lines directly should it not end"
-                )
-        if inputs.flex and has_flex(load.model, inputs.flex_models):
-            trial = _Mix(mix.direct + seconds * (flex_key_share() - 1), mix.batch_lines, mix.batch_tokens)
-            if _holds(trial, inputs, rate)[0]:
-                mix = trial
-                chosen[load.shard] = (Choice.FLEX, f"flex at batch prices ends in time ({why_not_batch})")
-                continue
-        chosen[load.shard] = (Choice.DIRECT, why_not_batch)
-    ok, cutover = _holds(mix, inputs, rate)
+    why: dict[int, str] = {}
+    eligible = []
+    for at, load in enumerate(shards):
+        reason = _why_not_batch(load, inputs)
+        if reason is None:
+            eligible.append(at)
+        else:
+            why[at] = reason
+    cap, cap_reason = _batch_cap(shards, eligible, inputs)
+    taken = _most(shards, kinds, eligible[:cap], Choice.BATCH, inputs, rate)
+    for at in eligible[:taken]:
+        kinds[at] = Choice.BATCH
+    for position in range(taken, len(eligible)):
+        why[eligible[position]] = (
+            cap_reason
+            if position >= cap
+            else f"a batch expected in {human_duration(inputs.turnaround_s)} would leave too little time to "
+            "send its lines directly should it not end"
+        )
+    flexible = [
+        at
+        for at, load in enumerate(shards)
+        if kinds[at] != Choice.BATCH and inputs.flex and has_flex(load.model, inputs.flex_models)
+    ]
+    for at in flexible[: _most(shards, kinds, flexible, Choice.FLEX, inputs, rate)]:
+        kinds[at] = Choice.FLEX
+    ok, cutover = _holds(shards, kinds, inputs, rate)
     assert ok, "every step kept the deadline"
+    batch_why = (
+        f"a batch is expected in {human_duration(inputs.turnaround_s)}, and should it not have ended "
+        "by the cutover there is time to cancel it and send what it left directly"
+    )
+    chosen = {
+        load.shard: (
+            kind,
+            batch_why
+            if kind == Choice.BATCH
+            else f"flex at batch prices ends in time ({why[at]})"
+            if kind == Choice.FLEX
+            else why[at],
+        )
+        for at, (load, kind) in enumerate(zip(shards, kinds, strict=True))
+    }
     return _finish(shards, chosen, inputs, rate, cutover, earliest)
+
+
+def _batch_cap(shards: Sequence[ShardLoad], eligible: Sequence[int], inputs: DeadlineInputs) -> tuple[int, str]:
+    """How many of the eligible shards the provider's queue and job quota let batch at once, and why
+    not more."""
+    tokens = jobs = 0
+    for count, at in enumerate(eligible):
+        load = shards[at]
+        tokens += load.tokens_in
+        jobs += math.ceil(load.requests / inputs.batch_records) if inputs.batch_records else 1
+        if inputs.queue_tokens and tokens > inputs.queue_tokens:
+            return count, f"the Batch queue holds {inputs.queue_tokens:,} tokens, and the batches before it fill it"
+        if inputs.max_batch_jobs and jobs > inputs.max_batch_jobs:
+            return count, (
+                f"the {inputs.family} provider runs {inputs.max_batch_jobs:,} batch jobs of a model at once, "
+                "and the batches before it take them"
+            )
+    return len(eligible), ""
+
+
+def _most(
+    shards: Sequence[ShardLoad],
+    kinds: Sequence[str],
+    candidates: Sequence[int],
+    choice: str,
+    inputs: DeadlineInputs,
+    rate: float,
+) -> int:
+    """The most of `candidates` (first ones first) that may go as `choice` beside `kinds` and hold
+    the deadline: a search by halves, each step one schedule, so that Plan stays quick at thousands
+    of shards."""
+
+    def holds(count: int) -> bool:
+        chosen = set(candidates[:count])
+        trial = [choice if at in chosen else kind for at, kind in enumerate(kinds)]
+        return _holds(shards, trial, inputs, rate)[0]
+
+    low, high = 0, len(candidates)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if holds(middle):
+            low = middle
+        else:
+            high = middle - 1
+    return low
 
 
 def _why_not_batch(load: ShardLoad, inputs: DeadlineInputs) -> str | None:
@@ -412,20 +573,19 @@ def _finish(
     cutover: float | None,
     earliest: float,
 ) -> DeadlinePlan:
-    """Expected finishes: direct and flex shards one after another at the key's rate, batch shards
-    at the expected turnaround."""
+    """Expected finishes as the Map runs the shards, batches ending at the expected turnaround."""
+    kinds = [chosen[load.shard][0] for load in shards]
+    ends = _schedule(shards, kinds, inputs, rate, None)[1]
+    batch_lines = sum(load.requests for load, kind in zip(shards, kinds, strict=True) if kind == Choice.BATCH)
     plan: list[ShardChoice] = []
-    sent = inputs.now
-    for load in shards:
+    for load, finish in zip(shards, ends, strict=True):
         choice, why = chosen[load.shard]
         prices = Prices.of(load, inputs.flex_models)
-        if choice == Choice.BATCH:
-            finish, cost = inputs.now + inputs.turnaround_s, prices.batch
-        else:
-            slow = flex_key_share() if choice == Choice.FLEX else 1.0
-            sent += load.requests / rate * slow * (1 + SEND_SLACK)
-            finish, cost = sent, prices.flex if choice == Choice.FLEX else prices.direct
-        plan.append(ShardChoice(load.shard, load.requests, choice, why, cost, prices.direct, prices.batch, finish))
+        cost = {Choice.BATCH: prices.batch, Choice.FLEX: prices.flex}.get(choice, prices.direct)
+        share = load.requests / batch_lines if choice == Choice.BATCH else 0.0
+        plan.append(
+            ShardChoice(load.shard, load.requests, choice, why, cost, prices.direct, prices.batch, finish, share)
+        )
     return DeadlinePlan(
         deadline=inputs.deadline,
         now=inputs.now,
@@ -436,6 +596,8 @@ def _finish(
         cutover_at=cutover,
         finish_at=max([s.finish_at for s in plan] or [inputs.now]),
         earliest_direct_finish=earliest,
+        shard_rate_per_s=rate / (inputs.running or running_shards(len(shards), inputs.slots or len(shards))),
+        cancel_s=inputs.cancel_s,
     )
 
 
@@ -443,8 +605,9 @@ def plan_lines(plan: DeadlinePlan) -> list[str]:
     """The plan as `sluice estimate --deadline` prints it."""
     lines = [
         f"  deadline {iso(plan.deadline)} ({human_duration(plan.deadline - plan.now)} from now); key rate "
-        f"{plan.rate_per_s:,.1f} requests a second; batch turnaround {human_duration(plan.turnaround_s)} "
-        f"({plan.turnaround_source})",
+        f"{plan.rate_per_s:,.1f} requests a second ({plan.shard_rate_per_s:,.1f} a shard until the cutover); "
+        f"batch turnaround {human_duration(plan.turnaround_s)} ({plan.turnaround_source}); "
+        f"{human_duration(plan.cancel_s)} for a cancel",
     ]
     width = max(len(str(s.shard)) for s in plan.shards) if plan.shards else 1
     for s in plan.shards:
@@ -471,18 +634,22 @@ class JobDeadline:
 
     at: float
     batch_turnaround_s: float | None = None
+    # how long a cancelled batch is given to end and hand back its answers (None: the environment's)
+    batch_cancel_s: float | None = None
 
 
 def read_job_deadline(
     meta: dict[str, str], *, mode: str | None, family: str, has_batch: bool, uploaded_at: float, now: float, prefix: str
 ) -> JobDeadline | None:
-    """The deadline of a job's options (`<prefix>deadline`, `<prefix>batch-turnaround`), checked: a
+    """The deadline of a job's options (`<prefix>deadline`, `<prefix>batch-turnaround`,
+    `<prefix>batch-cancel`), checked: a
     duration counts from the upload (`uploaded_at`), an ISO time must be ahead of `now`; a deadline
     picks the mode of each shard, so it takes no other mode than auto, and needs a Batch API to
     choose."""
     if "deadline" not in meta:
-        if "batch-turnaround" in meta:
-            raise DeadlineError(f"{prefix}batch-turnaround is read with {prefix}deadline only; set one")
+        for option in ("batch-turnaround", "batch-cancel"):
+            if option in meta:
+                raise DeadlineError(f"{prefix}{option} is read with {prefix}deadline only; set one")
         return None
     raw = meta["deadline"]
     at = parse_deadline(raw, now=uploaded_at, name=f"{prefix}deadline")
@@ -509,4 +676,9 @@ def read_job_deadline(
             raise DeadlineError(
                 f"{prefix}batch-turnaround={meta['batch-turnaround']!r}: expected a duration (30m, 2h, 1h30m)"
             )
-    return JobDeadline(at=at, batch_turnaround_s=turnaround)
+    cancel: float | None = None
+    if "batch-cancel" in meta:
+        cancel = parse_duration(meta["batch-cancel"])
+        if cancel is None or cancel <= 0:
+            raise DeadlineError(f"{prefix}batch-cancel={meta['batch-cancel']!r}: expected a duration (10m, 90s, 1h)")
+    return JobDeadline(at=at, batch_turnaround_s=turnaround, batch_cancel_s=cancel)

@@ -16,6 +16,7 @@ from sluice.plan.deadline import (
     ShardLoad,
     expected_turnaround,
     plan_deadline,
+    running_shards,
 )
 from sluice.plan.job_options import JobOptions, PlanError, key_rpm
 from sluice.plan.line_pass import ShardRange
@@ -39,9 +40,16 @@ def key_limits(options: JobOptions, settings: Settings, model: str | None) -> Ke
 
 
 def deadline_inputs(
-    options: JobOptions, settings: Settings, *, now: float, model: str | None, measured: Sequence[float] = ()
+    options: JobOptions,
+    settings: Settings,
+    *,
+    now: float,
+    model: str | None,
+    measured: Sequence[float] = (),
+    shards: int = 0,
 ) -> DeadlineInputs:
-    """What `plan_deadline` weighs besides the shards."""
+    """What `plan_deadline` weighs besides the shards; `shards`: how many Plan cut (the cache's whole
+    ones too), which sets the share of the key's rate each shard sends at."""
     assert options.deadline is not None
     family = settings.provider or DEFAULT_PROVIDER
     if options.deadline.batch_turnaround_s is not None:
@@ -57,12 +65,16 @@ def deadline_inputs(
         family=family,
         turnaround_s=turnaround,
         turnaround_source=source,
-        cancel_s=settings.batch_cancel_s,
+        cancel_s=options.deadline.batch_cancel_s or settings.batch_cancel_s,
         batch=has_batch,
         min_batch_requests=limits.min_records if limits else 1,
         queue_tokens=settings.batch_queue_limit(model) if limits and limits.token_queue else 0,
         flex=family == DEFAULT_PROVIDER,
         flex_models=FLEX_MODELS + options.flex_models,
+        slots=options.map_concurrency,
+        running=running_shards(shards, options.map_concurrency) if shards else 0,
+        max_batch_jobs=limits.max_jobs if limits else 0,
+        batch_records=limits.max_records if limits else 0,
     )
 
 
@@ -96,7 +108,7 @@ def plan_for_job(
     measured: Sequence[float] = (),
 ) -> DeadlinePlan:
     """The job's deadline plan, or the PlanError that refuses it (with the earliest finish)."""
-    inputs = deadline_inputs(options, settings, now=now, model=model, measured=measured)
+    inputs = deadline_inputs(options, settings, now=now, model=model, measured=measured, shards=len(shards))
     try:
         return plan_deadline(shard_loads(shards, model), inputs)
     except DeadlineRefused as exc:

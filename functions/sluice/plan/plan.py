@@ -36,7 +36,7 @@ from sluice.formats.lines import READ_CHUNK, split_lines
 from sluice.limits.budget import budget_models, usd_to_nano
 from sluice.limits.flow import MAX_SHARD_CONNECTIONS
 from sluice.plan.cache_plan import CacheAnswers, JobKeys, find_hits
-from sluice.plan.deadline import Choice, DeadlinePlan
+from sluice.plan.deadline import Choice, DeadlinePlan, running_shards
 from sluice.plan.deadline_plan import CHOICE_MODES, plan_for_job
 from sluice.plan.job_options import JobOptions, PlanError
 from sluice.plan.line_pass import MAX_SHARD_BYTES, ShardRange, cut_shards, read_lines
@@ -332,8 +332,9 @@ def _shard_specs(
     custom ids are written to a file of its own, which its spec names. A deadline job's shard runs
     as its plan chose (a shard the plan does not name, one the cache answered whole, direct)."""
     choices = deadline.choices() if deadline is not None else {}
+    shares = deadline.cutover_shares() if deadline is not None else {}
     job_id = planned.job_id
-    running = max(1, min(len(result.shards), options.map_concurrency))
+    running = running_shards(len(result.shards), options.map_concurrency)
     # every running shard gets an equal share of the job's budgets; one Lambda holds at most
     # MAX_SHARD_CONNECTIONS sockets, so that its file descriptors last (however few shards run)
     per_shard = min(MAX_SHARD_CONNECTIONS, max(1, math.ceil(options.concurrency / running)))
@@ -358,6 +359,8 @@ def _shard_specs(
             ),
             on_batch_incomplete=options.on_batch_incomplete,
             cutover_at=deadline.cutover_at if choices.get(shard.index) == Choice.BATCH and deadline else None,
+            cutover_share=shares.get(shard.index, 0.0),
+            batch_cancel_s=deadline.cancel_s if deadline is not None else 0.0,
             service_tier=FLEX if choices.get(shard.index) == Choice.FLEX else "",
             choice=choices.get(shard.index, Choice.DIRECT) if deadline is not None else "",
             concurrency=per_shard,

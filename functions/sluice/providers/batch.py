@@ -82,6 +82,8 @@ class BatchLimits:
     # refuses as such a limit would). Bedrock's counts jobs a model and refuses a create past them: a
     # token limit there would only cut its parts small and run them one at a time
     token_queue: bool = True
+    # batch jobs of one model the provider runs at once (Bedrock's quota); 0: not counted
+    max_jobs: int = 0
 
 
 @dataclass(frozen=True)
@@ -162,6 +164,16 @@ class BatchStatus:
         if self.state != BatchState.COMPLETED or self.completed_at is None or self.created_at <= 0:
             return None
         return max(0.0, self.completed_at - self.created_at)
+
+    @property
+    def censored_turnaround_s(self) -> float | None:
+        """Created to ended for a batch cancelled or expired before it completed: its turnaround is
+        at least this (a censored figure, which the plan counts as such); None for any other end."""
+        if self.state not in (BatchState.CANCELLED, BatchState.EXPIRED) or self.ended_at is None:
+            return None
+        if self.created_at <= 0:
+            return None
+        return max(0.0, self.ended_at - self.created_at)
 
     @property
     def files(self) -> tuple[str, ...]:

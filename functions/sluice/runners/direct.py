@@ -16,6 +16,7 @@ from dataclasses import replace
 from sluice.contract import DirectRun, Mode, ProviderRefused, parse_validate
 from sluice.contract.model import ErrorCode, Outcome, Request
 from sluice.formats.lines import LineError
+from sluice.runners.batch.cutover import handed_over
 from sluice.runners.sweep import send_and_hand_back
 from sluice.send.refusal import unsent_message, write_refusal
 from sluice.shard.frame import (
@@ -39,6 +40,8 @@ class ShardStalled(RuntimeError):
 
 async def run_direct(ctx: ShardContext, spec: ShardSpec) -> DirectRun:
     started = time.monotonic()
+    # a late batch shard sends what its batch left at the rate the other shards handed it
+    spec = handed_over(spec, time.time())
     run = open_run(ctx, spec, path=Mode.DIRECT, item_rows_for_results=False)
     checkpoint, writer, fill = run.checkpoint, run.writer, run.fill
     stopper = Stopper(ctx, spec)

@@ -56,7 +56,13 @@ MAX_JOBS_PER_MODEL: Final = 20
 # the longest a job may wait and run, in hours (Bedrock's default is 24 too)
 TIMEOUT_HOURS: Final = 24
 # one job's limits; what limits the jobs at once is their count, not their tokens
-LIMITS: Final = BatchLimits(max_records=MAX_RECORDS, max_bytes=MAX_BYTES, min_records=MIN_RECORDS, token_queue=False)
+LIMITS: Final = BatchLimits(
+    max_records=MAX_RECORDS,
+    max_bytes=MAX_BYTES,
+    min_records=MIN_RECORDS,
+    token_queue=False,
+    max_jobs=MAX_JOBS_PER_MODEL,
+)
 _QUOTA_EXCEEDED = "ServiceQuotaExceededException"
 _MANIFEST = "manifest.json.out"
 # how much of a job's file a read takes at a time

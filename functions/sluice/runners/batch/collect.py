@@ -152,6 +152,7 @@ async def _collect_one(
         turnaround_s=latency_s if ended else None,
         model=part.model,
         measured_s=batch.measured_turnaround_s,
+        censored_s=batch.censored_turnaround_s,
     )
 
 
@@ -283,7 +284,7 @@ async def _collect_batch(ctx: ShardContext, spec: ShardSpec) -> BatchCollected:
         batch_wait_seconds(ctx.settings, elapsed),
         spec.cutover_at,
         time.time(),
-        cancel_s=ctx.settings.batch_cancel_s,
+        cancel_s=spec.batch_cancel_s or ctx.settings.batch_cancel_s,
         floor_s=ctx.settings.poll_seconds,
     )
     outcome = BatchCollected(

@@ -4,13 +4,22 @@ then is cancelled, so that what it answered is kept and the rest is sent directl
 The provider hands back every answer a cancelled (or expired) batch gave, and bills only those;
 CollectBatch writes them to the shard's parts when the batch has ended, and RunShard then sends
 just the lines the parts do not hold: a line the batch answered is never sent again. The cancel is
-one call a late batch, made by the poll that finds the cutover passed: nothing per line."""
+one call a late batch, made by the poll that finds the cutover passed: nothing per line.
+
+Past the cutover the rate is handed over (`handed_over`): the direct shards have ended by then, so
+each batch shard sends what its batch left at its part of the job's whole rate (`cutover_share`, its
+lines over all batch lines), not the equal share of the shards running it had before. The parts add
+up to the job's rate, so the job never passes its `sluice-rpm`, and every late shard, however many
+are late, has sent its lines by the time the plan kept for them all."""
 
 from __future__ import annotations
 
 import logging
 import math
+from dataclasses import replace
 
+from sluice.contract import Mode, ShardSpec
+from sluice.limits.flow import MAX_SHARD_CONNECTIONS
 from sluice.providers.batch import BatchApi, BatchState, BatchStatus, CancelRefused
 
 logger = logging.getLogger(__name__)
@@ -18,6 +27,22 @@ logger = logging.getLogger(__name__)
 
 def past_cutover(cutover_at: float | None, now: float) -> bool:
     return cutover_at is not None and now >= cutover_at
+
+
+def handed_over(spec: ShardSpec, now: float) -> ShardSpec:
+    """The shard as its direct pass sends: a deadline job's batch shard past its cutover takes its
+    part of the job's whole rate limits and concurrency; any other shard is as Plan cut it."""
+    share = spec.cutover_share
+    if spec.mode != Mode.BATCH or not share or not past_cutover(spec.cutover_at, now):
+        return spec
+    # the job's concurrency as Plan shared it among the shards running
+    concurrency = math.ceil(spec.concurrency * spec.running * share)
+    return replace(
+        spec,
+        rpm=spec.job_rpm * share,
+        tpm=spec.job_tpm * share,
+        concurrency=max(1, min(MAX_SHARD_CONNECTIONS, concurrency)),
+    )
 
 
 async def cancel_late(api: BatchApi, batch: BatchStatus, *, cutover_at: float | None, now: float) -> bool:

@@ -173,7 +173,7 @@ async def _submit(api: BatchApi, ctx: ShardContext, spec: ShardSpec) -> BatchSub
                 batch_wait_seconds(settings, 0.0),
                 spec.cutover_at,
                 time.time(),
-                cancel_s=settings.batch_cancel_s,
+                cancel_s=spec.batch_cancel_s or settings.batch_cancel_s,
                 floor_s=settings.poll_seconds,
             )
             if parts
