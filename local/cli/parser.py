@@ -471,7 +471,6 @@ def _submit(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     u.add_argument("file", help="input JSONL in the OpenAI Batch input format")
     u.add_argument("--name", help="object name under inbox/ (default: the file's name; .jsonl is added)")
     _job_options(u)
-    _deadline_options(u)
     validate_options(u)
     u.add_argument(
         "--allow-invalid", action="store_true", help="upload even if some lines are invalid (they go to errors)"

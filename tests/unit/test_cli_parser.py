@@ -72,6 +72,7 @@ def test_every_job_option_the_cli_takes_is_one_plan_reads() -> None:
     given |= {"provider": "openai"}
     # a deadline picks each shard's mode and replaces --deadline-hours: Plan takes it apart from those
     deadline = {"deadline": "12h", "batch-turnaround": "2h", "rpm": "500", "tpm": "90000", "flex-models": "gpt-9"}
+    deadline |= {"batch-cancel": "15m"}
     named: set[str] = set()
     for options in (given, deadline):
         args = build_parser().parse_args(
