@@ -1,4 +1,4 @@
-"""A job with a deadline (issues 44 and 55), the cases the issues name, on the local cloud and the
+"""A job with a deadline, in the cases that proved its plan, on the local cloud and the
 built-in simulator with its batch turnaround set to a duration.
 
 - late: the job expects a batch in `--expect-s`, the simulator's takes `--turnaround-s` (longer than
