@@ -184,6 +184,16 @@ def sweep_tiles(sweep: Mapping[str, Any] | None) -> list[str]:
     ]
 
 
+def retry_cause_tiles(causes: Mapping[str, Any] | None) -> list[str]:
+    """The attempts sent again besides the 429s, by what they met: a 5xx answer, a lost connection."""
+    if not causes:
+        return []
+    return [
+        _tile("retried after a 5xx", _n(causes.get("server_error"))),
+        _tile("retried after a lost connection or timeout", _n(causes.get("connection"))),
+    ]
+
+
 def _no_latency(finished: int, hits: int, background: int) -> str:
     if finished and hits == finished:
         return "No latency data: the response cache answered every line, so nothing was sent."
@@ -359,6 +369,7 @@ def _tiles(summary: Mapping[str, Any]) -> list[str]:
             else []
         ),
         _tile("throttled (429)", _n(summary.get("throttled"))),
+        *retry_cause_tiles(summary.get("retries_by_cause")),
         *sweep_tiles(summary.get("sweep")),
         _tile("provider cost (est.)", esc(_usd(costs.get("provider")))),
         _tile("AWS cost (est.)", esc(_usd(costs.get("aws")))),

@@ -215,6 +215,24 @@ def test_dropped_connection_then_success() -> None:
     assert r.stats.connection_errors == 1
 
 
+def test_a_lines_retries_are_counted_by_what_they_met() -> None:
+    """A 429, a 500 and a dropped connection before the answer: each counted under its cause, which
+    the summary and the report then show apart."""
+    provider = Scripted(
+        script={
+            "r0": [
+                ("status", 429, {"retry-after-ms": "1"}, {"error": {"message": "slow down"}}),
+                ("status", 500, {}, {"error": {"message": "boom"}}),
+                ("drop",),
+            ]
+        }
+    )
+    r = scenario(provider, [chat(0)], policy=RetryPolicy(max_attempts=6, base_delay_s=0.001))
+    (o,) = r.outcomes
+    assert o.ok and o.attempts == 4
+    assert (o.throttled, o.server_errors, o.lost) == (1, 1, 1)
+
+
 def test_timeout_then_success() -> None:
     provider = Scripted(script={"r0": [("hang", 2.0)]})
     policy = RetryPolicy(max_attempts=3, base_delay_s=0.01, request_timeout_s=0.3)

@@ -472,3 +472,10 @@ def test_percentile_labels_in_neighbouring_buckets_never_overprint() -> None:
         assert all(span[1] < a or span[0] > b for a, b in row), (name, span, row)
         row.append(span)
     assert len(spans) > 1
+
+
+def test_the_retries_are_shown_by_cause() -> None:
+    stats = Stats()
+    summary = summary_of(stats, retries_by_cause={"throttled": 4, "server_error": 3, "connection": 2})
+    text = " ".join(parse(render_report(summary)).text)
+    assert "3 retried after a 5xx" in text and "2 retried after a lost connection or timeout" in text

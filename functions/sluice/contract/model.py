@@ -92,6 +92,9 @@ class Outcome:
     attempts: int = 1
     latency_s: float = 0.0
     throttled: int = 0
+    # the line's other failed attempts, by cause: a 5xx answer, and a connection lost or timed out
+    server_errors: int = 0
+    lost: int = 0
     headers: dict[str, str] = field(default_factory=dict)
     # the outcome of the last sweep (`sluice.runners.sweep`): its attempts ran out once before
     swept: bool = False

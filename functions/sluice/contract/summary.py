@@ -204,7 +204,7 @@ class Figures(JsonRecord):
     `budget` only for a job with a cap; `provider_refused` always, null unless one refused;
     `deadline` only for a deadline job (`DeadlineFigures`)."""
 
-    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"budget", "validation", "deadline"})
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"budget", "validation", "deadline", "retries_by_cause"})
     outputs: dict[str, str]
     counts: Counts
     error_rate: float
@@ -236,6 +236,9 @@ class Figures(JsonRecord):
     # (`sluice.send.output_check`); None for a job that validates nothing
     validation: dict[str, int] | None = None
     deadline: DeadlineFigures | None = None
+    # the retries by what the attempt before met: 429s (and the like), 5xx answers, connections lost
+    # or timed out; a job that retried nothing has none
+    retries_by_cause: dict[str, int] | None = None
 
 
 @dataclass(frozen=True)

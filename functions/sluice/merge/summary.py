@@ -215,6 +215,11 @@ def job_figures(
         retries=totals.retries,
         max_line_attempts=totals.max_attempts,
         throttled=totals.throttled,
+        retries_by_cause=(
+            {"throttled": totals.throttled, "server_error": totals.server_errors, "connection": totals.lost}
+            if totals.throttled or totals.server_errors or totals.lost
+            else None
+        ),
         sweep=Sweep(swept=totals.swept, recovered=totals.recovered_by_sweep),
         cache=CacheFigures(
             mode=plan.cache.mode if plan else "off",

@@ -274,6 +274,8 @@ class _Run:
         sign = self.sign
         attempt = 0
         throttled = 0
+        # the other failed attempts, by cause: [a 5xx answer, a connection lost or timed out]
+        failed = [0, 0]
         unavailable = 0
         started = 0.0
         while True:
@@ -334,7 +336,9 @@ class _Run:
                     shared.settle(ticket, verdict.body)
                 if tier != req.tier:
                     stats.tier_fallbacks += 1
-                return self.finish_ok(req, verdict, status, answer, attempt, started, throttled, tier != req.tier)
+                outcome = self.finish_ok(req, verdict, status, answer, attempt, started, throttled, tier != req.tier)
+                outcome.server_errors, outcome.lost = failed
+                return outcome
             if tier and (verdict.tier_refused or (verdict.tier_unavailable and falls_back(unavailable + 1, policy))):
                 # at once: the standard tier is another queue, which this one's wait says nothing of
                 if verdict.tier_refused and stats.tier_refused is None:
@@ -353,10 +357,15 @@ class _Run:
                     stats.limit_min = limiter.limit
             elif verdict.server_error:
                 stats.server_errors += 1
+                failed[0] += 1
+            elif lost is not None:
+                failed[1] += 1
             if verdict.kind == FAIL:
                 if tier != req.tier:
                     stats.tier_fallbacks += 1
-                return self.finish_error(req, verdict, status, answer, attempt, started, throttled, tier != req.tier)
+                outcome = self.finish_error(req, verdict, status, answer, attempt, started, throttled, tier != req.tier)
+                outcome.server_errors, outcome.lost = failed
+                return outcome
             stats.retries += 1
             if held[0]:
                 # a standby worker takes this place while this one sleeps

@@ -68,6 +68,9 @@ class Stats:
     # the most attempts one line took (the first pass's and the last sweep's)
     max_attempts: int = 0
     throttled: int = 0
+    # failed attempts answered 5xx, and those whose connection was lost or timed out
+    server_errors: int = 0
+    lost: int = 0
     tokens_in: int = 0
     tokens_out: int = 0
     latency: dict[int, int] = field(default_factory=dict)
@@ -126,6 +129,8 @@ class Stats:
         self.retries += max(outcome.attempts - 1, 0)
         self.max_attempts = max(self.max_attempts, outcome.attempts)
         self.throttled += outcome.throttled
+        self.server_errors += outcome.server_errors
+        self.lost += outcome.lost
         self.tier_fallback += outcome.tier_fallback
         if outcome.swept:
             self.swept += 1
@@ -203,6 +208,8 @@ class Stats:
         self.retries += other.retries
         self.max_attempts = max(self.max_attempts, other.max_attempts)
         self.throttled += other.throttled
+        self.server_errors += other.server_errors
+        self.lost += other.lost
         self.tier_fallback += other.tier_fallback
         self.swept += other.swept
         self.recovered_by_sweep += other.recovered_by_sweep
@@ -250,6 +257,8 @@ class Stats:
             "retries": self.retries,
             "max_attempts": self.max_attempts,
             "throttled": self.throttled,
+            "server_errors": self.server_errors,
+            "lost": self.lost,
             "swept": self.swept,
             "recovered_by_sweep": self.recovered_by_sweep,
             "tokens_in": self.tokens_in,
@@ -292,6 +301,8 @@ class Stats:
             retries=data.get("retries", 0),
             max_attempts=data.get("max_attempts", 0),
             throttled=data.get("throttled", 0),
+            server_errors=data.get("server_errors", 0),
+            lost=data.get("lost", 0),
             swept=data.get("swept", 0),
             recovered_by_sweep=data.get("recovered_by_sweep", 0),
             tokens_in=data.get("tokens_in", 0),
