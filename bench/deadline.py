@@ -8,7 +8,7 @@ built-in simulator with its batch turnaround set to a duration.
 - meets: a deadline the batch meets: all batch, provider cost half of all direct.
 - refused: a deadline the key's rate cannot meet: FAILED at Plan, nothing sent, the error names the
   earliest finish.
-- many (issue 55): many shards running, each at its share of the key's rate, and a deadline that lets
+- many: many shards running, each at its share of the key's rate, and a deadline that lets
   only a few batch; the simulator's batches are late and a cancelled one hands back nothing. The few
   late shards must take the whole key at the cutover and send every line direct in time.
 
