@@ -84,15 +84,20 @@ def mark_failed(
         )
     except OutOfTime as exc:
         return Failure(job_id=state.job_id, event=None, shards_left=exc.left)
+    return _ended(summary, reason)
+
+
+def _ended(summary: Summary, reason: str) -> Failure:
+    """The failure of a job whose outputs account for every line: its event, with their counts."""
     assert summary.figures is not None
     event = JobFailed(
-        job_id=state.job_id,
+        job_id=summary.job_id,
         status=JobStatus.FAILED,
         error=reason,
         counts=summary.figures.counts,
         outputs=summary.figures.outputs,
     )
-    return Failure(job_id=state.job_id, event=event)
+    return Failure(job_id=summary.job_id, event=event)
 
 
 def record_failure(
@@ -119,15 +124,7 @@ def record_failure(
         # the lines go unaccounted for only here, and the summary says so and why
         logger.exception("the failed job's lines could not be accounted for from its input")
         return _summary_only(s3, store, state, f"{reason}; writing its lines from the input failed: {exc!r}")
-    assert summary.figures is not None
-    event = JobFailed(
-        job_id=state.job_id,
-        status=JobStatus.FAILED,
-        error=reason,
-        counts=summary.figures.counts,
-        outputs=summary.figures.outputs,
-    )
-    return Failure(job_id=state.job_id, event=event)
+    return _ended(summary, reason)
 
 
 def _summary_only(s3: Any, store: Any, state: Planned | Mapping[str, Any], reason: str) -> Failure:
