@@ -57,7 +57,6 @@ def account_from_input(s3: Any, store: Any, state: Planned, reason: str, *, cloc
     bucket, job_id, prefix = state.bucket, state.job_id, state.output_prefix
     specs = load_manifest(s3, bucket, state.manifest_key)
     stats = Stats()
-    written = [0]
     message = (
         f"the job failed before this line's outcome was written, and its outputs could not be assembled ({reason}); "
         f"an answer the provider gave is kept under s3://{bucket}/{job_prefix(job_id)}"
@@ -71,7 +70,6 @@ def account_from_input(s3: Any, store: Any, state: Planned, reason: str, *, cloc
                 else:
                     code, text = ErrorCode.JOB_FAILED, f"line {item.line}: {message}"
                 stats.add_error(code, text)
-                written[0] += 1
                 yield error_record(job_id, item.line, item.custom_id, code, text) + b"\n"
 
     with causes.because(causes.MARK_FAILED):
@@ -87,10 +85,12 @@ def account_from_input(s3: Any, store: Any, state: Planned, reason: str, *, cloc
     plan = job.plan if job else None
     lines = plan.lines if plan else sum(s.lines for s in specs)
     blank = plan.blank if plan else sum(s.blank for s in specs)
-    counts = Counts(lines=lines, blank=blank, requests=written[0], results=0, errors=written[0])
+    # every line written was counted as an error on the way
+    written = sum(stats.errors.values())
+    counts = Counts(lines=lines, blank=blank, requests=written, results=0, errors=written)
     started = float(job.started_at) if job else float(clock())
     figures = job_figures(
-        Tally(totals=stats, error_lines=written[0]),
+        Tally(totals=stats, error_lines=written),
         counts=counts,
         outputs={kind: f"s3://{bucket}/{output_key(prefix, kind)}" for kind in OUTPUT_SUFFIXES},
         moved={"requests": 0, "bytes_copied": 0, "bytes_through": 0},
