@@ -1,6 +1,7 @@
 """Which provider a local run sends to, checked before anything is sent: per family, the variables
 its own SDK reads for the base URL and the key (OPENAI_BASE_URL and OPENAI_API_KEY,
-ANTHROPIC_BASE_URL and ANTHROPIC_API_KEY), else the built-in simulator, which speaks every
+ANTHROPIC_BASE_URL and ANTHROPIC_API_KEY, GOOGLE_GEMINI_BASE_URL and GEMINI_API_KEY or
+GOOGLE_API_KEY), else the built-in simulator, which speaks every
 family's dialect. The key is sent, never shown.
 
 Bedrock has no key: with the endpoint variable boto3 reads (AWS_ENDPOINT_URL_BEDROCK_RUNTIME, then
@@ -42,6 +43,10 @@ class ProviderEnv:
     versioned: bool
     # what the base URL looks like, for a warning that it may not
     url_hint: str
+    # the variable the SDK reads for the key when `api_key_var` is unset (Google's GOOGLE_API_KEY)
+    fallback_key_var: str = ""
+    # where a base URL that stops before the version lists the models, when not at /v1/models
+    models_path: str = "/v1/models"
 
     @property
     def base_url(self) -> str:
@@ -49,13 +54,16 @@ class ProviderEnv:
 
     @property
     def api_key(self) -> str:
-        return os.environ.get(self.api_key_var, "").strip()
+        key = os.environ.get(self.api_key_var, "").strip()
+        if not key and self.fallback_key_var:
+            key = os.environ.get(self.fallback_key_var, "").strip()
+        return key
 
     def models_url(self, base_url: str) -> str:
         """Where the family lists its models: an OpenAI base URL ends in its version (/v1), an
-        Anthropic one stops before it, as each SDK reads its variable."""
+        Anthropic or Gemini one stops before it, as each SDK reads its variable."""
         base = base_url.rstrip("/")
-        return base + "/models" if self.versioned or base.endswith("/v1") else base + "/v1/models"
+        return base + "/models" if self.versioned or base.endswith("/v1") else base + self.models_path
 
 
 OPENAI_ENV = ProviderEnv(
@@ -78,6 +86,16 @@ PROVIDER_ENVS = {
             "https://api.anthropic.com",
             versioned=False,
             url_hint="an Anthropic base URL stops before /v1, as https://api.anthropic.com",
+        ),
+        ProviderEnv(
+            "gemini",
+            "GOOGLE_GEMINI_BASE_URL",
+            "GEMINI_API_KEY",
+            "https://generativelanguage.googleapis.com",
+            versioned=False,
+            url_hint="a Gemini base URL stops before /v1beta, as https://generativelanguage.googleapis.com",
+            fallback_key_var="GOOGLE_API_KEY",
+            models_path="/v1beta/models",
         ),
     )
 }

@@ -10,7 +10,6 @@ from pathlib import Path
 from sluice.cache.entries import default_cache_dir
 from sluice.contract import LOCAL_SETTING_DEFAULTS, Mode
 from sluice.plan.deadline import (
-    FLEX_MODELS,
     DeadlineError,
     DeadlineInputs,
     DeadlinePlan,
@@ -24,6 +23,7 @@ from sluice.plan.deadline import (
     plan_deadline,
     running_shards,
 )
+from sluice.providers import flex_models as flex_models_of
 from sluice.providers import modes
 
 from local.console import EXIT_USAGE, CliError
@@ -101,8 +101,8 @@ def deadline_plan(args: argparse.Namespace, est: Estimate) -> DeadlinePlan:
             turnaround_source=source,
             # the margins `sluice run` would plan with: its cancel, its Map's slots
             cancel_s=parse_duration(args.batch_cancel or "") or local_cancel_s(args.provider),
-            flex=args.provider == "openai",
-            flex_models=FLEX_MODELS + flex_models(args.flex_models or ""),
+            flex=bool(flex_models_of(args.provider)),
+            flex_models=flex_models_of(args.provider) + flex_models(args.flex_models or ""),
             slots=slots,
             running=running_shards(len(loads), slots),
         )

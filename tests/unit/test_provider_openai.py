@@ -16,7 +16,7 @@ MESSAGES = [{"role": "user", "content": "x" * 40}]
 
 def test_openai_is_the_family_of_its_name_and_the_default() -> None:
     assert family("openai") is OPENAI
-    assert [family(name).name for name in PROVIDERS] == ["openai", "anthropic", "bedrock"]
+    assert [family(name).name for name in PROVIDERS] == ["openai", "anthropic", "bedrock", "gemini"]
     assert family(DEFAULT_PROVIDER) is OPENAI
     with pytest.raises(
         ValueError, match="unknown provider family 'vertex'; expected one of openai, anthropic, bedrock"

@@ -26,7 +26,7 @@ CACHE_MODES = ("on", "read", "write", "off")
 # the provider families Sluice speaks (`sluice.providers.family`): `Settings.provider` picks one
 DEFAULT_PROVIDER = "openai"
 BEDROCK_PROVIDER = "bedrock"
-PROVIDERS = (DEFAULT_PROVIDER, "anthropic", BEDROCK_PROVIDER)
+PROVIDERS = (DEFAULT_PROVIDER, "anthropic", BEDROCK_PROVIDER, "gemini")
 # the families that sign each request with the function's AWS credentials: an environment of one
 # holds no API key, and its functions read the secret named by NO_API_KEY_SECRET never
 SIGNED_PROVIDERS = frozenset({BEDROCK_PROVIDER})

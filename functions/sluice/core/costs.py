@@ -7,8 +7,8 @@ import re
 from sluice.contract import STEPS, ShardCosts
 
 # USD per million tokens (input, output), standard tier; the Batch API of each family (OpenAI's,
-# Anthropic's Message Batches, Bedrock's batch inference) is half of this, and so is OpenAI's flex
-# processing (`service_tier: flex`), where a model has it.
+# Anthropic's Message Batches, Bedrock's batch inference, Gemini's) is half of this, and so is the
+# flex tier of OpenAI and Gemini (`service_tier: flex`), where a model has it.
 PROVIDER_PRICES = {
     "gpt-4o-mini": (0.15, 0.60),
     "gpt-4o": (2.50, 10.00),
@@ -33,6 +33,15 @@ PROVIDER_PRICES = {
     # Amazon Bedrock's on-demand prices for the same models
     "anthropic.claude-3-haiku-20240307-v1:0": (0.25, 1.25),
     "anthropic.claude-3-5-haiku-20241022-v1:0": (0.80, 4.00),
+    # Gemini's (ai.google.dev/gemini-api/docs/pricing; Pro's for prompts up to 200k tokens), its Batch
+    # API and flex tier half of these; a preview or dated name takes its model's price by prefix
+    "gemini-3-pro-preview": (2.00, 12.00),
+    "gemini-3-flash-preview": (0.50, 3.00),
+    "gemini-2.5-pro": (1.25, 10.00),
+    "gemini-2.5-flash": (0.30, 2.50),
+    "gemini-2.5-flash-lite": (0.10, 0.40),
+    "gemini-2.0-flash": (0.10, 0.40),
+    "gemini-2.0-flash-lite": (0.075, 0.30),
 }
 # a Bedrock model id's version ("-v1:0", "-v2"), and the geography of a cross-region profile ("us.")
 _BEDROCK_VERSION = re.compile(r"-v\d+(:\d+)?$")

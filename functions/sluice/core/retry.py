@@ -157,17 +157,21 @@ def next_delay_s(
     headers: Mapping[str, str] | None,
     now: float,
     rand: Callable[[], float],
+    *,
+    asked_s: float | None = None,
 ) -> float:
     """How long to sleep before the next attempt.
 
     The jittered backoff is capped at `max_delay_s`; a Retry-After is a floor we never go
     under, even when it is above the cap (the provider knows its own queue). Taking the max
     of the two keeps backing off when a provider keeps saying "1s" and keeps refusing.
+    `asked_s`: the wait an error body asked for (Gemini's `RetryInfo.retryDelay`), where the
+    headers say none.
     """
     jittered = backoff_s(attempt, policy, rand)
-    if not headers:
-        return jittered
-    hinted = retry_after_s(headers, now)
+    hinted = retry_after_s(headers, now) if headers else None
+    if hinted is None:
+        hinted = asked_s
     if hinted is None:
         return jittered
     return max(hinted, jittered)

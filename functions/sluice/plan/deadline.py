@@ -39,8 +39,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from sluice.contract import DEFAULT_PROVIDER, PROVIDERS
 from sluice.core.costs import price_per_million
 from sluice.core.retry import DEFAULT_POLICY
+from sluice.providers import flex_models as flex_models_of
+from sluice.providers import typical_turnaround_s
 
 
 class Choice:
@@ -51,11 +54,10 @@ class Choice:
     DIRECT = "direct"
 
 
-# A batch's expected turnaround (created to ended) where Sluice has measured none of the family's:
-# Anthropic says most Message Batches end within an hour; OpenAI and Bedrock publish no typical
-# figure, only the 24 h window, so Sluice plans on a quarter of it. Every one is an expectation for
+# A batch's expected turnaround (created to ended) where Sluice has measured none of the family's,
+# as each family says (`sluice.providers.typical_turnaround_s`). Every one is an expectation for
 # the plan, never a promise: the cutover holds the deadline when a batch is slower.
-DEFAULT_TURNAROUND_S = {"openai": 6 * 3600.0, "anthropic": 3600.0, "bedrock": 6 * 3600.0}
+DEFAULT_TURNAROUND_S = {name: typical_turnaround_s(name) for name in PROVIDERS}
 # measured turnarounds are read at this quantile: a plan on the median misses half the time
 TURNAROUND_QUANTILE = 0.9
 # a request's round trip when the key's rate is not known, as `sluice estimate` assumes
@@ -70,8 +72,9 @@ SEND_SLACK = 0.05
 # OpenAI gives no figure; a quarter keeps time for a busy day
 FLEX_FALLBACK_SHARE = 0.25
 # OpenAI's flex processing tier: the models that take `service_tier: flex` (and their snapshots), as
-# OpenAI's flex guide lists them; a job adds others with `sluice-flex-models` (`--flex-models`)
-FLEX_MODELS = ("o3", "o4-mini", "gpt-5", "gpt-5-mini", "gpt-5-nano", "gpt-5.4", "gpt-5.5")
+# OpenAI's flex guide lists them; a job adds others with `sluice-flex-models` (`--flex-models`). Each
+# family's are its own (`sluice.providers.flex_models`)
+FLEX_MODELS = flex_models_of(DEFAULT_PROVIDER)
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)([smhd]))+$")

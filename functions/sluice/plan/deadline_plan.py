@@ -7,7 +7,6 @@ from collections.abc import Iterable, Sequence
 
 from sluice.contract import DEFAULT_PROVIDER, METADATA_PREFIX, Mode, Settings, parse_rate_limits
 from sluice.plan.deadline import (
-    FLEX_MODELS,
     Choice,
     DeadlineInputs,
     DeadlinePlan,
@@ -21,6 +20,7 @@ from sluice.plan.deadline import (
 from sluice.plan.job_options import JobOptions, PlanError, key_rpm
 from sluice.plan.line_pass import ShardRange
 from sluice.providers import apis, modes
+from sluice.providers import flex_models as flex_models_of
 
 # what Plan counts a shard's tokens by: it keeps a line as a few bytes, not its text, so its input
 # tokens are its bytes at about four a token (as the simulator counts), and each answer as long as
@@ -69,8 +69,8 @@ def deadline_inputs(
         batch=has_batch,
         min_batch_requests=limits.min_records if limits else 1,
         queue_tokens=settings.batch_queue_limit(model) if limits and limits.token_queue else 0,
-        flex=family == DEFAULT_PROVIDER,
-        flex_models=FLEX_MODELS + options.flex_models,
+        flex=bool(flex_models_of(family)),
+        flex_models=flex_models_of(family) + options.flex_models,
         slots=options.map_concurrency,
         running=running_shards(shards, options.map_concurrency) if shards else 0,
         max_batch_jobs=limits.max_jobs if limits else 0,

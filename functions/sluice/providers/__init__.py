@@ -32,9 +32,10 @@ from .format import (
     Unsupported,
     Usage,
 )
+from .gemini import GEMINI
 from .openai import OPENAI
 
-_FORMATS: dict[str, RequestFormat] = {f.name: f for f in (OPENAI, ANTHROPIC, BEDROCK)}
+_FORMATS: dict[str, RequestFormat] = {f.name: f for f in (OPENAI, ANTHROPIC, BEDROCK, GEMINI)}
 # the families whose batch jobs run some models only: why not, for a model they do not run
 _BATCH_REFUSES: dict[str, Callable[[str | None], str | None]] = {BEDROCK.name: bedrock_batch_refuses}
 # how each family's shards may send their lines: direct always; batch and background where Sluice
@@ -43,6 +44,29 @@ _MODES: dict[str, frozenset[str]] = {
     OPENAI.name: frozenset({Mode.DIRECT, Mode.BATCH, Mode.BACKGROUND}),
     ANTHROPIC.name: frozenset({Mode.DIRECT, Mode.BATCH}),
     BEDROCK.name: frozenset({Mode.DIRECT, Mode.BATCH}),
+    GEMINI.name: frozenset({Mode.DIRECT, Mode.BATCH}),
+}
+# the models each family's flex tier (`service_tier: flex`, billed at Batch API prices) takes, with
+# their snapshots, as the family's flex guide names them; a job adds others (`sluice-flex-models`).
+# A family not named has no such tier
+_FLEX_MODELS: dict[str, tuple[str, ...]] = {
+    OPENAI.name: ("o3", "o4-mini", "gpt-5", "gpt-5-mini", "gpt-5-nano", "gpt-5.4", "gpt-5.5"),
+    GEMINI.name: (
+        "gemini-3-pro-preview",
+        "gemini-3-flash-preview",
+        "gemini-2.5-pro",
+        "gemini-2.5-flash",
+        "gemini-2.5-flash-lite",
+    ),
+}
+# A batch's expected turnaround (created to ended) where Sluice has measured none of the family's:
+# Anthropic says most Message Batches end within an hour; OpenAI, Bedrock and Gemini publish no
+# typical figure, only a window (24 h; Gemini's target), so Sluice plans on a quarter of it
+_TURNAROUND_S: dict[str, float] = {
+    OPENAI.name: 6 * 3600.0,
+    ANTHROPIC.name: 3600.0,
+    BEDROCK.name: 6 * 3600.0,
+    GEMINI.name: 6 * 3600.0,
 }
 
 
@@ -61,6 +85,16 @@ def batch_refuses(name: str, model: str | None) -> str | None:
     return refuses(model) if refuses is not None else None
 
 
+def flex_models(name: str) -> tuple[str, ...]:
+    """The models the flex tier of the family `name` takes; none for a family without one."""
+    return _FLEX_MODELS.get(family(name).name, ())
+
+
+def typical_turnaround_s(name: str) -> float:
+    """A batch's expected turnaround on the family `name` before Sluice has measured any."""
+    return _TURNAROUND_S[family(name).name]
+
+
 def modes(name: str) -> frozenset[str]:
     """The modes a shard of the provider family `name` may run in (`Mode`, never `auto`, which
     picks among them)."""
@@ -72,6 +106,7 @@ __all__ = [
     "BEDROCK",
     "COMPLETE",
     "CUT_SHORT",
+    "GEMINI",
     "OPENAI",
     "RATE_KINDS",
     "REQUESTS",
@@ -96,5 +131,7 @@ __all__ = [
     "Usage",
     "batch_refuses",
     "family",
+    "flex_models",
     "modes",
+    "typical_turnaround_s",
 ]

@@ -1,7 +1,7 @@
 """Which provider family a deployment talks to: its Batch and background APIs.
 
 OpenAI's family (and what copies its API: sference, KiosAPI, vLLM, the simulator) has both;
-Anthropic's has its Message Batches, Bedrock its batch inference jobs. For a family without one
+Anthropic's has its Message Batches, Bedrock its batch inference jobs, Gemini its Batch API. For a family without one
 (`sluice.providers.modes`) these raise rather than hand over another's. The handlers pass what
 these return to the runners, which never ask which family it is.
 """
@@ -19,6 +19,7 @@ from .anthropic import ANTHROPIC
 from .background import BackgroundApi
 from .batch import BatchApi, BatchApiOpener, BatchLimits
 from .bedrock import BEDROCK
+from .gemini import GEMINI
 from .openai.background import OpenAIBackground
 
 
@@ -39,6 +40,10 @@ def batch_api(
         from .anthropic.batch import opener as anthropic_opener
 
         return anthropic_opener(base_url, api_key, timeout_s=timeout_s, limits=limits)
+    if provider == GEMINI.name:
+        from .gemini.batch import opener as gemini_opener
+
+        return gemini_opener(base_url, api_key, timeout_s=timeout_s, limits=limits)
 
     @contextlib.asynccontextmanager
     async def opened() -> AsyncIterator[BatchApi]:
@@ -88,6 +93,10 @@ def batch_limits(settings: Settings) -> BatchLimits:
         from .anthropic.batch import within_limits
 
         return within_limits(asked)
+    if settings.provider == GEMINI.name:
+        from .gemini.batch import within_limits as gemini_limits
+
+        return gemini_limits(asked)
     return asked
 
 

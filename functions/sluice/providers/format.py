@@ -46,10 +46,13 @@ class Usage:
 
 @dataclass(frozen=True, slots=True)
 class ProviderError:
-    """What an error body says: its code and message, each None when it does not say."""
+    """What an error body says: its code and message, each None when it does not say, and how long
+    it asks to be left alone where a family says so in the body rather than a header (Gemini's
+    `RetryInfo`): a floor under the next attempt's delay, as a Retry-After is."""
 
     code: str | None = None
     message: str | None = None
+    retry_after_s: float | None = None
 
 
 class Unsupported(ValueError):
@@ -193,9 +196,17 @@ class RequestFormat(Protocol):
         (a 400 naming it): its requests go at the standard tier instead."""
 
     def from_wire(
-        self, path: str, body: Any, created: int, *, sent: bytes | None = None, request_id: str | None = None
+        self,
+        path: str,
+        body: Any,
+        created: int,
+        *,
+        sent: bytes | None = None,
+        request_id: str | None = None,
+        tier: ServiceTier = "",
     ) -> Any:
         """A successful answer's body as the line's `path` has it answered: translated back to the
         shape the line was written in, else `body` itself (`created`: epoch seconds, now; `sent`: the
         body `to_wire` made, and `request_id` the answer's, for an answer that names neither its
-        model nor its id)."""
+        model nor its id; `tier`: the tier the request was sent at, for a family whose answer does
+        not name it, so that the translation names it as `batch_priced` reads it)."""

@@ -99,7 +99,7 @@ def classify(
         status in request_format.throttle_statuses
         or (body_code is not None and body_code in request_format.congestion_codes)
     )
-    verdict = _failed(status, congested, failure, parsed, attempt, policy, headers, now, rand)
+    verdict = _failed(status, congested, failure, parsed, attempt, policy, headers, now, rand, said.retry_after_s)
     verdict.throttled = congested
     verdict.server_error = not congested and status >= 500
     verdict.tier_unavailable = unavailable
@@ -117,15 +117,17 @@ def _failed(
     headers: Mapping[str, str] | None,
     now: float,
     rand: Callable[[], float],
+    asked_s: float | None = None,
 ) -> AttemptVerdict:
-    """Retry or give up; `status` None stands for a transient fault (lost connection, garbled body)."""
+    """Retry or give up; `status` None stands for a transient fault (lost connection, garbled body).
+    `asked_s`: the wait the error body asked for (`ProviderError.retry_after_s`)."""
     if not should_retry(status, congested, attempt, policy):
         if not is_retryable(status, congested, policy):
             return AttemptVerdict(FAIL, body, failure, ErrorCode.PROVIDER_ERROR)
         return AttemptVerdict(
             FAIL, body, f"gave up after {attempt} attempts; last: {failure}", ErrorCode.RETRIES_EXHAUSTED
         )
-    delay = next_delay_s(attempt, policy, headers, now, rand)
+    delay = next_delay_s(attempt, policy, headers, now, rand, asked_s=asked_s)
     if delay > policy.max_retry_after_s:
         message = (
             f"provider asked to wait {delay:.0f}s (more than {policy.max_retry_after_s:.0f}s) "

@@ -336,7 +336,7 @@ class _Run:
                     shared.settle(ticket, verdict.body)
                 if tier != req.tier:
                     stats.tier_fallbacks += 1
-                outcome = self.finish_ok(req, verdict, status, answer, attempt, started, throttled, tier != req.tier)
+                outcome = self.finish_ok(req, verdict, status, answer, attempt, started, throttled, tier)
                 outcome.server_errors, outcome.lost = failed
                 return outcome
             if tier and (verdict.tier_refused or (verdict.tier_unavailable and falls_back(unavailable + 1, policy))):
@@ -392,14 +392,14 @@ class _Run:
         attempts: int,
         started: float,
         throttled: int,
-        fell_back: bool = False,
+        tier: ServiceTier = "",
     ) -> Outcome:
         """An answered request's Outcome, with the provider's id of the answer, its body in the shape
-        the line was written in."""
+        the line was written in; `tier`: the tier the answer was sent at ("" the standard one)."""
         self.stats.succeeded += 1
         body = verdict.body
         request_id = self.format.request_id(headers, body)
-        body = self.format.from_wire(req.path, body, int(time.time()), sent=req.body, request_id=request_id)
+        body = self.format.from_wire(req.path, body, int(time.time()), sent=req.body, request_id=request_id, tier=tier)
         return Outcome(
             line=req.line,
             custom_id=req.custom_id,
@@ -409,7 +409,7 @@ class _Run:
             attempts=attempts,
             latency_s=time.monotonic() - started,
             throttled=throttled,
-            tier_fallback=fell_back,
+            tier_fallback=tier != req.tier,
         )
 
     def finish_error(

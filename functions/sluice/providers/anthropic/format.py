@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Final, TypeGuard
 
+from ...contract.model import ServiceTier
 from ..format import COMPLETE, CUT_SHORT, RATE_KINDS, Finish, NoServiceTiers, ProviderError, RateKind, RateLimits, Usage
 from . import translate
 
@@ -202,7 +203,14 @@ class AnthropicFormat(NoServiceTiers):
         return translate.to_messages(path, body)
 
     def from_wire(
-        self, path: str, body: Any, created: int, *, sent: bytes | None = None, request_id: str | None = None
+        self,
+        path: str,
+        body: Any,
+        created: int,
+        *,
+        sent: bytes | None = None,
+        request_id: str | None = None,
+        tier: ServiceTier = "",
     ) -> Any:
         return translate.to_line_shape(path, body, created)
 

@@ -21,6 +21,7 @@ from typing import Any, Final, TypeGuard
 
 import orjson
 
+from ...contract.model import ServiceTier
 from ..format import COMPLETE, CUT_SHORT, Finish, NoServiceTiers, ProviderError, RateKind, RateLimits, Usage
 from ..openai import responses
 from . import converse
@@ -159,7 +160,14 @@ class BedrockFormat(NoServiceTiers):
         return converse.to_wire(path, body)
 
     def from_wire(
-        self, path: str, body: Any, created: int, *, sent: bytes | None = None, request_id: str | None = None
+        self,
+        path: str,
+        body: Any,
+        created: int,
+        *,
+        sent: bytes | None = None,
+        request_id: str | None = None,
+        tier: ServiceTier = "",
     ) -> Any:
         if path == converse.MESSAGES:
             return body

@@ -268,7 +268,14 @@ class OpenAIFormat:
         return _TIER in message or FLEX in message
 
     def from_wire(
-        self, path: str, body: Any, created: int, *, sent: bytes | None = None, request_id: str | None = None
+        self,
+        path: str,
+        body: Any,
+        created: int,
+        *,
+        sent: bytes | None = None,
+        request_id: str | None = None,
+        tier: ServiceTier = "",
     ) -> Any:
         return body
 
