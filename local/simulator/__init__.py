@@ -1,4 +1,4 @@
-"""An OpenAI-compatible provider simulator for the demo, the tests and the benchmarks.
+"""A provider simulator (OpenAI-compatible, Anthropic, Bedrock, Gemini) for the demo, the tests and the benchmarks.
 
 Everything it answers is labelled as coming from a simulator (`server: sluice-simulator`,
 `system_fingerprint: fp_sluice_simulator`, "Simulated reply: ..." texts).
@@ -14,6 +14,9 @@ One module per concern:
   files        the Files API
   batches      the Batch API: phases, expiry, output and error files
   webhooks     the Standard Webhooks events it sends
+  messages     Anthropic's dialect; message_batches, its Message Batches
+  bedrock      the Bedrock runtime's dialect
+  gemini       Google's Gemini dialect: generateContent, its errors, its flex tier
   requestlog   one log entry per /v1 request
   wire         JSON answers, OpenAI-style errors, Retry-After
   core         what the parts share: the live config, ids, attempt counters, the clock

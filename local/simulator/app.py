@@ -3,7 +3,9 @@
 Every /v1 answer is labelled (`Server: sluice-simulator`, an x-request-id), carries the
 x-ratelimit-* headers and is written to the request log; `/v1/messages` and its Message Batches
 (`message_batches`) speak Anthropic's dialect instead (`messages`: x-api-key, request-id,
-anthropic-ratelimit-*, its error body). Admin endpoints outside /v1:
+anthropic-ratelimit-*, its error body), the Bedrock runtime's paths Bedrock's (`bedrock`), and
+those under /v1beta (and its upload and download roots) Gemini's (`gemini`: x-goog-api-key, no
+rate-limit headers, Google's error body). Admin endpoints outside /v1:
 GET/DELETE /sim/log, GET/DELETE /sim/webhooks, GET/POST /sim/config (partial update),
 GET /sim/health, POST /sim/reset.
 """
@@ -23,7 +25,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from local.simulator import bedrock, requestlog
+from local.simulator import bedrock, gemini, requestlog
 from local.simulator.background import Background, BgResponse
 from local.simulator.batches import Batch, Batches
 from local.simulator.config import SimConfig
@@ -113,7 +115,7 @@ class Simulator:
         self.limiter.admit(self.config, _api_key(request), tokens)
 
     def ratelimit_headers(self, request: web.Request) -> dict[str, str]:
-        if bedrock.speaks(request):
+        if bedrock.speaks(request) or gemini.speaks(request):
             return {}
         if speaks(request):
             return messages_ratelimit_headers(self.limiter.levels(self.config, _api_key(request)))
@@ -130,6 +132,12 @@ class Simulator:
                     raise bedrock.access_denied(why)
             return
         token = _api_key(request)
+        if gemini.speaks(request):
+            if not token:
+                raise gemini.missing_key()
+            if self.config.api_key is not None and not secrets.compare_digest(token, self.config.api_key):
+                raise gemini.invalid_key()
+            return
         if not token:
             raise ApiError(
                 401,
@@ -139,6 +147,14 @@ class Simulator:
         expected = self.config.api_key
         if expected is not None and not secrets.compare_digest(token, expected):
             raise ApiError(401, "Incorrect API key provided.", code="invalid_api_key")
+
+    async def gemini_models(self, request: web.Request) -> web.StreamResponse:
+        """POST /v1beta/models/{model}:{method}, Gemini's model methods."""
+        methods = {
+            "generateContent": self.inference.infer,
+            "countTokens": lambda r: gemini.count_tokens_handler(r, self.core.new_id),
+        }
+        return await gemini.models_post(request, methods, self.config.gemini_inline_limit)
 
     async def list_models(self, request: web.Request) -> web.StreamResponse:
         """GET /v1/models, which OpenAI-compatible servers answer (and `sluice run` asks before a
@@ -192,19 +208,30 @@ MODELS = ("gpt-4o-mini", "gpt-4o", "gpt-4.1-mini", "gpt-4.1-nano", "text-embeddi
 def _api_key(request: web.Request) -> str:
     """The request's key: Anthropic's x-api-key header on the Messages path or with its version
     header (a models list asked as Anthropic's SDK asks it), else the bearer token of the
-    Authorization header, or the region of Bedrock's signature, which keys its quota; "" when there
-    is none."""
+    Authorization header, or the region of Bedrock's signature, which keys its quota, or Gemini's
+    x-goog-api-key; "" when there is none."""
     if bedrock.speaks(request):
         return bedrock.quota_key(request)
+    if gemini.speaks(request):
+        return gemini.api_key(request)
     if speaks(request) or "anthropic-version" in request.headers:
         return request.headers.get("x-api-key", "").strip()
     scheme, _, token = request.headers.get("Authorization", "").partition(" ")
     return token.strip() if scheme.lower() == "bearer" else ""
 
 
+def _error_response(request: web.Request, err: ApiError, request_id: str) -> web.Response:
+    """`err` in the dialect of the request it answers."""
+    if bedrock.speaks(request):
+        return bedrock.error_response(err, request_id)
+    if gemini.speaks(request):
+        return gemini.error_response(err)
+    return error_response(err, request_id) if speaks(request) else err.response()
+
+
 @web.middleware
 async def _middleware(request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
-    if not request.path.startswith("/v1/") and not bedrock.speaks(request):
+    if not request.path.startswith("/v1/") and not bedrock.speaks(request) and not gemini.speaks(request):
         response: web.StreamResponse = await handler(request)
         response.headers["Server"] = SERVER_HEADER
         return response
@@ -216,12 +243,10 @@ async def _middleware(request: web.Request, handler: Callable[[web.Request], Any
         sim.check_auth(request)
         response = await handler(request)
     except ApiError as err:
-        if bedrock.speaks(request):
-            response = bedrock.error_response(err, request_id)
-        else:
-            response = error_response(err, request_id) if speaks(request) else err.response()
+        response = _error_response(request, err, request_id)
     except web.HTTPException as exc:
-        response = ApiError(exc.status, f"Invalid URL ({request.method} {request.path})", code="unknown_url").response()
+        unknown = ApiError(exc.status, f"Invalid URL ({request.method} {request.path})", code="unknown_url")
+        response = _error_response(request, unknown, request_id)
     except Dropped:
         sim.log.append(requestlog.entry(request, started, None, request_id))
         if request.transport is not None:
@@ -235,7 +260,7 @@ async def _middleware(request: web.Request, handler: Callable[[web.Request], Any
     headers["Server"] = SERVER_HEADER
     if bedrock.speaks(request):
         headers[bedrock.REQUEST_ID_HEADER] = request_id
-    else:
+    elif not gemini.speaks(request):
         headers[REQUEST_ID_HEADER if speaks(request) else "x-request-id"] = request_id
     headers.update(sim.ratelimit_headers(request))
     sim.log.append(requestlog.entry(request, started, response.status, request_id))
@@ -255,6 +280,7 @@ def create_app(config: SimConfig | None = None, *, clock: Callable[[], float] | 
     sim.message_batches.routes(app)
     app.router.add_post(bedrock.CONVERSE_ROUTE, sim.inference.infer)
     app.router.add_post(bedrock.INVOKE_ROUTE, sim.inference.infer)
+    app.router.add_post(gemini.MODELS_ROUTE, sim.gemini_models)
     app.router.add_get("/v1/models", sim.list_models)
     app.router.add_get("/v1/responses/{id}", sim.background.retrieve)
     app.router.add_delete("/v1/responses/{id}", sim.background.delete)

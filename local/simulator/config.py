@@ -67,6 +67,8 @@ class SimConfig:
     # input tokens one model's batches may hold in the queue at once (validating, in progress,
     # finalizing), as OpenAI's per-model Batch queue limit; 0 = none
     batch_queue_limit: int = 0
+    # the largest body Gemini takes inline (generateContent, or a batch's inline requests): 20 MB
+    gemini_inline_limit: int = 20 * 1024 * 1024
     webhook_url: str | None = None
     webhook_secret: str | None = None  # whsec_...; None sends unsigned events
     webhook_drop_rate: float = 0.0

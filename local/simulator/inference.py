@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
+from local.simulator import gemini as gemini_dialect
 from local.simulator.background import Background
 from local.simulator.bedrock import UNAVAILABLE, plan_bedrock
 from local.simulator.bedrock import speaks as speaks_bedrock
@@ -62,19 +63,26 @@ class Inference:
         cfg = self._core.config
         messages = speaks(request)
         bedrock = speaks_bedrock(request)
+        gemini = gemini_dialect.speaks(request)
+        model = data.get("model")
+        tier: str | None = None
         if messages:
             plan = plan_messages(data, self._core.new_id)
         elif bedrock:
             plan = plan_bedrock(request, data, self._core.new_id)
+        elif gemini:
+            model = gemini_dialect.split_spec(request.match_info["spec"])[0]
+            plan = gemini_dialect.plan_gemini(model, data, self._core.new_id)
+            tier = gemini_dialect.tier(data)
         else:
             plan = plan_for(request.path, data, self._core.new_id, cfg.embedding_dims)
-        # the journal shows the tier each OpenAI request was served at, so a test can see flex was asked
-        tier = None if messages or bedrock else served_tier(data)
+            tier = served_tier(data)
+        # the journal shows the tier each OpenAI or Gemini request was served at, so a test can see flex was asked
         request[NOTES]["service_tier"] = tier
-        if tier == FLEX and data.get("model") in cfg.flex_refusing_models.split(","):
+        if tier == FLEX and model in cfg.flex_refusing_models.split(","):
             raise ApiError(
                 400,
-                f"Unsupported service_tier: flex is not available for model {data.get('model')} (simulated).",
+                f"Unsupported service_tier: flex is not available for model {model} (simulated).",
                 param="service_tier",
                 code="invalid_value",
             )
@@ -126,8 +134,8 @@ class Inference:
         if fault == FAULT_DROP:
             raise Dropped()
         if fault == FAULT_QUEUE_WAIT:
-            # Anthropic's congestion: overloaded for everyone; Bedrock's: unavailable
-            status = OVERLOADED if messages else UNAVAILABLE if bedrock else cfg.queue_wait_status
+            # Anthropic's congestion: overloaded for everyone; Bedrock's and Gemini's: unavailable
+            status = OVERLOADED if messages else UNAVAILABLE if bedrock or gemini else cfg.queue_wait_status
             raise ApiError(
                 status,
                 "The request waited in the queue longer than allowed (simulated fault).",
@@ -137,7 +145,7 @@ class Inference:
             )
         if plan.reply is not None:
             output_fault = pick_output_fault(cfg, cfg.seed, key, attempt)
-            spoil(plan.reply, output_fault, request.path, data)
+            spoil(plan.reply, output_fault, request.path, data, plan.asked)
             if output_fault is not None:
                 request[NOTES]["output_fault"] = output_fault
         if background:

@@ -22,7 +22,7 @@ from local.simulator.answers import (
     responses_prompt,
     text_of,
 )
-from local.simulator.structured import Reply, json_text
+from local.simulator.structured import Asked, Reply, json_text
 from local.simulator.wire import FINGERPRINT, ApiError
 
 BATCH_ENDPOINTS = ("/v1/chat/completions", "/v1/responses", "/v1/embeddings", "/v1/completions")
@@ -48,6 +48,8 @@ class Plan:
     build: Callable[[], dict[str, Any]]
     # a text answer, which an output fault may still change before `build` (`structured.spoil`)
     reply: Reply | None = None
+    # what the request asks for, for a dialect `structured.asked_format` does not read (None: it does)
+    asked: Asked | None = None
 
 
 def reply_to(path: str, data: Mapping[str, Any], prompt: str, limit: int | None) -> Reply:

@@ -27,6 +27,8 @@ TRUNCATED = "truncated"
 REFUSAL = "refusal"
 REFUSAL_TEXT = "I'm sorry, but I can't help with that request."
 _JSON_TYPES = frozenset({"json_object", "json_schema"})
+# whether a request asks for JSON, and the schema it gives (None: none)
+Asked = tuple[bool, dict[str, Any] | None]
 # how deep a made-up object nests before it stops adding what is optional
 _MAX_DEPTH = 8
 
@@ -41,7 +43,7 @@ class Reply:
     refusal: str | None = None
 
 
-def asked_format(path: str, data: Mapping[str, Any]) -> tuple[bool, dict[str, Any] | None]:
+def asked_format(path: str, data: Mapping[str, Any]) -> Asked:
     """Whether a request body sent to `path` asks for JSON, and the schema it gives (None: none)."""
     fmt: Any = None
     if path == "/v1/chat/completions":
@@ -146,9 +148,10 @@ def pick_output_fault(config: SimConfig, seed: int, key: str, attempt: int) -> s
     return None
 
 
-def spoil(reply: Reply, fault: str | None, path: str, data: Mapping[str, Any]) -> None:
+def spoil(reply: Reply, fault: str | None, path: str, data: Mapping[str, Any], asked: Asked | None = None) -> None:
     """Make `reply` the answer `fault` calls for. Off the schema and invalid JSON only touch an
-    answer that is JSON; a truncated one stops at half its text, as at its output limit."""
+    answer that is JSON; a truncated one stops at half its text, as at its output limit. `asked`:
+    what the request asks for, when its dialect says it elsewhere than `asked_format` looks."""
     if fault is None or reply.text is None:
         return
     if fault == REFUSAL:
@@ -156,7 +159,7 @@ def spoil(reply: Reply, fault: str | None, path: str, data: Mapping[str, Any]) -
     elif fault == TRUNCATED:
         reply.text, reply.truncated = reply.text[: max(1, len(reply.text) // 2)], True
     elif fault in (OFF_SCHEMA, INVALID_JSON):
-        wants, schema = asked_format(path, data)
+        wants, schema = asked if asked is not None else asked_format(path, data)
         if not wants or reply.truncated:
             return
         if fault == INVALID_JSON:
