@@ -31,6 +31,7 @@ PLAN: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("openai", "gpt-4o-mini", ("direct", "batch", "auto", "background")),
     ("anthropic", "claude-3-5-haiku-latest", ("direct", "batch", "auto", "background")),
     ("bedrock", "anthropic.claude-3-haiku-20240307-v1:0", ("direct", "batch", "auto", "background")),
+    ("gemini", "gemini-2.5-flash", ("direct", "batch", "auto", "background")),
 )
 BACKGROUND = {"openai"}
 

@@ -84,7 +84,11 @@ DEPLOYED_DEFAULTS: dict[str, Any] = {
 
 
 # each family's own API, the base URL of an environment whose cdk.json names no other
-FAMILY_BASE_URLS = {DEFAULT_PROVIDER: DEFAULT_PROVIDER_BASE_URL, "anthropic": "https://api.anthropic.com"}
+FAMILY_BASE_URLS = {
+    DEFAULT_PROVIDER: DEFAULT_PROVIDER_BASE_URL,
+    "anthropic": "https://api.anthropic.com",
+    "gemini": "https://generativelanguage.googleapis.com",
+}
 
 
 class ConfigError(ValueError):

@@ -9,7 +9,8 @@ provider asked to be left alone. Gemini sends no rate-limit headers: the limiter
 configured limits of each model and by the 429s. Its tokens-a-minute limit counts a request's input.
 
 Gemini's flex tier (`service_tier: FLEX` in the body) is billed at Batch API prices; when it has no
-capacity it answers 503 `UNAVAILABLE`, and the request may go on at the standard tier, as on OpenAI.
+capacity it answers 503 `UNAVAILABLE` (or a 429 naming flex's capacity rather than the key's quota),
+and the request may go on at the standard tier, as on OpenAI.
 """
 
 from __future__ import annotations
@@ -216,7 +217,12 @@ class GeminiFormat:
         return isinstance(body, dict) and body.get(translate.TIER_FIELD) == FLEX
 
     def tier_unavailable(self, status: int, body: Any) -> bool:
-        return status == _TIER_UNAVAILABLE_STATUS and self.error(body).code in (UNAVAILABLE, None)
+        said = self.error(body)
+        if status == _TIER_UNAVAILABLE_STATUS:
+            return said.code in (UNAVAILABLE, None)
+        # a 429 that names flex's capacity, not the key's quota (which says its quota and its wait)
+        message = (said.message or "").lower()
+        return status == 429 and said.retry_after_s is None and FLEX in message and "capacity" in message
 
     def tier_refused(self, status: int, body: Any) -> bool:
         if status not in _TIER_REFUSED_STATUSES:

@@ -225,8 +225,9 @@ def _answer_text(candidate: Mapping[str, Any]) -> str:
 
 def to_chat_completion(body: Any, created: int, model: Any, request_id: str | None, tier: str = "") -> Any:
     """A generateContent answer as the chat.completion an OpenAI provider would have given: the line's
-    model where the answer names no `modelVersion`, and the tier it was served at (`tier`), as
-    OpenAI's answer names it. A body of another shape is given back as it is."""
+    model where the answer names no `modelVersion`, and the tier it was served at (its
+    `usageMetadata.serviceTier`, else `tier`, the one it was sent at), as OpenAI's answer names it.
+    A body of another shape is given back as it is."""
     if not isinstance(body, dict) or not ("candidates" in body or "promptFeedback" in body):
         return body
     candidates = body.get("candidates")
@@ -236,7 +237,12 @@ def to_chat_completion(body: Any, created: int, model: Any, request_id: str | No
     blocked = isinstance(feedback, dict) and feedback.get("blockReason") and not first
     finish = CONTENT_FILTER if blocked else FINISH_REASONS.get(reason, STOP) if isinstance(reason, str) else STOP
     found = body.get("usageMetadata")
-    prompt, completion, cached = usage_counts(found if isinstance(found, dict) else {})
+    usage = found if isinstance(found, dict) else {}
+    prompt, completion, cached = usage_counts(usage)
+    served = usage.get("serviceTier")
+    if isinstance(served, str) and served:
+        # the answer names the tier that served it: that, not the one asked for, is what is billed
+        tier = "flex" if served.lower().removeprefix("service_tier_") == "flex" else ""
     version = body.get("modelVersion")
     answer_id = body.get("responseId") or request_id or f"chatcmpl-{uuid.uuid4().hex}"
     completion_body: dict[str, Any] = {
