@@ -150,6 +150,24 @@ MESSAGE_OVERHEAD_TOKENS = 4
 OUTPUT_LIMIT_KEYS = ("max_completion_tokens", "max_output_tokens", "max_tokens")
 
 
+# where a body holds its prompt's text, in the line's shape or the one its family translated it to
+# (Messages' and Converse's `system`, Gemini's `systemInstruction`, `contents` and `parts`)
+_TEXT_KEYS = (
+    "system",
+    "systemInstruction",
+    "instructions",
+    "messages",
+    "contents",
+    "input",
+    "content",
+    "parts",
+    "text",
+)
+# where a body caps its answer: at its top, or in Converse's or Gemini's configuration
+_CONFIGS = ("inferenceConfig", "generationConfig")
+_CONFIG_LIMIT_KEYS = ("maxTokens", "maxOutputTokens")
+
+
 def _text_of(value: Any) -> str:
     """Every string a prompt holds (message contents, input parts), ignoring keys and images."""
     if isinstance(value, str):
@@ -157,19 +175,18 @@ def _text_of(value: Any) -> str:
     if isinstance(value, list):
         return " ".join(_text_of(v) for v in value)
     if isinstance(value, dict):
-        parts = [_text_of(value[k]) for k in ("content", "text", "input", "instructions") if k in value]
-        return " ".join(parts)
+        parts = [_text_of(value[k]) for k in _TEXT_KEYS if k in value]
+        return " ".join(p for p in parts if p)
     return ""
 
 
 def prompt_tokens(path: str, body: dict[str, Any]) -> int:
     if path in ("/v1/chat/completions", "/v1/messages"):
-        # Messages and Converse (a chat line read for Bedrock) hold the system prompt beside the turns
-        messages = body.get("messages") or []
-        text = " ".join(filter(None, (_text_of(body.get("system")), _text_of(messages))))
-        overhead = MESSAGE_OVERHEAD_TOKENS * (len(messages) if isinstance(messages, list) else 1)
+        turns = body.get("messages", body.get("contents")) or []
+        text = _text_of(body)
+        overhead = MESSAGE_OVERHEAD_TOKENS * (len(turns) if isinstance(turns, list) else 1)
     elif path == "/v1/responses":
-        text = " ".join(_text_of(body.get(k)) for k in ("instructions", "input"))
+        text = _text_of(body)
         overhead = MESSAGE_OVERHEAD_TOKENS
     elif path == "/v1/embeddings":
         text, overhead = _text_of(body.get("input")), 0
@@ -179,15 +196,19 @@ def prompt_tokens(path: str, body: dict[str, Any]) -> int:
 
 
 def output_limit(body: dict[str, Any]) -> int | None:
-    """The request's own cap on its answer (max_tokens and its newer names, or Converse's
-    maxTokens: a chat line read for Bedrock), if it sets one."""
-    config = body.get("inferenceConfig")
+    """The request's own cap on its answer (max_tokens and its newer names, or Converse's maxTokens
+    and Gemini's maxOutputTokens: a chat line read for Bedrock or Gemini), if it sets one."""
     for key in OUTPUT_LIMIT_KEYS:
         value = body.get(key)
         if isinstance(value, int) and value > 0:
             return value
-    cap = config.get("maxTokens") if isinstance(config, dict) else None
-    return cap if isinstance(cap, int) and cap > 0 else None
+    for name in _CONFIGS:
+        config = body.get(name)
+        for key in _CONFIG_LIMIT_KEYS:
+            cap = config.get(key) if isinstance(config, dict) else None
+            if isinstance(cap, int) and cap > 0:
+                return cap
+    return None
 
 
 def output_tokens(path: str, body: dict[str, Any], assumed: int) -> int:

@@ -158,3 +158,26 @@ def test_a_bedrock_file_counts_its_caps_and_prompts_as_on_openai(tmp_path: Path)
     assert (totals.tokens_out, totals.tokens_out_max, totals.uncapped) == (8, 8, 0)
     # both lines' system prompts and turns count, about 200 tokens each
     assert totals.tokens_in >= 400
+
+
+def test_a_line_counts_alike_whichever_family_it_is_translated_for() -> None:
+    from sluice.providers import family
+
+    from local.inputs import output_limit, prompt_tokens
+
+    chat = {
+        "model": "m",
+        "max_tokens": 40,
+        "messages": [{"role": "system", "content": "Be terse."}, {"role": "user", "content": "Is this review good?"}],
+    }
+    expected = prompt_tokens("/v1/chat/completions", chat)
+    models = {
+        "anthropic": "claude-3-5-haiku-latest",
+        "bedrock": "anthropic.claude-3-haiku",
+        "gemini": "gemini-2.5-flash",
+    }
+    for name, model in models.items():
+        wire = family(name).to_wire("/v1/chat/completions", {**chat, "model": model})
+        # the system prompt beside the turns is one turn fewer, and no fewer tokens of text
+        assert expected - 4 <= prompt_tokens("/v1/chat/completions", wire) <= expected, name
+        assert output_limit(wire) == 40, name
