@@ -299,3 +299,29 @@ def test_flex_without_capacity_falls_back_and_a_model_without_flex_refuses_it() 
     }
     assert GEMINI.tier_refused(400, refused)
     assert not GEMINI.tier_refused(400, {"error": {"code": 400, "message": "bad schema", "status": "INVALID_ARGUMENT"}})
+
+
+def test_validation_reads_the_kept_body_and_a_repair_adds_gemini_turns() -> None:
+    from sluice.formats.validation import Validator
+    from sluice.providers import answers
+    from sluice.send.output_check import OutputCheck
+
+    from tests.unit.test_output_check import BODY, answer as chat_answer
+
+    wire = GEMINI.to_wire(CHAT, BODY)
+    asked = answers.asked(CHAT, wire)
+    assert asked.json
+    assert asked.schema == {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    request = parse_line(
+        orjson.dumps({"custom_id": "c-1", "url": CHAT, "method": "POST", "body": BODY}), 1, request_format=GEMINI
+    )
+    assert not isinstance(request, LineError) and request is not None
+    check = OutputCheck(Validator(frozenset({"json", "schema"})), attempts=3, repair=True)
+    again = check.judge(request, chat_answer('{"n": "x"}'), [])
+    assert again is not None
+    sent = orjson.loads(again.body or b"")
+    assert "messages" not in sent
+    assert sent["contents"][-2] == {"role": "model", "parts": [{"text": '{"n": "x"}'}]}
+    assert sent["contents"][-1]["role"] == "user"
+    assert "data.n must be integer" in sent["contents"][-1]["parts"][0]["text"]
+    assert check.judge(request, chat_answer('{"n": 3}'), []) is None

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .anthropic import answers as anthropic_answers
+from .gemini import answers as gemini_answers
 from .openai import answers as openai_answers
 from .reading import Answer, Asked
 
@@ -31,7 +32,10 @@ PATHS = frozenset(_READ)
 
 
 def asked(path: str, body: Mapping[str, Any]) -> Asked:
-    """What the request `body` to `path` asked its answer to be; nothing for a path not read."""
+    """What the request `body` to `path` asked its answer to be; nothing for a path not read. A
+    line kept as a generateContent request (Gemini's) is read as one, whatever its path."""
+    if gemini_answers.is_generate(body):
+        return gemini_answers.generate_asked(body)
     reader = _ASKED.get(path)
     return reader(body) if reader is not None else Asked()
 
@@ -46,5 +50,7 @@ def read(path: str, body: Any) -> Answer | None:
 def repair(path: str, body: dict[str, Any], answer: str, message: str) -> dict[str, Any]:
     """The request `body` sent again with its last answer and, as a follow-up user turn, what was
     wrong with it (`message`); `body` itself for a path that cannot take the turn."""
+    if gemini_answers.is_generate(body):
+        return gemini_answers.generate_repair(body, answer, message)
     repairer = _REPAIR.get(path)
     return repairer(body, answer, message) if repairer is not None else body

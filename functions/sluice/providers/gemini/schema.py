@@ -132,3 +132,25 @@ def response_schema(schema: Any) -> dict[str, Any]:
         raise _refuse("", "not an object")
     defs = {**(schema.get("definitions") or {}), **(schema.get("$defs") or {})}
     return _convert(schema, defs, "", (), 0)
+
+
+def json_schema(schema: Any) -> Any:
+    """A `responseSchema` read back as the JSON Schema it says, for validation: lower-case types,
+    `nullable` as a type that may be null, Gemini's ordering and enum format left out."""
+    if isinstance(schema, list):
+        return [json_schema(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key in ("propertyOrdering", "nullable") or (key == "format" and value == "enum"):
+            continue
+        if key == "type" and isinstance(value, str):
+            out["type"] = [value.lower(), "null"] if schema.get("nullable") else value.lower()
+        elif key == "properties" and isinstance(value, dict):
+            out["properties"] = {name: json_schema(sub) for name, sub in value.items()}
+        elif key in ("items", "anyOf"):
+            out[key] = json_schema(value)
+        else:
+            out[key] = value
+    return out
