@@ -1,7 +1,7 @@
 """What validation reads of a generateContent request, the body a chat or Responses line is kept as
 for Gemini (`translate`): the JSON it asks for (`responseMimeType`, and `responseSchema` read back
-as the JSON Schema it says), and the turns a repair adds (`contents`, roles `model` and `user`). Its answers come back as chat
-completions or responses, which OpenAI's readers read."""
+as the JSON Schema it says), and the turns a repair adds (`contents`, roles `model` and `user`).
+Its answers come back as chat completions or responses, which OpenAI's readers read."""
 
 from __future__ import annotations
 
