@@ -246,8 +246,9 @@ def _run(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         are moto, in this process. With --provider openai (the default) the provider is
         OPENAI_BASE_URL when it is set (with OPENAI_API_KEY as its key when that is set too; a
         vLLM server needs none); with --provider anthropic it is ANTHROPIC_BASE_URL (with
-        ANTHROPIC_API_KEY), as Anthropic's SDK reads them; else the built-in simulator, which
-        speaks every family. A mode the provider has no API for, and a line it cannot take,
+        ANTHROPIC_API_KEY), as Anthropic's SDK reads them; with --provider gemini
+        GOOGLE_GEMINI_BASE_URL (with GEMINI_API_KEY, else GOOGLE_API_KEY), as Google's SDK
+        reads them; else the built-in simulator, which speaks every family. A mode the provider has no API for, and a line it cannot take,
         are refused before anything is sent. Writes <name>.results.jsonl, .errors.jsonl,
         .summary.json and a <name>.report.html to open in a browser; nothing else persists
         but the response cache.
@@ -261,6 +262,7 @@ def _run(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
           sluice run examples/reviews.jsonl --out out
           sluice run big.jsonl --mode batch --model gpt-4o-mini --budget 5
           sluice run chat.jsonl --provider anthropic --model claude-3-5-haiku-latest
+          sluice run chat.jsonl --provider gemini --model gemini-2.5-flash --deadline 6h
         """,
     )
     p.add_argument("file", help="input JSONL in the OpenAI Batch input format")

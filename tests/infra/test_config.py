@@ -259,14 +259,18 @@ def test_every_step_setting_an_environment_names_reaches_the_steps() -> None:
         assert theirs == getattr(config, name), name
 
 
-def test_an_anthropic_environment_sends_its_steps_to_anthropic_with_its_key() -> None:
+@pytest.mark.parametrize(
+    ("provider", "base_url"),
+    [("anthropic", "https://api.anthropic.com"), ("gemini", "https://generativelanguage.googleapis.com")],
+)
+def test_an_environment_of_a_keyed_family_sends_its_steps_there_with_its_key(provider: str, base_url: str) -> None:
     from aws_cdk import assertions
 
     from infra.definition import FUNCTION_PLACEHOLDERS
 
     context = copy.deepcopy(CONTEXT)
     dev = context["environments"]["dev"]
-    dev["provider"] = "anthropic"
+    dev["provider"] = provider
     del dev["provider_base_url"]
     app = cdk.App(context={**context, "aws:cdk:bundling-stacks": []})
     template = assertions.Template.from_stack(build_app(app, ["dev"])["dev"]).to_json()
@@ -282,8 +286,8 @@ def test_an_anthropic_environment_sends_its_steps_to_anthropic_with_its_key() ->
     assert resources[secret]["Type"] == "AWS::SecretsManager::Secret"
     assert "API key for the LLM provider" in resources[secret]["Properties"]["Description"]
     for name, variables in steps.items():
-        assert variables["SLUICE_PROVIDER"] == "anthropic", name
-        assert variables["SLUICE_PROVIDER_BASE_URL"] == "https://api.anthropic.com", name
+        assert variables["SLUICE_PROVIDER"] == provider, name
+        assert variables["SLUICE_PROVIDER_BASE_URL"] == base_url, name
         assert variables["SLUICE_API_KEY_SECRET_ARN"] == {"Ref": secret}, name
 
 
@@ -294,6 +298,12 @@ def test_the_provider_is_one_of_the_families_and_names_its_own_api_by_default() 
         Environment.from_context("dev", anthropic)
     del anthropic["dev"]["provider_base_url"]
     assert Environment.from_context("dev", anthropic).provider_base_url == "https://api.anthropic.com"
+    gemini = with_value("dev", "provider", "gemini")
+    del gemini["dev"]["provider_base_url"]
+    assert Environment.from_context("dev", gemini).provider_base_url == "https://generativelanguage.googleapis.com"
+    gemini["dev"]["provider_base_url"] = "https://api.anthropic.com"
+    with pytest.raises(ConfigError, match="provider_base_url is the anthropic API, not gemini's"):
+        Environment.from_context("dev", gemini)
     with pytest.raises(ConfigError, match="environment 'dev': provider must be one of openai"):
         Environment.from_context("dev", with_value("dev", "provider", "mistral"))
 
