@@ -248,10 +248,10 @@ def _run(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         vLLM server needs none); with --provider anthropic it is ANTHROPIC_BASE_URL (with
         ANTHROPIC_API_KEY), as Anthropic's SDK reads them; with --provider gemini
         GOOGLE_GEMINI_BASE_URL (with GEMINI_API_KEY, else GOOGLE_API_KEY), as Google's SDK
-        reads them; else the built-in simulator, which speaks every family. A mode the provider has no API for, and a line it cannot take,
-        are refused before anything is sent. Writes <name>.results.jsonl, .errors.jsonl,
-        .summary.json and a <name>.report.html to open in a browser; nothing else persists
-        but the response cache.
+        reads them; else the built-in simulator, which speaks every family. A mode the
+        provider has no API for, and a line it cannot take, are refused before anything is
+        sent. Writes <name>.results.jsonl, .errors.jsonl, .summary.json and a
+        <name>.report.html to open in a browser; nothing else persists but the response cache.
 
         Ctrl-C cancels the job: no new line is sent, the requests in flight get up to 10 s to
         be answered (Ctrl-C again stops waiting), and the outputs hold every answer the
