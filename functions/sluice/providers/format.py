@@ -93,6 +93,23 @@ class NoServiceTiers:
         return False
 
 
+class NoRateHeaders:
+    """The rate-limit methods of a family whose answers state no limits (Bedrock's, Gemini's): the
+    limiter paces by the configured limits of each model and by the throttles."""
+
+    def rate_limits(self, headers: Mapping[str, str]) -> RateLimits:
+        return _NO_LIMITS
+
+    def left(self, headers: Mapping[str, str], kind: RateKind) -> float | None:
+        return None
+
+    def reset_s(self, headers: Mapping[str, str], kind: RateKind, now: float) -> float | None:
+        return None
+
+
+_NO_LIMITS = RateLimits()
+
+
 class RequestFormat(Protocol):
     """One provider family's wire shape, as the core asks for it."""
 

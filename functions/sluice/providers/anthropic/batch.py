@@ -54,6 +54,7 @@ from ..batch import (
     CancelRefused,
     QueueFull,
 )
+from ..rest import ProviderUnavailable, RestCalls
 from .batch_wire import batch_status, kind_of, line_ref, parse_row, row_prefix, tag_of
 from .format import ANTHROPIC, OVERLOADED_STATUS
 
@@ -64,8 +65,6 @@ MAX_BYTES = 256 * 1024 * 1024
 # runners cut the file by its size
 _TAG_ROOM = 32
 BATCHES_PATH = "/v1/messages/batches"
-# reads, cancels and deletes are safe to repeat: 429, 529, 5xx and lost connections go again
-READ_POLICY = RetryPolicy(max_attempts=6, base_delay_s=1.0)
 # creating is not (no idempotency key): only a refusal that created nothing goes again at once
 CREATE_POLICY = RetryPolicy(max_attempts=5, base_delay_s=1.0)
 QUEUE_FULL_STATUS = 429
@@ -74,29 +73,6 @@ _REFUSED = frozenset({QUEUE_FULL_STATUS, OVERLOADED_STATUS})
 CREATE_TIMEOUT_S = 600.0
 PAGE = 100
 _ROW_START = b'{"custom_id":"'
-_EXCERPT = 300
-
-
-class _Answer:
-    __slots__ = ("body", "headers", "status")
-
-    def __init__(self, status: int, body: Any, headers: dict[str, str]) -> None:
-        self.status, self.body, self.headers = status, body, headers
-
-    @property
-    def ok(self) -> bool:
-        return 200 <= self.status < 300
-
-    def refusal(self) -> str:
-        error = ANTHROPIC.error(self.body)
-        text = f"HTTP {self.status}"
-        if error.message:
-            text += f": {error.message[:_EXCERPT]}"
-        return f"{text} ({error.code})" if error.code else text
-
-
-class ProviderUnavailable(Exception):
-    """Message Batches did not answer usably after every attempt."""
 
 
 def batch_row(request: Request) -> bytes:
@@ -125,11 +101,11 @@ def _requests_body(upload: BatchUpload, tag: BatchTag) -> bytearray:
     return body
 
 
-class AnthropicBatchApi:
+class AnthropicBatchApi(RestCalls):
     """`BatchApi` over Message Batches, through an open aiohttp session carrying the family's auth."""
 
     def __init__(self, session: aiohttp.ClientSession, base_url: str, limits: BatchLimits) -> None:
-        self._session = session
+        super().__init__(session, ANTHROPIC.error)
         root = base_url.rstrip("/")
         self._url = root.removesuffix("/v1") + BATCHES_PATH
         # a `results_url` may be relative (a gateway's, a proxy's): it is read against the base
@@ -147,40 +123,6 @@ class AnthropicBatchApi:
 
     def row_ref(self, line: int, custom_id: str) -> str:
         return line_ref(line)
-
-    async def _once(self, method: str, url: str, *, data: bytes | bytearray | None = None, **options: Any) -> _Answer:
-        headers = {"content-type": "application/json"} if data is not None else None
-        async with self._session.request(method, url, data=data, headers=headers, **options) as response:
-            raw = await response.read()
-            try:
-                body = orjson.loads(raw) if raw else None
-            except orjson.JSONDecodeError:
-                body = raw.decode(errors="replace")
-            return _Answer(response.status, body, dict(response.headers))
-
-    async def _call(self, method: str, url: str, **options: Any) -> _Answer:
-        """A call that is safe to repeat, repeated while the answer is a throttle, a 5xx or none."""
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                answer = await self._once(method, url, **options)
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                if attempt >= READ_POLICY.max_attempts:
-                    raise ProviderUnavailable(f"{method} {url}: {exc!r}") from exc
-                await asyncio.sleep(backoff_s(attempt, READ_POLICY, random.random))
-                continue
-            if answer.ok or answer.status not in READ_POLICY.retryable_statuses:
-                return answer
-            if attempt >= READ_POLICY.max_attempts:
-                return answer
-            await asyncio.sleep(next_delay_s(attempt, READ_POLICY, answer.headers, time.time(), random.random))
-
-    async def _get(self, url: str, **options: Any) -> Any:
-        answer = await self._call("GET", url, **options)
-        if not answer.ok:
-            raise ProviderUnavailable(f"GET {url}: {answer.refusal()}")
-        return answer.body
 
     async def _each_since(self, since: float) -> AsyncIterator[dict[str, Any]]:
         """The key's batches, newest first, down to the first created before `since`."""

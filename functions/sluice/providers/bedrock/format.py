@@ -22,7 +22,15 @@ from typing import Any, Final, TypeGuard
 import orjson
 
 from ...contract.model import ServiceTier
-from ..format import COMPLETE, CUT_SHORT, Finish, NoServiceTiers, ProviderError, RateKind, RateLimits, Usage
+from ..format import (
+    COMPLETE,
+    CUT_SHORT,
+    Finish,
+    NoRateHeaders,
+    NoServiceTiers,
+    ProviderError,
+    Usage,
+)
 from ..openai import responses
 from . import converse
 
@@ -66,7 +74,7 @@ def _header(headers: Mapping[str, str], name: str) -> str | None:
     return value
 
 
-class BedrockFormat(NoServiceTiers):
+class BedrockFormat(NoServiceTiers, NoRateHeaders):
     """Bedrock's `RequestFormat`."""
 
     __slots__ = ()
@@ -147,15 +155,6 @@ class BedrockFormat(NoServiceTiers):
                 code = body["__type"].rsplit("#", 1)[-1]
         return ProviderError(code or None, message)
 
-    def rate_limits(self, headers: Mapping[str, str]) -> RateLimits:
-        return _NO_LIMITS
-
-    def left(self, headers: Mapping[str, str], kind: RateKind) -> float | None:
-        return None
-
-    def reset_s(self, headers: Mapping[str, str], kind: RateKind, now: float) -> float | None:
-        return None
-
     def to_wire(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         return converse.to_wire(path, body)
 
@@ -175,5 +174,4 @@ class BedrockFormat(NoServiceTiers):
         return converse.to_line_shape(path, body, created, model, request_id)
 
 
-_NO_LIMITS = RateLimits()
 BEDROCK = BedrockFormat()

@@ -25,7 +25,7 @@ import aiohttp
 import orjson
 
 from sluice.contract.model import Request
-from sluice.core.retry import RetryPolicy, backoff_s, next_delay_s
+from sluice.core.retry import RetryPolicy, backoff_s
 
 from ..batch import (
     CLOCK_SLACK_S,
@@ -40,6 +40,7 @@ from ..batch import (
     CancelRefused,
     QueueFull,
 )
+from ..rest import Answer, ProviderUnavailable, RestCalls
 from . import batch_wire as wire
 from .format import GEMINI
 from .translate import model_path
@@ -52,33 +53,11 @@ MAX_REQUESTS = 1_000_000
 # a batch still pending or running this long after it was created expires
 COMPLETION_WINDOW_S = 48 * 3600
 VERSION = "/v1beta"
-READ_POLICY = RetryPolicy(max_attempts=6, base_delay_s=1.0)
 CREATE_POLICY = RetryPolicy(max_attempts=5, base_delay_s=1.0)
 QUEUE_FULL_STATUS = 429
 CREATE_TIMEOUT_S = 600.0
 PAGE = 100
 JSONL_MIME = "application/jsonl"
-_EXCERPT = 300
-
-
-class ProviderUnavailable(Exception):
-    """The Batch API did not answer usably after every attempt."""
-
-
-class _Answer:
-    __slots__ = ("body", "headers", "status")
-
-    def __init__(self, status: int, body: Any, headers: dict[str, str]) -> None:
-        self.status, self.body, self.headers = status, body, headers
-
-    @property
-    def ok(self) -> bool:
-        return 200 <= self.status < 300
-
-    def refusal(self) -> str:
-        error = GEMINI.error(self.body)
-        text = f"HTTP {self.status}" + (f": {error.message[:_EXCERPT]}" if error.message else "")
-        return f"{text} ({error.code})" if error.code else text
 
 
 def inline_body(upload: BatchUpload, tag: BatchTag) -> bytearray | None:
@@ -101,11 +80,11 @@ def inline_body(upload: BatchUpload, tag: BatchTag) -> bytearray | None:
     return body if len(body) < INLINE_MAX_BYTES else None
 
 
-class GeminiBatchApi:
+class GeminiBatchApi(RestCalls):
     """`BatchApi` over Gemini's Batch and Files APIs, through an open aiohttp session carrying the key."""
 
     def __init__(self, session: aiohttp.ClientSession, base_url: str, limits: BatchLimits) -> None:
-        self._session = session
+        super().__init__(session, GEMINI.error)
         self._root = GEMINI.url(base_url, "")
         self._limits = limits
 
@@ -121,39 +100,6 @@ class GeminiBatchApi:
 
     def _url(self, name: str) -> str:
         return f"{self._root}{VERSION}/{name}"
-
-    async def _once(self, method: str, url: str, **options: Any) -> _Answer:
-        async with self._session.request(method, url, **options) as response:
-            raw = await response.read()
-            try:
-                body = orjson.loads(raw) if raw else None
-            except orjson.JSONDecodeError:
-                body = raw.decode(errors="replace")
-            return _Answer(response.status, body, dict(response.headers))
-
-    async def _call(self, method: str, url: str, **options: Any) -> _Answer:
-        """A call that is safe to repeat, repeated while the answer is a throttle, a 5xx or none."""
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                answer = await self._once(method, url, **options)
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                if attempt >= READ_POLICY.max_attempts:
-                    raise ProviderUnavailable(f"{method} {url}: {exc!r}") from exc
-                await asyncio.sleep(backoff_s(attempt, READ_POLICY, random.random))
-                continue
-            if answer.ok or answer.status not in READ_POLICY.retryable_statuses or attempt >= READ_POLICY.max_attempts:
-                return answer
-            asked = GEMINI.error(answer.body).retry_after_s
-            delay = next_delay_s(attempt, READ_POLICY, answer.headers, time.time(), random.random, asked_s=asked)
-            await asyncio.sleep(delay)
-
-    async def _get(self, url: str, **options: Any) -> Any:
-        answer = await self._call("GET", url, **options)
-        if not answer.ok:
-            raise ProviderUnavailable(f"GET {url}: {answer.refusal()}")
-        return answer.body
 
     async def _each_since(self, since: float) -> AsyncIterator[BatchStatus]:
         """The key's batches created since `since` (the list's order is the provider's)."""
@@ -230,7 +176,7 @@ class GeminiBatchApi:
             tries += 1
             failure: str
             try:
-                answer: _Answer | None = await self._once(
+                answer: Answer | None = await self._once(
                     "POST", url, data=bytes(body), headers={"Content-Type": "application/json"}, timeout=timeout
                 )
             except (aiohttp.ClientError, TimeoutError) as exc:

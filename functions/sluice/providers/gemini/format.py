@@ -23,7 +23,7 @@ from typing import Any, Final, TypeGuard
 import orjson
 
 from ...contract.model import FLEX, ServiceTier
-from ..format import COMPLETE, CUT_SHORT, UNFINISHED, Finish, ProviderError, RateKind, RateLimits, Usage
+from ..format import COMPLETE, CUT_SHORT, UNFINISHED, Finish, NoRateHeaders, ProviderError, Usage
 from ..openai import responses
 from . import translate
 
@@ -94,7 +94,7 @@ def _config(body: Mapping[str, Any]) -> Mapping[str, Any]:
     return config if isinstance(config, dict) else {}
 
 
-class GeminiFormat:
+class GeminiFormat(NoRateHeaders):
     """Gemini's `RequestFormat`."""
 
     __slots__ = ()
@@ -191,15 +191,6 @@ class GeminiFormat:
             str(code) if code else None, str(message) if message else None, retry_after_s=retry_delay_s(error)
         )
 
-    def rate_limits(self, headers: Mapping[str, str]) -> RateLimits:
-        return _NO_LIMITS
-
-    def left(self, headers: Mapping[str, str], kind: RateKind) -> float | None:
-        return None
-
-    def reset_s(self, headers: Mapping[str, str], kind: RateKind, now: float) -> float | None:
-        return None
-
     def to_wire(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         return translate.to_wire(path, body)
 
@@ -252,5 +243,4 @@ class GeminiFormat:
         return translate.to_line_shape(path, body, created, model, request_id, tier)
 
 
-_NO_LIMITS = RateLimits()
 GEMINI = GeminiFormat()
