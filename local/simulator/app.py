@@ -356,7 +356,8 @@ async def serve(host: str = "127.0.0.1", port: int = 8000, config: SimConfig | N
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="sluice simulator", description="Run the OpenAI-compatible provider simulator."
+        prog="sluice simulator",
+        description="Run the provider simulator: OpenAI-compatible, Anthropic, Bedrock and Gemini.",
     )
     from local.sim_options import add_options, config_from
 
