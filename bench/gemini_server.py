@@ -1,6 +1,7 @@
 """A small Gemini-compatible server on 127.0.0.1, written from Google's REST reference of the Gemini
 API and independent of Sluice: it imports nothing of `sluice` or `local`, and answers
-`POST /{v1beta,v1}/models/{model}:generateContent` with a GenerateContentResponse
+`POST /{v1beta,v1}/models/{model}:generateContent` (and lists two models at `GET /{v1beta,v1}/models`)
+with a GenerateContentResponse
 (candidates[].content.parts[].text, finishReason, usageMetadata, modelVersion, responseId) in its own
 words, a digest of the prompt it was given, so a run's results show whose answers they are.
 
@@ -137,16 +138,21 @@ class GeminiServer:
             self.refused["INVALID_ARGUMENT"] += 1
             return Refused(400, "INVALID_ARGUMENT", "Invalid JSON payload received.").answer()
 
-    def _answer(self, request: web.Request, data: Any) -> web.Response:
-        model, _, method = request.match_info["spec"].partition(":")
-        if method != "generateContent":
-            raise Refused(404, "NOT_FOUND", f"Method {method} is not found for models/{model}.")
+    def _key(self, request: web.Request) -> str:
+        """The request's key, or Google's refusal: 403 without one, 400 API_KEY_INVALID for a wrong one."""
         key = (request.headers.get("x-goog-api-key") or request.query.get("key") or "").strip()
         if not key:
             raise Refused(403, "PERMISSION_DENIED", "Method doesn't allow unregistered callers.")
         if self.key is not None and key != self.key:
             info = {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "API_KEY_INVALID"}
             raise Refused(400, "INVALID_ARGUMENT", "API key not valid. Please pass a valid API key.", [info])
+        return key
+
+    def _answer(self, request: web.Request, data: Any) -> web.Response:
+        model, _, method = request.match_info["spec"].partition(":")
+        if method != "generateContent":
+            raise Refused(404, "NOT_FOUND", f"Method {method} is not found for models/{model}.")
+        key = self._key(request)
         prompt, config = read_request(data)
         if self.throttle_every and self.requests % self.throttle_every == 0:
             retry = {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": f"{self.retry_delay_s}s"}
@@ -171,10 +177,22 @@ class GeminiServer:
             }
         )
 
+    async def list_models(self, request: web.Request) -> web.Response:
+        """The model list, which a client may read to check its key and base URL."""
+        try:
+            self._key(request)
+        except Refused as refused:
+            self.refused[refused.google_status] += 1
+            return refused.answer()
+        names = ("gemini-2.5-flash", "gemini-2.5-pro")
+        listed = [{"name": f"models/{n}", "supportedGenerationMethods": ["generateContent"]} for n in names]
+        return web.json_response({"models": listed})
+
     def app(self) -> web.Application:
         app = web.Application()
         for version in ("v1beta", "v1"):
             app.router.add_post(f"/{version}/models/{{spec}}", self.generate)
+            app.router.add_get(f"/{version}/models", self.list_models)
         return app
 
 

@@ -301,9 +301,12 @@ def create_app(config: SimConfig | None = None, *, clock: Callable[[], float] | 
     app.router.add_post(bedrock.INVOKE_ROUTE, sim.inference.infer)
     for version in gemini.VERSIONS:
         app.router.add_post(f"/{version}/models/{{spec}}", sim.gemini_models)
+        app.router.add_get(f"/{version}/models/{{spec}}", gemini.get_model)
+        if version != "v1":
+            app.router.add_get(f"/{version}/models", gemini.list_models)
         sim.gemini_files.routes(app, version)
         sim.gemini_batches.routes(app, version)
-    app.router.add_get("/v1/models", sim.list_models)
+    app.router.add_get("/v1/models", _by_dialect(sim.list_models, gemini.list_models))
     app.router.add_get("/v1/responses/{id}", sim.background.retrieve)
     app.router.add_delete("/v1/responses/{id}", sim.background.delete)
     app.router.add_post("/v1/responses/{id}/cancel", sim.background.cancel)

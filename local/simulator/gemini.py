@@ -443,3 +443,27 @@ async def models_post(request: web.Request, methods: Mapping[str, Handler], inli
 async def count_tokens_handler(request: web.Request, new_id: NewId) -> web.StreamResponse:
     _, data = await read_json(request)
     return json_response(count_answer(split_spec(request.match_info["spec"])[0], data, new_id))
+
+
+# the models the model list names; any `gemini-*` or `gemma-*` model is answered
+LISTED_MODELS = ("gemini-2.5-flash", "gemini-2.5-flash-lite", "gemini-2.5-pro", "gemini-2.0-flash")
+
+
+def _model_resource(model: str) -> dict[str, Any]:
+    return {
+        "name": f"models/{model}",
+        "displayName": f"{model} (simulated)",
+        "inputTokenLimit": 1_048_576,
+        "outputTokenLimit": 65_536,
+        "supportedGenerationMethods": ["generateContent", "countTokens", "batchGenerateContent"],
+    }
+
+
+async def list_models(request: web.Request) -> web.StreamResponse:
+    """GET /v1beta/models, which a client may ask to check its key and base URL."""
+    return json_response({"models": [_model_resource(model) for model in LISTED_MODELS]})
+
+
+async def get_model(request: web.Request) -> web.StreamResponse:
+    model = request.match_info["spec"].removeprefix("models/")
+    return json_response(_model_resource(found_model(model, "generateContent")))

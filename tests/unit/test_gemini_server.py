@@ -66,6 +66,15 @@ def test_it_answers_three_hundred_requests_in_its_own_words(server: GeminiServer
     assert list(server.key_digests.values()) == [300] and "AIza-own" not in str(server.key_digests)
 
 
+def test_it_lists_its_models_to_a_caller_with_its_key(server: GeminiServer) -> None:
+    request = urllib.request.Request(f"{server.base_url}/v1beta/models", headers={"x-goog-api-key": "AIza-own"})
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        assert "models/gemini-2.5-flash" in [m["name"] for m in json.loads(answer.read())["models"]]
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(f"{server.base_url}/v1beta/models", timeout=10)
+    assert refused.value.code == 403
+
+
 def test_it_refuses_as_google_does(server: GeminiServer) -> None:
     status, body = post(server, {"messages": [{"role": "user", "content": "hi"}]})
     assert status == 400 and body["error"]["status"] == "INVALID_ARGUMENT" and "messages" in body["error"]["message"]

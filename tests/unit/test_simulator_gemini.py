@@ -192,3 +192,16 @@ def test_a_body_over_the_inline_limit_is_refused(sim: SimulatorServer) -> None:
 def test_count_tokens_counts_the_prompt(sim: SimulatorServer) -> None:
     status, _, answer = call(sim, f"/v1beta/models/{MODEL}:countTokens", ask("one two three four five"))
     assert status == 200 and answer == {"totalTokens": 6}
+
+
+def test_the_model_list_answers_a_key_check(sim: SimulatorServer) -> None:
+    for version in ("v1beta", "v1"):
+        status, _, answer = call(sim, f"/{version}/models", method="GET")
+        assert status == 200 and f"models/{MODEL}" in [m["name"] for m in answer["models"]]
+    assert call(sim, "/v1beta/models", method="GET", key=None)[0] == 403
+    status, _, model = call(sim, f"/v1beta/models/{MODEL}", method="GET")
+    assert status == 200 and "generateContent" in model["supportedGenerationMethods"]
+    assert call(sim, "/v1beta/models/gpt-4o", method="GET")[0] == 404
+    # without Google's key, /v1/models is OpenAI's list
+    status, _, openai = call(sim, "/v1/models", method="GET", key=None, headers={"Authorization": "Bearer sk-x"})
+    assert status == 200 and openai["object"] == "list"
