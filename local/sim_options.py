@@ -32,7 +32,8 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     answers.add_argument(
         "--api-key",
         default=None,
-        help="accept only this bearer token (default: any token; a request without one is refused 401, as OpenAI does)",
+        help="accept only this key, a bearer token or Anthropic's or Gemini's key header (default: any key; "
+        "a request without one is refused as its provider refuses it)",
     )
     faults = parser.add_argument_group("faults (shares of requests, 0 to 1; together at most 1)")
     faults.add_argument("--rate-429", type=checks.fraction, default=0.0, help="answered 429 with Retry-After")
@@ -41,7 +42,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     faults.add_argument("--rate-drop", type=checks.fraction, default=0.0, help="connection dropped without an answer")
     faults.add_argument("--rate-slow", type=checks.fraction, default=0.0, help="answered after --slow seconds")
     faults.add_argument("--slow", type=checks.seconds, default=5.0, help="seconds of a slow answer")
-    flex = parser.add_argument_group("OpenAI's flex processing (service_tier: flex)")
+    flex = parser.add_argument_group("flex processing (OpenAI's service_tier: flex, Gemini's serviceTier: flex)")
     flex.add_argument(
         "--flex-slowdown",
         type=checks.positive_number,
@@ -52,7 +53,8 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         "--flex-unavailable",
         type=checks.fraction,
         default=0.05,
-        help="share of flex requests answered 429 resource_unavailable, as on a busy day (default: 0.05)",
+        help="share of flex requests answered 429 (OpenAI's resource_unavailable, Gemini's RESOURCE_EXHAUSTED), "
+        "as on a busy day (default: 0.05)",
     )
     flex.add_argument(
         "--flex-refusing-models",
@@ -83,7 +85,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         "--batch-queue-tokens",
         type=checks.whole_number,
         default=0,
-        help="input tokens a model's running batches may hold, as OpenAI's Batch queue limit (0: none)",
+        help="input tokens a model's running batches may hold, as OpenAI's and Gemini's batch queue limits (0: none)",
     )
     batches = parser.add_argument_group("batches")
     batches.add_argument(
@@ -98,6 +100,13 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         default="elapsed",
         help="what a cancelled batch hands back: the rows it had finished (elapsed, the default) or none, "
         "which an expired batch then hands back too",
+    )
+    batches.add_argument(
+        "--gemini-inline-limit",
+        type=checks.whole_number,
+        default=20 * 1024 * 1024,
+        metavar="BYTES",
+        help="the largest body Gemini takes inline, a generateContent or a batch of inline requests (default: 20 MB)",
     )
     hooks = parser.add_argument_group("webhooks")
     hooks.add_argument("--webhook-url", default=None, help="where to send response.* and batch.* events")
@@ -126,6 +135,7 @@ def config_from(args: argparse.Namespace) -> SimConfig:
         quota_rpm=args.quota_rpm,
         quota_tpm=args.quota_tpm,
         batch_queue_limit=args.batch_queue_tokens,
+        gemini_inline_limit=args.gemini_inline_limit,
         relative_results_url=args.relative_results_url,
         flex_slowdown=args.flex_slowdown,
         flex_unavailable_rate=args.flex_unavailable,

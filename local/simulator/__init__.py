@@ -16,7 +16,8 @@ One module per concern:
   webhooks     the Standard Webhooks events it sends
   messages     Anthropic's dialect; message_batches, its Message Batches
   bedrock      the Bedrock runtime's dialect
-  gemini       Google's Gemini dialect: generateContent, its errors, its flex tier
+  gemini       Google's Gemini dialect: generateContent, its errors, its flex tier;
+               gemini_files and gemini_batches, its Files API and Batch API
   requestlog   one log entry per /v1 request
   wire         JSON answers, OpenAI-style errors, Retry-After
   core         what the parts share: the live config, ids, attempt counters, the clock

@@ -19,7 +19,7 @@ import logging
 import secrets
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -31,6 +31,8 @@ from local.simulator.batches import Batch, Batches
 from local.simulator.config import SimConfig
 from local.simulator.core import Core
 from local.simulator.files import File, Files
+from local.simulator.gemini_batches import GeminiBatches
+from local.simulator.gemini_files import GeminiFiles
 from local.simulator.inference import Inference
 from local.simulator.limits import Limiter
 from local.simulator.message_batches import MessageBatches
@@ -58,6 +60,8 @@ class Simulator:
         self.background = Background(self.core, self.webhooks.emit)
         self.batch_api = Batches(self.core, self.file_api, self.webhooks.emit)
         self.message_batches = MessageBatches(self.core)
+        self.gemini_files = GeminiFiles(self.core)
+        self.gemini_batches = GeminiBatches(self.core, self.gemini_files)
         self.limiter = Limiter(clock or self.core.now)
         self.inference = Inference(self.core, self._admit, self.background)
 
@@ -102,6 +106,8 @@ class Simulator:
         self.background.reset()
         self.batch_api.reset()
         self.message_batches.reset()
+        self.gemini_batches.reset()
+        self.gemini_files.reset()
         self.file_api.reset()
         self.log.clear()
         self.webhooks.log.clear()
@@ -133,6 +139,8 @@ class Simulator:
             return
         token = _api_key(request)
         if gemini.speaks(request):
+            if gemini.in_upload_session(request):
+                return
             if not token:
                 raise gemini.missing_key()
             if self.config.api_key is not None and not secrets.compare_digest(token, self.config.api_key):
@@ -153,6 +161,7 @@ class Simulator:
         methods = {
             "generateContent": self.inference.infer,
             "countTokens": lambda r: gemini.count_tokens_handler(r, self.core.new_id),
+            "batchGenerateContent": self.gemini_batches.create,
         }
         return await gemini.models_post(request, methods, self.config.gemini_inline_limit)
 
@@ -202,6 +211,7 @@ class Simulator:
 
 
 SIM_KEY = web.AppKey("sluice_simulator", Simulator)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 MODELS = ("gpt-4o-mini", "gpt-4o", "gpt-4.1-mini", "gpt-4.1-nano", "text-embedding-3-small")
 
 
@@ -267,6 +277,15 @@ async def _middleware(request: web.Request, handler: Callable[[web.Request], Any
     return response
 
 
+def _by_dialect(openai: Handler, google: Handler) -> Handler:
+    """One /v1 route both OpenAI's API and Gemini's have: each request answered by its own."""
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        return await (google if gemini.speaks(request) else openai)(request)
+
+    return handle
+
+
 def create_app(config: SimConfig | None = None, *, clock: Callable[[], float] | None = None) -> web.Application:
     """The simulator as an aiohttp application (the state is `app[SIM_KEY]`); `clock` drives the rate limits."""
     sim = Simulator(config or SimConfig(), clock=clock)
@@ -280,19 +299,25 @@ def create_app(config: SimConfig | None = None, *, clock: Callable[[], float] | 
     sim.message_batches.routes(app)
     app.router.add_post(bedrock.CONVERSE_ROUTE, sim.inference.infer)
     app.router.add_post(bedrock.INVOKE_ROUTE, sim.inference.infer)
-    app.router.add_post(gemini.MODELS_ROUTE, sim.gemini_models)
-    app.router.add_get("/v1/models", sim.list_models)
+    for version in gemini.VERSIONS:
+        app.router.add_post(f"/{version}/models/{{spec}}", sim.gemini_models)
+        app.router.add_get(f"/{version}/models/{{spec}}", gemini.get_model)
+        if version != "v1":
+            app.router.add_get(f"/{version}/models", gemini.list_models)
+        sim.gemini_files.routes(app, version)
+        sim.gemini_batches.routes(app, version)
+    app.router.add_get("/v1/models", _by_dialect(sim.list_models, gemini.list_models))
     app.router.add_get("/v1/responses/{id}", sim.background.retrieve)
     app.router.add_delete("/v1/responses/{id}", sim.background.delete)
     app.router.add_post("/v1/responses/{id}/cancel", sim.background.cancel)
     app.router.add_post("/v1/files", sim.file_api.upload)
-    app.router.add_get("/v1/files", sim.file_api.list_files)
-    app.router.add_get("/v1/files/{id}", sim.file_api.retrieve)
-    app.router.add_delete("/v1/files/{id}", sim.file_api.delete)
+    app.router.add_get("/v1/files", _by_dialect(sim.file_api.list_files, sim.gemini_files.list_files))
+    app.router.add_get("/v1/files/{id}", _by_dialect(sim.file_api.retrieve, sim.gemini_files.retrieve))
+    app.router.add_delete("/v1/files/{id}", _by_dialect(sim.file_api.delete, sim.gemini_files.delete))
     app.router.add_get("/v1/files/{id}/content", sim.file_api.content)
     app.router.add_post("/v1/batches", sim.batch_api.create)
-    app.router.add_get("/v1/batches", sim.batch_api.list_batches)
-    app.router.add_get("/v1/batches/{id}", sim.batch_api.retrieve)
+    app.router.add_get("/v1/batches", _by_dialect(sim.batch_api.list_batches, sim.gemini_batches.list_batches))
+    app.router.add_get("/v1/batches/{id}", _by_dialect(sim.batch_api.retrieve, sim.gemini_batches.retrieve))
     app.router.add_post("/v1/batches/{id}/cancel", sim.batch_api.cancel)
     app.router.add_route("GET", "/sim/log", sim.admin_log)
     app.router.add_route("DELETE", "/sim/log", sim.admin_log)
@@ -334,7 +359,8 @@ async def serve(host: str = "127.0.0.1", port: int = 8000, config: SimConfig | N
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="sluice simulator", description="Run the OpenAI-compatible provider simulator."
+        prog="sluice simulator",
+        description="Run the provider simulator: OpenAI-compatible, Anthropic, Bedrock and Gemini.",
     )
     from local.sim_options import add_options, config_from
 

@@ -32,7 +32,7 @@ from local.simulator.files import Files
 from local.simulator.plans import BATCH_ENDPOINTS, Plan, plan_for
 from local.simulator.requestlog import NOTES
 from local.simulator.structured import pick_output_fault, spoil
-from local.simulator.wire import ApiError, json_response, not_found, read_json
+from local.simulator.wire import ApiError, json_response, jsonl_lines, not_found, read_json
 
 QUEUED_STATUSES = frozenset({"validating", "in_progress", "finalizing", "cancelling"})
 
@@ -210,12 +210,8 @@ class Batches:
         def bad(line: int, code: str, message: str, param: str | None = None) -> None:
             errors.append({"code": code, "message": message, "param": param, "line": line})
 
-        for number, raw_line in enumerate(content.splitlines(), start=1):
-            if not raw_line.strip():
-                continue
-            try:
-                item = orjson.loads(raw_line)
-            except orjson.JSONDecodeError:
+        for number, parsed, item in jsonl_lines(content):
+            if not parsed:
                 bad(number, "invalid_json_line", "This line is not parseable as valid JSON.")
                 continue
             if not isinstance(item, dict):

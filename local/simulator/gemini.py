@@ -1,5 +1,6 @@
 """Google's Gemini dialect of the simulator: `POST /v1beta/models/{model}:generateContent` (and
-`:countTokens`), as the Gemini API's REST reference gives it.
+`:countTokens`), as the Gemini API's REST reference gives it, and the same under /v1, which newer
+SDKs ask for.
 
 The same plan, limiter and faults as the other dialects, in Gemini's shapes: the key in
 `x-goog-api-key` (or the `key` query parameter), the model in the URL, a GenerateContentRequest
@@ -34,10 +35,9 @@ from local.simulator.plans import FLEX, NewId, Plan
 from local.simulator.structured import Asked, Reply, conforming
 from local.simulator.wire import ApiError, json_response, read_json
 
-API_PREFIX = "/v1beta/"
-UPLOAD_PREFIX = "/upload/v1beta/"
-DOWNLOAD_PREFIX = "/download/v1beta/"
-MODELS_ROUTE = "/v1beta/models/{spec}"
+# the API's versions: Google's SDKs have asked for v1beta, and newer ones ask for v1
+VERSIONS = ("v1beta", "v1")
+_OWN_PREFIXES = ("/v1beta/", "/upload/v1beta/", "/download/v1beta/", "/upload/v1/", "/download/v1/")
 API_KEY_HEADER = "x-goog-api-key"
 # the tokens Gemini counts for an image of up to 384 pixels a side (larger ones are tiled)
 IMAGE_TOKENS = 258
@@ -128,13 +128,25 @@ class GeminiError(ApiError):
 
 
 def speaks(request: web.Request) -> bool:
-    """Whether a request is in Gemini's dialect: under the API's, the upload's or the download's version root."""
-    return request.path.startswith((API_PREFIX, UPLOAD_PREFIX, DOWNLOAD_PREFIX))
+    """Whether a request is in Gemini's dialect: under v1beta, or the upload's or download's roots;
+    under /v1, which OpenAI's API shares, one that carries Google's key or calls a model's method
+    (`models/{model}:generateContent`)."""
+    if request.path.startswith(_OWN_PREFIXES):
+        return True
+    if not request.path.startswith("/v1/"):
+        return False
+    return API_KEY_HEADER in request.headers or "key" in request.query or ":" in request.path.rsplit("/", 1)[-1]
 
 
 def api_key(request: web.Request) -> str:
     """The request's key: the x-goog-api-key header, else the `key` query parameter; "" when there is none."""
     return (request.headers.get(API_KEY_HEADER) or request.query.get("key") or "").strip()
+
+
+def in_upload_session(request: web.Request) -> bool:
+    """Whether a request sends a file's bytes to the upload URL a resumable upload was answered with,
+    which names its session and, as Google's, needs no key of its own."""
+    return request.path.startswith("/upload/") and "upload_id" in request.query
 
 
 def missing_key() -> GeminiError:
@@ -222,10 +234,14 @@ def field(data: Mapping[str, Any], name: str) -> Any:
     return data.get(re.sub(r"([A-Z])", lambda m: "_" + m.group(1).lower(), name))
 
 
+def camel(name: str) -> str:
+    """A field's lowerCamelCase name, given either of its names."""
+    return re.sub(r"_([a-z])", lambda m: m.group(1).upper(), name)
+
+
 def _refuse_unknown(data: Mapping[str, Any], known: frozenset[str], where: str) -> None:
     for name in data:
-        camel = re.sub(r"_([a-z])", lambda m: m.group(1).upper(), name)
-        if camel not in known:
+        if camel(name) not in known:
             prefix = f"{where}." if where else ""
             raise ApiError(400, f'Invalid JSON payload received. Unknown name "{prefix}{name}": Cannot find field.')
 
@@ -427,3 +443,27 @@ async def models_post(request: web.Request, methods: Mapping[str, Handler], inli
 async def count_tokens_handler(request: web.Request, new_id: NewId) -> web.StreamResponse:
     _, data = await read_json(request)
     return json_response(count_answer(split_spec(request.match_info["spec"])[0], data, new_id))
+
+
+# the models the model list names; any `gemini-*` or `gemma-*` model is answered
+LISTED_MODELS = ("gemini-2.5-flash", "gemini-2.5-flash-lite", "gemini-2.5-pro", "gemini-2.0-flash")
+
+
+def _model_resource(model: str) -> dict[str, Any]:
+    return {
+        "name": f"models/{model}",
+        "displayName": f"{model} (simulated)",
+        "inputTokenLimit": 1_048_576,
+        "outputTokenLimit": 65_536,
+        "supportedGenerationMethods": ["generateContent", "countTokens", "batchGenerateContent"],
+    }
+
+
+async def list_models(request: web.Request) -> web.StreamResponse:
+    """GET /v1beta/models, which a client may ask to check its key and base URL."""
+    return json_response({"models": [_model_resource(model) for model in LISTED_MODELS]})
+
+
+async def get_model(request: web.Request) -> web.StreamResponse:
+    model = request.match_info["spec"].removeprefix("models/")
+    return json_response(_model_resource(found_model(model, "generateContent")))

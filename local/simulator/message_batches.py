@@ -20,7 +20,6 @@ import random
 import re
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -33,16 +32,12 @@ from local.simulator.messages import MESSAGES_PATH, plan_messages
 from local.simulator.plans import Plan
 from local.simulator.requestlog import NOTES
 from local.simulator.structured import pick_output_fault, spoil
-from local.simulator.wire import ApiError, json_response, read_json
+from local.simulator.wire import ApiError, json_response, read_json, rfc3339
 
 BATCHES_PATH = "/v1/messages/batches"
 MAX_REQUESTS = 100_000
 CUSTOM_ID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _EXPIRES_S = 86_400
-
-
-def _rfc3339(epoch_s: float) -> str:
-    return datetime.fromtimestamp(epoch_s, UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 @dataclass(slots=True)
@@ -188,7 +183,7 @@ class MessageBatches:
             status = "ended"
             p = batch.phase_s
             end = batch.cancel_t + p if batch.cancel_t is not None else batch.t0 + 2 * p
-            ended_at: str | None = _rfc3339(batch.created_at + (end - batch.t0))
+            ended_at: str | None = rfc3339(batch.created_at + (end - batch.t0))
             results_url: str | None = f"{BATCHES_PATH}/{batch.id}/results"
             if not self._core.config.relative_results_url:
                 results_url = f"{request.url.origin()}{results_url}"
@@ -202,10 +197,10 @@ class MessageBatches:
             "processing_status": status,
             "request_counts": counts,
             "ended_at": ended_at,
-            "created_at": _rfc3339(batch.created_at),
-            "expires_at": _rfc3339(batch.created_at + _EXPIRES_S),
+            "created_at": rfc3339(batch.created_at),
+            "expires_at": rfc3339(batch.created_at + _EXPIRES_S),
             "archived_at": None,
-            "cancel_initiated_at": _rfc3339(batch.cancel_at) if batch.cancel_at is not None else None,
+            "cancel_initiated_at": rfc3339(batch.cancel_at) if batch.cancel_at is not None else None,
             "results_url": results_url,
         }
 

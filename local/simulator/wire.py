@@ -1,9 +1,11 @@
-"""The HTTP shapes every part answers with: JSON bodies, OpenAI-style errors, Retry-After."""
+"""The HTTP shapes every part answers with: JSON bodies, OpenAI-style errors, Retry-After, RFC 3339
+times, and the lines of a JSONL body."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -64,3 +66,19 @@ async def read_json(request: web.Request) -> tuple[bytes, dict[str, Any]]:
     if not isinstance(data, dict):
         raise ApiError(400, "The request body must be a JSON object.", code="invalid_json")
     return raw, data
+
+
+def rfc3339(epoch_s: float) -> str:
+    """A time as RFC 3339 in UTC to the microsecond, ending in Z."""
+    return datetime.fromtimestamp(epoch_s, UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def jsonl_lines(content: bytes) -> Iterator[tuple[int, bool, Any]]:
+    """The lines of a JSONL body that are not blank: (line number from 1, whether it parsed, its value)."""
+    for number, raw_line in enumerate(content.splitlines(), start=1):
+        if not raw_line.strip():
+            continue
+        try:
+            yield number, True, orjson.loads(raw_line)
+        except orjson.JSONDecodeError:
+            yield number, False, None

@@ -4,79 +4,17 @@ limits and flex as Google's REST API gives them."""
 from __future__ import annotations
 
 import base64
-import dataclasses
 import json
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from local.simulator import SimConfig, Simulator, SimulatorServer
+from local.simulator import SimConfig, SimulatorServer
+from tests.unit.gemini_wire import MODEL, RETRY_INFO, ask, call, generate, simulator_fixtures
 
 # flex's bad days off, so that only the tests of them meet them
-BASE = SimConfig(latency_s=0.0, seed=7, flex_unavailable_rate=0.0)
-MODEL = "gemini-2.5-flash"
-RETRY_INFO = "type.googleapis.com/google.rpc.RetryInfo"
-
-
-@pytest.fixture(scope="module")
-def gemini_sim() -> Iterator[SimulatorServer]:
-    started = SimulatorServer(BASE).start()
-    yield started
-    started.stop()
-
-
-def _fresh(simulator: Simulator) -> None:
-    simulator.reset()
-    simulator.update_config(dataclasses.asdict(BASE))
-
-
-@pytest.fixture
-def sim(gemini_sim: SimulatorServer) -> SimulatorServer:
-    gemini_sim.call(_fresh)
-    return gemini_sim
-
-
-def call(
-    sim: SimulatorServer,
-    path: str,
-    body: Any = None,
-    *,
-    key: str | None = "AIza-test",
-    method: str = "POST",
-    headers: dict[str, str] | None = None,
-    raw: bytes | None = None,
-) -> tuple[int, dict[str, str], Any]:
-    sent = {
-        "Content-Type": "application/json",
-        **({"x-goog-api-key": key} if key is not None else {}),
-        **(headers or {}),
-    }
-    data = raw if raw is not None else json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(sim.url + path, data=data, method=method, headers=sent)
-    try:
-        with urllib.request.urlopen(request, timeout=10) as answer:
-            status, head, read = answer.status, dict(answer.headers), answer.read()
-    except urllib.error.HTTPError as err:
-        status, head, read = err.code, dict(err.headers), err.read()
-    head = {k.lower(): v for k, v in head.items()}
-    try:
-        return status, head, json.loads(read) if read else None
-    except ValueError:
-        return status, head, read
-
-
-def generate(
-    sim: SimulatorServer, body: dict[str, Any], model: str = MODEL, **kw: Any
-) -> tuple[int, dict[str, str], Any]:
-    return call(sim, f"/v1beta/models/{model}:generateContent", body, **kw)
-
-
-def ask(text: str, **extra: Any) -> dict[str, Any]:
-    return {"contents": [{"role": "user", "parts": [{"text": text}]}], **extra}
+gemini_server, sim = simulator_fixtures(SimConfig(latency_s=0.0, seed=7, flex_unavailable_rate=0.0))
 
 
 def test_generate_content_answers_a_generate_content_response(sim: SimulatorServer) -> None:
@@ -254,3 +192,16 @@ def test_a_body_over_the_inline_limit_is_refused(sim: SimulatorServer) -> None:
 def test_count_tokens_counts_the_prompt(sim: SimulatorServer) -> None:
     status, _, answer = call(sim, f"/v1beta/models/{MODEL}:countTokens", ask("one two three four five"))
     assert status == 200 and answer == {"totalTokens": 6}
+
+
+def test_the_model_list_answers_a_key_check(sim: SimulatorServer) -> None:
+    for version in ("v1beta", "v1"):
+        status, _, answer = call(sim, f"/{version}/models", method="GET")
+        assert status == 200 and f"models/{MODEL}" in [m["name"] for m in answer["models"]]
+    assert call(sim, "/v1beta/models", method="GET", key=None)[0] == 403
+    status, _, model = call(sim, f"/v1beta/models/{MODEL}", method="GET")
+    assert status == 200 and "generateContent" in model["supportedGenerationMethods"]
+    assert call(sim, "/v1beta/models/gpt-4o", method="GET")[0] == 404
+    # without Google's key, /v1/models is OpenAI's list
+    status, _, openai = call(sim, "/v1/models", method="GET", key=None, headers={"Authorization": "Bearer sk-x"})
+    assert status == 200 and openai["object"] == "list"
