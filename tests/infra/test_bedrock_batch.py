@@ -167,8 +167,8 @@ def test_a_bedrock_environment_holds_no_api_key(bedrock_synthesis: Synthesis) ->
     assert "ApiKeySecretArn" not in bedrock_synthesis.raw[env].get("Outputs", {})
 
 
-def test_an_openai_environment_has_no_bedrock_grant_role_or_rule(synthesis: Synthesis, env: str) -> None:
-    assert synthesis.stacks[env].config.provider == "openai"
+def test_an_environment_of_a_keyed_family_has_no_bedrock_grant_role_or_rule(synthesis: Synthesis, env: str) -> None:
+    assert synthesis.stacks[env].config.provider in ("openai", "gemini")
     assert {step: actions for step, actions in _bedrock_actions(synthesis, env).items() if actions} == {}
     roles = synthesis.resources(env, "AWS::IAM::Role").values()
     trusted = [

@@ -38,7 +38,7 @@ def test_batch_queue_limits_default_to_openais_tier_1_figures() -> None:
 
 
 def test_unknown_environment_names_the_known_ones() -> None:
-    with pytest.raises(ConfigError, match=r"unknown environment 'staging'.*dev, prod"):
+    with pytest.raises(ConfigError, match=r"unknown environment 'staging'.*dev, gemini, prod"):
         Environment.from_context("staging", ENVIRONMENTS)
 
 

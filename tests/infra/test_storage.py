@@ -68,7 +68,7 @@ def test_the_response_cache_expires_after_its_own_ttl_per_environment(synthesis:
     days = synthesis.stacks[env].config.cache_ttl_days
     assert [(r["Id"], r["Status"], r["ExpirationInDays"]) for r in cache] == [("expire-cache", "Enabled", days)]
     # cdk.json sets it per environment, and a re-run months later should still find prod's answers
-    assert {"dev": 7, "prod": 90}[env] == days
+    assert {"dev": 7, "prod": 90, "gemini": 7}[env] == days
 
 
 def test_every_prefix_expires_its_noncurrent_versions_where_versioning_keeps_them(
