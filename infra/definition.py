@@ -29,6 +29,7 @@ from sluice.contract import (
     Mode,
     Planned,
     ShardSpec,
+    SlotTaken,
     StepResult,
     Submitted,
 )
@@ -154,7 +155,12 @@ def _shard_states() -> dict[str, Any]:
     for name, state in states.items():
         if state["Type"] == "Task":
             states[name] = _caught(state)
-    states["ShardFailed"] = _invoke(p[SHARD_FAILED_STEP], "$", None, "Shard finished")
+    states["ShardFailed"] = _invoke(p[SHARD_FAILED_STEP], "$", None, "Give the slot back")
+    # whatever ends a shard that ran, its slot goes back; a give-back that fails even so ends the
+    # shard all the same, and its slot lapses (`sluice.limits.shard_slots`)
+    give_back = _invoke(p["give_back_slot"], {f"{SHARD_KEY}.$": SHARD}, None, "Shard finished")
+    give_back["Catch"] = [{"ErrorEquals": ["States.ALL"], "ResultPath": None, "Next": "Shard finished"}]
+    states["Give the slot back"] = give_back
     return {"StartAt": "Answered from the cache?", "States": states}
 
 
@@ -165,8 +171,17 @@ def _mode_states() -> dict[str, Any]:
         "Answered from the cache?": {
             "Type": "Choice",
             "Choices": [_is_true(ShardSpec.path("answered"), "Shard finished")],
-            "Default": "Which mode?",
+            "Default": "Take a slot",
         },
+        # one of the environment's shards in flight across all its jobs, waited for in the
+        # workflow (no Lambda runs meanwhile) while other jobs' shards hold them all
+        "Take a slot": _invoke(p["take_slot"], "$", SlotTaken, "Slot taken?"),
+        "Slot taken?": {
+            "Type": "Choice",
+            "Choices": [_is_true(SlotTaken.path("taken"), "Which mode?")],
+            "Default": "Wait for a slot",
+        },
+        "Wait for a slot": {"Type": "Wait", "SecondsPath": SlotTaken.path("wait_seconds"), "Next": "Take a slot"},
         "Which mode?": {
             "Type": "Choice",
             "Choices": [
@@ -178,7 +193,7 @@ def _mode_states() -> dict[str, Any]:
         "RunShard": _invoke(p["run_shard"], "$", DirectRun, "Shard done?"),
         "Shard done?": {
             "Type": "Choice",
-            "Choices": [_is_true(DirectRun.path("done"), "Shard finished")],
+            "Choices": [_is_true(DirectRun.path("done"), "Give the slot back")],
             "Default": "RunShard",
         },
         "Submit": _invoke(p["submit"], "$", Submitted, "Submitted?"),
@@ -192,7 +207,7 @@ def _mode_states() -> dict[str, Any]:
         "Collect": _invoke(p["collect"], "$", Collected, "Collected?"),
         "Collected?": {
             "Type": "Choice",
-            "Choices": [_is_true(Collected.path("done"), "Shard finished")],
+            "Choices": [_is_true(Collected.path("done"), "Give the slot back")],
             "Default": "AwaitWebhooks",
         },
         "AwaitWebhooks": _await(Collected.path("wait_seconds"), "Collect"),
@@ -202,7 +217,7 @@ def _mode_states() -> dict[str, Any]:
         "Batch finished?": {
             "Type": "Choice",
             "Choices": [
-                _is_true(BatchCollected.path("done"), "Shard finished"),
+                _is_true(BatchCollected.path("done"), "Give the slot back"),
                 # rows the batch did not finish go through the fan-out engine, if the job allows
                 _is_true(BatchCollected.path("fallback"), "RunShard"),
             ],

@@ -103,6 +103,8 @@ COMPACT = Cause("merge: a compaction slice", Per.JOB)
 NOTIFY = Cause("notify", Per.JOB)
 MARK_FAILED = Cause("mark failed", Per.JOB)
 SHARD_FAILED = Cause("a failed shard ended: its open work cancelled, its outputs written", Per.SHARD)
+SLOT = Cause("a shard's slot among the shards in flight, taken or given back", Per.SHARD)
+SLOT_WAIT = Cause("a look again for a slot among the shards in flight", Per.POLL)
 
 CAUSES: tuple[Cause, ...] = (
     PLAN,
@@ -143,12 +145,16 @@ CAUSES: tuple[Cause, ...] = (
     COMPACT,
     NOTIFY,
     MARK_FAILED,
+    SLOT,
+    SLOT_WAIT,
 )
 
 
 # what a step's invocation is, for the calls no narrower cause claims (its handler's module is the step)
 STEP_CAUSES: dict[str, Cause] = {
     "plan": PLAN,
+    "take_slot": SLOT,
+    "give_back_slot": SLOT,
     "run_shard": RUN,
     "submit": RUN,
     "await_shard": RUN,

@@ -1,0 +1,73 @@
+"""Two jobs at once under the environment's cap on shards in flight: both finish with every line,
+the shards beyond the cap wait in the workflow for a slot, and no more than the cap ever run."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import boto3
+from sluice.contract import ShardSpec
+from sluice.limits.shard_slots import SLOTS_KEY
+
+from local.cloud import REGION, JobRun, run_job
+from tests.conftest import request_line, write_jsonl
+
+CAP = 2
+
+
+def test_two_jobs_at_once_queue_for_the_caps_slots_and_both_finish(
+    make_cloud: Any, simulator: Any, tmp_path: Path
+) -> None:
+    # each request takes a while, so that the shards of the two jobs overlap
+    simulator.configure(latency_s=0.3)
+    cloud = make_cloud(shard_lines=10, concurrency=2, map_concurrency=4, max_shards_in_flight=CAP)
+    table = boto3.resource("dynamodb", region_name=REGION).Table(cloud.table_name)
+    lock = threading.Lock()
+    running: set[tuple[str, int]] = set()
+    most_running = most_counted = 0
+    waits: list[int] = []
+
+    def probe(step: str, payload: dict[str, Any]) -> None:
+        """Each shard counts as running from its first provider step to its give-back."""
+        nonlocal most_running, most_counted
+        shard = ShardSpec.from_dict(payload["shard"]) if "shard" in payload else None
+        item = table.get_item(Key=SLOTS_KEY, ConsistentRead=True).get("Item", {})
+        with lock:
+            most_counted = max(most_counted, int(item.get("inflight", 0)))
+            if shard is None:
+                return
+            if step == "take_slot" and payload.get("slot"):
+                waits.append(int(payload["slot"]["waits"]))
+            elif step == "run_shard":
+                running.add((shard.job_id, shard.shard))
+                most_running = max(most_running, len(running))
+            elif step == "give_back_slot":
+                running.discard((shard.job_id, shard.shard))
+
+    cloud.before_invoke = probe
+    inputs = {
+        name: write_jsonl(tmp_path / f"{name}.jsonl", [request_line(f"{name}-{n}") for n in range(40)])
+        for name in ("first", "second")
+    }
+    runs: dict[str, JobRun] = {}
+
+    def run(name: str) -> None:
+        runs[name] = run_job(cloud, inputs[name], key=f"inbox/{name}.jsonl")
+
+    threads = [threading.Thread(target=run, args=(name,)) for name in inputs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    for name, path in inputs.items():
+        assert runs[name].status == "SUCCEEDED", runs[name].execution
+        assert runs[name].verify(path).ok
+        assert [r["custom_id"] for r in runs[name].results] == [f"{name}-{n}" for n in range(40)]
+    # eight shards, four a job at once, two at once in all: some waited for a slot
+    assert waits and max(waits) >= 1
+    assert 0 < most_running <= CAP
+    assert most_counted <= CAP
+    assert int(table.get_item(Key=SLOTS_KEY, ConsistentRead=True)["Item"]["inflight"]) == 0
