@@ -4,12 +4,16 @@ the shards beyond the cap wait in the workflow for a slot, and no more than the 
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import boto3
 from sluice.contract import ShardSpec
 from sluice.limits.shard_slots import SLOTS_KEY
+from sluice.plan.plan import job_id_for
+from sluice.runners.cancel import cancel_job
+from sluice.store.jobs import JobStore
 
 from local.cloud import REGION, JobRun, run_job
 from tests.conftest import request_line, write_jsonl
@@ -71,3 +75,35 @@ def test_two_jobs_at_once_queue_for_the_caps_slots_and_both_finish(
     assert 0 < most_running <= CAP
     assert most_counted <= CAP
     assert int(table.get_item(Key=SLOTS_KEY, ConsistentRead=True)["Item"]["inflight"]) == 0
+
+
+def test_a_cancelled_jobs_slots_come_back_for_the_next_job(make_cloud: Any, simulator: Any, tmp_path: Path) -> None:
+    cloud = make_cloud(shard_lines=5, batch_max_requests=5, poll_seconds=1, max_shards_in_flight=CAP)
+    # the batches would run for minutes: the shards hold their slots while they wait for them
+    simulator.configure(batch_phase_s=60.0)
+    table = boto3.resource("dynamodb", region_name=REGION).Table(cloud.table_name)
+    store = JobStore(table, ttl_days=1)
+    path = write_jsonl(tmp_path / "cancelled.jsonl", [request_line(f"c-{n}") for n in range(10)])
+    key, etag = cloud.upload(path, metadata={"sluice-mode": "batch"})
+    job_id = job_id_for(cloud.bucket, key, etag)
+    execution = cloud.start(cloud.object_created_event(key, etag))
+    deadline = time.monotonic() + 60
+    while sum(1 for shard in store.shards(job_id) if shard.slot_window is not None) < CAP:
+        assert time.monotonic() < deadline, "both shards should hold a slot while their batches run"
+        time.sleep(0.1)
+
+    cancel_job(
+        s3=boto3.client("s3", region_name=REGION),
+        store=store,
+        sfn=boto3.client("stepfunctions", region_name=REGION),
+        job_id=job_id,
+        provider=lambda: (simulator.base_url, "sk-test"),
+    )
+    cloud.wait(execution, timeout_s=60)
+
+    assert int(table.get_item(Key=SLOTS_KEY, ConsistentRead=True)["Item"]["inflight"]) == 0
+    assert [shard.slot_window for shard in store.shards(job_id)] == [None, None]
+    simulator.configure(batch_phase_s=0.1)
+    later = write_jsonl(tmp_path / "later.jsonl", [request_line(f"l-{n}") for n in range(10)])
+    run = run_job(cloud, later)
+    assert run.status == "SUCCEEDED" and len(run.results) == 10
