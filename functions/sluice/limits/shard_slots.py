@@ -188,19 +188,25 @@ class ShardSlots:
         window = window_of(self._clock())
         item = self._table.get_item(Key=SLOTS_KEY, ConsistentRead=True).get("Item")
         if item is None:
-            made = Slots.empty(window)
-            conditional(
-                self._table.put_item,
-                Item={**SLOTS_KEY, "win": window, "inflight": 0},
-                ConditionExpression="attribute_not_exists(#pk)",
-                ExpressionAttributeNames={"#pk": PARTITION_KEY},
-            )
-            return made
+            with causes.because(causes.SLOT_HOUR):
+                conditional(
+                    self._table.put_item,
+                    Item={**SLOTS_KEY, "win": window, "inflight": 0},
+                    ConditionExpression="attribute_not_exists(#pk)",
+                    ExpressionAttributeNames={"#pk": PARTITION_KEY},
+                )
+            return Slots.empty(window)
         slots = read_slots(item)
         if window <= slots.window:
             return slots
         moved = moved_on(slots, window)
         changed = [i for i in range(WINDOWS) if moved.taken[i] != slots.taken[i]]
+        with causes.because(causes.SLOT_HOUR):
+            self._move_on(slots, moved, changed)
+        return moved
+
+    def _move_on(self, slots: Slots, moved: Slots, changed: list[int]) -> None:
+        """The item moved on to `moved`'s hour, unless another take or a give-back came first."""
         names = {"#w": "win", "#n": "inflight", **{f"#k{i}": f"k{i:02d}" for i in changed}}
         zeroes = "".join(f", #k{i} = :zero" for i in changed)
         same = "".join(f" AND (attribute_not_exists(#k{i}) OR #k{i} = :k{i})" for i in changed)
@@ -212,7 +218,7 @@ class ShardSlots:
             ConditionExpression=f"#w = :old AND #n = :was{same}",
             ExpressionAttributeNames=names,
             ExpressionAttributeValues={
-                ":w": window,
+                ":w": moved.window,
                 ":n": moved.inflight,
                 ":old": slots.window,
                 ":was": slots.inflight,
@@ -220,7 +226,6 @@ class ShardSlots:
                 **{f":k{i}": slots.taken[i] for i in changed},
             },
         )
-        return moved
 
     def _took(self, slots: Slots) -> bool:
         """One slot taken in the item's hour, unless another shard took the last one first."""
