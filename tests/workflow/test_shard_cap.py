@@ -107,3 +107,23 @@ def test_a_cancelled_jobs_slots_come_back_for_the_next_job(make_cloud: Any, simu
     later = write_jsonl(tmp_path / "later.jsonl", [request_line(f"l-{n}") for n in range(10)])
     run = run_job(cloud, later)
     assert run.status == "SUCCEEDED" and len(run.results) == 10
+
+
+def test_a_failed_shard_gives_its_slot_back_and_a_shard_that_waits_for_it_runs(make_cloud: Any, tmp_path: Path) -> None:
+    cloud = make_cloud(shard_lines=10, map_concurrency=4, max_shards_in_flight=1)
+    table = boto3.resource("dynamodb", region_name=REGION).Table(cloud.table_name)
+
+    def fail_shard_0(step: str, payload: dict[str, Any]) -> None:
+        if step == "run_shard" and payload.get("shard", {}).get("shard") == 0:
+            raise ValueError("a defect in shard 0")
+
+    cloud.before_invoke = fail_shard_0
+    path = write_jsonl(tmp_path / "failing.jsonl", [request_line(f"f-{n}") for n in range(30)])
+    run = run_job(cloud, path)
+
+    # one slot in all: the shards ran one after another, the failed one's given back through ShardFailed
+    assert run.verify(path).ok
+    assert [r["custom_id"] for r in run.results] == [f"f-{n}" for n in range(10, 30)]
+    assert {e["error"]["code"] for e in run.errors} == {"shard_failed"}
+    assert int(table.get_item(Key=SLOTS_KEY, ConsistentRead=True)["Item"]["inflight"]) == 0
+    assert [i.step for i in cloud.invocations].count("give_back_slot") == 3
