@@ -18,8 +18,9 @@ have it; a give-back is - 1 on both, on condition that its hour is still in the 
 **Lapse.** A shard that dies without giving its slot back (its execution stopped or timed out,
 a crash between two writes) must not hold it for ever: the first take in a new hour moves the
 ring on and drops the counters `WINDOWS` hours old from `inflight`. A slot thus lapses 25 to 26
-hours after it was taken, once the longest shard (a batch's 24-hour completion window) has ended.
-A live shard's slot never lapses sooner, and one that lapsed is given back as nothing.
+hours after it was taken, once a batch shard (its 24-hour completion window) has ended. A
+slot is not renewed: a shard that runs longer than that stops counting, so the cap may be passed
+by such shards until they end; a lapsed slot's give-back gives back nothing.
 
 **The shard's hold.** The hour a shard took its slot in is on its own row (`slot_window` on
 `JOB#<job>#<shard>` / `SHARD`), written after the take and removed before the give-back: a step
@@ -29,9 +30,10 @@ still holding one (their executions' children stop without reaching their own gi
 
 **Figures.** A take is one strongly consistent read of the item (1 RCU) and, with room, one
 write to it and one to the shard's row; a refused take only reads. A give-back is two writes. So
-the item takes two writes per shard in its life, whatever its lines: at a first wave of 20
-shards a second, 40 WCU/s (4% of a partition's 1,000); 1,000 shards waiting read it at most
-every `first_wait_s` to `max_wait_s`, at most 200 RCU/s (7% of 3,000).
+the item takes two writes per shard in its life, whatever its lines: the capacity check, which
+counts them as once a run (an upper bound) in the opening wave of 20 shards a second, puts it at
+50 WCU/s (5% of a partition's 1,000); 1,000 shards waiting read it at most every `first_wait_s`
+to `max_wait_s`, at most 200 RCU/s (7% of 3,000).
 """
 
 from __future__ import annotations
