@@ -12,11 +12,10 @@ import boto3
 from sluice.contract import ShardSpec
 from sluice.limits.shard_slots import SLOTS_KEY
 from sluice.plan.plan import job_id_for
-from sluice.runners.cancel import cancel_job
 from sluice.store.jobs import JobStore
 
 from local.cloud import REGION, JobRun, run_job
-from tests.conftest import request_line, write_jsonl
+from tests.conftest import cancel_in_cloud, request_line, write_jsonl
 
 CAP = 2
 
@@ -92,13 +91,7 @@ def test_a_cancelled_jobs_slots_come_back_for_the_next_job(make_cloud: Any, simu
         assert time.monotonic() < deadline, "both shards should hold a slot while their batches run"
         time.sleep(0.1)
 
-    cancel_job(
-        s3=boto3.client("s3", region_name=REGION),
-        store=store,
-        sfn=boto3.client("stepfunctions", region_name=REGION),
-        job_id=job_id,
-        provider=lambda: (simulator.base_url, "sk-test"),
-    )
+    cancel_in_cloud(store, job_id, simulator.base_url)
     cloud.wait(execution, timeout_s=60)
 
     assert int(table.get_item(Key=SLOTS_KEY, ConsistentRead=True)["Item"]["inflight"]) == 0
