@@ -74,8 +74,9 @@ DEPLOYED_DEFAULTS: dict[str, Any] = {
     "provider_base_url": DEFAULT_PROVIDER_BASE_URL,
     # the bucket's cache/ expires answers (a local directory keeps them: 0)
     "cache_ttl_days": 30,
-    # each shard step reserves this much concurrency, so it needs a number (a local run has no cap)
-    "max_shards_in_flight": 100,
+    # the steps' 0 is no cap (a local run): an environment that names none gets half the account's
+    # concurrency less what it reserves (`Environment.derived_shards_in_flight`), never no cap
+    "max_shards_in_flight": 0,
     # cdk.json may write null for no cap, as the steps' 0
     "budget_usd": None,
     # cdk.json writes the limits as an object of models, the steps as their text
@@ -147,8 +148,9 @@ class Environment:
     # the most requests a minute the provider takes from this environment's key, all models
     # together: the fastest background responses (and so their webhooks) can come
     provider_rpm: int = 30_000
-    # the most shards one job works at once (its Map's MaxConcurrency is at most this); the account
-    # holds them beside the webhook's reservation, and jobs at once share the account's concurrency
+    # the most shards the environment's jobs run at once, all together (`sluice.limits.shard_slots`:
+    # a shard beyond it waits in the workflow for a slot), and so the most one job's Map runs; 0 or
+    # left out: `derived_shards_in_flight`
     max_shards_in_flight: int = DEPLOYED_DEFAULTS["max_shards_in_flight"]
     # the account's Lambda concurrency quota in the stack's region (1,000 until raised)
     account_concurrency: int = 1000
@@ -157,6 +159,18 @@ class Environment:
     rate_limits: Mapping[str, Mapping[str, float]] | None = None
     account: str | None = None
     region: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_shards_in_flight <= 0:
+            object.__setattr__(self, "max_shards_in_flight", self.derived_shards_in_flight)
+
+    @property
+    def derived_shards_in_flight(self) -> int:
+        """The cap of an environment that names none: half the account's concurrency, less what the
+        environment reserves, so that its shards at their cap use at most half of the account's
+        Lambdas and leave the rest to another environment in the account (1,000: 400 at provider_rpm
+        30,000)."""
+        return max(1, self.account_concurrency // 2 - self.reserved_concurrency)
 
     @property
     def in_production(self) -> bool:

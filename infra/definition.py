@@ -29,6 +29,7 @@ from sluice.contract import (
     Mode,
     Planned,
     ShardSpec,
+    SlotTaken,
     StepResult,
     Submitted,
 )
@@ -132,6 +133,11 @@ def _is_true(path: str, next_state: str) -> dict[str, Any]:
     return {"Variable": path, "BooleanEquals": True, "Next": next_state}
 
 
+def _if_true(path: str, then: str, otherwise: str) -> dict[str, Any]:
+    """A Choice: to `then` when `path` is true, else to `otherwise`."""
+    return {"Type": "Choice", "Choices": [_is_true(path, then)], "Default": otherwise}
+
+
 # A shard step that failed after its retries ends its shard, not its job: ShardFailed cancels the
 # shard's open work and writes its unfinished lines to the errors, naming the cause, and the Map's
 # other children run on. Only ShardFailed's own failure fails the Map, and with it the job.
@@ -154,7 +160,12 @@ def _shard_states() -> dict[str, Any]:
     for name, state in states.items():
         if state["Type"] == "Task":
             states[name] = _caught(state)
-    states["ShardFailed"] = _invoke(p[SHARD_FAILED_STEP], "$", None, "Shard finished")
+    states["ShardFailed"] = _invoke(p[SHARD_FAILED_STEP], "$", None, "Give the slot back")
+    # whatever ends a shard that ran, its slot goes back; a give-back that fails even so ends the
+    # shard all the same, and its slot lapses (`sluice.limits.shard_slots`)
+    give_back = _invoke(p["give_back_slot"], {f"{SHARD_KEY}.$": SHARD}, None, "Shard finished")
+    give_back["Catch"] = [{"ErrorEquals": ["States.ALL"], "ResultPath": None, "Next": "Shard finished"}]
+    states["Give the slot back"] = give_back
     return {"StartAt": "Answered from the cache?", "States": states}
 
 
@@ -162,11 +173,12 @@ def _mode_states() -> dict[str, Any]:
     p = FUNCTION_PLACEHOLDERS
     return {
         # Plan wrote the outputs of a shard the response cache answered whole: nothing to run
-        "Answered from the cache?": {
-            "Type": "Choice",
-            "Choices": [_is_true(ShardSpec.path("answered"), "Shard finished")],
-            "Default": "Which mode?",
-        },
+        "Answered from the cache?": _if_true(ShardSpec.path("answered"), "Shard finished", "Take a slot"),
+        # one of the environment's shards in flight across all its jobs, waited for in the
+        # workflow (no Lambda runs meanwhile) while other jobs' shards hold them all
+        "Take a slot": _invoke(p["take_slot"], "$", SlotTaken, "Slot taken?"),
+        "Slot taken?": _if_true(SlotTaken.path("taken"), "Which mode?", "Wait for a slot"),
+        "Wait for a slot": {"Type": "Wait", "SecondsPath": SlotTaken.path("wait_seconds"), "Next": "Take a slot"},
         "Which mode?": {
             "Type": "Choice",
             "Choices": [
@@ -176,25 +188,13 @@ def _mode_states() -> dict[str, Any]:
             "Default": "RunShard",
         },
         "RunShard": _invoke(p["run_shard"], "$", DirectRun, "Shard done?"),
-        "Shard done?": {
-            "Type": "Choice",
-            "Choices": [_is_true(DirectRun.path("done"), "Shard finished")],
-            "Default": "RunShard",
-        },
+        "Shard done?": _if_true(DirectRun.path("done"), "Give the slot back", "RunShard"),
         "Submit": _invoke(p["submit"], "$", Submitted, "Submitted?"),
-        "Submitted?": {
-            "Type": "Choice",
-            "Choices": [_is_true(Submitted.path("submitted"), "AwaitWebhooks (first)")],
-            "Default": "Submit",
-        },
+        "Submitted?": _if_true(Submitted.path("submitted"), "AwaitWebhooks (first)", "Submit"),
         # two waits, one per step whose result says how long: the state keeps both results
         "AwaitWebhooks (first)": _await(Submitted.path("wait_seconds"), "Collect"),
         "Collect": _invoke(p["collect"], "$", Collected, "Collected?"),
-        "Collected?": {
-            "Type": "Choice",
-            "Choices": [_is_true(Collected.path("done"), "Shard finished")],
-            "Default": "AwaitWebhooks",
-        },
+        "Collected?": _if_true(Collected.path("done"), "Give the slot back", "AwaitWebhooks"),
         "AwaitWebhooks": _await(Collected.path("wait_seconds"), "Collect"),
         "SubmitBatch": _invoke(p["submit_batch"], "$", BatchSubmitted, "AwaitBatch (first)"),
         "AwaitBatch (first)": _await(BatchSubmitted.path("wait_seconds"), "CollectBatch"),
@@ -202,7 +202,7 @@ def _mode_states() -> dict[str, Any]:
         "Batch finished?": {
             "Type": "Choice",
             "Choices": [
-                _is_true(BatchCollected.path("done"), "Shard finished"),
+                _is_true(BatchCollected.path("done"), "Give the slot back"),
                 # rows the batch did not finish go through the fan-out engine, if the job allows
                 _is_true(BatchCollected.path("fallback"), "RunShard"),
             ],
@@ -279,11 +279,7 @@ def definition() -> dict[str, Any]:
         "StartAt": "Plan",
         "States": {
             "Plan": plan,
-            "Already seen?": {
-                "Type": "Choice",
-                "Choices": [_is_true(Planned.path("duplicate"), "Skip duplicate")],
-                "Default": "Shards",
-            },
+            "Already seen?": _if_true(Planned.path("duplicate"), "Skip duplicate", "Shards"),
             # the execution's output says which job it was (a Pass: cfn-lint allows no OutputPath on Succeed)
             "Skip duplicate": {"Type": "Pass", "OutputPath": f"$.{Planned.KEY}", "End": True},
             "Shards": shards,

@@ -44,6 +44,11 @@ SHARED_LIMIT = (GET, UPDATE)
 # batch_queue_table.QueueTable: the queue's slots read together, updated one at a time; the hold
 # rows on the shard's partition, read, updated, and queried for a dead shard's while reconciling
 BATCH_QUEUE = (GET, BATCH_GET, UPDATE, QUERY)
+# shard_slots.ShardSlots: the slots' item read, made and updated on condition; the hold on the
+# shard's row set and removed (update_item)
+SHARD_SLOTS = (GET, PUT, UPDATE)
+# ShardSlots.give_back: the hold removed from the shard's row, then the slots' item updated
+GIVE_BACK_SLOT = (UPDATE,)
 # JobStore.arm_shard, begin_batch_submit, set_shard_batches, plan_batch_parts, requeue_batch,
 # mark_batch_collected, await_batch: one shard row
 UPDATE_SHARD = (UPDATE,)
@@ -57,6 +62,9 @@ WEBHOOK_SETTLE = (PUT, GET, UPDATE)
 _STEPS: dict[str, tuple[tuple[str, ...], ...]] = {
     # sluice.plan.plan.plan_job
     "plan": (CLAIM_JOB, RECORD_PLAN),
+    # sluice.limits.shard_slots.ShardSlots.take, and .give_back at the shard's end
+    "take_slot": (SHARD_SLOTS,),
+    "give_back_slot": (GIVE_BACK_SLOT,),
     # sluice.runners.direct.run_direct: Stopper (job status), PartWriter, Budget, SharedLimit
     "run_shard": (READ_JOB, CHECKPOINT, BUDGET, SHARED_LIMIT),
     # sluice.runners.background.submit_background: as run_direct, plus the item rows it skips and the
@@ -72,7 +80,8 @@ _STEPS: dict[str, tuple[tuple[str, ...], ...]] = {
     # sluice.merge.merge.merge_job; sluice.merge.mark_failed.mark_failed (merge_job, or the job row alone)
     "merge": (READ_JOB, FINISH_JOB),
     # and before it sluice.runners.cancel.stop_failed_job: the open work of the job's background shards' items
-    "mark_failed": (READ_JOB, FINISH_JOB, READ_ITEMS),
+    # and ShardSlots.give_back_all: the slots its stopped shards held
+    "mark_failed": (READ_JOB, FINISH_JOB, READ_ITEMS, GIVE_BACK_SLOT),
     # sluice.runners.shard_failed.fail_shard: its shard row and item rows, for the open work to cancel
     "fail_shard": (READ_JOB, READ_ITEMS),
     # sluice.merge.notify.publish: EventBridge only

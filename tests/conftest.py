@@ -98,3 +98,19 @@ def plan_figures(requests: int, *, mode: str = "direct", **changes: Any) -> Plan
         plan_seconds=0.1,
     )
     return replace(figures, **changes)
+
+
+def cancel_in_cloud(store: Any, job_id: str, base_url: str) -> Any:
+    """`sluice cancel` of a job running in the local cloud, against the provider at `base_url`."""
+    import boto3
+    from sluice.runners.cancel import cancel_job
+
+    from local.cloud import REGION
+
+    return cancel_job(
+        s3=boto3.client("s3", region_name=REGION),
+        store=store,
+        sfn=boto3.client("stepfunctions", region_name=REGION),
+        job_id=job_id,
+        provider=lambda: (base_url, "sk-test"),
+    )

@@ -156,6 +156,8 @@ def local_cloud(sim: SimulatorServer) -> Iterator[LocalCloud]:
     settings = LocalSettings(
         shard_lines=SHARD_LINES,
         map_concurrency=8,
+        # a cap that binds no run: every shard takes and gives back its slot, and is counted so
+        max_shards_in_flight=8,
         concurrency=64,
         retry_base_delay_s=0.05,
         poll_seconds=1,

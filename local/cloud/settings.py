@@ -14,6 +14,8 @@ class LocalSettings:
     concurrency: int = LOCAL_SETTING_DEFAULTS["concurrency"]
     # fewer shards at once than deployed: they share this machine's cores
     map_concurrency: int = LOCAL_SETTING_DEFAULTS["map_concurrency"]
+    # shards at once across the run's jobs (`sluice.limits.shard_slots`); 0: no cap, as on one machine
+    max_shards_in_flight: int = LOCAL_SETTING_DEFAULTS["max_shards_in_flight"]
     max_attempts: int = LOCAL_SETTING_DEFAULTS["max_attempts"]
     request_timeout_s: float = LOCAL_SETTING_DEFAULTS["request_timeout_s"]
     shard_lines: int = LOCAL_SETTING_DEFAULTS["shard_lines"]

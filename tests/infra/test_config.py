@@ -205,6 +205,16 @@ def test_a_jobs_shards_must_fit_the_account_beside_the_webhook_and_the_unreserve
         Environment.from_context("prod", thousand)
 
 
+def test_an_environment_naming_no_cap_on_shards_in_flight_takes_half_the_account_less_its_reservation() -> None:
+    unnamed = copy.deepcopy(dict(ENVIRONMENTS))
+    del unnamed["prod"]["max_shards_in_flight"]
+    # 1,000 / 2 - the webhook's 100: the environment's shards use at most half the account's Lambdas
+    assert Environment.from_context("prod", unnamed).max_shards_in_flight == 400
+    unnamed["prod"]["account_concurrency"] = 3000
+    assert Environment.from_context("prod", unnamed).max_shards_in_flight == 1400
+    assert Environment.from_context("prod", ENVIRONMENTS).max_shards_in_flight == 100
+
+
 def test_the_webhook_endpoint_and_function_grow_with_the_providers_rate() -> None:
     slow = Environment.from_context("dev", with_value("dev", "provider_rpm", 3000))
     assert (slow.webhook_rate_limit, slow.webhook_burst_limit, slow.webhook_concurrency) == (100, 200, 10)

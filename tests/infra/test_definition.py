@@ -70,3 +70,41 @@ def test_a_job_refused_for_its_users_input_ends_the_execution_without_failing_it
     # every other way MarkFailed ends is a failed execution, and pages
     assert states[failed["Next"]]["Type"] == "Fail"
     assert states["MarkFailed (from the input)"]["Next"] == "Job failed"
+
+
+def _child() -> dict[str, Any]:
+    return dict(definition()["States"]["Shards"]["ItemProcessor"]["States"])
+
+
+def _next_of(state: dict[str, Any]) -> set[str]:
+    found = {state[k] for k in ("Next", "Default") if k in state}
+    return found | {c["Next"] for c in state.get("Choices", [])} | {c["Next"] for c in state.get("Catch", [])}
+
+
+def test_a_shard_takes_a_slot_before_any_provider_step_and_waits_for_one_in_the_workflow() -> None:
+    states = _child()
+    assert states["Answered from the cache?"]["Default"] == "Take a slot"
+    assert _next_of(states["Take a slot"]) == {"Slot taken?", "ShardFailed"}
+    taken = states["Slot taken?"]
+    assert [c["Next"] for c in taken["Choices"]] == ["Which mode?"] and taken["Default"] == "Wait for a slot"
+    wait = states["Wait for a slot"]
+    assert wait["Type"] == "Wait" and wait["SecondsPath"] == "$.slot.wait_seconds" and wait["Next"] == "Take a slot"
+    # only the slot's states lead to the modes: no shard sends without one
+    into_modes = {name for name, state in states.items() if "Which mode?" in _next_of(state)}
+    assert into_modes == {"Slot taken?"}
+
+
+def test_every_end_of_a_shard_that_ran_gives_its_slot_back_and_a_failed_give_back_ends_the_shard() -> None:
+    states = _child()
+    into_finished = {name for name, state in states.items() if "Shard finished" in _next_of(state)}
+    # a shard the cache answered whole never took a slot
+    assert into_finished == {"Answered from the cache?", "Give the slot back"}
+    assert {name for name, state in states.items() if "Give the slot back" in _next_of(state)} == {
+        "Shard done?",
+        "Collected?",
+        "Batch finished?",
+        "ShardFailed",
+    }
+    give_back = states["Give the slot back"]
+    assert give_back["Catch"] == [{"ErrorEquals": ["States.ALL"], "ResultPath": None, "Next": "Shard finished"}]
+    assert give_back["ResultPath"] is None

@@ -8,7 +8,7 @@ from tests.infra.test_workflow import STACK_INSTANCE, _flat
 
 # The seven of the original design plus the ones the definition has grown since.
 HANDLERS = {step: f"handlers.{step}.handler" for step in FUNCTION_PLACEHOLDERS}
-SHORT_STEPS = ("notify", "await_shard")
+SHORT_STEPS = ("notify", "await_shard", "take_slot", "give_back_slot")
 CONFIGURED = {
     "SLUICE_BUCKET",
     "SLUICE_TABLE",

@@ -56,6 +56,9 @@ EXPECTED_S3 = {
     "submit_batch": BATCH_S3,
     "collect_batch": BATCH_S3,
     "await_shard": set(),
+    # a shard's slot among the shards in flight: the jobs table only
+    "take_slot": set(),
+    "give_back_slot": set(),
     # Merge copies the shards' files; only MarkFailed reads the input, for the lines never finished.
     # Merge also compacts the response cache's indexes (it lists the segments, reads none)
     "merge": OUTPUT_S3
@@ -329,3 +332,14 @@ def test_a_new_statement_on_every_resource_is_a_finding(tmp_path: Path) -> None:
     assert findings == {
         ("AwsSolutions-IAM5[Action::cloudwatch:PutMetricData]", "Sluice-dev/Functions/MergeRole/DefaultPolicy/Resource")
     }
+
+
+def test_the_slot_steps_reach_only_the_jobs_table(synthesis: Synthesis, env: str) -> None:
+    from infra.table_access import TABLE_ACTIONS
+
+    for step, statements in _step_statements(synthesis, env).items():
+        if step not in ("take_slot", "give_back_slot"):
+            continue
+        actions = {action for statement in statements for action in _listed(statement["Action"])}
+        assert {a for a in actions if not a.startswith(("logs:", "xray:"))} == set(TABLE_ACTIONS[step]), step
+    assert TABLE_ACTIONS["give_back_slot"] == ("dynamodb:UpdateItem",)

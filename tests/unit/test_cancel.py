@@ -261,3 +261,19 @@ def test_files_still_waiting_for_room_in_the_batch_queue_are_no_batch_to_cancel(
     assert open_provider_work(aws.store, job_id).batches == []
     aws.store.set_shard_batches(job_id, 1, ["batch_e"])
     assert open_provider_work(aws.store, job_id).batches == ["batch_e"]
+
+
+def test_a_failed_jobs_shards_stopped_holding_slots_give_them_back(aws: Aws) -> None:
+    from sluice.contract import Planned
+    from sluice.limits.shard_slots import SLOTS_KEY, ShardSlots, SlotPolicy
+    from sluice.runners.cancel import stop_failed_job
+
+    state = Planned.from_dict(aws.plan("inbox/failing.jsonl", [request_line(f"f-{n}") for n in range(12)]))
+    slots = ShardSlots(aws.store.table, SlotPolicy(cap=4))
+    # shards 0 and 2 ran when the Map failed: its children stop before their own give-back
+    assert slots.take(state.job_id, 0).taken and slots.take(state.job_id, 2).taken
+
+    asyncio.run(stop_failed_job(aws.store, state, lambda: pytest.fail("no open work to cancel")))
+
+    assert int(aws.store.table.get_item(Key=SLOTS_KEY, ConsistentRead=True)["Item"]["inflight"]) == 0
+    assert [row.slot_window for row in aws.store.shards(state.job_id)] == [None, None, None]

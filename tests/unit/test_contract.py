@@ -178,11 +178,11 @@ def test_a_step_result_is_exactly_its_fields() -> None:
 
 
 def test_the_definition_names_the_state_only_through_the_steps_results() -> None:
-    from sluice.contract import SHARD_KEY, BatchCollected, BatchSubmitted, MarkedFailed, Merged, Planned
+    from sluice.contract import SHARD_KEY, BatchCollected, BatchSubmitted, MarkedFailed, Merged, Planned, SlotTaken
 
     from infra.definition import definition
 
-    steps = (Planned, DirectRun, Submitted, Collected, BatchSubmitted, BatchCollected, Merged, MarkedFailed)
+    steps = (Planned, SlotTaken, DirectRun, Submitted, Collected, BatchSubmitted, BatchCollected, Merged, MarkedFailed)
     results = {r.KEY: r for r in steps}
 
     def resolves(path: str) -> bool:
@@ -197,8 +197,9 @@ def test_the_definition_names_the_state_only_through_the_steps_results() -> None
     for name, state in states.items():
         for choice in state.get("Choices", []):
             assert resolves(choice["Variable"]), (name, choice)
-        if "TimeoutSecondsPath" in state:
-            assert resolves(state["TimeoutSecondsPath"]), name
+        for field in ("TimeoutSecondsPath", "SecondsPath"):
+            if field in state:
+                assert resolves(state[field]), name
         if state.get("Resource") == "arn:aws:states:::lambda:invoke":
             # a step's answer never replaces the state: it lands under its own key, or nowhere
             assert "OutputPath" not in state or state["OutputPath"] == f"$.{Merged.KEY}", name

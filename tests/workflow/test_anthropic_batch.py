@@ -12,12 +12,11 @@ import boto3
 import orjson
 import pytest
 from sluice.plan.plan import job_id_for
-from sluice.runners.cancel import cancel_job
 from sluice.store.jobs import JobStore
 
 from local.cloud import REGION, run_job
 from local.simulator import SimulatorServer
-from tests.conftest import request_line, write_jsonl
+from tests.conftest import cancel_in_cloud, request_line, write_jsonl
 
 MODEL = "claude-3-5-haiku-latest"
 BATCHES = "/v1/messages/batches"
@@ -138,13 +137,7 @@ def test_a_cancel_of_a_running_anthropic_batch_job_cancels_its_batch(make_cloud,
         assert time.monotonic() < deadline, "the shard should have created its batch"
         time.sleep(0.05)
 
-    report = cancel_job(
-        s3=boto3.client("s3", region_name=REGION),
-        store=store,
-        sfn=boto3.client("stepfunctions", region_name=REGION),
-        job_id=job_id,
-        provider=lambda: (simulator.base_url, "sk-test"),
-    )
+    report = cancel_in_cloud(store, job_id, simulator.base_url)
     cloud.wait(execution, timeout_s=60)
 
     assert report.batches_cancelled == 1 and report.provider_failures == []

@@ -103,6 +103,9 @@ COMPACT = Cause("merge: a compaction slice", Per.JOB)
 NOTIFY = Cause("notify", Per.JOB)
 MARK_FAILED = Cause("mark failed", Per.JOB)
 SHARD_FAILED = Cause("a failed shard ended: its open work cancelled, its outputs written", Per.SHARD)
+SLOT = Cause("a shard's slot among the shards in flight, taken at its start or given back at its end", Per.RUN)
+SLOT_WAIT = Cause("a look again for a slot among the shards in flight", Per.POLL)
+SLOT_HOUR = Cause("the slots among the shards in flight made, or moved on to a new hour", Per.ONCE)
 
 CAUSES: tuple[Cause, ...] = (
     PLAN,
@@ -143,12 +146,17 @@ CAUSES: tuple[Cause, ...] = (
     COMPACT,
     NOTIFY,
     MARK_FAILED,
+    SLOT,
+    SLOT_WAIT,
+    SLOT_HOUR,
 )
 
 
 # what a step's invocation is, for the calls no narrower cause claims (its handler's module is the step)
 STEP_CAUSES: dict[str, Cause] = {
     "plan": PLAN,
+    "take_slot": SLOT,
+    "give_back_slot": SLOT,
     "run_shard": RUN,
     "submit": RUN,
     "await_shard": RUN,

@@ -53,6 +53,9 @@ class ShardRow:
     batch_retry_at: float | None = None
     batch_requeued: int | None = None
     batch_settled: str | None = None
+    # the hour the shard took its slot among the shards in flight in, while it holds one
+    # (`sluice.limits.shard_slots`)
+    slot_window: int | None = None
 
     @classmethod
     def from_item(cls, item: Mapping[str, Any]) -> ShardRow:

@@ -77,6 +77,17 @@ class Planned(StepResult):
 
 
 @dataclass(frozen=True)
+class SlotTaken(StepResult):
+    """Take a slot: `taken` once the shard holds one of the environment's shards in flight; else
+    wait `wait_seconds` and ask again, `waits` being how often it was refused so far."""
+
+    KEY: ClassVar[str] = "slot"
+    taken: bool
+    waits: int = 0
+    wait_seconds: int = 0
+
+
+@dataclass(frozen=True)
 class DirectRun(StepResult):
     """RunShard: `done` once every line of the shard has its outcome; else it runs again."""
 
@@ -299,6 +310,7 @@ class ShardState:
     """A Map child's state: its shard (a manifest item, as Plan wrote it) and what its steps returned."""
 
     shard: ShardSpec
+    slot: SlotTaken | None = None
     run_shard: DirectRun | None = None
     submit: Submitted | None = None
     collect: Collected | None = None
@@ -311,7 +323,7 @@ class ShardState:
     def from_dict(cls, data: Mapping[str, Any]) -> ShardState:
         raw = strict(cls, data, "a shard's state")
         results: dict[str, Any] = {SHARD_KEY: ShardSpec.from_dict(data[SHARD_KEY])}
-        for result in (DirectRun, Submitted, Collected, BatchSubmitted, BatchCollected):
+        for result in (SlotTaken, DirectRun, Submitted, Collected, BatchSubmitted, BatchCollected):
             value = data.get(result.KEY)
             if value is not None:
                 results[result.KEY] = result.from_dict(value)

@@ -43,6 +43,10 @@ STEPS: dict[str, Step] = {
         # Plan keeps about 20 bytes a line (`sluice.plan.line_pass`: its offset, and a 12-byte hash of its
         # custom_id until duplicates are settled), 200 MB at 10M lines; the rest is the cache's lookups
         Step("plan", 900, 3008),
+        # a slot among the environment's shards in flight, taken before a shard runs and given back
+        # at its end (`sluice.limits.shard_slots`): a read and a write or two
+        Step("take_slot", 30),
+        Step("give_back_slot", 30),
         Step("run_shard", 900, FULL_VCPU_MB),
         Step("submit", 900),
         Step("await_shard", 30),

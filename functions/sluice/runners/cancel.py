@@ -32,6 +32,7 @@ from sluice.contract import (
 from sluice.contract.model import ErrorCode, Outcome
 from sluice.contract.rows import ShardRow
 from sluice.core.retry import RetryPolicy
+from sluice.limits.shard_slots import give_back_held
 from sluice.merge.merge import merge_job
 from sluice.merge.summary import end_job
 from sluice.plan.plan import output_prefix
@@ -88,11 +89,10 @@ def open_provider_work(store: JobStore, job_id: str, *, shards: int | None = Non
     return provider_work_of(store, job_id, store.shards(job_id, count=shards, consistent=True))
 
 
-def failed_job_work(store: JobStore, job_id: str, *, shards: int) -> ProviderWork:
-    """What a failed job may still be running at the provider: its shards' open batches, and the
-    open responses of its background shards only (a direct or batch shard has none, and its item
-    rows, a row a line, are not read for nothing)."""
-    rows = store.shards(job_id, count=shards, consistent=True)
+def failed_job_work(store: JobStore, job_id: str, rows: list[ShardRow]) -> ProviderWork:
+    """What a failed job may still be running at the provider, by its shards' `rows`: their open
+    batches, and the open responses of its background shards only (a direct or batch shard has
+    none, and its item rows, a row a line, are not read for nothing)."""
     return provider_work_of(
         store, job_id, rows, responses_of={row.shard for row in rows if row.mode == Mode.BACKGROUND}
     )
@@ -105,7 +105,10 @@ async def stop_failed_job(
     batch or background response goes on billing for lines nobody will collect; `context` makes a
     step's clients, and is called only when there is work to cancel (it reads the key)."""
     store.stop_shards(state.job_id, JobStatus.FAILED, shards=state.shards)
-    work = failed_job_work(store, state.job_id, shards=state.shards)
+    rows = store.shards(state.job_id, count=state.shards, consistent=True)
+    # the Map's failure stopped its children before they reached their own give-back
+    give_back_held(store.table, state.job_id, rows)
+    work = failed_job_work(store, state.job_id, rows)
     return work, (await cancel_open_work(context(), work) if work else ProviderCancels())
 
 
@@ -378,7 +381,10 @@ def cancel_job(
     shards = job.shards or 0
     store.stop_shards(job_id, JobStatus.CANCELLED, shards=shards)
 
-    work = open_provider_work(store, job_id, shards=shards)
+    rows = store.shards(job_id, count=shards, consistent=True)
+    # the stopped execution's children never reach their own give-back
+    give_back_held(store.table, job_id, rows)
+    work = provider_work_of(store, job_id, rows)
     if work and not provider_cancels:
         report.left_open = len(work.batches) + len(work.responses)
     elif work:
