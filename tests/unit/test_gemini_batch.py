@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import io
-from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -20,9 +19,8 @@ from sluice.providers.gemini import batch as batch_module
 from sluice.providers.gemini.batch import GeminiBatchApi, opener
 from sluice.providers.gemini.batch_wire import batch_status, parse_row
 
-from local.simulator import SimConfig, SimulatorServer
+from local.simulator import SimulatorServer
 
-BASE = SimConfig(latency_s=0.0, seed=7, batch_phase_s=0.0)
 MODEL = "gemini-2.5-flash"
 TAG = BatchTag("reviews-0123456789ab", 3, 1)
 CHAT = "/v1/chat/completions"
@@ -30,17 +28,11 @@ RESPONSES = "/v1/responses"
 KEY = "gemini-test-key"
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[SimulatorServer]:
-    with SimulatorServer(BASE) as running:
-        yield running
-
-
 @pytest.fixture
-def sim(server: SimulatorServer) -> SimulatorServer:
-    server.reset()
-    server.configure(**dataclasses.asdict(BASE))
-    return server
+def sim(simulator: SimulatorServer) -> SimulatorServer:
+    """The shared simulator, its batches ending at once unless a test slows them."""
+    simulator.configure(latency_s=0.0, batch_phase_s=0.0)
+    return simulator
 
 
 def chat(line: int, custom_id: str, text: str = "I loved it") -> Request:
