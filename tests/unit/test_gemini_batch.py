@@ -217,6 +217,7 @@ def test_a_create_whose_answer_was_lost_takes_the_batch_it_created(
 
     async def go() -> str:
         async with opener(sim.url, KEY, timeout_s=5.0)() as api:
+            assert isinstance(api, GeminiBatchApi)
             lossy = LosesFirstAnswer(api._session, sim.url, api.limits)
             return await lossy.submit(upload(lossy, [chat(1, "a")]), TAG)
 
@@ -232,7 +233,7 @@ async def _no_sleep(_: float) -> None:
 
 
 def test_a_batch_reads_in_openais_words() -> None:
-    operation = {
+    operation: dict[str, Any] = {
         "name": "batches/b1",
         "metadata": {
             "state": "BATCH_STATE_RUNNING",
