@@ -100,7 +100,7 @@ def plan_figures(requests: int, *, mode: str = "direct", **changes: Any) -> Plan
     return replace(figures, **changes)
 
 
-def cancel_in_cloud(store: Any, job_id: str, base_url: str) -> Any:
+def cancel_in_cloud(store: Any, job_id: str, base_url: str, api_key: str = "sk-test") -> Any:
     """`sluice cancel` of a job running in the local cloud, against the provider at `base_url`."""
     import boto3
     from sluice.runners.cancel import cancel_job
@@ -112,5 +112,5 @@ def cancel_in_cloud(store: Any, job_id: str, base_url: str) -> Any:
         store=store,
         sfn=boto3.client("stepfunctions", region_name=REGION),
         job_id=job_id,
-        provider=lambda: (base_url, "sk-test"),
+        provider=lambda: (base_url, api_key),
     )

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import io
-from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -20,9 +19,8 @@ from sluice.providers.gemini import batch as batch_module
 from sluice.providers.gemini.batch import GeminiBatchApi, opener
 from sluice.providers.gemini.batch_wire import batch_status, parse_row
 
-from local.simulator import SimConfig, SimulatorServer
+from local.simulator import SimulatorServer
 
-BASE = SimConfig(latency_s=0.0, seed=7, batch_phase_s=0.0)
 MODEL = "gemini-2.5-flash"
 TAG = BatchTag("reviews-0123456789ab", 3, 1)
 CHAT = "/v1/chat/completions"
@@ -30,17 +28,11 @@ RESPONSES = "/v1/responses"
 KEY = "gemini-test-key"
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[SimulatorServer]:
-    with SimulatorServer(BASE) as running:
-        yield running
-
-
 @pytest.fixture
-def sim(server: SimulatorServer) -> SimulatorServer:
-    server.reset()
-    server.configure(**dataclasses.asdict(BASE))
-    return server
+def sim(simulator: SimulatorServer) -> SimulatorServer:
+    """The shared simulator, its batches ending at once unless a test slows them."""
+    simulator.configure(latency_s=0.0, batch_phase_s=0.0)
+    return simulator
 
 
 def chat(line: int, custom_id: str, text: str = "I loved it") -> Request:
@@ -225,6 +217,7 @@ def test_a_create_whose_answer_was_lost_takes_the_batch_it_created(
 
     async def go() -> str:
         async with opener(sim.url, KEY, timeout_s=5.0)() as api:
+            assert isinstance(api, GeminiBatchApi)
             lossy = LosesFirstAnswer(api._session, sim.url, api.limits)
             return await lossy.submit(upload(lossy, [chat(1, "a")]), TAG)
 
@@ -240,7 +233,7 @@ async def _no_sleep(_: float) -> None:
 
 
 def test_a_batch_reads_in_openais_words() -> None:
-    operation = {
+    operation: dict[str, Any] = {
         "name": "batches/b1",
         "metadata": {
             "state": "BATCH_STATE_RUNNING",

@@ -669,3 +669,34 @@ def test_the_first_headers_on_a_seeded_bucket_spend_what_the_provider_says_remai
     assert bucket.window_s == 60.0
     # 1,150 less one lease (2 s of the rate) a lessee may hold, and the 39 this one gave back
     assert bucket.level == pytest.approx(1150 - 40 + 39)
+
+
+def test_a_gemini_429_whose_body_asks_for_a_wait_pauses_every_shard_that_long(table: Any) -> None:
+    """Gemini states no limits in its headers: its RESOURCE_EXHAUSTED body's RetryInfo says the quota
+    is spent, and for how long."""
+    from sluice.providers import GEMINI
+    from sluice.send.classify import throttle_said
+
+    at = FakeTime()
+    body = {
+        "error": {
+            "code": 429,
+            "message": "You exceeded your current quota.",
+            "status": "RESOURCE_EXHAUSTED",
+            "details": [{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "4s"}],
+        }
+    }
+
+    async def run() -> float:
+        limit = _limit(table, "job#0", at, seeds=SEEDS)
+        limit.format = GEMINI
+        ticket = await limit.take(_chat(1, max_tokens=16))
+        limit.observe(ticket, 429, {}, throttle_said(429, orjson.dumps(body), GEMINI))
+        await limit.close()
+        return at.now
+
+    paused_at = asyncio.run(run())
+    assert _item(table).paused_until == pytest.approx(paused_at + 4.0)
+    # a 429 whose body asks for nothing stays the request's alone, and another answer's body is not read
+    assert throttle_said(200, orjson.dumps(body), GEMINI) is None
+    assert throttle_said(429, b"not json", GEMINI) is None

@@ -122,12 +122,9 @@ def test_an_expired_anthropic_batch_keeps_its_answers_and_sends_the_rest_direct(
     assert {r["response"]["body"]["object"] for r in run.results} == {"chat.completion"}
 
 
-def test_a_cancel_of_a_running_anthropic_batch_job_cancels_its_batch(make_cloud, simulator, tmp_path: Path) -> None:
-    simulator.reset()
-    cloud = make_cloud(provider="anthropic", shard_lines=50, batch_max_requests=50, poll_seconds=1)
-    # the batch would run for two minutes
-    simulator.configure(batch_phase_s=60.0)
-    path = write_jsonl(tmp_path / "cancelled.jsonl", [chat_line(f"c-{n}", n) for n in range(10)])
+def cancel_while_batched(cloud: Any, simulator: SimulatorServer, path: Path, api_key: str) -> tuple[Any, str]:
+    """Start a batch job of `path`, and once its shard has created its batch, cancel the job as
+    `sluice cancel` does: (the cancel's report, the job id), the job ended."""
     key, etag = cloud.upload(path, metadata={"sluice-mode": "batch"})
     job_id = job_id_for(cloud.bucket, key, etag)
     execution = cloud.start(cloud.object_created_event(key, etag))
@@ -137,8 +134,18 @@ def test_a_cancel_of_a_running_anthropic_batch_job_cancels_its_batch(make_cloud,
         assert time.monotonic() < deadline, "the shard should have created its batch"
         time.sleep(0.05)
 
-    report = cancel_in_cloud(store, job_id, simulator.base_url)
+    report = cancel_in_cloud(store, job_id, simulator.base_url, api_key)
     cloud.wait(execution, timeout_s=60)
+    return report, job_id
+
+
+def test_a_cancel_of_a_running_anthropic_batch_job_cancels_its_batch(make_cloud, simulator, tmp_path: Path) -> None:
+    simulator.reset()
+    cloud = make_cloud(provider="anthropic", shard_lines=50, batch_max_requests=50, poll_seconds=1)
+    # the batch would run for two minutes
+    simulator.configure(batch_phase_s=60.0)
+    path = write_jsonl(tmp_path / "cancelled.jsonl", [chat_line(f"c-{n}", n) for n in range(10)])
+    report, job_id = cancel_while_batched(cloud, simulator, path, "sk-test")
 
     assert report.batches_cancelled == 1 and report.provider_failures == []
     cancelled = simulator.call(lambda sim: [b.cancel_at is not None for b in sim.message_batches.batches.values()])

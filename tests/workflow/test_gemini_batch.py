@@ -4,19 +4,15 @@ a cancel of a running batch job cancels its batch at Gemini."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
-from sluice.plan.plan import job_id_for
-from sluice.runners.cancel import cancel_job
-from sluice.store.jobs import JobStore
 
-from local.cloud import REGION, run_job
+from local.cloud import run_job
 from local.simulator import SimulatorServer
 from tests.conftest import write_jsonl
+from tests.workflow.test_anthropic_batch import cancel_while_batched
 from tests.workflow.test_gemini import batch_creates, gemini_lines, generated
 
 
@@ -95,23 +91,7 @@ def test_a_cancel_of_a_running_gemini_batch_job_cancels_its_batch(
     # the batch would run for two minutes
     simulator.configure(batch_phase_s=60.0)
     path = write_jsonl(tmp_path / "cancelled.jsonl", gemini_lines(10))
-    key, etag = cloud.upload(path, metadata={"sluice-mode": "batch"})
-    job_id = job_id_for(cloud.bucket, key, etag)
-    execution = cloud.start(cloud.object_created_event(key, etag))
-    store = JobStore(boto3.resource("dynamodb", region_name=REGION).Table(cloud.table_name), ttl_days=1)
-    deadline = time.monotonic() + 60
-    while not any(any(shard.batch_ids or ()) for shard in store.shards(job_id)):
-        assert time.monotonic() < deadline, "the shard should have created its batch"
-        time.sleep(0.05)
-
-    report = cancel_job(
-        s3=boto3.client("s3", region_name=REGION),
-        store=store,
-        sfn=boto3.client("stepfunctions", region_name=REGION),
-        job_id=job_id,
-        provider=lambda: (simulator.base_url, "gemini-test-key"),
-    )
-    cloud.wait(execution, timeout_s=60)
+    report, job_id = cancel_while_batched(cloud, simulator, path, "gemini-test-key")
 
     assert report.batches_cancelled == 1 and report.provider_failures == []
     cancelled = simulator.call(lambda sim: [b.cancel_t is not None for b in sim.gemini_batches.batches.values()])

@@ -49,7 +49,7 @@ from sluice.core.retry import retry_after_s, table_retry_delay_s
 from sluice.limits.lease import Bucket, Grant, LeasePolicy, differs, drained, followed, give_back, lease
 from sluice.limits.local import Joining, LocalKey, chained, limit_key
 from sluice.limits.table import OFF, OPEN, BucketTable
-from sluice.providers import REQUESTS, TOKENS, RateKind, RequestFormat
+from sluice.providers import REQUESTS, TOKENS, ProviderError, RateKind, RequestFormat
 
 # limit_key is named here too: callers reach the limiter's key where they reach the limiter
 __all__ = ["SharedLimit", "Ticket", "limit_key"]
@@ -336,9 +336,13 @@ class SharedLimit:
             return None
         return self._expected - self._taken
 
-    def observe(self, ticket: Ticket, status: int | None, headers: Mapping[str, str] | None) -> None:
+    def observe(
+        self, ticket: Ticket, status: int | None, headers: Mapping[str, str] | None, said: ProviderError | None = None
+    ) -> None:
         """After an attempt sent past `take`: the first limit headers set the shared rates, later
-        ones that differ change them, and a 429 that says the quota is spent drains the bucket."""
+        ones that differ change them, and a 429 that says the quota is spent drains the bucket.
+        `said`: what a 429's body says, for a family that says there how long the quota is spent
+        (Gemini's `RESOURCE_EXHAUSTED` with its `retryDelay`), its headers saying nothing."""
         local = self._local(ticket.model)
         if local.off:
             return
@@ -349,7 +353,7 @@ class SharedLimit:
             return
         # one write for all this answer changes: two at once from one shard would race each other
         changes: list[Callable[[Bucket], Bucket | None]] = []
-        until = self._on_throttled(local, ticket, headers) if status == 429 else None
+        until = self._on_throttled(local, ticket, headers, said) if status == 429 else None
         if until is not None:
             policy = self.policy
             changes.append(lambda b: drained(b, self._clock(), until, policy) if b.paused_until < until else None)
@@ -431,16 +435,22 @@ class SharedLimit:
         finally:
             local.joining = None
 
-    def _on_throttled(self, local: LocalKey, ticket: Ticket, headers: Mapping[str, str]) -> float | None:
+    def _on_throttled(
+        self, local: LocalKey, ticket: Ticket, headers: Mapping[str, str], said: ProviderError | None
+    ) -> float | None:
         """When the bucket must pause until, if the 429 says the quota is spent and this shard
         has not paused it that long already."""
-        if not (
+        # a body that names the key's congestion and asks for a wait says the quota is spent for it
+        asked = said.retry_after_s if said is not None and said.code in self.format.congestion_codes else None
+        if asked is None and not (
             self._spent(headers, REQUESTS, 1) or (ticket.tokens > 0 and self._spent(headers, TOKENS, ticket.tokens))
         ):
             # a 429 with quota left (an overloaded server, a random fault) is this request's alone
             return None
         now = self._clock()
         wait = retry_after_s(headers, now)
+        if wait is None:
+            wait = asked
         if wait is None:
             fmt = self.format
             wait = fmt.reset_s(headers, REQUESTS, now) or fmt.reset_s(headers, TOKENS, now) or 1.0

@@ -16,7 +16,7 @@ import orjson
 
 from sluice.contract.model import ErrorCode
 from sluice.core.retry import RetryPolicy, is_retryable, next_delay_s, should_retry
-from sluice.providers import RequestFormat
+from sluice.providers import ProviderError, RequestFormat
 
 EXCERPT = 300
 
@@ -52,6 +52,18 @@ def describe_lost(exc: BaseException) -> str:
     """The failure text of an attempt that got no complete answer (refused, reset, timed out)."""
     text = str(exc)
     return type(exc).__name__ + (": " + text[:EXCERPT] if text else "")
+
+
+def throttle_said(status: int | None, raw: bytes, request_format: RequestFormat) -> ProviderError | None:
+    """What a 429's body says (a family may say there how long the key's quota is spent, as
+    Gemini's RetryInfo does); None for any other answer, whose body is not read here."""
+    if status != 429:
+        return None
+    try:
+        parsed = orjson.loads(raw) if raw else None
+    except orjson.JSONDecodeError:
+        return None
+    return request_format.error(parsed)
 
 
 def classify(

@@ -31,7 +31,7 @@ from sluice.limits.budget import Budget
 from sluice.limits.flow import AdaptiveLimit, Gate, RatePacer
 from sluice.limits.shared import SharedLimit, Ticket
 from sluice.providers import RequestFormat, Signer, family
-from sluice.send.classify import FAIL, OK, AttemptVerdict, classify, describe_lost
+from sluice.send.classify import FAIL, OK, AttemptVerdict, classify, describe_lost, throttle_said
 from sluice.send.output_check import OutputCheck
 from sluice.send.process_tuning import keep_read_buffers_off_mmap, tuned_gc
 from sluice.send.refusal import RefusalWatch, given_up_message
@@ -311,7 +311,7 @@ class _Run:
                 limiter.release()
             if shared is not None:
                 if ticket is not None:
-                    shared.observe(ticket, status, answer)
+                    shared.observe(ticket, status, answer, throttle_said(status, raw, self.format))
             elif answer is not None:
                 # Without the shared limit, the provider's own word paces the shard: a spent quota
                 # pauses it until the reset. With it, the shared bucket paces, and such a pause
