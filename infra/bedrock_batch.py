@@ -19,8 +19,8 @@ import aws_cdk.aws_iam as iam
 import aws_cdk.aws_lambda as lambda_
 from constructs import Construct
 from sluice.contract import BEDROCK_INPUT_PREFIX as INPUT
-from sluice.contract import BEDROCK_JOB_NAME_PREFIX, PROVIDER_STEPS, SHARD_FAILED_STEP, Settings
 from sluice.contract import BEDROCK_OUTPUT_PREFIX as OUTPUT
+from sluice.contract import PROVIDER_STEPS, SHARD_FAILED_STEP, Settings, bedrock_job_name_prefix
 
 if TYPE_CHECKING:
     from infra.stack import SluiceStack
@@ -87,8 +87,12 @@ class BedrockBatch(Construct):
             event_pattern=events.EventPattern(
                 source=[EVENT_SOURCE],
                 detail_type=[EVENT_DETAIL_TYPE],
-                # Sluice's own jobs only: the account's other batch jobs are not this stack's to hear
-                detail={"status": list(ENDED_STATES), "batchJobName": events.Match.prefix(BEDROCK_JOB_NAME_PREFIX)},
+                # this stack's own jobs only: the account's other batch jobs, other environments'
+                # among them, are not this stack's to hear
+                detail={
+                    "status": list(ENDED_STATES),
+                    "batchJobName": events.Match.prefix(bedrock_job_name_prefix(env_name)),
+                },
             ),
             # the function that wakes a shard on a provider's webhook wakes it on this event too
             targets=[targets.LambdaFunction(wakes, retry_attempts=2)],

@@ -24,6 +24,7 @@ from sluice.contract import (
     Settings,
     Step,
     WebhookSettings,
+    bedrock_job_name_prefix,
     queue_tokens_text,
 )
 
@@ -72,6 +73,7 @@ def lambda_environment(
         table=table.table_name,
         api_key_secret_arn=api_key.secret_arn if api_key is not None else NO_API_KEY_SECRET,
         event_bus=EVENT_BUS,
+        bedrock_job_prefix=bedrock_job_name_prefix(config.name),
         **chosen,
     )
     return {**settings.to_env(), **powertools_environment(config)}

@@ -104,8 +104,12 @@ def test_a_rule_hears_the_jobs_ended_states(bedrock_synthesis: Synthesis) -> Non
     assert {
         "source": ["aws.bedrock"],
         "detail-type": ["Batch Inference Job State Change"],
-        "detail": {"status": ENDED, "batchJobName": [{"prefix": "sluice-"}]},
+        "detail": {"status": ENDED, "batchJobName": [{"prefix": f"sluice-{env}-"}]},
     } in patterns
+    # the jobs the batch steps create are named by the same prefix, the environment's own
+    for step in ("submit_batch", "collect_batch"):
+        variables = step_functions(synthesis, env)[step]["Properties"]["Environment"]["Variables"]
+        assert variables["SLUICE_BEDROCK_JOB_PREFIX"] == f"sluice-{env}-"
 
 
 def _bedrock_actions(synthesis: Synthesis, env: str) -> dict[str, set[str]]:

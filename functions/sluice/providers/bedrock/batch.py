@@ -5,10 +5,10 @@ that reads it with the stack's service role and writes `{jobId}/{file}.out` and
 `manifest.json.out` under `BEDROCK_OUTPUT_PREFIX`.
 
 A job is found again by its input file, which names the shard's tag in full (a job's name is at
-most 63 characters: it carries a digest of the job id, enough for `nameContains`); creating one is
-idempotent through its `clientRequestToken`, derived from the tag. Bedrock limits a job to between
-100 and 50,000 records, and the jobs that run at once per model: a part that would exceed that
-count waits as one a full OpenAI queue refused (`QueueFull`).
+most 63 characters: it carries the environment's prefix, then a digest of the job id, enough for
+`nameContains`); creating one is idempotent through its `clientRequestToken`, derived from the tag.
+Bedrock limits a job to between 100 and 50,000 records, and the jobs that run at once per model: a
+part that would exceed that count waits as one a full OpenAI queue refused (`QueueFull`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from botocore.exceptions import ClientError
 
 from sluice.contract.model import Request
 
-from ...contract import BEDROCK_INPUT_PREFIX, BEDROCK_JOB_NAME_PREFIX, BEDROCK_OUTPUT_PREFIX
+from ...contract import BEDROCK_INPUT_PREFIX, BEDROCK_OUTPUT_PREFIX, LOCAL_BEDROCK_JOB_NAME_PREFIX
 from ..batch import (
     ENDED,
     BatchApiOpener,
@@ -74,12 +74,14 @@ def _digest(job: str) -> str:
     return hashlib.sha256(job.encode()).hexdigest()[:16]
 
 
-def job_name(tag: BatchTag) -> str:
-    return f"{BEDROCK_JOB_NAME_PREFIX}{_digest(tag.job)}-{tag.shard:05d}-{tag.part:03d}-{tag.attempt}"
+def job_name(prefix: str, tag: BatchTag) -> str:
+    """The job's name: the environment's prefix (`bedrock_job_name_prefix`), then its shard's name."""
+    return f"{prefix}{_shard_name(tag.job, tag.shard)}{tag.part:03d}-{tag.attempt}"
 
 
 def _shard_name(job: str, shard: int) -> str:
-    return f"{BEDROCK_JOB_NAME_PREFIX}{_digest(job)}-{shard:05d}-"
+    # no prefix: the digest alone names the job, whichever prefix a deploy before this one gave it
+    return f"{_digest(job)}-{shard:05d}-"
 
 
 def input_key(tag: BatchTag, endpoint: str) -> str:
@@ -138,8 +140,10 @@ class BedrockBatchApi:
         bucket: str,
         role_arn: str,
         limits: BatchLimits,
+        name_prefix: str = LOCAL_BEDROCK_JOB_NAME_PREFIX,
     ) -> None:
         self._bedrock = bedrock
+        self._name_prefix = name_prefix
         self._s3 = s3
         self._bucket = bucket
         self._role_arn = role_arn
@@ -188,7 +192,7 @@ class BedrockBatchApi:
 
     async def listed(self, since: float) -> list[BatchStatus]:
         statuses = []
-        async for summary in self._jobs(nameContains=BEDROCK_JOB_NAME_PREFIX, submitTimeAfter=since):
+        async for summary in self._jobs(nameContains=self._name_prefix, submitTimeAfter=since):
             statuses.append(self._status(summary, BatchCounts()))
         return statuses
 
@@ -201,7 +205,7 @@ class BedrockBatchApi:
         try:
             created = await self._call(
                 self._bedrock.create_model_invocation_job,
-                jobName=job_name(tag),
+                jobName=job_name(self._name_prefix, tag),
                 roleArn=self._role_arn,
                 # the same tag is the same job: a retry after a lost answer gets the job it created
                 clientRequestToken=hashlib.sha256(key.encode()).hexdigest()[:64],
@@ -340,6 +344,7 @@ def opener(
     bucket: str,
     role_arn: str,
     limits: BatchLimits | None = None,
+    name_prefix: str = LOCAL_BEDROCK_JOB_NAME_PREFIX,
 ) -> BatchApiOpener:
     """Opens a `BedrockBatchApi` for each run on the `bedrock` client the factory makes (the
     handler's session's, or the local cloud's emulation)."""
@@ -347,6 +352,6 @@ def opener(
 
     @contextlib.asynccontextmanager
     async def opened() -> AsyncIterator[BedrockBatchApi]:
-        yield BedrockBatchApi(bedrock(), s3, bucket=bucket, role_arn=role_arn, limits=chosen)
+        yield BedrockBatchApi(bedrock(), s3, bucket=bucket, role_arn=role_arn, limits=chosen, name_prefix=name_prefix)
 
     return opened
