@@ -51,7 +51,7 @@ def read_shard_lines(s3: Any, spec: ShardSpec) -> Iterator[Request | LineError]:
         raw = s3.get_object(Bucket=spec.bucket, Key=spec.duplicates_key)["Body"].read()
         duplicates = {int(k): v for k, v in orjson.loads(raw).items()}
     body = s3.get_object(
-        Bucket=spec.bucket, Key=spec.key, Range=f"bytes={spec.start}-{spec.end - 1}", IfMatch=spec.etag
+        Bucket=spec.bucket, Key=spec.key, Range=f"bytes={spec.start}-{spec.end - 1}", **spec.pin
     )["Body"]
     for offset, raw in enumerate(split_lines(body.iter_chunks(READ_CHUNK))):
         number = spec.first_line + offset
