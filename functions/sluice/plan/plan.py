@@ -20,12 +20,14 @@ from sluice.contract import (
     INBOX_PREFIX,
     METADATA_PREFIX,
     OUTBOX_PREFIX,
+    JobStatus,
     Mode,
     PlanCache,
     PlanFigures,
     Planned,
     Settings,
     ShardSpec,
+    Summary,
     deadline_plan_key,
     manifest_key,
     shard_prefix,
@@ -45,6 +47,7 @@ from sluice.plan.turnarounds import read_turnarounds
 from sluice.providers import batch_refuses, family
 from sluice.send.output_check import cached_answer_check, read_job_schema
 from sluice.shard.progress import ProgressSink
+from sluice.store.input_rows import Superseded
 from sluice.store.jobs import JobStore
 
 __all__ = ["MAX_SHARD_BYTES", "JobOptions", "PlanError", "ShardRange", "shard_prefix"]
@@ -194,6 +197,8 @@ def plan_job(
     started = time.time()
     if not store.claim_job(job_id, execution=execution, bucket=bucket, key=key, etag=quoted, started_at=started):
         return replace(planned, duplicate=True)
+    if not _take_key(store, planned, uploaded.timestamp() if uploaded is not None else started):
+        return replace(planned, duplicate=True)
 
     result, cached, answered, models = _cut(s3, settings, options, planned, started, version)
     if progress is not None and cached:
@@ -242,6 +247,26 @@ def plan_job(
         answered=answered,
     )
     return replace(planned, shards=len(result.shards), lines=result.lines)
+
+
+def _take_key(store: JobStore, planned: Planned, uploaded_at: float) -> bool:
+    """Make this job the one whose outputs the key's outbox names hold (`sluice.store.input_rows`);
+    False, with the job ended CANCELLED and nothing written to outbox/, when a newer upload's job
+    already holds the key. A job of an older upload still running goes on: it finishes what it sent
+    for, and writes its outputs beside the key's."""
+    try:
+        store.own_input(planned.bucket, planned.key, planned.job_id, uploaded_at)
+    except Superseded as exc:
+        store.finish_job(
+            Summary(
+                job_id=planned.job_id,
+                status=JobStatus.CANCELLED,
+                input=f"s3://{planned.bucket}/{planned.key}",
+                error=f"superseded before it ran: {exc}",
+            )
+        )
+        return False
+    return True
 
 
 def _cut(
