@@ -127,7 +127,8 @@ class Functions(Construct):
             WEBHOOK,
             webhook_environment(config, table=table, webhook_secret=webhook_secret),
             "Sluice webhook receiver: verifies provider webhooks and settles items",
-            reserved=config.webhook_concurrency,
+            # 0: the environment reserves none (a reservation of 0 would throttle every webhook)
+            reserved=config.webhook_concurrency or None,
         )
 
     def _function(
