@@ -19,8 +19,8 @@ import aws_cdk.aws_iam as iam
 import aws_cdk.aws_lambda as lambda_
 from constructs import Construct
 from sluice.contract import BEDROCK_INPUT_PREFIX as INPUT
-from sluice.contract import BEDROCK_JOB_NAME_PREFIX, PROVIDER_STEPS, SHARD_FAILED_STEP, Settings
 from sluice.contract import BEDROCK_OUTPUT_PREFIX as OUTPUT
+from sluice.contract import PROVIDER_STEPS, SHARD_FAILED_STEP, Settings, bedrock_job_name_prefix
 
 if TYPE_CHECKING:
     from infra.stack import SluiceStack
@@ -30,8 +30,11 @@ BEDROCK_SERVICE = "bedrock.amazonaws.com"
 BATCH_STEPS = ("submit_batch", "collect_batch")
 # where they read the role's ARN (`Settings.bedrock_batch_role_arn`)
 ROLE_VARIABLE = Settings.variable("bedrock_batch_role_arn")
-# what a job may name as its model: a foundation model or an inference profile
-MODEL_KINDS = ("foundation-model", "inference-profile")
+# what a job may name as its model: a foundation model, a cross-region inference profile (system
+# defined, `us.`...), or an application inference profile (the account's own, by ARN, often made to
+# tag costs per team). The two kinds of profile are the account's; foundation models are AWS's.
+MODEL_KINDS = ("foundation-model", "inference-profile", "application-inference-profile")
+PROFILE_KINDS = MODEL_KINDS[1:]
 EVENT_SOURCE = "aws.bedrock"
 EVENT_DETAIL_TYPE = "Batch Inference Job State Change"
 # the states after which a job's answers will not change: the ones worth waking a shard for
@@ -50,16 +53,18 @@ class BedrockBatch(Construct):
             resource_name="*",
             arn_format=cdk.ArnFormat.SLASH_RESOURCE_NAME,
         )
+        profiles = [stack.format_arn(service="bedrock", resource=kind, resource_name="*") for kind in PROFILE_KINDS]
         self.model_arns = [
-            stack.format_arn(service="bedrock", account="", resource=kind, resource_name="*")
-            for kind in MODEL_KINDS[:1]
-        ] + [stack.format_arn(service="bedrock", resource=kind, resource_name="*") for kind in MODEL_KINDS[1:]]
+            stack.format_arn(service="bedrock", account="", resource=MODEL_KINDS[0], resource_name="*"),
+            *profiles,
+        ]
         # A cross-region inference profile (`us.`, `eu.`, `apac.`, `global.` ids) sends each request on
         # to a foundation model in one of its destination regions, and IAM checks the caller for that
         # model there too; the destinations are the profile's and change as AWS adds regions, so the
         # statement names every region's models, but only as reached through this account's profiles
         # of the stack's region (https://docs.aws.amazon.com/bedrock/latest/userguide/inference-profiles-prereq.html).
-        profiles = stack.format_arn(service="bedrock", resource=MODEL_KINDS[1], resource_name="*")
+        # An application inference profile made from a cross-region one routes the same way, and IAM
+        # names it in the same condition key.
         self.routed_model_arns = [
             stack.format_arn(service="bedrock", region="*", account="", resource=MODEL_KINDS[0], resource_name="*")
         ]
@@ -82,8 +87,12 @@ class BedrockBatch(Construct):
             event_pattern=events.EventPattern(
                 source=[EVENT_SOURCE],
                 detail_type=[EVENT_DETAIL_TYPE],
-                # Sluice's own jobs only: the account's other batch jobs are not this stack's to hear
-                detail={"status": list(ENDED_STATES), "batchJobName": events.Match.prefix(BEDROCK_JOB_NAME_PREFIX)},
+                # this stack's own jobs only: the account's other batch jobs, other environments'
+                # among them, are not this stack's to hear
+                detail={
+                    "status": list(ENDED_STATES),
+                    "batchJobName": events.Match.prefix(bedrock_job_name_prefix(env_name)),
+                },
             ),
             # the function that wakes a shard on a provider's webhook wakes it on this event too
             targets=[targets.LambdaFunction(wakes, retry_attempts=2)],
@@ -94,7 +103,7 @@ def grant_bedrock_invoke(stack: SluiceStack, bedrock: BedrockBatch) -> None:
     """The steps that send requests directly (a direct shard, a batch's part below Bedrock's minimum,
     its records left unanswered) invoke the region's foundation models and this account's inference
     profiles; Converse is authorized as InvokeModel."""
-    why = "A line names its model: any foundation model of the region, or an inference profile of the account."
+    why = "A line names its model: a foundation model of the region, or an inference profile of the account."
     stack._allow_steps(PROVIDER_STEPS, ["bedrock:InvokeModel"], bedrock.model_arns, wildcard_reason=why)
     why = "A cross-region inference profile routes to its model in any of its destination regions."
     stack._allow_steps(

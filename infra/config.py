@@ -152,8 +152,13 @@ class Environment:
     # a shard beyond it waits in the workflow for a slot), and so the most one job's Map runs; 0 or
     # left out: `derived_shards_in_flight`
     max_shards_in_flight: int = DEPLOYED_DEFAULTS["max_shards_in_flight"]
-    # the account's Lambda concurrency quota in the stack's region (1,000 until raised)
+    # the account's Lambda concurrency quota in the stack's region (1,000 until raised; a new
+    # account's may be 10: `aws lambda get-account-settings` says, as AccountLimit.ConcurrentExecutions)
     account_concurrency: int = 1000
+    # the webhook function's reserved concurrency: None derives it from provider_rpm
+    # (`webhook_concurrency`); 0 reserves none, for an account whose quota cannot hold a reservation
+    # beside the 100 Lambda keeps unreserved (webhooks then share the account's concurrency)
+    webhook_reserved_concurrency: int | None = None
     # the provider's limits per model, {"gpt-4o-mini": {"rpm": 30000, "tpm": 150000000}}: they seed
     # the shared limit until the provider's x-ratelimit-* headers say otherwise
     rate_limits: Mapping[str, Mapping[str, float]] | None = None
@@ -199,7 +204,10 @@ class Environment:
 
     @property
     def webhook_concurrency(self) -> int:
-        """The webhook function's reserved concurrency: what its endpoint's rate keeps busy."""
+        """The webhook function's reserved concurrency: what its endpoint's rate keeps busy, or
+        the environment's `webhook_reserved_concurrency` (0: none)."""
+        if self.webhook_reserved_concurrency is not None:
+            return self.webhook_reserved_concurrency
         return max(WEBHOOK_MIN_CONCURRENCY, math.ceil(self.webhook_rate_limit * WEBHOOK_INVOCATION_S))
 
     @property
@@ -292,6 +300,9 @@ def _typed_values(values: dict[str, Any], fail: Fail) -> dict[str, Any]:
     ):
         if key in values and (type(values[key]) is not int or values[key] <= 0):
             raise fail(key, "must be a positive integer")
+    reservation = values.get("webhook_reserved_concurrency")
+    if reservation is not None and (type(reservation) is not int or reservation < 0):
+        raise fail("webhook_reserved_concurrency", "must be a whole number (0 reserves none), or null")
     if "validate" in values:
         checks = values["validate"]
         problem = None if isinstance(checks, str) else "not a string"
@@ -403,8 +414,20 @@ def _check_concurrency(config: Environment) -> None:
             f"environment {name!r}: map_concurrency ({config.map_concurrency}) is above max_shards_in_flight "
             f"({config.max_shards_in_flight}); a job would start shards that can only wait for a place"
         )
-    room = config.account_concurrency - UNRESERVED_CONCURRENCY
-    needed = config.max_shards_in_flight + config.reserved_concurrency
+    reserved = config.reserved_concurrency
+    if reserved and config.account_concurrency - UNRESERVED_CONCURRENCY < reserved:
+        # CloudFormation would create half the stack, then fail on the webhook function and roll back
+        raise ConfigError(
+            f"environment {name!r}: the webhook function reserves {reserved} of the account's Lambda "
+            f"concurrency, and Lambda keeps {UNRESERVED_CONCURRENCY} unreserved: an account_concurrency of "
+            f"{config.account_concurrency} cannot hold it (a new account's quota may be 10; "
+            "`aws lambda get-account-settings` shows AccountLimit.ConcurrentExecutions). Ask for a higher "
+            "'Concurrent executions' quota (Service Quotas > AWS Lambda) and set account_concurrency to it, "
+            "or set webhook_reserved_concurrency to 0 to deploy with no reservation"
+        )
+    # with nothing reserved Lambda needs no unreserved floor: the shards may take the whole quota
+    room = config.account_concurrency - (UNRESERVED_CONCURRENCY if reserved else 0)
+    needed = config.max_shards_in_flight + reserved
     if needed > room:
         raise ConfigError(
             f"environment {name!r}: max_shards_in_flight {config.max_shards_in_flight} beside the "

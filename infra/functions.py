@@ -24,6 +24,7 @@ from sluice.contract import (
     Settings,
     Step,
     WebhookSettings,
+    bedrock_job_name_prefix,
     queue_tokens_text,
 )
 
@@ -72,6 +73,7 @@ def lambda_environment(
         table=table.table_name,
         api_key_secret_arn=api_key.secret_arn if api_key is not None else NO_API_KEY_SECRET,
         event_bus=EVENT_BUS,
+        bedrock_job_prefix=bedrock_job_name_prefix(config.name),
         **chosen,
     )
     return {**settings.to_env(), **powertools_environment(config)}
@@ -125,7 +127,8 @@ class Functions(Construct):
             WEBHOOK,
             webhook_environment(config, table=table, webhook_secret=webhook_secret),
             "Sluice webhook receiver: verifies provider webhooks and settles items",
-            reserved=config.webhook_concurrency,
+            # 0: the environment reserves none (a reservation of 0 would throttle every webhook)
+            reserved=config.webhook_concurrency or None,
         )
 
     def _function(

@@ -264,6 +264,9 @@ class SluiceStack(cdk.Stack):
 
         # HeadObject is authorised by s3:GetObject, so Plan can read the ETag and metadata.
         allow(["plan"], ["s3:GetObject"], self._objects(INBOX_PREFIX), wildcard_reason=inbox)
+        # in a versioned bucket every read of the input names the version Plan cut (`input_pin`)
+        readers = ["plan", *PROVIDER_STEPS, SHARD_FAILED_STEP, "mark_failed"]
+        allow(readers, ["s3:GetObjectVersion"], self._objects(INBOX_PREFIX), wildcard_reason=inbox)
         allow(["plan"], ["s3:PutObject"], self._objects(JOBS_PREFIX), wildcard_reason=jobs)
 
         allow(

@@ -125,18 +125,21 @@ def _lifecycle_rules(*, ttl_days: int, cache_ttl_days: int, versioned: bool) -> 
         noncurrent_version_expiration=cdk.Duration.days(1) if versioned else None,
     )
     # Inputs and results are the users' to delete. With versioning on, a replaced or deleted one
-    # stays restorable as long as a job's files are kept, then goes, as does the delete marker
-    # left alone once its versions have.
+    # stays restorable as long as a job's files are kept, then goes.
     kept_rules = [
         s3.LifecycleRule(
             id=f"expire-noncurrent-{prefix.strip('/')}",
             prefix=prefix,
             noncurrent_version_expiration=cdk.Duration.days(ttl_days),
-            expired_object_delete_marker=True,
         )
         for prefix in (INBOX_PREFIX, OUTBOX_PREFIX)
         if versioned
     ]
+    # With versioning on, every expiration and every delete above leaves a delete marker, which
+    # outlives the versions it hid: millions of jobs' working files would leave millions of markers,
+    # each listed by every version listing. One rule for the whole bucket removes a marker once it
+    # is the last version of its key (S3 takes no days with this, and no expiration in the same rule).
+    markers_rule = s3.LifecycleRule(id="expire-delete-markers", expired_object_delete_marker=True)
     # The batch turnarounds measured outlive every job (the next deadline plan reads them), so only
     # what each Merge's rewrite replaced goes; a versioned bucket would keep one version a job
     turnarounds_rule = s3.LifecycleRule(
@@ -149,4 +152,5 @@ def _lifecycle_rules(*, ttl_days: int, cache_ttl_days: int, versioned: bool) -> 
         id="abort-incomplete-uploads",
         abort_incomplete_multipart_upload_after=cdk.Duration.days(1),
     )
-    return [jobs_rule, bedrock_rule, cache_rule, *kept_rules, *([turnarounds_rule] if versioned else []), abort_uploads]
+    versioned_rules = [turnarounds_rule, markers_rule] if versioned else []
+    return [jobs_rule, bedrock_rule, cache_rule, *kept_rules, *versioned_rules, abort_uploads]

@@ -304,7 +304,8 @@ class LocalIam:
         head = model.split(".", 1)[0]
         kind = "inference-profile" if head in _PROFILE_PREFIXES else "foundation-model"
         account = ACCOUNT if kind == "inference-profile" else ""
-        resource = f"arn:aws:bedrock:{region}:{account}:{kind}/{model}"
+        # a model named by its ARN (an application inference profile's) is that resource
+        resource = model if model.startswith("arn:") else f"arn:aws:bedrock:{region}:{account}:{kind}/{model}"
         owner = self.key_owners.get(key)
         if owner is not None and allows(policies.get(owner, []), action, resource):
             return None

@@ -104,8 +104,12 @@ def test_a_rule_hears_the_jobs_ended_states(bedrock_synthesis: Synthesis) -> Non
     assert {
         "source": ["aws.bedrock"],
         "detail-type": ["Batch Inference Job State Change"],
-        "detail": {"status": ENDED, "batchJobName": [{"prefix": "sluice-"}]},
+        "detail": {"status": ENDED, "batchJobName": [{"prefix": f"sluice-{env}-"}]},
     } in patterns
+    # the jobs the batch steps create are named by the same prefix, the environment's own
+    for step in ("submit_batch", "collect_batch"):
+        variables = step_functions(synthesis, env)[step]["Properties"]["Environment"]["Variables"]
+        assert variables["SLUICE_BEDROCK_JOB_PREFIX"] == f"sluice-{env}-"
 
 
 def _bedrock_actions(synthesis: Synthesis, env: str) -> dict[str, set[str]]:
@@ -154,6 +158,48 @@ def test_a_cross_region_profile_reaches_its_model_in_every_destination_region(
     assert allows(statements, "bedrock:InvokeModel", model, context), (who, region)
     other = {"bedrock:InferenceProfileArn": f"arn:aws:bedrock:{REGION}:999999999999:inference-profile/{PROFILE}"}
     assert not allows(statements, "bedrock:InvokeModel", model, other) or region == REGION
+
+
+APPLICATION_PROFILE = f"arn:aws:bedrock:{REGION}:{ACCOUNT}:application-inference-profile/a1b2c3d4e5f6"
+
+
+@pytest.mark.parametrize("who", [*PROVIDER_STEPS, "bedrock_batch"])
+def test_an_application_inference_profile_of_the_account_reaches_its_models(
+    bedrock_synthesis: Synthesis, who: str
+) -> None:
+    """A model named by an application inference profile's ARN (the account's own, made to tag
+    costs): the sender invokes the profile, and its model as reached through it; another account's
+    profile, or one of another region, is not granted."""
+    statements = policies_from_template(bedrock_synthesis.raw[BEDROCK_ENV])[who]
+    assert allows(statements, "bedrock:InvokeModel", APPLICATION_PROFILE), who
+    context = {"bedrock:InferenceProfileArn": APPLICATION_PROFILE}
+    for region in ("us-east-1", "us-west-2"):
+        model = f"arn:aws:bedrock:{region}::foundation-model/{ROUTED_TO}"
+        assert allows(statements, "bedrock:InvokeModel", model, context), (who, region)
+    elsewhere = APPLICATION_PROFILE.replace(ACCOUNT, "999999999999")
+    assert not allows(statements, "bedrock:InvokeModel", elsewhere), who
+    assert not allows(statements, "bedrock:InvokeModel", APPLICATION_PROFILE.replace(REGION, "eu-west-1")), who
+    outside = f"arn:aws:bedrock:us-west-2::foundation-model/{ROUTED_TO}"
+    assert not allows(statements, "bedrock:InvokeModel", outside, {"bedrock:InferenceProfileArn": elsewhere}), who
+
+
+def test_the_local_cloud_lets_a_sender_name_its_model_by_an_application_profiles_arn(
+    bedrock_synthesis: Synthesis,
+) -> None:
+    from local.iam import LocalIam
+
+    policies = policies_from_template(bedrock_synthesis.raw[BEDROCK_ENV])
+    local = LocalIam(admin_key_id="admin", admin_secret="secret", key_owners={"key": "run_shard"})
+    assert local.may_invoke(policies, "key", REGION, APPLICATION_PROFILE) is None
+    refused = local.may_invoke(policies, "key", REGION, APPLICATION_PROFILE.replace(ACCOUNT, "999999999999"))
+    assert refused is not None and "application-inference-profile" in refused
+
+
+def test_the_batch_steps_create_a_job_on_an_application_inference_profile(bedrock_synthesis: Synthesis) -> None:
+    policies = policies_from_template(bedrock_synthesis.raw[BEDROCK_ENV])
+    for step in ("submit_batch", "collect_batch"):
+        assert allows(policies[step], "bedrock:CreateModelInvocationJob", APPLICATION_PROFILE), step
+    assert not allows(policies["run_shard"], "bedrock:CreateModelInvocationJob", APPLICATION_PROFILE)
 
 
 def test_a_bedrock_environment_holds_no_api_key(bedrock_synthesis: Synthesis) -> None:

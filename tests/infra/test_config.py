@@ -66,6 +66,7 @@ def test_unknown_environment_names_the_known_ones() -> None:
         ("provider_rpm", 0, r"provider_rpm must be a positive integer"),
         ("max_shards_in_flight", 2.5, r"max_shards_in_flight must be a positive integer"),
         ("account_concurrency", -1, r"account_concurrency must be a positive integer"),
+        ("webhook_reserved_concurrency", -1, r"webhook_reserved_concurrency must be a whole number"),
         ("webhook_rate_limit", 100, r"webhook_rate_limit is no longer a setting: .* derived from provider_rpm"),
         ("max_error_rate", 1.5, r"max_error_rate must be a number from 0 to 1"),
         ("max_error_rate", -0.1, r"max_error_rate must be a number from 0 to 1"),
@@ -213,6 +214,38 @@ def test_an_environment_naming_no_cap_on_shards_in_flight_takes_half_the_account
     unnamed["prod"]["account_concurrency"] = 3000
     assert Environment.from_context("prod", unnamed).max_shards_in_flight == 1400
     assert Environment.from_context("prod", ENVIRONMENTS).max_shards_in_flight == 100
+
+
+def test_an_account_whose_quota_cannot_hold_the_webhooks_reservation_fails_at_synth_saying_what_to_do() -> None:
+    """A new account's quota may be 10: CloudFormation would create half the stack, then fail on the
+    webhook function's reservation and roll back. Synth says so first, and the two ways out."""
+    fresh = with_value("dev", "account_concurrency", 10)
+    fresh["dev"]["max_shards_in_flight"] = fresh["dev"]["map_concurrency"] = 5
+    with pytest.raises(ConfigError, match=r"'dev': the webhook function reserves 100 .* an account_concurrency of 10 "):
+        Environment.from_context("dev", fresh)
+    with pytest.raises(ConfigError, match=r"set webhook_reserved_concurrency to 0"):
+        Environment.from_context("dev", fresh)
+    # no reservation: nothing needs the unreserved hundred, and the shards fit the quota itself
+    fresh["dev"]["webhook_reserved_concurrency"] = 0
+    config = Environment.from_context("dev", fresh)
+    assert (config.webhook_concurrency, config.reserved_concurrency) == (0, 0)
+    fresh["dev"]["max_shards_in_flight"] = 11
+    with pytest.raises(ConfigError, match=r"needs 11 concurrent Lambdas, more than the 10"):
+        Environment.from_context("dev", fresh)
+
+
+def test_an_environment_without_a_reservation_synthesizes_a_webhook_function_with_none() -> None:
+    import aws_cdk as cdk
+    from aws_cdk import assertions
+
+    from infra.stack import build_app
+    from tests.infra.conftest import CONTEXT
+
+    environments = {"dev": {**CONTEXT["environments"]["dev"], "webhook_reserved_concurrency": 0}}
+    app = cdk.App(context={**CONTEXT, "environments": environments, "aws:cdk:bundling-stacks": []})
+    template = assertions.Template.from_stack(build_app(app, ["dev"])["dev"])
+    functions = template.find_resources("AWS::Lambda::Function").values()
+    assert not [f for f in functions if "ReservedConcurrentExecutions" in f["Properties"]]
 
 
 def test_the_webhook_endpoint_and_function_grow_with_the_providers_rate() -> None:

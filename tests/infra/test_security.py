@@ -16,8 +16,9 @@ from tests.infra.test_workflow import _flat
 PROVIDER_STEPS = ("run_shard", "submit", "collect", "submit_batch", "collect_batch")
 # the steps that read the API key: the senders, and those that cancel a failed shard's or job's open work
 KEY_READERS = (*PROVIDER_STEPS, "fail_shard", "mark_failed")
-PROVIDER_S3 = {
-    ("s3:GetObject", "inbox/*"),
+# whoever reads the input reads it by the version Plan cut, in a versioned bucket
+INPUT_S3 = {("s3:GetObject", "inbox/*"), ("s3:GetObjectVersion", "inbox/*")}
+PROVIDER_S3 = INPUT_S3 | {
     ("s3:GetObject", "jobs/*"),
     ("s3:PutObject", "jobs/*"),
     ("s3:ListBucket", ""),
@@ -41,8 +42,8 @@ OUTPUT_S3 = {
 }
 JOBS, CACHE, TURNAROUNDS = ["jobs/", "jobs/*"], ["cache/", "cache/*"], ["turnarounds/", "turnarounds/*"]
 EXPECTED_S3 = {
-    "plan": {
-        ("s3:GetObject", "inbox/*"),
+    "plan": INPUT_S3
+    | {
         ("s3:PutObject", "jobs/*"),
         # the response cache: it lists and reads the indexes, and reads the hits; nothing it writes
         ("s3:GetObject", "cache/*"),
@@ -72,16 +73,16 @@ EXPECTED_S3 = {
     },
     # it finishes the shards a failed job left unfinished before it writes the outputs
     "mark_failed": OUTPUT_S3
+    | INPUT_S3
     | {
-        ("s3:GetObject", "inbox/*"),
         ("s3:PutObject", "jobs/*/shards/*/results.jsonl"),
         ("s3:PutObject", "jobs/*/shards/*/errors.jsonl"),
         ("s3:PutObject", "jobs/*/shards/*/stats.json"),
     },
     "notify": set(),
     # a failed shard's lines and parts read, its outputs written; nothing of outbox/ or the cache
-    "fail_shard": {
-        ("s3:GetObject", "inbox/*"),
+    "fail_shard": INPUT_S3
+    | {
         ("s3:GetObject", "jobs/*"),
         ("s3:ListBucket", ""),
         ("s3:PutObject", "jobs/*/shards/*/results.jsonl"),

@@ -104,9 +104,23 @@ def test_every_prefix_expires_its_noncurrent_versions_where_versioning_keeps_the
         INBOX_PREFIX: config.ttl_days,
         OUTBOX_PREFIX: config.ttl_days,
     }
-    for rule in rules:
-        if rule.get("Prefix") in (INBOX_PREFIX, OUTBOX_PREFIX):
-            assert rule["ExpiredObjectDeleteMarker"] is True and "ExpirationInDays" not in rule
+
+
+def test_delete_markers_left_alone_expire_on_every_versioned_prefix(synthesis: Synthesis, env: str) -> None:
+    """Expiring a job's files in a versioned bucket leaves a delete marker per object; once the
+    versions under it have gone, a rule must remove it, on every prefix, or they pile up for good."""
+    props = _job_bucket(synthesis, env)
+    rules = props["LifecycleConfiguration"]["Rules"]
+    markers = [r for r in rules if r.get("ExpiredObjectDeleteMarker")]
+    if not synthesis.stacks[env].config.versioning:
+        assert markers == []
+        return
+    # no prefix and no filter: the rule covers inbox/, outbox/, jobs/, cache/, bedrock-batch/ and turnarounds/
+    assert [(r["Id"], r["Status"], r.get("Prefix"), r.get("Filter")) for r in markers] == [
+        ("expire-delete-markers", "Enabled", None, None)
+    ]
+    # S3 refuses ExpiredObjectDeleteMarker beside an expiration in days in one rule
+    assert "ExpirationInDays" not in markers[0]
 
 
 def test_table_keys_billing_ttl_and_sparse_provider_index(synthesis: Synthesis, env: str) -> None:

@@ -71,6 +71,7 @@ class FakeBatchApi:
         if self.refuse_next:
             self.refuse_next -= 1
             raise QueueFull("the fake's queue is full")
+        assert upload.file is not None, "the fake stages no file: every attempt uploads"
         upload.file.seek(0)
         rows = [orjson.loads(line) for line in upload.file.read().splitlines()]
         assert len(rows) == upload.rows
@@ -115,6 +116,9 @@ class FakeBatchApi:
         self.cancelled.append(batch_id)
         batch.status = replace(batch.status, state=BatchState.CANCELLING)
         return batch.status
+
+    async def staged(self, tag: BatchTag, endpoint: str) -> bool:
+        return False
 
     async def clean_up(self, statuses: Iterable[BatchStatus]) -> None:
         for status in statuses:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import urllib.parse
 from typing import Any
 
@@ -55,9 +56,32 @@ TURNAROUNDS_PREFIX = "turnarounds/"
 BEDROCK_BATCH_PREFIX = "bedrock-batch/"
 BEDROCK_INPUT_PREFIX = f"{BEDROCK_BATCH_PREFIX}input/"
 BEDROCK_OUTPUT_PREFIX = f"{BEDROCK_BATCH_PREFIX}output/"
-# every Bedrock batch inference job Sluice creates is named so: the rule that hears the jobs' state
-# changes matches it, and leaves the account's other jobs alone
-BEDROCK_JOB_NAME_PREFIX = "sluice-"
+# Bedrock's rule for a job's name: 1 to 63 characters, letters and digits joined by `-`, `+` or `.`
+BEDROCK_JOB_NAME_PATTERN = r"[a-zA-Z0-9]{1,63}(-*[a-zA-Z0-9\+\-\.]){0,63}"
+BEDROCK_JOB_NAME_MAX = 63
+# how much of a job's name the environment's part may take: the rest names the job, shard, part and
+# attempt (`sluice.providers.bedrock.batch.job_name`)
+_ENVIRONMENT_TOKEN_MAX = 16
+_ENVIRONMENT_DIGEST = 6
+
+
+def bedrock_job_name_prefix(environment: str) -> str:
+    """How every Bedrock batch inference job of the environment's stack (`Sluice-<environment>`) is
+    named: the rule that hears job state changes matches it, so a stack hears its own jobs and not
+    those of another environment in the same account, and a listing of its jobs lists only those.
+
+    The environment's part is letters and digits only, then `-`: no environment's prefix can begin
+    another's. A name with other characters, or longer than fits, is cut and ends in a digest of the
+    whole name instead, so that two environments never share a prefix."""
+    token = "".join(c for c in environment if c.isascii() and c.isalnum())
+    if token != environment or len(token) > _ENVIRONMENT_TOKEN_MAX:
+        digest = hashlib.sha256(environment.encode()).hexdigest()[:_ENVIRONMENT_DIGEST]
+        token = token[: _ENVIRONMENT_TOKEN_MAX - _ENVIRONMENT_DIGEST] + digest
+    return f"sluice-{token}-"
+
+
+# what a local run's jobs are named by (a local cloud's environment is `local`)
+LOCAL_BEDROCK_JOB_NAME_PREFIX = bedrock_job_name_prefix("local")
 
 
 def job_prefix(job_id: str) -> str:

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
+from .layout import LOCAL_BEDROCK_JOB_NAME_PREFIX
 from .status import (
     BATCH_INCOMPLETE_POLICIES,
     CACHE_MODES,
@@ -213,6 +214,8 @@ class Settings:
     cache_provider: str | None = None
     # the role Amazon Bedrock batch inference jobs run as (the stack's), which the batch steps pass it
     bedrock_batch_role_arn: str | None = None
+    # what the environment's Bedrock batch inference jobs are named by (`bedrock_job_name_prefix`)
+    bedrock_job_prefix: str = LOCAL_BEDROCK_JOB_NAME_PREFIX
     # how long the bucket keeps an answer (cdk.json `cache_ttl_days`): Plan counts on none older,
     # and compaction drops them; 0: answers never expire (a local directory)
     cache_ttl_days: int = field(default=0, metadata={_KIND: "days"})

@@ -176,6 +176,13 @@ class MarkedFailed(StepResult):
 SHARD_KEY = "shard"
 
 
+def input_pin(etag: str, version_id: str) -> dict[str, str]:
+    """The GetObject arguments that read the very object a job was planned on. A versioned bucket
+    keeps it by its VersionId, so a user's overwrite of the key mid-job changes nothing the job
+    reads; an unversioned one keeps only the newest, and the ETag refuses (412) any other."""
+    return {"VersionId": version_id} if version_id else {"IfMatch": etag}
+
+
 @dataclass(frozen=True)
 class ShardSpec:
     """One shard of a job: a byte range of the input object and how to run it. Plan writes one a
@@ -241,6 +248,13 @@ class ShardSpec:
     validate_repair: bool = False
     # the schema the job names (`sluice-validate-schema`), as JSON; "" = each line's own
     validate_schema: str = ""
+    # the input object's version Plan read, in a versioned bucket ("": none, read by `etag`)
+    version_id: str = ""
+
+    @property
+    def pin(self) -> dict[str, str]:
+        """What a read of the input object names to read the object Plan cut (`input_pin`)."""
+        return input_pin(self.etag, self.version_id)
 
     @classmethod
     def path(cls, name: str) -> str:

@@ -139,6 +139,8 @@ def _summary_only(s3: Any, store: Any, state: Planned | Mapping[str, Any], reaso
         with contextlib.suppress(ClientError):
             key, _ = find_object(s3, bucket, key, detail["object"]["etag"])
         job_id, prefix = job_id_for(bucket, key, detail["object"]["etag"]), output_prefix(key)
+    # an event of an upload replaced since: the key's outbox names are the newer upload's job's
+    prefix, _ = store.outputs_prefix(bucket, key, job_id, prefix)
     summary = Summary(job_id=job_id, status=JobStatus.FAILED, input=f"s3://{bucket}/{key}", error=reason)
     # Plan may have failed before it made the job's row, or after
     summary_at = end_job(s3, store if store.job(job_id) is not None else None, summary, bucket=bucket, prefix=prefix)

@@ -346,6 +346,11 @@ def merge_job(
     within `deadlines`, else OutOfTime. With `settings` (Merge's own call), the turnarounds of the
     job's completed batches are kept for later jobs' deadline plans (`keep_measured`)."""
     bucket, job_id, prefix = state.bucket, state.job_id, state.output_prefix
+    # a newer upload of the key runs as `owner`: the key's outbox names are its job's outputs, and
+    # this job's go beside them under names of its own (`sluice.store.input_rows`)
+    prefix, owner = store.outputs_prefix(bucket, state.key, job_id, prefix)
+    if owner is not None:
+        error = error or f"superseded: s3://{bucket}/{state.key} was uploaded again and runs as job {owner}"
     specs = load_manifest(s3, bucket, state.manifest_key)
     job = store.job(job_id)
     plan = job.plan if job else None

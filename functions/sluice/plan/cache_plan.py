@@ -20,7 +20,7 @@ import struct
 import threading
 from array import array
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
@@ -197,7 +197,7 @@ class CacheAnswers:
         s3: Any,
         bucket: str,
         key: str,
-        etag: str,
+        pin: Mapping[str, str],
         job_id: str,
         keep: Callable[[bytes, bytes], bool] | None = None,
     ) -> None:
@@ -205,7 +205,7 @@ class CacheAnswers:
         # whether a cached answer may be given (a validating job's checks): from the request line
         # and the answer; one that may not is a line to send
         self._keep_answer = keep
-        self._s3, self._bucket, self._key, self._etag, self._job_id = s3, bucket, key, etag, job_id
+        self._s3, self._bucket, self._key, self._pin, self._job_id = s3, bucket, key, dict(pin), job_id
         self._fetch = ThreadPoolExecutor(FETCH_THREADS)
         self._write = ThreadPoolExecutor(WRITE_THREADS)
         self._windows = windows(table, hits)
@@ -301,7 +301,7 @@ class CacheAnswers:
         """The window's answers that are where their index says, each as its result line."""
         hits = self._hits
         data = self._s3.get_object(
-            Bucket=self._bucket, Key=self._key, IfMatch=self._etag, Range=f"bytes={window.start}-{window.end - 1}"
+            Bucket=self._bucket, Key=self._key, Range=f"bytes={window.start}-{window.end - 1}", **self._pin
         )["Body"].read()
         custom_ids: dict[int, bytes] = {}
         spans: dict[int, tuple[int, int]] = {}

@@ -20,17 +20,20 @@ from sluice.contract import (
     INBOX_PREFIX,
     METADATA_PREFIX,
     OUTBOX_PREFIX,
+    JobStatus,
     Mode,
     PlanCache,
     PlanFigures,
     Planned,
     Settings,
     ShardSpec,
+    Summary,
     deadline_plan_key,
     manifest_key,
     shard_prefix,
 )
 from sluice.contract.model import FLEX
+from sluice.contract.state import input_pin
 from sluice.core.costs import PROVIDER_PRICES
 from sluice.formats.lines import READ_CHUNK, split_lines
 from sluice.limits.budget import budget_models, usd_to_nano
@@ -44,6 +47,7 @@ from sluice.plan.turnarounds import read_turnarounds
 from sluice.providers import batch_refuses, family
 from sluice.send.output_check import cached_answer_check, read_job_schema
 from sluice.shard.progress import ProgressSink
+from sluice.store.input_rows import Superseded
 from sluice.store.jobs import JobStore
 
 __all__ = ["MAX_SHARD_BYTES", "JobOptions", "PlanError", "ShardRange", "shard_prefix"]
@@ -168,6 +172,9 @@ def plan_job(
     key, head = find_object(s3, bucket, key, etag)
     job_id = job_id_for(bucket, key, etag)
     quoted = '"' + etag.strip('"') + '"'
+    # the version that has this ETag (an unversioned bucket's answer names none, or "null"): every
+    # read of the job is of it, so an overwrite of the key mid-job changes nothing the job reads
+    version = "" if head.get("VersionId") in (None, "null") else str(head["VersionId"])
     uploaded = head.get("LastModified")
     options = JobOptions.from_metadata(
         head.get("Metadata", {}), settings, uploaded_at=uploaded.timestamp() if uploaded is not None else None
@@ -190,8 +197,10 @@ def plan_job(
     started = time.time()
     if not store.claim_job(job_id, execution=execution, bucket=bucket, key=key, etag=quoted, started_at=started):
         return replace(planned, duplicate=True)
+    if not _take_key(store, planned, uploaded.timestamp() if uploaded is not None else started):
+        return replace(planned, duplicate=True)
 
-    result, cached, answered, models = _cut(s3, settings, options, planned, started)
+    result, cached, answered, models = _cut(s3, settings, options, planned, started, version)
     if progress is not None and cached:
         progress.cached(sum(cached.values()))
     deadline = None
@@ -211,7 +220,7 @@ def plan_job(
             Body=orjson.dumps(deadline.to_dict()),
             ContentType="application/json",
         )
-    manifest = _shard_specs(s3, settings, options, planned, result, answered, deadline)
+    manifest = _shard_specs(s3, settings, options, planned, result, answered, deadline, version)
     items = [spec.to_item() for spec in manifest]
     s3.put_object(Bucket=bucket, Key=planned.manifest_key, Body=orjson.dumps(items), ContentType="application/json")
     figures = PlanFigures(
@@ -240,8 +249,28 @@ def plan_job(
     return replace(planned, shards=len(result.shards), lines=result.lines)
 
 
+def _take_key(store: JobStore, planned: Planned, uploaded_at: float) -> bool:
+    """Make this job the one whose outputs the key's outbox names hold (`sluice.store.input_rows`);
+    False, with the job ended CANCELLED and nothing written to outbox/, when a newer upload's job
+    already holds the key. A job of an older upload still running goes on: it finishes what it sent
+    for, and writes its outputs beside the key's."""
+    try:
+        store.own_input(planned.bucket, planned.key, planned.job_id, uploaded_at)
+    except Superseded as exc:
+        store.finish_job(
+            Summary(
+                job_id=planned.job_id,
+                status=JobStatus.CANCELLED,
+                input=f"s3://{planned.bucket}/{planned.key}",
+                error=f"superseded before it ran: {exc}",
+            )
+        )
+        return False
+    return True
+
+
 def _cut(
-    s3: Any, settings: Settings, options: JobOptions, planned: Planned, started: float
+    s3: Any, settings: Settings, options: JobOptions, planned: Planned, started: float, version: str
 ) -> tuple[PlanResult, dict[int, int], set[int], set[str | None]]:
     """Read the object's lines and cut them into shards, answering from the cache what it holds.
     Also returns the cache hits per shard, the shards the cache answered whole and the lines'
@@ -266,7 +295,8 @@ def _cut(
         if view is not None and len(view)
         else None
     )
-    body = s3.get_object(Bucket=planned.bucket, Key=planned.key, IfMatch=planned.etag)["Body"]
+    pin = input_pin(planned.etag, version)
+    body = s3.get_object(Bucket=planned.bucket, Key=planned.key, **pin)["Body"]
     # a budget needs a price for every model the job sends to; the job's model replaces the lines'
     models: set[str | None] | None = (
         set()
@@ -297,7 +327,7 @@ def _cut(
             s3=s3,
             bucket=planned.bucket,
             key=planned.key,
-            etag=planned.etag,
+            pin=pin,
             job_id=planned.job_id,
             keep=cached_answer_check(options.validate, options.schema),
         )
@@ -327,6 +357,7 @@ def _shard_specs(
     result: PlanResult,
     answered: set[int],
     deadline: DeadlinePlan | None = None,
+    version: str = "",
 ) -> list[ShardSpec]:
     """One spec per shard, each with an equal share of the job's limits; a shard's duplicate
     custom ids are written to a file of its own, which its spec names. A deadline job's shard runs
@@ -348,6 +379,7 @@ def _shard_specs(
             bucket=planned.bucket,
             key=planned.key,
             etag=planned.etag,
+            version_id=version,
             start=shard.start,
             end=shard.end,
             first_line=shard.first_line,

@@ -135,7 +135,12 @@ def _bedrock(settings: Settings, s3: Any, bedrock: Callable[[], Any] | None) -> 
     if s3 is None or bedrock is None or not settings.bedrock_batch_role_arn:
         raise ValueError("Bedrock batch inference needs the job bucket, a bedrock client and the stack's service role")
     return opener(
-        bedrock, s3, bucket=settings.bucket, role_arn=settings.bedrock_batch_role_arn, limits=batch_limits(settings)
+        bedrock,
+        s3,
+        bucket=settings.bucket,
+        role_arn=settings.bedrock_batch_role_arn,
+        limits=batch_limits(settings),
+        name_prefix=settings.bedrock_job_prefix,
     )
 
 

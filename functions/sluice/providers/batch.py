@@ -99,13 +99,22 @@ class BatchTag:
 
 @dataclass(frozen=True)
 class BatchUpload:
-    """One input file to submit: rows written by `BatchApi.encode`, one endpoint and model."""
+    """One input file to submit: rows written by `BatchApi.encode`, one endpoint and model. No
+    file: the provider still holds the one an earlier attempt of the part staged (`BatchApi.staged`)."""
 
-    file: IO[bytes]
+    file: IO[bytes] | None
     endpoint: str
     model: str | None
     rows: int
     size: int
+
+
+def file_of(upload: BatchUpload) -> IO[bytes]:
+    """The upload's file, rewound, for a provider that stages none (`staged` is always False)."""
+    if upload.file is None:
+        raise ValueError("no file to upload: this provider keeps no file staged between attempts")
+    upload.file.seek(0)
+    return upload.file
 
 
 @dataclass(frozen=True)
@@ -211,7 +220,13 @@ class BatchApi(Protocol):
 
     async def submit(self, upload: BatchUpload, tag: BatchTag) -> str:
         """Create a batch of `upload`, tagged, and return its id; raises `QueueFull` when the
-        provider's queue refused it outright (nothing is left at the provider then)."""
+        provider's queue refused it outright (no batch exists then; a file `staged` may)."""
+        ...
+
+    async def staged(self, tag: BatchTag, endpoint: str) -> bool:
+        """Whether the file an earlier attempt of the tag's part put at the provider is still there,
+        for `submit` to create the batch from without an upload (Bedrock's: a part of up to 1 GB in
+        S3, which its queue may refuse every few minutes for hours)."""
         ...
 
     async def find(self, job: str, shard: int, since: float) -> dict[BatchTag, str]:

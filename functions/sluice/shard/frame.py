@@ -50,9 +50,9 @@ def read_shard_lines(s3: Any, spec: ShardSpec) -> Iterator[Request | LineError]:
     if spec.duplicates_key:
         raw = s3.get_object(Bucket=spec.bucket, Key=spec.duplicates_key)["Body"].read()
         duplicates = {int(k): v for k, v in orjson.loads(raw).items()}
-    body = s3.get_object(
-        Bucket=spec.bucket, Key=spec.key, Range=f"bytes={spec.start}-{spec.end - 1}", IfMatch=spec.etag
-    )["Body"]
+    body = s3.get_object(Bucket=spec.bucket, Key=spec.key, Range=f"bytes={spec.start}-{spec.end - 1}", **spec.pin)[
+        "Body"
+    ]
     for offset, raw in enumerate(split_lines(body.iter_chunks(READ_CHUNK))):
         number = spec.first_line + offset
         # a job that fills the cache sends each body with its keys sorted: the one encode the body

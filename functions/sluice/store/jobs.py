@@ -31,6 +31,7 @@ from sluice.contract import (
     causes,
 )
 from sluice.store.batch_rows import BatchRows
+from sluice.store.input_rows import InputRows
 from sluice.store.keys import ITEM_PREFIX, item_key, job_key, response_key, shard_key, shard_partition
 from sluice.store.rows import SHARD_WORKERS, BudgetState, ItemState, conditional, dynamo, each_shard, plain
 from sluice.store.webhook_rows import WebhookRows
@@ -65,7 +66,7 @@ def _item(row: ItemRow) -> ItemState:
     )
 
 
-class JobStore(WebhookRows, BatchRows):
+class JobStore(WebhookRows, BatchRows, InputRows):
     """All reads and writes of job state. `table` is a boto3 DynamoDB Table resource."""
 
     def claim_job(self, job_id: str, *, execution: str, bucket: str, key: str, etag: str, started_at: float) -> bool:

@@ -58,3 +58,8 @@ def early_key(response_id: str) -> dict[str, str]:
 
 def webhook_key(webhook_id: str) -> dict[str, str]:
     return {PARTITION_KEY: f"WEBHOOK#{webhook_id}", SORT_KEY: "META"}
+
+
+def input_owner_key(bucket: str, key: str) -> dict[str, str]:
+    """Which job an input key's outputs are for: the newest upload's (`InputRows`)."""
+    return {PARTITION_KEY: f"INPUT#{bucket}/{key}", SORT_KEY: "OWNER"}

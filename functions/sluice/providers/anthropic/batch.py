@@ -53,6 +53,7 @@ from ..batch import (
     BatchUpload,
     CancelRefused,
     QueueFull,
+    file_of,
 )
 from ..rest import ProviderUnavailable, RestCalls
 from .batch_wire import batch_status, kind_of, line_ref, parse_row, row_prefix, tag_of
@@ -87,10 +88,10 @@ def batch_row(request: Request) -> bytes:
 def _requests_body(upload: BatchUpload, tag: BatchTag) -> bytearray:
     """The create request's body: the file's rows, each id prefixed with the tag, written into one
     buffer as the file is read, so a 256 MB batch costs its body and no copies of it."""
-    upload.file.seek(0)
+    file = file_of(upload)
     prefixed = _ROW_START + row_prefix(tag).encode()
     body = bytearray(b'{"requests":[')
-    for row in upload.file:
+    for row in file:
         if not row.strip():
             continue
         if len(body) > len(b'{"requests":['):
@@ -275,6 +276,10 @@ class AnthropicBatchApi(RestCalls):
         except ProviderUnavailable:
             now = None
         raise CancelRefused(failure or "the provider gave no batch", now)
+
+    async def staged(self, tag: BatchTag, endpoint: str) -> bool:
+        # a message batch carries its requests inline: there is no file to keep
+        return False
 
     async def clean_up(self, statuses: Iterable[BatchStatus]) -> None:
         for status in statuses:

@@ -4,11 +4,16 @@ rows (`records`) put in the job bucket under `BEDROCK_INPUT_PREFIX`, and a model
 that reads it with the stack's service role and writes `{jobId}/{file}.out` and
 `manifest.json.out` under `BEDROCK_OUTPUT_PREFIX`.
 
-A job is found again by its input file, which names the shard's tag in full (a job's name is at
-most 63 characters: it carries a digest of the job id, enough for `nameContains`); creating one is
-idempotent through its `clientRequestToken`, derived from the tag. Bedrock limits a job to between
-100 and 50,000 records, and the jobs that run at once per model: a part that would exceed that
-count waits as one a full OpenAI queue refused (`QueueFull`).
+A part's input file is named by its job, shard and part, not its attempt: a part the queue refused
+(`QueueFull`) keeps its file, and the next attempt creates its job from it (`staged`) instead of
+building and putting up to 1 GB again every few minutes; it goes with the job's files (`clean_up`).
+One whose job is never created (its Sluice job failed or was cancelled while it waited, or a
+deadline's cutover came first) is left to the bucket's rule that expires `bedrock-batch/`.
+A job is found again by its input file and name, which name the shard's tag in full (a job's name is at
+most 63 characters: it carries the environment's prefix, then a digest of the job id, enough for
+`nameContains`); creating one is idempotent through its `clientRequestToken`, derived from the tag.
+Bedrock limits a job to between 100 and 50,000 records, and the jobs that run at once per model: a
+part that would exceed that count waits as one a full OpenAI queue refused (`QueueFull`).
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from botocore.exceptions import ClientError
 
 from sluice.contract.model import Request
 
-from ...contract import BEDROCK_INPUT_PREFIX, BEDROCK_JOB_NAME_PREFIX, BEDROCK_OUTPUT_PREFIX
+from ...contract import BEDROCK_INPUT_PREFIX, BEDROCK_OUTPUT_PREFIX, LOCAL_BEDROCK_JOB_NAME_PREFIX
 from ..batch import (
     ENDED,
     BatchApiOpener,
@@ -74,30 +79,36 @@ def _digest(job: str) -> str:
     return hashlib.sha256(job.encode()).hexdigest()[:16]
 
 
-def job_name(tag: BatchTag) -> str:
-    return f"{BEDROCK_JOB_NAME_PREFIX}{_digest(tag.job)}-{tag.shard:05d}-{tag.part:03d}-{tag.attempt}"
+def job_name(prefix: str, tag: BatchTag) -> str:
+    """The job's name: the environment's prefix (`bedrock_job_name_prefix`), then its shard's name."""
+    return f"{prefix}{_shard_name(tag.job, tag.shard)}{tag.part:03d}-{tag.attempt}"
 
 
 def _shard_name(job: str, shard: int) -> str:
-    return f"{BEDROCK_JOB_NAME_PREFIX}{_digest(job)}-{shard:05d}-"
+    # no prefix: the digest alone names the job, whichever prefix a deploy before this one gave it
+    return f"{_digest(job)}-{shard:05d}-"
 
 
 def input_key(tag: BatchTag, endpoint: str) -> str:
-    """Where a part's input file goes: its whole tag, so that a listed job names its shard."""
-    return f"{BEDROCK_INPUT_PREFIX}{tag.job}/{tag.shard:05d}-{tag.part:03d}-{tag.attempt}{SUFFIXES[endpoint]}"
+    """Where a part's input file goes, the same for every attempt: a listed job names its shard and
+    part by it (and its attempt by its name)."""
+    return f"{BEDROCK_INPUT_PREFIX}{tag.job}/{tag.shard:05d}-{tag.part:03d}{SUFFIXES[endpoint]}"
 
 
 def output_prefix(job: str) -> str:
     return f"{BEDROCK_OUTPUT_PREFIX}{job}/"
 
 
-def _tag(input_uri: str) -> BatchTag | None:
-    """The tag an input file's S3 URI names; None for a job that is not Sluice's."""
+def _tag(input_uri: str, job_name: str) -> BatchTag | None:
+    """The tag a job's input file's S3 URI and its name say; None for a job that is not Sluice's.
+    The file names the job, shard and part (an older one its attempt too); the name ends in the attempt."""
     _, _, key = input_uri.removeprefix("s3://").partition("/")
     if not key.startswith(BEDROCK_INPUT_PREFIX):
         return None
     job, _, name = key.removeprefix(BEDROCK_INPUT_PREFIX).rpartition("/")
     numbers = name.split(".", 1)[0].split("-")
+    if len(numbers) == 2:
+        numbers.append(job_name.rpartition("-")[2])
     if not job or len(numbers) != 3 or not all(n.isdigit() for n in numbers):
         return None
     shard, part, attempt = map(int, numbers)
@@ -138,8 +149,10 @@ class BedrockBatchApi:
         bucket: str,
         role_arn: str,
         limits: BatchLimits,
+        name_prefix: str = LOCAL_BEDROCK_JOB_NAME_PREFIX,
     ) -> None:
         self._bedrock = bedrock
+        self._name_prefix = name_prefix
         self._s3 = s3
         self._bucket = bucket
         self._role_arn = role_arn
@@ -178,7 +191,7 @@ class BedrockBatchApi:
     async def find(self, job: str, shard: int, since: float) -> dict[BatchTag, str]:
         found: dict[BatchTag, tuple[float, str]] = {}
         async for summary in self._jobs(nameContains=_shard_name(job, shard), submitTimeAfter=since):
-            tag = _tag(_input_uri(summary))
+            tag = _tag(_input_uri(summary), str(summary.get("jobName", "")))
             created = _time(summary.get("submitTime")) or 0.0
             if tag is None or (tag.job, tag.shard) != (job, shard) or created < since:
                 continue
@@ -188,23 +201,33 @@ class BedrockBatchApi:
 
     async def listed(self, since: float) -> list[BatchStatus]:
         statuses = []
-        async for summary in self._jobs(nameContains=BEDROCK_JOB_NAME_PREFIX, submitTimeAfter=since):
+        async for summary in self._jobs(nameContains=self._name_prefix, submitTimeAfter=since):
             statuses.append(self._status(summary, BatchCounts()))
         return statuses
+
+    async def staged(self, tag: BatchTag, endpoint: str) -> bool:
+        try:
+            await self._call(self._s3.head_object, Bucket=self._bucket, Key=input_key(tag, endpoint))
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
+                return False
+            raise
+        return True
 
     async def submit(self, upload: BatchUpload, tag: BatchTag) -> str:
         if not upload.model:
             raise ValueError("a Bedrock batch job runs one model; the part names none")
-        upload.file.seek(0)
         key = input_key(tag, upload.endpoint)
-        await self._call(self._s3.upload_fileobj, Fileobj=upload.file, Bucket=self._bucket, Key=key)
+        if upload.file is not None:
+            upload.file.seek(0)
+            await self._call(self._s3.upload_fileobj, Fileobj=upload.file, Bucket=self._bucket, Key=key)
         try:
             created = await self._call(
                 self._bedrock.create_model_invocation_job,
-                jobName=job_name(tag),
+                jobName=job_name(self._name_prefix, tag),
                 roleArn=self._role_arn,
                 # the same tag is the same job: a retry after a lost answer gets the job it created
-                clientRequestToken=hashlib.sha256(key.encode()).hexdigest()[:64],
+                clientRequestToken=hashlib.sha256(f"{key}#{tag.attempt}".encode()).hexdigest()[:64],
                 modelId=upload.model,
                 inputDataConfig={
                     "s3InputDataConfig": {"s3Uri": f"s3://{self._bucket}/{key}", "s3InputFormat": "JSONL"}
@@ -215,8 +238,7 @@ class BedrockBatchApi:
             )
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") == _QUOTA_EXCEEDED:
-                with contextlib.suppress(ClientError):
-                    await self._call(self._s3.delete_object, Bucket=self._bucket, Key=key)
+                # the file stays staged for the next attempt
                 raise QueueFull(str(exc)) from exc
             raise
         return str(created["jobArn"])
@@ -235,7 +257,7 @@ class BedrockBatchApi:
             ended_at=ended,
             # Completed and PartiallyCompleted both ran every record: endTime is when they had
             completed_at=_time(job.get("endTime")) if said == BatchState.COMPLETED else None,
-            tag=_tag(input_uri),
+            tag=_tag(input_uri, str(job.get("jobName", ""))),
             counts=counts,
             input_file=input_uri or None,
             output_file=f"{output.rstrip('/')}/{_job_id(str(job['jobArn']))}/" if output else None,
@@ -340,6 +362,7 @@ def opener(
     bucket: str,
     role_arn: str,
     limits: BatchLimits | None = None,
+    name_prefix: str = LOCAL_BEDROCK_JOB_NAME_PREFIX,
 ) -> BatchApiOpener:
     """Opens a `BedrockBatchApi` for each run on the `bedrock` client the factory makes (the
     handler's session's, or the local cloud's emulation)."""
@@ -347,6 +370,6 @@ def opener(
 
     @contextlib.asynccontextmanager
     async def opened() -> AsyncIterator[BedrockBatchApi]:
-        yield BedrockBatchApi(bedrock(), s3, bucket=bucket, role_arn=role_arn, limits=chosen)
+        yield BedrockBatchApi(bedrock(), s3, bucket=bucket, role_arn=role_arn, limits=chosen, name_prefix=name_prefix)
 
     return opened

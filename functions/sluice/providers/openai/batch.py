@@ -33,6 +33,7 @@ from ..batch import (
     BatchUpload,
     CancelRefused,
     QueueFull,
+    file_of,
 )
 
 # OpenAI's limits for one batch (platform.openai.com/docs/guides/batch)
@@ -199,10 +200,10 @@ class OpenAIBatchApi:
         return [batch_status(batch) async for batch in self._each_since(since)]
 
     async def submit(self, upload: BatchUpload, tag: BatchTag) -> str:
-        upload.file.seek(0)
+        file = file_of(upload)
         name = f"sluice-{tag.job}-{tag.shard:05d}-{tag.part:03d}.jsonl"
         uploaded = await self._client.files.create(
-            file=(name, upload.file, "application/jsonl"), purpose="batch", timeout=UPLOAD_TIMEOUT_S
+            file=(name, file, "application/jsonl"), purpose="batch", timeout=UPLOAD_TIMEOUT_S
         )
         started = time.time()
         once = self._client.with_options(max_retries=0)
@@ -267,6 +268,10 @@ class OpenAIBatchApi:
             except openai.APIError:
                 now = None
             raise CancelRefused(_refusal(exc), now) from exc
+
+    async def staged(self, tag: BatchTag, endpoint: str) -> bool:
+        # a refused batch's file is deleted with it: each attempt uploads its own
+        return False
 
     async def clean_up(self, statuses: Iterable[BatchStatus]) -> None:
         for status in statuses:

@@ -93,12 +93,28 @@ class ShardBatches:
         return [index for index, batch_id in enumerate(self.batch_ids) if not batch_id]
 
 
-def _rebuild(api: BatchApi, ctx: ShardContext, spec: ShardSpec, indexes: list[int]) -> list[BatchPart]:
-    """The files of parts created after SubmitBatch, from their row maps and the shard's input."""
+async def _later_parts(
+    api: BatchApi, ctx: ShardContext, spec: ShardSpec, state: ShardBatches, indexes: list[int]
+) -> list[BatchPart]:
+    """The parts created after SubmitBatch, from their row maps: a part whose file an earlier
+    attempt staged at the provider goes as its map alone (no file), the others are rebuilt."""
     maps = {
         index: BatchPart.from_manifest(ctx.s3.get_object(Bucket=spec.bucket, Key=part_key(spec, index))["Body"].read())
         for index in indexes
     }
+    staged = {
+        index
+        for index, part in maps.items()
+        if await api.staged(BatchTag(spec.job_id, spec.shard, index, state.attempt(index)), part.endpoint)
+    }
+    rebuilt = _rebuild(api, ctx, spec, {index: part for index, part in maps.items() if index not in staged})
+    return [maps[index] if index in staged else rebuilt[index] for index in indexes]
+
+
+def _rebuild(api: BatchApi, ctx: ShardContext, spec: ShardSpec, maps: dict[int, BatchPart]) -> dict[int, BatchPart]:
+    """The files of the parts the maps name, from the shard's input; none read when there are none."""
+    if not maps:
+        return {}
     owner = {line: index for index, part in maps.items() for line in part.lines}
     rebuilt = {index: BatchPart(index=index, endpoint=part.endpoint, model=part.model) for index, part in maps.items()}
     for item in read_shard_lines(ctx.s3, spec):
@@ -108,7 +124,7 @@ def _rebuild(api: BatchApi, ctx: ShardContext, spec: ShardSpec, indexes: list[in
     for index, part in rebuilt.items():
         if part.lines != maps[index].lines:
             raise RuntimeError(f"part {index} of shard {spec.shard} no longer matches its row map")
-    return [rebuilt[index] for index in indexes]
+    return rebuilt
 
 
 def _requeue_delay_s(settings: Settings, attempt: int) -> float:
@@ -177,7 +193,7 @@ async def advance(
         granted.append(index)
     if not granted:
         return 0
-    parts = _rebuild(api, ctx, spec, granted) if files is None else [files[index] for index in granted]
+    parts = await _later_parts(api, ctx, spec, state, granted) if files is None else [files[i] for i in granted]
 
     def release(index: int) -> None:
         queue.release(Hold(spec.job_id, spec.shard, index, state.attempt(index)))

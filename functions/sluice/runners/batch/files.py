@@ -50,8 +50,8 @@ class BatchPart:
             self.file = None
 
     def upload(self) -> BatchUpload:
-        """The file as the provider's `submit` takes it."""
-        assert self.file is not None
+        """The file as the provider's `submit` takes it; none for a part read from its row map
+        alone, whose file the provider holds from an earlier attempt (`BatchApi.staged`)."""
         return BatchUpload(self.file, self.endpoint, self.model, rows=len(self.lines), size=self.size)
 
     def content(self) -> bytes:
