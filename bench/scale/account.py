@@ -24,7 +24,7 @@ from sluice.shard.frame import OPENINGS_PER_S
 
 from bench.scale import definition
 from bench.scale.counts import BY_NAME, CONTINGENT, per_occurrence
-from bench.scale.figures import VARIANT_MODE, Figure, _variant_causes
+from bench.scale.figures import VARIANT_MODE, Figure, _variant_causes, counted_figure
 from bench.scale.rates import MAXIMUM_CACHE, MAXIMUM_LINES, Scenario, environment, rate, scenario
 from infra.config import Environment
 
@@ -122,14 +122,8 @@ def table_figures(variant: str, runs: list[dict[str, Any]], a: Account) -> list[
         warm = DDB_WARM_WCU_PER_S if metric == "WCU/s" else DDB_WARM_RCU_PER_S
         for limit, of in ((DDB_TABLE_UNITS_PER_S, "the table-level quota"), (warm, "a new table's warm throughput")):
             found.append(
-                Figure(
-                    f"{name}, {metric} against {of}, {a.jobs} jobs at once",
-                    variant,
-                    total,
-                    limit,
-                    metric.split("/")[0],
-                    "counted",
-                    tuple(by_cause.items()),
+                counted_figure(
+                    f"{name}, {metric} against {of}, {a.jobs} jobs at once", variant, by_cause, limit, metric
                 )
             )
     return found

@@ -82,6 +82,13 @@ class Figure:
         return head + "\n" + "\n".join(f"         {_num(v):>10s}  {name}" for name, v in shown if v > 0)
 
 
+def counted_figure(name: str, variant: str, by_cause: dict[str, float], limit: float, metric: str) -> Figure:
+    """A counted figure: the sum of its causes' parts, in the units of `metric` (`WCU/s`, `reads/s`)."""
+    return Figure(
+        name, variant, sum(by_cause.values()), limit, metric.split("/")[0], "counted", tuple(by_cause.items())
+    )
+
+
 def _num(value: float) -> str:
     if value >= 100:
         return f"{value:,.0f}"
@@ -218,17 +225,7 @@ def key_figures(variant: str, runs: list[dict[str, Any]], s: Scenario) -> list[F
             }[metric]
             label = {"item": "DynamoDB item", "partition": "DynamoDB partition key", "prefix": "S3 prefix"}[target.kind]
             one = {"job": "shared by every shard", "shard": "one a shard", "spread": "one a line"}[target.scope]
-            found.append(
-                Figure(
-                    f"{label} {target.name} ({one}): {metric}",
-                    variant,
-                    total,
-                    limit,
-                    metric.split("/")[0],
-                    "counted",
-                    tuple(by_cause.items()),
-                )
-            )
+            found.append(counted_figure(f"{label} {target.name} ({one}): {metric}", variant, by_cause, limit, metric))
     found.extend(_api_figures(variant, runs, s, known))
     return found
 
