@@ -36,10 +36,9 @@ DOCS = ROOT / "docs" / "capacity.md"
 # change it waits for
 OPEN: dict[str, str] = {
     "the jobs table, WCU/s against a new table's warm throughput, 4 jobs at once [background by webhook]": (
-        "background by webhook still writes about 6 units a line (an item row and a response pointer at "
-        "submit, the item and the shard's count at each webhook, the webhook's id, the item again at "
-        "collect): a shard's submitted ids packed into one item a part, and the webhook's settling kept on "
-        "the pointer row it reads, bring it to about 3"
+        "background by webhook writes 5 units a line (an item row and a response pointer at submit, the "
+        "item and the shard's count at each webhook, the item again at collect): the webhook's settling "
+        "batched off the table's per-line rows"
     ),
     "Bedrock batch inference jobs a model, 1,000 batch shards on one model [batch]": (
         "Sluice creates Bedrock jobs until Bedrock refuses one, so it holds the whole quota: a count of its "
