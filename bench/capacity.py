@@ -36,9 +36,10 @@ DOCS = ROOT / "docs" / "capacity.md"
 # change it waits for
 OPEN: dict[str, str] = {
     "the jobs table, WCU/s against a new table's warm throughput, 4 jobs at once [background by webhook]": (
-        "background by webhook writes 5 units a line (an item row and a response pointer at submit, the "
-        "item and the shard's count at each webhook, the item again at collect): the webhook's settling "
-        "batched off the table's per-line rows"
+        "background by webhook writes 4 units a line (its row and its response's pointer at submit, the "
+        "row's settle and the shard's count at each webhook): the webhook's count kept once a batch of "
+        "deliveries (a queue between the endpoint and the receiver), or the submitted rows packed a part "
+        "with the webhook claiming the pointer it reads"
     ),
     "Bedrock batch inference jobs a model, 1,000 batch shards on one model [batch]": (
         "Sluice creates Bedrock jobs until Bedrock refuses one, so it holds the whole quota: a count of its "

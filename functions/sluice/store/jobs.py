@@ -32,7 +32,16 @@ from sluice.contract import (
     causes,
 )
 from sluice.store.batch_rows import BatchRows
-from sluice.store.keys import ITEM_PREFIX, item_key, job_key, response_key, shard_key, shard_partition
+from sluice.store.keys import (
+    DONE_PREFIX,
+    ITEM_PREFIX,
+    done_key,
+    item_key,
+    job_key,
+    response_key,
+    shard_key,
+    shard_partition,
+)
 from sluice.store.rows import SHARD_WORKERS, BudgetState, ItemState, conditional, dynamo, each_shard, plain
 from sluice.store.webhook_rows import WebhookRows
 
@@ -44,6 +53,8 @@ QUEUED_PREFIX = "QUEUED#"
 # the attribute of a shard row that tells a running shard to stop: the job's status (`CANCELLED`,
 # `FAILED`); each shard reads it from its own row (`shard.Stopper`)
 STOP_ATTRIBUTE = "stop"
+# the attribute of a checkpoint's answered lines (`record_progress`): their numbers, comma-separated
+DONE_LINES = "lines"
 # shard rows Plan writes a second: a job of 2,000 shards takes 20 s, and four jobs planned at once
 # write 400 units a second beside their lines', a tenth of a new on-demand table's warm 4,000
 PLAN_ROWS_PER_S = 100
@@ -213,14 +224,29 @@ class JobStore(WebhookRows, BatchRows):
         waiting: int = 0,
     ) -> None:
         """Checkpoint a shard run: item rows in batches, then one update of the shard's row, all
-        on the shard's own partition (the response pointers are keyed by response id)."""
+        on the shard's own partition (the response pointers are keyed by response id).
+
+        The lines that ended with an answer share one item, their numbers in it: a row each was a
+        write a line (a background line's row already there says it was submitted; `items` reads
+        it as done). A failed line, and one still out at the provider, keeps a row of its own."""
         expires = self._expires()
         items = list(items)
+        answered = sorted(item.line for item in items if item.status == "done")
         with (
             causes.because(causes.LINE, count=len(items)),
             self._table.batch_writer(overwrite_by_pkeys=[PARTITION_KEY, SORT_KEY]) as batch,
         ):
+            if answered:
+                batch.put_item(
+                    Item={
+                        **done_key(job_id, shard, run, answered[0]),
+                        DONE_LINES: ",".join(map(str, answered)),
+                        "expires_at": expires,
+                    }
+                )
             for item in items:
+                if item.status == "done":
+                    continue
                 batch.put_item(
                     Item=dynamo(
                         {
@@ -270,11 +296,24 @@ class JobStore(WebhookRows, BatchRows):
                 return
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
+    def _answered(self, job_id: str, shard: int) -> set[int]:
+        """The shard's lines its checkpoints recorded as answered (`record_progress`), strongly consistent."""
+        condition = Key(PARTITION_KEY).eq(shard_partition(job_id, shard)) & Key(SORT_KEY).begins_with(DONE_PREFIX)
+        found: set[int] = set()
+        for row in self._query(KeyConditionExpression=condition, ConsistentRead=True):
+            found.update(int(line) for line in str(row[DONE_LINES]).split(","))
+        return found
+
     def items(self, job_id: str, shard: int) -> Iterator[ItemState]:
-        """The item rows of one shard, in line order: its partition, strongly consistent."""
+        """The item rows of one shard, in line order, a row whose line was answered since as done:
+        its partition, strongly consistent."""
+        answered = self._answered(job_id, shard)
         condition = Key(PARTITION_KEY).eq(shard_partition(job_id, shard)) & Key(SORT_KEY).begins_with(ITEM_PREFIX)
         for row in self._query(KeyConditionExpression=condition, ConsistentRead=True):
-            yield _item(ItemRow.from_item(plain(row)))
+            item = _item(ItemRow.from_item(plain(row)))
+            if item.line in answered:
+                item.status = "done"
+            yield item
 
     def item(self, job_id: str, shard: int, line: int) -> ItemRow | None:
         row = self._table.get_item(Key=item_key(job_id, shard, line)).get("Item")
