@@ -303,17 +303,17 @@ def test_plan_writes_its_shard_rows_a_paced_second_at_a_time(moto_table: Any) ->
     assert sum(n for pk, n in ledger.writes.items() if pk != "JOB#job") == shards
 
 
-def test_a_checkpoints_answered_lines_share_one_item_and_read_back_as_done(moto_table: Any) -> None:
-    """A background line answered at collect was rewritten row by row, a write a line; now the
-    checkpoint's answered lines are one item, and its rows still out read back as they stand."""
+def test_a_parts_answered_lines_share_one_item_and_read_back_as_done(moto_table: Any) -> None:
+    """A background line answered at collect was rewritten row by row, a write a line; now a
+    part's answered lines are one item, and the rows still out read back as they stand."""
     store = JobStore(moto_table, ttl_days=1)
     store.record_plan("job", plan=plan_figures(300), shards=[(0, 300, 300)], mode="background")
     out = [ItemState(n, f"c{n}", "submitted", f"resp_{n}") for n in range(300)]
     store.record_progress("job", 0, out, done=0, failed=0, finished=False, run=1, waiting=300)
-    answered = [ItemState(n, f"c{n}", "done", f"resp_{n}", attempts=2) for n in range(0, 300, 2)]
     failed = ItemState(1, "c1", "failed", "resp_1", attempts=3, error="server_error: boom")
     with PartitionLedger(moto_table.meta.client) as ledger:
-        store.record_progress("job", 0, [*answered, failed], done=150, failed=1, finished=False, run=2, waiting=-151)
+        store.record_answered("job", 0, 2, range(0, 300, 2))
+        store.record_progress("job", 0, [failed], done=150, failed=1, finished=False, run=2, waiting=-151)
     # one item for the 150 answers, the failed line's row, the shard's row
     assert ledger.writes == Counter({"JOB#job#00000": 3})
     statuses = {item.line: item.status for item in store.items("job", 0)}

@@ -224,29 +224,14 @@ class JobStore(WebhookRows, BatchRows):
         waiting: int = 0,
     ) -> None:
         """Checkpoint a shard run: item rows in batches, then one update of the shard's row, all
-        on the shard's own partition (the response pointers are keyed by response id).
-
-        The lines that ended with an answer share one item, their numbers in it: a row each was a
-        write a line (a background line's row already there says it was submitted; `items` reads
-        it as done). A failed line, and one still out at the provider, keeps a row of its own."""
+        on the shard's own partition (the response pointers are keyed by response id)."""
         expires = self._expires()
         items = list(items)
-        answered = sorted(item.line for item in items if item.status == "done")
         with (
             causes.because(causes.LINE, count=len(items)),
             self._table.batch_writer(overwrite_by_pkeys=[PARTITION_KEY, SORT_KEY]) as batch,
         ):
-            if answered:
-                batch.put_item(
-                    Item={
-                        **done_key(job_id, shard, run, answered[0]),
-                        DONE_LINES: ",".join(map(str, answered)),
-                        "expires_at": expires,
-                    }
-                )
             for item in items:
-                if item.status == "done":
-                    continue
                 batch.put_item(
                     Item=dynamo(
                         {
@@ -287,6 +272,20 @@ class JobStore(WebhookRows, BatchRows):
                 ":w": waiting,
             },
         )
+
+    def record_answered(self, job_id: str, shard: int, run: int, lines: Collection[int]) -> None:
+        """A part's lines that ended with an answer, one item for them all: a row each was a write a
+        line (a background line's row, already there from its submit, reads as done in `items`)."""
+        answered = sorted(lines)
+        # through the checkpoint's own BatchWriteItem, the write its steps are granted
+        with self._table.batch_writer(overwrite_by_pkeys=[PARTITION_KEY, SORT_KEY]) as batch:
+            batch.put_item(
+                Item={
+                    **done_key(job_id, shard, run, answered[0]),
+                    DONE_LINES: ",".join(map(str, answered)),
+                    "expires_at": self._expires(),
+                }
+            )
 
     def _query(self, **kwargs: Any) -> Iterator[dict[str, Any]]:
         while True:
