@@ -69,6 +69,9 @@ def handle_webhook(
         # A response's settle is conditional on its line's row, so it says itself whether the
         # delivery is a repeat: no row a webhook id, which was a write a line at the key's rate.
         token = store.settle_item(provider_id)
+        if isinstance(token, Again):
+            # a repeat delivery, not its line's webhook: counted apart, as a race is
+            causes.instead(causes.REPEAT)
         if token:
             with causes.because(causes.WAKE_AGAIN if isinstance(token, Again) else causes.WAKE):
                 wake(token)
