@@ -31,7 +31,8 @@ RECORD_PLAN = (BATCH_WRITE, UPDATE)
 # JobStore.job, .shard, .budget_state (GetItem), and the reads of several shard rows at once
 # that job progress, cancel and merge are moving to (BatchGetItem)
 READ_JOB = (GET, BATCH_GET)
-# JobStore.record_progress (PartWriter): item rows (batch_writer), then the shard and job counters
+# JobStore.record_progress and record_answered (PartWriter): item rows and a part's answered lines
+# (batch_writer), then the shard and job counters
 CHECKPOINT = (BATCH_WRITE, UPDATE)
 # JobStore.items: the item rows of one shard, a range of sort keys
 READ_ITEMS = (QUERY,)

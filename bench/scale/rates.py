@@ -24,6 +24,7 @@ from sluice.merge.outputs import SHARD_WORKERS as OUTPUT_WORKERS
 from sluice.plan.job_options import KEY_LATENCY_S
 from sluice.runners.batch.advance import BATCH_WINDOW_S
 from sluice.shard.frame import OPENINGS_PER_S
+from sluice.store.jobs import PLAN_ROWS_PER_S
 from sluice.store.rows import SHARD_WORKERS
 
 from infra.config import Environment, cdk_json_context
@@ -69,6 +70,9 @@ class Scenario:
     in_flight: int
     cached: int
     settings: Settings
+    # lines a second the key gives this job (its share of a key other jobs draw on too); None:
+    # every running shard at Plan's per-shard cap
+    key_share: float | None = None
 
     @property
     def shards(self) -> int:
@@ -83,6 +87,8 @@ class Scenario:
         """Lines a second one running shard settles."""
         if self.mode == "batch":
             return COLLECT_LINES_PER_S
+        if self.key_share is not None:
+            return self.key_share / self.running
         return MAX_SHARD_CONNECTIONS / KEY_LATENCY_S
 
     @property
@@ -182,6 +188,8 @@ def rate(
     if per is causes.Per.BATCH:
         wave = min(float(n), OPENINGS_PER_S)
         return Rate(1 / s.run_s, wave, f"once a batch shard, {wave:g}/s in the wave")
+    if cause is causes.PLAN_SHARD:
+        return Rate(1.0, float(PLAN_ROWS_PER_S), f"{PLAN_ROWS_PER_S} shard rows a second, paced")
     if per is causes.Per.SHARD:
         workers, call_s = (SHARD_WORKERS, DDB_CALL_S) if service == "dynamodb" else (OUTPUT_WORKERS, S3_CALL_S)
         return Rate(1.0, workers / call_s, f"{workers} shards at a time, {call_s * 1000:g} ms a call")

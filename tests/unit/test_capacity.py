@@ -12,7 +12,7 @@ from sluice.shard.parts import PartWriter
 from sluice.store.keys import job_key
 
 from bench import capacity
-from bench.scale import counts, figures, memory, rates, runs
+from bench.scale import account, counts, figures, memory, rates, runs
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +29,11 @@ def test_the_recorded_counts_are_exact_and_every_figure_at_the_maximum_is_within
 ) -> None:
     text, ok = capacity.report(counted)
     assert ok, text
-    assert capacity.OPEN == {}
+    # what still waits for a design change, each named with its variant; nothing else may be over
+    assert set(capacity.OPEN) == {
+        "the jobs table, WCU/s against a new table's warm throughput, 4 jobs at once [background by webhook]",
+        "Bedrock batch inference jobs a model, 1,000 batch shards on one model [batch]",
+    }
     assert {run["variant"] for run in counted} == {v.name for v in runs.VARIANTS}
 
 
@@ -151,3 +155,63 @@ def test_a_planted_write_a_line_to_the_jobs_row_puts_it_over_half(monkeypatch: p
     assert row and all(f.over for f in row), "\n".join(f.line() for f in row)
     text, ok = capacity.report(found + [r for r in capacity.load() if r["variant"] != "direct"])
     assert not ok and "OVER" in text
+
+
+def test_the_stated_scenario_names_its_key_its_jobs_and_its_batch_shards() -> None:
+    lines = account.scenario_lines()
+    assert all(f"{account.JOBS_AT_ONCE} jobs at once" in line for line in lines)
+    assert "30,000 RPM" in lines[0] and account.KEY in lines[0]
+    assert "1,000 shards in flight" in lines[2]
+    direct = account.stated("direct")
+    # the jobs share the key: together they settle its rate, not Plan's per-shard cap times the shards
+    assert direct.line_rate == pytest.approx(30_000 / 60)
+
+
+def test_every_account_figure_says_its_causes(counted: list[dict[str, Any]]) -> None:
+    found = account.account_figures(counted)
+    kinds = {f.name.split(",")[0] for f in found}
+    assert {"the jobs table", "Lambda concurrency", "open Map Runs"} <= kinds
+    assert any(f.name.startswith("Step Functions state transitions") for f in found)
+    assert any(f.name.startswith("the webhook API's requests") for f in found)
+    assert any(f.name.startswith("Bedrock batch inference jobs a model") for f in found)
+    assert all(f.parts for f in found if not f.name.startswith("open Map Runs"))
+
+
+def _index_write_a_line(counted: list[dict[str, Any]], variant: str) -> list[dict[str, Any]]:
+    """The runs as recorded, but every line also writing the provider-id index once."""
+    planted = []
+    for run in counted:
+        run = {**run, "targets": list(run["targets"])}
+        if run["variant"] == variant:
+            run["targets"].append(
+                {
+                    **_target(causes.LINE.name, run["lines"], shape="sluice-local-jobs:resp_{n}| (by_provider_id)"),
+                    "operation": "BatchWriteItem",
+                    "keys": [f"resp_{i}" for i in range(run["lines"])],
+                }
+            )
+            run["occurrences"] = {**run["occurrences"], causes.LINE.name: max(1, run["occurrences"][causes.LINE.name])}
+        planted.append(run)
+    return planted
+
+
+def test_a_planted_index_write_a_line_shows_on_the_index_figure_at_the_line_rate(
+    counted: list[dict[str, Any]],
+) -> None:
+    """Background lines write no index entry: a write a line planted there is counted on the
+    index, by its cause, at the jobs' line rate over the occurrences the runs saw."""
+    variant = "background by poll"
+
+    def index_wcu(runs_: list[dict[str, Any]]) -> float:
+        return sum(
+            f.value
+            for f in account.account_figures(runs_)
+            if f.variant == variant and "index by_provider_id, WCU/s against the table-level" in f.name
+        )
+
+    assert index_wcu(counted) == 0
+    planted = index_wcu(_index_write_a_line(counted, variant))
+    line_rate = account.stated("background").line_rate
+    assert planted >= line_rate
+    text, _ = capacity.report(_index_write_a_line(counted, variant))
+    assert "index by_provider_id, WCU/s" in text and "a line settled" in text

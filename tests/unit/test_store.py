@@ -11,8 +11,8 @@ from typing import Any
 import boto3
 import pytest
 from moto import mock_aws
-from sluice.contract import StateError
-from sluice.store.jobs import ItemState, JobStore
+from sluice.contract import PROVIDER_ID_INDEX, StateError
+from sluice.store.jobs import PLAN_ROWS_PER_S, ItemState, JobStore
 from sluice.store.keys import item_key, job_key, shard_key
 
 from local.cloud import create_table
@@ -270,3 +270,53 @@ def test_a_batch_webhook_finds_its_shard_through_an_index_of_keys_only() -> None
         # a repeat wakes again (the first wake may have failed); an unknown batch changes nothing
         assert store.settle_batch("batch_1", "completed") == "token-1"
         assert store.settle_batch("batch_other", "completed") is None
+
+
+def test_a_background_line_keeps_its_response_id_off_the_index_and_its_webhook_still_finds_it(
+    moto_table: Any,
+) -> None:
+    """A line's row is written at submit and at collect: on the provider-id index too it cost a
+    second write each time. The webhook finds the line by its response's pointer row instead."""
+    store = JobStore(moto_table, ttl_days=1)
+    store.record_plan("job", plan=plan_figures(2), shards=[(0, 2, 2)], mode="background")
+    store.record_progress(
+        "job", 0, [ItemState(1, "a", "submitted", "resp_a")], done=0, failed=0, finished=False, run=1, waiting=1
+    )
+    indexed = moto_table.scan(IndexName=PROVIDER_ID_INDEX)["Items"]
+    assert indexed == []
+    assert [i.provider_id for i in store.items("job", 0)] == ["resp_a"]
+    row = store.item("job", 0, 1)
+    assert row is not None and row.provider_id == "resp_a"
+    store.arm_shard("job", 0, "token")
+    assert store.settle_item("resp_a") == "token"
+    assert [i.status for i in store.items("job", 0)] == ["settled"]
+
+
+def test_plan_writes_its_shard_rows_a_paced_second_at_a_time(moto_table: Any) -> None:
+    slept: list[float] = []
+    store = JobStore(moto_table, ttl_days=1, sleep=slept.append)
+    shards = 2 * PLAN_ROWS_PER_S + 1
+    with PartitionLedger(moto_table.meta.client) as ledger:
+        store.record_plan("job", plan=plan_figures(shards), shards=[(s, 1, 1) for s in range(shards)], mode="direct")
+    assert slept == [1.0, 1.0]
+    assert len(store.shards("job")) == shards
+    assert sum(n for pk, n in ledger.writes.items() if pk != "JOB#job") == shards
+
+
+def test_a_parts_answered_lines_share_one_item_and_read_back_as_done(moto_table: Any) -> None:
+    """A background line answered at collect was rewritten row by row, a write a line; now a
+    part's answered lines are one item, and the rows still out read back as they stand."""
+    store = JobStore(moto_table, ttl_days=1)
+    store.record_plan("job", plan=plan_figures(300), shards=[(0, 300, 300)], mode="background")
+    out = [ItemState(n, f"c{n}", "submitted", f"resp_{n}") for n in range(300)]
+    store.record_progress("job", 0, out, done=0, failed=0, finished=False, run=1, waiting=300)
+    failed = ItemState(1, "c1", "failed", "resp_1", attempts=3, error="server_error: boom")
+    with PartitionLedger(moto_table.meta.client) as ledger:
+        store.record_answered("job", 0, 2, range(0, 300, 2))
+        store.record_progress("job", 0, [failed], done=150, failed=1, finished=False, run=2, waiting=-151)
+    # one item for the 150 answers, the failed line's row, the shard's row
+    assert ledger.writes == Counter({"JOB#job#00000": 3})
+    statuses = {item.line: item.status for item in store.items("job", 0)}
+    assert len(statuses) == 300
+    assert {statuses[n] for n in range(0, 300, 2)} == {"done"}
+    assert statuses[1] == "failed" and statuses[3] == "submitted"

@@ -203,3 +203,13 @@ def test_a_delivery_that_failed_before_settling_is_not_taken_for_a_duplicate(sto
     assert handle_webhook(body=GOOD, headers=headers, secret=SECRET, store=flaky, wake=print).outcome == "accepted"
     item = store.item("job", 0, 1)
     assert item is not None and item.status == "settled"
+
+
+def test_a_response_webhook_writes_the_line_and_the_shard_count_only(store: JobStore) -> None:
+    """A webhook comes once a line: its own id row was a third write a line. The line's
+    conditional settle tells a repeat instead, whatever id the provider gives the delivery."""
+    before = {(r["pk"], r["sk"]) for r in snapshot(store)}
+    assert call(store, GOOD, sign(GOOD)).outcome == "accepted"
+    assert {(r["pk"], r["sk"]) for r in snapshot(store)} == before
+    assert call(store, GOOD, sign(GOOD, msg_id="msg_again")).outcome == "duplicate"
+    assert store.shards("job")[0].waiting == 1

@@ -71,6 +71,7 @@ RUN = Cause("a shard's run", Per.RUN)
 SHARD_END = Cause("a shard's end", Per.RUN)
 PART = Cause("a part's flush", Per.PART)
 PART_ROWS = Cause("a part's rows and figures written", Per.PART)
+PART_ANSWERED = Cause("a part's answered lines recorded on its shard's partition", Per.PART)
 CACHE_WRITE = Cause("a part's answers written to the response cache", Per.PART)
 PART_READ = Cause("a part read back at its shard's end", Per.PART)
 SECRET = Cause("a secret read on a cold or expired cache", Per.RUN)
@@ -115,6 +116,7 @@ CAUSES: tuple[Cause, ...] = (
     SHARD_END,
     PART,
     PART_ROWS,
+    PART_ANSWERED,
     CACHE_WRITE,
     PART_READ,
     SECRET,

@@ -15,6 +15,10 @@ PROVIDER_ID_ATTRIBUTE = "provider_id"
 PROVIDER_ID_INDEX = "by_provider_id"
 # what the index copies of a row: its keys, all its one reader (`JobStore._by_provider_id`) uses
 PROVIDER_ID_PROJECTION = "KEYS_ONLY"
+# A line's row keeps its background response's id under a name of its own, off the index: a
+# webhook finds the line by the response's pointer row (`keys.response_key`), so an index entry a
+# line was a second write of every item write, the table's largest at a key's full rate
+ITEM_RESPONSE_ATTRIBUTE = "response_id"
 
 
 def create_table_request(name: str) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from .layout import PARTITION_KEY, SORT_KEY
+from .layout import ITEM_RESPONSE_ATTRIBUTE, PARTITION_KEY, SORT_KEY
 from .state import strict
 from .summary import JsonRecord, SummaryRow
 
@@ -213,4 +213,7 @@ class ItemRow:
     @classmethod
     def from_item(cls, item: Mapping[str, Any]) -> ItemRow:
         """The row from its item (numbers already plain), keys aside; an unknown attribute is an error."""
-        return strict(cls, _attributes(item), "item row")
+        values = _attributes(item)
+        if ITEM_RESPONSE_ATTRIBUTE in values:
+            values["provider_id"] = values.pop(ITEM_RESPONSE_ATTRIBUTE)
+        return strict(cls, values, "item row")

@@ -66,11 +66,21 @@ def handle_webhook(
     if event_type not in RESPONSE_EVENTS | BATCH_EVENTS or not isinstance(provider_id, str):
         return WebhookReply(400, "rejected:unknown_type", str(event_type))
     if event_type in RESPONSE_EVENTS:
+        # A response's settle is conditional on its line's row, so it says itself whether the
+        # delivery is a repeat: no row a webhook id, which was a write a line at the key's rate.
         token = store.settle_item(provider_id)
-    else:
-        # a batch's webhook comes once a batch part, not once a line
-        causes.instead(causes.BATCH_WEBHOOK)
-        token = store.settle_batch(provider_id, event_type.removeprefix("batch."))
+        if isinstance(token, Again):
+            # a repeat delivery, not its line's webhook: counted apart, as a race is
+            causes.instead(causes.REPEAT)
+        if token:
+            with causes.because(causes.WAKE_AGAIN if isinstance(token, Again) else causes.WAKE):
+                wake(token)
+        if isinstance(token, Again) and not token:
+            return WebhookReply(200, "duplicate", event_type)
+        return WebhookReply(200, "accepted:woke_shard" if token else "accepted", event_type)
+    # a batch's webhook comes once a batch part, not once a line
+    causes.instead(causes.BATCH_WEBHOOK)
+    token = store.settle_batch(provider_id, event_type.removeprefix("batch."))
     if token is not None:
         with causes.because(causes.WAKE_AGAIN if isinstance(token, Again) else causes.WAKE):
             wake(token)

@@ -315,10 +315,14 @@ class PartWriter:
                 stats = orjson.dumps(chunk.stats.to_dict())
                 self._s3.put_object(Bucket=spec.bucket, Key=base + ".stats.json", Body=stats)
                 self._s3.put_object(Bucket=spec.bucket, Key=base + ".tsv", Body=b"".join(chunk.rows))
+        answered = [item.line for item in chunk.items if item.status == "done"]
+        if answered:
+            with causes.because(causes.PART_ANSWERED, period_s=period_s, every=self._every):
+                self._store.record_answered(spec.job_id, spec.shard, self._run, answered)
         self._store.record_progress(
             spec.job_id,
             spec.shard,
-            chunk.items,
+            [item for item in chunk.items if item.status != "done"],
             done=chunk.done,
             failed=chunk.failed,
             finished=finished,

@@ -41,6 +41,17 @@ def item_key(job_id: str, shard: int, line: int) -> dict[str, str]:
     return {PARTITION_KEY: shard_partition(job_id, shard), SORT_KEY: item_sort_key(line)}
 
 
+DONE_PREFIX = "DONE#"
+
+
+def done_key(job_id: str, shard: int, run: int, first_line: int) -> dict[str, str]:
+    """A checkpoint's lines that ended with an answer, one item for them all (`JobStore.record_progress`)."""
+    return {
+        PARTITION_KEY: shard_partition(job_id, shard),
+        SORT_KEY: f"{DONE_PREFIX}{run:05d}#{first_line:0{ITEM_WIDTH}d}",
+    }
+
+
 def hold_key(job_id: str, shard: int, part: int, attempt: int) -> dict[str, str]:
     """A part's hold on the provider's Batch queue (`batch_queue`), on its shard's own partition."""
     return {PARTITION_KEY: shard_partition(job_id, shard), SORT_KEY: f"{HOLD_PREFIX}{part:05d}#{attempt}"}

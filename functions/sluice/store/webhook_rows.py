@@ -14,8 +14,9 @@ from sluice.store.rows import ItemState, Rows, conditional
 
 
 class Again(str):
-    """A task token handed out again, to a shard whose last wake may have failed: a wake that is
-    a repeat delivery's, not the shard's one wake at the end of its wait."""
+    """A repeat delivery's answer: the task token handed out again, to a shard whose last wake
+    may have failed (not the shard's one wake at the end of its wait), or empty when the shard
+    still waits for other lines and nothing is to be woken."""
 
 
 def _token(shard_row: dict[str, Any]) -> str | None:
@@ -46,7 +47,8 @@ class WebhookRows(Rows):
         return {name: rows[0][name] for name in (PARTITION_KEY, SORT_KEY)} if rows else None
 
     def settle_item(self, response_id: str) -> str | None:
-        """Mark a submitted item settled; the shard's task token when that was its last wait.
+        """Mark a submitted item settled; the shard's task token when that was its last wait, and
+        an `Again` when the item was settled before (a repeat).
 
         A fast provider can finish a response before the submitter has stored its id, so the
         webhook also leaves a marker the submitter checks once its item rows are written.
@@ -88,7 +90,7 @@ class WebhookRows(Rows):
             # shard has nothing left to wait for (a used token is refused harmlessly)
             causes.instead(causes.REPEAT)
             token = _token_if_nothing_waits(self._shard_row(shard_key(job_id, shard)))
-            return Again(token) if token is not None else None
+            return Again(token or "")
         row = self._table.update_item(
             Key=shard_key(job_id, shard),
             UpdateExpression="ADD waiting :minus",
