@@ -57,7 +57,7 @@ _BATCH_FIELDS = frozenset(
         "priority",
     }
 )
-_ENDED = frozenset({"SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED"})
+_ENDED = frozenset({"BATCH_STATE_SUCCEEDED", "BATCH_STATE_FAILED", "BATCH_STATE_CANCELLED", "BATCH_STATE_EXPIRED"})
 
 
 @dataclass(slots=True)
@@ -80,7 +80,7 @@ class GeminiBatch:
     phase_s: float
     rows: list[Row]
     inline: bool
-    outcome: str  # "SUCCEEDED" | "EXPIRED" | "FAILED"
+    outcome: str  # "BATCH_STATE_SUCCEEDED" | "BATCH_STATE_EXPIRED" | "BATCH_STATE_FAILED"
     failure: dict[str, Any] | None
     done_fraction: float
     shuffle_seed: str
@@ -154,9 +154,9 @@ class GeminiBatches:
                 "(simulated). Try again once some running batches have finished.",
             )
         digest = hashlib.blake2b(content, digest_size=16).hexdigest()
-        outcome = "FAILED" if failure is not None else "SUCCEEDED"
-        if outcome == "SUCCEEDED" and draws(cfg.seed, f"gbatch:{digest}", 0)[0] < cfg.batch_expire_fraction:
-            outcome = "EXPIRED"
+        outcome = "BATCH_STATE_FAILED" if failure is not None else "BATCH_STATE_SUCCEEDED"
+        if outcome == "BATCH_STATE_SUCCEEDED" and draws(cfg.seed, f"gbatch:{digest}", 0)[0] < cfg.batch_expire_fraction:
+            outcome = "BATCH_STATE_EXPIRED"
         priority = gemini.field(batch, "priority")
         created = GeminiBatch(
             id=self._core.new_id("").lower(),
@@ -170,7 +170,7 @@ class GeminiBatches:
             inline=inline is not None,
             outcome=outcome,
             failure=failure,
-            done_fraction=cfg.expired_done if outcome == "EXPIRED" else 1.0,
+            done_fraction=cfg.expired_done if outcome == "BATCH_STATE_EXPIRED" else 1.0,
             shuffle_seed=f"{cfg.seed}:{digest}",
             tokens=0 if failure is not None else tokens,
         )
@@ -208,13 +208,13 @@ class GeminiBatches:
     def _state(self, batch: GeminiBatch, now: float) -> str:
         p = batch.phase_s
         if batch.cancel_t is not None and now >= batch.cancel_t + self._cancel_s(batch):
-            return "CANCELLED"
+            return "BATCH_STATE_CANCELLED"
         if now < batch.t0 + p:
-            return "PENDING"
-        if batch.outcome == "FAILED":
-            return "FAILED"
+            return "BATCH_STATE_PENDING"
+        if batch.outcome == "BATCH_STATE_FAILED":
+            return "BATCH_STATE_FAILED"
         if now < batch.t0 + 2 * p or batch.cancel_t is not None:
-            return "RUNNING"
+            return "BATCH_STATE_RUNNING"
         return batch.outcome
 
     def _cancel_s(self, batch: GeminiBatch) -> float:
@@ -225,10 +225,10 @@ class GeminiBatches:
         if batch.ended:
             return
         batch.ended = True
-        if state == "FAILED":
+        if state == "BATCH_STATE_FAILED":
             return
         done = batch.done_fraction
-        if state == "CANCELLED" and batch.cancel_t is not None:
+        if state == "BATCH_STATE_CANCELLED" and batch.cancel_t is not None:
             p = batch.phase_s
             elapsed = 1.0 if p <= 0 else (batch.cancel_t - batch.t0) / (2 * p)
             progress = 1.0 if p <= 0 else (batch.cancel_t - batch.t0 - p) / p
@@ -268,7 +268,7 @@ class GeminiBatches:
                 "failedRequestCount": str(failed),
                 "pendingRequestCount": str(total - ok - failed),
             },
-            "state": f"BATCH_STATE_{state}",
+            "state": state,
             "name": f"batches/{batch.id}",
         }
         if batch.priority:
@@ -277,11 +277,15 @@ class GeminiBatches:
         if state not in _ENDED:
             return operation
         p = batch.phase_s
-        end = batch.cancel_t + self._cancel_s(batch) if state == "CANCELLED" and batch.cancel_t is not None else None
-        end = end if end is not None else batch.t0 + (p if state == "FAILED" else 2 * p)
+        end = (
+            batch.cancel_t + self._cancel_s(batch)
+            if state == "BATCH_STATE_CANCELLED" and batch.cancel_t is not None
+            else None
+        )
+        end = end if end is not None else batch.t0 + (p if state == "BATCH_STATE_FAILED" else 2 * p)
         meta["endTime"] = rfc3339(batch.created + (end - batch.t0))
         operation["done"] = True
-        if state == "FAILED":
+        if state == "BATCH_STATE_FAILED":
             operation["error"] = batch.failure
         elif batch.output is not None:
             meta["output"] = batch.output

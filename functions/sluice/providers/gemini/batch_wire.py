@@ -52,9 +52,7 @@ ERROR_STATUS = {
     "PERMISSION_DENIED": 403,
     "NOT_FOUND": 404,
     "ALREADY_EXISTS": 409,
-    "ABORTED": 409,
     "RESOURCE_EXHAUSTED": 429,
-    "CANCELLED": 499,
     "INTERNAL": 500,
     "UNKNOWN": 500,
     "UNIMPLEMENTED": 501,
@@ -62,7 +60,7 @@ ERROR_STATUS = {
     "DEADLINE_EXCEEDED": 504,
 }
 # google.rpc.Code's numbers, as a Status in a batch's output gives them
-_CODE_STATUS = {3: 400, 5: 404, 7: 403, 8: 429, 9: 400, 13: 500, 14: 503, 16: 401, 4: 504, 1: 499}
+_CODE_STATUS = {3: 400, 6: 409, 10: 409, 5: 404, 7: 403, 8: 429, 9: 400, 13: 500, 14: 503, 16: 401, 4: 504, 1: 499}
 _EXCERPT = 300
 
 
