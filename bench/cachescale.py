@@ -293,6 +293,9 @@ def child(args: argparse.Namespace) -> None:
         def record_plan(self, *_: Any, **__: Any) -> None:
             return None
 
+        def own_input(self, *_: Any, **__: Any) -> None:
+            return None
+
     s3 = FileS3(Path(args.input))
     settings = Settings(
         bucket="bench",
