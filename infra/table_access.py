@@ -26,6 +26,8 @@ BATCH_WRITE = "dynamodb:BatchWriteItem"
 
 # JobStore.claim_job: the job row, once per object
 CLAIM_JOB = (PUT,)
+# JobStore.own_input: the key's owner row, conditionally; a takeover reads it and its job's row first
+TAKE_INPUT = (PUT, GET)
 # JobStore.record_plan: a row per shard (batch_writer), then the job row
 RECORD_PLAN = (BATCH_WRITE, UPDATE)
 # JobStore.job, .shard, .budget_state (GetItem), and the reads of several shard rows at once
@@ -56,7 +58,7 @@ WEBHOOK_SETTLE = (PUT, GET, UPDATE)
 
 _STEPS: dict[str, tuple[tuple[str, ...], ...]] = {
     # sluice.plan.plan.plan_job
-    "plan": (CLAIM_JOB, RECORD_PLAN),
+    "plan": (CLAIM_JOB, TAKE_INPUT, RECORD_PLAN),
     # sluice.runners.direct.run_direct: Stopper (job status), PartWriter, Budget, SharedLimit
     "run_shard": (READ_JOB, CHECKPOINT, BUDGET, SHARED_LIMIT),
     # sluice.runners.background.submit_background: as run_direct, plus the item rows it skips and the
