@@ -309,6 +309,13 @@ class SluiceStack(cdk.Stack):
             self._objects(OUTBOX_PREFIX),
             wildcard_reason=outbox,
         )
+        # Plan's one write to outbox/: the summary of a job it refused because the key's job runs
+        allow(
+            ["plan"],
+            ["s3:PutObject"],
+            [self.storage.bucket.arn_for_objects(f"{OUTBOX_PREFIX}*.refused-*.summary.json")],
+            wildcard_reason="A refused job's summary is named by its input key and job id, known only when it runs.",
+        )
         # A failed job still accounts for every line: MarkFailed first finishes the shards that
         # never did (`sluice.shard.frame.assemble`), which reads their lines from the input and writes each
         # shard's final files and nothing else under jobs/, then concatenates them into outbox/ as

@@ -26,6 +26,8 @@ BATCH_WRITE = "dynamodb:BatchWriteItem"
 
 # JobStore.claim_job: the job row, once per object
 CLAIM_JOB = (PUT,)
+# JobStore.own_input: the key's owner row, conditionally; a takeover reads it and its job's row first
+TAKE_INPUT = (PUT, GET)
 # JobStore.record_plan: a row per shard (batch_writer), then the job row
 RECORD_PLAN = (BATCH_WRITE, UPDATE)
 # JobStore.job, .shard, .budget_state (GetItem), and the reads of several shard rows at once
@@ -62,7 +64,7 @@ WEBHOOK_SETTLE = (PUT, GET, UPDATE)
 
 _STEPS: dict[str, tuple[tuple[str, ...], ...]] = {
     # sluice.plan.plan.plan_job
-    "plan": (CLAIM_JOB, RECORD_PLAN),
+    "plan": (CLAIM_JOB, TAKE_INPUT, RECORD_PLAN),
     # sluice.limits.shard_slots.ShardSlots.take, and .give_back at the shard's end
     "take_slot": (SHARD_SLOTS,),
     "give_back_slot": (GIVE_BACK_SLOT,),

@@ -27,12 +27,25 @@ def local_chunks(path: Path) -> Iterator[bytes]:
             yield chunk
 
 
-def input_chunks(dep: Deployment, job: JobRow) -> Iterator[bytes]:
-    """The job's input object, exactly the version the job ran (its ETag), streamed."""
+def input_pin(dep: Deployment, job: JobRow) -> dict[str, str]:
+    """What names the very input object the job ran: the VersionId Plan recorded in its shard specs
+    (a versioned bucket, where the key may hold newer content since), else its ETag. A job still
+    planning has no specs yet, and is read by its ETag."""
     try:
-        body = dep.s3.get_object(Bucket=job.bucket, Key=job.key, IfMatch=job.etag)["Body"]
+        specs = load_manifest(dep.s3, job.bucket, manifest_key(job.job_id))
     except ClientError as exc:
-        if error_code(exc) in ("PreconditionFailed", "412", "NoSuchKey", "404"):
+        if error_code(exc) in ("NoSuchKey", "404"):
+            return {"IfMatch": job.etag}
+        raise
+    return specs[0].pin if specs else {"IfMatch": job.etag}
+
+
+def input_chunks(dep: Deployment, job: JobRow) -> Iterator[bytes]:
+    """The job's input object, exactly the version the job ran (`input_pin`), streamed."""
+    try:
+        body = dep.s3.get_object(Bucket=job.bucket, Key=job.key, **input_pin(dep, job))["Body"]
+    except ClientError as exc:
+        if error_code(exc) in ("PreconditionFailed", "412", "NoSuchKey", "NoSuchVersion", "404"):
             raise CliError(
                 f"s3://{job.bucket}/{job.key} is gone or changed since job {job.job_id} ran; "
                 "pass --input FILE with the original file",

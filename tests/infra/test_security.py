@@ -50,6 +50,8 @@ EXPECTED_S3 = {
         ("s3:ListBucket", ""),
         # a deadline job's plan reads the batch turnarounds earlier jobs measured
         ("s3:GetObject", "turnarounds/*"),
+        # its one write to outbox/: a refused job's summary, and no other output of any job
+        ("s3:PutObject", "outbox/*.refused-*.summary.json"),
     },
     "run_shard": PROVIDER_S3,
     "submit": PROVIDER_S3,

@@ -163,6 +163,8 @@ class JobRow:
     budget_holders: int | None = None
     summary: SummaryRow | None = None
     finished_at: float | None = None
+    # the job that owned the key and ran when this one was refused (`JobStore.refuse_job`)
+    refused_by: str | None = None
 
     @classmethod
     def from_item(cls, item: Mapping[str, Any]) -> JobRow:

@@ -31,6 +31,7 @@ from sluice.contract import (
     deadline_plan_key,
     manifest_key,
     shard_prefix,
+    summary_key,
 )
 from sluice.contract.model import FLEX
 from sluice.contract.state import input_pin
@@ -47,7 +48,7 @@ from sluice.plan.turnarounds import read_turnarounds
 from sluice.providers import batch_refuses, family
 from sluice.send.output_check import cached_answer_check, read_job_schema
 from sluice.shard.progress import ProgressSink
-from sluice.store.input_rows import Superseded
+from sluice.store.input_rows import Running, Superseded
 from sluice.store.jobs import JobStore
 
 __all__ = ["MAX_SHARD_BYTES", "JobOptions", "PlanError", "ShardRange", "shard_prefix"]
@@ -197,7 +198,7 @@ def plan_job(
     started = time.time()
     if not store.claim_job(job_id, execution=execution, bucket=bucket, key=key, etag=quoted, started_at=started):
         return replace(planned, duplicate=True)
-    if not _take_key(store, planned, uploaded.timestamp() if uploaded is not None else started):
+    if not _take_key(s3, store, planned, uploaded.timestamp() if uploaded is not None else started):
         return replace(planned, duplicate=True)
 
     result, cached, answered, models = _cut(s3, settings, options, planned, started, version)
@@ -249,11 +250,12 @@ def plan_job(
     return replace(planned, shards=len(result.shards), lines=result.lines)
 
 
-def _take_key(store: JobStore, planned: Planned, uploaded_at: float) -> bool:
-    """Make this job the one whose outputs the key's outbox names hold (`sluice.store.input_rows`);
-    False, with the job ended CANCELLED and nothing written to outbox/, when a newer upload's job
-    already holds the key. A job of an older upload still running goes on: it finishes what it sent
-    for, and writes its outputs beside the key's."""
+def _take_key(s3: Any, store: JobStore, planned: Planned, uploaded_at: float) -> bool:
+    """Make this job the one whose outputs the key's outbox names hold (`sluice.store.input_rows`).
+    False, with the job ended and nothing sent, when another job holds the key: CANCELLED when a
+    newer upload's job does; FAILED, refused, when an older upload's job still runs, with a summary
+    beside the key's outputs that names that job and how to replace it."""
+    source = f"s3://{planned.bucket}/{planned.key}"
     try:
         store.own_input(planned.bucket, planned.key, planned.job_id, uploaded_at)
     except Superseded as exc:
@@ -261,10 +263,29 @@ def _take_key(store: JobStore, planned: Planned, uploaded_at: float) -> bool:
             Summary(
                 job_id=planned.job_id,
                 status=JobStatus.CANCELLED,
-                input=f"s3://{planned.bucket}/{planned.key}",
+                input=source,
                 error=f"superseded before it ran: {exc}",
             )
         )
+        return False
+    except Running as running:
+        summary = Summary(
+            job_id=planned.job_id,
+            status=JobStatus.FAILED,
+            input=source,
+            error=(
+                f"refused: {source} was uploaded again while job {running.job_id} still runs it "
+                f"(execution {running.execution}); that job keeps running and owns the key's outputs. "
+                f"To replace it, cancel it first (sluice cancel {running.job_id}), then upload the key again"
+            ),
+        )
+        s3.put_object(
+            Bucket=planned.bucket,
+            Key=summary_key(f"{planned.output_prefix}.refused-{planned.job_id}"),
+            Body=orjson.dumps(summary.to_json(), option=orjson.OPT_INDENT_2),
+            ContentType="application/json",
+        )
+        store.refuse_job(summary, running.job_id)
         return False
     return True
 

@@ -87,7 +87,8 @@ class JobStore(WebhookRows, BatchRows, InputRows):
     def claim_job(self, job_id: str, *, execution: str, bucket: str, key: str, etag: str, started_at: float) -> bool:
         """Create the job row for this execution; False if another execution already owns the job.
 
-        The same execution may claim again: a retried Plan must not mistake itself for a duplicate.
+        The same execution may claim again: a retried Plan must not mistake itself for a duplicate;
+        so may any, once the job was refused because its key's job was running (`refuse_job`).
         """
         return (
             conditional(
@@ -105,7 +106,9 @@ class JobStore(WebhookRows, BatchRows, InputRows):
                         "expires_at": self._expires(),
                     }
                 ),
-                ConditionExpression=Attr(PARTITION_KEY).not_exists() | Attr("execution").eq(execution),
+                ConditionExpression=(
+                    Attr(PARTITION_KEY).not_exists() | Attr("execution").eq(execution) | Attr("refused_by").exists()
+                ),
             )
             is not None
         )
@@ -385,6 +388,18 @@ class JobStore(WebhookRows, BatchRows, InputRows):
             ExpressionAttributeNames={"#s": "status"},
             ExpressionAttributeValues=dynamo(
                 {":s": summary.status, ":summary": summary.row().to_json(), ":t": self._clock()}
+            ),
+        )
+
+    def refuse_job(self, summary: Summary, running: str) -> None:
+        """The job ended without running, refused while `running` owns its key: like `finish_job`,
+        and the same object's next event runs it again (`claim_job`), once that job has ended."""
+        self._table.update_item(
+            Key=job_key(summary.job_id),
+            UpdateExpression="SET #s = :s, summary = :summary, finished_at = :t, refused_by = :running",
+            ExpressionAttributeNames={"#s": "status"},
+            ExpressionAttributeValues=dynamo(
+                {":s": summary.status, ":summary": summary.row().to_json(), ":t": self._clock(), ":running": running}
             ),
         )
 
