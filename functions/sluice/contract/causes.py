@@ -79,6 +79,8 @@ FIRST = Cause("the key's shared limit or batch queue made, claimed, learned or j
 LOOK_AGAIN = Cause("a look again at the key's shared limit, while it is unknown", Per.ONCE)
 GIVE_BACK = Cause("a run's unused lease given back", Per.RUN)
 LINE = Cause("a line settled", Per.LINE)
+# each attempt of a request signed with the function's credentials (Bedrock's runtime): an AWS call
+SIGNED = Cause("a provider request signed with the function's AWS credentials", Per.LINE)
 CANCEL_CHECK = Cause("the stop mark's check", Per.PERIOD)
 LEASE = Cause("a lease's look at the key's shared limit", Per.LEASE)
 LEASE_TAKEN = Cause("a lease's grant written", Per.LEASE)
@@ -103,6 +105,10 @@ COMPACT = Cause("merge: a compaction slice", Per.JOB)
 NOTIFY = Cause("notify", Per.JOB)
 MARK_FAILED = Cause("mark failed", Per.JOB)
 SHARD_FAILED = Cause("a failed shard ended: its open work cancelled, its outputs written", Per.SHARD)
+# a user's command, outside any step: `sluice cancel` ends a job once; `sluice status` and the
+# cache's commands read what a job or the cache holds, as often as the user asks
+CANCEL = Cause("sluice cancel", Per.JOB)
+USER = Cause("a user's look at a job or the cache (sluice status, cache)", Per.JOB)
 
 CAUSES: tuple[Cause, ...] = (
     PLAN,
@@ -120,6 +126,7 @@ CAUSES: tuple[Cause, ...] = (
     LOOK_AGAIN,
     GIVE_BACK,
     LINE,
+    SIGNED,
     CANCEL_CHECK,
     LEASE,
     LEASE_TAKEN,
@@ -143,6 +150,8 @@ CAUSES: tuple[Cause, ...] = (
     COMPACT,
     NOTIFY,
     MARK_FAILED,
+    CANCEL,
+    USER,
 )
 
 
@@ -223,6 +232,19 @@ def caused(cause: Cause) -> Callable[[F], F]:
         return cast(F, run)
 
     return wrap
+
+
+def under(*declared: Cause) -> Callable[[F], F]:
+    """A function whose AWS calls run under one of `declared`, which its callers declare (with
+    `because`, `caused`, or a step's handler: `STEP_CAUSES`). It changes nothing at run time: it
+    is the declaration `bench/scale/undeclared.py` reads, so that no call reaches AWS under no
+    cause its code names; the causes themselves are what the callers' `because` make them."""
+
+    def mark(fn: F) -> F:
+        vars(fn)["__sluice_causes__"] = declared
+        return fn
+
+    return mark
 
 
 def again(attempt: int) -> AbstractContextManager[None]:

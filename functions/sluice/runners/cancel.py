@@ -27,6 +27,7 @@ from sluice.contract import (
     Mode,
     Planned,
     Summary,
+    causes,
     manifest_key,
 )
 from sluice.contract.model import ErrorCode, Outcome
@@ -346,6 +347,7 @@ def _cancel_provider_work(
     report.provider_failures = answers.failures
 
 
+@causes.caused(causes.CANCEL)
 def cancel_job(
     *,
     s3: Any,
