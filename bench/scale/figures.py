@@ -26,6 +26,7 @@ from sluice.shard.frame import poll_wait_seconds
 from bench.scale import definition, memory
 from bench.scale.counts import BY_NAME, CONTINGENT, PerOccurrence, per_occurrence
 from bench.scale.rates import Scenario, rate
+from bench.scale.runs import VARIANTS
 
 HEADROOM = 0.5
 DDB_PARTITION_WCU_PER_S = 1_000
@@ -43,12 +44,7 @@ BATCH_WAIT_S = 10 * 86_400.0
 S3_WRITES = frozenset(
     {"PutObject", "CopyObject", "DeleteObject", "DeleteObjects", "UploadPart", "CompleteMultipartUpload"}
 )
-VARIANT_MODE = {
-    "direct": "direct",
-    "background by webhook": "background",
-    "background by poll": "background",
-    "batch": "batch",
-}
+VARIANT_MODE = {v.name: v.mode for v in VARIANTS}
 
 
 @dataclass(frozen=True)

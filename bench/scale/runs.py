@@ -1,7 +1,8 @@
 """Small jobs in the local cloud, and the AWS calls of each counted by the cause the code declared.
 
-Each variant (direct, background answered by webhook, background found by polling, batch) runs
-at two sizes that differ in lines and shards but not in a shard's width or its share of the key.
+Each variant (a family, OpenAI, Anthropic or Bedrock, in each of its modes; OpenAI's background
+answered by webhook and found by polling; direct under 429s) runs at two sizes that differ in
+lines and shards but not in a shard's width or its share of the key.
 A run keeps, per cause, how many occurrences the code declared (`sluice.contract.causes`) and, per
 cause and per call target (a DynamoDB item or an S3 key, in the shape the code writes it), the
 calls and their units. Nothing here is timed: counts per occurrence do not depend on how fast
@@ -24,7 +25,7 @@ import orjson
 from sluice.contract.model import Request
 from sluice.formats.lines import parse_line
 from sluice.limits.budget import worst_case_nano
-from sluice.providers import OPENAI
+from sluice.providers import ANTHROPIC, BEDROCK, OPENAI
 
 from local.cloud import LocalCloud, LocalSettings, run_job
 from local.ledger import Call
@@ -41,6 +42,17 @@ HARNESS = frozenset({"cloud"})
 # the state machine's own reads (the distributed Map's ItemReader): one occurrence a job
 WORKFLOW_CAUSE = "the workflow's item reader"
 UNDECLARED = ""
+# every fault a variant may set, off for the others (the simulator is shared by the variants)
+FAULTS = (("rate_429", 0.0),)
+FAMILIES = {f.name: f for f in (OPENAI, ANTHROPIC, BEDROCK)}
+
+
+# each family's model in the runs; Bedrock's states no limits in its headers: the configured quota paces it
+MODELS = {
+    "openai": "gpt-4o-mini",
+    "anthropic": "claude-3-5-haiku-latest",
+    "bedrock": "anthropic.claude-3-haiku-20240307-v1:0",
+}
 
 
 @dataclass(frozen=True)
@@ -48,6 +60,11 @@ class Variant:
     name: str
     mode: str
     webhooks: bool = True
+    family: str = "openai"
+    # lines a shard: a Bedrock batch job takes no fewer than 100 records
+    width: int = SHARD_LINES
+    # the simulator's faults (`SimConfig`), as (name, rate)
+    faults: tuple[tuple[str, float], ...] = ()
 
 
 VARIANTS = (
@@ -55,9 +72,14 @@ VARIANTS = (
     Variant("background by webhook", "background"),
     Variant("background by poll", "background", webhooks=False),
     Variant("batch", "batch"),
+    Variant("anthropic direct", "direct", family="anthropic"),
+    Variant("anthropic batch", "batch", family="anthropic"),
+    Variant("bedrock direct", "direct", family="bedrock"),
+    Variant("bedrock batch", "batch", family="bedrock", width=100),
+    Variant("direct under 429s", "direct", faults=(("rate_429", 0.3),)),
 )
-# (lines, shards in flight): the shards of a size all run at once
-SIZES = ((60, 2), (120, 4))
+# shards in flight at each size: a size's shards all run at once
+SIZES = (2, 4)
 
 
 @dataclass
@@ -130,55 +152,59 @@ def target_of(call: Call, job_id: str) -> str:
     return ""
 
 
-def request_line(run: str, n: int, mode: str) -> bytes:
+def request_line(run: str, n: int, mode: str, family: str = "openai") -> bytes:
     """A request of its own (the cache never answers it), of a typical chat or Responses size."""
     text = f"Run {run}, line {n}: summarise this product review in one sentence. " + "The kettle boils fast. " * 8
+    model = MODELS[family]
     if mode == "background":
-        body: dict[str, Any] = {"model": "gpt-4o-mini", "input": text, "max_output_tokens": 64}
+        body: dict[str, Any] = {"model": model, "input": text, "max_output_tokens": 64}
         url = "/v1/responses"
     else:
-        body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": text}], "max_tokens": 64}
+        body = {"model": model, "messages": [{"role": "user", "content": text}], "max_tokens": 64}
         url = "/v1/chat/completions"
     return orjson.dumps({"custom_id": f"{run}-{n:06d}", "method": "POST", "url": url, "body": body}) + b"\n"
 
 
-def _worst_case(rows: list[bytes]) -> float:
+def _worst_case(rows: list[bytes], family: str) -> float:
     total = 0
     for number, raw in enumerate(rows, start=1):
         parsed = parse_line(raw, number)
         assert isinstance(parsed, Request)
-        total += worst_case_nano(parsed, OPENAI)
+        total += worst_case_nano(parsed, FAMILIES[family])
     return total / 1e9
 
 
 @contextmanager
-def local_cloud(sim: SimulatorServer) -> Iterator[LocalCloud]:
+def local_cloud(sim: SimulatorServer, variant: Variant = VARIANTS[0]) -> Iterator[LocalCloud]:
+    # Bedrock's quota for the model, as cdk.json's `rate_limits` gives it: the larger size's share of the key
+    quota = {MODELS["bedrock"]: {"rpm": SHARD_RPM * max(SIZES), "tpm": 10_000_000}}
     settings = LocalSettings(
-        shard_lines=SHARD_LINES,
+        shard_lines=variant.width,
         map_concurrency=8,
         concurrency=64,
         retry_base_delay_s=0.05,
         poll_seconds=1,
         # a batch shard as wide as a direct one: the sizes differ in shards in batch mode too
-        batch_max_requests=SHARD_LINES,
+        batch_max_requests=variant.width,
+        provider=variant.family,
+        rate_limits=orjson.dumps(quota).decode() if variant.family == "bedrock" else None,
     )
     cloud = LocalCloud(provider_base_url=sim.base_url, api_key=API_KEY, settings=settings)
     with cloud.running():
         yield cloud
 
 
-def run_one(
-    cloud: LocalCloud, sim: SimulatorServer, variant: Variant, lines: int, shards: int, workdir: Path
-) -> Counted:
+def run_one(cloud: LocalCloud, sim: SimulatorServer, variant: Variant, shards: int, workdir: Path) -> Counted:
+    lines = shards * variant.width
     name = f"{variant.name.replace(' ', '-')}-{lines}"
-    rows = [request_line(name, n, variant.mode) for n in range(lines)]
+    rows = [request_line(name, n, variant.mode, variant.family) for n in range(lines)]
     path = workdir / f"{name}.jsonl"
     path.write_bytes(b"".join(rows))
     metadata = {
         "sluice-mode": variant.mode,
         "sluice-map-concurrency": str(shards),
         "sluice-concurrency": str(8 * shards),
-        "sluice-budget-usd": f"{_worst_case(rows) * 10:.6f}",
+        "sluice-budget-usd": f"{_worst_case(rows, variant.family) * 10:.6f}",
     }
     sim.configure(
         latency_s=0.02,
@@ -186,6 +212,7 @@ def run_one(
         batch_phase_s=0.2,
         webhook_url=cloud.webhook_url if variant.webhooks else None,
         webhook_secret=cloud.webhook_secret,
+        **{**dict(FAULTS), **dict(variant.faults)},
     )
     ledger = cloud.calls
     since = (len(ledger.calls), len(ledger.occurrences))
@@ -237,8 +264,12 @@ def _settle(ledger: Any, *, quiet_s: float = 1.0, most_s: float = 120.0) -> None
 def count_variant(name: str) -> list[dict[str, Any]]:
     """One variant at both sizes, in a local cloud of its own."""
     [variant] = [v for v in VARIANTS if v.name == name]
-    with tempfile.TemporaryDirectory() as tmp, SimulatorServer(SimConfig(seed=7)) as sim, local_cloud(sim) as cloud:
-        return [run_one(cloud, sim, variant, lines, shards, Path(tmp)).as_json() for lines, shards in SIZES]
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        SimulatorServer(SimConfig(seed=7)) as sim,
+        local_cloud(sim, variant) as cloud,
+    ):
+        return [run_one(cloud, sim, variant, shards, Path(tmp)).as_json() for shards in SIZES]
 
 
 def count_all(*, log: Any = None) -> list[Counted]:
@@ -247,10 +278,10 @@ def count_all(*, log: Any = None) -> list[Counted]:
     found: list[Counted] = []
     with tempfile.TemporaryDirectory() as tmp, SimulatorServer(SimConfig(seed=7)) as sim:
         for variant in VARIANTS:
-            with local_cloud(sim) as cloud:
-                for lines, shards in SIZES:
-                    counted = run_one(cloud, sim, variant, lines, shards, Path(tmp))
+            with local_cloud(sim, variant) as cloud:
+                for shards in SIZES:
+                    counted = run_one(cloud, sim, variant, shards, Path(tmp))
                     found.append(counted)
                     if log is not None:
-                        log(f"{variant.name} at {lines} lines: {sum(counted.occurrences.values())} occurrences")
+                        log(f"{variant.name} at {counted.lines} lines: {sum(counted.occurrences.values())} occurrences")
     return found
