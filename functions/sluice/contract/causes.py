@@ -99,6 +99,8 @@ EARLY = Cause("a webhook that came before its row", Per.RACE)
 REPEAT = Cause("a line settled again (its webhook and its shard both saw it)", Per.RACE)
 RACE = Cause("a write tried again after a lost race", Per.RACE)
 THROTTLED = Cause("a 429's pause or a changed rate, shared", Per.RACE)
+# the provider's batch queue was full: a waiting shard's poll tries its parts again, as often as it stays full
+REQUEUED = Cause("a poll that tries again a batch part the provider's queue had no room for", Per.RACE)
 MERGE = Cause("merge", Per.JOB)
 SHARD_OUTPUTS = Cause("a shard's outputs read or marked, by Merge or MarkFailed", Per.SHARD)
 COMPACT = Cause("merge: a compaction slice", Per.JOB)
@@ -145,6 +147,7 @@ CAUSES: tuple[Cause, ...] = (
     REPEAT,
     RACE,
     THROTTLED,
+    REQUEUED,
     MERGE,
     SHARD_OUTPUTS,
     COMPACT,
