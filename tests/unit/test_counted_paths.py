@@ -48,3 +48,26 @@ def test_the_counts_hold_bedrocks_batch_jobs_and_their_events(counted: list[dict
     # the job-state events reach the webhook function, which wakes the shard
     occurred = {c for r in counted if r["variant"] == "bedrock batch" for c in r["occurrences"]}
     assert causes.BATCH_WEBHOOK.name in occurred
+
+
+def _targets(counted: list[dict[str, Any]]) -> list[tuple[str, str, str, str]]:
+    return [(t["cause"], t["service"], t["operation"], t["shape"]) for run in counted for t in run["targets"]]
+
+
+def _occurred(counted: list[dict[str, Any]]) -> set[str]:
+    return {cause for run in counted for cause, n in run["occurrences"].items() if n > 0}
+
+
+@pytest.mark.parametrize(
+    "cause",
+    [causes.SHARD_FAILED, causes.MARK_FAILED],
+    ids=["a failed shard's end", "MarkFailed"],
+)
+def test_a_counted_run_takes_each_failure_path(counted: list[dict[str, Any]], cause: causes.Cause) -> None:
+    assert cause.name in _occurred(counted), f"no counted run takes {cause.name!r}"
+
+
+def test_a_counted_run_takes_mark_faileds_last_resort(counted: list[dict[str, Any]]) -> None:
+    # only the last resort reads the input for every shard's lines under the shard's outputs
+    reads = [t for t in _targets(counted) if t[0] == causes.SHARD_OUTPUTS.name and t[2] == "GetObject"]
+    assert any(shape.startswith("inbox/") for *_, shape in reads), reads

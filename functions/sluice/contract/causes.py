@@ -153,6 +153,7 @@ CAUSES: tuple[Cause, ...] = (
     COMPACT,
     NOTIFY,
     MARK_FAILED,
+    SHARD_FAILED,
     CANCEL,
     USER,
 )

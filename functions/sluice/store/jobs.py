@@ -309,7 +309,9 @@ class JobStore(WebhookRows, BatchRows):
         """Every shard row of the job, in shard order; `count` is the job row's `shards`, read
         when not given. Eventually consistent unless asked (a cancel looking for open batches)."""
         count = self._shard_count(job_id) if count is None else count
-        rows = self._batch_get([shard_key(job_id, shard) for shard in range(count)], consistent=consistent)
+        # a row a shard, read for its open work: what a cancel or MarkFailed costs grows with the shards
+        with causes.because(causes.SHARD_OUTPUTS, count=count):
+            rows = self._batch_get([shard_key(job_id, shard) for shard in range(count)], consistent=consistent)
         return sorted((ShardRow.from_item(plain(row)) for row in rows), key=lambda row: row.shard)
 
     @causes.under(causes.USER)
