@@ -99,6 +99,8 @@ VARIANTS = (
     # a shard whose end fails too: the Map fails, and MarkFailed accounts for the job's lines
     Variant("a failed job", "direct", doomed=("run_shard", "fail_shard")),
     Variant("a failed job's last resort", "direct", doomed=("run_shard", "fail_shard", "mark_failed")),
+    # a deadline without the job's turnaround: Plan reads what earlier batches measured
+    Variant("direct by a deadline", "direct", metadata=(("sluice-deadline", "10m"), ("sluice-rpm", "6000"))),
 )
 # shards in flight at each size: a size's shards all run at once
 SIZES = (2, 4)

@@ -71,3 +71,8 @@ def test_a_counted_run_takes_mark_faileds_last_resort(counted: list[dict[str, An
     # only the last resort reads the input for every shard's lines under the shard's outputs
     reads = [t for t in _targets(counted) if t[0] == causes.SHARD_OUTPUTS.name and t[2] == "GetObject"]
     assert any(shape.startswith("inbox/") for *_, shape in reads), reads
+
+
+def test_a_counted_run_takes_plans_read_of_past_turnarounds(counted: list[dict[str, Any]]) -> None:
+    reads = [t for t in _targets(counted) if t[0] == causes.PLAN.name and t[2] == "GetObject"]
+    assert any(shape.startswith("turnarounds/") for *_, shape in reads), reads
