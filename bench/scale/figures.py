@@ -345,6 +345,9 @@ def all_figures(counted: Iterable[dict[str, Any]], scenario_of: Any) -> list[Fig
         by_variant[run["variant"]].append(run)
     found: list[Figure] = []
     for variant, runs in by_variant.items():
+        if not all(run.get("compared", True) for run in runs):
+            # its calls a poll are not exact: bounded on paper instead
+            continue
         s = scenario_of(VARIANT_MODE[variant])
         found.extend(key_figures(variant, runs, s))
         found.extend(history_figures(variant, s))

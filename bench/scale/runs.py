@@ -82,6 +82,9 @@ class Variant:
     cancel: bool = False
     # Bedrock's batch jobs at once a model: 1 fills the queue, so a shard's part waits for room
     jobs_per_model: int | None = None
+    # False for a path whose polls depend on timing (a part waiting for the provider's queue): its
+    # calls are counted, not compared across sizes, and `paper.py` bounds it
+    compared: bool = True
 
 
 VARIANTS = (
@@ -101,6 +104,7 @@ VARIANTS = (
     Variant("a failed job's last resort", "direct", doomed=("run_shard", "fail_shard", "mark_failed")),
     # a deadline without the job's turnaround: Plan reads what earlier batches measured
     Variant("direct by a deadline", "direct", metadata=(("sluice-deadline", "10m"), ("sluice-rpm", "6000"))),
+    Variant("bedrock batch, its queue full", "batch", family="bedrock", width=100, jobs_per_model=1, compared=False),
 )
 # shards in flight at each size: a size's shards all run at once
 SIZES = (2, 4)
@@ -125,6 +129,7 @@ class Counted:
     variant: str
     lines: int
     shards: int
+    compared: bool = True
     occurrences: Counter[str] = field(default_factory=Counter)
     # the periods and `every` the code declared with each cause's occurrences
     periods: dict[str, set[tuple[float | None, int | None]]] = field(default_factory=lambda: defaultdict(set))
@@ -137,6 +142,7 @@ class Counted:
             "variant": self.variant,
             "lines": self.lines,
             "shards": self.shards,
+            "compared": self.compared,
             "occurrences": dict(sorted(self.occurrences.items())),
             "periods": {c: sorted(map(list, p), key=str) for c, p in sorted(self.periods.items())},
             "targets": [
@@ -259,7 +265,7 @@ def run_one(cloud: LocalCloud, sim: SimulatorServer, variant: Variant, shards: i
         why = run.execution.get("cause") or run.execution.get("error") or ""
         raise RuntimeError(f"{name}: the job ended {run.status} with {len(run.results)} of {lines} answers {why}")
     _settle(ledger)
-    counted = Counted(variant.name, lines, shards)
+    counted = Counted(variant.name, lines, shards, variant.compared)
     for occurred in ledger.occurrences[since[1] :]:
         counted.occurrences[occurred.cause] += occurred.count
         counted.periods[occurred.cause].add((occurred.period_s, occurred.every))

@@ -10,7 +10,7 @@ from sluice.contract import PROVIDERS, causes
 from sluice.providers import modes
 
 from bench import capacity
-from bench.scale import runs
+from bench.scale import paper, rates, runs
 
 
 @pytest.fixture(scope="module")
@@ -76,3 +76,14 @@ def test_a_counted_run_takes_mark_faileds_last_resort(counted: list[dict[str, An
 def test_a_counted_run_takes_plans_read_of_past_turnarounds(counted: list[dict[str, Any]]) -> None:
     reads = [t for t in _targets(counted) if t[0] == causes.PLAN.name and t[2] == "GetObject"]
     assert any(shape.startswith("turnarounds/") for *_, shape in reads), reads
+
+
+def test_a_counted_run_takes_bedrocks_queue_full_requeue(counted: list[dict[str, Any]]) -> None:
+    # counted, not compared: its polls depend on when the queue has room, so paper bounds it
+    full = [run for run in counted if run["occurrences"].get(causes.REQUEUED.name, 0) > 0]
+    assert full and not any(run["compared"] for run in full)
+    assert any("the provider's queue had no room" in b.name for b in paper.bounds(rates.maximum("batch")))
+
+
+def test_the_reconcile_listing_which_no_run_takes_is_bounded_on_paper() -> None:
+    assert any("reconcile" in b.name for b in paper.bounds(rates.maximum("batch")))
