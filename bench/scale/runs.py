@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 import tempfile
-import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator
@@ -22,18 +21,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import boto3
 import orjson
-from sluice.contract import MARK_FAILED_ERROR_KEY, causes
+from sluice.contract import MARK_FAILED_ERROR_KEY
 from sluice.contract.model import Request
 from sluice.formats.lines import parse_line
 from sluice.limits.budget import worst_case_nano
 from sluice.providers import ANTHROPIC, BEDROCK, OPENAI
-from sluice.store.jobs import JobStore
 
 from local.cloud import LocalCloud, LocalSettings, run_job
-from local.cloud.names import REGION
-from local.ledger import Call, Caller, calling
+from local.ledger import Call
 from local.simulator import SimConfig, SimulatorServer
 
 # the input's key, as a real upload names it: the job's id (and every key holding it) derives from it
@@ -47,8 +43,6 @@ HARNESS = frozenset({"cloud"})
 # the state machine's own reads (the distributed Map's ItemReader): one occurrence a job
 WORKFLOW_CAUSE = "the workflow's item reader"
 UNDECLARED = ""
-# the user's own commands (`sluice cancel`), run beside the job: counted, unlike the harness's
-USER = "user"
 # every fault a variant may set, off for the others (the simulator is shared by the variants)
 FAULTS = (("rate_429", 0.0),)
 FAMILIES = {f.name: f for f in (OPENAI, ANTHROPIC, BEDROCK)}
@@ -78,8 +72,6 @@ class Variant:
     doomed: tuple[str, ...] = ()
     # the job's own metadata, on top of the run's
     metadata: tuple[tuple[str, str], ...] = ()
-    # `sluice cancel` once every shard has submitted its batch (kept open long enough to be cancelled)
-    cancel: bool = False
     # Bedrock's batch jobs at once a model: 1 fills the queue, so a shard's part waits for room
     jobs_per_model: int | None = None
     # False for a path whose polls depend on timing (a part waiting for the provider's queue): its
@@ -243,8 +235,7 @@ def run_one(cloud: LocalCloud, sim: SimulatorServer, variant: Variant, shards: i
     sim.configure(
         latency_s=0.02,
         quota_rpm=SHARD_RPM * shards,
-        # a batch to be cancelled stays open until it is
-        batch_phase_s=60.0 if variant.cancel else 0.2,
+        batch_phase_s=0.2,
         webhook_url=cloud.webhook_url if variant.webhooks else None,
         webhook_secret=cloud.webhook_secret,
         **{**dict(FAULTS), **dict(variant.faults)},
@@ -255,12 +246,10 @@ def run_one(cloud: LocalCloud, sim: SimulatorServer, variant: Variant, shards: i
     if variant.jobs_per_model is not None and cloud.bedrock_jobs is not None:
         cloud.bedrock_jobs.jobs_per_model = variant.jobs_per_model
     key = INPUT_KEY.format(name=name)
-    if variant.cancel:
-        threading.Thread(target=_cancel_when_submitted, args=(cloud, key, path, shards, since[1]), daemon=True).start()
     run = run_job(cloud, path, key=key, metadata=metadata)
     accounted = len(run.results) + len(run.errors) == lines
-    # a doomed or cancelled job ends as it may, but with every line in its results or errors
-    expected = (run.status, len(run.results)) == ("SUCCEEDED", lines) or bool(variant.doomed or variant.cancel)
+    # a doomed job ends as it may, but with every line in its results or errors
+    expected = (run.status, len(run.results)) == ("SUCCEEDED", lines) or bool(variant.doomed)
     if not (expected and accounted):
         why = run.execution.get("cause") or run.execution.get("error") or ""
         raise RuntimeError(f"{name}: the job ended {run.status} with {len(run.results)} of {lines} answers {why}")
@@ -304,32 +293,6 @@ def _doom(steps: tuple[str, ...]) -> Any:
             raise RuntimeError(f"{step} doomed by the counted run")
 
     return fail
-
-
-def _cancel_when_submitted(cloud: LocalCloud, key: str, path: Path, shards: int, since: int) -> None:
-    """`sluice cancel`, as the user runs it, once every shard's batch is open at the provider."""
-    from sluice.plan.plan import job_id_for
-    from sluice.runners.cancel import cancel_job
-
-    ledger = cloud.calls
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        submitted = sum(o.count for o in ledger.occurrences[since:] if o.cause == causes.BATCH_SUBMIT.name)
-        if submitted >= shards:
-            break
-        time.sleep(0.2)
-    # each submit's rows written after its batch was made (the batches stay open for a minute)
-    time.sleep(3.0)
-    etag = boto3.client("s3", region_name=REGION).head_object(Bucket=cloud.bucket, Key=key)["ETag"]
-    table = boto3.resource("dynamodb", region_name=REGION).Table(cloud.table_name)
-    with calling(Caller(USER)):
-        cancel_job(
-            s3=boto3.client("s3", region_name=REGION),
-            store=JobStore(table, ttl_days=1),
-            sfn=boto3.client("stepfunctions", region_name=REGION),
-            job_id=job_id_for(cloud.bucket, key, etag),
-            provider=lambda: (cloud.provider_base_url, API_KEY),
-        )
 
 
 def _settle(ledger: Any, *, quiet_s: float = 1.0, most_s: float = 120.0) -> None:

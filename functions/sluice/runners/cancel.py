@@ -152,7 +152,7 @@ def provider_work_of(
     def open_items(shard: int) -> list[tuple[int, str, str]]:
         # a shard's item rows, read for its open responses: a cancel's cost grows with the shards
         with causes.because(causes.SHARD_OUTPUTS):
-            items = store.items(job_id, shard)
+            items = list(store.items(job_id, shard))
         return [
             (item.line, item.custom_id, item.provider_id)
             for item in items
