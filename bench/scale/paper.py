@@ -3,8 +3,10 @@
 Each bound is derived from the code's constants at the maximum scenario, so it moves when they
 do; its text says what is assumed. These are what `counts.CONTINGENT` leaves out of the counted
 figures: lost races, a shared item learned, a 429's pause, a webhook before its row or after its
-line was settled. S3 prefix warm-up needs none: every counted S3 figure is held to one partition's
-rate, what a new prefix has before S3 splits it.
+line was settled; and what a counted run takes only by timing (a part requeued while the
+provider's queue is full) or not at all (the batch queue's reconcile). S3 prefix warm-up needs
+none: every counted S3 figure is held to one partition's rate, what a new prefix has before S3
+splits it.
 """
 
 from __future__ import annotations
