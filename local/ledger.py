@@ -186,6 +186,21 @@ def s3_target(url: str, method: str) -> tuple[str, str]:
     return bucket, key
 
 
+# Bedrock's runtime API, by the last part of its path (`/model/{id}/converse`)
+BEDROCK_RUNTIME = "bedrock-runtime"
+RUNTIME_OPERATIONS = {
+    "converse": "Converse",
+    "converse-stream": "ConverseStream",
+    "invoke": "InvokeModel",
+    "invoke-with-response-stream": "InvokeModelWithResponseStream",
+}
+
+
+def runtime_operation(url: str) -> str:
+    last = urlsplit(url).path.rstrip("/").rsplit("/", 1)[-1]
+    return RUNTIME_OPERATIONS.get(last, last)
+
+
 # ---- the ledger
 
 
@@ -322,6 +337,24 @@ class CallLedger:
             ),
             serial,
         )
+
+    def requested(self, service: str, operation: str) -> None:
+        """A request the local cloud answers outside moto (a signed Bedrock runtime request, a
+        Bedrock batch job's call), made by the current caller under the current cause."""
+        caller = self.caller()
+        cause, serial = _cause()
+        call = Call(self.now(), service, operation, caller.step, caller.shard, caller.execution, cause=cause)
+        self._append(call, serial)
+
+    def signing(self, sign: Callable[..., dict[str, str]]) -> Callable[..., dict[str, str]]:
+        """`sign` (a step's Bedrock signer), writing down each request it signs: a runtime request
+        goes over HTTP, not through boto3, and each attempt is signed anew."""
+
+        def signed(method: str, url: str, headers: Any, body: bytes | None) -> dict[str, str]:
+            self.requested(BEDROCK_RUNTIME, runtime_operation(url))
+            return sign(method, url, headers, body)
+
+        return signed
 
     def invoked(
         self, caller: Caller, at: float, seconds: float, memory_bytes: int | None, error: str, cpu: float = 0.0

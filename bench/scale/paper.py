@@ -3,14 +3,17 @@
 Each bound is derived from the code's constants at the maximum scenario, so it moves when they
 do; its text says what is assumed. These are what `counts.CONTINGENT` leaves out of the counted
 figures: lost races, a shared item learned, a 429's pause, a webhook before its row or after its
-line was settled. S3 prefix warm-up needs none: every counted S3 figure is held to one partition's
-rate, what a new prefix has before S3 splits it.
+line was settled; and what a counted run takes only by timing (a part requeued while the
+provider's queue is full) or not at all (the batch queue's reconcile). S3 prefix warm-up needs
+none: every counted S3 figure is held to one partition's rate, what a new prefix has before S3
+splits it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sluice.limits.batch_queue import RECONCILE_EVERY_S
 from sluice.limits.lease import LeasePolicy, lease_period_s
 from sluice.shard.frame import OPENINGS_PER_S
 
@@ -19,6 +22,8 @@ from bench.scale.rates import DDB_CALL_S, Scenario
 
 # a read-change-write of one item: a read and a conditional write, one after the other
 WINDOW_S = 2 * DDB_CALL_S
+# a requeued part's writes on its shard's partition: its row, its hold and its part's row
+REQUEUE_WRITES = 3
 
 
 @dataclass(frozen=True)
@@ -110,5 +115,27 @@ def bounds(s: Scenario) -> list[Bound]:
             "a repeat delivery (or one the shard's poll settled first) reads the shard's row once, at most once a "
             f"line: {s.shard_rate:.3g} a second at a shard's share of the key; a webhook before its row writes an "
             "EARLY item of its own, spread over the table",
+        ),
+        Bound(
+            "a shard's partition: polls that try again a part the provider's queue had no room for",
+            REQUEUE_WRITES / s.poll_s,
+            DDB_PARTITION_WCU_PER_S,
+            "WCU/s",
+            f"counted (`bedrock batch, its queue full`), not compared: how many polls a part waits depends on "
+            f"when the provider's queue has room. A waiting shard's poll tries its waiting parts again at most "
+            f"once, after the poll's collects, every {s.poll_s:g} s; each try writes the shard's row, its hold "
+            f"and its part's row ({REQUEUE_WRITES} WCU, as counted), all on the shard's own partition",
+        ),
+        Bound(
+            "the key's batch-queue slot a: its reconcile claimed",
+            (1 + s.active / s.poll_s * WINDOW_S) / RECONCILE_EVERY_S,
+            DDB_PARTITION_WCU_PER_S,
+            "WCU/s",
+            f"not run here (due every {RECONCILE_EVERY_S:g} s a key, longer than a counted run): when a "
+            f"reservation finds no room, one shard claims the reconcile with a conditional write on slot a, and "
+            f"the shards reserving within the same {WINDOW_S * 1000:g} ms read-change-write lose theirs "
+            f"({s.active:,.0f} shards, each reserving at most once a {s.poll_s:g} s poll, an assumption); the "
+            "winner's listing (Bedrock's ListModelInvocationJobs, a page a hundred batches) is one a key "
+            "every reconcile",
         ),
     ]

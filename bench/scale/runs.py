@@ -1,7 +1,8 @@
 """Small jobs in the local cloud, and the AWS calls of each counted by the cause the code declared.
 
-Each variant (direct, background answered by webhook, background found by polling, batch) runs
-at two sizes that differ in lines and shards but not in a shard's width or its share of the key.
+Each variant (a family, OpenAI, Anthropic or Bedrock, in each of its modes; OpenAI's background
+answered by webhook and found by polling; direct under 429s) runs at two sizes that differ in
+lines and shards but not in a shard's width or its share of the key.
 A run keeps, per cause, how many occurrences the code declared (`sluice.contract.causes`) and, per
 cause and per call target (a DynamoDB item or an S3 key, in the shape the code writes it), the
 calls and their units. Nothing here is timed: counts per occurrence do not depend on how fast
@@ -21,10 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from sluice.contract import MARK_FAILED_ERROR_KEY
 from sluice.contract.model import Request
 from sluice.formats.lines import parse_line
 from sluice.limits.budget import worst_case_nano
-from sluice.providers import OPENAI
+from sluice.providers import ANTHROPIC, BEDROCK, OPENAI
 
 from local.cloud import LocalCloud, LocalSettings, run_job
 from local.ledger import Call
@@ -41,6 +43,17 @@ HARNESS = frozenset({"cloud"})
 # the state machine's own reads (the distributed Map's ItemReader): one occurrence a job
 WORKFLOW_CAUSE = "the workflow's item reader"
 UNDECLARED = ""
+# every fault a variant may set, off for the others (the simulator is shared by the variants)
+FAULTS = (("rate_429", 0.0),)
+FAMILIES = {f.name: f for f in (OPENAI, ANTHROPIC, BEDROCK)}
+
+
+# each family's model in the runs; Bedrock's states no limits in its headers: the configured quota paces it
+MODELS = {
+    "openai": "gpt-4o-mini",
+    "anthropic": "claude-3-5-haiku-latest",
+    "bedrock": "anthropic.claude-3-haiku-20240307-v1:0",
+}
 
 
 @dataclass(frozen=True)
@@ -48,6 +61,22 @@ class Variant:
     name: str
     mode: str
     webhooks: bool = True
+    family: str = "openai"
+    # lines a shard: a Bedrock batch job takes no fewer than 100 records
+    width: int = SHARD_LINES
+    # the simulator's faults (`SimConfig`), as (name, rate)
+    faults: tuple[tuple[str, float], ...] = ()
+    # steps that fail for every other shard (half the shards at each size, so that what a failed shard
+    # costs its job scales with the shards), as a defect would; MarkFailed: its first call, so its
+    # last resort runs
+    doomed: tuple[str, ...] = ()
+    # the job's own metadata, on top of the run's
+    metadata: tuple[tuple[str, str], ...] = ()
+    # Bedrock's batch jobs at once a model: 1 fills the queue, so a shard's part waits for room
+    jobs_per_model: int | None = None
+    # False for a path whose polls depend on timing (a part waiting for the provider's queue): its
+    # calls are counted, not compared across sizes, and `paper.py` bounds it
+    compared: bool = True
 
 
 VARIANTS = (
@@ -55,9 +84,22 @@ VARIANTS = (
     Variant("background by webhook", "background"),
     Variant("background by poll", "background", webhooks=False),
     Variant("batch", "batch"),
+    Variant("anthropic direct", "direct", family="anthropic"),
+    Variant("anthropic batch", "batch", family="anthropic"),
+    Variant("bedrock direct", "direct", family="bedrock"),
+    Variant("bedrock batch", "batch", family="bedrock", width=100),
+    Variant("direct under 429s", "direct", faults=(("rate_429", 0.3),)),
+    # a shard that fails: ShardFailed ends it alone, and Merge the job
+    Variant("a failed shard", "direct", doomed=("run_shard",)),
+    # a shard whose end fails too: the Map fails, and MarkFailed accounts for the job's lines
+    Variant("a failed job", "direct", doomed=("run_shard", "fail_shard")),
+    Variant("a failed job's last resort", "direct", doomed=("run_shard", "fail_shard", "mark_failed")),
+    # a deadline without the job's turnaround: Plan reads what earlier batches measured
+    Variant("direct by a deadline", "direct", metadata=(("sluice-deadline", "10m"), ("sluice-rpm", "6000"))),
+    Variant("bedrock batch, its queue full", "batch", family="bedrock", width=100, jobs_per_model=1, compared=False),
 )
-# (lines, shards in flight): the shards of a size all run at once
-SIZES = ((60, 2), (120, 4))
+# shards in flight at each size: a size's shards all run at once
+SIZES = (2, 4)
 
 
 @dataclass
@@ -79,6 +121,7 @@ class Counted:
     variant: str
     lines: int
     shards: int
+    compared: bool = True
     occurrences: Counter[str] = field(default_factory=Counter)
     # the periods and `every` the code declared with each cause's occurrences
     periods: dict[str, set[tuple[float | None, int | None]]] = field(default_factory=lambda: defaultdict(set))
@@ -91,6 +134,7 @@ class Counted:
             "variant": self.variant,
             "lines": self.lines,
             "shards": self.shards,
+            "compared": self.compared,
             "occurrences": dict(sorted(self.occurrences.items())),
             "periods": {c: sorted(map(list, p), key=str) for c, p in sorted(self.periods.items())},
             "targets": [
@@ -130,31 +174,34 @@ def target_of(call: Call, job_id: str) -> str:
     return ""
 
 
-def request_line(run: str, n: int, mode: str) -> bytes:
+def request_line(run: str, n: int, mode: str, family: str = "openai") -> bytes:
     """A request of its own (the cache never answers it), of a typical chat or Responses size."""
     text = f"Run {run}, line {n}: summarise this product review in one sentence. " + "The kettle boils fast. " * 8
+    model = MODELS[family]
     if mode == "background":
-        body: dict[str, Any] = {"model": "gpt-4o-mini", "input": text, "max_output_tokens": 64}
+        body: dict[str, Any] = {"model": model, "input": text, "max_output_tokens": 64}
         url = "/v1/responses"
     else:
-        body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": text}], "max_tokens": 64}
+        body = {"model": model, "messages": [{"role": "user", "content": text}], "max_tokens": 64}
         url = "/v1/chat/completions"
     return orjson.dumps({"custom_id": f"{run}-{n:06d}", "method": "POST", "url": url, "body": body}) + b"\n"
 
 
-def _worst_case(rows: list[bytes]) -> float:
+def _worst_case(rows: list[bytes], family: str) -> float:
     total = 0
     for number, raw in enumerate(rows, start=1):
         parsed = parse_line(raw, number)
         assert isinstance(parsed, Request)
-        total += worst_case_nano(parsed, OPENAI)
+        total += worst_case_nano(parsed, FAMILIES[family])
     return total / 1e9
 
 
 @contextmanager
-def local_cloud(sim: SimulatorServer) -> Iterator[LocalCloud]:
+def local_cloud(sim: SimulatorServer, variant: Variant = VARIANTS[0]) -> Iterator[LocalCloud]:
+    # Bedrock's quota for the model, as cdk.json's `rate_limits` gives it: the larger size's share of the key
+    quota = {MODELS["bedrock"]: {"rpm": SHARD_RPM * max(SIZES), "tpm": 10_000_000}}
     settings = LocalSettings(
-        shard_lines=SHARD_LINES,
+        shard_lines=variant.width,
         map_concurrency=8,
         # a cap that binds no run: every shard takes and gives back its slot, and is counted so
         max_shards_in_flight=8,
@@ -162,41 +209,54 @@ def local_cloud(sim: SimulatorServer) -> Iterator[LocalCloud]:
         retry_base_delay_s=0.05,
         poll_seconds=1,
         # a batch shard as wide as a direct one: the sizes differ in shards in batch mode too
-        batch_max_requests=SHARD_LINES,
+        batch_max_requests=variant.width,
+        provider=variant.family,
+        rate_limits=orjson.dumps(quota).decode() if variant.family == "bedrock" else None,
     )
     cloud = LocalCloud(provider_base_url=sim.base_url, api_key=API_KEY, settings=settings)
     with cloud.running():
         yield cloud
 
 
-def run_one(
-    cloud: LocalCloud, sim: SimulatorServer, variant: Variant, lines: int, shards: int, workdir: Path
-) -> Counted:
+def run_one(cloud: LocalCloud, sim: SimulatorServer, variant: Variant, shards: int, workdir: Path) -> Counted:
+    lines = shards * variant.width
     name = f"{variant.name.replace(' ', '-')}-{lines}"
-    rows = [request_line(name, n, variant.mode) for n in range(lines)]
+    rows = [request_line(name, n, variant.mode, variant.family) for n in range(lines)]
     path = workdir / f"{name}.jsonl"
     path.write_bytes(b"".join(rows))
     metadata = {
         "sluice-mode": variant.mode,
         "sluice-map-concurrency": str(shards),
         "sluice-concurrency": str(8 * shards),
-        "sluice-budget-usd": f"{_worst_case(rows) * 10:.6f}",
+        "sluice-budget-usd": f"{_worst_case(rows, variant.family) * 10:.6f}",
+        **dict(variant.metadata),
     }
+    if "sluice-deadline" in metadata:
+        # a deadline picks each shard's mode itself, and takes none from the job
+        del metadata["sluice-mode"]
     sim.configure(
         latency_s=0.02,
         quota_rpm=SHARD_RPM * shards,
         batch_phase_s=0.2,
         webhook_url=cloud.webhook_url if variant.webhooks else None,
         webhook_secret=cloud.webhook_secret,
+        **{**dict(FAULTS), **dict(variant.faults)},
     )
     ledger = cloud.calls
     since = (len(ledger.calls), len(ledger.occurrences))
-    run = run_job(cloud, path, key=INPUT_KEY.format(name=name), metadata=metadata)
-    if run.status != "SUCCEEDED" or len(run.results) != lines:
+    cloud.before_invoke = _doom(variant.doomed)
+    if variant.jobs_per_model is not None and cloud.bedrock_jobs is not None:
+        cloud.bedrock_jobs.jobs_per_model = variant.jobs_per_model
+    key = INPUT_KEY.format(name=name)
+    run = run_job(cloud, path, key=key, metadata=metadata)
+    accounted = len(run.results) + len(run.errors) == lines
+    # a doomed job ends as it may, but with every line in its results or errors
+    expected = (run.status, len(run.results)) == ("SUCCEEDED", lines) or bool(variant.doomed)
+    if not (expected and accounted):
         why = run.execution.get("cause") or run.execution.get("error") or ""
         raise RuntimeError(f"{name}: the job ended {run.status} with {len(run.results)} of {lines} answers {why}")
     _settle(ledger)
-    counted = Counted(variant.name, lines, shards)
+    counted = Counted(variant.name, lines, shards, variant.compared)
     for occurred in ledger.occurrences[since[1] :]:
         counted.occurrences[occurred.cause] += occurred.count
         counted.periods[occurred.cause].add((occurred.period_s, occurred.every))
@@ -223,6 +283,20 @@ def run_one(
     return counted
 
 
+def _doom(steps: tuple[str, ...]) -> Any:
+    """A `before_invoke` that fails each of `steps` for the even shards, and MarkFailed's first call."""
+    if not steps:
+        return None
+
+    def fail(step: str, payload: dict[str, Any]) -> None:
+        shard = (payload.get("shard") or {}).get("shard")
+        first_mark = step == "mark_failed" and MARK_FAILED_ERROR_KEY not in payload
+        if step in steps and ((shard is not None and shard % 2 == 0) or first_mark):
+            raise RuntimeError(f"{step} doomed by the counted run")
+
+    return fail
+
+
 def _settle(ledger: Any, *, quiet_s: float = 1.0, most_s: float = 120.0) -> None:
     """Wait until no call has come for `quiet_s`: a run's last webhooks and checkpoints land after
     its execution ends, and would count as the next run's."""
@@ -239,8 +313,12 @@ def _settle(ledger: Any, *, quiet_s: float = 1.0, most_s: float = 120.0) -> None
 def count_variant(name: str) -> list[dict[str, Any]]:
     """One variant at both sizes, in a local cloud of its own."""
     [variant] = [v for v in VARIANTS if v.name == name]
-    with tempfile.TemporaryDirectory() as tmp, SimulatorServer(SimConfig(seed=7)) as sim, local_cloud(sim) as cloud:
-        return [run_one(cloud, sim, variant, lines, shards, Path(tmp)).as_json() for lines, shards in SIZES]
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        SimulatorServer(SimConfig(seed=7)) as sim,
+        local_cloud(sim, variant) as cloud,
+    ):
+        return [run_one(cloud, sim, variant, shards, Path(tmp)).as_json() for shards in SIZES]
 
 
 def count_all(*, log: Any = None) -> list[Counted]:
@@ -249,10 +327,10 @@ def count_all(*, log: Any = None) -> list[Counted]:
     found: list[Counted] = []
     with tempfile.TemporaryDirectory() as tmp, SimulatorServer(SimConfig(seed=7)) as sim:
         for variant in VARIANTS:
-            with local_cloud(sim) as cloud:
-                for lines, shards in SIZES:
-                    counted = run_one(cloud, sim, variant, lines, shards, Path(tmp))
+            with local_cloud(sim, variant) as cloud:
+                for shards in SIZES:
+                    counted = run_one(cloud, sim, variant, shards, Path(tmp))
                     found.append(counted)
                     if log is not None:
-                        log(f"{variant.name} at {lines} lines: {sum(counted.occurrences.values())} occurrences")
+                        log(f"{variant.name} at {counted.lines} lines: {sum(counted.occurrences.values())} occurrences")
     return found

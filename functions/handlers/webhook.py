@@ -8,7 +8,7 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.parameters import SecretsProvider
 from botocore.exceptions import ClientError
-from sluice.contract import WebhookSettings
+from sluice.contract import WebhookSettings, causes
 from sluice.runners.webhooks import handle_job_event, handle_webhook
 from sluice.store.jobs import JobStore
 
@@ -39,6 +39,7 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     raw = event.get("body") or ""
     body = base64.b64decode(raw) if event.get("isBase64Encoded") else raw.encode()
 
+    @causes.under(causes.WAKE, causes.WAKE_AGAIN)
     def wake(token: str) -> None:
         try:
             sfn.send_task_success(taskToken=token, output="{}")

@@ -144,6 +144,8 @@ class BedrockJobs:
         self._stopping = False
         # while set, the running cloud leaves its jobs Submitted (a test's job still open to cancel)
         self.paused = False
+        # the local cloud's ledger (`local.ledger.CallLedger.requested`), which counts each client call
+        self.recorded: Callable[[str, str], None] | None = None
 
     def start(self) -> None:
         """Run each job in a thread of its own as soon as it is created, as Bedrock would some
@@ -349,7 +351,14 @@ class BedrockClient:
 
     def __init__(self, jobs: BedrockJobs, authorize: Authorize) -> None:
         self._jobs = jobs
-        self._authorize = authorize
+        self._grants = authorize
+
+    def _authorize(self, action: str, resource: str) -> None:
+        # a request refused is a request made: the ledger counts it before its grant is checked
+        service, _, operation = action.partition(":")
+        if service == "bedrock" and self._jobs.recorded is not None:
+            self._jobs.recorded(service, operation)
+        self._grants(action, resource)
 
     def create_model_invocation_job(self, **kwargs: Any) -> dict[str, Any]:
         self._authorize("bedrock:CreateModelInvocationJob", _model_arn(str(kwargs["modelId"])))

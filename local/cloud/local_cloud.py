@@ -32,6 +32,7 @@ from sluice.contract import (
     Settings,
     WebhookSettings,
 )
+from sluice.providers.signing import keyless, signed
 from sluice.shard.progress import ProgressSink
 from sluice.store.jobs import JobStore
 
@@ -169,6 +170,7 @@ class LocalCloud:
                 self.receiver = receiver
                 webhook._clients.cache_clear()
                 self.bedrock_jobs = bedrock_jobs(local_iam, policies, self._webhook(webhook.handler))
+                self.bedrock_jobs.recorded = self.calls.requested
                 self.may_invoke = functools.partial(local_iam.may_invoke, policies)
                 if self.simulator is not None:
                     self.simulator.simulator.authorize_invoke = self.may_invoke
@@ -226,7 +228,7 @@ class LocalCloud:
             if self.bedrock_jobs is not None:
                 # the step's `bedrock` client: the local cloud's emulated batch jobs, under its grants
                 context.bedrock = functools.partial(self.bedrock_jobs.client_for, step)
-            context.sign = self.sign
+            context.sign = self._signer(step)
             self._admit(step, context)
             begun, cpu = time.monotonic(), time.thread_time()
             try:
@@ -259,6 +261,21 @@ class LocalCloud:
             self.invocations.append(Invocation(step, time.monotonic() - started, None, payload=payload))
         self._ledgered(caller, at, time.monotonic() - started, measured, "", cpu)
         return {"StatusCode": 200, "Payload": answer}
+
+    def _signer(self, step: str) -> Callable[..., dict[str, str]] | None:
+        """How a step signs Bedrock requests (the user's credentials, else its role's, as the
+        handler would), each request written down in the ledger; None for a family with a key."""
+        from handlers.runtime import session_for
+
+        if not keyless(self.settings.provider):
+            return None
+        sign = self.sign
+        if sign is None:
+            found = signed(self.settings.provider, session_for(function_name(step)), os.environ)
+            if found is None:
+                return None
+            sign = found[1]
+        return self.calls.signing(sign)
 
     def _admit(self, step: str, context: LambdaContext) -> None:
         """A provider step counts among those running (`stop_sending`), unless the run was

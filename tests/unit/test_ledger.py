@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from sluice.contract import causes
 
 from local.dynamo_meter import DynamoRequest, Tables, TableShape
-from local.ledger import Caller, s3_target
+from local.ledger import Caller, CallLedger, calling, s3_target
 
 KB = 1024
 
@@ -126,3 +127,52 @@ def test_s3_requests_name_their_bucket_and_key_in_either_addressing_style() -> N
     assert s3_target("https://b.s3.amazonaws.com/jobs/x/part%201.tsv", "PUT") == ("b", "jobs/x/part 1.tsv")
     assert s3_target("https://s3.amazonaws.com/b/jobs/x", "GET") == ("b", "jobs/x")
     assert s3_target("https://b.s3.amazonaws.com/?list-type=2&prefix=jobs%2Fx%2F", "GET") == ("b", "jobs/x/")
+
+
+def test_a_signed_bedrock_request_is_a_call_of_its_step_shard_and_cause() -> None:
+    ledger = CallLedger()
+    causes.observe(ledger.occurred)
+    signed: list[str] = []
+    try:
+
+        def sign(method: str, url: str, headers: Any, body: bytes | None) -> dict[str, str]:
+            signed.append(url)
+            return {"authorization": "AWS4-HMAC-SHA256 ..."}
+
+        sending = ledger.signing(sign)
+        url = "https://bedrock-runtime.us-east-1.amazonaws.com/model/anthropic.claude-3-haiku/converse"
+        with calling(Caller("run_shard", 3, "exec")), causes.because(causes.SIGNED):
+            assert sending("POST", url, {}, b"{}") == {"authorization": "AWS4-HMAC-SHA256 ..."}
+        with calling(Caller("run_shard", 3, "exec")):
+            sending("POST", url.replace("/converse", "/invoke"), {}, b"{}")
+    finally:
+        causes.observe(None)
+    assert signed == [url, url.replace("/converse", "/invoke")]
+    first, second = ledger.calls
+    assert (first.service, first.operation, first.step, first.shard) == ("bedrock-runtime", "Converse", "run_shard", 3)
+    assert first.cause == causes.SIGNED.name
+    assert [o.cause for o in ledger.occurrences] == [causes.SIGNED.name]
+    # signed under no cause: the count's check sees a call with none
+    assert (second.operation, second.cause) == ("InvokeModel", "")
+
+
+def test_a_bedrock_batch_client_call_is_counted_even_when_refused() -> None:
+    from botocore.exceptions import ClientError
+
+    from local.cloud.bedrock_jobs import BedrockJobs
+
+    ledger = CallLedger()
+    jobs = BedrockJobs(lambda role: None)
+    jobs.recorded = ledger.requested
+
+    def refuse(action: str, resource: str) -> None:
+        raise ClientError({"Error": {"Code": "AccessDeniedException", "Message": action}}, action)
+
+    with calling(Caller("collect_batch", 1)), causes.because(causes.POLL, period_s=60.0):
+        assert jobs.client().list_model_invocation_jobs() == {"invocationJobSummaries": []}
+        with pytest.raises(ClientError):
+            jobs.client(refuse).get_model_invocation_job(jobIdentifier="arn:job")
+    assert [(c.service, c.operation, c.step, c.cause) for c in ledger.calls] == [
+        ("bedrock", "ListModelInvocationJobs", "collect_batch", causes.POLL.name),
+        ("bedrock", "GetModelInvocationJob", "collect_batch", causes.POLL.name),
+    ]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
-from sluice.contract import CACHE_PREFIX, Settings
+from sluice.contract import CACHE_PREFIX, Settings, causes
 from sluice.core.aws_errors import is_missing
 
 SEGMENTS = "segments/"
@@ -49,6 +49,7 @@ class S3Store:
     bucket: str
     prefix: str = CACHE_PREFIX
 
+    @causes.under(causes.PLAN, causes.COMPACT, causes.USER)
     def listing(self, folder: str, *, recursive: bool = False) -> list[Listed]:
         out: list[Listed] = []
         paginator = self.s3.get_paginator("list_objects_v2")
@@ -60,6 +61,7 @@ class S3Store:
             out.extend(Listed(p["Prefix"].removeprefix(self.prefix)) for p in page.get("CommonPrefixes", []))
         return sorted(out)
 
+    @causes.under(causes.CACHE_READ, causes.COMPACT)
     def read(self, name: str, start: int | None = None, end: int | None = None) -> bytes | None:
         extra = {"Range": f"bytes={start}-{end - 1}"} if start is not None and end is not None else {}
         try:
@@ -70,9 +72,11 @@ class S3Store:
                 return None
             raise
 
+    @causes.under(causes.CACHE_WRITE, causes.COMPACT)
     def write(self, name: str, data: bytes) -> None:
         self.s3.put_object(Bucket=self.bucket, Key=self.prefix + name, Body=data)
 
+    @causes.under(causes.COMPACT, causes.USER)
     def delete(self, names: list[str]) -> None:
         for start in range(0, len(names), 1000):
             chunk = [{"Key": self.prefix + n} for n in names[start : start + 1000]]

@@ -80,6 +80,8 @@ FIRST = Cause("the key's shared limit or batch queue made, claimed, learned or j
 LOOK_AGAIN = Cause("a look again at the key's shared limit, while it is unknown", Per.ONCE)
 GIVE_BACK = Cause("a run's unused lease given back", Per.RUN)
 LINE = Cause("a line settled", Per.LINE)
+# each attempt of a request signed with the function's credentials (Bedrock's runtime): an AWS call
+SIGNED = Cause("a provider request signed with the function's AWS credentials", Per.LINE)
 CANCEL_CHECK = Cause("the stop mark's check", Per.PERIOD)
 LEASE = Cause("a lease's look at the key's shared limit", Per.LEASE)
 LEASE_TAKEN = Cause("a lease's grant written", Per.LEASE)
@@ -98,6 +100,8 @@ EARLY = Cause("a webhook that came before its row", Per.RACE)
 REPEAT = Cause("a line settled again (its webhook and its shard both saw it)", Per.RACE)
 RACE = Cause("a write tried again after a lost race", Per.RACE)
 THROTTLED = Cause("a 429's pause or a changed rate, shared", Per.RACE)
+# the provider's batch queue was full: a waiting shard's poll tries its parts again, as often as it stays full
+REQUEUED = Cause("a poll that tries again a batch part the provider's queue had no room for", Per.RACE)
 MERGE = Cause("merge", Per.JOB)
 SHARD_OUTPUTS = Cause("a shard's outputs read or marked, by Merge or MarkFailed", Per.SHARD)
 COMPACT = Cause("merge: a compaction slice", Per.JOB)
@@ -107,6 +111,10 @@ SHARD_FAILED = Cause("a failed shard ended: its open work cancelled, its outputs
 SLOT = Cause("a shard's slot among the shards in flight, taken at its start or given back at its end", Per.RUN)
 SLOT_WAIT = Cause("a look again for a slot among the shards in flight", Per.POLL)
 SLOT_HOUR = Cause("the slots among the shards in flight made, or moved on to a new hour", Per.ONCE)
+# a user's command, outside any step: `sluice cancel` ends a job once; `sluice status` and the
+# cache's commands read what a job or the cache holds, as often as the user asks
+CANCEL = Cause("sluice cancel", Per.JOB)
+USER = Cause("a user's look at a job or the cache (sluice status, cache)", Per.JOB)
 
 CAUSES: tuple[Cause, ...] = (
     PLAN,
@@ -125,6 +133,7 @@ CAUSES: tuple[Cause, ...] = (
     LOOK_AGAIN,
     GIVE_BACK,
     LINE,
+    SIGNED,
     CANCEL_CHECK,
     LEASE,
     LEASE_TAKEN,
@@ -143,6 +152,7 @@ CAUSES: tuple[Cause, ...] = (
     REPEAT,
     RACE,
     THROTTLED,
+    REQUEUED,
     MERGE,
     SHARD_OUTPUTS,
     COMPACT,
@@ -151,6 +161,9 @@ CAUSES: tuple[Cause, ...] = (
     SLOT,
     SLOT_WAIT,
     SLOT_HOUR,
+    SHARD_FAILED,
+    CANCEL,
+    USER,
 )
 
 
@@ -233,6 +246,19 @@ def caused(cause: Cause) -> Callable[[F], F]:
         return cast(F, run)
 
     return wrap
+
+
+def under(*declared: Cause) -> Callable[[F], F]:
+    """A function whose AWS calls run under one of `declared`, which its callers declare (with
+    `because`, `caused`, or a step's handler: `STEP_CAUSES`). It changes nothing at run time: it
+    is the declaration `bench/scale/undeclared.py` reads, so that no call reaches AWS under no
+    cause its code names; the causes themselves are what the callers' `because` make them."""
+
+    def mark(fn: F) -> F:
+        vars(fn)["__sluice_causes__"] = declared
+        return fn
+
+    return mark
 
 
 def again(attempt: int) -> AbstractContextManager[None]:

@@ -14,6 +14,8 @@ from typing import Any
 import orjson
 from botocore.exceptions import ClientError, ConnectionError, HTTPClientError
 
+from sluice.contract import causes
+
 # What botocore's standard mode treats as throttling (botocore/retries/standard.py), plus the
 # DynamoDB, S3 and Step Functions spellings of "slow down".
 THROTTLING_CODES = frozenset(
@@ -108,6 +110,7 @@ def is_missing(exc: Exception) -> bool:
     return getattr(exc, "response", {}).get("Error", {}).get("Code") in MISSING_CODES
 
 
+@causes.under(causes.SHARD_OUTPUTS, causes.MERGE, causes.MARK_FAILED)
 def read_json_if_any(s3: Any, bucket: str, key: str) -> Any | None:
     """The object parsed as JSON; None if it does not exist (a missing object is an answer here)."""
     try:

@@ -126,6 +126,7 @@ class QueueTable(Rows):
     def _expires(self) -> int:
         return int(self._clock()) + HOLD_MAX_S + QUEUE_TTL_S
 
+    @causes.under(causes.BATCH_SUBMIT, causes.BATCH_COLLECT, causes.SHARD_FAILED)
     def _update(self, key: dict[str, str], **kwargs: Any) -> dict[str, Any] | None:
         """One conditional update: its attributes (`ReturnValues`), or None when its condition failed."""
         self.writes[key[PARTITION_KEY]] += 1
@@ -133,6 +134,7 @@ class QueueTable(Rows):
 
     # ---- the slots
 
+    @causes.under(causes.BATCH_SUBMIT, causes.FIRST)
     def slots(self, queue: str, *, consistent: bool = False) -> tuple[dict[int, Slot | None], float]:
         """Every slot of `queue` (None: not made yet) and when the queue was last reconciled."""
         keys = [slot_key(queue, index) for index in range(QUEUE_SLOTS)]
@@ -264,6 +266,7 @@ class QueueTable(Rows):
 
     # ---- the hold rows, each on its shard's own partition
 
+    @causes.under(causes.BATCH_SUBMIT)
     def held(self, hold: Hold) -> HoldRow | None:
         key = hold_key(hold.job, hold.shard, hold.part, hold.attempt)
         self.reads[key[PARTITION_KEY]] += 1
@@ -289,6 +292,7 @@ class QueueTable(Rows):
             },
         )
 
+    @causes.under(causes.BATCH_SUBMIT)
     def _holds_of(self, job: str, shard: int) -> list[HoldRow]:
         """The holds recorded on one shard's partition, released or not."""
         pk = shard_partition(job, shard)

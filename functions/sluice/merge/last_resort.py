@@ -64,7 +64,10 @@ def account_from_input(s3: Any, store: Any, state: Planned, reason: str, *, cloc
 
     def records() -> Iterator[bytes]:
         for spec in specs:
-            for item in read_shard_lines(s3, spec):
+            # a shard's byte range of the input: the last resort's reads grow with the shards
+            with causes.because(causes.SHARD_OUTPUTS):
+                lines = list(read_shard_lines(s3, spec))
+            for item in lines:
                 if isinstance(item, LineError):
                     code, text = item.code, item.message
                 else:

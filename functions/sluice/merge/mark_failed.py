@@ -11,7 +11,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from sluice.contract import JobFailed, JobStatus, MarkedFailed, Planned, Summary
+from sluice.contract import JobFailed, JobStatus, MarkedFailed, Planned, Summary, causes
 from sluice.contract.model import ErrorCode
 from sluice.core.failures import failure_reason, is_user_error
 from sluice.merge.last_resort import account_from_input
@@ -50,6 +50,7 @@ class Failure:
         return {**detail, **self.result.to_dict()}
 
 
+@causes.under(causes.MARK_FAILED)
 def mark_failed(
     *, s3: Any, store: Any, state: Planned | Mapping[str, Any], error: str, cause: str, remaining_s: float | None = None
 ) -> Failure:

@@ -236,6 +236,7 @@ def concatenate(
     return moved
 
 
+@causes.under(causes.MERGE, causes.MARK_FAILED)
 def load_manifest(s3: Any, bucket: str, manifest_key: str) -> list[ShardSpec]:
     raw = s3.get_object(Bucket=bucket, Key=manifest_key)["Body"].read()
     return [ShardSpec.from_dict(item) for item in orjson.loads(raw)]
@@ -327,6 +328,7 @@ def _counts(plan: PlanFigures | None, specs: list[ShardSpec], tally: Tally) -> C
     )
 
 
+@causes.under(causes.MERGE)
 def merge_job(
     *,
     s3: Any,

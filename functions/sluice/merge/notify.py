@@ -6,7 +6,7 @@ from typing import Any
 
 import orjson
 
-from sluice.contract import JobStatus
+from sluice.contract import JobStatus, causes
 
 SOURCE = "sluice"
 # one detail-type per way a job ends, so a rule that chains work on "Completed" never fires for
@@ -24,6 +24,7 @@ def detail_type(status: str) -> str:
     return DETAIL_TYPES.get(status, DETAIL_TYPES[JobStatus.FAILED])
 
 
+@causes.under(causes.NOTIFY, causes.MARK_FAILED)
 def publish(events: Any, *, bus: str, detail_type: str, detail: dict[str, Any]) -> None:
     answer = events.put_events(
         Entries=[

@@ -243,6 +243,7 @@ def job_figures(
     )
 
 
+@causes.under(causes.MERGE, causes.MARK_FAILED, causes.CANCEL)
 def end_job(s3: Any, store: JobStore | None, summary: Summary, *, bucket: str, prefix: str) -> str:
     """The one writer of a job's summary: the object under `summary_key(prefix)`, then the job
     row's final status and what it keeps of the summary (`store` None: Plan failed before there

@@ -30,7 +30,7 @@ import orjson
 from sluice.cache.entries import cache_key, line_tag
 from sluice.cache.index import ANSWER_AT, KEY_BYTES, RECORDS_SUFFIX, UNKNOWN_MODEL, answer_usage, partitions
 from sluice.cache.lookup import HIT, LOOKUP_THREADS, WANTED, CacheView
-from sluice.contract import shard_prefix
+from sluice.contract import causes, shard_prefix
 from sluice.contract.model import Request
 from sluice.formats.lines import BOM, parse_line
 from sluice.plan.line_pass import LineTable, ShardRange
@@ -297,6 +297,7 @@ class CacheAnswers:
             for _ in range(megabytes):
                 self._room.release()
 
+    @causes.under(causes.PLAN)
     def _fetch_window(self, window: Window) -> dict[int, Answer]:
         """The window's answers that are where their index says, each as its result line."""
         hits = self._hits

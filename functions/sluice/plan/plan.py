@@ -28,6 +28,7 @@ from sluice.contract import (
     Settings,
     ShardSpec,
     Summary,
+    causes,
     deadline_plan_key,
     manifest_key,
     shard_prefix,
@@ -139,6 +140,7 @@ def event_key_candidates(key: str) -> list[str]:
     return [key] if decoded == key else [key, decoded]
 
 
+@causes.under(causes.PLAN, causes.MARK_FAILED)
 def find_object(s3: Any, bucket: str, key: str, etag: str) -> tuple[str, dict[str, Any]]:
     """The key and HeadObject answer of the object an event names: the candidate with its ETag.
 
@@ -158,6 +160,7 @@ def find_object(s3: Any, bucket: str, key: str, etag: str) -> tuple[str, dict[st
     raise refusals[0]
 
 
+@causes.under(causes.PLAN)
 def plan_job(
     *,
     s3: Any,

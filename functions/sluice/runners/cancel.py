@@ -27,6 +27,7 @@ from sluice.contract import (
     Mode,
     Planned,
     Summary,
+    causes,
     manifest_key,
 )
 from sluice.contract.model import ErrorCode, Outcome
@@ -152,9 +153,12 @@ def provider_work_of(
                 batches.append(str(batch_id))
 
     def open_items(shard: int) -> list[tuple[int, str, str]]:
+        # a shard's item rows, read for its open responses: a cancel's cost grows with the shards
+        with causes.because(causes.SHARD_OUTPUTS):
+            items = list(store.items(job_id, shard))
         return [
             (item.line, item.custom_id, item.provider_id)
-            for item in store.items(job_id, shard)
+            for item in items
             if item.status in OPEN_ITEM_STATUSES and item.provider_id
         ]
 
@@ -349,6 +353,7 @@ def _cancel_provider_work(
     report.provider_failures = answers.failures
 
 
+@causes.caused(causes.CANCEL)
 def cancel_job(
     *,
     s3: Any,

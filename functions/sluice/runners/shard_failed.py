@@ -11,6 +11,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from sluice.contract import causes
 from sluice.contract.model import ErrorCode
 from sluice.core.failures import failure_reason
 from sluice.runners.cancel import ProviderCancels, cancel_open_work, provider_work_of
@@ -44,6 +45,7 @@ class ShardFailure:
         }
 
 
+@causes.under(causes.SHARD_FAILED)
 async def fail_shard(ctx: ShardContext, spec: ShardSpec, *, error: str, cause: str) -> ShardFailure:
     """Cancel the shard's open provider work, then write its outputs with each unfinished line an
     error naming `error` and `cause` (as Step Functions caught them)."""

@@ -24,7 +24,7 @@ import aiohttp
 import orjson
 from yarl import URL
 
-from sluice.contract import DEFAULT_PROVIDER, ProviderRefused
+from sluice.contract import DEFAULT_PROVIDER, ProviderRefused, causes
 from sluice.contract.model import ErrorCode, Outcome, Request, ServiceTier
 from sluice.core.retry import DEFAULT_POLICY, RetryPolicy, falls_back, tier_timeout_s
 from sluice.limits.budget import Budget
@@ -295,7 +295,8 @@ class _Run:
                 stats.attempts += 1
                 if sign is not None:
                     # each attempt anew: a signature is dated, and a retry may come minutes later
-                    headers = sign(req.method, str(url), headers, body)
+                    with causes.because(causes.SIGNED):
+                        headers = sign(req.method, str(url), headers, body)
                 if tier:
                     timeout = aiohttp.ClientTimeout(total=tier_timeout_s(policy, self.time_left()))
                 async with self.request(req.method, url, data=body, headers=headers, timeout=timeout) as resp:

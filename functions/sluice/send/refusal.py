@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from sluice.contract import ProviderRefused
+from sluice.contract import ProviderRefused, causes
 from sluice.contract.model import ErrorCode, Outcome
 from sluice.core.aws_errors import read_json_if_any
 from sluice.providers import RequestFormat
@@ -153,6 +153,7 @@ def given_up_message(refused: ProviderRefused, answers: int = REFUSAL_ANSWERS) -
     )
 
 
+@causes.under(causes.RUN)
 def write_refusal(s3: Any, bucket: str, key: str, refused: ProviderRefused) -> None:
     s3.put_object(Bucket=bucket, Key=key, Body=orjson.dumps(refused.to_dict()), ContentType="application/json")
 

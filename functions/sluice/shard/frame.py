@@ -42,6 +42,7 @@ def poll_wait_seconds(settings: Settings, elapsed_s: float) -> int:
     return int(max(settings.poll_seconds, min(settings.batch_poll_max_s, elapsed_s / 10)))
 
 
+@causes.under(causes.RUN, causes.BATCH_SUBMIT, causes.SHARD_FAILED, causes.MARK_FAILED)
 def read_shard_lines(s3: Any, spec: ShardSpec) -> Iterator[Request | LineError]:
     """The shard's lines, validated, straight from its byte range of the input object, each body
     as the shard's provider family is sent it."""

@@ -52,6 +52,7 @@ def part_keys(s3: Any, spec: ShardSpec) -> list[str]:
     return [key for key, _ in _part_objects(s3, spec)]
 
 
+@causes.under(causes.RUN, causes.SHARD_OUTPUTS, causes.MARK_FAILED)
 def _part_objects(s3: Any, spec: ShardSpec) -> list[tuple[str, int]]:
     """The shard's parts, (key, size), in the order they were written."""
     found: list[tuple[str, int]] = []
@@ -97,6 +98,7 @@ def _stats_key(part_key: str) -> str:
 _TURNED = ".turned.json"
 
 
+@causes.under(causes.RUN)
 def turned_down(s3: Any, spec: ShardSpec) -> dict[int, str]:
     """The lines a validating batch shard's batches answered invalid, for its direct pass to send
     again, and the check each failed."""
@@ -109,6 +111,7 @@ def turned_down(s3: Any, spec: ShardSpec) -> dict[int, str]:
     return lines
 
 
+@causes.under(causes.RUN, causes.PART_READ, causes.SHARD_OUTPUTS, causes.MARK_FAILED)
 def read_part(s3: Any, bucket: str, key: str) -> Iterator[tuple[int, bytes, bytes]]:
     """(line, kind, output record) per row; kind is `b"r"` for a result and `b"e"` for an error."""
     yield from _rows(_body(s3, bucket, key))
@@ -136,6 +139,7 @@ def load_checkpoint(s3: Any, spec: ShardSpec) -> Checkpoint:
 CACHED_RUN = 0
 
 
+@causes.under(causes.PLAN)
 def write_cached_part(s3: Any, bucket: str, prefix: str, rows: list[tuple[int, bytes]], stats: Stats) -> None:
     """A shard's cache hits, (line, result record), as a finished part before the shard runs:
     it sends only the rest."""
@@ -356,6 +360,7 @@ class PartWriter:
         await asyncio.to_thread(self.flush, finished=finished, waiting=waiting)
 
 
+@causes.under(causes.PLAN, causes.SHARD_END, causes.SHARD_FAILED, causes.MARK_FAILED)
 def write_outputs(
     s3: Any, bucket: str, prefix: str, results: list[bytes], errors: list[bytes], stats: Stats
 ) -> ShardStats:
@@ -449,6 +454,7 @@ class _Upload:
         if len(self._buffer) >= UPLOAD_PIECE_BYTES:
             self._send()
 
+    @causes.under(causes.SHARD_END, causes.SHARD_FAILED, causes.MARK_FAILED)
     def _send(self) -> None:
         if self._upload_id is None:
             self._upload_id = self._s3.create_multipart_upload(Bucket=self._bucket, Key=self._key)["UploadId"]
@@ -461,6 +467,7 @@ class _Upload:
         )
         self._pieces.append({"ETag": answer["ETag"], "PartNumber": number})
 
+    @causes.under(causes.SHARD_END, causes.SHARD_FAILED, causes.MARK_FAILED)
     def close(self) -> None:
         if self._upload_id is None:
             self._s3.put_object(Bucket=self._bucket, Key=self._key, Body=bytes(self._buffer))

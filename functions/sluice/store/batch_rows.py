@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from sluice.contract import causes
 from sluice.store.keys import shard_key
 from sluice.store.rows import Rows, dynamo
 
 
 class BatchRows(Rows):
+    @causes.under(causes.BATCH_SUBMIT)
     def begin_batch_submit(self, job_id: str, shard: int, now: float) -> float | None:
         """Stamp the shard's first SubmitBatch; the stamp of an earlier attempt if there was one.
 

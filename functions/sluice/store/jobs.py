@@ -174,6 +174,7 @@ class JobStore(WebhookRows, BatchRows, InputRows):
                     }
                 )
 
+    @causes.under(causes.BUDGET_CHUNK, causes.BUDGET_PART)
     def reserve_budget(self, job_id: str, amount: int, cap: int, spent: int, *, join: bool) -> BudgetState | None:
         """Add `amount` (nano-USD) to the job's committed spend if that keeps it within `cap`,
         with `spent` (what answers cost since the last write) added to its spend; count the shard
@@ -192,6 +193,7 @@ class JobStore(WebhookRows, BatchRows, InputRows):
         )
         return None if answer is None else _budget_state(answer.get("Attributes", {}))
 
+    @causes.under(causes.BUDGET_WAIT)
     def budget_state(self, job_id: str) -> BudgetState:
         """The job's committed spend (nano-USD) and how many shards hold a pool of it; strongly
         consistent, so no refund that reached the table is missed."""
@@ -202,6 +204,7 @@ class JobStore(WebhookRows, BatchRows, InputRows):
         ).get("Item", {})
         return _budget_state(row)
 
+    @causes.under(causes.RUN, causes.BATCH_SUBMIT, causes.BUDGET_WAIT)
     def release_budget(self, job_id: str, amount: int, spent: int, *, leave: bool) -> BudgetState:
         """Give back (negative `amount`) or add to the committed spend, record `spent`, and stop
         counting the shard among the holders when it `leave`s; unconditional. Returns the figures
@@ -291,6 +294,7 @@ class JobStore(WebhookRows, BatchRows, InputRows):
                 }
             )
 
+    @causes.under(causes.RUN, causes.POLL, causes.CANCEL)
     def _query(self, **kwargs: Any) -> Iterator[dict[str, Any]]:
         while True:
             page = self._table.query(**kwargs)
@@ -318,6 +322,7 @@ class JobStore(WebhookRows, BatchRows, InputRows):
                 item.status = "done"
             yield item
 
+    @causes.under(causes.USER)
     def item(self, job_id: str, shard: int, line: int) -> ItemRow | None:
         row = self._table.get_item(Key=item_key(job_id, shard, line)).get("Item")
         return ItemRow.from_item(plain(row)) if row else None
@@ -343,12 +348,14 @@ class JobStore(WebhookRows, BatchRows, InputRows):
                     return row
         return None
 
+    @causes.under(causes.MERGE, causes.MARK_FAILED, causes.USER)
     def job(self, job_id: str) -> JobRow | None:
         """The job row alone: its status, plan, budget figures and summary, but no line counts
         (`counts`, `job_progress`)."""
         row = self._table.get_item(Key=job_key(job_id)).get("Item")
         return JobRow.from_item(plain(row)) if row else None
 
+    @causes.under(causes.SHARD_FAILED, causes.MARK_FAILED, causes.USER)
     def _shard_count(self, job_id: str) -> int:
         row = (
             self._table.get_item(
@@ -358,13 +365,17 @@ class JobStore(WebhookRows, BatchRows, InputRows):
         )
         return int(row.get("shards", 0))
 
+    @causes.under(causes.MERGE, causes.SHARD_FAILED, causes.MARK_FAILED, causes.CANCEL, causes.USER)
     def shards(self, job_id: str, *, count: int | None = None, consistent: bool = False) -> list[ShardRow]:
         """Every shard row of the job, in shard order; `count` is the job row's `shards`, read
         when not given. Eventually consistent unless asked (a cancel looking for open batches)."""
         count = self._shard_count(job_id) if count is None else count
-        rows = self._batch_get([shard_key(job_id, shard) for shard in range(count)], consistent=consistent)
+        # a row a shard, read for its open work: what a cancel or MarkFailed costs grows with the shards
+        with causes.because(causes.SHARD_OUTPUTS, count=count):
+            rows = self._batch_get([shard_key(job_id, shard) for shard in range(count)], consistent=consistent)
         return sorted((ShardRow.from_item(plain(row)) for row in rows), key=lambda row: row.shard)
 
+    @causes.under(causes.USER)
     def counts(self, job_id: str, shards: int) -> JobCounts:
         """The job's lines done and failed: its `shards` rows summed, eventually consistent (a
         progress figure a moment old, a second read away from the last checkpoints)."""

@@ -29,6 +29,7 @@ def _token_if_nothing_waits(shard_row: dict[str, Any]) -> str | None:
 
 
 class WebhookRows(Rows):
+    @causes.under(causes.WEBHOOK)
     def remember_webhook(self, webhook_id: str, now: float) -> bool:
         """Record a webhook id once; False when it was seen before (a replay or a duplicate)."""
         seen = conditional(
@@ -46,6 +47,7 @@ class WebhookRows(Rows):
         rows = page.get("Items", [])
         return {name: rows[0][name] for name in (PARTITION_KEY, SORT_KEY)} if rows else None
 
+    @causes.under(causes.WEBHOOK)
     def settle_item(self, response_id: str) -> str | None:
         """Mark a submitted item settled; the shard's task token when that was its last wait, and
         an `Again` when the item was settled before (a repeat).
@@ -99,6 +101,7 @@ class WebhookRows(Rows):
         )["Attributes"]
         return _token_if_nothing_waits(row)
 
+    @causes.under(causes.BATCH_WEBHOOK)
     def settle_batch(self, batch_id: str, status: str) -> str | None:
         key = self._by_provider_id(batch_id)
         if key is None or key[SORT_KEY] != SHARD_SORT_KEY:
@@ -116,9 +119,11 @@ class WebhookRows(Rows):
             return _token(self._shard_row(key))
         return _token(answer["Attributes"])
 
+    @causes.under(causes.POLL, causes.BATCH_SUBMIT, causes.SETTLE, causes.REPEAT, causes.SHARD_FAILED)
     def _shard_row(self, key: dict[str, str]) -> dict[str, Any]:
         return dict(self._table.get_item(Key=key, ConsistentRead=True).get("Item") or {})
 
+    @causes.under(causes.RUN)
     def arm_shard(self, job_id: str, shard: int, token: str) -> bool:
         """Leave the shard's task token for webhooks; True when nothing is left to wait for."""
         row = self._table.update_item(

@@ -30,7 +30,7 @@ from botocore.exceptions import ClientError
 
 from sluice.contract.model import Request
 
-from ...contract import BEDROCK_INPUT_PREFIX, BEDROCK_OUTPUT_PREFIX, LOCAL_BEDROCK_JOB_NAME_PREFIX
+from ...contract import BEDROCK_INPUT_PREFIX, BEDROCK_OUTPUT_PREFIX, LOCAL_BEDROCK_JOB_NAME_PREFIX, causes
 from ..batch import (
     ENDED,
     BatchApiOpener,
@@ -173,6 +173,7 @@ class BedrockBatchApi:
         # boto3 blocks: each call runs off the loop that drives the other shards' work
         return await asyncio.to_thread(call, **kwargs)
 
+    @causes.under(causes.BATCH_SUBMIT)
     async def _jobs(self, **filters: Any) -> AsyncIterator[dict[str, Any]]:
         token: str | None = None
         while True:
@@ -214,6 +215,7 @@ class BedrockBatchApi:
             raise
         return True
 
+    @causes.under(causes.BATCH_SUBMIT)
     async def submit(self, upload: BatchUpload, tag: BatchTag) -> str:
         if not upload.model:
             raise ValueError("a Bedrock batch job runs one model; the part names none")
@@ -304,6 +306,7 @@ class BedrockBatchApi:
         if rest:
             yield rest
 
+    @causes.under(causes.BATCH_COLLECT)
     async def rows(self, status: BatchStatus) -> AsyncIterator[BatchRow]:
         if not status.input_file:
             return
@@ -331,6 +334,7 @@ class BedrockBatchApi:
                 if isinstance(ref, str) and ref not in answered:
                     yield BatchRow(ref, error_code=code, unfinished=True)
 
+    @causes.under(causes.BATCH_SUBMIT, causes.SHARD_FAILED, causes.CANCEL)
     async def cancel(self, batch_id: str) -> BatchStatus:
         try:
             await self._call(self._bedrock.stop_model_invocation_job, jobIdentifier=batch_id)
@@ -342,6 +346,7 @@ class BedrockBatchApi:
             raise CancelRefused(str(exc), now) from exc
         return await self.status(batch_id)
 
+    @causes.under(causes.BATCH_COLLECT)
     async def clean_up(self, statuses: Iterable[BatchStatus]) -> None:
         for status in statuses:
             keys = [_s3(status.input_file)] if status.input_file else []

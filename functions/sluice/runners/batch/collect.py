@@ -231,8 +231,9 @@ async def _look_at_batches(
                 checked = _Checked(check, {r.line: r for r in pending(ctx.s3, spec, done, lambda _: None)})
             seen.collected[batch_id] = await _collect_one(api, spec, batch, part, done, writer, checked)
             seen.ended.append(batch)
-    if not past_cutover(spec.cutover_at, time.time()):
-        await advance(api, ctx, spec, state, None, queue)
+    if not past_cutover(spec.cutover_at, time.time()) and state.waiting_for_room():
+        with causes.because(causes.REQUEUED):
+            await advance(api, ctx, spec, state, None, queue)
     seen.waiting += [
         b for b in state.batch_ids if b and b not in states and b not in seen.collected and b not in seen.waiting
     ]

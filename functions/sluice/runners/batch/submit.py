@@ -28,7 +28,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from sluice.contract import BatchSubmitted, CollectedBatch, Mode, ShardRow
+from sluice.contract import BatchSubmitted, CollectedBatch, Mode, ShardRow, causes
 from sluice.contract.model import Request
 from sluice.limits.batch_queue_table import QueueTable
 from sluice.limits.budget import Budget, worst_case_nano
@@ -102,6 +102,7 @@ async def submit_batch(ctx: ShardContext, spec: ShardSpec) -> BatchSubmitted:
         return await _submit(api, ctx, spec)
 
 
+@causes.under(causes.BATCH_SUBMIT)
 async def _submit(api: BatchApi, ctx: ShardContext, spec: ShardSpec) -> BatchSubmitted:
     row = ctx.store.shard(spec.job_id, spec.shard)
     # a line sent direct instead (no batch takes it) is written as direct's; a batch fills no cache
