@@ -16,7 +16,7 @@ from typing import Any
 
 from boto3.dynamodb.conditions import Attr
 
-from sluice.contract import PARTITION_KEY, TERMINAL_STATUSES
+from sluice.contract import PARTITION_KEY, TERMINAL_STATUSES, causes
 from sluice.store.keys import input_owner_key, job_key
 from sluice.store.rows import Rows, conditional, dynamo
 
@@ -70,6 +70,7 @@ class InputRows(Rows):
                 return owner or None
         raise Superseded(f"s3://{bucket}/{key} was taken by {TAKE_TRIES} other uploads' jobs while this one looked")
 
+    @causes.under(causes.PLAN, causes.MERGE, causes.MARK_FAILED)
     def _row(self, key: dict[str, str]) -> dict[str, Any]:
         return dict(self._table.get_item(Key=key, ConsistentRead=True).get("Item") or {})
 

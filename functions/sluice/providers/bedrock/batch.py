@@ -206,6 +206,7 @@ class BedrockBatchApi:
             statuses.append(self._status(summary, BatchCounts()))
         return statuses
 
+    @causes.under(causes.BATCH_SUBMIT, causes.REQUEUED)
     async def staged(self, tag: BatchTag, endpoint: str) -> bool:
         try:
             await self._call(self._s3.head_object, Bucket=self._bucket, Key=input_key(tag, endpoint))
