@@ -26,7 +26,7 @@ from sluice.contract import MARK_FAILED_ERROR_KEY
 from sluice.contract.model import Request
 from sluice.formats.lines import parse_line
 from sluice.limits.budget import worst_case_nano
-from sluice.providers import ANTHROPIC, BEDROCK, OPENAI
+from sluice.providers import ANTHROPIC, BEDROCK, GEMINI, OPENAI
 
 from local.cloud import LocalCloud, LocalSettings, run_job
 from local.ledger import Call
@@ -45,7 +45,7 @@ WORKFLOW_CAUSE = "the workflow's item reader"
 UNDECLARED = ""
 # every fault a variant may set, off for the others (the simulator is shared by the variants)
 FAULTS = (("rate_429", 0.0),)
-FAMILIES = {f.name: f for f in (OPENAI, ANTHROPIC, BEDROCK)}
+FAMILIES = {f.name: f for f in (OPENAI, ANTHROPIC, BEDROCK, GEMINI)}
 
 
 # each family's model in the runs; Bedrock's states no limits in its headers: the configured quota paces it
@@ -53,6 +53,7 @@ MODELS = {
     "openai": "gpt-4o-mini",
     "anthropic": "claude-3-5-haiku-latest",
     "bedrock": "anthropic.claude-3-haiku-20240307-v1:0",
+    "gemini": "gemini-2.5-flash",
 }
 
 
@@ -88,6 +89,8 @@ VARIANTS = (
     Variant("anthropic batch", "batch", family="anthropic"),
     Variant("bedrock direct", "direct", family="bedrock"),
     Variant("bedrock batch", "batch", family="bedrock", width=100),
+    Variant("gemini direct", "direct", family="gemini"),
+    Variant("gemini batch", "batch", family="gemini"),
     Variant("direct under 429s", "direct", faults=(("rate_429", 0.3),)),
     # a shard that fails: ShardFailed ends it alone, and Merge the job
     Variant("a failed shard", "direct", doomed=("run_shard",)),
