@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 
 from local.simulator.config import SimConfig
+from local.simulator.prompt_cache import PromptCache
 
 # emits a webhook event: (event type, object id)
 Emit = Callable[[str, str], None]
@@ -23,6 +24,8 @@ class Core:
         self._run = secrets.token_hex(3)
         self._ids = itertools.count(1)
         self.attempts: dict[str, int] = {}
+        # the Messages API's prompt cache: the prefixes a request marked with cache_control
+        self.prompt_cache = PromptCache()
 
     def new_id(self, prefix: str) -> str:
         return f"{prefix}{self._run}{next(self._ids):010x}"

@@ -63,7 +63,7 @@ class Inference:
         messages = speaks(request)
         bedrock = speaks_bedrock(request)
         if messages:
-            plan = plan_messages(data, self._core.new_id)
+            plan = plan_messages(data, self._core.new_id, self._core.prompt_cache)
         elif bedrock:
             plan = plan_bedrock(request, data, self._core.new_id)
         else:

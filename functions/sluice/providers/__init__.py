@@ -31,6 +31,7 @@ from .format import (
     Signer,
     Unsupported,
     Usage,
+    token_counts,
 )
 from .openai import OPENAI
 
@@ -97,4 +98,5 @@ __all__ = [
     "batch_refuses",
     "family",
     "modes",
+    "token_counts",
 ]
