@@ -33,6 +33,7 @@ from sluice.contract import causes
 
 from local import dynamo_meter as meter
 from local import ledger as calls
+from local import moto_s3_disk
 from local import quotas as q
 from local.moto_quotas import quota_checks
 
@@ -75,6 +76,7 @@ def applied(
         stack.enter_context(quota_checks(ledger))
         stack.enter_context(metered(recorded, tables))
         stack.enter_context(faster())
+        stack.enter_context(moto_s3_disk.on_disk())
         yield
 
 
