@@ -71,12 +71,13 @@ def applied(
     """All of the patches, while the local cloud runs (inside `mock_aws`)."""
     check_version()
     with ExitStack() as stack:
+        # first: the quota checks wrap its upload completion, as they would moto's own
+        stack.enter_context(moto_s3_disk.on_disk())
         stack.enter_context(routed(invoke, workflow))
         stack.enter_context(consistent())
         stack.enter_context(quota_checks(ledger))
         stack.enter_context(metered(recorded, tables))
         stack.enter_context(faster())
-        stack.enter_context(moto_s3_disk.on_disk())
         yield
 
 
