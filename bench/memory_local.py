@@ -53,7 +53,15 @@ def write_input(path: Path, lines: int) -> None:
                 out.write(json.dumps({**row, "custom_id": f"r-{n}"}, separators=(",", ":")) + "\n")
 
 
-def run(lines: int, work: Path, extra: list[str]) -> dict[str, float]:
+def _hwm_kb(pid: int) -> int:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    return next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")), 0)
+
+
+def run(lines: int, work: Path, extra: list[str], timeout_s: float) -> dict[str, float] | None:
     source = work / f"in-{lines}.jsonl"
     write_input(source, lines)
     peak_file = work / f"peak-{lines}"
@@ -61,13 +69,29 @@ def run(lines: int, work: Path, extra: list[str]) -> dict[str, float]:
     env = {k: v for k, v in env.items() if not k.startswith(("AWS_", "OPENAI_", "ANTHROPIC_"))}
     argv = ["run", str(source), "--out", str(work / f"out-{lines}"), "--quiet", "--latency", "0", *extra]
     started = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-c", CHILD, str(peak_file), *argv], cwd=ROOT, env=env, capture_output=True, text=True
-    )
+    errors = work / f"stderr-{lines}"
+    with errors.open("w") as stderr:
+        child = subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(peak_file), *argv],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+        seen = 0
+        # the peak so far, read from outside too: a run stopped by --timeout still shows its peak
+        while child.poll() is None and time.monotonic() - started < timeout_s:
+            seen = max(seen, _hwm_kb(child.pid))
+            time.sleep(1.0)
+        if child.poll() is None:
+            child.terminate()
+            child.wait()
+            print(f"{lines:,} lines: stopped after {timeout_s:.0f} s, peak RSS so far {seen / 1024:.0f} MB")
+            return None
     seconds = time.monotonic() - started
-    if done.returncode != 0:
-        raise SystemExit(f"sluice run on {lines:,} lines exited {done.returncode}:\n{done.stderr[-3000:]}")
-    peak_mb = int(peak_file.read_text()) / 1024
+    if child.returncode != 0:
+        raise SystemExit(f"sluice run on {lines:,} lines exited {child.returncode}:\n{errors.read_text()[-3000:]}")
+    peak_mb = max(seen, int(peak_file.read_text())) / 1024
     return {
         "lines": lines,
         "input_mb": source.stat().st_size / 1e6,
@@ -82,13 +106,16 @@ def main() -> int:
     parser.add_argument("--lines", type=int, nargs="+", default=[10_000, 100_000], help="input sizes, in lines")
     parser.add_argument("--cache", action="store_true", help="keep the response cache on (the runs use --no-cache)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON lines")
+    parser.add_argument("--timeout", type=float, default=7200.0, help="stop a run after this many seconds")
     args = parser.parse_args()
     extra = [] if args.cache else ["--no-cache"]
     print(f"{'lines':>10} {'input MB':>9} {'peak RSS MB':>12} {'seconds':>9} {'lines/s':>9}")
     over = False
     with tempfile.TemporaryDirectory(prefix="sluice-memory-") as tmp:
         for lines in args.lines:
-            row = run(lines, Path(tmp), extra)
+            row = run(lines, Path(tmp), extra, args.timeout)
+            if row is None:
+                continue
             over |= row["peak_rss_mb"] > LIMIT_MB
             if args.json:
                 print(json.dumps(row))
