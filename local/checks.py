@@ -110,7 +110,7 @@ def budget_needs_prices(model: str | None, file_models: set[str | None], default
     """Refuse a --budget the job could not hold before the local cloud starts, as Plan would
     refuse it after (`sluice.plan.plan.check_budget_models`): a model with no known price could spend
     without limit. `file_models` are the models the file's lines name (None: a line names none)."""
-    from sluice.core.costs import PROVIDER_PRICES
+    from sluice.core.costs import PRICED_MODELS
     from sluice.limits.budget import budget_models
 
     sent = {model} if model else {m or default_model for m in file_models}
@@ -120,9 +120,8 @@ def budget_needs_prices(model: str | None, file_models: set[str | None], default
     names = ", ".join(repr(m) if m else "(no model)" for m in unpriced)
     where = "--model" if model else "the file's lines"
     raise CliError(
-        f"--budget needs a price for every model the job sends to, and {names} ({where}) has none; priced: "
-        f"{', '.join(sorted(PROVIDER_PRICES))} (and their dated snapshots). Send the lines to a priced model "
-        "with --model, or run without --budget",
+        f"--budget needs a price for every model the job sends to, and {names} ({where}) has none "
+        f"({PRICED_MODELS}). Send the lines to a priced model with --model, or run without --budget",
         EXIT_USAGE,
     )
 

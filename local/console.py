@@ -6,6 +6,7 @@ import contextlib
 import math
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -79,10 +80,24 @@ class CliError(Exception):
 def write_output(path: Path, data: bytes) -> Path:
     """`data` at `path` whole, or nothing there: a file cut short by a full disk would read as a
     complete one, so it is written beside its name and renamed into place once all of it is down."""
-    partial = path.with_name(f".{path.name}.partial")
-    try:
+
+    def fill(partial: Path) -> bool:
         with open(partial, "wb") as file:
             file.write(data)
+        return True
+
+    written = download_output(path, fill)
+    assert written is not None
+    return written
+
+
+def download_output(path: Path, fill: Callable[[Path], bool]) -> Path | None:
+    """`path` written whole by `fill` (given the file to write; False: there is nothing to
+    write), as `write_output` writes it: beside its name, renamed into place once all is down."""
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        if not fill(partial):
+            return None
         os.replace(partial, path)
     except OSError as exc:
         with contextlib.suppress(OSError):

@@ -219,6 +219,24 @@ def output_tokens(path: str, body: dict[str, Any], assumed: int) -> int:
     return assumed if limit is None else min(limit, assumed)
 
 
+def price_row(model: str) -> dict[str, Any] | None:
+    """The list prices an estimate used for `model`, USD per million tokens, and their source."""
+    from sluice.core.costs import model_prices
+
+    prices = model_prices(model)
+    if prices is None:
+        return None
+    return {
+        "input": prices.standard.input,
+        "cached_input": prices.standard.cached_input,
+        "cache_write": prices.standard.cache_write,
+        "output": prices.standard.output,
+        "batch_input": prices.batch.input,
+        "batch_output": prices.batch.output,
+        "source": prices.source,
+    }
+
+
 @dataclass
 class ModelTotals:
     requests: int = 0
@@ -295,6 +313,7 @@ class Estimate:
                     "requests_without_max_tokens": t.uncapped,
                     "direct_usd": direct[model],
                     "batch_usd": batch[model],
+                    "price": price_row(model),
                 }
                 for model, t in sorted(self.by_model.items())
             },

@@ -216,6 +216,9 @@ class CallLedger:
     identities: dict[str, str] = field(default_factory=dict)
     # trace each invocation's memory with tracemalloc when it runs alone (slow: benches only)
     trace_memory: bool = False
+    # False: keep no call, occurrence or line (`sluice run`, whose memory must not grow with its
+    # input; nothing there reads them), only the invocations, a few a shard
+    record: bool = True
     started: float = field(default_factory=time.monotonic)
     # an occurrence's place in `occurrences`, and its calls' in `calls`, by its serial
     _occurred: dict[int, int] = field(default_factory=dict)
@@ -242,12 +245,16 @@ class CallLedger:
             )
 
     def _append(self, call: Call, serial: int) -> None:
+        if not self.record:
+            return
         with self._lock:
             if serial:
                 self._calls_of.setdefault(serial, []).append(len(self.calls))
             self.calls.append(dataclasses.replace(call, occurrence=serial))
 
     def occurred(self, occurrence: causes.Occurrence) -> None:
+        if not self.record:
+            return
         caller = self.caller()
         name = occurrence.cause.name
         with self._lock:
@@ -364,6 +371,8 @@ class CallLedger:
         )
 
     def line_ended(self) -> None:
+        if not self.record:
+            return
         caller = current_caller()
         self.lines.append(LineEnded(self.now(), caller.shard if caller else None, caller.execution if caller else None))
 

@@ -33,6 +33,7 @@ from sluice.contract import causes
 
 from local import dynamo_meter as meter
 from local import ledger as calls
+from local import moto_s3_disk
 from local import quotas as q
 from local.moto_quotas import quota_checks
 
@@ -70,6 +71,8 @@ def applied(
     """All of the patches, while the local cloud runs (inside `mock_aws`)."""
     check_version()
     with ExitStack() as stack:
+        # first: the quota checks wrap its upload completion, as they would moto's own
+        stack.enter_context(moto_s3_disk.on_disk())
         stack.enter_context(routed(invoke, workflow))
         stack.enter_context(consistent())
         stack.enter_context(quota_checks(ledger))

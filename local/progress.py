@@ -23,7 +23,7 @@ from typing import Any, TextIO
 from sluice.contract import DEFAULT_PROVIDER
 from sluice.contract.model import Outcome
 from sluice.core.costs import provider_cost_usd
-from sluice.providers import RequestFormat, family
+from sluice.providers import RequestFormat, family, token_counts
 from sluice.send.output_check import INVALID, REPAIRED
 
 from local.console import human_usd
@@ -88,12 +88,13 @@ class LiveCounts:
         self._cached = 0
         self._repaired = 0
         self._invalid_output = 0
-        # (model, answered by the Batch API) -> [tokens in, tokens out], priced as the summary prices them
+        # (model, answered by the Batch API) -> [tokens in, out, cached in, cache write], priced as
+        # the summary prices them
         self._tokens: dict[tuple[str, bool], list[int]] = {}
 
     def outcome(self, outcome: Outcome, *, batch: bool, waited: bool) -> None:
         used = self._format.usage(outcome.body) if outcome.ok else None
-        tokens_in, tokens_out = (used.tokens_in, used.tokens_out) if used is not None else (0, 0)
+        tokens = token_counts(used)
         model = self._format.answered_model(outcome.body)
         with self._lock:
             self._throttled += outcome.throttled
@@ -104,12 +105,12 @@ class LiveCounts:
                 self._errors += 1
                 return
             self._results += 1
-            if tokens_in or tokens_out:
+            if tokens[0] or tokens[1]:
                 # an answer served at flex is billed at the Batch API's prices, as the summary prices it
                 discounted = batch or self._format.batch_priced(outcome.body)
-                per_model = self._tokens.setdefault((model or "", discounted), [0, 0])
-                per_model[0] += tokens_in
-                per_model[1] += tokens_out
+                per_model = self._tokens.setdefault((model or "", discounted), [0, 0, 0, 0])
+                for i, count in enumerate(tokens):
+                    per_model[i] += count
 
     def invalid(self, code: str) -> None:
         with self._lock:

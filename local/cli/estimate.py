@@ -75,10 +75,13 @@ def run(args: argparse.Namespace) -> int:
             f"a line, {v['invalid_rate']:.0%} of answers sent again, up to {v['attempts']} sends; at most "
             f"{costs_of(v['provider_usd_at_most'])} (a repair turn adds input tokens, not counted)"
         )
+    for model, row in data["models"].items():
+        if row["price"] is not None:
+            print(f"  {model}: {price_text(row['price'])}")
     if Mode.BATCH in modes(args.provider):
-        print("  (Batch API: half price, results within 24 h)")
+        print("  (Batch API: the model's batch price, half of list for most, results within 24 h)")
     else:
-        print(f"  (Batch API: half price, results within 24 h; the {args.provider} provider has none Sluice runs)")
+        print(f"  (Batch API: results within 24 h; the {args.provider} provider has none Sluice runs)")
     unpriced = [m for m, row in data["models"].items() if row["direct_usd"] is None]
     if unpriced:
         print(f"  no list price known for: {', '.join(unpriced)} (not in the totals)")
@@ -122,3 +125,14 @@ def resubmissions(data: dict[str, Any], invalid_rate: float, attempts: int) -> d
         "provider_usd": scaled(data["provider_usd"], factor),
         "provider_usd_at_most": scaled(data["provider_usd_at_most"], attempts),
     }
+
+
+def price_text(price: dict[str, Any]) -> str:
+    """`$5/M in ($0.5 cached), $30/M out; batch $2.5/$15 (genai-prices openai/gpt-5.5)`."""
+    names = (("cached_input", "cached"), ("cache_write", "cache write"))
+    extra = [f"${price[key]:g} {name}" for key, name in names if price[key] is not None]
+    cached = f" ({', '.join(extra)})" if extra else ""
+    return (
+        f"${price['input']:g}/M in{cached}, ${price['output']:g}/M out; "
+        f"batch ${price['batch_input']:g}/${price['batch_output']:g} ({price['source']})"
+    )

@@ -4,6 +4,7 @@ deployed environment, with moto for AWS and the user's provider or the simulator
 from __future__ import annotations
 
 import argparse
+import functools
 import tempfile
 import time
 from collections.abc import Callable
@@ -32,9 +33,10 @@ from local.checks import budget_needs_prices, out_dir, usable_out_dir
 from local.cli.estimate_deadline import local_cancel_s
 from local.cli.validate_options import check_repair
 from local.cloud import LocalCloud, LocalSettings
-from local.console import EXIT_USAGE, CliError, file_link, need_file, say, write_output
+from local.console import EXIT_USAGE, CliError, download_output, file_link, need_file, say
 from local.inputs import check_file, model_of, require_valid
 from local.interrupt import Interrupted, Signals, stop_run, writing_note
+from local.ledger import CallLedger
 from local.progress import Display, LiveCounts
 from local.providers import check_mode, provider, users_base_url
 from local.report import write_report
@@ -234,6 +236,7 @@ def _through_local_cloud(
         progress=counts,
         simulator=simulator,
         sign=sign,
+        calls=CallLedger(record=False),
     )
     display = Display(counts, quiet=args.quiet)
     # what earlier runs measured of batch turnarounds, for a deadline job's plan; this run's added after
@@ -272,11 +275,11 @@ def _through_local_cloud(
         stem = key.removeprefix(INBOX_PREFIX).removesuffix(".jsonl")
         written: dict[str, Path] = {}
         for kind, suffix in OUTPUT_SUFFIXES.items():
-            try:
-                data = cloud.read(output_key(OUTBOX_PREFIX + stem, kind))
-            except Exception:
-                continue
-            written[kind] = write_output(out / f"{stem}{suffix}", data)
+            # a range at a time: a million lines' results are not held in memory to be written
+            fetch = functools.partial(cloud.download, output_key(OUTBOX_PREFIX + stem, kind))
+            done = download_output(out / f"{stem}{suffix}", fetch)
+            if done is not None:
+                written[kind] = done
         _keep_turnarounds(cloud, kept)
     refused = any(
         i.step == STEPS["plan"].name and (i.error or "").startswith(f"{PlanError.__name__}(") for i in cloud.invocations

@@ -22,6 +22,7 @@ from typing import Any
 from unittest import mock
 
 import boto3
+from botocore.exceptions import ClientError
 from moto import mock_aws
 from sluice.contract import (
     INBOX_PREFIX,
@@ -61,6 +62,9 @@ from local.dynamo_meter import MotoTables
 from local.iam import service_role_arn
 from local.quotas import MemoryBudget
 from local.receiver import WebhookReceiver
+
+# a local input above this is uploaded in parts of this size, and outputs downloaded in ranges of it
+UPLOAD_PART_BYTES = 16 * 1024 * 1024
 
 
 @dataclass
@@ -376,11 +380,39 @@ class LocalCloud:
         return self.quotas.breach(quotas.payload_message(f"{what} (synchronous)", limit, f"{step} {verb}", size))
 
     def upload(self, path: Path, *, key: str | None = None, metadata: dict[str, str] | None = None) -> tuple[str, str]:
+        """`path` as the object `key`: a file above UPLOAD_PART_BYTES in parts, as the CLI's
+        upload sends it, so that no request holds all of a large input in memory."""
         key = key or f"{INBOX_PREFIX}{path.name}"
         s3 = boto3.client("s3", region_name=REGION)
         with path.open("rb") as fh:
-            answer = s3.put_object(Bucket=self.bucket, Key=key, Body=fh, Metadata=metadata or {})
-        return key, answer["ETag"].strip('"')
+            if path.stat().st_size <= UPLOAD_PART_BYTES:
+                answer = s3.put_object(Bucket=self.bucket, Key=key, Body=fh, Metadata=metadata or {})
+                return key, answer["ETag"].strip('"')
+            upload = s3.create_multipart_upload(Bucket=self.bucket, Key=key, Metadata=metadata or {})["UploadId"]
+            parts: list[dict[str, Any]] = []
+            while chunk := fh.read(UPLOAD_PART_BYTES):
+                number = len(parts) + 1
+                sent = s3.upload_part(Bucket=self.bucket, Key=key, UploadId=upload, PartNumber=number, Body=chunk)
+                parts.append({"PartNumber": number, "ETag": sent["ETag"]})
+        done = s3.complete_multipart_upload(
+            Bucket=self.bucket, Key=key, UploadId=upload, MultipartUpload={"Parts": parts}
+        )
+        return key, done["ETag"].strip('"')
+
+    def download(self, key: str, path: Path) -> bool:
+        """The object `key` into the file `path`, a range at a time; False, and no file, where there
+        is no such object (OSError if the file cannot be written)."""
+        s3 = boto3.client("s3", region_name=REGION)
+        try:
+            size = s3.head_object(Bucket=self.bucket, Key=key)["ContentLength"]
+        except ClientError:
+            return False
+        with path.open("wb") as out:
+            for first in range(0, size, UPLOAD_PART_BYTES):
+                last = min(first + UPLOAD_PART_BYTES, size) - 1
+                got = s3.get_object(Bucket=self.bucket, Key=key, Range=f"bytes={first}-{last}")
+                out.write(got["Body"].read())
+        return True
 
     def object_created_event(self, key: str, etag: str) -> dict[str, Any]:
         """What S3 sends to EventBridge, and the rule hands on to the state machine."""

@@ -67,7 +67,7 @@ class Inference:
         model = data.get("model")
         tier: str | None = None
         if messages:
-            plan = plan_messages(data, self._core.new_id)
+            plan = plan_messages(data, self._core.new_id, self._core.prompt_cache)
         elif bedrock:
             plan = plan_bedrock(request, data, self._core.new_id)
         elif gemini:

@@ -20,6 +20,7 @@ from aiohttp import web
 from local.simulator.answers import count_tokens, positive_int, text_of
 from local.simulator.limits import Level
 from local.simulator.plans import NewId, Plan, reply_to
+from local.simulator.prompt_cache import PromptCache
 from local.simulator.wire import ApiError
 
 MESSAGES_PATH = "/v1/messages"
@@ -42,8 +43,10 @@ def speaks(request: web.Request) -> bool:
     return request.path == MESSAGES_PATH or request.path.startswith(MESSAGES_PATH + "/")
 
 
-def plan_messages(data: dict[str, Any], new_id: NewId) -> Plan:
-    """The plan for a Messages request body; a 400 ApiError if Anthropic would refuse it."""
+def plan_messages(data: dict[str, Any], new_id: NewId, cache: PromptCache | None = None) -> Plan:
+    """The plan for a Messages request body; a 400 ApiError if Anthropic would refuse it. With a
+    `cache`, the system prompt up to its last block marked `cache_control` is written to it the
+    first time and read from it after, and the usage says so as Anthropic's does."""
     model = data.get("model")
     if not isinstance(model, str) or not model:
         raise ApiError(400, "model: Field required")
@@ -61,6 +64,7 @@ def plan_messages(data: dict[str, Any], new_id: NewId) -> Plan:
     prompt = "\n".join(parts)
     reply = reply_to(MESSAGES_PATH, data, prompt, limit)
     pt, ct = count_tokens(prompt), count_tokens(reply.text or "")
+    read, written = cache.use(model, system) if cache is not None else (0, 0)
 
     def build() -> dict[str, Any]:
         content = [{"type": "text", "text": reply.text}] if reply.text is not None else []
@@ -74,10 +78,10 @@ def plan_messages(data: dict[str, Any], new_id: NewId) -> Plan:
             "stop_reason": stop,
             "stop_sequence": None,
             "usage": {
-                "input_tokens": pt,
+                "input_tokens": pt - read - written,
                 "output_tokens": ct,
-                "cache_creation_input_tokens": 0,
-                "cache_read_input_tokens": 0,
+                "cache_creation_input_tokens": written,
+                "cache_read_input_tokens": read,
             },
         }
 

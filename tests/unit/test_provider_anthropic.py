@@ -87,8 +87,10 @@ def test_what_a_messages_request_asks() -> None:
 
 def test_usage_reads_a_native_and_a_translated_answer_alike() -> None:
     native = answer(cache_read_input_tokens=100, cache_creation_input_tokens=8)
-    assert ANTHROPIC.usage(native) == Usage(120, 5)
-    assert ANTHROPIC.usage(ANTHROPIC.from_wire(CHAT, native, 0)) == Usage(120, 5)
+    # the cache's reads and writes are part of the input, and counted apart to be priced apart;
+    # a chat.completion's prompt_tokens_details keeps the reads only
+    assert ANTHROPIC.usage(native) == Usage(120, 5, cached_in=100, cache_write=8)
+    assert ANTHROPIC.usage(ANTHROPIC.from_wire(CHAT, native, 0)) == Usage(120, 5, cached_in=100)
     # the input limit counts what the prompt cache did not serve
     assert ANTHROPIC.counted_tokens(native) == 20
     assert ANTHROPIC.usage({"usage": {}}) is None

@@ -20,8 +20,10 @@ partition's writes for it.
 A request's worst case: the prompt at one token per 4 bytes of its body (JSON keys included,
 which more than covers English text) plus its output cap (the request format's `output_cap`: the
 most output its body allows, times the answers it asks for), or DEFAULT_OUTPUT_TOKENS when the
-body sets none; at the Batch API's half price in batch mode. An answer without usage (a
-background response still running) keeps its worst case as spent.
+body sets none; at the model's Batch API price in batch mode, and at the long-context tier's
+where that prompt passes it. An answer is charged its usage at its price, cached input tokens at
+the cached rate. An answer without usage (a background response still running) keeps its worst
+case as spent.
 """
 
 from __future__ import annotations
@@ -83,13 +85,16 @@ def worst_case_nano(request: Request, request_format: RequestFormat, *, batch: b
     raw = request.body or b"{}"
     body = orjson.loads(raw)
     model = request_format.model(body)
-    price = price_per_million(model)
+    price = price_per_million(model, "batch" if batch else "standard")
     if price is None:
         raise KeyError(model)
     tokens_in = math.ceil(len(raw) / 4)
     tokens_out = request_format.output_cap(body, request.path, default=DEFAULT_OUTPUT_TOKENS)
-    nano = math.ceil(tokens_in * price[0] * 1000 + tokens_out * price[1] * 1000)
-    return math.ceil(nano / 2) if batch else nano
+    # a request that asks to write the prompt cache (Anthropic's `cache_control`) may write all
+    # its input at the cache-write price, above the input's; any other pays at most the input's
+    written = tokens_in if b'"cache_control"' in raw else 0
+    worst = price.for_request(tokens_in)
+    return math.ceil(worst.usd([tokens_in, tokens_out, 0, written]) * NANO)
 
 
 def actual_nano(
@@ -102,13 +107,14 @@ def actual_nano(
     usage = request_format.usage(outcome.body)
     if usage is None:
         return reserved
+    tier = "batch" if batch else "standard"
     answered = request_format.answered_model(outcome.body)
-    price = price_per_million(answered) if answered is not None else None
-    price = price or price_per_million(request_model)
+    price = price_per_million(answered, tier) if answered is not None else None
+    price = price or price_per_million(request_model, tier)
     if price is None:
         return reserved
-    nano = math.ceil(usage.tokens_in * price[0] * 1000 + usage.tokens_out * price[1] * 1000)
-    return math.ceil(nano / 2) if batch else nano
+    tokens = [usage.tokens_in, usage.tokens_out, usage.cached_in, usage.cache_write]
+    return math.ceil(price.for_request(usage.tokens_in).usd(tokens) * NANO)
 
 
 def holders_poll_s(waiters: int, rand: Callable[[], float]) -> float:

@@ -36,7 +36,7 @@ from sluice.contract import (
     summary_key,
 )
 from sluice.contract.model import ErrorCode
-from sluice.core.costs import aws_cost_usd, provider_cost_usd, provider_costs
+from sluice.core.costs import aws_cost_usd, padded, provider_cost_usd, provider_costs
 from sluice.limits.budget import nano_to_usd
 from sluice.merge.outputs import ShardOutput
 from sluice.plan.deadline import AtLeast, iso
@@ -117,10 +117,11 @@ def batch_priced(stats: Stats, batch_models: Mapping[str, list[int]]) -> dict[st
     says it was served at flex is counted once)."""
     discounted: dict[str, list[int]] = {}
     for model in batch_models.keys() | stats.batch_priced_models.keys():
-        batched = batch_models.get(model, [0, 0])
-        flex = stats.batch_priced_models.get(model, [0, 0])
-        ceiling = stats.models.get(model, [0, 0])
-        discounted[model] = [min(max(ceiling[i], batched[i]), batched[i] + flex[i]) for i in (0, 1)]
+        batched = padded(batch_models.get(model, []))
+        flex = padded(stats.batch_priced_models.get(model, []))
+        ceiling = padded(stats.models.get(model, []))
+        counts = [min(max(c, b), b + f) for c, b, f in zip(ceiling, batched, flex, strict=True)]
+        discounted[model] = counts if any(counts[2:]) else counts[:2]
     return discounted
 
 

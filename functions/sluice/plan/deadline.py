@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from sluice.contract import DEFAULT_PROVIDER, PROVIDERS
-from sluice.core.costs import price_per_million
+from sluice.core.costs import model_prices
 from sluice.core.retry import DEFAULT_POLICY
 from sluice.providers import flex_models as flex_models_of
 from sluice.providers import typical_turnaround_s
@@ -228,8 +228,9 @@ class ShardLoad:
 
 @dataclass(frozen=True)
 class Prices:
-    """USD a shard costs each way: direct (list), batch (half), flex (batch prices; None where the
-    model has no flex). None for a model with no known price."""
+    """USD a shard costs each way: direct (list), batch (the Batch API's), flex (its own where the
+    price source has one, else the Batch API's; None where the model has no flex). None for a
+    model with no known price."""
 
     direct: float | None
     batch: float | None
@@ -237,11 +238,12 @@ class Prices:
 
     @classmethod
     def of(cls, load: ShardLoad, flex_models: Iterable[str] = FLEX_MODELS) -> Prices:
-        price = price_per_million(load.model or "")
-        if price is None:
+        prices = model_prices(load.model or "")
+        if prices is None:
             return cls(None, None, None)
-        direct = (load.tokens_in * price[0] + load.tokens_out * price[1]) / 1_000_000
-        return cls(direct, direct / 2, direct / 2 if has_flex(load.model, flex_models) else None)
+        tokens = [load.tokens_in, load.tokens_out]
+        flex = prices.flex.usd(tokens) if has_flex(load.model, flex_models) else None
+        return cls(prices.standard.usd(tokens), prices.batch.usd(tokens), flex)
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ from sluice.contract import (
 )
 from sluice.contract.model import FLEX
 from sluice.contract.state import input_pin
-from sluice.core.costs import PROVIDER_PRICES
+from sluice.core.costs import PRICED_MODELS
 from sluice.formats.lines import READ_CHUNK, split_lines
 from sluice.limits.budget import budget_models, usd_to_nano
 from sluice.limits.flow import MAX_SHARD_CONNECTIONS
@@ -110,9 +110,8 @@ def check_budget_models(options: JobOptions, settings: Settings, models: set[str
     if unpriced:
         names = ", ".join(repr(m) if m else "(no model)" for m in unpriced)
         raise PlanError(
-            f"{METADATA_PREFIX}budget-usd needs a price for every model, and {names} has none; "
-            f"priced models: {', '.join(sorted(PROVIDER_PRICES))} (and their dated snapshots). "
-            f"Drop the budget, or send to a priced model with {METADATA_PREFIX}model"
+            f"{METADATA_PREFIX}budget-usd needs a price for every model, and {names} has none "
+            f"({PRICED_MODELS}). Drop the budget, or send to a priced model with {METADATA_PREFIX}model"
         )
 
 

@@ -31,6 +31,7 @@ from .format import (
     Signer,
     Unsupported,
     Usage,
+    token_counts,
 )
 from .gemini import GEMINI
 from .openai import OPENAI
@@ -133,5 +134,6 @@ __all__ = [
     "family",
     "flex_models",
     "modes",
+    "token_counts",
     "typical_turnaround_s",
 ]

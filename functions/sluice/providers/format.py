@@ -38,10 +38,23 @@ UNFINISHED: Final = "unfinished"
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """The tokens an answer says it took."""
+    """The tokens an answer says it took: `tokens_in` all its input, of which `cached_in` were
+    read from the provider's prompt cache and `cache_write` written to it (each priced apart)."""
 
     tokens_in: int
     tokens_out: int
+    cached_in: int = 0
+    cache_write: int = 0
+
+
+def token_counts(usage: Usage | None) -> list[int]:
+    """An answer's tokens as the stats count them by model: [input, output], and the prompt cache's
+    [reads, writes] after them only where it used the cache (so a job that uses none keeps the
+    two counts it always had)."""
+    if usage is None:
+        return [0, 0]
+    cache = [usage.cached_in, usage.cache_write] if usage.cached_in or usage.cache_write else []
+    return [usage.tokens_in, usage.tokens_out, *cache]
 
 
 @dataclass(frozen=True, slots=True)

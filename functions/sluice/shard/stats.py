@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sluice.contract.model import Outcome
-from sluice.providers import RequestFormat
+from sluice.providers import RequestFormat, token_counts
 
 # 20 buckets a decade from 1 ms: 5% resolution is plenty for p50/p95/p99 and the
 # histogram stays a few hundred integers whatever the job size.
@@ -140,18 +140,15 @@ class Stats:
         if outcome.ok:
             self.results += 1
             used = request_format.usage(outcome.body)
-            tokens_in, tokens_out = (used.tokens_in, used.tokens_out) if used is not None else (0, 0)
+            tokens = token_counts(used)
+            tokens_in, tokens_out = tokens[0], tokens[1]
             self.tokens_in += tokens_in
             self.tokens_out += tokens_out
             model = request_format.answered_model(outcome.body)
             if model is not None:
-                per_model = self.models.setdefault(model, [0, 0])
-                per_model[0] += tokens_in
-                per_model[1] += tokens_out
+                _add_tokens(self.models, {model: tokens})
                 if request_format.batch_priced(outcome.body):
-                    discounted = self.batch_priced_models.setdefault(model, [0, 0])
-                    discounted[0] += tokens_in
-                    discounted[1] += tokens_out
+                    _add_tokens(self.batch_priced_models, {model: tokens})
             if timed:
                 key = _bucket(outcome.latency_s)
                 self.latency[key] = self.latency.get(key, 0) + 1
@@ -321,8 +318,10 @@ class Stats:
 
 
 def _add_tokens(into: dict[str, list[int]], tokens: Mapping[str, list[int]]) -> None:
-    """Add each model's [input, output] tokens of `tokens` to `into`'s."""
-    for model, (tokens_in, tokens_out) in tokens.items():
-        per_model = into.setdefault(model, [0, 0])
-        per_model[0] += tokens_in
-        per_model[1] += tokens_out
+    """Add each model's [input, output, cached input, cache write] tokens of `tokens` to `into`'s
+    (stats written before the cache's counts hold only the first two)."""
+    for model, counts in tokens.items():
+        per_model = into.setdefault(model, [])
+        per_model.extend([0] * (len(counts) - len(per_model)))
+        for i, count in enumerate(counts):
+            per_model[i] += count

@@ -137,11 +137,19 @@ class AnthropicFormat(NoServiceTiers):
                 return None
             # the whole input, as OpenAI's prompt_tokens counts it: cache writes and reads are input too
             tokens_in = sum(_number(usage.get(k)) for k in _INPUT_PARTS)
-            return Usage(tokens_in, _number(usage.get("output_tokens")))
+            return Usage(
+                tokens_in,
+                _number(usage.get("output_tokens")),
+                cached_in=_number(usage.get("cache_read_input_tokens")),
+                cache_write=_number(usage.get("cache_creation_input_tokens")),
+            )
         prompt = usage.get(translate.PROMPT_TOKENS)
         if not isinstance(prompt, int):
             return None
-        return Usage(prompt, _number(usage.get(translate.COMPLETION_TOKENS)))
+        # an answer translated to a chat.completion keeps its cache reads, not its cache writes
+        details = usage.get("prompt_tokens_details")
+        cached = _number(details.get("cached_tokens")) if isinstance(details, dict) else 0
+        return Usage(prompt, _number(usage.get(translate.COMPLETION_TOKENS)), cached_in=min(cached, prompt))
 
     def counted_tokens(self, body: Any) -> int | None:
         # ITPM counts the input not read from the prompt cache

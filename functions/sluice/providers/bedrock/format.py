@@ -44,6 +44,11 @@ REQUEST_ID_HEADER: Final = "x-amzn-RequestId"
 CONGESTION_CODES = frozenset({"ThrottlingException", "ServiceUnavailableException"})
 _CUT_SHORT = frozenset({"max_tokens", "length"})
 # usage's spellings: InvokeModel's (Messages), the chat.completion's, Converse's
+# (read from the prompt cache, written to it): Converse's names, then an Anthropic body's
+_CACHE_NAMES = (
+    ("cacheReadInputTokens", "cache_read_input_tokens"),
+    ("cacheWriteInputTokens", "cache_creation_input_tokens"),
+)
 _USAGE_NAMES = (
     ("input_tokens", "output_tokens"),
     ("prompt_tokens", "completion_tokens"),
@@ -72,6 +77,14 @@ def _header(headers: Mapping[str, str], name: str) -> str | None:
         lower = name.lower()
         value = next((v for k, v in headers.items() if k.lower() == lower), None)
     return value
+
+
+def _cached(usage: Mapping[str, Any], names: tuple[str, ...]) -> int:
+    for name in names:
+        value = usage.get(name)
+        if isinstance(value, int) and value > 0:
+            return value
+    return 0
 
 
 class BedrockFormat(NoServiceTiers, NoRateHeaders):
@@ -115,7 +128,14 @@ class BedrockFormat(NoServiceTiers, NoRateHeaders):
         for tokens_in, tokens_out in _USAGE_NAMES:
             if isinstance(usage.get(tokens_in), int):
                 out = usage.get(tokens_out)
-                return Usage(usage[tokens_in], out if isinstance(out, int) else 0)
+                # Converse's and the Anthropic body's input count leaves out the cache's reads and writes
+                read, written = (_cached(usage, names) for names in _CACHE_NAMES)
+                return Usage(
+                    usage[tokens_in] + read + written,
+                    out if isinstance(out, int) else 0,
+                    cached_in=read,
+                    cache_write=written,
+                )
         return None
 
     def counted_tokens(self, body: Any) -> int | None:

@@ -168,7 +168,14 @@ class OpenAIFormat:
         if not isinstance(tokens_in, int):
             return None
         tokens_out = _first(usage, "completion_tokens", "output_tokens")
-        return Usage(tokens_in, tokens_out if isinstance(tokens_out, int) else 0)
+        # Chat Completions' prompt_tokens_details, the Responses API's input_tokens_details
+        details = _first(usage, "prompt_tokens_details", "input_tokens_details")
+        cached = details.get("cached_tokens") if isinstance(details, dict) else None
+        return Usage(
+            tokens_in,
+            tokens_out if isinstance(tokens_out, int) else 0,
+            cached_in=min(cached, tokens_in) if isinstance(cached, int) and cached > 0 else 0,
+        )
 
     def counted_tokens(self, body: Any) -> int | None:
         # OpenAI counts input and output against TPM: the total, else the parts the body states
