@@ -43,7 +43,8 @@ def test_a_gemini_deadline_job_plans_with_the_familys_flex_and_turnaround() -> N
     assert MODEL in inputs.flex_models and "gpt-5" not in inputs.flex_models
     assert inputs.turnaround_s == 6 * 3600.0
     assert "gemini default" in inputs.turnaround_source
-    assert price_per_million(MODEL) == (0.30, 2.50)
+    price = price_per_million(MODEL)
+    assert price is not None and (price.input, price.output) == (0.30, 2.50)
 
 
 @pytest.mark.parametrize(
