@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from sluice.contract import JobStatus
 
 
 def read_lines(path: Path | None) -> Iterator[dict[str, Any]]:
@@ -36,7 +37,7 @@ class Job:
 
     @property
     def succeeded(self) -> bool:
-        return self.status == "SUCCEEDED"
+        return self.status == JobStatus.SUCCEEDED
 
     def results(self) -> Iterator[dict[str, Any]]:
         """The results file's lines, in input order, as dicts (OpenAI Batch output lines)."""
