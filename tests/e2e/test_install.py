@@ -56,9 +56,12 @@ def test_a_fresh_venv_with_the_wheel_alone_runs_the_api_example(wheel: Path, tmp
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
-    subprocess.run([str(python), "-m", "pip", "install", "--quiet", str(wheel)], check=True, timeout=900)
-    # run from elsewhere, with no PYTHONPATH: only the installed Sluice can answer the import
+    # from elsewhere, with no PYTHONPATH: the source tree (and the egg-info a build leaves in it) is not
+    # there to satisfy the install, nor to answer the import
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",) and not k.startswith(("AWS_", "OPENAI_"))}
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", str(wheel)], cwd=tmp_path, env=env, check=True, timeout=900
+    )
     done = subprocess.run(
         [str(python), str(ROOT / "examples" / "api.py")],
         cwd=tmp_path,
