@@ -21,11 +21,11 @@ demo: $(STAMP)
 check: lint
 	$(BIN)/pytest tests/unit tests/infra -n 2 -q -m "not scale and not bundling and not cloud and not subprocess"
 
-# everything, as CI runs it; the bundling test needs PyPI; the scale runs go last and alone:
+# everything, as CI runs it; the bundling and install tests need PyPI; the scale runs go last and alone:
 # they measure, and would slow everything beside them
 test: $(STAMP)
 	$(BIN)/pytest -n 2 -q
-	$(BIN)/pytest -q -m bundling
+	$(BIN)/pytest -q -m "bundling or install"
 	$(BIN)/pytest -q -s -m scale
 
 scale: $(STAMP)

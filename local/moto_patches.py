@@ -55,7 +55,8 @@ def check_version(installed: str | None = None) -> None:
     if installed != WRITTEN_FOR:
         raise UnsupportedMoto(
             f"the local cloud patches moto's internals as of moto {WRITTEN_FOR}, and moto {installed} is "
-            f"installed; install the pinned version (pip install -r requirements.txt) or port local/moto_patches.py"
+            "installed; install the pinned version (pip install -r requirements.txt) "
+            "or port local/moto_patches.py"
         )
 
 

@@ -9,7 +9,7 @@ from botocore.exceptions import ClientError
 from sluice.contract import JobStatus
 from sluice.merge.notify import publish
 from sluice.providers import apis
-from sluice.runners.cancel import JobNotFound, cancel_job
+from sluice.runners.cancel import CancelReport, JobNotFound, cancel_job
 
 from local.console import EXIT_OK, EXIT_PROVIDER, say
 from local.deployed import Deployment, aws_errors, environment
@@ -20,20 +20,7 @@ from local.deployed.jobs import job_or_fail
 def run(args: argparse.Namespace) -> int:
     dep = environment(args.env, region=args.region, profile=args.profile, job_id=args.job)
     say(f"cancelling job {args.job} …")
-    try:
-        report = cancel_job(
-            s3=dep.s3,
-            store=dep.store,
-            sfn=dep.sfn,
-            job_id=args.job,
-            provider=lambda: (dep.provider_base_url(), dep.api_key()),
-            reason=args.reason,
-            # a Bedrock environment's batch inference jobs are stopped with the user's credentials
-            bedrock=apis.bedrock_clients(dep.session),
-        )
-    except JobNotFound:
-        job_or_fail(dep, args.job)
-        raise
+    report = cancel(dep, args.job, reason=args.reason)
     if report.already_finished:
         say(f"job {args.job} already ended {report.status}: nothing to cancel")
         return EXIT_OK
@@ -46,7 +33,6 @@ def run(args: argparse.Namespace) -> int:
         say(f"  could not cancel {failure}")
     summary = report.summary or {}
     counts = summary.get("counts") or {}
-    _announce(dep, args.job, summary)
     say(
         f"job {args.job}: CANCELLED — {counts.get('results', 0)} results kept, "
         f"{counts.get('errors', 0)} lines in errors (code `cancelled` for the unfinished)"
@@ -56,6 +42,27 @@ def run(args: argparse.Namespace) -> int:
         say(f"{len(report.provider_failures)} cancel(s) failed at the provider: that work may still be billed")
         return EXIT_PROVIDER
     return EXIT_OK
+
+
+def cancel(dep: Deployment, job_id: str, *, reason: str) -> CancelReport:
+    """Stop the job, its work at the provider, and end it CANCELLED; announced as Notify would."""
+    try:
+        report = cancel_job(
+            s3=dep.s3,
+            store=dep.store,
+            sfn=dep.sfn,
+            job_id=job_id,
+            provider=lambda: (dep.provider_base_url(), dep.api_key()),
+            reason=reason,
+            # a Bedrock environment's batch inference jobs are stopped with the user's credentials
+            bedrock=apis.bedrock_clients(dep.session),
+        )
+    except JobNotFound:
+        job_or_fail(dep, job_id)
+        raise
+    if not report.already_finished:
+        _announce(dep, job_id, report.summary or {})
+    return report
 
 
 def _announce(dep: Deployment, job_id: str, summary: dict[str, Any]) -> None:

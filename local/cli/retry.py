@@ -10,7 +10,7 @@ from sluice.contract import TERMINAL_STATUSES, job_option_key, output_key
 from sluice.plan.plan import output_prefix
 
 from local.console import EXIT_NOT_FOUND, EXIT_NOT_READY, EXIT_OK, CliError, need_file, say
-from local.deployed import aws_errors, environment
+from local.deployed import Deployment, aws_errors, environment
 from local.deployed.jobs import job_or_fail, output_size, watch
 from local.deployed.lines import input_chunks, local_chunks
 from local.deployed.retry import INPUT_ERROR_CODES, carried_metadata, failed_lines, retry_key, write_lines
@@ -19,7 +19,19 @@ from local.deployed.submit import check_options, options_metadata, start_job
 
 @aws_errors()
 def run(args: argparse.Namespace) -> int:
-    dep = environment(args.env, region=args.region, profile=args.profile, job_id=args.job)
+    dep, new_id = retry(args)
+    if new_id is None:
+        return EXIT_OK
+    print(new_id, flush=True)
+    if args.watch:
+        return watch(dep, new_id, interval=args.interval, quiet=args.quiet)
+    return EXIT_OK
+
+
+def retry(args: argparse.Namespace, dep: Deployment | None = None) -> tuple[Deployment, str | None]:
+    """Upload the failed lines of `args.job` as a new job; the environment and the new job's id
+    (None when no line is left to retry)."""
+    dep = dep or environment(args.env, region=args.region, profile=args.profile, job_id=args.job)
     job = job_or_fail(dep, args.job)
     if job.status not in TERMINAL_STATUSES:
         raise CliError(f"job {args.job} is {job.status}: retry it once it has ended", EXIT_NOT_READY)
@@ -36,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         say(f"  not retried: {n} line(s) with {code} ({reason})")
     if not picked:
         say(f"job {args.job}: no failed lines to retry")
-        return EXIT_OK
+        return dep, None
     chunks = local_chunks(need_file(Path(args.input))) if args.input else input_chunks(dep, job)
     metadata = {**carried_metadata(dep, job), **options_metadata(args), job_option_key("parent-job"): args.job}
     check_options(metadata, dep.provider)
@@ -47,7 +59,4 @@ def run(args: argparse.Namespace) -> int:
         new_id = start_job(
             dep, path, key, metadata, quiet=args.quiet, what=f"{len(picked):,} failed lines of {args.job}"
         )
-    print(new_id, flush=True)
-    if args.watch:
-        return watch(dep, new_id, interval=args.interval, quiet=args.quiet)
-    return EXIT_OK
+    return dep, new_id

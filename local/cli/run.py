@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     signals = Signals()
     signals.install()
     try:
-        return _run(args, signals)
+        return run_job(args, signals).code
     except Interrupted as exc:
         # before the job started: nothing was sent, and there are no outputs to write
         say(f"\nsluice: interrupted ({exc}) before the job started: nothing was sent")
@@ -86,7 +86,22 @@ def usable_cache_dir(path: Path, *, given: bool) -> None:
         raise CliError(f"{where}: cannot write {path}: {exc.strerror or exc}") from exc
 
 
-def _run(args: argparse.Namespace, signals: Signals) -> int:
+@dataclass(frozen=True)
+class Ended:
+    """How a run ended: its exit code, and what the Python API hands back as a job."""
+
+    code: int
+    job_id: str
+    status: str
+    # results, errors and summary, as written in --out
+    written: dict[str, Path]
+    report: Path | None
+    summary: dict[str, Any]
+    interrupted: int | None
+
+
+def run_job(args: argparse.Namespace, signals: Signals) -> Ended:
+    """The job of `args` (as `sluice run` parses them) from its checks to its report; `signals` stops it."""
     started = getattr(args, "started", None) or time.monotonic()
     endpoint = users_endpoint() if args.provider == BEDROCK_PROVIDER else None
     if endpoint is not None:
@@ -298,7 +313,7 @@ def _keep_turnarounds(cloud: LocalCloud, root: Path) -> None:
 
 def _ended(
     args: argparse.Namespace, ran: _Ran, facts: RunFacts, started: float, out: Path, tell: Callable[[str], None]
-) -> int:
+) -> Ended:
     """How the job ended, said, and its report written; the exit code."""
     # as late as the summary allows: only the report's writing and the interpreter's exit come after
     command_s = time.monotonic() - started
@@ -336,7 +351,7 @@ def _ended(
             print(f"{kind}: {target}")
         if report is not None:
             print(f"report: {file_link(report)}")
-    return code
+    return Ended(code, ran.job_id, status, ran.written, report, summary, ran.interrupted)
 
 
 # what a local run's deadline keeps in hand after a cancelled batch ends: polls, collect, Merge
