@@ -35,18 +35,7 @@ COUNTED = Path(os.environ.get("SLUICE_CAPACITY_COUNTS", ROOT / "bench" / "scale"
 DOCS = ROOT / "docs" / "capacity.md"
 # figures over half their limit that wait for a design change (`name [variant]`), each with the
 # change it waits for
-OPEN: dict[str, str] = {
-    "the jobs table, WCU/s against a new table's warm throughput, 4 jobs at once [background by webhook]": (
-        "background by webhook writes 4 units a line (its row and its response's pointer at submit, the "
-        "row's settle and the shard's count at each webhook): the webhook's count kept once a batch of "
-        "deliveries (a queue between the endpoint and the receiver), or the submitted rows packed a part "
-        "with the webhook claiming the pointer it reads"
-    ),
-    "Bedrock batch inference jobs a model, 1,000 batch shards on one model [batch]": (
-        "Sluice creates Bedrock jobs until Bedrock refuses one, so it holds the whole quota: a count of its "
-        "own, at half the quota, in the batch queue's slots"
-    ),
-}
+OPEN: dict[str, str] = {}
 
 
 def load(path: Path = COUNTED) -> list[dict[str, Any]]:

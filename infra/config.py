@@ -67,6 +67,12 @@ WEBHOOK_HEADROOM = 2
 WEBHOOK_INVOCATION_S = 0.1
 WEBHOOK_MIN_CONCURRENCY = 10
 
+# A new on-demand table's warm throughput, writes and reads a second, and the table-level quota a
+# pre-warmed one stays within (docs.aws.amazon.com/amazondynamodb/latest/developerguide/warm-throughput-scenarios.html)
+NEW_TABLE_WARM_WRITES = 4_000
+NEW_TABLE_WARM_READS = 12_000
+TABLE_UNITS_MAX = 40_000
+
 # Where an environment's default is not the steps' own (`SETTING_DEFAULTS`), and why; every other
 # step setting an environment names defaults as the steps do.
 DEPLOYED_DEFAULTS: dict[str, Any] = {
@@ -131,6 +137,15 @@ class Environment:
     # and the limit of a model not named; the defaults are OpenAI's at usage tier 1
     batch_queue_tokens: Mapping[str, int] = field(default_factory=lambda: dict(DEPLOYED_DEFAULTS["batch_queue_tokens"]))
     batch_queue_default_tokens: int = SETTING_DEFAULTS["batch_queue_default_tokens"]
+    # Bedrock's batch inference jobs at once per model in the account (20 until raised); Sluice
+    # keeps at most half of them in flight
+    bedrock_batch_jobs_quota: int = SETTING_DEFAULTS["bedrock_batch_jobs_quota"]
+    # the jobs table's warm throughput, its writes and reads a second (0: a new on-demand table's,
+    # 4,000 and 12,000): pre-warmed at creation so that the stated scenario's writes start under
+    # half of it instead of waiting for DynamoDB to scale (docs/capacity.md); charged once, as
+    # AWS prices pre-warming, for what is above the default
+    table_warm_writes_per_s: int = 0
+    table_warm_reads_per_s: int = 0
     log_level: str = "INFO"
     log_retention_days: int = 30
     versioning: bool = False
@@ -297,6 +312,7 @@ def _typed_values(values: dict[str, Any], fail: Fail) -> dict[str, Any]:
         "max_shards_in_flight",
         "account_concurrency",
         "validate_attempts",
+        "bedrock_batch_jobs_quota",
     ):
         if key in values and (type(values[key]) is not int or values[key] <= 0):
             raise fail(key, "must be a positive integer")
@@ -323,6 +339,16 @@ def _typed_values(values: dict[str, Any], fail: Fail) -> dict[str, Any]:
         ):
             raise fail("batch_queue_tokens", "must map model names to whole numbers of tokens (0 = no limit)")
         values["batch_queue_tokens"] = dict(limits)
+    for key, least in (
+        ("table_warm_writes_per_s", NEW_TABLE_WARM_WRITES),
+        ("table_warm_reads_per_s", NEW_TABLE_WARM_READS),
+    ):
+        if key in values and (
+            type(values[key]) is not int or (values[key] and not least < values[key] <= TABLE_UNITS_MAX)
+        ):
+            raise fail(
+                key, f"must be 0 (a new table's) or a whole number above {least:,} and at most {TABLE_UNITS_MAX:,}"
+            )
     if "max_attempts" in values and (type(values["max_attempts"]) is not int or values["max_attempts"] < 0):
         raise fail("max_attempts", "must be a whole number of sends (0 = as the job needs)")
     if "batch_queue_default_tokens" in values and (

@@ -90,6 +90,8 @@ class SluiceStack(cdk.Stack):
             point_in_time_recovery=config.point_in_time_recovery,
             removal_policy=removal,
             provider_index=not self.node.try_get_context(WITHOUT_PROVIDER_INDEX),
+            warm_writes_per_s=config.table_warm_writes_per_s,
+            warm_reads_per_s=config.table_warm_reads_per_s,
         )
         self.secrets = Secrets(
             self,

@@ -37,6 +37,8 @@ class Storage(Construct):
         removal_policy: cdk.RemovalPolicy,
         cache_ttl_days: int = 30,
         provider_index: bool = True,
+        warm_writes_per_s: int = 0,
+        warm_reads_per_s: int = 0,
     ) -> None:
         super().__init__(scope, id)
         destroy = removal_policy == cdk.RemovalPolicy.DESTROY
@@ -83,6 +85,13 @@ class Storage(Construct):
             ),
             deletion_protection=not destroy,
             removal_policy=removal_policy,
+            # pre-warmed where the environment asks (0: a new table's own warm throughput)
+            warm_throughput=dynamodb.WarmThroughput(
+                write_units_per_second=warm_writes_per_s or None,
+                read_units_per_second=warm_reads_per_s or None,
+            )
+            if warm_writes_per_s or warm_reads_per_s
+            else None,
         )
         # Sparse: only items that were handed to a provider carry `provider_id`, so a webhook
         # can find its item without the index holding every row. Keys only: its one reader

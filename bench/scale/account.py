@@ -19,14 +19,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from sluice.plan.job_options import rate_capped_shards
-from sluice.providers.bedrock.batch import MAX_JOBS_PER_MODEL
+from sluice.providers.bedrock.batch import held_jobs
 from sluice.shard.frame import OPENINGS_PER_S
 
 from bench.scale import definition
 from bench.scale.counts import BY_NAME, CONTINGENT, per_occurrence
 from bench.scale.figures import VARIANT_MODE, Figure, _variant_causes, counted_figure
 from bench.scale.rates import MAXIMUM_CACHE, MAXIMUM_LINES, Scenario, environment, rate, scenario
-from infra.config import Environment
+from infra.config import NEW_TABLE_WARM_READS, NEW_TABLE_WARM_WRITES, Environment
 
 KEY = "OpenAI usage tier 5, gpt-4o-mini"
 JOBS_AT_ONCE = 4
@@ -34,10 +34,9 @@ BATCH_SHARDS_IN_FLIGHT = 1_000
 # https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/on-demand-capacity-mode-max-throughput.html:
 # an on-demand table's reads and writes a second, each, by the account's default table-level quota
 DDB_TABLE_UNITS_PER_S = 40_000
-# https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/warm-throughput-scenarios.html:
 # what a new on-demand table (and a new index) serves at once, before it has scaled
-DDB_WARM_WCU_PER_S = 4_000
-DDB_WARM_RCU_PER_S = 12_000
+DDB_WARM_WCU_PER_S = NEW_TABLE_WARM_WRITES
+DDB_WARM_RCU_PER_S = NEW_TABLE_WARM_READS
 # https://docs.aws.amazon.com/step-functions/latest/dg/service-quotas.html: standard workflows'
 # state transitions, the account's bucket refill a second in us-east-1, us-west-2 and eu-west-1
 # (800 in the other regions), and the open Map Runs of Distributed Maps at once
@@ -96,9 +95,10 @@ def _index_of(shape: str) -> str | None:
     return shape.rsplit(" (", 1)[1][:-1]
 
 
-def table_figures(variant: str, runs: list[dict[str, Any]], a: Account) -> list[Figure]:
+def table_figures(variant: str, runs: list[dict[str, Any]], a: Account, env: Environment) -> list[Figure]:
     """Every DynamoDB unit a second over the jobs at once: the table's and each index's, against
-    the table-level quota and a new table's warm throughput."""
+    the table-level quota and the warm throughput it starts with (a new table's, or the table's
+    as the environment pre-warms it; an index is not pre-warmed)."""
     small, large = sorted(runs, key=lambda r: r["lines"])[:2]
     ratios = {**per_occurrence(small), **per_occurrence(large)}
     known = _variant_causes(runs)
@@ -119,14 +119,25 @@ def table_figures(variant: str, runs: list[dict[str, Any]], a: Account) -> list[
         if total <= 0:
             continue
         name = "the jobs table" if where == "table" else f"the jobs table's index {where}"
-        warm = DDB_WARM_WCU_PER_S if metric == "WCU/s" else DDB_WARM_RCU_PER_S
-        for limit, of in ((DDB_TABLE_UNITS_PER_S, "the table-level quota"), (warm, "a new table's warm throughput")):
+        warm, of_warm = _warm(where, metric, env)
+        for limit, of in ((DDB_TABLE_UNITS_PER_S, "the table-level quota"), (warm, of_warm)):
             found.append(
                 counted_figure(
                     f"{name}, {metric} against {of}, {a.jobs} jobs at once", variant, by_cause, limit, metric
                 )
             )
     return found
+
+
+def _warm(where: str, metric: str, env: Environment) -> tuple[int, str]:
+    """The warm throughput a figure is held against, and how the report names it."""
+    writes = metric == "WCU/s"
+    new = DDB_WARM_WCU_PER_S if writes else DDB_WARM_RCU_PER_S
+    warmed = env.table_warm_writes_per_s if writes else env.table_warm_reads_per_s
+    if where != "table" or not warmed:
+        return new, "a new table's warm throughput"
+    setting = "table_warm_writes_per_s" if writes else "table_warm_reads_per_s"
+    return warmed, f"the table's pre-warmed throughput ({env.name}'s {setting})"
 
 
 def transition_figures(variant: str, a: Account) -> list[Figure]:
@@ -196,19 +207,20 @@ def webhook_figure(variant: str, a: Account, env: Environment) -> Figure | None:
     )
 
 
-def bedrock_figure(a: Account) -> Figure:
+def bedrock_figure(a: Account, env: Environment) -> Figure:
     """Bedrock batch inference jobs in progress or submitted at once on one model, when every
-    batch shard in flight is Bedrock's on the same model: Sluice creates them until Bedrock
-    refuses one, so as many as the quota lets."""
-    jobs = min(a.shards_in_flight, MAX_JOBS_PER_MODEL)
+    batch shard in flight is Bedrock's on the same model: each part holds one job in the batch
+    queue's slots before it is created, and the slots hold half the environment's quota."""
+    held = held_jobs(env.bedrock_batch_jobs_quota)
+    jobs = min(a.shards_in_flight, held)
     return Figure(
         f"Bedrock batch inference jobs a model, {a.shards_in_flight:,} batch shards on one model",
         "batch",
         jobs,
-        MAX_JOBS_PER_MODEL,
+        env.bedrock_batch_jobs_quota,
         "jobs",
         "definition",
-        (("a batch shard's part submitted, until Bedrock refuses the next", float(jobs)),),
+        (("a batch shard's part submitted, once it holds one of the batch queue's job slots", float(jobs)),),
     )
 
 
@@ -220,13 +232,13 @@ def account_figures(counted: list[dict[str, Any]], env: Environment | None = Non
     found: list[Figure] = []
     for variant, runs in sorted(by_variant.items()):
         a = stated(VARIANT_MODE[variant], env)
-        found.extend(table_figures(variant, runs, a))
+        found.extend(table_figures(variant, runs, a, env))
         found.extend(transition_figures(variant, a))
         found.append(lambda_figure(variant, a, env))
         webhook = webhook_figure(variant, a, env)
         if webhook is not None:
             found.append(webhook)
-    found.append(bedrock_figure(stated("batch", env)))
+    found.append(bedrock_figure(stated("batch", env), env))
     return found
 
 

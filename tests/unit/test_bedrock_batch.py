@@ -18,6 +18,7 @@ import orjson
 import pytest
 from sluice.contract import BEDROCK_INPUT_PREFIX, BEDROCK_OUTPUT_PREFIX
 from sluice.contract.model import Request
+from sluice.providers.apis import batch_limits
 from sluice.providers.batch import BatchLimits, BatchTag, BatchUpload, QueueFull
 from sluice.providers.bedrock import batch as bedrock
 from sluice.providers.bedrock.format import BEDROCK
@@ -304,3 +305,22 @@ def test_a_records_error_is_its_lines_error_unless_another_try_may_answer_it(bed
         ("u-1", "batch_failed"),
     ]
     assert errors[0]["response"]["status_code"] == 400 and "bad turn order" in errors[0]["error"]["message"]
+
+
+def test_sluice_holds_half_bedrocks_jobs_a_model_and_an_eleventh_part_waits_for_a_slot(bed: Bedrock) -> None:
+    """Each part holds one of the batch queue's job slots before its job is created, and the slots
+    hold half the quota (20 by default), so Bedrock's own refusal is never what stops Sluice."""
+    deployed = replace(bed.env.ctx.settings, provider="bedrock")
+    assert batch_limits(replace(deployed, bedrock_batch_jobs_quota=30)).max_jobs == 15
+    assert batch_limits(deployed).max_jobs == bedrock.LIMITS.max_jobs == 10
+    specs = [bed.shard(100, shard=n) for n in range(11)]
+    submitted = [asyncio.run(submit_batch(bed.env.ctx, spec)) for spec in specs]
+    assert [len(s.batch_ids) for s in submitted] == [1] * 10 + [0]
+    assert len(bed.jobs.jobs()) == 10
+    assert asyncio.run(collect_batch(bed.env.ctx, specs[10])).done is False
+    assert len(bed.jobs.jobs()) == 10
+    # the first job ends and its collect gives its slot back: the eleventh part goes
+    bed.jobs.run_pending()
+    assert asyncio.run(collect_batch(bed.env.ctx, specs[0])).done is True
+    asyncio.run(collect_batch(bed.env.ctx, specs[10]))
+    assert len(bed.jobs.jobs()) == 11

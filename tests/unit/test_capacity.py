@@ -29,11 +29,8 @@ def test_the_recorded_counts_are_exact_and_every_figure_at_the_maximum_is_within
 ) -> None:
     text, ok = capacity.report(counted)
     assert ok, text
-    # what still waits for a design change, each named with its variant; nothing else may be over
-    assert set(capacity.OPEN) == {
-        "the jobs table, WCU/s against a new table's warm throughput, 4 jobs at once [background by webhook]",
-        "Bedrock batch inference jobs a model, 1,000 batch shards on one model [batch]",
-    }
+    # nothing waits for a design change: every figure is within half its limit
+    assert capacity.OPEN == {}
     assert {run["variant"] for run in counted} == {v.name for v in runs.VARIANTS}
 
 
@@ -195,12 +192,14 @@ def _index_write_a_line(counted: list[dict[str, Any]], variant: str) -> list[dic
     return planted
 
 
-def test_a_planted_index_write_a_line_shows_on_the_index_figure_at_the_line_rate(
+def test_a_planted_index_write_a_line_fails_the_check_at_the_line_rate(
     counted: list[dict[str, Any]],
 ) -> None:
-    """Background lines write no index entry: a write a line planted there is counted on the
-    index, by its cause, at the jobs' line rate over the occurrences the runs saw."""
-    variant = "background by poll"
+    """No line writes an index entry of its own: a write a line planted there is counted on the
+    index, by its cause, at the jobs' line rate over the occurrences the runs saw; in batch mode,
+    whose 1,000 shards settle lines fastest, that is over half the index's warm throughput and the
+    check fails (the index is not pre-warmed, so the table's warm throughput does not hide it)."""
+    variant = "batch"
 
     def index_wcu(runs_: list[dict[str, Any]]) -> float:
         return sum(
@@ -209,9 +208,13 @@ def test_a_planted_index_write_a_line_shows_on_the_index_figure_at_the_line_rate
             if f.variant == variant and "index by_provider_id, WCU/s against the table-level" in f.name
         )
 
-    assert index_wcu(counted) == 0
-    planted = index_wcu(_index_write_a_line(counted, variant))
-    line_rate = account.stated("background").line_rate
-    assert planted >= line_rate
-    text, _ = capacity.report(_index_write_a_line(counted, variant))
-    assert "index by_provider_id, WCU/s" in text and "a line settled" in text
+    planted_runs = _index_write_a_line(counted, variant)
+    line_rate = account.stated("batch").line_rate
+    assert index_wcu(planted_runs) - index_wcu(counted) >= line_rate
+    text, ok = capacity.report(planted_runs)
+    assert not ok
+    over = [line for line in text.splitlines() if line.startswith("OVER")]
+    assert any("index by_provider_id, WCU/s against a new table's warm throughput" in line for line in over), text
+    assert "a line settled" in text
+    _, still_ok = capacity.report(counted)
+    assert still_ok

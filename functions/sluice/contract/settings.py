@@ -56,6 +56,9 @@ TIER1_BATCH_QUEUE_TOKENS: dict[str, int] = {
     "text-embedding-ada-002": 3_000_000,
 }
 DEFAULT_BATCH_QUEUE_DEFAULT_TOKENS = 90_000
+# Bedrock's batch inference jobs in progress or submitted at once per base model, the quota's
+# default (docs.aws.amazon.com/bedrock/latest/userguide/quotas.html)
+DEFAULT_BEDROCK_BATCH_JOBS_QUOTA = 20
 
 
 def queue_tokens_text(limits: Mapping[str, int]) -> str:
@@ -180,6 +183,9 @@ class Settings:
     # (`model=tokens,...`; 0 = no limit), and the limit of a model not named
     batch_queue_tokens: str = field(default=DEFAULT_BATCH_QUEUE_TOKENS, metadata={_KIND: "queue_tokens"})
     batch_queue_default_tokens: int = field(default=DEFAULT_BATCH_QUEUE_DEFAULT_TOKENS, metadata={_KIND: "limit"})
+    # Bedrock's quota of batch inference jobs at once per model in the account and region, of which
+    # Sluice holds at most half (`sluice.providers.bedrock.batch.held_jobs`)
+    bedrock_batch_jobs_quota: int = field(default=DEFAULT_BEDROCK_BATCH_JOBS_QUOTA, metadata={_KIND: "limit"})
     # how long a cancelled batch may take to end and hand back its answers (OpenAI's `cancelling`
     # lasts up to 10 minutes): a deadline job cancels a late batch this long before it must send
     # the rest directly (`sluice.plan.deadline`)

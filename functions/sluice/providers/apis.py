@@ -82,12 +82,13 @@ def batch_limits(settings: Settings) -> BatchLimits:
     _require(settings.provider, Mode.BATCH, "Batch API")
     asked = BatchLimits(max_records=settings.batch_max_requests, max_bytes=settings.batch_max_bytes)
     if settings.provider == BEDROCK.name:
-        from .bedrock.batch import LIMITS
+        from .bedrock.batch import LIMITS, held_jobs
 
         return replace(
             LIMITS,
             max_records=min(asked.max_records, LIMITS.max_records),
             max_bytes=min(asked.max_bytes, LIMITS.max_bytes),
+            max_jobs=held_jobs(settings.bedrock_batch_jobs_quota),
         )
     if settings.provider == ANTHROPIC.name:
         from .anthropic.batch import within_limits

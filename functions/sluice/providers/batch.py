@@ -82,7 +82,8 @@ class BatchLimits:
     # refuses as such a limit would). Bedrock's counts jobs a model and refuses a create past them: a
     # token limit there would only cut its parts small and run them one at a time
     token_queue: bool = True
-    # batch jobs of one model the provider runs at once (Bedrock's quota); 0: not counted
+    # batch jobs of one model Sluice keeps at the provider at once, a hold of one job each in the
+    # batch queue's slots (half Bedrock's quota); 0: not counted
     max_jobs: int = 0
 
 

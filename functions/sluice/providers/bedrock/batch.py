@@ -31,6 +31,7 @@ from botocore.exceptions import ClientError
 from sluice.contract.model import Request
 
 from ...contract import BEDROCK_INPUT_PREFIX, BEDROCK_OUTPUT_PREFIX, LOCAL_BEDROCK_JOB_NAME_PREFIX, causes
+from ...contract.settings import DEFAULT_BEDROCK_BATCH_JOBS_QUOTA
 from ..batch import (
     ENDED,
     BatchApiOpener,
@@ -53,20 +54,30 @@ from .records import STATES, SUFFIXES, dialect, output_row, unfinished_code
 MIN_RECORDS: Final = 100
 MAX_RECORDS: Final = 50_000
 MAX_BYTES: Final = 1024 * 1024 * 1024
-# batch inference jobs in progress or submitted at once per base model, the quota's default. Bedrock
-# refuses a create past it (ServiceQuotaExceededException), which `submit` reports as a full queue:
-# the refusal is the count, where listing every job of the account before each create was five
-# paginated calls an attempt
-MAX_JOBS_PER_MODEL: Final = 20
+# batch inference jobs in progress or submitted at once per base model, the quota's default. Sluice
+# holds at most half of it (`held_jobs`): each part takes a hold of one job in the batch queue's
+# slots before it is created (`sluice.limits.batch_queue`), so jobs of every shard of every job
+# together stay within that half and leave the rest to the account's other users. Bedrock's refusal
+# of a create (ServiceQuotaExceededException), which `submit` reports as a full queue, stays the
+# backstop for jobs created outside Sluice
+MAX_JOBS_PER_MODEL: Final = DEFAULT_BEDROCK_BATCH_JOBS_QUOTA
 # the longest a job may wait and run, in hours (Bedrock's default is 24 too)
 TIMEOUT_HOURS: Final = 24
+
+
+def held_jobs(quota: int) -> int:
+    """The jobs a model Sluice keeps at Bedrock at once under a quota of `quota`: half, and one
+    at least (0: a quota not counted)."""
+    return max(1, quota // 2) if quota > 0 else 0
+
+
 # one job's limits; what limits the jobs at once is their count, not their tokens
 LIMITS: Final = BatchLimits(
     max_records=MAX_RECORDS,
     max_bytes=MAX_BYTES,
     min_records=MIN_RECORDS,
     token_queue=False,
-    max_jobs=MAX_JOBS_PER_MODEL,
+    max_jobs=held_jobs(MAX_JOBS_PER_MODEL),
 )
 _QUOTA_EXCEEDED = "ServiceQuotaExceededException"
 _MANIFEST = "manifest.json.out"

@@ -12,7 +12,7 @@ from sluice.contract.model import Request
 from sluice.core.retry import RetryPolicy, backoff_s
 from sluice.limits.batch_queue import HOLD_MAX_S, Hold, listed_batches, queue_key
 from sluice.limits.batch_queue_table import QueueTable
-from sluice.providers.batch import CLOCK_SLACK_S, CREATE_JITTER_FLOOR, BatchApi, BatchTag, QueueFull
+from sluice.providers.batch import CLOCK_SLACK_S, CREATE_JITTER_FLOOR, BatchApi, BatchLimits, BatchTag, QueueFull
 from sluice.runners.batch.files import BatchPart, part_key
 from sluice.shard.frame import ShardContext, ShardSpec, poll_wait_seconds, read_shard_lines
 from sluice.store.jobs import QUEUED_PREFIX
@@ -142,6 +142,15 @@ def requeue(ctx: ShardContext, spec: ShardSpec, state: ShardBatches, index: int)
     ctx.store.requeue_batch(spec.job_id, spec.shard, state.batch_ids, state.tries, state.retry_at)
 
 
+def queue_measure(limits: BatchLimits, settings: Settings, model: str | None, tokens: int) -> tuple[int, int]:
+    """What a part holds in its model's queue, and the queue's limit: its input tokens under the
+    token limit, or, where the provider counts jobs (Bedrock), one job under those Sluice keeps at
+    once. A queue that counts neither still takes a hold (limit 0): a retry finds its batch by it."""
+    if limits.token_queue:
+        return tokens, settings.batch_queue_limit(model or None)
+    return 1, limits.max_jobs
+
+
 async def advance(
     api: BatchApi,
     ctx: ShardContext,
@@ -171,15 +180,14 @@ async def advance(
             continue
         name = queue_key(settings.provider_base_url, ctx.api_key, model)
         hold = Hold(spec.job_id, spec.shard, index, state.attempt(index))
-        # a queue that counts no tokens still takes a hold (limit 0): a retry finds its batch by it
-        limit = settings.batch_queue_limit(model or None) if api.limits.token_queue else 0
-        got = queue.reserve(name, hold, state.tokens[index], limit)
+        tokens, limit = queue_measure(api.limits, settings, model, state.tokens[index])
+        got = queue.reserve(name, hold, tokens, limit)
         if not got.granted and model not in reconciled and queue.claim_reconcile(name, got.checked):
             # holds of shards that died are released here, from the provider's own list
             reconciled.add(model)
             listed = await api.listed(since=time.time() - HOLD_MAX_S - CLOCK_SLACK_S)
             if queue.forget(name, listed_batches(listed)):
-                got = queue.reserve(name, hold, state.tokens[index], limit)
+                got = queue.reserve(name, hold, tokens, limit)
         if not got.granted:
             full.add(model)
             continue
