@@ -348,7 +348,7 @@ def test_version_and_the_simulators_own_options(capsys: pytest.CaptureFixture[st
     for option in ("--rate-429", "--rate-500", "--rate-drop", "--rate-slow", "--jitter", "--rpm", "--tpm", "--seed"):
         assert option in out
     flat = " ".join(out.split())
-    assert "(default: 8000;" in flat and "a request without one is refused 401" in flat
+    assert "(default: 8000;" in flat and "a request without one is refused as its provider refuses it" in flat
     # the options' defaults are the simulator's own
     defaults = build_parser().parse_args(["simulator"])
     assert config_from(defaults) == SimConfig()

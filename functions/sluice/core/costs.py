@@ -15,8 +15,8 @@ from sluice.core.prices import TOKEN_FIELDS, ModelPrices, Price, lookup
 PROVIDER_PRICES: dict[str, tuple[float, ...]] = {}
 # where a refusal sends the user to look for a model's price
 PRICED_MODELS = (
-    "priced are the models genai-prices' data names, with their dated snapshots, and those "
-    "the environment's SLUICE_PRICES gives, a JSON object of model -> [input, output] USD per M tokens"
+    "priced are the models genai-prices' data names, with their dated snapshots, and those the "
+    "environment's price overrides give (README, \"A spending cap\")"
 )
 
 # us-east-1 list prices
