@@ -159,7 +159,8 @@ def bounds(s: Scenario) -> list[Bound]:
             (1 + s.active / s.poll_s * WINDOW_S) / RECONCILE_EVERY_S,
             DDB_PARTITION_WCU_PER_S,
             "WCU/s",
-            f"not run here (due every {RECONCILE_EVERY_S:g} s a key, longer than a counted run): when a "
+            "counted (`batch, its token queue full`, each run's queue as if never reconciled), not compared: "
+            f"due every {RECONCILE_EVERY_S:g} s a key, longer than a run, so how often comes from here. When a "
             f"reservation finds no room, one shard claims the reconcile with a conditional write on slot a, and "
             f"the shards reserving within the same {WINDOW_S * 1000:g} ms read-change-write lose theirs "
             f"({s.active:,.0f} shards, each reserving at most once a {s.poll_s:g} s poll, an assumption); the "

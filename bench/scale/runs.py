@@ -23,9 +23,11 @@ from typing import Any
 
 import boto3
 import orjson
-from sluice.contract import MARK_FAILED_ERROR_KEY
+from boto3.dynamodb.conditions import Attr
+from sluice.contract import MARK_FAILED_ERROR_KEY, PARTITION_KEY, SORT_KEY
 from sluice.contract.model import Request
 from sluice.formats.lines import parse_line
+from sluice.limits.batch_queue import QUEUE_SORT_KEY
 from sluice.limits.budget import worst_case_nano
 from sluice.plan.plan import job_id_for
 from sluice.providers import ANTHROPIC, BEDROCK, GEMINI, OPENAI
@@ -91,6 +93,8 @@ class Variant:
     cancelled: bool = False
     # every shard's batch cut over at the deadline: the summary says each sent lines directly
     cut_over: bool = False
+    # the key's batch queue reconciled during the run: its check slot says when
+    reconciled: bool = False
 
 
 VARIANTS = (
@@ -130,6 +134,15 @@ VARIANTS = (
         sim=(("batch_phase_s", 10.0), ("batch_cancel_s", 0.5), ("batch_cancel_answers", "none")),
         cut_over=True,
         settings=(("batch_cancel_s", 6.0),),
+        compared=False,
+    ),
+    # the key's batch queue holds one shard's part (a part is about 2,600 tokens): the first part
+    # it refuses claims the reconcile, due at once on a queue never reconciled (each run starts so)
+    Variant(
+        "batch, its token queue full",
+        "batch",
+        settings=(("batch_queue_tokens", f"{MODELS['openai']}=4000"),),
+        reconciled=True,
         compared=False,
     ),
 )
@@ -292,6 +305,9 @@ def run_one(cloud: LocalCloud, sim: SimulatorServer, variant: Variant, shards: i
     if variant.jobs_per_model is not None and cloud.bedrock_jobs is not None:
         cloud.bedrock_jobs.jobs_per_model = variant.jobs_per_model
     key = INPUT_KEY.format(name=name)
+    started = time.time()
+    if variant.reconciled:
+        _reconciled(cloud, forget=True)
     if variant.cancelled:
         job_id = _cancelled(cloud, sim, path, key, metadata, shards, lines)
     else:
@@ -306,6 +322,8 @@ def run_one(cloud: LocalCloud, sim: SimulatorServer, variant: Variant, shards: i
         fallback = [(s.get("batch") or {}).get("direct_fallback_lines", 0) for s in run.summary.get("shards", [])]
         if variant.cut_over and not (len(fallback) == shards and all(fallback)):
             raise RuntimeError(f"{name}: not every shard's batch was cut over: {fallback} lines sent directly")
+    if variant.reconciled and _reconciled(cloud) < started:
+        raise RuntimeError(f"{name}: the key's batch queue was not reconciled during the run")
     _settle(ledger)
     counted = Counted(variant.name, lines, shards, variant.compared)
     for occurred in ledger.occurrences[since[1] :]:
@@ -372,6 +390,18 @@ def _cancelled(
     if counts.get("results", 0) + counts.get("errors", 0) != lines:
         raise RuntimeError(f"{job_id}: the cancel accounted for {counts} of {lines} lines")
     return job_id
+
+
+def _reconciled(cloud: LocalCloud, *, forget: bool = False) -> float:
+    """When a batch queue of the cloud was last reconciled (0: never), read as the harness;
+    `forget`: as if never, so that the run's first refusal reconciles (else not for 300 s)."""
+    table = boto3.resource("dynamodb", region_name=REGION).Table(cloud.table_name)
+    items = table.scan(FilterExpression=Attr(SORT_KEY).eq(QUEUE_SORT_KEY) & Attr("checked").exists())["Items"]
+    for item in items if forget else ():
+        table.update_item(
+            Key={PARTITION_KEY: item[PARTITION_KEY], SORT_KEY: item[SORT_KEY]}, UpdateExpression="REMOVE checked"
+        )
+    return 0.0 if forget else max((float(item["checked"]) for item in items), default=0.0)
 
 
 def _doom(steps: tuple[str, ...]) -> Any:

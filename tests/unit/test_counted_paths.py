@@ -85,7 +85,11 @@ def test_a_counted_run_takes_bedrocks_queue_full_requeue(counted: list[dict[str,
     assert any("the provider's queue had no room" in b.name for b in paper.bounds(rates.maximum("batch")))
 
 
-def test_the_reconcile_listing_which_no_run_takes_is_bounded_on_paper() -> None:
+def test_a_counted_run_takes_the_batch_queues_reconcile(counted: list[dict[str, Any]]) -> None:
+    # the run fails unless the queue was reconciled; it is due every 300 s, so paper says how often
+    full = _runs_of(counted, "batch, its token queue full")
+    assert full and not any(run["compared"] for run in full)
+    assert all(run["occurrences"].get(causes.REQUEUED.name, 0) > 0 for run in full)
     assert any("reconcile" in b.name for b in paper.bounds(rates.maximum("batch")))
 
 
