@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sluice.limits.batch_queue import RECONCILE_EVERY_S
+from sluice.limits.batch_queue import QUEUE_SLOTS, RECONCILE_EVERY_S
 from sluice.limits.lease import LeasePolicy, lease_period_s
 from sluice.shard.frame import OPENINGS_PER_S
 
@@ -24,6 +24,8 @@ from bench.scale.rates import DDB_CALL_S, Scenario
 WINDOW_S = 2 * DDB_CALL_S
 # a requeued part's writes on its shard's partition: its row, its hold and its part's row
 REQUEUE_WRITES = 3
+# a cut-over batch's collect: its release on one batch-queue slot item (as counted)
+CUTOVER_SLOT_WRITES = 1
 
 
 @dataclass(frozen=True)
@@ -127,11 +129,38 @@ def bounds(s: Scenario) -> list[Bound]:
             f"and its part's row ({REQUEUE_WRITES} WCU, as counted), all on the shard's own partition",
         ),
         Bound(
+            "sluice cancel: the account's shard-slots item, a shard's held slot given back",
+            1 / DDB_CALL_S,
+            DDB_PARTITION_WCU_PER_S,
+            "WCU/s",
+            "counted (`batch, cancelled`), not compared: what the shards did before the cancel depends on when "
+            "it came. Once a job: the job's row, the execution stopped, the outputs written; a shard's calls: its "
+            "row marked stopped and read, its outputs read as Merge reads them, each on its own partition once, "
+            "and the slot it held given back on the one item all shards share. The give-backs go one shard "
+            f"after another, each at least a DynamoDB call ({DDB_CALL_S * 1000:g} ms, an assumption): at most "
+            "one write a call on that item, however many shards the job has",
+        ),
+        Bound(
+            "a deadline's cutover: a batch-queue slot item, the late shards' batches collected at once",
+            s.in_flight * CUTOVER_SLOT_WRITES / QUEUE_SLOTS,
+            DDB_PARTITION_WCU_PER_S,
+            "WCU/s",
+            "counted (`batch past its deadline's cutover`), not compared: its polls wait on the provider's batch. "
+            "Once a late shard: the job has one cutover, and each shard's wait ends at it, so the poll that "
+            "cancels the batch (a provider call; Bedrock's StopModelInvocationJob, whose own quota is not "
+            "bounded here) and collects it may come for every late shard in the same second, an assumption. "
+            f"Each collect releases its hold on one of the key's {QUEUE_SLOTS} batch-queue slot items "
+            f"({CUTOVER_SLOT_WRITES} WCU, as counted): the {s.in_flight:,.0f} shards in flight late within a "
+            "second; its other writes are on the shard's own partition, and the lines it hands over are sent "
+            "as direct lines are",
+        ),
+        Bound(
             "the key's batch-queue slot a: its reconcile claimed",
             (1 + s.active / s.poll_s * WINDOW_S) / RECONCILE_EVERY_S,
             DDB_PARTITION_WCU_PER_S,
             "WCU/s",
-            f"not run here (due every {RECONCILE_EVERY_S:g} s a key, longer than a counted run): when a "
+            "counted (`batch, its token queue full`, each run's queue as if never reconciled), not compared: "
+            f"due every {RECONCILE_EVERY_S:g} s a key, longer than a run, so how often comes from here. When a "
             f"reservation finds no room, one shard claims the reconcile with a conditional write on slot a, and "
             f"the shards reserving within the same {WINDOW_S * 1000:g} ms read-change-write lose theirs "
             f"({s.active:,.0f} shards, each reserving at most once a {s.poll_s:g} s poll, an assumption); the "

@@ -21,15 +21,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import boto3
 import orjson
-from sluice.contract import MARK_FAILED_ERROR_KEY
+from boto3.dynamodb.conditions import Attr
+from sluice.contract import MARK_FAILED_ERROR_KEY, PARTITION_KEY, SORT_KEY
 from sluice.contract.model import Request
 from sluice.formats.lines import parse_line
+from sluice.limits.batch_queue import QUEUE_SORT_KEY
 from sluice.limits.budget import worst_case_nano
+from sluice.plan.plan import job_id_for
 from sluice.providers import ANTHROPIC, BEDROCK, GEMINI, OPENAI
+from sluice.runners.cancel import cancel_job, provider_work_of
+from sluice.store.jobs import JobStore
 
-from local.cloud import LocalCloud, LocalSettings, run_job
-from local.ledger import Call
+from local.cloud import REGION, LocalCloud, LocalSettings, run_job
+from local.ledger import Call, Caller, attributed, calling
 from local.simulator import SimConfig, SimulatorServer
 
 # the input's key, as a real upload names it: the job's id (and every key holding it) derives from it
@@ -43,6 +49,8 @@ HARNESS = frozenset({"cloud"})
 # the state machine's own reads (the distributed Map's ItemReader): one occurrence a job
 WORKFLOW_CAUSE = "the workflow's item reader"
 UNDECLARED = ""
+# the ledger's step for `sluice cancel`, run by the user's credentials
+CANCEL_STEP = "cancel"
 # every fault a variant may set, off for the others (the simulator is shared by the variants)
 FAULTS = (("rate_429", 0.0),)
 FAMILIES = {f.name: f for f in (OPENAI, ANTHROPIC, BEDROCK, GEMINI)}
@@ -78,6 +86,15 @@ class Variant:
     # False for a path whose polls depend on timing (a part waiting for the provider's queue): its
     # calls are counted, not compared across sizes, and `paper.py` bounds it
     compared: bool = True
+    # the simulator's settings for the run, on top of the runs' (`SIM`), and the local cloud's
+    sim: tuple[tuple[str, float | str], ...] = ()
+    settings: tuple[tuple[str, Any], ...] = ()
+    # `sluice cancel` of the job once every shard has its batch open at the provider
+    cancelled: bool = False
+    # every shard's batch cut over at the deadline: the summary says each sent lines directly
+    cut_over: bool = False
+    # the key's batch queue reconciled during the run: its check slot says when
+    reconciled: bool = False
 
 
 VARIANTS = (
@@ -100,7 +117,44 @@ VARIANTS = (
     # a deadline without the job's turnaround: Plan reads what earlier batches measured
     Variant("direct by a deadline", "direct", metadata=(("sluice-deadline", "10m"), ("sluice-rpm", "6000"))),
     Variant("bedrock batch, its queue full", "batch", family="bedrock", width=100, jobs_per_model=1, compared=False),
+    # `sluice cancel` of a batch job whose every batch is open (a phase lasts longer than any run)
+    Variant(
+        "batch, cancelled",
+        "batch",
+        sim=(("batch_phase_s", 600.0), ("batch_cancel_s", 0.5)),
+        cancelled=True,
+        compared=False,
+    ),
+    # a deadline whose batches are late: each shard's poll past the cutover cancels its batch and
+    # sends what it did not answer directly
+    Variant(
+        "batch past its deadline's cutover",
+        "batch",
+        metadata=(("sluice-deadline", "20s"), ("sluice-rpm", "6000"), ("sluice-batch-turnaround", "2s")),
+        sim=(("batch_phase_s", 10.0), ("batch_cancel_s", 0.5), ("batch_cancel_answers", "none")),
+        cut_over=True,
+        settings=(("batch_cancel_s", 6.0),),
+        compared=False,
+    ),
+    # the key's batch queue holds one shard's part (a part is about 2,600 tokens): the first part
+    # it refuses claims the reconcile, due at once on a queue never reconciled (each run starts so)
+    Variant(
+        "batch, its token queue full",
+        "batch",
+        settings=(("batch_queue_tokens", f"{MODELS['openai']}=4000"),),
+        reconciled=True,
+        compared=False,
+    ),
 )
+# the simulator's settings for every run, unless a variant sets its own
+SIM: tuple[tuple[str, float | str], ...] = (
+    ("latency_s", 0.02),
+    ("batch_phase_s", 0.2),
+    ("batch_cancel_s", 0.0),
+    ("batch_cancel_answers", "elapsed"),
+)
+# how long a cancelled run may wait for every shard's batch to be open
+OPEN_WAIT_S = 300.0
 # shards in flight at each size: a size's shards all run at once
 SIZES = (2, 4)
 
@@ -215,6 +269,7 @@ def local_cloud(sim: SimulatorServer, variant: Variant = VARIANTS[0]) -> Iterato
         batch_max_requests=variant.width,
         provider=variant.family,
         rate_limits=orjson.dumps(quota).decode() if variant.family == "bedrock" else None,
+        **dict(variant.settings),
     )
     cloud = LocalCloud(provider_base_url=sim.base_url, api_key=API_KEY, settings=settings)
     with cloud.running():
@@ -238,9 +293,8 @@ def run_one(cloud: LocalCloud, sim: SimulatorServer, variant: Variant, shards: i
         # a deadline picks each shard's mode itself, and takes none from the job
         del metadata["sluice-mode"]
     sim.configure(
-        latency_s=0.02,
+        **{**dict(SIM), **dict(variant.sim)},
         quota_rpm=SHARD_RPM * shards,
-        batch_phase_s=0.2,
         webhook_url=cloud.webhook_url if variant.webhooks else None,
         webhook_secret=cloud.webhook_secret,
         **{**dict(FAULTS), **dict(variant.faults)},
@@ -251,16 +305,31 @@ def run_one(cloud: LocalCloud, sim: SimulatorServer, variant: Variant, shards: i
     if variant.jobs_per_model is not None and cloud.bedrock_jobs is not None:
         cloud.bedrock_jobs.jobs_per_model = variant.jobs_per_model
     key = INPUT_KEY.format(name=name)
-    run = run_job(cloud, path, key=key, metadata=metadata)
-    accounted = len(run.results) + len(run.errors) == lines
-    # a doomed job ends as it may, but with every line in its results or errors
-    expected = (run.status, len(run.results)) == ("SUCCEEDED", lines) or bool(variant.doomed)
-    if not (expected and accounted):
-        why = run.execution.get("cause") or run.execution.get("error") or ""
-        raise RuntimeError(f"{name}: the job ended {run.status} with {len(run.results)} of {lines} answers {why}")
+    started = time.time()
+    if variant.reconciled:
+        _reconciled(cloud, forget=True)
+    if variant.cancelled:
+        job_id = _cancelled(cloud, sim, path, key, metadata, shards, lines)
+    else:
+        run = run_job(cloud, path, key=key, metadata=metadata)
+        job_id = run.job_id
+        accounted = len(run.results) + len(run.errors) == lines
+        # a doomed job ends as it may, but with every line in its results or errors
+        expected = (run.status, len(run.results)) == ("SUCCEEDED", lines) or bool(variant.doomed)
+        if not (expected and accounted):
+            why = run.execution.get("cause") or run.execution.get("error") or ""
+            raise RuntimeError(f"{name}: the job ended {run.status} with {len(run.results)} of {lines} answers {why}")
+        fallback = [(s.get("batch") or {}).get("direct_fallback_lines", 0) for s in run.summary.get("shards", [])]
+        if variant.cut_over and not (len(fallback) == shards and all(fallback)):
+            raise RuntimeError(f"{name}: not every shard's batch was cut over: {fallback} lines sent directly")
+    if variant.reconciled and _reconciled(cloud) < started:
+        raise RuntimeError(f"{name}: the key's batch queue was not reconciled during the run")
     _settle(ledger)
     counted = Counted(variant.name, lines, shards, variant.compared)
     for occurred in ledger.occurrences[since[1] :]:
+        # the harness's own reads (a cancelled run's wait for its batches) are not the job's
+        if occurred.step in HARNESS:
+            continue
         counted.occurrences[occurred.cause] += occurred.count
         counted.periods[occurred.cause].add((occurred.period_s, occurred.every))
     workflow_seen = False
@@ -268,7 +337,7 @@ def run_one(cloud: LocalCloud, sim: SimulatorServer, variant: Variant, shards: i
         # a DynamoDB batch request's every item counts: each is a unit of work on its own item
         if call.step in HARNESS:
             continue
-        where = target_of(call, run.job_id)
+        where = target_of(call, job_id)
         cause = call.cause
         if call.step == "workflow" and not cause:
             cause, workflow_seen = WORKFLOW_CAUSE, True
@@ -284,6 +353,55 @@ def run_one(cloud: LocalCloud, sim: SimulatorServer, variant: Variant, shards: i
     if workflow_seen:
         counted.occurrences[WORKFLOW_CAUSE] += 1
     return counted
+
+
+def _cancelled(
+    cloud: LocalCloud, sim: SimulatorServer, path: Path, key: str, metadata: dict[str, str], shards: int, lines: int
+) -> str:
+    """Start the job, wait until every shard's batch is open at the provider, and cancel it as
+    `sluice cancel` does: a step of its own in the ledger, so its calls count. The wait reads the
+    shard rows as the harness, under no cause."""
+    key, etag = cloud.upload(path, key=key, metadata=metadata)
+    job_id = job_id_for(cloud.bucket, key, etag)
+    execution = cloud.start(cloud.object_created_event(key, etag), name=f"{job_id}-{time.time_ns()}")
+    store = JobStore(boto3.resource("dynamodb", region_name=REGION).Table(cloud.table_name), ttl_days=1)
+    deadline = time.monotonic() + OPEN_WAIT_S
+    while True:
+        # a shard's batch is open once the provider gave it an id (not the placeholder of a part
+        # waiting for room) and no collect has ended it
+        rows = store.shards(job_id, count=shards, consistent=True)
+        if len(provider_work_of(store, job_id, rows, responses_of=set()).batches) == shards:
+            break
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{job_id}: not every shard's batch was open after {OPEN_WAIT_S:.0f} s: {rows}")
+        time.sleep(0.2)
+    with calling(Caller(CANCEL_STEP)), attributed():
+        report = cancel_job(
+            s3=boto3.client("s3", region_name=REGION),
+            store=store,
+            sfn=boto3.client("stepfunctions", region_name=REGION),
+            job_id=job_id,
+            provider=lambda: (sim.base_url, API_KEY),
+        )
+    cloud.wait(execution)
+    counts = (report.summary or {}).get("counts") or {}
+    if report.status != "CANCELLED" or report.batches_cancelled != shards or report.provider_failures:
+        raise RuntimeError(f"{job_id}: the cancel ended {report}")
+    if counts.get("results", 0) + counts.get("errors", 0) != lines:
+        raise RuntimeError(f"{job_id}: the cancel accounted for {counts} of {lines} lines")
+    return job_id
+
+
+def _reconciled(cloud: LocalCloud, *, forget: bool = False) -> float:
+    """When a batch queue of the cloud was last reconciled (0: never), read as the harness;
+    `forget`: as if never, so that the run's first refusal reconciles (else not for 300 s)."""
+    table = boto3.resource("dynamodb", region_name=REGION).Table(cloud.table_name)
+    items = table.scan(FilterExpression=Attr(SORT_KEY).eq(QUEUE_SORT_KEY) & Attr("checked").exists())["Items"]
+    for item in items if forget else ():
+        table.update_item(
+            Key={PARTITION_KEY: item[PARTITION_KEY], SORT_KEY: item[SORT_KEY]}, UpdateExpression="REMOVE checked"
+        )
+    return 0.0 if forget else max((float(item["checked"]) for item in items), default=0.0)
 
 
 def _doom(steps: tuple[str, ...]) -> Any:

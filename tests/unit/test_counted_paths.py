@@ -85,5 +85,31 @@ def test_a_counted_run_takes_bedrocks_queue_full_requeue(counted: list[dict[str,
     assert any("the provider's queue had no room" in b.name for b in paper.bounds(rates.maximum("batch")))
 
 
-def test_the_reconcile_listing_which_no_run_takes_is_bounded_on_paper() -> None:
+def test_a_counted_run_takes_the_batch_queues_reconcile(counted: list[dict[str, Any]]) -> None:
+    # the run fails unless the queue was reconciled; it is due every 300 s, so paper says how often
+    full = _runs_of(counted, "batch, its token queue full")
+    assert full and not any(run["compared"] for run in full)
+    assert all(run["occurrences"].get(causes.REQUEUED.name, 0) > 0 for run in full)
     assert any("reconcile" in b.name for b in paper.bounds(rates.maximum("batch")))
+
+
+def _runs_of(counted: list[dict[str, Any]], variant: str) -> list[dict[str, Any]]:
+    return [run for run in counted if run["variant"] == variant]
+
+
+def test_a_counted_run_takes_sluice_cancel_of_a_running_batch_job(counted: list[dict[str, Any]]) -> None:
+    # counted, not compared: what the shards did before the cancel depends on when it came
+    cancelled = [run for run in counted if run["occurrences"].get(causes.CANCEL.name, 0) > 0]
+    assert cancelled and not any(run["compared"] for run in cancelled)
+    assert all(run["occurrences"].get(causes.BATCH_SUBMIT.name, 0) == run["shards"] for run in cancelled)
+    cancels = [t for t in _targets(cancelled) if t[0] == causes.CANCEL.name]
+    assert any(service == "sfn" and op == "StopExecution" for _, service, op, _ in cancels), cancels
+    assert any("sluice cancel" in b.name for b in paper.bounds(rates.maximum("batch")))
+
+
+def test_a_counted_run_takes_the_deadlines_cutover(counted: list[dict[str, Any]]) -> None:
+    # the run checks every shard's plan says it was cut over; its polls depend on the batch's timing
+    late = _runs_of(counted, "batch past its deadline's cutover")
+    assert late and not any(run["compared"] for run in late)
+    assert all(run["occurrences"].get(causes.BATCH_SUBMIT.name, 0) == run["shards"] for run in late)
+    assert any("cutover" in b.name for b in paper.bounds(rates.maximum("batch")))
