@@ -35,7 +35,7 @@ scale: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy functions local infra tests bench examples
+	$(BIN)/mypy functions sluice_local infra tests bench examples
 	$(BIN)/mypy --strict --cache-dir .mypy_cache/strict functions infra
 
 synth: $(STAMP)
@@ -43,7 +43,7 @@ synth: $(STAMP)
 
 # the local cloud's IAM statements, from the synthesized dev stack
 policies: $(STAMP)
-	$(BIN)/python -m local.iam
+	$(BIN)/python -m sluice_local.iam
 
 # the Lambda asset's dependencies, every one pinned with its hashes, resolved for the runtime
 # (Python 3.12 on x86_64 Linux, wheels only) rather than for this machine

@@ -34,7 +34,7 @@ import orjson  # noqa: E402
 
 WORK = ROOT / ".work"
 STATUSES = (404, 401, 403, 500)
-# what `sluice run` exits with for each (README: "How a job ends", local/console.py)
+# what `sluice run` exits with for each (README: "How a job ends", sluice_local/console.py)
 EXPECTED = {404: 8, 401: 8, 403: 8, 500: 8}
 
 
@@ -129,7 +129,7 @@ def one_run(server: Server, path: Path, out: Path, limit_s: float, extra: list[s
     env = {**os.environ, "OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": "sk-bench-badprovider"}
     # this checkout's code: the virtualenv's `sluice` script runs whichever checkout it was installed from
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "functions"), str(ROOT)])
-    command = [sys.executable, "-m", "local.cli", "run", str(path), "--out", str(out), "--no-cache"]
+    command = [sys.executable, "-m", "sluice_local.cli", "run", str(path), "--out", str(out), "--no-cache"]
     command += ["--quiet", *extra]
     before = server.requests
     started = time.monotonic()

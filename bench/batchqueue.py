@@ -36,8 +36,8 @@ import botocore.client  # noqa: E402
 import openai  # noqa: E402
 import orjson  # noqa: E402
 
-from local.cloud import REGION, LocalCloud, LocalSettings, run_job  # noqa: E402
-from local.simulator import SimConfig, SimulatorServer  # noqa: E402
+from sluice_local.cloud import REGION, LocalCloud, LocalSettings, run_job  # noqa: E402
+from sluice_local.simulator import SimConfig, SimulatorServer  # noqa: E402
 
 MODEL = "gpt-4o-mini"
 URL = "/v1/chat/completions"

@@ -35,9 +35,9 @@ from sluice.limits.budget import worst_case_nano  # noqa: E402
 from sluice.providers import OPENAI  # noqa: E402
 from sluice.store.jobs import JobStore  # noqa: E402
 
-from local.cloud import JobRun, LocalCloud, LocalSettings, run_job  # noqa: E402
-from local.deployed.retry import INPUT_ERROR_CODES, write_lines  # noqa: E402
-from local.simulator import SimConfig, SimulatorServer  # noqa: E402
+from sluice_local.cloud import JobRun, LocalCloud, LocalSettings, run_job  # noqa: E402
+from sluice_local.deployed.retry import INPUT_ERROR_CODES, write_lines  # noqa: E402
+from sluice_local.simulator import SimConfig, SimulatorServer  # noqa: E402
 
 WORK = ROOT / ".work"
 

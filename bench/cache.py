@@ -154,11 +154,21 @@ def main() -> None:
     from sluice.cache.entries import S3Store, clear
     from sluice.plan.plan import job_id_for, output_prefix
 
-    from local.cloud import REGION, JobRun, LocalCloud, LocalSettings, run_job
+    from sluice_local.cloud import REGION, JobRun, LocalCloud, LocalSettings, run_job
 
     port = free_port()
     sim = subprocess.Popen(
-        [sys.executable, "-m", "local.simulator", "--port", str(port), "--latency", str(args.latency), "--seed", "7"],
+        [
+            sys.executable,
+            "-m",
+            "sluice_local.simulator",
+            "--port",
+            str(port),
+            "--latency",
+            str(args.latency),
+            "--seed",
+            "7",
+        ],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": f"{ROOT / 'functions'}:{ROOT}"},
         stdout=subprocess.DEVNULL,

@@ -67,8 +67,8 @@ def run_case(
 ) -> bool:
     """One case; `setup` overrides the run's shard lines, map concurrency, cancel margin and the
     simulator's settings."""
-    from local.cloud import LocalCloud, LocalSettings, run_job
-    from local.simulator import SimConfig, SimulatorServer
+    from sluice_local.cloud import LocalCloud, LocalSettings, run_job
+    from sluice_local.simulator import SimConfig, SimulatorServer
 
     path = write_lines(WORK / f"deadline-{args.lines}.jsonl", args.lines)
     config = SimConfig(latency_s=args.latency, seed=1).updated(

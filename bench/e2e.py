@@ -55,14 +55,14 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="profile with pyinstrument (pip install pyinstrument)")
     args = parser.parse_args()
 
-    from local.cloud import LocalCloud, LocalSettings, run_job
+    from sluice_local.cloud import LocalCloud, LocalSettings, run_job
 
     port = free_port()
     sim = subprocess.Popen(
         [
             sys.executable,
             "-m",
-            "local.simulator",
+            "sluice_local.simulator",
             "--port",
             str(port),
             "--latency",

@@ -38,7 +38,7 @@ sys.path[:0] = [str(ROOT / "functions"), str(ROOT)]
 import orjson  # noqa: E402
 from aiohttp import web  # noqa: E402
 
-from local.cloud import LocalCloud, LocalSettings, run_job  # noqa: E402
+from sluice_local.cloud import LocalCloud, LocalSettings, run_job  # noqa: E402
 
 WORK = ROOT / ".work"
 FIGURES = ("refuse", "timeouts", "vllm")

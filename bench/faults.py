@@ -26,8 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "functions"), str(ROOT)]
 
-from local.cloud import LocalCloud, LocalSettings, run_job  # noqa: E402
-from local.simulator import SimConfig, SimulatorServer  # noqa: E402
+from sluice_local.cloud import LocalCloud, LocalSettings, run_job  # noqa: E402
+from sluice_local.simulator import SimConfig, SimulatorServer  # noqa: E402
 from tests.conftest import request_line  # noqa: E402
 
 VARIANTS = {"6": 6, "job": 0}

@@ -44,8 +44,8 @@ sys.path[:0] = [str(ROOT / "functions"), str(ROOT)]
 import boto3  # noqa: E402
 import orjson  # noqa: E402
 
-from local.cloud import REGION, JobRun, LocalCloud, LocalSettings, run_job  # noqa: E402
-from local.simulator import SimConfig, SimulatorServer  # noqa: E402
+from sluice_local.cloud import REGION, JobRun, LocalCloud, LocalSettings, run_job  # noqa: E402
+from sluice_local.simulator import SimConfig, SimulatorServer  # noqa: E402
 
 WORK = ROOT / ".work"
 FIGURES = ("one", "two", "tpm", "seeded")

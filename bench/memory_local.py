@@ -37,7 +37,7 @@ def peak() -> None:
             Path(sys.argv[1]).write_text(line.split()[1])
 
 atexit.register(peak)
-from local.cli import main
+from sluice_local.cli import main
 code = main(sys.argv[2:])
 peak()
 sys.exit(code)

@@ -24,7 +24,7 @@ sys.path[:0] = [str(ROOT / "functions"), str(ROOT)]
 
 import aiohttp  # noqa: E402
 
-from local.simulator import SimConfig, SimulatorServer  # noqa: E402
+from sluice_local.simulator import SimConfig, SimulatorServer  # noqa: E402
 
 KEY = "sk-bench-quota"
 

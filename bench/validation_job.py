@@ -26,8 +26,8 @@ import orjson  # noqa: E402
 from sluice.contract import VALIDATION_CHECKS  # noqa: E402
 from sluice.formats.validation import Validator  # noqa: E402
 
-from local.cloud import JobRun, LocalCloud, LocalSettings, run_job  # noqa: E402
-from local.simulator import SimConfig, SimulatorServer  # noqa: E402
+from sluice_local.cloud import JobRun, LocalCloud, LocalSettings, run_job  # noqa: E402
+from sluice_local.simulator import SimConfig, SimulatorServer  # noqa: E402
 
 WORK = ROOT / ".work"
 CHAT = "/v1/chat/completions"

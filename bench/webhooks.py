@@ -32,8 +32,8 @@ def main() -> None:
 
     import orjson
 
-    from local.cloud import LocalCloud, LocalSettings, run_job
-    from local.simulator import SimConfig, SimulatorServer
+    from sluice_local.cloud import LocalCloud, LocalSettings, run_job
+    from sluice_local.simulator import SimConfig, SimulatorServer
 
     WORK.mkdir(parents=True, exist_ok=True)
     path = WORK / "webhooks.jsonl"

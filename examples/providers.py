@@ -50,7 +50,7 @@ class Row:
 
 
 def run_one(file: Path, provider: str, model: str, mode: str, out: Path, extra: list[str]) -> Row:
-    command = [sys.executable, "-m", "local.cli", "run", str(file), "--provider", provider, "--model", model]
+    command = [sys.executable, "-m", "sluice_local.cli", "run", str(file), "--provider", provider, "--model", model]
     command += ["--mode", mode, "--no-cache", "--quiet", "--out", str(out), *extra]
     started = time.monotonic()
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)

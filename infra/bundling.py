@@ -12,7 +12,7 @@ import aws_cdk as cdk
 import aws_cdk.aws_lambda as lambda_
 import jsii
 
-PACKAGES = ("sluice", "handlers")
+PACKAGES = ("sluice", "sluice_handlers")
 # Every package the asset carries, pinned with its hashes (`make lock` writes it from
 # requirements.txt, resolved for the runtime below).
 LOCK_FILE = "requirements.lock"

@@ -38,7 +38,7 @@ EVENT_BUS = "default"
 
 # boto3's standard retry mode: throttling (DynamoDB, S3 SlowDown, Step Functions) and 5xx answers
 # are retried with jittered backoff up to 5 attempts; what outlasts that fails the step as
-# `Transient`, and the state machine retries it (`infra.definition.TRANSIENT_LAMBDA_ERRORS`).
+# `Transient`, and the state machine retries it (`sluice.contract.definition.TRANSIENT_LAMBDA_ERRORS`).
 SDK_RETRY_ENVIRONMENT = {"AWS_RETRY_MODE": "standard", "AWS_MAX_ATTEMPTS": "5"}
 
 
@@ -82,7 +82,7 @@ def lambda_environment(
 def webhook_environment(
     config: Environment, *, table: dynamodb.ITable, webhook_secret: secretsmanager.ISecret
 ) -> dict[str, str]:
-    """What `handlers.webhook` reads: no bucket, no provider, no API key."""
+    """What `sluice_handlers.webhook` reads: no bucket, no provider, no API key."""
     settings = WebhookSettings(
         table=table.table_name, webhook_secret_arn=webhook_secret.secret_arn, ttl_days=config.ttl_days
     )

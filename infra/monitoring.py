@@ -1,6 +1,6 @@
 """Alarms and a dashboard for one Sluice environment.
 
-Besides AWS's own metrics, the handlers emit EMF metrics (`handlers/observability.py`) in the
+Besides AWS's own metrics, the handlers emit EMF metrics (`sluice_handlers/observability.py`) in the
 `Sluice` namespace with the dimensions environment and service (and reason, for rejected
 webhooks): jobs and items as they finish, and webhooks by verdict.
 """

@@ -2,7 +2,7 @@
 
 Each function's role gets exactly these actions on the table (and, for the webhook, `Query` on
 the provider-id index); nothing gets Scan, DeleteItem or the index unless it is listed here.
-The local cloud enforces the actions per function (`local/iam.py`), so a call a step makes that
+The local cloud enforces the actions per function (`sluice_local/iam.py`), so a call a step makes that
 is missing here fails tests/workflow and tests/e2e with AccessDenied.
 
 The table is built from what the core's table helpers call (functions/sluice), and each step
@@ -78,7 +78,7 @@ _STEPS: dict[str, tuple[tuple[str, ...], ...]] = {
     # sluice.runners.batch.submit.submit_batch / collect_batch: their shard row, the provider's queue, PartWriter
     "submit_batch": (READ_JOB, CHECKPOINT, BUDGET, BATCH_QUEUE, UPDATE_SHARD),
     "collect_batch": (READ_JOB, CHECKPOINT, BATCH_QUEUE, UPDATE_SHARD),
-    # handlers.await_shard: JobStore.arm_shard
+    # sluice_handlers.await_shard: JobStore.arm_shard
     "await_shard": (UPDATE_SHARD,),
     # sluice.merge.merge.merge_job; sluice.merge.mark_failed.mark_failed (merge_job, or the job row alone)
     "merge": (READ_JOB, FINISH_JOB),

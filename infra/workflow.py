@@ -15,9 +15,9 @@ import aws_cdk.aws_sqs as sqs
 import aws_cdk.aws_stepfunctions as sfn
 from constructs import Construct
 from sluice.contract import INBOX_PREFIX
+from sluice.contract.definition import FUNCTION_PLACEHOLDERS, definition_json
 
 from infra.config import stack_instance_id
-from infra.definition import FUNCTION_PLACEHOLDERS, definition_json
 
 INBOX_PATTERN = f"{INBOX_PREFIX}*.jsonl"
 

@@ -11,8 +11,8 @@ import orjson
 import pytest
 from sluice.contract import PlanCache, PlanFigures
 
-from local.cloud import LocalCloud, LocalSettings
-from local.simulator import SimConfig, SimulatorServer
+from sluice_local.cloud import LocalCloud, LocalSettings
+from sluice_local.simulator import SimConfig, SimulatorServer
 
 # what only runs in `make test`, never in `make check`: a job through the local cloud
 CLOUD_DIRS = ("workflow", "e2e")
@@ -105,7 +105,7 @@ def cancel_in_cloud(store: Any, job_id: str, base_url: str, api_key: str = "sk-t
     import boto3
     from sluice.runners.cancel import cancel_job
 
-    from local.cloud import REGION
+    from sluice_local.cloud import REGION
 
     return cancel_job(
         s3=boto3.client("s3", region_name=REGION),

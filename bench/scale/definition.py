@@ -1,6 +1,6 @@
 """What the scale check reads from the state machine's definition and Merge's part planner.
 
-History events and state transitions of a Map child are counted from `infra.definition`
+History events and state transitions of a Map child are counted from `sluice.contract.definition`
 itself: each state's events by its type
 (https://docs.aws.amazon.com/step-functions/latest/apireference/API_HistoryEvent.html), the
 loop each mode waits in found as a cycle of the child's states. Merge's parts come from
@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from sluice.contract.definition import definition
 from sluice.merge.merge import plan_parts
-
-from infra.definition import definition
 
 # Task: Entered, Scheduled, Started, Succeeded, Exited; a task token adds Submitted.
 EVENTS_PER_STATE = {"Task": 5, "TaskToken": 6, "Choice": 2, "Pass": 2, "Wait": 2, "Succeed": 2, "Fail": 1, "Map": 4}

@@ -34,9 +34,9 @@ from sluice.providers import ANTHROPIC, BEDROCK, GEMINI, OPENAI
 from sluice.runners.cancel import cancel_job, provider_work_of
 from sluice.store.jobs import JobStore
 
-from local.cloud import REGION, LocalCloud, LocalSettings, run_job
-from local.ledger import Call, Caller, attributed, calling
-from local.simulator import SimConfig, SimulatorServer
+from sluice_local.cloud import REGION, LocalCloud, LocalSettings, run_job
+from sluice_local.ledger import Call, Caller, attributed, calling
+from sluice_local.simulator import SimConfig, SimulatorServer
 
 # the input's key, as a real upload names it: the job's id (and every key holding it) derives from it
 INPUT_KEY = "inbox/team/product-reviews-2026-11-{name}.jsonl"

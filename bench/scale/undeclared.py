@@ -30,7 +30,7 @@ import botocore.session
 from botocore import xform_name
 
 ROOT = Path(__file__).resolve().parents[2]
-CORE = (ROOT / "functions" / "sluice", ROOT / "functions" / "handlers")
+CORE = (ROOT / "functions" / "sluice", ROOT / "functions" / "sluice_handlers")
 # every service a step's role is granted, and what the core reaches through boto3
 SERVICES = ("s3", "dynamodb", "stepfunctions", "secretsmanager", "events", "bedrock", "bedrock-runtime", "sts")
 # boto3's own methods that make requests: not in the service models

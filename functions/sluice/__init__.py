@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-API_MODULE = "local.api"
+API_MODULE = "sluice_local.api"
 API = (
     "AWSError",
     "Client",

@@ -16,7 +16,7 @@ import pytest
 import sluice
 from sluice.cache.entries import SEGMENTS
 
-from local.simulator import SimConfig, SimulatorServer
+from sluice_local.simulator import SimConfig, SimulatorServer
 from tests.conftest import request_line, write_jsonl
 
 

@@ -28,7 +28,7 @@ import boto3
 import orjson
 import pytest
 
-from local.cloud import create_table
+from sluice_local.cloud import create_table
 from tests.conftest import request_line, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,7 +39,7 @@ TABLE = "sluice-dev-jobs"
 
 def sluice(*args: str, env: dict[str, str], timeout: float = 90) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "local.cli", *args],
+        [sys.executable, "-m", "sluice_local.cli", *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -119,7 +119,7 @@ def test_a_runs_time_is_the_whole_commands_as_time_counts_it(tmp_path: Path) -> 
 
 def test_the_process_start_is_when_the_command_began() -> None:
     code = (
-        "import time; time.sleep(0.5); from local.cli.app import process_started; "
+        "import time; time.sleep(0.5); from sluice_local.cli.app import process_started; "
         "print(time.monotonic() - process_started())"
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
@@ -128,7 +128,7 @@ def test_the_process_start_is_when_the_command_began() -> None:
 
 def test_simulator_serves_until_stopped() -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "local.cli", "simulator", "--port", "0", "--latency", "0"],
+        [sys.executable, "-m", "sluice_local.cli", "simulator", "--port", "0", "--latency", "0"],
         cwd=ROOT,
         env=clean_env(),
         stdout=subprocess.PIPE,
@@ -348,7 +348,7 @@ def deployed(moto_endpoint: str, simulator: Any, monkeypatch: pytest.MonkeyPatch
     assume = {"Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}, "Action": "sts:AssumeRole"}
     function = {
         "Runtime": "python3.12",
-        "Handler": "handlers.run_shard.handler",
+        "Handler": "sluice_handlers.run_shard.handler",
         "Role": {"Fn::GetAtt": ["ShardRole", "Arn"]},
         "Code": {"ZipFile": "def handler(event, context): ..."},
         "Environment": {"Variables": {"SLUICE_PROVIDER_BASE_URL": simulator.base_url}},
@@ -383,9 +383,9 @@ def test_environment_and_job_errors_have_their_own_exit_codes(deployed: Deployed
     empty = deployed.cli("status")
     assert empty.returncode == 0 and "no jobs yet in Sluice-dev" in empty.stderr
 
-    from local.console import EXIT_ENVIRONMENT, CliError
-    from local.deployed import connect
-    from local.deployed.stack import REQUIRED_OUTPUTS
+    from sluice_local.console import EXIT_ENVIRONMENT, CliError
+    from sluice_local.deployed import connect
+    from sluice_local.deployed.stack import REQUIRED_OUTPUTS
 
     # the provider the stack's functions call: the stack has no output for it
     assert connect("dev").provider_base_url() == deployed.sim.base_url
@@ -429,7 +429,7 @@ def test_submit_then_status_while_running_then_results(deployed: Deployed, tmp_p
 
     # --watch follows the job while the rest of it runs, and exits with how it ended
     watcher = subprocess.Popen(
-        [sys.executable, "-m", "local.cli", "status", job_id, "--env", "dev", "--watch", "--interval", "0.2"],
+        [sys.executable, "-m", "sluice_local.cli", "status", job_id, "--env", "dev", "--watch", "--interval", "0.2"],
         cwd=ROOT,
         env=deployed.env,
         stdout=subprocess.PIPE,

@@ -1,7 +1,7 @@
 """Every command with bad arguments, bad files and unreachable providers: the documented exit
 code, one message that names what to fix, and never a traceback.
 
-The table runs in this process (`local.cli.main`), which is what the `sluice` script calls;
+The table runs in this process (`sluice_local.cli.main`), which is what the `sluice` script calls;
 a few cases run as a subprocess too, to see exactly what a terminal would.
 """
 
@@ -22,11 +22,11 @@ from pathlib import Path
 import orjson
 import pytest
 
-from local.cli import build_parser, main
-from local.console import EXIT_AWS, EXIT_INPUT, EXIT_INTERNAL, EXIT_NOT_FOUND, EXIT_PROVIDER, EXIT_USAGE
-from local.providers import check_provider
-from local.sim_options import config_from
-from local.simulator import SimConfig, SimulatorServer
+from sluice_local.cli import build_parser, main
+from sluice_local.console import EXIT_AWS, EXIT_INPUT, EXIT_INTERNAL, EXIT_NOT_FOUND, EXIT_PROVIDER, EXIT_USAGE
+from sluice_local.providers import check_provider
+from sluice_local.sim_options import config_from
+from sluice_local.simulator import SimConfig, SimulatorServer
 from tests.conftest import request_line, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -307,12 +307,12 @@ def test_every_command_fails_with_its_exit_code_and_one_clear_message(
 def test_a_bug_is_one_line_and_exit_70_and_the_traceback_only_on_request(
     files: dict[str, str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import local.inputs
+    import sluice_local.inputs
 
     def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(local.inputs, "check_file", broken)
+    monkeypatch.setattr(sluice_local.inputs, "check_file", broken)
     code, _, err = sluice_in_process(["estimate", files["good"]], capsys)
     assert code == EXIT_INTERNAL == 70
     assert "internal error: RuntimeError: a bug" in err and "SLUICE_DEBUG=1" in err
@@ -384,7 +384,7 @@ def test_a_provider_that_refuses_the_key_is_caught_before_sending(
 
 def sluice(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "local.cli", *args],
+        [sys.executable, "-m", "sluice_local.cli", *args],
         cwd=ROOT,
         env={**env, "PYTHONPATH": f"{ROOT / 'functions'}:{ROOT}"},
         capture_output=True,
@@ -439,7 +439,7 @@ def test_run_help_says_what_each_choice_does_and_how_a_signal_ends_a_run(capsys:
 
 
 def test_the_readme_and_the_help_list_the_same_exit_codes() -> None:
-    from local.console import EXIT_CODES_HELP
+    from sluice_local.console import EXIT_CODES_HELP
 
     readme = " ".join((ROOT / "README.md").read_text().split())
     listed = readme[readme.index("Exit codes, for scripts:") : readme.index("`sluice --help` lists the same.")]

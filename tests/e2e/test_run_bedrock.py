@@ -31,7 +31,7 @@ def _messages(custom_id: str) -> bytes:
 def _run(path: Path, out: Path, *options: str, **variables: str) -> tuple[subprocess.CompletedProcess[bytes], Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_", "AWS_"))}
     env.update(PYTHONPATH=f"{ROOT / 'functions'}:{ROOT}", **variables)
-    command = [sys.executable, "-m", "local.cli", "run", str(path), "--provider", "bedrock", "--model", MODEL]
+    command = [sys.executable, "-m", "sluice_local.cli", "run", str(path), "--provider", "bedrock", "--model", MODEL]
     done = subprocess.run([*command, "--no-cache", *options, "--out", str(out)], cwd=ROOT, env=env, capture_output=True)
     summary = out / f"{path.stem}.summary.json"
     return done, orjson.loads(summary.read_bytes()) if summary.exists() else {}

@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from local.simulator import SimConfig, SimulatorServer
+from sluice_local.simulator import SimConfig, SimulatorServer
 from tests.conftest import request_line, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,7 +32,7 @@ def _env(provider: SimulatorServer) -> dict[str, str]:
 
 def _command(path: Path, out: Path, cache: Path | None) -> list[str]:
     where = ["--cache-dir", str(cache)] if cache is not None else []
-    return [sys.executable, "-m", "local.cli", "run", str(path), "--out", str(out), *where]
+    return [sys.executable, "-m", "sluice_local.cli", "run", str(path), "--out", str(out), *where]
 
 
 def _run(provider: SimulatorServer, path: Path, out: Path, cache: Path | None, *extra: str) -> dict[str, Any]:
@@ -147,7 +147,7 @@ def test_cache_stats_and_clear(tmp_path: Path, capsys: Any) -> None:
     from sluice.core.records import result_record
     from sluice.providers import OPENAI
 
-    from local.cli.app import main
+    from sluice_local.cli.app import main
 
     cache = tmp_path / "cache"
     fill = CacheFill(DirStore(cache), base_url="http://p/v1", name="seg", request_format=OPENAI)

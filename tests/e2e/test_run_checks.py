@@ -14,10 +14,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from local.cli import main
-from local.console import EXIT_COMPLETED_WITH_ERRORS, EXIT_INPUT
-from local.inputs import check_file
-from local.simulator import SimConfig, SimulatorServer
+from sluice_local.cli import main
+from sluice_local.console import EXIT_COMPLETED_WITH_ERRORS, EXIT_INPUT
+from sluice_local.inputs import check_file
+from sluice_local.simulator import SimConfig, SimulatorServer
 from tests.conftest import request_line, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def _run(path: Path, out: Path, *options: str, **variables: str) -> tuple[subprocess.CompletedProcess[str], Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_", "AWS_"))}
     env.update(PYTHONPATH=f"{ROOT / 'functions'}:{ROOT}", **variables)
-    command = [sys.executable, "-m", "local.cli", "run", str(path), "--no-cache", "--out", str(out), *options]
+    command = [sys.executable, "-m", "sluice_local.cli", "run", str(path), "--no-cache", "--out", str(out), *options]
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     summary = out / f"{path.stem}.summary.json"
     return done, orjson.loads(summary.read_bytes()) if summary.exists() else {}

@@ -10,9 +10,9 @@ from typing import Any
 import orjson
 import pytest
 
-import local.cli.run
-from local.cli import main
-from local.console import EXIT_PROVIDER, EXIT_USAGE
+import sluice_local.cli.run
+from sluice_local.cli import main
+from sluice_local.console import EXIT_PROVIDER, EXIT_USAGE
 from tests.conftest import request_line, write_jsonl
 
 
@@ -62,14 +62,14 @@ def test_a_provider_that_refused_the_job_is_quoted_with_the_likely_cause_and_exi
         "cause": "the base URL's path is wrong (OPENAI_BASE_URL usually ends in /v1)",
         "lines": 1980,
     }
-    written = local.cli.run.local_summary
+    written = sluice_local.cli.run.local_summary
 
     def with_refusal(*args: Any, **kwargs: Any) -> dict[str, Any]:
         summary = written(*args, **kwargs)
         summary["provider_refused"] = refused
         return summary
 
-    monkeypatch.setattr(local.cli.run, "local_summary", with_refusal)
+    monkeypatch.setattr(sluice_local.cli.run, "local_summary", with_refusal)
     path = write_jsonl(tmp_path / "wrong.jsonl", [request_line("w-1")])
 
     code = main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet", "--latency", "0"])

@@ -25,7 +25,7 @@ KEY = "gemini-users-own-key"
 def _run(path: Path, out: Path, **variables: str) -> tuple[subprocess.CompletedProcess[bytes], Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_", "GEMINI_", "GOOGLE_"))}
     env.update(PYTHONPATH=f"{ROOT / 'functions'}:{ROOT}", **variables)
-    command = [sys.executable, "-m", "local.cli", "run", str(path), "--provider", "gemini", "--model", MODEL]
+    command = [sys.executable, "-m", "sluice_local.cli", "run", str(path), "--provider", "gemini", "--model", MODEL]
     done = subprocess.run(
         [*command, "--no-cache", "--mode", "direct", "--out", str(out)], cwd=ROOT, env=env, capture_output=True
     )

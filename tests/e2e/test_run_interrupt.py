@@ -15,7 +15,7 @@ from sluice.cache.entries import SEGMENTS, DirStore, stats
 from sluice.merge.verify import verify
 from sluice.providers import OPENAI
 
-from local.simulator import SimConfig, SimulatorServer
+from sluice_local.simulator import SimConfig, SimulatorServer
 from tests.conftest import write_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,7 +55,7 @@ def _interrupt(tmp_path: Path, *signals: signal.Signals) -> tuple[int, str, Path
     (exit code, stderr, input, outputs, cache)."""
     path = write_jsonl(tmp_path / "long.jsonl", _distinct(LINES))
     out, cache = tmp_path / "out", tmp_path / "cache"
-    command = [sys.executable, "-m", "local.cli", "run", str(path), "--out", str(out), "--cache-dir", str(cache)]
+    command = [sys.executable, "-m", "sluice_local.cli", "run", str(path), "--out", str(out), "--cache-dir", str(cache)]
     command += ["--concurrency", "20", "--quiet"]
     # answers take 0.2 to 3.2 s: they arrive all the time, and some are still coming seconds after a signal
     with SimulatorServer(SimConfig(latency_s=0.2, jitter_s=3.0)) as provider:

@@ -8,7 +8,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from local.cli import main
+from sluice_local.cli import main
 from tests.conftest import write_jsonl
 
 # genai-prices 0.2.5's list prices, USD per million tokens: what the outputs must show

@@ -27,7 +27,7 @@ def test_progress_at_a_terminal_moves_every_second_and_the_last_line_adds_tokens
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'functions'}:{ROOT}", "TERM": "xterm"}
     env.pop("OPENAI_BASE_URL", None)
     env.pop("OPENAI_API_KEY", None)
-    command = [sys.executable, "-m", "local.cli", "run", str(path), "--out", str(tmp_path / "out")]
+    command = [sys.executable, "-m", "sluice_local.cli", "run", str(path), "--out", str(tmp_path / "out")]
     command += ["--latency", "0.1", "--concurrency", "10"]
     leader, follower = pty.openpty()
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 120, 0, 0))

@@ -10,7 +10,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from local.simulator import SimConfig, SimulatorServer
+from sluice_local.simulator import SimConfig, SimulatorServer
 from tests.conftest import request_line, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,7 +25,7 @@ def test_run_uses_the_configured_provider_and_its_key(tmp_path: Path) -> None:
             "OPENAI_BASE_URL": provider.base_url,
             "OPENAI_API_KEY": "sk-users-own-key",
         }
-        command = [sys.executable, "-m", "local.cli", "run", str(path), "--out", str(tmp_path / "out")]
+        command = [sys.executable, "-m", "sluice_local.cli", "run", str(path), "--out", str(tmp_path / "out")]
         done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, timeout=120)
         sent = {e["custom_id"] for e in provider.log if e["path"] == "/v1/chat/completions" and e["status"] == 200}
 
@@ -44,7 +44,16 @@ def test_a_base_url_without_its_version_is_refused_as_the_real_provider_would(tm
     path = write_jsonl(tmp_path / "mine.jsonl", [request_line(f"p-{n}") for n in range(25)])
     with SimulatorServer(SimConfig(latency_s=0.01)) as provider:
         env = {**os.environ, "PYTHONPATH": f"{ROOT / 'functions'}:{ROOT}", "OPENAI_BASE_URL": provider.url}
-        command = [sys.executable, "-m", "local.cli", "run", str(path), "--no-cache", "--out", str(tmp_path / "out")]
+        command = [
+            sys.executable,
+            "-m",
+            "sluice_local.cli",
+            "run",
+            str(path),
+            "--no-cache",
+            "--out",
+            str(tmp_path / "out"),
+        ]
         done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, timeout=120)
         log = list(provider.log)
 
@@ -75,7 +84,7 @@ def test_run_on_anthropic_sends_to_anthropic_base_url_with_its_key_and_never_sho
             "OPENAI_API_KEY": "sk-not-for-anthropic",
         }
         env.pop("OPENAI_BASE_URL", None)
-        command = [sys.executable, "-m", "local.cli", "run", str(path), "--provider", "anthropic", "--no-cache"]
+        command = [sys.executable, "-m", "sluice_local.cli", "run", str(path), "--provider", "anthropic", "--no-cache"]
         done = subprocess.run([*command, "--out", str(tmp_path / "out")], cwd=ROOT, env=env, capture_output=True)
         log = list(provider.log)
 
@@ -98,7 +107,7 @@ def test_run_on_anthropic_without_its_variables_uses_the_simulator_and_refuses_b
     path = write_jsonl(tmp_path / "small.jsonl", lines)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_"))}
     env["PYTHONPATH"] = f"{ROOT / 'functions'}:{ROOT}"
-    command = [sys.executable, "-m", "local.cli", "run", str(path), "--provider", "anthropic", "--no-cache"]
+    command = [sys.executable, "-m", "sluice_local.cli", "run", str(path), "--provider", "anthropic", "--no-cache"]
     done = subprocess.run([*command, "--out", str(tmp_path / "out")], cwd=ROOT, env=env, capture_output=True)
 
     assert done.returncode == 0, done.stderr.decode()[-2000:]
@@ -126,10 +135,10 @@ def test_run_on_anthropic_without_its_variables_uses_the_simulator_and_refuses_b
 def test_a_job_plan_refuses_for_its_options_exits_2_with_plans_reason(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from local.cli import main
+    from sluice_local.cli import main
 
     # what `run` refuses first, let through: Plan's own refusal is the backstop
-    monkeypatch.setattr("local.cli.run.check_mode", lambda *_: None)
+    monkeypatch.setattr("sluice_local.cli.run.check_mode", lambda *_: None)
     for name in [n for n in os.environ if n.startswith(("OPENAI_", "ANTHROPIC_"))]:
         monkeypatch.delenv(name)
     lines = [request_line(f"p-{n}").replace(b"gpt-4o-mini", b"claude-3-5-haiku-latest") for n in range(3)]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import orjson
 
-from local.simulator import SimConfig, SimulatorServer
+from sluice_local.simulator import SimConfig, SimulatorServer
 from tests.conftest import request_line, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,7 +37,17 @@ def test_ctrl_c_then_a_rerun_sends_each_line_exactly_once(tmp_path: Path) -> Non
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'functions'}:{ROOT}", "OPENAI_API_KEY": KEY}
 
     def command(out: Path) -> list[str]:
-        return [sys.executable, "-m", "local.cli", "run", str(path), "--out", str(out), "--cache-dir", str(cache)]
+        return [
+            sys.executable,
+            "-m",
+            "sluice_local.cli",
+            "run",
+            str(path),
+            "--out",
+            str(out),
+            "--cache-dir",
+            str(cache),
+        ]
 
     with SimulatorServer(SimConfig(latency_s=0.3, api_key=KEY)) as provider:
         env["OPENAI_BASE_URL"] = provider.base_url

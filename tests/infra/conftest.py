@@ -19,7 +19,7 @@ from aws_cdk import assertions
 from infra.checks import SecurityChecks
 from infra.config import cdk_json_context
 from infra.stack import SluiceStack, build_app
-from local.iam import FAMILY_SETTINGS
+from sluice_local.iam import FAMILY_SETTINGS
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTEXT: dict[str, Any] = cdk_json_context()

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from sluice.contract import PROVIDER_STEPS
 
-from local.iam import ACCOUNT, REGION, allows, policies_from_template
+from sluice_local.iam import ACCOUNT, REGION, allows, policies_from_template
 from tests.infra.conftest import BEDROCK_ENV, Synthesis
 from tests.infra.test_functions import step_functions
 from tests.infra.test_security import _listed, _role_statements, _statements
@@ -186,7 +186,7 @@ def test_an_application_inference_profile_of_the_account_reaches_its_models(
 def test_the_local_cloud_lets_a_sender_name_its_model_by_an_application_profiles_arn(
     bedrock_synthesis: Synthesis,
 ) -> None:
-    from local.iam import LocalIam
+    from sluice_local.iam import LocalIam
 
     policies = policies_from_template(bedrock_synthesis.raw[BEDROCK_ENV])
     local = LocalIam(admin_key_id="admin", admin_secret="secret", key_owners={"key": "run_shard"})

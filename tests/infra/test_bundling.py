@@ -97,7 +97,7 @@ def test_asset_has_linux_wheels_for_the_runtime_and_our_packages(tmp_path: Path)
     parsers = list((tmp_path / "aiohttp").glob("_http_parser*.so"))
     assert [p.name for p in parsers] == ["_http_parser.cpython-312-x86_64-linux-gnu.so"]
     assert not list(tmp_path.rglob("*-darwin.so")) and not list(tmp_path.rglob("*.pyd"))
-    for package in ("sluice", "handlers"):
+    for package in ("sluice", "sluice_handlers"):
         assert (tmp_path / package / "__init__.py").exists() or list((tmp_path / package).glob("*.py")), package
     assert (tmp_path / "sluice" / "contract" / "__init__.py").exists()
     # the handlers' structured logs and metrics

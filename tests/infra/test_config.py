@@ -312,8 +312,7 @@ def test_every_step_setting_an_environment_names_reaches_the_steps() -> None:
 )
 def test_an_environment_of_a_keyed_family_sends_its_steps_there_with_its_key(provider: str, base_url: str) -> None:
     from aws_cdk import assertions
-
-    from infra.definition import FUNCTION_PLACEHOLDERS
+    from sluice.contract.definition import FUNCTION_PLACEHOLDERS
 
     context = copy.deepcopy(CONTEXT)
     dev = context["environments"]["dev"]
@@ -325,7 +324,7 @@ def test_an_environment_of_a_keyed_family_sends_its_steps_there_with_its_key(pro
     steps = {
         v["Properties"]["Handler"].split(".")[1]: v["Properties"]["Environment"]["Variables"]
         for v in resources.values()
-        if v["Type"] == "AWS::Lambda::Function" and v["Properties"].get("Handler", "").startswith("handlers.")
+        if v["Type"] == "AWS::Lambda::Function" and v["Properties"].get("Handler", "").startswith("sluice_handlers.")
     }
     steps = {name: variables for name, variables in steps.items() if name in FUNCTION_PLACEHOLDERS}
     assert steps

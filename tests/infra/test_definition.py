@@ -6,8 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from sluice.contract import MARK_FAILED_ERROR_KEY, STEP_ERROR_KEY, MarkedFailed
-
-from infra.definition import definition
+from sluice.contract.definition import definition
 
 HISTORY_EVENTS = 25_000
 # TaskScheduled, TaskStarted, TaskFailed: what one refused attempt adds to the history

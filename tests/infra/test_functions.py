@@ -1,13 +1,13 @@
 from __future__ import annotations
 
 from sluice.contract import ENVIRONMENT_VARIABLE, FULL_VCPU_MB, Settings, WebhookSettings
+from sluice.contract.definition import FUNCTION_PLACEHOLDERS
 
-from infra.definition import FUNCTION_PLACEHOLDERS
 from tests.infra.conftest import Synthesis
 from tests.infra.test_workflow import STACK_INSTANCE, _flat
 
 # The seven of the original design plus the ones the definition has grown since.
-HANDLERS = {step: f"handlers.{step}.handler" for step in FUNCTION_PLACEHOLDERS}
+HANDLERS = {step: f"sluice_handlers.{step}.handler" for step in FUNCTION_PLACEHOLDERS}
 SHORT_STEPS = ("notify", "await_shard", "take_slot", "give_back_slot")
 CONFIGURED = {
     "SLUICE_BUCKET",
@@ -41,7 +41,7 @@ def our_functions(synthesis: Synthesis, env: str) -> dict[str, dict]:
     ours = {}
     for function in functions:
         handler = function["Properties"].get("Handler", "")
-        if handler.startswith("handlers."):
+        if handler.startswith("sluice_handlers."):
             ours[handler.split(".")[1]] = function
     return ours
 
@@ -184,7 +184,7 @@ def test_every_lambda_in_the_stack_logs_to_a_group_that_expires(synthesis: Synth
     groups = synthesis.resources(env, "AWS::Logs::LogGroup")
     expected = synthesis.stacks[env].config.log_retention_days
     functions = synthesis.resources(env, "AWS::Lambda::Function")
-    theirs = [k for k, f in functions.items() if not f["Properties"].get("Handler", "").startswith("handlers.")]
+    theirs = [k for k, f in functions.items() if not f["Properties"].get("Handler", "").startswith("sluice_handlers.")]
     assert theirs, "CDK adds at least the bucket notifications handler"
     for logical_id, function in functions.items():
         group = function["Properties"].get("LoggingConfig", {}).get("LogGroup", {}).get("Ref")

@@ -1,8 +1,8 @@
-"""The local cloud's IAM snapshot (local/policies.json) is what the stack synthesizes."""
+"""The local cloud's IAM snapshot (sluice_local/policies.json) is what the stack synthesizes."""
 
 from __future__ import annotations
 
-from local.iam import (
+from sluice_local.iam import (
     BEDROCK_BATCH,
     POLICIES,
     SNAPSHOT_ENV,

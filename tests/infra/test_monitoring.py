@@ -148,7 +148,7 @@ def test_alarms_publish_to_the_operators_own_topic_too_when_cdk_json_names_one()
 
 
 def test_rejected_webhooks_alarm_on_this_environments_emf_metric(synthesis: Synthesis, env: str) -> None:
-    from handlers.observability import SERVICE, metrics
+    from sluice_handlers.observability import SERVICE, metrics
 
     (alarm,) = [
         a["Properties"]
@@ -169,8 +169,8 @@ def test_rejected_webhooks_alarm_on_this_environments_emf_metric(synthesis: Synt
 def test_a_job_past_its_error_rate_raises_an_alarm_on_the_metric_notify_and_mark_failed_emit(
     synthesis: Synthesis, env: str
 ) -> None:
-    from handlers.observability import SERVICE, metrics
     from sluice.contract import JOBS_OVER_ERROR_RATE
+    from sluice_handlers.observability import SERVICE, metrics
 
     (alarm,) = [
         a["Properties"]

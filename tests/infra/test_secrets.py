@@ -40,9 +40,9 @@ def test_existing_secrets_are_referenced_by_arn() -> None:
     assert outputs["WebhookSecretArn"]["Value"] == EXISTING_WEBHOOK
     functions = template.find_resources("AWS::Lambda::Function")
     by_handler = {f["Properties"].get("Handler"): f for f in functions.values()}
-    run_shard = by_handler["handlers.run_shard.handler"]
+    run_shard = by_handler["sluice_handlers.run_shard.handler"]
     assert run_shard["Properties"]["Environment"]["Variables"]["SLUICE_API_KEY_SECRET_ARN"] == EXISTING
-    webhook = by_handler["handlers.webhook.handler"]
+    webhook = by_handler["sluice_handlers.webhook.handler"]
     assert webhook["Properties"]["Environment"]["Variables"]["SLUICE_WEBHOOK_SECRET_ARN"] == EXISTING_WEBHOOK
     statements = [
         s
@@ -67,7 +67,7 @@ def _decrypt_by_handler(api_key: str | None, webhook: str | None, key: str | Non
     handler_by_role = {
         f["Properties"]["Role"]["Fn::GetAtt"][0]: f["Properties"]["Handler"].split(".")[1]
         for f in resources.values()
-        if f["Type"] == "AWS::Lambda::Function" and f["Properties"].get("Handler", "").startswith("handlers.")
+        if f["Type"] == "AWS::Lambda::Function" and f["Properties"].get("Handler", "").startswith("sluice_handlers.")
     }
     found: dict[str, list[dict]] = {}
     for policy in resources.values():

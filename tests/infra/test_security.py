@@ -226,7 +226,7 @@ def _webhook_invokers(synthesis: Synthesis, env: str) -> list[dict[str, Any]]:
     webhook_id = next(
         k
         for k, f in synthesis.resources(env, "AWS::Lambda::Function").items()
-        if f["Properties"].get("Handler") == "handlers.webhook.handler"
+        if f["Properties"].get("Handler") == "sluice_handlers.webhook.handler"
     )
     permissions = [
         p["Properties"]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from handlers import webhook
 from sluice.store.jobs import JobStore
+from sluice_handlers import webhook
 
 from infra.stack import PROVIDER_ID_INDEX, WEBHOOK_INDEX_ACTIONS, WEBHOOK_TABLE_ACTIONS
 from tests.unit.test_observability import call, deployed_webhook, provider_event, signed

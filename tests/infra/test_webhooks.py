@@ -29,7 +29,7 @@ def test_one_http_api_with_only_post_webhooks_to_the_webhook_lambda(synthesis: S
     function_id, attribute = props["IntegrationUri"]["Fn::GetAtt"]
     assert attribute == "Arn"
     function = synthesis.raw[env]["Resources"][function_id]["Properties"]
-    assert function["Handler"] == "handlers.webhook.handler"
+    assert function["Handler"] == "sluice_handlers.webhook.handler"
     assert function["Runtime"] == "python3.12"
     # answers well inside API Gateway's integration timeout
     assert function["Timeout"] * 1000 < props["TimeoutInMillis"] <= 30_000

@@ -5,8 +5,8 @@ import re
 from typing import Any
 
 from aws_cdk.assertions import Match
+from sluice.contract.definition import FUNCTION_PLACEHOLDERS, definition_json
 
-from infra.definition import FUNCTION_PLACEHOLDERS, definition_json
 from tests.infra.conftest import Synthesis
 
 
@@ -36,7 +36,7 @@ def test_every_placeholder_is_a_function_arn(synthesis: Synthesis, env: str) -> 
     for value in substitutions.values():
         logical_id, attribute = value["Fn::GetAtt"]
         assert attribute == "Arn"
-        assert functions[logical_id]["Properties"]["Handler"].startswith("handlers.")
+        assert functions[logical_id]["Properties"]["Handler"].startswith("sluice_handlers.")
         targets.add(logical_id)
     assert len(targets) == len(FUNCTION_PLACEHOLDERS)
 
@@ -106,10 +106,10 @@ def _resources(statement: dict) -> list[str]:
 
 def test_workflow_role_invokes_exactly_the_step_functions(synthesis: Synthesis, env: str) -> None:
     functions = synthesis.resources(env, "AWS::Lambda::Function")
-    steps = {f"handlers.{step}.handler" for step in FUNCTION_PLACEHOLDERS}
+    steps = {f"sluice_handlers.{step}.handler" for step in FUNCTION_PLACEHOLDERS}
     ours = {k for k, f in functions.items() if f["Properties"].get("Handler", "") in steps}
     # the webhook Lambda is API Gateway's to call, not the workflow's
-    assert any(f["Properties"].get("Handler") == "handlers.webhook.handler" for f in functions.values())
+    assert any(f["Properties"].get("Handler") == "sluice_handlers.webhook.handler" for f in functions.values())
     invoke = [s for s in _workflow_statements(synthesis, env) if s["Action"] == "lambda:InvokeFunction"]
     (statement,) = invoke
     # the definition invokes each function by its unqualified ARN: no version or alias (`:*`)
@@ -144,9 +144,9 @@ def test_outputs_let_a_cli_find_the_environment(synthesis: Synthesis, env: str) 
 def test_the_local_run_executes_the_deployed_definition(synthesis: Synthesis, env: str) -> None:
     """`sluice run` must run what `cdk deploy` ships: same document once the ARNs are filled in."""
     from sluice.contract import STEPS
+    from sluice.contract.definition import substitute
 
-    from infra.definition import substitute
-    from local.cloud import function_arn, local_definition
+    from sluice_local.cloud import function_arn, local_definition
 
     _, machine = _only(synthesis.resources(env, "AWS::StepFunctions::StateMachine"))
     functions = synthesis.resources(env, "AWS::Lambda::Function")

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from local.simulator import SimConfig, Simulator, SimulatorServer
+from sluice_local.simulator import SimConfig, Simulator, SimulatorServer
 
 MODEL = "gemini-2.5-flash"
 RETRY_INFO = "type.googleapis.com/google.rpc.RetryInfo"

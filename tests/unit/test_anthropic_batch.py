@@ -1,5 +1,5 @@
 """Anthropic's Message Batches as a `BatchApi` (`sluice.providers.anthropic.batch`), against the
-simulator's Message Batches (`local.simulator.message_batches`)."""
+simulator's Message Batches (`sluice_local.simulator.message_batches`)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from sluice.providers.anthropic.batch_wire import batch_status, parse_row
 from sluice.providers.anthropic.format import ANTHROPIC
 from sluice.providers.batch import BatchRow, BatchState, BatchStatus, BatchTag, BatchUpload, QueueFull
 
-from local.simulator import SimConfig, SimulatorServer
+from sluice_local.simulator import SimConfig, SimulatorServer
 
 BASE = SimConfig(latency_s=0.0, seed=7, batch_phase_s=0.0)
 MODEL = "claude-3-5-haiku-latest"

@@ -29,14 +29,14 @@ def _modules_after(code: str) -> set[str]:
 def test_importing_the_core_as_a_handler_does_imports_no_local_code() -> None:
     loaded = _modules_after("import sluice, sluice.plan.plan, sluice.merge.merge")
     assert "sluice.plan.plan" in loaded
-    assert not {m for m in loaded if m.split(".")[0] in ("local", "moto")}
+    assert not {m for m in loaded if m.split(".")[0] in ("sluice_local", "moto")}
 
 
 def test_the_api_names_resolve_to_the_api_module_on_first_use() -> None:
     loaded = _modules_after("import sluice\nsluice.run")
-    assert "local.api" in loaded
+    assert "sluice_local.api" in loaded
     assert sorted(sluice.API) == sorted(__import__(sluice.API_MODULE, fromlist=["__all__"]).__all__)
-    assert sluice.SluiceError.__module__ == "local.api.errors"
+    assert sluice.SluiceError.__module__ == "sluice_local.api.errors"
     assert issubclass(sluice.InputError, sluice.SluiceError) and sluice.InputError.code == 3
     assert "run" in dir(sluice)
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):

@@ -19,9 +19,9 @@ ROOT = Path(__file__).resolve().parents[2]
 # Where each importable top-level package lives (pyproject.toml's package-dir).
 PACKAGES = {
     "sluice": ROOT / "functions" / "sluice",
-    "handlers": ROOT / "functions" / "handlers",
+    "sluice_handlers": ROOT / "functions" / "sluice_handlers",
     "infra": ROOT / "infra",
-    "local": ROOT / "local",
+    "sluice_local": ROOT / "sluice_local",
     "bench": ROOT / "bench",
 }
 # Packages the Lambda asset carries without naming them in functions/requirements.txt: boto3's
@@ -99,7 +99,7 @@ def violations(package: str, forbidden: tuple[str, ...], *, only: str | None = N
 
 def foreign_packages(package: str, allowed: set[str], *, exclude: str | None = None) -> list[str]:
     """Imports that are neither the standard library, the project's Lambda code, nor `allowed`."""
-    own = {"sluice", "handlers"}
+    own = {"sluice", "sluice_handlers"}
     return [
         f"{where}: {module} imports {imported}"
         for where, module, imported in imports_of(package)
@@ -123,16 +123,16 @@ def test_the_contract_imports_only_the_standard_library() -> None:
 
 
 def test_the_core_imports_no_handler_infra_local_bench_or_test_code() -> None:
-    assert not violations("sluice", ("handlers", "infra", "local", "bench", "tests"))
+    assert not violations("sluice", ("sluice_handlers", "infra", "sluice_local", "bench", "tests"))
 
 
 def test_the_handlers_import_the_core_but_no_infra_local_bench_or_test_code() -> None:
-    assert not violations("handlers", ("infra", "local", "bench", "tests"))
+    assert not violations("sluice_handlers", ("infra", "sluice_local", "bench", "tests"))
 
 
 def test_the_lambda_code_imports_only_what_its_asset_carries() -> None:
     allowed = asset_packages()
-    outside = foreign_packages("sluice", allowed) + foreign_packages("handlers", allowed)
+    outside = foreign_packages("sluice", allowed) + foreign_packages("sluice_handlers", allowed)
     assert not outside, f"not in functions/requirements.txt, so missing in Lambda: {outside}"
 
 
@@ -141,23 +141,33 @@ def test_infra_reads_only_the_contract_of_the_lambda_code() -> None:
         f"{where}: {module} imports {imported}"
         for where, module, imported in imports_of("infra")
         if (within(imported, "sluice") and not within(imported, "sluice.contract"))
-        or any(within(imported, f) for f in ("handlers", "local", "bench", "tests"))
+        or any(within(imported, f) for f in ("sluice_handlers", "sluice_local", "bench", "tests"))
     ]
     assert not wrong
 
 
 def test_local_imports_no_bench_or_test_code() -> None:
-    assert not violations("local", ("bench", "tests"))
+    assert not violations("sluice_local", ("bench", "tests"))
 
 
 def test_the_simulator_knows_nothing_of_sluice() -> None:
-    # it plays the provider, and runs alone as `sluice simulator` or `python -m local.simulator`
-    assert not violations("local", ("sluice", "handlers", "infra", "local.cloud"), only="local.simulator")
+    # it plays the provider, and runs alone as `sluice simulator` or `python -m sluice_local.simulator`
+    assert not violations(
+        "sluice_local", ("sluice", "sluice_handlers", "infra", "sluice_local.cloud"), only="sluice_local.simulator"
+    )
 
 
 def test_the_deployed_stack_client_never_starts_the_local_cloud() -> None:
-    forbidden = ("handlers", "infra", "local.cloud", "local.iam", "local.moto_patches", "local.moto_quotas", "moto")
-    assert not violations("local", forbidden, only="local.deployed")
+    forbidden = (
+        "sluice_handlers",
+        "infra",
+        "sluice_local.cloud",
+        "sluice_local.iam",
+        "sluice_local.moto_patches",
+        "sluice_local.moto_quotas",
+        "moto",
+    )
+    assert not violations("sluice_local", forbidden, only="sluice_local.deployed")
 
 
 # provider SDKs: only `sluice.providers` knows a provider's API (issue 32)
@@ -167,7 +177,7 @@ PROVIDER_SDKS = ("openai", "anthropic")
 def test_only_the_providers_package_imports_a_provider_sdk() -> None:
     wrong = [
         f"{where}: {module} imports {imported}"
-        for package in ("sluice", "handlers")
+        for package in ("sluice", "sluice_handlers")
         for where, module, imported in imports_of(package)
         if top(imported) in PROVIDER_SDKS and not within(module, "sluice.providers")
     ]
@@ -175,7 +185,7 @@ def test_only_the_providers_package_imports_a_provider_sdk() -> None:
 
 
 def test_bench_is_imported_by_no_product_code() -> None:
-    for package in ("sluice", "handlers", "infra", "local"):
+    for package in ("sluice", "sluice_handlers", "infra", "sluice_local"):
         assert not violations(package, ("bench",))
 
 
@@ -236,7 +246,7 @@ def provider_sdk_users(package: str) -> dict[str, list[str]]:
 def test_only_the_providers_package_speaks_to_a_provider_through_its_sdk() -> None:
     outside = {
         path: uses
-        for package in ("sluice", "handlers", "infra", "local")
+        for package in ("sluice", "sluice_handlers", "infra", "sluice_local")
         for path, uses in provider_sdk_users(package).items()
     }
     assert not outside, f"a provider's SDK or AWS client outside sluice.providers: {outside}"
@@ -245,7 +255,7 @@ def test_only_the_providers_package_speaks_to_a_provider_through_its_sdk() -> No
 def test_no_lambda_code_outside_the_providers_names_a_providers_wire() -> None:
     hits = [
         f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
-        for package in ("sluice", "handlers")
+        for package in ("sluice", "sluice_handlers")
         for path in files(package)
         if not within(module_name(path), PROVIDERS_PACKAGE)
         for number, line in enumerate(path.read_text().splitlines(), start=1)
@@ -277,12 +287,12 @@ def test_the_seam_rules_catch_a_provider_sdk_client_or_wire_name_outside_the_pro
 @pytest.mark.parametrize(
     ("source", "module", "expected"),
     [
-        ("from handlers.runtime import runtime\n", "sluice.merge", "handlers.runtime.runtime"),
+        ("from sluice_handlers.runtime import runtime\n", "sluice.merge", "sluice_handlers.runtime.runtime"),
         ("def f():\n    import infra.stack\n", "sluice.plan", "infra.stack"),
         ("from .. import local\n", "sluice.sub.mod", "sluice.local"),
         ("from . import parts\n", "sluice.direct", "sluice.parts"),
         ("from .model import Outcome\n", "sluice", "sluice.model.Outcome"),
-        ("from local import simulator as sim\n", "local.cli.simulator", "local.simulator"),
+        ("from sluice_local import simulator as sim\n", "sluice_local.cli.simulator", "sluice_local.simulator"),
     ],
 )
 def test_the_import_reader_resolves_what_a_module_imports(source: str, module: str, expected: str) -> None:
@@ -294,19 +304,21 @@ def test_the_rules_catch_a_core_module_importing_a_layer_above(tmp_path: Path, m
     fake = tmp_path / "sluice"
     fake.mkdir()
     (fake / "clean.py").write_text("from .contract import STEPS\nimport orjson\n")
-    (fake / "leaky.py").write_text("def late():\n    from local.cloud import LocalCloud\n")
+    (fake / "leaky.py").write_text("def late():\n    from sluice_local.cloud import LocalCloud\n")
     monkeypatch.setitem(PACKAGES, "sluice", fake)
-    assert violations("sluice", ("handlers", "infra", "local")) == [
-        f"{fake}/leaky.py:2: sluice.leaky imports local.cloud.LocalCloud"
+    assert violations("sluice", ("sluice_handlers", "infra", "sluice_local")) == [
+        f"{fake}/leaky.py:2: sluice.leaky imports sluice_local.cloud.LocalCloud"
     ]
 
 
 def test_the_rules_catch_a_third_party_import_the_asset_lacks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    fake = tmp_path / "handlers"
+    fake = tmp_path / "sluice_handlers"
     fake.mkdir()
     (fake / "plan.py").write_text("import orjson\nimport boto3\nfrom sluice.plan import plan_job\nimport moto\n")
-    monkeypatch.setitem(PACKAGES, "handlers", fake)
-    assert foreign_packages("handlers", asset_packages()) == [f"{fake}/plan.py:4: handlers.plan imports moto"]
+    monkeypatch.setitem(PACKAGES, "sluice_handlers", fake)
+    assert foreign_packages("sluice_handlers", asset_packages()) == [
+        f"{fake}/plan.py:4: sluice_handlers.plan imports moto"
+    ]
 
 
 # The core's packages, in the pipeline's order: each may import the ones its docstring names, which

@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError, ConnectTimeoutError, EndpointConnectionError, ReadTimeoutError
-from handlers.observability import instrumented
+from sluice.contract.definition import TRANSIENT_LAMBDA_ERRORS, definition
 from sluice.core.aws_errors import Transient, as_step_error, is_transient
+from sluice_handlers.observability import instrumented
 
-from infra.definition import TRANSIENT_LAMBDA_ERRORS, definition
-from local.cloud import LambdaContext
+from sluice_local.cloud import LambdaContext
 
 
 def client_error(code: str, status: int, operation: str = "PutItem", **extra: Any) -> ClientError:

@@ -9,7 +9,7 @@ from sluice.contract.model import ErrorCode, Request
 from sluice.providers.background import Settled
 from sluice.providers.openai.background import output_text, poll_request, settle, submit_request
 
-from local.cloud import run_job
+from sluice_local.cloud import run_job
 from tests.conftest import request_line, write_jsonl
 
 

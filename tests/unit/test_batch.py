@@ -34,8 +34,8 @@ from sluice.shard.frame import ShardContext, ShardSpec
 from sluice.shard.parts import load_checkpoint
 from sluice.store.jobs import JobStore
 
-from local.cloud import LocalCloud
-from local.simulator import SimConfig, SimulatorServer
+from sluice_local.cloud import LocalCloud
+from sluice_local.simulator import SimConfig, SimulatorServer
 from tests.conftest import plan_figures, request_line
 
 JOB = "unit-batch-job"

@@ -20,7 +20,7 @@ from sluice.limits.batch_queue_table import QueueTable
 from sluice.providers.openai.batch import batch_row
 from sluice.runners.batch.submit import collect_batch, split_parts, submit_batch
 
-from local.simulator import SimConfig, SimulatorServer
+from sluice_local.simulator import SimConfig, SimulatorServer
 from tests.unit.test_batch import JOB, Env, lines, request
 from tests.unit.test_batch import env as batch_env  # noqa: F401  (test_batch's fixture, as `batch_env`)
 

@@ -24,7 +24,7 @@ from sluice.shard.frame import ShardContext, ShardSpec, pending
 from sluice.shard.parts import load_checkpoint
 from sluice.store.jobs import JobStore
 
-from local.cloud import create_table
+from sluice_local.cloud import create_table
 from tests.conftest import plan_figures, request_line
 from tests.unit.fake_batch_api import FakeBatchApi
 

@@ -23,7 +23,7 @@ from sluice.providers import apis
 from sluice.runners.batch.submit import collect_batch, submit_batch
 from sluice.shard.frame import ShardSpec, pending
 
-from local.cloud.bedrock_jobs import BedrockJobs
+from sluice_local.cloud.bedrock_jobs import BedrockJobs
 from tests.conftest import request_line
 from tests.unit.test_batch_runner import BUCKET, Env
 from tests.unit.test_batch_runner import env as env  # the fixture

@@ -1,5 +1,5 @@
 """Amazon Bedrock batch inference behind the batch runners: `BedrockBatchApi` against the local
-cloud's emulated jobs (`local.cloud.bedrock_jobs`) on moto's S3.
+cloud's emulated jobs (`sluice_local.cloud.bedrock_jobs`) on moto's S3.
 
 A part of at least Bedrock's 100 records runs as a job and its answers come back chat.completion
 shaped for chat lines; a part below 100 goes direct; a PartiallyCompleted job's records with no
@@ -29,7 +29,7 @@ from sluice.runners.cancel import ProviderWork, cancel_at_provider
 from sluice.shard.frame import ShardSpec, pending
 from sluice.shard.parts import load_checkpoint
 
-from local.cloud.bedrock_jobs import EXPIRED, PARTIAL, BedrockJobs
+from sluice_local.cloud.bedrock_jobs import EXPIRED, PARTIAL, BedrockJobs
 from tests.unit.test_batch_runner import BUCKET, Env
 from tests.unit.test_batch_runner import env as env  # the fixture
 

@@ -12,8 +12,8 @@ from moto import mock_aws
 from sluice.runners.webhooks import handle_job_event
 from sluice.store.jobs import JobStore
 
-from local.cloud import LocalCloud
-from local.cloud.bedrock_jobs import BedrockJobs
+from sluice_local.cloud import LocalCloud
+from sluice_local.cloud.bedrock_jobs import BedrockJobs
 from tests.conftest import plan_figures
 
 JOB_ARN = "arn:aws:bedrock:us-east-1:123456789012:model-invocation-job/000000000001"

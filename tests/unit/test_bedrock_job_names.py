@@ -21,7 +21,7 @@ from sluice.contract.model import Request
 from sluice.providers.batch import BatchLimits, BatchTag, BatchUpload
 from sluice.providers.bedrock import batch as bedrock
 
-from local.cloud.bedrock_jobs import BedrockJobs
+from sluice_local.cloud.bedrock_jobs import BedrockJobs
 from tests.unit.test_batch_runner import BUCKET, Env
 from tests.unit.test_batch_runner import env as env  # the fixture
 from tests.unit.test_bedrock_batch import MODEL, ROLE

@@ -28,7 +28,7 @@ from sluice.limits.budget import (
 from sluice.providers import OPENAI
 from sluice.store.jobs import JobStore
 
-from local.cloud import create_table
+from sluice_local.cloud import create_table
 from tests.conftest import plan_figures
 
 MINI = (0.15, 0.60)  # gpt-4o-mini, USD per million tokens

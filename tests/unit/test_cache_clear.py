@@ -10,8 +10,8 @@ import pytest
 from sluice.cache.entries import DirStore, stats
 from sluice.providers import OPENAI
 
-from local.cli import main
-from local.console import EXIT_USAGE
+from sluice_local.cli import main
+from sluice_local.console import EXIT_USAGE
 from tests.unit.cache_fakes import answer, fill, request
 
 

@@ -24,7 +24,7 @@ from sluice.send.engine import make_session
 from sluice.shard.frame import ShardContext
 from sluice.store.jobs import ItemState, JobStore
 
-from local.cloud import create_table
+from sluice_local.cloud import create_table
 from tests.conftest import request_line
 
 REGION = "us-east-1"

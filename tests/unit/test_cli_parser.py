@@ -27,10 +27,10 @@ from sluice.contract import (
 )
 from sluice.plan.plan import JobOptions, PlanError
 
-from local.cli import build_parser
-from local.cloud import LocalSettings
-from local.console import EXIT_USAGE, CliError
-from local.deployed.submit import options_metadata
+from sluice_local.cli import build_parser
+from sluice_local.cloud import LocalSettings
+from sluice_local.console import EXIT_USAGE, CliError
+from sluice_local.deployed.submit import options_metadata
 
 SETTINGS = Settings(bucket="b", table="t", provider_base_url="http://p", api_key_secret_arn="a")
 
@@ -61,7 +61,7 @@ def test_help_shows_the_default_it_uses(capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_every_job_option_the_cli_takes_is_one_plan_reads() -> None:
-    from local.cli.parser import _job_options
+    from sluice_local.cli.parser import _job_options
 
     p = argparse.ArgumentParser()
     _job_options(p)
@@ -246,7 +246,7 @@ def test_a_schema_file_that_is_no_schema_is_refused_with_the_arguments(
 
 
 def test_repair_without_validate_is_refused_not_dropped() -> None:
-    from local.cli.validate_options import check_repair
+    from sluice_local.cli.validate_options import check_repair
 
     args = build_parser().parse_args(["submit", "in.jsonl", "--repair"])
     with pytest.raises(CliError, match=r"--repair adds what was wrong to a resend of --validate") as refused:
@@ -263,7 +263,7 @@ def test_an_output_the_disk_has_no_room_for_is_named_and_never_left_cut_short(
     import errno
     import io
 
-    import local.console as console
+    import sluice_local.console as console
 
     class FullDisk(io.BytesIO):
         """A file on a device with 10 bytes left."""

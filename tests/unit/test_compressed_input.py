@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from local.console import EXIT_INPUT, CliError
-from local.inputs import refuse_compressed
+from sluice_local.console import EXIT_INPUT, CliError
+from sluice_local.inputs import refuse_compressed
 
 PLAIN = b'{"custom_id": "a", "method": "POST", "url": "/v1/chat/completions", "body": {}}\n'
 

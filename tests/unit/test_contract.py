@@ -125,7 +125,7 @@ MANIFEST_ITEM = {
 
 
 def test_a_shard_reads_its_state_and_keeps_when_it_first_waited() -> None:
-    from handlers.shard_state import shard_spec_from_state
+    from sluice_handlers.shard_state import shard_spec_from_state
 
     submitted = Submitted(submitted=True, run=1, wait_seconds=10, waiting_since=1234.5)
     spec = shard_spec_from_state({"shard": MANIFEST_ITEM, "submit": submitted.to_dict()})
@@ -145,7 +145,7 @@ def test_a_shard_reads_its_state_and_keeps_when_it_first_waited() -> None:
     ],
 )
 def test_an_unknown_or_missing_key_in_a_shards_state_is_an_error(state: dict[str, Any], named: str) -> None:
-    from handlers.shard_state import shard_spec_from_state
+    from sluice_handlers.shard_state import shard_spec_from_state
 
     with pytest.raises(StateError, match=named):
         shard_spec_from_state(state)
@@ -179,8 +179,7 @@ def test_a_step_result_is_exactly_its_fields() -> None:
 
 def test_the_definition_names_the_state_only_through_the_steps_results() -> None:
     from sluice.contract import SHARD_KEY, BatchCollected, BatchSubmitted, MarkedFailed, Merged, Planned, SlotTaken
-
-    from infra.definition import definition
+    from sluice.contract.definition import definition
 
     steps = (Planned, SlotTaken, DirectRun, Submitted, Collected, BatchSubmitted, BatchCollected, Merged, MarkedFailed)
     results = {r.KEY: r for r in steps}

@@ -1,5 +1,5 @@
 """Every layout, key and status word is written once, in the contract (`sluice.contract`) or the
-table's keys (`sluice.store.keys`): elsewhere in functions/, infra/ and local/ a string literal that is a
+table's keys (`sluice.store.keys`): elsewhere in functions/, infra/ and sluice_local/ a string literal that is a
 piece of one fails here, named by file and line.
 
 A literal is a piece of a layout when it has no whitespace (prose in a help text or a message may
@@ -20,7 +20,7 @@ from pathlib import Path
 from sluice.contract import MODES
 
 ROOT = Path(__file__).resolve().parents[2]
-SCANNED = ("functions", "infra", "local")
+SCANNED = ("functions", "infra", "sluice_local")
 # where the names are written, once
 HOMES = {
     *(path.relative_to(ROOT).as_posix() for path in (ROOT / "functions" / "sluice" / "contract").glob("*.py")),
@@ -123,7 +123,7 @@ def test_the_scan_finds_a_stray_literal(tmp_path: Path) -> None:
 
 
 def test_the_definition_spells_no_mode() -> None:
-    path = ROOT / "infra" / "definition.py"
+    path = ROOT / "functions" / "sluice" / "contract" / "definition.py"
     spelled = [
         f"{node.lineno}: {node.value!r}"
         for node in ast.walk(ast.parse(path.read_text()))

@@ -195,8 +195,8 @@ def test_past_the_cutover_a_batch_shard_looks_again_soon_enough_to_keep_the_marg
 
 
 def test_sluice_run_and_estimate_take_the_flex_models() -> None:
-    from local.cli.parser import build_parser
-    from local.cli.run import _job_metadata
+    from sluice_local.cli.parser import build_parser
+    from sluice_local.cli.run import _job_metadata
 
     args = build_parser().parse_args(["run", "in.jsonl", "--deadline", "1h", "--flex-models", "my-flex-model"])
     assert _job_metadata(args)["sluice-flex-models"] == "my-flex-model"
@@ -280,11 +280,11 @@ def test_batch_cancel_is_parsed_and_planned_with_by_run_submit_and_estimate(tmp_
     from sluice.contract import LOCAL_SETTING_DEFAULTS
     from sluice.plan.deadline_plan import deadline_inputs
 
-    from local.cli.estimate_deadline import deadline_plan, local_cancel_s
-    from local.cli.parser import build_parser
-    from local.cli.run import _job_metadata
-    from local.deployed.submit import options_metadata
-    from local.inputs import Estimate, FileCheck, ModelTotals
+    from sluice_local.cli.estimate_deadline import deadline_plan, local_cancel_s
+    from sluice_local.cli.parser import build_parser
+    from sluice_local.cli.run import _job_metadata
+    from sluice_local.deployed.submit import options_metadata
+    from sluice_local.inputs import Estimate, FileCheck, ModelTotals
 
     flags = ["--deadline", "2h", "--rpm", "1200", "--batch-turnaround", "1h", "--batch-cancel", "15m"]
     # run: the job's metadata carries it, and Plan's inputs take it over the environment's 600 s

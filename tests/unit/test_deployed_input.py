@@ -13,9 +13,9 @@ from moto import mock_aws
 from sluice.contract import ShardSpec, manifest_key
 from sluice.store.jobs import JobStore
 
-from local.cloud import create_table
-from local.console import CliError
-from local.deployed.lines import input_chunks
+from sluice_local.cloud import create_table
+from sluice_local.console import CliError
+from sluice_local.deployed.lines import input_chunks
 
 BUCKET = "sluice-inputs"
 KEY = "inbox/reviews.jsonl"

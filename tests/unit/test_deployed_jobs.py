@@ -12,8 +12,8 @@ from moto import mock_aws
 from sluice.merge.merge import merge_job
 from sluice.store.jobs import ItemState, JobStore
 
-from local.cloud import create_table
-from local.deployed.jobs import describe_job, status_json, with_counts
+from sluice_local.cloud import create_table
+from sluice_local.deployed.jobs import describe_job, status_json, with_counts
 from tests.conftest import plan_figures
 from tests.unit.test_failure import BUCKET, JOB, LINES, failed_job
 

@@ -8,8 +8,8 @@ from typing import Any
 import orjson
 import pytest
 
-from local.cli import main
-from local.inputs import estimate_file, output_limit, output_tokens
+from sluice_local.cli import main
+from sluice_local.inputs import estimate_file, output_limit, output_tokens
 
 
 def _line(custom_id: str, url: str, body: dict[str, Any]) -> bytes:
@@ -105,7 +105,7 @@ def test_a_claude_file_is_priced_direct_and_batch_at_half(
 def test_a_line_the_provider_cannot_take_is_invalid_before_anything_is_sent(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from local.console import EXIT_INPUT
+    from sluice_local.console import EXIT_INPUT
 
     path = tmp_path / "mixed.jsonl"
     embedding = _line("e-1", "/v1/embeddings", {"model": "claude-3-5-haiku-latest", "input": "hi"})
@@ -163,7 +163,7 @@ def test_a_bedrock_file_counts_its_caps_and_prompts_as_on_openai(tmp_path: Path)
 def test_a_line_counts_alike_whichever_family_it_is_translated_for() -> None:
     from sluice.providers import family
 
-    from local.inputs import output_limit, prompt_tokens
+    from sluice_local.inputs import output_limit, prompt_tokens
 
     chat = {
         "model": "m",

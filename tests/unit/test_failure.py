@@ -19,7 +19,7 @@ from sluice.shard.frame import ShardSpec
 from sluice.shard.parts import PartWriter, assemble
 from sluice.store.jobs import ItemState, JobStore
 
-from local.cloud import create_table
+from sluice_local.cloud import create_table
 from tests.conftest import request_line
 
 BUCKET = "failure-test"

@@ -1,5 +1,5 @@
 """Gemini's Batch API as a `BatchApi` (`sluice.providers.gemini.batch`), against the simulator's
-(`local.simulator.gemini_batches`): requests inline or as a Files API upload, answers matched back by
+(`sluice_local.simulator.gemini_batches`): requests inline or as a Files API upload, answers matched back by
 key and translated to their lines' shape, an expired batch's partial output, a cancel, a failed
 batch, a full queue, and the batches a lost answer or a dead run hid found by their tag."""
 
@@ -19,7 +19,7 @@ from sluice.providers.gemini import batch as batch_module
 from sluice.providers.gemini.batch import GeminiBatchApi, opener
 from sluice.providers.gemini.batch_wire import batch_status, parse_row
 
-from local.simulator import SimulatorServer
+from sluice_local.simulator import SimulatorServer
 
 MODEL = "gemini-2.5-flash"
 TAG = BatchTag("reviews-0123456789ab", 3, 1)

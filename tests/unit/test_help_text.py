@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from local.cli import build_parser
+from sluice_local.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 ISSUE = re.compile(r"\bissues? #?\d+", re.IGNORECASE)

@@ -12,7 +12,7 @@ from sluice.contract import JobStatus, Summary
 from sluice.store.input_rows import Running, Superseded
 from sluice.store.jobs import JobStore
 
-from local.cloud import create_table
+from sluice_local.cloud import create_table
 
 BUCKET, KEY = "b", "inbox/reviews.jsonl"
 

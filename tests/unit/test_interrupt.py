@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from local.interrupt import SIGNALS, Interrupted, Signals
+from sluice_local.interrupt import SIGNALS, Interrupted, Signals
 
 
 @pytest.fixture

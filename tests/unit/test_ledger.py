@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from sluice.contract import causes
 
-from local.dynamo_meter import DynamoRequest, Tables, TableShape
-from local.ledger import Caller, CallLedger, calling, s3_target
+from sluice_local.dynamo_meter import DynamoRequest, Tables, TableShape
+from sluice_local.ledger import Caller, CallLedger, calling, s3_target
 
 KB = 1024
 
@@ -159,7 +159,7 @@ def test_a_signed_bedrock_request_is_a_call_of_its_step_shard_and_cause() -> Non
 def test_a_bedrock_batch_client_call_is_counted_even_when_refused() -> None:
     from botocore.exceptions import ClientError
 
-    from local.cloud.bedrock_jobs import BedrockJobs
+    from sluice_local.cloud.bedrock_jobs import BedrockJobs
 
     ledger = CallLedger()
     jobs = BedrockJobs(lambda role: None)

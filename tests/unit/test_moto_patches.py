@@ -5,12 +5,12 @@ from __future__ import annotations
 import moto
 import pytest
 
-from local import moto_patches
+from sluice_local import moto_patches
 
 
 def test_the_installed_moto_is_the_one_the_patches_were_written_for() -> None:
     assert moto.__version__ == moto_patches.WRITTEN_FOR, (
-        f"moto {moto.__version__} is installed; local/moto_patches.py was written for moto "
+        f"moto {moto.__version__} is installed; sluice_local/moto_patches.py was written for moto "
         f"{moto_patches.WRITTEN_FOR}: check every patch against the new moto before changing WRITTEN_FOR"
     )
 
@@ -24,7 +24,7 @@ def test_another_moto_is_refused_with_what_to_do() -> None:
 
 
 def test_a_local_cloud_on_another_moto_does_not_start(monkeypatch: pytest.MonkeyPatch) -> None:
-    from local.cloud import LocalCloud
+    from sluice_local.cloud import LocalCloud
 
     monkeypatch.setattr(moto, "__version__", "6.0.0")
     cloud = LocalCloud(provider_base_url="http://127.0.0.1:9", api_key="sk-test")

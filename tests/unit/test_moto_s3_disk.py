@@ -9,9 +9,9 @@ from pathlib import Path
 import boto3
 from moto import mock_aws
 
-from local.moto_s3_disk import on_disk
-from local.simulator.config import SimConfig
-from local.simulator.core import MAX_ATTEMPT_KEYS, Core
+from sluice_local.moto_s3_disk import on_disk
+from sluice_local.simulator.config import SimConfig
+from sluice_local.simulator.core import MAX_ATTEMPT_KEYS, Core
 
 PART = 5 * 1024 * 1024
 
@@ -52,7 +52,7 @@ def test_a_completed_upload_is_its_parts_in_order() -> None:
 
 
 def test_the_local_cloud_downloads_an_output_in_ranges(tmp_path: Path) -> None:
-    from local.cloud import local_cloud
+    from sluice_local.cloud import local_cloud
 
     big = tmp_path / "big.jsonl"
     big.write_bytes(b"".join(b"%08d\n" % n for n in range(700_000)))

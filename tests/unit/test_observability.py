@@ -19,11 +19,11 @@ from typing import Any
 import boto3
 import orjson
 import pytest
-from handlers import observability, webhook
 from moto import mock_aws
 from sluice.store.jobs import ItemState, JobStore
+from sluice_handlers import observability, webhook
 
-from local.cloud import LambdaContext, LocalCloud
+from sluice_local.cloud import LambdaContext, LocalCloud
 from tests.conftest import plan_figures
 
 SECRET = "whsec_" + base64.b64encode(b"0123456789abcdef0123456789abcdef").decode()
@@ -294,7 +294,7 @@ def test_tracing_is_on_in_lambda_unless_powertools_trace_disabled_says_otherwise
 @pytest.mark.subprocess
 def test_locally_there_is_no_tracer_and_the_x_ray_sdk_is_not_even_imported() -> None:
     assert observability.tracer is None
-    code = "import sys; import handlers.observability; print('aws_xray_sdk.core' in sys.modules)"
+    code = "import sys; import sluice_handlers.observability; print('aws_xray_sdk.core' in sys.modules)"
     root = Path(__file__).resolve().parents[2]
     answer = subprocess.run(
         [sys.executable, "-c", code],

@@ -100,7 +100,7 @@ def test_a_cached_answer_is_given_only_when_it_passes_the_jobs_checks() -> None:
 
 
 def test_sluice_run_says_how_a_validating_jobs_lines_ended() -> None:
-    from local.run_end import validation_lines
+    from sluice_local.run_end import validation_lines
 
     assert validation_lines({}) == []
     summary = {
@@ -159,7 +159,7 @@ def test_the_schema_a_job_names_is_checked_on_every_line() -> None:
 
 
 def test_a_run_says_how_many_lines_of_batch_shards_went_direct_and_why() -> None:
-    from local.run_end import batch_direct_lines
+    from sluice_local.run_end import batch_direct_lines
 
     shard = {"lines": 1000, "batch": {"batches": [], "direct_fallback_lines": 0, "requeued": 0}}
     fell = {"lines": 1000, "batch": {"batches": [], "direct_fallback_lines": 40, "requeued": 0}}

@@ -11,7 +11,7 @@ from sluice.contract.model import Outcome
 from sluice.shard.frame import ShardSpec
 from sluice.shard.parts import PartWriter
 
-from local.progress import Display, LiveCounts, RateMeter, Snapshot, clock, compact, format_line
+from sluice_local.progress import Display, LiveCounts, RateMeter, Snapshot, clock, compact, format_line
 
 
 def _answer(line: int, *, tokens_in: int = 10, tokens_out: int = 2, model: str = "gpt-4o-mini") -> Outcome:
@@ -262,7 +262,7 @@ def test_the_rate_leaves_out_what_the_cache_answered() -> None:
 
 
 def test_a_small_cost_keeps_two_significant_digits() -> None:
-    from local.console import human_usd
+    from sluice_local.console import human_usd
 
     assert [human_usd(v) for v in (4.2e-05, 0.0077, 0.5, 12.5, 0)] == [
         "$0.000042",

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from sluice import providers
 
-import local.providers as local_providers
-from local.providers import NO_API_KEY, PROVIDER_ENVS, provider
+import sluice_local.providers as local_providers
+from sluice_local.providers import NO_API_KEY, PROVIDER_ENVS, provider
 
 
 @pytest.mark.parametrize("family", sorted(PROVIDER_ENVS))

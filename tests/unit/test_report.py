@@ -11,9 +11,9 @@ from sluice.contract.model import Outcome
 from sluice.providers import OPENAI
 from sluice.shard.stats import TIMELINE_MAX_POINTS, Stats
 
-from local.report import render_report
-from local.report_charts import timeline_points
-from local.run_end import error_lines, longest
+from sluice_local.report import render_report
+from sluice_local.report_charts import timeline_points
+from sluice_local.run_end import error_lines, longest
 
 
 class Tags(HTMLParser):

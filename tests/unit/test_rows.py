@@ -26,7 +26,7 @@ from sluice.store.jobs import ItemState, JobStore
 from sluice.store.keys import item_key, job_key, shard_key
 from sluice.store.rows import conditional, plain
 
-from local.cloud import create_table
+from sluice_local.cloud import create_table
 from tests.conftest import plan_figures
 
 NOW = 1000.0

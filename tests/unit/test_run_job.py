@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from local.cloud import LocalCloud, run_job
+from sluice_local.cloud import LocalCloud, run_job
 
 
 class Finished:

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 from aws_lambda_powertools.utilities.parameters import SecretsProvider
-from handlers.runtime import Runtime, read_secret
 from sluice.contract import Settings
+from sluice_handlers.runtime import Runtime, read_secret
 
 
 class Secrets:

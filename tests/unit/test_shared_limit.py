@@ -20,8 +20,8 @@ from sluice.limits.shared import DEFAULT_OUTPUT_TOKENS, SharedLimit, Ticket, lim
 from sluice.limits.table import BucketTable
 from sluice.providers import OPENAI
 
-from local.cloud import create_table
-from local.moto_patches import consistent
+from sluice_local.cloud import create_table
+from sluice_local.moto_patches import consistent
 
 POLICY = LeasePolicy(min_requests=25, min_period_s=2.0, burst_s=10.0, idle_s=5.0)
 

@@ -17,7 +17,7 @@ import openai
 import pytest
 from standardwebhooks.webhooks import Webhook
 
-from local.simulator import (
+from sluice_local.simulator import (
     SimConfig,
     SimulatorServer,
     answer_for,

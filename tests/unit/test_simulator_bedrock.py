@@ -1,4 +1,4 @@
-"""The simulator's Bedrock dialect (`local.simulator.bedrock`): Converse and InvokeModel answers,
+"""The simulator's Bedrock dialect (`sluice_local.simulator.bedrock`): Converse and InvokeModel answers,
 signed requests only, and errors as Bedrock writes them, read back by Sluice's Bedrock format."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from sluice.providers import BEDROCK, Signer
 from sluice.providers.bedrock import auth
 from sluice.send.classify import RETRY, classify
 
-from local.simulator import SimConfig, SimulatorServer
+from sluice_local.simulator import SimConfig, SimulatorServer
 
 BASE = SimConfig(latency_s=0.0, seed=7)
 MODEL = "anthropic.claude-3-haiku-20240307-v1:0"

@@ -1,4 +1,4 @@
-"""The simulator's Gemini dialect (`local.simulator.gemini`): generateContent answers, errors, rate
+"""The simulator's Gemini dialect (`sluice_local.simulator.gemini`): generateContent answers, errors, rate
 limits and flex as Google's REST API gives them."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from local.simulator import SimConfig, SimulatorServer
+from sluice_local.simulator import SimConfig, SimulatorServer
 from tests.unit.gemini_wire import MODEL, RETRY_INFO, ask, call, generate, simulator_fixtures
 
 # flex's bad days off, so that only the tests of them meet them

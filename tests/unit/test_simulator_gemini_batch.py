@@ -1,4 +1,4 @@
-"""The simulator's Gemini Batch API and Files API (`local.simulator.gemini_batches`,
+"""The simulator's Gemini Batch API and Files API (`sluice_local.simulator.gemini_batches`,
 `gemini_files`): batches of inline requests and of uploaded JSONL files, polled to their end, with
 the bad days of the other families' batches (cancel, expiry, partial output, failed rows)."""
 
@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from local.simulator import SimConfig, SimulatorServer
-from local.simulator.batches import row_tokens
+from sluice_local.simulator import SimConfig, SimulatorServer
+from sluice_local.simulator.batches import row_tokens
 from tests.unit.gemini_wire import MODEL, ask, call, simulator_fixtures
 
 ENDED = {"BATCH_STATE_SUCCEEDED", "BATCH_STATE_FAILED", "BATCH_STATE_CANCELLED", "BATCH_STATE_EXPIRED"}

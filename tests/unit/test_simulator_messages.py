@@ -1,4 +1,4 @@
-"""The simulator's Anthropic dialect (`local.simulator.messages`): Messages answers, errors and
+"""The simulator's Anthropic dialect (`sluice_local.simulator.messages`): Messages answers, errors and
 rate-limit headers as Anthropic writes them, read back by Sluice's Anthropic format."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from sluice.providers import ANTHROPIC, ProviderError
 
-from local.simulator import SimConfig, SimulatorServer
+from sluice_local.simulator import SimConfig, SimulatorServer
 
 BASE = SimConfig(latency_s=0.0, seed=7)
 

@@ -1,4 +1,4 @@
-"""The simulator's structured output and its faults (`local.simulator.structured`): a request with a
+"""The simulator's structured output and its faults (`sluice_local.simulator.structured`): a request with a
 JSON schema is answered with an object that matches it, and at set rates with answers off the schema,
 not JSON, cut short or refused, in each dialect, the same for the same seed."""
 
@@ -17,8 +17,8 @@ from sluice.contract import VALIDATION_CHECKS
 from sluice.formats.validation import Validator
 from sluice.providers import ANTHROPIC, OPENAI
 
-from local.simulator import SimConfig, SimulatorServer
-from local.simulator.structured import conforming
+from sluice_local.simulator import SimConfig, SimulatorServer
+from sluice_local.simulator.structured import conforming
 from tests.unit.test_simulator import wait_for
 
 BASE = SimConfig(latency_s=0.0, seed=3)

@@ -12,9 +12,9 @@ from typing import Any
 import openai
 import pytest
 
-from local.sim_options import add_options, config_from
-from local.simulator import ApiError, SimConfig, SimulatorServer, answer_for, count_tokens
-from local.simulator.limits import Limiter, fmt_duration
+from sluice_local.sim_options import add_options, config_from
+from sluice_local.simulator import ApiError, SimConfig, SimulatorServer, answer_for, count_tokens
+from sluice_local.simulator.limits import Limiter, fmt_duration
 
 
 class Clock:

@@ -15,7 +15,7 @@ from sluice.contract import PROVIDER_ID_INDEX, StateError
 from sluice.store.jobs import PLAN_ROWS_PER_S, ItemState, JobStore
 from sluice.store.keys import item_key, job_key, shard_key
 
-from local.cloud import create_table
+from sluice_local.cloud import create_table
 from tests.conftest import plan_figures
 
 

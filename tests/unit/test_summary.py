@@ -15,7 +15,7 @@ from sluice.merge.merge import merge_job
 from sluice.runners.cancel import cancel_job
 from sluice.store.jobs import JobStore
 
-from local.cloud import create_table
+from sluice_local.cloud import create_table
 from tests.unit.test_failure import BUCKET, JOB, LINES, failed_job
 
 # what `sluice run`, `sluice results`, the report and `sluice cancel` read of a merged job

@@ -25,9 +25,9 @@ from sluice.providers.bedrock.batch import BedrockBatchApi
 from sluice.providers.openai.batch import batch_status as openai_status
 from sluice.store.jobs import JobStore
 
-from local.cli.estimate_deadline import measured
-from local.cloud import create_table
-from local.turnarounds import copy_back, read_local, seed, turnarounds_root
+from sluice_local.cli.estimate_deadline import measured
+from sluice_local.cloud import create_table
+from sluice_local.turnarounds import copy_back, read_local, seed, turnarounds_root
 from tests.unit.test_failure import BUCKET, LINES, failed_job
 
 SETTINGS = Settings(bucket=BUCKET, table="jobs", provider_base_url="http://127.0.0.1:9", api_key_secret_arn="-")

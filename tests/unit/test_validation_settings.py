@@ -7,8 +7,8 @@ import pytest
 from sluice.contract import VALIDATION_CHECKS, Settings, SettingsError
 from sluice.plan.plan import JobOptions, PlanError
 
-from local.cli.parser import build_parser
-from local.cli.run import _job_metadata
+from sluice_local.cli.parser import build_parser
+from sluice_local.cli.run import _job_metadata
 
 SETTINGS = Settings(bucket="b", table="t", provider_base_url="http://x", api_key_secret_arn="arn")
 

@@ -16,7 +16,7 @@ from moto import mock_aws
 from sluice.runners.webhooks import MAX_BODY_BYTES, handle_webhook
 from sluice.store.jobs import ItemState, JobStore
 
-from local.cloud import LocalCloud
+from sluice_local.cloud import LocalCloud
 from tests.conftest import plan_figures
 
 SECRET = "whsec_" + base64.b64encode(b"0123456789abcdef0123456789abcdef").decode()

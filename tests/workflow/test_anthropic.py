@@ -7,8 +7,8 @@ from pathlib import Path
 
 import orjson
 
-from local.cloud import JobRun, LocalCloud, run_job
-from local.cloud.settings import LocalSettings
+from sluice_local.cloud import JobRun, LocalCloud, run_job
+from sluice_local.cloud.settings import LocalSettings
 from tests.conftest import request_line, write_jsonl
 
 MODEL = "claude-3-5-haiku-latest"

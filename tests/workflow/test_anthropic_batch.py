@@ -14,8 +14,8 @@ import pytest
 from sluice.plan.plan import job_id_for
 from sluice.store.jobs import JobStore
 
-from local.cloud import REGION, run_job
-from local.simulator import SimulatorServer
+from sluice_local.cloud import REGION, run_job
+from sluice_local.simulator import SimulatorServer
 from tests.conftest import cancel_in_cloud, request_line, write_jsonl
 
 MODEL = "claude-3-5-haiku-latest"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from local.cloud import run_job
+from sluice_local.cloud import run_job
 from tests.conftest import request_line, write_jsonl
 
 

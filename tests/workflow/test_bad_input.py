@@ -7,7 +7,7 @@ from pathlib import Path
 
 import orjson
 
-from local.cloud import run_job
+from sluice_local.cloud import run_job
 from tests.conftest import request_line
 
 BODY = {"model": "gpt-4o-mini", "input": "hello"}

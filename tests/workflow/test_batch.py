@@ -11,8 +11,8 @@ import orjson
 import pytest
 from sluice.store.jobs import JobStore
 
-from local.cloud import run_job
-from local.simulator import SimulatorServer
+from sluice_local.cloud import run_job
+from sluice_local.simulator import SimulatorServer
 from tests.conftest import request_line, write_jsonl
 
 

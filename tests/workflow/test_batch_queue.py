@@ -15,8 +15,8 @@ import orjson
 from sluice.limits.batch_queue import QUEUE_SLOTS, SLOT_NAMES, caught_up, window_of
 from sluice.limits.batch_queue_table import read_slot
 
-from local.cloud import REGION, run_job
-from local.simulator import SimulatorServer
+from sluice_local.cloud import REGION, run_job
+from sluice_local.simulator import SimulatorServer
 from tests.conftest import write_jsonl
 from tests.workflow.test_batch import batch_creates, ids, lines, sent_directly
 

@@ -17,7 +17,7 @@ import orjson
 from botocore.credentials import Credentials
 from sluice.providers.bedrock import auth
 
-from local.cloud import REGION, run_job
+from sluice_local.cloud import REGION, run_job
 from tests.conftest import request_line, write_jsonl
 
 MODEL = "anthropic.claude-3-haiku-20240307-v1:0"

@@ -16,8 +16,8 @@ from sluice.plan.plan import job_id_for
 from sluice.runners.cancel import cancel_job, open_provider_work
 from sluice.store.jobs import JobStore
 
-from local.cloud import REGION
-from local.interrupt import Signals, stop_run
+from sluice_local.cloud import REGION
+from sluice_local.interrupt import Signals, stop_run
 from tests.conftest import request_line, write_jsonl
 
 MODEL = "anthropic.claude-3-haiku-20240307-v1:0"

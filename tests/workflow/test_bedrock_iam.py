@@ -1,4 +1,4 @@
-"""Bedrock batch inference under the local cloud's IAM, as the stack grants it (`local/policies.json`):
+"""Bedrock batch inference under the local cloud's IAM, as the stack grants it (`sluice_local/policies.json`):
 the batch steps pass the service role and the role reads the jobs' input; take either grant away
 and the job fails with an error that names it."""
 
@@ -21,9 +21,9 @@ from sluice.send.engine import make_session
 from sluice.shard.frame import ShardContext, ShardSpec
 from sluice.store.jobs import JobStore
 
-from local import iam
-from local.cloud import REGION, create_table, function_name
-from local.cloud.bedrock_jobs import BedrockJobs, authorizer
+from sluice_local import iam
+from sluice_local.cloud import REGION, create_table, function_name
+from sluice_local.cloud.bedrock_jobs import BedrockJobs, authorizer
 from tests.conftest import plan_figures, request_line
 
 MODEL = "anthropic.claude-3-haiku-20240307-v1:0"
@@ -119,8 +119,8 @@ def test_without_the_service_roles_read_the_job_fails_naming_its_input(policies:
 
 
 def test_in_the_local_cloud_a_job_runs_by_itself_and_its_end_reaches_the_webhook_function(make_cloud) -> None:  # type: ignore[no-untyped-def]
-    from handlers.runtime import session_for
     from sluice.store.jobs import JobStore
+    from sluice_handlers.runtime import session_for
 
     cloud = make_cloud()
     assert cloud.bedrock_jobs is not None
@@ -147,7 +147,7 @@ def test_in_the_local_cloud_a_job_runs_by_itself_and_its_end_reaches_the_webhook
 
 
 def test_without_invoke_model_a_shard_is_denied_each_request(simulator, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from local.cloud import LocalCloud, LocalSettings, run_job
+    from sluice_local.cloud import LocalCloud, LocalSettings, run_job
     from tests.conftest import write_jsonl
 
     lines = [request_line(f"i-{n}").replace(b"gpt-4o-mini", MODEL.encode()) for n in range(5)]

@@ -13,8 +13,8 @@ from sluice.formats.lines import parse_line
 from sluice.limits.budget import worst_case_nano
 from sluice.providers import OPENAI
 
-from local.cloud import run_job
-from local.deployed.retry import INPUT_ERROR_CODES, write_lines
+from sluice_local.cloud import run_job
+from sluice_local.deployed.retry import INPUT_ERROR_CODES, write_lines
 from tests.conftest import request_line, write_jsonl
 from tests.workflow.test_outcomes import received, watch_events
 

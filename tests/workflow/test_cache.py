@@ -11,7 +11,7 @@ import orjson
 import pytest
 from sluice.contract import CACHE_PREFIX
 
-from local.cloud import REGION, LocalCloud, run_job
+from sluice_local.cloud import REGION, LocalCloud, run_job
 from tests.conftest import request_line, write_jsonl
 
 SENT = ("/v1/chat/completions", "/v1/responses")
@@ -104,7 +104,7 @@ def test_shards_the_cache_answers_whole_never_run_and_the_rest_send_only_their_m
     from sluice.contract import manifest_key
     from sluice.merge.merge import load_manifest
 
-    from local.deployed.lines import line_outcome
+    from sluice_local.deployed.lines import line_outcome
 
     s3 = boto3.client("s3", region_name=REGION)
     assert [s.answered for s in load_manifest(s3, cloud.bucket, manifest_key(run.job_id))] == [True, False]
@@ -267,7 +267,7 @@ def age_cache(days: float) -> None:
     from moto.core import DEFAULT_ACCOUNT_ID
     from moto.s3.models import s3_backends
 
-    from local.cloud import LocalCloud
+    from sluice_local.cloud import LocalCloud
 
     bucket = s3_backends[DEFAULT_ACCOUNT_ID]["global"].buckets[LocalCloud.bucket]
     for name in list(bucket.keys):

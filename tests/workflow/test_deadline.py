@@ -10,7 +10,7 @@ from pathlib import Path
 
 import orjson
 
-from local.cloud import run_job
+from sluice_local.cloud import run_job
 from tests.conftest import write_jsonl
 from tests.workflow.test_batch import lines, returned_by_batches, sent_directly
 

@@ -16,7 +16,7 @@ from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
 from sluice.merge import merge
 
-from local.cloud import REGION, LambdaTimeout, function_arn, run_job
+from sluice_local.cloud import REGION, LambdaTimeout, function_arn, run_job
 from tests.conftest import request_line, write_jsonl
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from sluice.shard import parts
 
-from local.cloud import LambdaTimeout, run_job
+from sluice_local.cloud import LambdaTimeout, run_job
 from tests.conftest import request_line, write_jsonl
 
 

@@ -9,7 +9,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from local.cloud import run_job
+from sluice_local.cloud import run_job
 from tests.conftest import write_jsonl
 from tests.workflow.test_batch import lines
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from local.cloud import run_job
-from local.simulator import SimulatorServer
+from sluice_local.cloud import run_job
+from sluice_local.simulator import SimulatorServer
 from tests.conftest import write_jsonl
 from tests.workflow.test_anthropic_batch import cancel_while_batched
 from tests.workflow.test_gemini import batch_creates, gemini_lines, generated

@@ -7,12 +7,12 @@ from pathlib import Path
 import boto3
 import pytest
 from botocore.exceptions import ClientError
-from handlers.runtime import session_for
+from sluice_handlers.runtime import session_for
 
 from infra.stack import SluiceStack
-from local import iam
-from local.cloud import REGION, LocalCloud, LocalSettings, function_name, run_job
-from local.simulator import SimulatorServer
+from sluice_local import iam
+from sluice_local.cloud import REGION, LocalCloud, LocalSettings, function_name, run_job
+from sluice_local.simulator import SimulatorServer
 from tests.conftest import request_line, write_jsonl
 
 

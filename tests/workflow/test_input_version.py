@@ -8,8 +8,8 @@ from pathlib import Path
 import boto3
 from sluice.contract import INBOX_PREFIX
 
-from local.cloud import LocalCloud, run_job
-from local.iam import REGION
+from sluice_local.cloud import LocalCloud, run_job
+from sluice_local.iam import REGION
 from tests.conftest import request_line, write_jsonl
 
 

@@ -11,7 +11,7 @@ import orjson
 import pytest
 from sluice.shard import parts
 
-from local.cloud import REGION, run_job
+from sluice_local.cloud import REGION, run_job
 from tests.conftest import write_jsonl
 
 MIB = 1 << 20

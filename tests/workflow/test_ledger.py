@@ -7,8 +7,8 @@ from typing import Any
 
 import boto3
 
-from local.cloud import REGION, run_job
-from local.quotas import item_size
+from sluice_local.cloud import REGION, run_job
+from sluice_local.quotas import item_size
 from tests.conftest import request_line, write_jsonl
 
 

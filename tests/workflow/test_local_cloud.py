@@ -8,7 +8,7 @@ from typing import Any
 
 import boto3
 
-from local.cloud import REGION
+from sluice_local.cloud import REGION
 
 
 def test_concurrent_updates_of_one_item_all_count_as_in_dynamodb(make_cloud: Any) -> None:

@@ -10,7 +10,7 @@ import orjson
 import pytest
 from sluice.plan.plan import job_id_for, output_prefix
 
-from local.cloud import LocalCloud
+from sluice_local.cloud import LocalCloud
 from tests.conftest import request_line, write_jsonl
 
 KEYS = ["inbox/my reviews.jsonl", "inbox/c++ & co.jsonl", "inbox/Bewertungen für Köln.jsonl", "inbox/a+b c.jsonl"]

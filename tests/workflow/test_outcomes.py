@@ -10,10 +10,10 @@ from typing import Any
 import boto3
 import orjson
 import pytest
-from handlers.runtime import Runtime
+from sluice_handlers.runtime import Runtime
 
-from local.cloud import REGION, LocalCloud, run_job
-from local.simulator import SimulatorServer
+from sluice_local.cloud import REGION, LocalCloud, run_job
+from sluice_local.simulator import SimulatorServer
 from tests.conftest import request_line, write_jsonl
 
 URLS = ("/v1/chat/completions", "/v1/responses", "/v1/embeddings", "/v1/completions")

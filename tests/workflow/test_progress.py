@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from local.cloud import run_job
-from local.progress import LiveCounts
+from sluice_local.cloud import run_job
+from sluice_local.progress import LiveCounts
 from tests.conftest import request_line, write_jsonl
 
 

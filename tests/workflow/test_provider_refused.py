@@ -12,7 +12,7 @@ from sluice.contract import PROVIDER_REFUSED, JobStatus
 from sluice.send import refusal
 from sluice.send.refusal import REFUSAL_ANSWERS
 
-from local.cloud import LocalCloud, LocalSettings, run_job
+from sluice_local.cloud import LocalCloud, LocalSettings, run_job
 from tests.conftest import request_line, write_jsonl
 
 

@@ -11,8 +11,8 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from local import quotas
-from local.cloud import ACCOUNT, REGION, run_job
+from sluice_local import quotas
+from sluice_local.cloud import ACCOUNT, REGION, run_job
 from tests.conftest import request_line, write_jsonl
 
 
@@ -24,7 +24,7 @@ def padded(handler: Any, pad: int) -> Any:
 
 
 def test_a_state_output_over_256_kib_fails_the_execution_past_its_catch(make_cloud, tmp_path, monkeypatch) -> None:
-    from handlers import plan
+    from sluice_handlers import plan
 
     cloud = make_cloud()
     monkeypatch.setattr(plan, "handler", padded(plan.handler, 300_000))
@@ -41,7 +41,7 @@ def test_a_state_output_over_256_kib_fails_the_execution_past_its_catch(make_clo
 def test_the_old_map_definition_fails_on_its_gathered_result(make_cloud, tmp_path, monkeypatch) -> None:
     """Defect 2: children that end with their whole state (~450 B) overflow the Map's own
     result at ~580 shards; the Map's Catch does not help."""
-    from infra import definition
+    from sluice.contract import definition
 
     shard_states = definition._shard_states
 
@@ -73,7 +73,7 @@ def test_send_task_success_output_is_capped(make_cloud) -> None:
 
 
 def test_a_lambda_response_over_6_mb_fails_the_step(make_cloud, tmp_path, monkeypatch) -> None:
-    from handlers import plan
+    from sluice_handlers import plan
 
     cloud = make_cloud()
     monkeypatch.setattr(plan, "handler", padded(plan.handler, 7_000_000))
@@ -153,7 +153,7 @@ def test_a_background_shard_stays_under_the_history_cap_for_24_hours(make_cloud,
 
 
 def test_a_lambda_past_its_timeout_fails_like_lambda(make_cloud, tmp_path, monkeypatch) -> None:
-    from handlers import run_shard
+    from sluice_handlers import run_shard
 
     cloud = make_cloud(lambda_timeout_s=5.0, safety_margin_s=0.1, request_timeout_s=0.5)
     handler = run_shard.handler
@@ -178,7 +178,7 @@ def test_a_lambda_past_its_timeout_fails_like_lambda(make_cloud, tmp_path, monke
 def test_a_step_past_its_memory_fails_like_lambda(make_cloud, tmp_path, monkeypatch) -> None:
     """Merge runs alone in the process, so its peak is its own: 1,100 MB more than the
     runtime's is past the 1,024 MB the stack gives it."""
-    from handlers import merge
+    from sluice_handlers import merge
 
     cloud = make_cloud()
     handler = merge.handler

@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
-from local.cloud import run_job
+from sluice_local.cloud import run_job
 from tests.conftest import request_line, write_jsonl
 
 MODELS = {"anthropic": "claude-3-5-haiku-latest", "bedrock": "anthropic.claude-3-haiku-20240307-v1:0"}

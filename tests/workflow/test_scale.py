@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from local.cloud import run_job
+from sluice_local.cloud import run_job
 from tests.conftest import request_line, write_jsonl
 
 

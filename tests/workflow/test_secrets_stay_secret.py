@@ -8,7 +8,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from local.cloud import REGION, LocalCloud, LocalSettings, run_job
+from sluice_local.cloud import REGION, LocalCloud, LocalSettings, run_job
 from tests.conftest import request_line, write_jsonl
 
 API_KEY = "sk-CANARY-0123456789abcdef"

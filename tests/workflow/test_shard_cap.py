@@ -14,7 +14,7 @@ from sluice.limits.shard_slots import SLOTS_KEY
 from sluice.plan.plan import job_id_for
 from sluice.store.jobs import JobStore
 
-from local.cloud import REGION, JobRun, run_job
+from sluice_local.cloud import REGION, JobRun, run_job
 from tests.conftest import cancel_in_cloud, request_line, write_jsonl
 
 CAP = 2

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from local.cloud import run_job
+from sluice_local.cloud import run_job
 from tests.conftest import request_line, write_jsonl
 
 LINES = 40

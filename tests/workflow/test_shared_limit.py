@@ -15,7 +15,7 @@ from typing import Any
 import boto3
 import orjson
 
-from local.cloud import REGION, run_job
+from sluice_local.cloud import REGION, run_job
 from tests.conftest import write_jsonl
 
 API_KEY = "sk-test"

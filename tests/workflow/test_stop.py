@@ -15,10 +15,10 @@ from typing import Any
 import boto3
 import orjson
 import pytest
-from handlers import mark_failed, plan
 from sluice.shard import frame as shard
+from sluice_handlers import mark_failed, plan
 
-from local.cloud import REGION, LambdaContext, function_name
+from sluice_local.cloud import REGION, LambdaContext, function_name
 from tests.conftest import request_line, write_jsonl
 
 LINES = 400

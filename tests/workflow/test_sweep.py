@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from local.cloud import run_job
-from local.simulator import decide_fault
+from sluice_local.cloud import run_job
+from sluice_local.simulator import decide_fault
 from tests.conftest import request_line, write_jsonl
 
 

@@ -9,7 +9,7 @@ import pytest
 from botocore.exceptions import ClientError
 from sluice.store.jobs import JobStore
 
-from local.cloud import run_job
+from sluice_local.cloud import run_job
 from tests.conftest import request_line, write_jsonl
 
 

@@ -14,8 +14,8 @@ import boto3
 from sluice.contract import INBOX_PREFIX, JobStatus
 from sluice.plan.plan import job_id_for
 
-from local.cloud import LocalCloud
-from local.iam import REGION
+from sluice_local.cloud import LocalCloud
+from sluice_local.iam import REGION
 from tests.conftest import request_line, write_jsonl
 
 KEY = f"{INBOX_PREFIX}reviews.jsonl"

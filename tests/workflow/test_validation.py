@@ -17,7 +17,7 @@ from sluice.formats.validation import Validator
 from sluice.runners.cancel import open_provider_work
 from sluice.store.jobs import JobStore
 
-from local.cloud import REGION, run_job
+from sluice_local.cloud import REGION, run_job
 from tests.conftest import write_jsonl
 
 LINES = 300

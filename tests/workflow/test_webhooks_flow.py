@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from local.cloud import run_job
+from sluice_local.cloud import run_job
 from tests.conftest import request_line, write_jsonl
 
 LINES = 60

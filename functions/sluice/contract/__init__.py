@@ -1,4 +1,4 @@
-"""What infra/, the Lambda handlers and local/ must agree on, written once.
+"""What infra/, the Lambda handlers and sluice_local/ must agree on, written once.
 
 The CDK app imports this package to synthesize the stack, the Lambdas and the local cloud import it
 at run time: the steps and their functions (`steps`), the modes, job options and statuses

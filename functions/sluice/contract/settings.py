@@ -332,7 +332,7 @@ SETTING_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Settings) 
 # would fail without sending a line
 MAX_REQUEST_TIMEOUT_S: float = STEPS["run_shard"].timeout_s - SETTING_DEFAULTS["safety_margin_s"]
 
-# A local run (`sluice run`, `local.cloud.LocalSettings`) changes two: its shards share one
+# A local run (`sluice run`, `sluice_local.cloud.LocalSettings`) changes two: its shards share one
 # machine's cores, so fewer run at once, and the simulator answers within seconds, so a background
 # shard need not wait 10 s to look again.
 LOCAL_SETTING_DEFAULTS: dict[str, Any] = {**SETTING_DEFAULTS, "map_concurrency": 10, "poll_seconds": 1}

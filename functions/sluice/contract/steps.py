@@ -19,7 +19,7 @@ class Step:
 
     @property
     def module(self) -> str:
-        return f"handlers.{self.name}"
+        return f"sluice_handlers.{self.name}"
 
     @property
     def handler(self) -> str:

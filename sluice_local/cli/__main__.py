@@ -1,0 +1,5 @@
+import sys
+
+from sluice_local.cli.app import main
+
+sys.exit(main())
