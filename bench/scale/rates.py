@@ -25,7 +25,7 @@ from sluice.plan.job_options import KEY_LATENCY_S
 from sluice.runners.batch.advance import BATCH_WINDOW_S
 from sluice.shard.frame import OPENINGS_PER_S
 from sluice.store.jobs import PLAN_ROWS_PER_S
-from sluice.store.rows import SHARD_WORKERS
+from sluice.store.rows import SHARD_PASS_PER_S, SHARD_WORKERS
 
 from infra.config import Environment, cdk_json_context
 
@@ -191,8 +191,11 @@ def rate(
     if cause is causes.PLAN_SHARD:
         return Rate(1.0, float(PLAN_ROWS_PER_S), f"{PLAN_ROWS_PER_S} shard rows a second, paced")
     if per is causes.Per.SHARD:
-        workers, call_s = (SHARD_WORKERS, DDB_CALL_S) if service == "dynamodb" else (OUTPUT_WORKERS, S3_CALL_S)
-        return Rate(1.0, workers / call_s, f"{workers} shards at a time, {call_s * 1000:g} ms a call")
+        if service == "dynamodb":
+            pace = min(SHARD_WORKERS / DDB_CALL_S, SHARD_PASS_PER_S)
+            return Rate(1.0, pace, f"{SHARD_WORKERS} shards at a time, at most {SHARD_PASS_PER_S} a second")
+        pace = OUTPUT_WORKERS / S3_CALL_S
+        return Rate(1.0, pace, f"{OUTPUT_WORKERS} shards at a time, {S3_CALL_S * 1000:g} ms a call")
     if per is causes.Per.SEGMENT:
         return Rate(1.0, LOOKUP_THREADS / S3_CALL_S, f"{LOOKUP_THREADS} segments at a time, {S3_CALL_S * 1000:g} ms")
     if per is causes.Per.JOB:

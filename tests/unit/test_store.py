@@ -320,3 +320,24 @@ def test_a_parts_answered_lines_share_one_item_and_read_back_as_done(moto_table:
     assert len(statuses) == 300
     assert {statuses[n] for n in range(0, 300, 2)} == {"done"}
     assert statuses[1] == "failed" and statuses[3] == "submitted"
+
+
+def test_a_pass_through_the_shards_starts_no_more_than_its_pace_and_answers_in_shard_order() -> None:
+    import threading
+    import time
+
+    from sluice.store.rows import each_shard
+
+    starts: list[float] = []
+    lock = threading.Lock()
+
+    def call(shard: int) -> int:
+        with lock:
+            starts.append(time.monotonic())
+        return shard * 10
+
+    began = time.monotonic()
+    assert each_shard(call, range(41), per_s=400) == [n * 10 for n in range(41)]
+    # the 41st shard starts no sooner than 40 / 400 s after the first: the table sees 400 a second at most
+    assert max(starts) - began >= 40 / 400
+    assert each_shard(call, []) == []

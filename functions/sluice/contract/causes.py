@@ -107,7 +107,8 @@ SHARD_OUTPUTS = Cause("a shard's outputs read or marked, by Merge or MarkFailed"
 COMPACT = Cause("merge: a compaction slice", Per.JOB)
 NOTIFY = Cause("notify", Per.JOB)
 MARK_FAILED = Cause("mark failed", Per.JOB)
-SHARD_FAILED = Cause("a failed shard ended: its open work cancelled, its outputs written", Per.SHARD)
+# once a shard run that failed, as its run ends: a run's rate, not a pass through the shards
+SHARD_FAILED = Cause("a failed shard ended: its open work cancelled, its outputs written", Per.RUN)
 SLOT = Cause("a shard's slot among the shards in flight, taken at its start or given back at its end", Per.RUN)
 SLOT_WAIT = Cause("a look again for a slot among the shards in flight", Per.POLL)
 SLOT_HOUR = Cause("the slots among the shards in flight made, or moved on to a new hour", Per.ONCE)

@@ -25,6 +25,10 @@ BATCH_GET_KEYS = 100
 # look for open work): each shard row is a partition of its own, so they do not contend, and
 # 1,000 rows take about a second
 SHARD_WORKERS = 16
+# a pass through a job's shards (Merge, MarkFailed, a cancel) starts at most this many shards a
+# second: unpaced, four failed jobs' passes at once read and write past half a new table's warm
+# throughput (docs/capacity.md); a job of 2,000 shards takes 10 s more
+SHARD_PASS_PER_S = 200
 
 
 def plain(value: Any) -> Any:
@@ -66,10 +70,20 @@ def conditional(write: Callable[..., Any], **request: Any) -> dict[str, Any] | N
     return answer
 
 
-def each_shard(call: Callable[[int], T], shards: Iterable[int]) -> list[T]:
-    """`call` for every shard, SHARD_WORKERS at a time, the answers in shard order."""
+def each_shard(call: Callable[[int], T], shards: Iterable[int], *, per_s: float = SHARD_PASS_PER_S) -> list[T]:
+    """`call` for every shard, SHARD_WORKERS at a time and at most `per_s` started a second, the
+    answers in shard order."""
+    started = time.monotonic()
+
+    def paced(nth: int, shard: int) -> T:
+        wait = started + nth / per_s - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+        return call(shard)
+
     with ThreadPoolExecutor(max_workers=SHARD_WORKERS, thread_name_prefix="shard-rows") as pool:
-        return list(pool.map(call, shards))
+        listed = list(shards)
+        return list(pool.map(paced, range(len(listed)), listed))
 
 
 class BudgetState(NamedTuple):
