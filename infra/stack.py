@@ -20,6 +20,7 @@ from sluice.contract import (
     SHARD_FAILED_STEP,
     SIGNED_PROVIDERS,
     TURNAROUNDS_PREFIX,
+    refused_summaries,
 )
 
 from infra.bedrock_batch import BedrockBatch, grant_bedrock_batch, grant_bedrock_invoke
@@ -315,7 +316,7 @@ class SluiceStack(cdk.Stack):
         allow(
             ["plan"],
             ["s3:PutObject"],
-            [self.storage.bucket.arn_for_objects(f"{OUTBOX_PREFIX}*.refused-*.summary.json")],
+            [self.storage.bucket.arn_for_objects(refused_summaries(OUTBOX_PREFIX))],
             wildcard_reason="A refused job's summary is named by its input key and job id, known only when it runs.",
         )
         # A failed job still accounts for every line: MarkFailed first finishes the shards that

@@ -265,7 +265,7 @@ def test_a_budget_needs_a_price_for_every_model_the_job_sends_to() -> None:
     options = JobOptions.from_metadata({"sluice-budget-usd": "5"}, SETTINGS)
     check_budget_models(options, SETTINGS, {"gpt-4o-mini", "gpt-4o-2024-08-06"})
     with pytest.raises(
-        PlanError, match=r"'my-finetune' has none \(priced are the models genai-prices' data names.*SLUICE_PRICES"
+        PlanError, match=r"'my-finetune' has none \(priced are the models genai-prices' data names.*price overrides"
     ):
         check_budget_models(options, SETTINGS, {"gpt-4o-mini", "my-finetune"})
     # a line with no model takes the environment's, and the job's model replaces every line's

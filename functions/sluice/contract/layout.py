@@ -132,6 +132,19 @@ def summary_key(prefix: str) -> str:
     return output_key(prefix, "summary")
 
 
+# a job refused because its input key's job still runs writes only its summary, beside the key's
+REFUSED_MARK = ".refused-"
+
+
+def refused_prefix(prefix: str, job_id: str) -> str:
+    return f"{prefix}{REFUSED_MARK}{job_id}"
+
+
+def refused_summaries(prefix: str) -> str:
+    """Every refused job's summary under `prefix`, as an IAM resource pattern."""
+    return f"{prefix}*{REFUSED_MARK}*{OUTPUT_SUFFIXES['summary']}"
+
+
 # the EMF namespace of every metric, and the `service` dimension
 METRICS_NAMESPACE = "Sluice"
 SERVICE = "sluice"

@@ -31,6 +31,7 @@ from sluice.contract import (
     causes,
     deadline_plan_key,
     manifest_key,
+    refused_prefix,
     shard_prefix,
     summary_key,
 )
@@ -283,7 +284,7 @@ def _take_key(s3: Any, store: JobStore, planned: Planned, uploaded_at: float) ->
         )
         s3.put_object(
             Bucket=planned.bucket,
-            Key=summary_key(f"{planned.output_prefix}.refused-{planned.job_id}"),
+            Key=summary_key(refused_prefix(planned.output_prefix, planned.job_id)),
             Body=orjson.dumps(summary.to_json(), option=orjson.OPT_INDENT_2),
             ContentType="application/json",
         )

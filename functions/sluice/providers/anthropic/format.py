@@ -135,6 +135,13 @@ class AnthropicFormat(NoServiceTiers):
         if "input_tokens" in usage:
             if not isinstance(usage["input_tokens"], int):
                 return None
+            details = usage.get("input_tokens_details")
+            if isinstance(details, dict):
+                # a Responses answer translated from Messages: its input_tokens holds the cache
+                # already and its details the reads; like a chat answer, it keeps no cache writes
+                tokens = _number(usage["input_tokens"])
+                cached = min(_number(details.get("cached_tokens")), tokens)
+                return Usage(tokens, _number(usage.get("output_tokens")), cached_in=cached)
             # the whole input, as OpenAI's prompt_tokens counts it: cache writes and reads are input too
             tokens_in = sum(_number(usage.get(k)) for k in _INPUT_PARTS)
             return Usage(
