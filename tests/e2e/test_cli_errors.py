@@ -438,16 +438,16 @@ def test_run_help_says_what_each_choice_does_and_how_a_signal_ends_a_run(capsys:
     assert "--model" in text and "sends of a request at most, in all" in text
 
 
-def test_the_readme_and_the_help_list_the_same_exit_codes() -> None:
+def test_the_cli_docs_and_the_help_list_the_same_exit_codes() -> None:
     from sluice_local.console import EXIT_CODES_HELP
 
-    readme = " ".join((ROOT / "README.md").read_text().split())
-    listed = readme[readme.index("Exit codes, for scripts:") : readme.index("`sluice --help` lists the same.")]
-    in_readme = {int(n) for n in re.findall(r"(?:^\s*|· )(\d+) ", listed.split(":", 1)[1])}
+    docs = (ROOT / "docs" / "cli.md").read_text()
+    listed = docs.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
+    in_docs = {int(n) for n in re.findall(r"^\| (\d+) \|", listed, flags=re.M)}
     in_help = {int(n) for n in re.findall(r"^  (\d+) ", EXIT_CODES_HELP, flags=re.M)}
-    assert in_readme == in_help
-    # how a signal ends `sluice run`, in both and in the README's table of how a job ends
+    assert in_docs == in_help
+    # how a signal ends `sluice run`, in both and in the table of how a job ends
     for text in (listed, " ".join(EXIT_CODES_HELP.split())):
         assert "143" in text and "129" in text
-    cancelled = next(line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("| `CANCELLED`"))
+    cancelled = next(line for line in docs.splitlines() if line.startswith("| `CANCELLED`"))
     assert "130 (Ctrl-C), 143 (SIGTERM), 129 (SIGHUP)" in cancelled

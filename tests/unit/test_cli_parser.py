@@ -90,11 +90,11 @@ def test_every_job_option_the_cli_takes_is_one_plan_reads() -> None:
     )
 
 
-def test_the_readme_documents_every_job_option_and_no_other() -> None:
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    section = readme.split("### Options per job", 1)[1].split("\n### ", 1)[0]
-    named = set(re.findall(rf"{METADATA_PREFIX}([a-z-]+)`", section))
-    named |= set(re.findall(r"`-([a-z-]+)`", section))
+def test_the_cli_docs_document_every_job_option_and_no_other() -> None:
+    text = (Path(__file__).parents[2] / "docs" / "cli.md").read_text()
+    section = text.split("## Job options", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(rf"`{METADATA_PREFIX}([a-z-]+)`", section))
+    named |= set(re.findall(r"`-([a-z]+)`", section))
     assert named == set(JOB_OPTIONS) - {"parent-job"}
 
 
