@@ -34,7 +34,7 @@ import orjson  # noqa: E402
 
 WORK = ROOT / ".work"
 STATUSES = (404, 401, 403, 500)
-# what `sluice run` exits with for each (README: "How a job ends", sluice_local/console.py)
+# what `sluice run` exits with for each (docs/cli.md: "How a job ends", sluice_local/console.py)
 EXPECTED = {404: 8, 401: 8, 403: 8, 500: 8}
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 # each family with a model it serves, and every mode: background must succeed where the family has
-# background responses (the README's table: OpenAI's only), and be refused (exit 2) where it has none
+# background responses (the table in docs/providers.md: OpenAI's only), and be refused (exit 2) where it has none
 PLAN: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("openai", "gpt-4o-mini", ("direct", "batch", "auto", "background")),
     ("anthropic", "claude-3-5-haiku-latest", ("direct", "batch", "auto", "background")),

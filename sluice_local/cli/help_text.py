@@ -36,7 +36,7 @@ MAX_ERROR_RATE_HELP = (
 
 def modes_by_provider() -> str:
     """`openai: direct, background, batch, auto; anthropic: ...`: each family's modes, as the code
-    offers them (`sluice.providers.modes`), which the README's table of families says too."""
+    offers them (`sluice.providers.modes`), which the table of families in docs/providers.md says too."""
     from sluice import providers
     from sluice.contract import MODES, PROVIDERS, Mode
 

@@ -16,7 +16,7 @@ PROVIDER_PRICES: dict[str, tuple[float, ...]] = {}
 # where a refusal sends the user to look for a model's price
 PRICED_MODELS = (
     "priced are the models genai-prices' data names, with their dated snapshots, and those the "
-    'environment\'s price overrides give (README, "A spending cap")'
+    'environment\'s price overrides give (docs/providers.md, "Prices")'
 )
 
 # us-east-1 list prices
