@@ -17,10 +17,21 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, Final, TypeGuard
+from typing import Any, Final
 
 from ...contract.model import ServiceTier
-from ..format import COMPLETE, CUT_SHORT, RATE_KINDS, Finish, NoServiceTiers, ProviderError, RateKind, RateLimits, Usage
+from ..format import (
+    COMPLETE,
+    CUT_SHORT,
+    RATE_KINDS,
+    Finish,
+    NoServiceTiers,
+    ProviderError,
+    RateKind,
+    RateLimits,
+    Usage,
+    is_count,
+)
 from ..translation import COMPLETION_TOKENS, LENGTH, PROMPT_TOKENS
 from . import translate
 
@@ -40,10 +51,6 @@ _KIND_HEADERS: dict[str, tuple[str, ...]] = {
 }
 _INPUT_PARTS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
 _CUT_SHORT = frozenset({"max_tokens", "model_context_window_exceeded", "pause_turn"})
-
-
-def _count(value: Any) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def _number(value: Any) -> int:
@@ -123,7 +130,7 @@ class AnthropicFormat(NoServiceTiers):
 
     def output_cap(self, body: Mapping[str, Any], path: str, *, default: int) -> int:
         cap = body.get("max_tokens")
-        return cap if _count(cap) else default
+        return cap if is_count(cap) else default
 
     def estimate_tokens(self, body: Mapping[str, Any], path: str, *, default_output: int) -> int:
         chars = _text_chars(body.get("system")) + _text_chars(body.get("messages"))
