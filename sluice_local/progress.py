@@ -17,7 +17,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 from sluice.contract import DEFAULT_PROVIDER
@@ -69,17 +69,8 @@ class Snapshot:
         return self.tokens_in + self.tokens_out
 
 
-@dataclass
-class _Tally:
-    """The lines' counts as the shards report them, named as the `Snapshot` names them."""
-
-    results: int = 0
-    errors: int = 0
-    waiting: int = 0
-    throttled: int = 0
-    cached: int = 0
-    repaired: int = 0
-    invalid_output: int = 0
+# the lines' counts as the shards report them, named as the `Snapshot` names them
+_COUNTED = ("results", "errors", "waiting", "throttled", "cached", "repaired", "invalid_output")
 
 
 class LiveCounts:
@@ -94,7 +85,7 @@ class LiveCounts:
         self._started = clock()
         self._lock = threading.Lock()
         self.total: int | None = None
-        self._counts = _Tally()
+        self._counts = dict.fromkeys(_COUNTED, 0)
         # (model, answered by the Batch API) -> [tokens in, out, cached in, cache write], priced as
         # the summary prices them
         self._tokens: dict[tuple[str, bool], list[int]] = {}
@@ -105,14 +96,14 @@ class LiveCounts:
         model = self._format.answered_model(outcome.body)
         with self._lock:
             counts = self._counts
-            counts.throttled += outcome.throttled
-            counts.waiting -= waited
-            counts.repaired += outcome.validation == REPAIRED
-            counts.invalid_output += outcome.validation == INVALID
+            counts["throttled"] += outcome.throttled
+            counts["waiting"] -= waited
+            counts["repaired"] += outcome.validation == REPAIRED
+            counts["invalid_output"] += outcome.validation == INVALID
             if not outcome.ok:
-                counts.errors += 1
+                counts["errors"] += 1
                 return
-            counts.results += 1
+            counts["results"] += 1
             if tokens[0] or tokens[1]:
                 # an answer served at flex is billed at the Batch API's prices, as the summary prices it
                 discounted = batch or self._format.batch_priced(outcome.body)
@@ -122,21 +113,21 @@ class LiveCounts:
 
     def invalid(self, code: str) -> None:
         with self._lock:
-            self._counts.errors += 1
+            self._counts["errors"] += 1
 
     def waiting(self, count: int) -> None:
         with self._lock:
-            self._counts.waiting += count
+            self._counts["waiting"] += count
 
     def cached(self, count: int) -> None:
         with self._lock:
-            self._counts.results += count
-            self._counts.cached += count
+            self._counts["results"] += count
+            self._counts["cached"] += count
 
     def snapshot(self) -> Snapshot:
         with self._lock:
             tokens = {key: list(value) for key, value in self._tokens.items()}
-            counts = asdict(self._counts)
+            counts = dict(self._counts)
         direct = provider_cost_usd({m: t for (m, b), t in tokens.items() if not b})
         batched = provider_cost_usd({m: t for (m, b), t in tokens.items() if b}, batch=True)
         counts["waiting"] = max(counts["waiting"], 0)
