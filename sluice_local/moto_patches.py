@@ -3,7 +3,8 @@
 moto implements the AWS APIs in-process; the local cloud needs four kinds of change to it:
 - routing: the interpreter's Lambda calls go to the handlers in this process (moto's Lambda
   would need Docker), and the Map's ItemReader reads as the state machine's role;
-- consistency: DynamoDB's single-item atomicity, which moto's unlocked updates lack;
+- consistency: DynamoDB's single-item atomicity, which moto's unlocked updates lack, and
+  StopExecution's finality, which an error raised after the stop overwrites in moto;
 - quotas: what AWS refuses and moto accepts (`sluice_local.moto_quotas`, numbers in `sluice_local.quotas`);
 - speed: work moto repeats per request that a local run can do once (`faster`).
 All of it reaches into modules moto does not promise to keep, so `applied` refuses to run on a
@@ -29,6 +30,8 @@ from moto.core.base_backend import BackendDict
 from moto.dynamodb.responses import DynamoHandler
 from moto.stepfunctions.parser.asl.component.state.exec.state_map.item_reader.eval import resource_eval_s3
 from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
+from moto.stepfunctions.parser.asl.eval.environment import Environment
+from moto.stepfunctions.parser.asl.eval.program_state import ProgramStopped
 from sluice.contract import causes
 
 from sluice_local import dynamo_meter as meter
@@ -123,11 +126,25 @@ def _atomic_dynamodb_call(self: DynamoHandler) -> Any:
         return _dynamodb_call_action(self)
 
 
+_set_error = Environment.set_error
+
+
+def _stop_is_final(self: Environment, error: Any) -> None:
+    """StopExecution ends an execution ABORTED, and the children of its Map with it, whatever
+    happens after. moto lets an error raised after the stop replace it: a shard's waitForTaskToken
+    task, cut short by the stop, raises States.Timeout, the Map counts that child failed, fails
+    on its tolerance, and a cancelled job's execution ended FAILED."""
+    with self._state_mutex:
+        if not isinstance(self._program_state, ProgramStopped):
+            _set_error(self, error)
+
+
 @contextmanager
 def consistent() -> Iterator[None]:
     with (
         mock.patch.object(BackendDict, "_create_account_specific_backend", _known_backend_fast_path),
         mock.patch.object(DynamoHandler, "call_action", _atomic_dynamodb_call),
+        mock.patch.object(Environment, "set_error", _stop_is_final),
     ):
         yield
 

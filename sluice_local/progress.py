@@ -69,6 +69,10 @@ class Snapshot:
         return self.tokens_in + self.tokens_out
 
 
+# the lines' counts as the shards report them, named as the `Snapshot` names them
+_COUNTED = ("results", "errors", "waiting", "throttled", "cached", "repaired", "invalid_output")
+
+
 class LiveCounts:
     """A thread-safe `ProgressSink`: shards on several threads report, the display reads."""
 
@@ -81,13 +85,7 @@ class LiveCounts:
         self._started = clock()
         self._lock = threading.Lock()
         self.total: int | None = None
-        self._results = 0
-        self._errors = 0
-        self._waiting = 0
-        self._throttled = 0
-        self._cached = 0
-        self._repaired = 0
-        self._invalid_output = 0
+        self._counts = dict.fromkeys(_COUNTED, 0)
         # (model, answered by the Batch API) -> [tokens in, out, cached in, cache write], priced as
         # the summary prices them
         self._tokens: dict[tuple[str, bool], list[int]] = {}
@@ -97,14 +95,15 @@ class LiveCounts:
         tokens = token_counts(used)
         model = self._format.answered_model(outcome.body)
         with self._lock:
-            self._throttled += outcome.throttled
-            self._waiting -= waited
-            self._repaired += outcome.validation == REPAIRED
-            self._invalid_output += outcome.validation == INVALID
+            counts = self._counts
+            counts["throttled"] += outcome.throttled
+            counts["waiting"] -= waited
+            counts["repaired"] += outcome.validation == REPAIRED
+            counts["invalid_output"] += outcome.validation == INVALID
             if not outcome.ok:
-                self._errors += 1
+                counts["errors"] += 1
                 return
-            self._results += 1
+            counts["results"] += 1
             if tokens[0] or tokens[1]:
                 # an answer served at flex is billed at the Batch API's prices, as the summary prices it
                 discounted = batch or self._format.batch_priced(outcome.body)
@@ -114,37 +113,31 @@ class LiveCounts:
 
     def invalid(self, code: str) -> None:
         with self._lock:
-            self._errors += 1
+            self._counts["errors"] += 1
 
     def waiting(self, count: int) -> None:
         with self._lock:
-            self._waiting += count
+            self._counts["waiting"] += count
 
     def cached(self, count: int) -> None:
         with self._lock:
-            self._results += count
-            self._cached += count
+            self._counts["results"] += count
+            self._counts["cached"] += count
 
     def snapshot(self) -> Snapshot:
         with self._lock:
             tokens = {key: list(value) for key, value in self._tokens.items()}
-            results, errors, waiting, throttled = self._results, self._errors, self._waiting, self._throttled
-            cached, repaired, invalid_output = self._cached, self._repaired, self._invalid_output
+            counts = dict(self._counts)
         direct = provider_cost_usd({m: t for (m, b), t in tokens.items() if not b})
         batched = provider_cost_usd({m: t for (m, b), t in tokens.items() if b}, batch=True)
+        counts["waiting"] = max(counts["waiting"], 0)
         return Snapshot(
             total=self.total,
-            results=results,
-            errors=errors,
-            waiting=max(waiting, 0),
             tokens_in=sum(t[0] for t in tokens.values()),
             tokens_out=sum(t[1] for t in tokens.values()),
             cost_usd=None if direct is None and batched is None else (direct or 0.0) + (batched or 0.0),
-            throttled=throttled,
             elapsed_s=self._clock() - self._started,
-            cached=cached,
-            repaired=repaired,
-            invalid_output=invalid_output,
+            **counts,
         )
 
 

@@ -20,7 +20,7 @@ from sluice_local.cli import results as results_command
 from sluice_local.cli import retry as retry_command
 from sluice_local.cli import submit as submit_command
 from sluice_local.deployed import Deployment, aws_errors, environment
-from sluice_local.deployed.jobs import job_or_fail, output_size, with_counts
+from sluice_local.deployed.jobs import job_or_fail, output_body, with_counts
 
 # what a job is before its Plan writes its row: the upload is in, the S3 event on its way
 SUBMITTED = "SUBMITTED"
@@ -145,8 +145,12 @@ class DeployedJob:
 
     def _not_started(self) -> None:
         """A job this client uploaded is not ready before its Plan starts, rather than unknown."""
-        if self._submitted and self._dep.store.job(self.job_id) is None:
+        if not self._submitted:
+            return
+        if self._dep.store.job(self.job_id) is None:
             raise NotReady(f"job {self.job_id} is {SUBMITTED}: its outputs are written when it ends (`wait()` waits)")
+        # its Plan has started: the row is there, and is not read again to tell
+        self._submitted = False
 
     def _output_key(self, kind: str) -> str:
         self._not_started()
@@ -155,12 +159,9 @@ class DeployedJob:
 
     def _lines(self, kind: str) -> Iterator[dict[str, Any]]:
         with as_sluice_errors(), aws_errors():
-            key = self._output_key(kind)
-            # a job whose Plan failed has a summary only
-            if output_size(self._dep, key) is None:
-                return iter(())
-            body = self._dep.s3.get_object(Bucket=self._dep.bucket, Key=key)["Body"]
-        return _records(body)
+            body = output_body(self._dep, self._output_key(kind))
+        # a job whose Plan failed has a summary only
+        return iter(()) if body is None else _records(body)
 
 
 def _records(body: Any) -> Iterator[dict[str, Any]]:

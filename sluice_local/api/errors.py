@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 from sluice_local.console import (
     EXIT_AWS,
@@ -25,9 +25,18 @@ from sluice_local.console import (
 
 
 class SluiceError(Exception):
-    """Anything the `sluice` command would exit non-zero for before or instead of ending a job."""
+    """Anything the `sluice` command would exit non-zero for before or instead of ending a job.
+
+    Each subclass names its exit code in its header (`class NotFound(SluiceError, code=...)`),
+    which is also how `error_for` finds it."""
 
     code = 1
+    _by_code: ClassVar[dict[int, type[SluiceError]]] = {}
+
+    def __init_subclass__(cls, *, code: int, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.code = code
+        SluiceError._by_code[code] = cls
 
     def __init__(self, message: str, *, job: Any = None) -> None:
         super().__init__(message)
@@ -36,62 +45,40 @@ class SluiceError(Exception):
         self.job = job
 
 
-class UsageError(SluiceError):
+class UsageError(SluiceError, code=EXIT_USAGE):
     """A bad option, or one Plan refused (exit 2)."""
 
-    code = EXIT_USAGE
 
-
-class InputError(SluiceError):
+class InputError(SluiceError, code=EXIT_INPUT):
     """A file missing or unreadable, or input that is not valid JSONL (exit 3)."""
 
-    code = EXIT_INPUT
 
-
-class EnvironmentNotFound(SluiceError):
+class EnvironmentNotFound(SluiceError, code=EXIT_ENVIRONMENT):
     """No stack Sluice-<env>, or one without the outputs Sluice needs (exit 4)."""
 
-    code = EXIT_ENVIRONMENT
 
-
-class AWSError(SluiceError):
+class AWSError(SluiceError, code=EXIT_AWS):
     """No credentials or region, access denied, or another AWS error (exit 5)."""
 
-    code = EXIT_AWS
 
-
-class NotFound(SluiceError):
+class NotFound(SluiceError, code=EXIT_NOT_FOUND):
     """No such job, request or output (exit 6)."""
 
-    code = EXIT_NOT_FOUND
 
-
-class NotReady(SluiceError):
+class NotReady(SluiceError, code=EXIT_NOT_READY):
     """The job has not ended yet (exit 7)."""
 
-    code = EXIT_NOT_READY
 
-
-class ProviderError(SluiceError):
+class ProviderError(SluiceError, code=EXIT_PROVIDER):
     """The provider could not be reached or refused the key, or refused the job's first answers (exit 8)."""
 
-    code = EXIT_PROVIDER
 
-
-class OutputError(SluiceError):
+class OutputError(SluiceError, code=EXIT_OUTPUT):
     """An output could not be written (exit 73)."""
-
-    code = EXIT_OUTPUT
-
-
-_BY_CODE: dict[int, type[SluiceError]] = {
-    cls.code: cls
-    for cls in (UsageError, InputError, EnvironmentNotFound, AWSError, NotFound, NotReady, ProviderError, OutputError)
-}
 
 
 def error_for(code: int, message: str, *, job: Any = None) -> SluiceError:
-    return _BY_CODE.get(code, SluiceError)(message, job=job)
+    return SluiceError._by_code.get(code, SluiceError)(message, job=job)
 
 
 class ArgumentError(Exception):

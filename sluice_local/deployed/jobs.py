@@ -50,12 +50,26 @@ def job_or_fail(dep: Deployment, job_id: str) -> JobRow:
     return job
 
 
+# what S3 answers for an object that is not there: a GET's code, and a HEAD's (it has no body)
+_NO_OBJECT = ("404", "NoSuchKey", "NotFound")
+
+
 def output_size(dep: Deployment, key: str) -> int | None:
     """The size of an object in the environment's bucket; None when there is none."""
     try:
         return int(dep.s3.head_object(Bucket=dep.bucket, Key=key)["ContentLength"])
     except ClientError as exc:
-        if error_code(exc) in ("404", "NoSuchKey", "NotFound"):
+        if error_code(exc) in _NO_OBJECT:
+            return None
+        raise
+
+
+def output_body(dep: Deployment, key: str) -> Any:
+    """The streaming body of an object in the environment's bucket; None when there is none."""
+    try:
+        return dep.s3.get_object(Bucket=dep.bucket, Key=key)["Body"]
+    except ClientError as exc:
+        if error_code(exc) in _NO_OBJECT:
             return None
         raise
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import io
+import functools
 import re
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
@@ -18,16 +18,16 @@ from sluice.providers.anthropic import batch as batch_module
 from sluice.providers.anthropic.batch import AnthropicBatchApi, ProviderUnavailable, opener
 from sluice.providers.anthropic.batch_wire import batch_status, parse_row
 from sluice.providers.anthropic.format import ANTHROPIC
-from sluice.providers.batch import BatchRow, BatchState, BatchStatus, BatchTag, BatchUpload, QueueFull
+from sluice.providers.batch import BatchRow, BatchState, BatchStatus, BatchTag, QueueFull
 
 from sluice_local.simulator import SimConfig, SimulatorServer
+from tests.unit import batch_runs
+from tests.unit.batch_runs import until_ended
 
 BASE = SimConfig(latency_s=0.0, seed=7, batch_phase_s=0.0)
 MODEL = "claude-3-5-haiku-latest"
 TAG = BatchTag("reviews-0123456789ab", 3, 1)
 ID_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
-CHAT = "/v1/chat/completions"
-RESPONSES = "/v1/responses"
 
 
 @pytest.fixture(scope="module")
@@ -43,15 +43,9 @@ def sim(server: SimulatorServer) -> SimulatorServer:
     return server
 
 
-def chat(line: int, custom_id: str, text: str = "I loved it") -> Request:
-    """A chat line as the shard reads it: its body translated to Messages (`lines.parse_line`)."""
-    body = {"model": MODEL, "messages": [{"role": "user", "content": f"positive or negative: {text}"}]}
-    return Request(line, custom_id, "POST", "/v1/chat/completions", orjson.dumps(ANTHROPIC.to_wire(CHAT, body)))
-
-
-def responses(line: int, custom_id: str, text: str = "I loved it") -> Request:
-    body = {"model": MODEL, "input": f"positive or negative: {text}", "max_output_tokens": 4}
-    return Request(line, custom_id, "POST", RESPONSES, orjson.dumps(ANTHROPIC.to_wire(RESPONSES, body)))
+chat = functools.partial(batch_runs.chat, ANTHROPIC, MODEL)
+responses = functools.partial(batch_runs.responses, ANTHROPIC, MODEL)
+upload = functools.partial(batch_runs.upload, MODEL)
 
 
 def native(line: int, custom_id: str) -> Request:
@@ -59,28 +53,8 @@ def native(line: int, custom_id: str) -> Request:
     return Request(line, custom_id, "POST", "/v1/messages", orjson.dumps(body))
 
 
-def upload(api: AnthropicBatchApi, requests: list[Request]) -> BatchUpload:
-    rows = b"".join(api.encode(r) for r in requests)
-    return BatchUpload(io.BytesIO(rows), requests[0].path, MODEL, rows=len(requests), size=len(rows))
-
-
-async def until_ended(api: AnthropicBatchApi, batch_id: str) -> BatchStatus:
-    status = await api.status(batch_id)
-    while not status.ended:
-        await asyncio.sleep(0.01)
-        status = await api.status(batch_id)
-    return status
-
-
 def run_batch(sim: SimulatorServer, requests: list[Request]) -> tuple[BatchStatus, list[BatchRow]]:
-    async def go() -> tuple[BatchStatus, list[BatchRow]]:
-        async with opener(sim.url, "sk-ant-test", timeout_s=5.0)() as api:
-            assert isinstance(api, AnthropicBatchApi)
-            batch_id = await api.submit(upload(api, requests), TAG)
-            status = await until_ended(api, batch_id)
-            return status, [row async for row in api.rows(status)]
-
-    return asyncio.run(go())
+    return batch_runs.run_batch(opener(sim.url, "sk-ant-test", timeout_s=5.0), MODEL, TAG, requests)
 
 
 def test_a_batch_answers_chat_lines_as_chat_completions_and_native_lines_natively(sim: SimulatorServer) -> None:

@@ -7,24 +7,22 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import io
+import functools
 from typing import Any
 
-import orjson
 import pytest
 from sluice.contract.model import ErrorCode, Request
-from sluice.providers.batch import BatchRow, BatchState, BatchStatus, BatchTag, BatchUpload, QueueFull
+from sluice.providers.batch import BatchRow, BatchState, BatchStatus, BatchTag, QueueFull
 from sluice.providers.gemini import GEMINI
 from sluice.providers.gemini import batch as batch_module
 from sluice.providers.gemini.batch import GeminiBatchApi, opener
 from sluice.providers.gemini.batch_wire import batch_status, parse_row
 
 from sluice_local.simulator import SimulatorServer
+from tests.unit import batch_runs
 
 MODEL = "gemini-2.5-flash"
 TAG = BatchTag("reviews-0123456789ab", 3, 1)
-CHAT = "/v1/chat/completions"
-RESPONSES = "/v1/responses"
 KEY = "gemini-test-key"
 
 
@@ -35,39 +33,13 @@ def sim(simulator: SimulatorServer) -> SimulatorServer:
     return simulator
 
 
-def chat(line: int, custom_id: str, text: str = "I loved it") -> Request:
-    """A chat line as the shard reads it: its body translated to generateContent (`lines.parse_line`)."""
-    body = {"model": MODEL, "messages": [{"role": "user", "content": f"positive or negative: {text}"}]}
-    return Request(line, custom_id, "POST", CHAT, orjson.dumps(GEMINI.to_wire(CHAT, body)))
-
-
-def responses(line: int, custom_id: str, text: str = "I loved it") -> Request:
-    body = {"model": MODEL, "input": f"positive or negative: {text}", "max_output_tokens": 4}
-    return Request(line, custom_id, "POST", RESPONSES, orjson.dumps(GEMINI.to_wire(RESPONSES, body)))
-
-
-def upload(api: GeminiBatchApi, requests: list[Request]) -> BatchUpload:
-    rows = b"".join(api.encode(r) for r in requests)
-    return BatchUpload(io.BytesIO(rows), requests[0].path, MODEL, rows=len(requests), size=len(rows))
-
-
-async def until_ended(api: GeminiBatchApi, batch_id: str) -> BatchStatus:
-    status = await api.status(batch_id)
-    while not status.ended:
-        await asyncio.sleep(0.01)
-        status = await api.status(batch_id)
-    return status
+chat = functools.partial(batch_runs.chat, GEMINI, MODEL)
+responses = functools.partial(batch_runs.responses, GEMINI, MODEL)
+upload = functools.partial(batch_runs.upload, MODEL)
 
 
 def run_batch(sim: SimulatorServer, requests: list[Request]) -> tuple[BatchStatus, list[BatchRow]]:
-    async def go() -> tuple[BatchStatus, list[BatchRow]]:
-        async with opener(sim.url, KEY, timeout_s=5.0)() as api:
-            assert isinstance(api, GeminiBatchApi)
-            batch_id = await api.submit(upload(api, requests), TAG)
-            status = await until_ended(api, batch_id)
-            return status, [row async for row in api.rows(status)]
-
-    return asyncio.run(go())
+    return batch_runs.run_batch(opener(sim.url, KEY, timeout_s=5.0), MODEL, TAG, requests)
 
 
 def batches(sim: SimulatorServer) -> list[Any]:

@@ -11,7 +11,6 @@ from typing import Any
 
 import boto3
 import orjson
-import pytest
 from sluice.contract import OUTBOX_PREFIX, output_key
 from sluice.plan.plan import job_id_for
 from sluice.runners.cancel import cancel_job, open_provider_work
@@ -69,11 +68,6 @@ def test_sluice_cancel_stops_a_running_bedrock_job_without_reading_a_key(make_cl
     assert len(errors) == 120 and {e["error"]["code"] for e in errors} == {"cancelled"}
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="a known race under a loaded machine (-n 2): the execution sometimes ends FAILED before "
-    "Ctrl-C stops it, where it should end ABORTED; it passes alone, and is open to be fixed",
-)
 def test_ctrl_c_of_a_local_run_stops_its_bedrock_job(make_cloud, tmp_path: Path) -> None:
     cloud, job_id, execution, _ = _started(make_cloud, tmp_path)
     signals = Signals()

@@ -129,9 +129,10 @@ def lookup(model: str, explicit: Mapping[str, Sequence[float]]) -> ModelPrices |
     longest entry its name extends, "gpt-4o-mini-2024-07-18" as "gpt-4o-mini"), else the source's."""
     if not model:
         return None
-    name = _by_name(model, env_overrides(os.environ.get(PRICES_ENV, "")))
+    overrides = env_overrides(os.environ.get(PRICES_ENV, ""))
+    name = _by_name(model, overrides)
     if name is not None:
-        return env_overrides(os.environ.get(PRICES_ENV, ""))[name]
+        return overrides[name]
     name = _by_name(model, explicit)
     if name is not None:
         return price_tuple(explicit[name])

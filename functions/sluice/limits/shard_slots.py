@@ -130,15 +130,16 @@ def waited_s(policy: SlotPolicy, waits: int) -> int:
     return sum(_longest_s(policy, n) for n in range(waits))
 
 
-def _counter(window: int) -> str:
-    return f"k{window % WINDOWS:02d}"
+def _counter(index: int) -> str:
+    """The attribute of the ring's counter `index`, the hour `index` mod `WINDOWS`."""
+    return f"k{index % WINDOWS:02d}"
 
 
 def read_slots(item: Mapping[str, Any]) -> Slots:
     return Slots(
         window=int(item["win"]),
         inflight=int(item["inflight"]),
-        taken=tuple(int(item.get(f"k{i:02d}", 0)) for i in range(WINDOWS)),
+        taken=tuple(int(item.get(_counter(i), 0)) for i in range(WINDOWS)),
     )
 
 
@@ -172,10 +173,11 @@ class ShardSlots:
                     break
                 if self._took(slots):
                     return self._hold(job_id, shard, slots.window)
-        if waited_s(self.policy, waits) >= self.policy.max_wait_total_s:
+        waited = waited_s(self.policy, waits)
+        if waited >= self.policy.max_wait_total_s:
             raise NoSlot(
                 f"no slot among the environment's {self.policy.cap} shards in flight (max_shards_in_flight) "
-                f"within {waited_s(self.policy, waits) // 60} minutes: other jobs held them all"
+                f"within {waited // 60} minutes: other jobs held them all"
             )
         return Taken(False, wait_s=wait_s(self.policy, waits, self._rand))
 
@@ -209,7 +211,7 @@ class ShardSlots:
 
     def _move_on(self, slots: Slots, moved: Slots, changed: list[int]) -> None:
         """The item moved on to `moved`'s hour, unless another take or a give-back came first."""
-        names = {"#w": "win", "#n": "inflight", **{f"#k{i}": f"k{i:02d}" for i in changed}}
+        names = {"#w": "win", "#n": "inflight", **{f"#k{i}": _counter(i) for i in changed}}
         zeroes = "".join(f", #k{i} = :zero" for i in changed)
         same = "".join(f" AND (attribute_not_exists(#k{i}) OR #k{i} = :k{i})" for i in changed)
         conditional(
@@ -255,11 +257,8 @@ class ShardSlots:
             ExpressionAttributeValues={":w": window},
         )
         if held is None:
-            self._release(window)
+            _release(self._table, window)
         return Taken(True, window)
-
-    def _release(self, window: int) -> None:
-        _release(self._table, window)
 
 
 def _release(table: Any, window: int) -> None:

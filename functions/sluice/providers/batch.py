@@ -21,6 +21,8 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import IO, Any, Protocol
 
+import orjson
+
 from sluice.contract.model import Request
 
 # provider and Lambda clocks differ: a search for batches an earlier attempt created looks this far
@@ -116,6 +118,19 @@ def file_of(upload: BatchUpload) -> IO[bytes]:
         raise ValueError("no file to upload: this provider keeps no file staged between attempts")
     upload.file.seek(0)
     return upload.file
+
+
+def json_record(line: bytes | str) -> dict[str, Any] | None:
+    """A line of a batch's results file as its JSON object; None for a blank line, or one that
+    is no object."""
+    if not line.strip():
+        return None
+    try:
+        record = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        # a mangled line answers nothing: its row stays unfinished
+        return None
+    return record if isinstance(record, dict) else None
 
 
 @dataclass(frozen=True)

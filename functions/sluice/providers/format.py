@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Literal, Protocol
+from typing import Any, Final, Literal, Protocol, TypeGuard
 
 from ..contract.model import ServiceTier
 
@@ -55,6 +55,11 @@ def token_counts(usage: Usage | None) -> list[int]:
         return [0, 0]
     cache = [usage.cached_in, usage.cache_write] if usage.cached_in or usage.cache_write else []
     return [usage.tokens_in, usage.tokens_out, *cache]
+
+
+def is_count(value: Any) -> TypeGuard[int]:
+    """A count of something a body states: a whole number above 0 (True is no count)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,9 +6,10 @@ body says is the family's (`RequestFormat.error`), the wait it asks for included
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -16,6 +17,7 @@ import orjson
 
 from sluice.core.retry import RetryPolicy, backoff_s, next_delay_s
 
+from .batch import BatchApi, BatchApiOpener, json_record
 from .format import ProviderError
 
 # reads, cancels and deletes are safe to repeat: 429, 5xx and lost connections go again
@@ -96,3 +98,33 @@ class RestCalls:
         if not answer.ok:
             raise ProviderUnavailable(f"GET {url}: {answer.refusal()}")
         return answer.body
+
+    async def _records(self, url: str, **options: Any) -> AsyncGenerator[dict[str, Any], None]:
+        """The records of the JSONL file at `url` (`json_record`), read as it streams."""
+        async with self._session.get(url, **options) as response:
+            if response.status >= 300:
+                raise ProviderUnavailable(f"GET {url}: HTTP {response.status}")
+            pending = b""
+            async for chunk in response.content.iter_any():
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    if (record := json_record(line)) is not None:
+                        yield record
+            if (record := json_record(pending)) is not None:
+                yield record
+
+
+def opener_of(
+    api: Callable[[aiohttp.ClientSession], BatchApi], headers: Mapping[str, str], *, timeout_s: float
+) -> BatchApiOpener:
+    """Opens the `api` a family's `RestCalls` make for each run, on its own session carrying the
+    family's auth `headers`, closed when the run ends."""
+
+    @contextlib.asynccontextmanager
+    async def opened() -> AsyncIterator[BatchApi]:
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout_s, sock_read=timeout_s)
+        async with aiohttp.ClientSession(headers=headers, timeout=timeout) as session:
+            yield api(session)
+
+    return opened

@@ -30,13 +30,12 @@ import asyncio
 import contextlib
 import random
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import replace
 from typing import Any
 from urllib.parse import urljoin
 
 import aiohttp
-import orjson
 
 from sluice.contract.model import Request
 from sluice.core.retry import RetryPolicy, backoff_s, next_delay_s
@@ -55,7 +54,7 @@ from ..batch import (
     QueueFull,
     file_of,
 )
-from ..rest import ProviderUnavailable, RestCalls
+from ..rest import ProviderUnavailable, RestCalls, opener_of
 from .batch_wire import batch_status, kind_of, line_ref, parse_row, row_prefix, tag_of
 from .format import ANTHROPIC, OVERLOADED_STATUS
 
@@ -149,7 +148,7 @@ class AnthropicBatchApi(RestCalls):
         if not status.output_file:
             return None
         # closed at once: the rest of the results is not read
-        async with contextlib.aclosing(self._records(status.output_file)) as records:
+        async with contextlib.aclosing(self._records(urljoin(self._base, status.output_file))) as records:
             async for record in records:
                 custom_id = record.get("custom_id")
                 if isinstance(custom_id, str):
@@ -237,28 +236,11 @@ class AnthropicBatchApi(RestCalls):
         tag = self._created.get(batch_id)
         return status if tag is None else _tagged(status, tag)
 
-    async def _records(self, url: str) -> AsyncGenerator[dict[str, Any], None]:
-        url = urljoin(self._base, url)
-        async with self._session.get(url) as response:
-            if response.status >= 300:
-                raise ProviderUnavailable(f"GET {url}: HTTP {response.status}")
-            pending = b""
-            async for chunk in response.content.iter_any():
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                for line in lines:
-                    record = _record(line)
-                    if record is not None:
-                        yield record
-            record = _record(pending)
-            if record is not None:
-                yield record
-
     async def rows(self, status: BatchStatus) -> AsyncIterator[BatchRow]:
         if not status.output_file:
             return
         created = int(status.ended_at or time.time())
-        async for record in self._records(status.output_file):
+        async for record in self._records(urljoin(self._base, status.output_file)):
             row = parse_row(record, created)
             if row is not None:
                 yield row
@@ -289,17 +271,6 @@ class AnthropicBatchApi(RestCalls):
                 await self._call("DELETE", f"{self._url}/{status.id}")
 
 
-def _record(line: bytes) -> dict[str, Any] | None:
-    if not line.strip():
-        return None
-    try:
-        record = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        # a mangled line answers nothing: its row stays unfinished
-        return None
-    return record if isinstance(record, dict) else None
-
-
 def _tagged(status: BatchStatus, tag: BatchTag) -> BatchStatus:
     return replace(status, tag=tag)
 
@@ -318,11 +289,8 @@ def opener(base_url: str, api_key: str, *, timeout_s: float, limits: BatchLimits
     """Opens an `AnthropicBatchApi` on its own session for each run, closed when the run ends;
     `limits` are kept within Anthropic's own."""
     chosen = within_limits(limits)
-
-    @contextlib.asynccontextmanager
-    async def opened() -> AsyncIterator[AnthropicBatchApi]:
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout_s, sock_read=timeout_s)
-        async with aiohttp.ClientSession(headers=ANTHROPIC.auth_headers(api_key), timeout=timeout) as session:
-            yield AnthropicBatchApi(session, base_url, chosen)
-
-    return opened
+    return opener_of(
+        lambda session: AnthropicBatchApi(session, base_url, chosen),
+        ANTHROPIC.auth_headers(api_key),
+        timeout_s=timeout_s,
+    )

@@ -17,10 +17,22 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, Final, TypeGuard
+from typing import Any, Final
 
 from ...contract.model import ServiceTier
-from ..format import COMPLETE, CUT_SHORT, RATE_KINDS, Finish, NoServiceTiers, ProviderError, RateKind, RateLimits, Usage
+from ..format import (
+    COMPLETE,
+    CUT_SHORT,
+    RATE_KINDS,
+    Finish,
+    NoServiceTiers,
+    ProviderError,
+    RateKind,
+    RateLimits,
+    Usage,
+    is_count,
+)
+from ..translation import COMPLETION_TOKENS, LENGTH, PROMPT_TOKENS
 from . import translate
 
 NAME: Final = "anthropic"
@@ -39,10 +51,6 @@ _KIND_HEADERS: dict[str, tuple[str, ...]] = {
 }
 _INPUT_PARTS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
 _CUT_SHORT = frozenset({"max_tokens", "model_context_window_exceeded", "pause_turn"})
-
-
-def _count(value: Any) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def _number(value: Any) -> int:
@@ -122,7 +130,7 @@ class AnthropicFormat(NoServiceTiers):
 
     def output_cap(self, body: Mapping[str, Any], path: str, *, default: int) -> int:
         cap = body.get("max_tokens")
-        return cap if _count(cap) else default
+        return cap if is_count(cap) else default
 
     def estimate_tokens(self, body: Mapping[str, Any], path: str, *, default_output: int) -> int:
         chars = _text_chars(body.get("system")) + _text_chars(body.get("messages"))
@@ -150,13 +158,13 @@ class AnthropicFormat(NoServiceTiers):
                 cached_in=_number(usage.get("cache_read_input_tokens")),
                 cache_write=_number(usage.get("cache_creation_input_tokens")),
             )
-        prompt = usage.get(translate.PROMPT_TOKENS)
+        prompt = usage.get(PROMPT_TOKENS)
         if not isinstance(prompt, int):
             return None
         # an answer translated to a chat.completion keeps its cache reads, not its cache writes
         details = usage.get("prompt_tokens_details")
         cached = _number(details.get("cached_tokens")) if isinstance(details, dict) else 0
-        return Usage(prompt, _number(usage.get(translate.COMPLETION_TOKENS)), cached_in=min(cached, prompt))
+        return Usage(prompt, _number(usage.get(COMPLETION_TOKENS)), cached_in=min(cached, prompt))
 
     def counted_tokens(self, body: Any) -> int | None:
         # ITPM counts the input not read from the prompt cache
@@ -165,7 +173,7 @@ class AnthropicFormat(NoServiceTiers):
             return None
         if isinstance(usage.get("input_tokens"), int):
             return _number(usage["input_tokens"]) + _number(usage.get("cache_creation_input_tokens"))
-        tokens_in = usage.get(translate.PROMPT_TOKENS)
+        tokens_in = usage.get(PROMPT_TOKENS)
         return tokens_in if isinstance(tokens_in, int) else None
 
     def answered_model(self, body: Any) -> str | None:
@@ -176,7 +184,7 @@ class AnthropicFormat(NoServiceTiers):
         reason = body.get("stop_reason")
         if reason is None:
             reason = translate.finish_reason_of(body)
-            return CUT_SHORT if reason == translate.LENGTH else COMPLETE
+            return CUT_SHORT if reason == LENGTH else COMPLETE
         return CUT_SHORT if reason in _CUT_SHORT else COMPLETE
 
     def request_id(self, headers: Mapping[str, str] | None, body: Any) -> str | None:

@@ -15,9 +15,10 @@ from typing import Any, Final
 
 import orjson
 
-from ..format import Unsupported
+from .. import translation
 from ..openai import responses
-from ..openai.chat_fields import SYSTEM_ROLES, TURN_ROLES, UNTRANSLATED
+from ..openai.chat_fields import UNTRANSLATED
+from ..translation import CONTENT_FILTER, LENGTH, STOP, TOOL_CALLS
 
 MESSAGES: Final = "/v1/messages"
 CHAT: Final = "/v1/chat/completions"
@@ -28,12 +29,6 @@ API: Final = "the Messages API"
 # since Claude 3 Haiku, so a line without one is not cut shorter than it would be elsewhere
 DEFAULT_MAX_TOKENS = 4096
 MAX_TEMPERATURE = 1.0
-PROMPT_TOKENS: Final = "prompt_tokens"
-COMPLETION_TOKENS: Final = "completion_tokens"
-STOP: Final = "stop"
-LENGTH: Final = "length"
-TOOL_CALLS: Final = "tool_calls"
-CONTENT_FILTER: Final = "content_filter"
 FINISH_REASONS: Mapping[str, str] = {
     "end_turn": STOP,
     "stop_sequence": STOP,
@@ -46,31 +41,27 @@ FINISH_REASONS: Mapping[str, str] = {
 # fields that change nothing Messages answers: OpenAI's storage and routing
 _DROPPED = frozenset({"store", "metadata", "service_tier", "stream_options", "parallel_tool_calls"})
 # fields that ask for what Messages cannot give, each unless it holds its no-op value
-_REFUSED: Mapping[str, tuple[Any, ...]] = {**UNTRANSLATED, "tools": (None, []), "tool_choice": (None, "none")}
+_REFUSED: Mapping[str, tuple[Any, ...]] = {
+    **UNTRANSLATED,
+    "tools": (None, []),
+    "tool_choice": (None, "none"),
+    "response_format": (None, {"type": "text"}),
+}
+_REASONS = {"response_format": "structured output"}
 _MAPPED = frozenset(
     {"model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "stop", "user"}
 )
+_refuse = translation.refusal(API)
 
 
-def _refuse(field: str, why: str) -> Unsupported:
-    return Unsupported(f"{field}: {why}; {API} has no equivalent (send it to an OpenAI provider)")
+def _text(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": text}
 
 
 def _text_blocks(content: Any, role: str) -> str | list[dict[str, Any]]:
     if isinstance(content, str):
         return content
-    if not isinstance(content, list):
-        raise _refuse(f"a {role} message's content", "neither text nor a list of parts")
-    blocks: list[dict[str, Any]] = []
-    for part in content:
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind == "text" and isinstance(part.get("text"), str):
-            blocks.append({"type": "text", "text": part["text"]})
-        elif kind == "image_url" and isinstance(part.get("image_url"), dict):
-            blocks.append(_image(part["image_url"].get("url")))
-        else:
-            raise _refuse(f"a {role} message's {kind or 'untyped'} part", "not text or an image")
-    return blocks
+    return translation.parts_of(content, role, text=_text, image=_image, refuse=_refuse)
 
 
 def _image(url: Any) -> dict[str, Any]:
@@ -102,30 +93,14 @@ def to_messages(path: str, body: dict[str, Any]) -> dict[str, Any]:
         body = responses.to_chat(body, API)
     elif path != CHAT:
         return body
-    for field in body:
-        if field in _REFUSED:
-            if body[field] not in _REFUSED[field]:
-                raise _refuse(field, f"{orjson.dumps(body[field]).decode()[:80]} asked for")
-        elif field == "response_format":
-            if body[field] not in (None, {"type": "text"}):
-                raise _refuse(field, "structured output")
-        elif field not in _MAPPED and field not in _DROPPED:
-            raise _refuse(field, "an unknown field")
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise Unsupported("messages: a chat line needs a non-empty list of messages")
+    translation.check_fields(body, refused=_REFUSED, known=_MAPPED | _DROPPED, refuse=_refuse, reasons=_REASONS)
     system: list[str] = []
     turns: list[dict[str, Any]] = []
-    for message in messages:
-        role = message.get("role") if isinstance(message, dict) else None
-        if role in SYSTEM_ROLES:
-            system.append(_system_text(message.get("content")))
-        elif role in TURN_ROLES:
-            if message.get("tool_calls"):
-                raise _refuse("an assistant message's tool_calls", "tool use")
-            turns.append({"role": role, "content": _text_blocks(message.get("content"), role)})
+    for role, content in translation.messages_of(body, _refuse, "tool use"):
+        if role == translation.SYSTEM:
+            system.append(_system_text(content))
         else:
-            raise _refuse(f"a message with role {role!r}", "only system, developer, user and assistant translate")
+            turns.append({"role": role, "content": _text_blocks(content, role)})
     cap = body.get("max_completion_tokens", body.get("max_tokens"))
     wire: dict[str, Any] = {
         "model": body.get("model"),
@@ -161,11 +136,6 @@ def finish_reason_of(body: Mapping[str, Any]) -> str | None:
     return reason if isinstance(reason, str) else None
 
 
-def _count(usage: Mapping[str, Any], name: str) -> int:
-    value = usage.get(name)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
-
-
 def to_chat_completion(path: str, body: Any, created: int) -> Any:
     """A chat line's Messages answer as the chat.completion an OpenAI provider would have given
     (`created`: epoch seconds, which a Messages answer does not state); any other answer as it is."""
@@ -182,35 +152,20 @@ def to_chat_completion(path: str, body: Any, created: int) -> Any:
             function = {"name": block.get("name"), "arguments": orjson.dumps(block.get("input", {})).decode()}
             calls.append({"id": block.get("id"), "type": "function", "function": function})
     reason = body.get("stop_reason")
-    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts or not calls else None}
-    message["refusal"] = None
-    if calls:
-        message["tool_calls"] = calls
     found = body.get("usage")
     usage: Mapping[str, Any] = found if isinstance(found, dict) else {}
-    cached = _count(usage, "cache_read_input_tokens")
-    prompt = _count(usage, "input_tokens") + _count(usage, "cache_creation_input_tokens") + cached
-    completion = _count(usage, "output_tokens")
-    return {
-        "id": body.get("id"),
-        "object": "chat.completion",
-        "created": created,
-        "model": body.get("model"),
-        "choices": [
-            {
-                "index": 0,
-                "message": message,
-                "logprobs": None,
-                "finish_reason": FINISH_REASONS.get(reason, STOP) if isinstance(reason, str) else STOP,
-            }
-        ],
-        "usage": {
-            PROMPT_TOKENS: prompt,
-            COMPLETION_TOKENS: completion,
-            "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": cached},
-        },
-    }
+    cached = translation.count(usage, "cache_read_input_tokens")
+    prompt = translation.count(usage, "input_tokens") + translation.count(usage, "cache_creation_input_tokens") + cached
+    return translation.chat_completion(
+        answer_id=body.get("id"),
+        created=created,
+        model=body.get("model"),
+        message=translation.assistant_message(texts, calls),
+        finish_reason=translation.finish_reason(FINISH_REASONS, reason),
+        prompt=prompt,
+        completion=translation.count(usage, "output_tokens"),
+        cached=cached,
+    )
 
 
 def to_line_shape(path: str, body: Any, created: int) -> Any:

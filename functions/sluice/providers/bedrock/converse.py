@@ -20,9 +20,11 @@ from urllib.parse import quote
 
 import orjson
 
+from .. import translation
 from ..format import Unsupported
 from ..openai import responses
-from ..openai.chat_fields import SYSTEM_ROLES, TURN_ROLES, UNTRANSLATED
+from ..openai.chat_fields import UNTRANSLATED
+from ..translation import CONTENT_FILTER, LENGTH, STOP, TOOL_CALLS
 
 CHAT: Final = "/v1/chat/completions"
 MESSAGES: Final = "/v1/messages"
@@ -33,15 +35,13 @@ _CONVERSE_PATHS = frozenset({CHAT, RESPONSES})
 API: Final = "Bedrock's Converse API"
 # InvokeModel's Anthropic bodies name the API version in the body, and no model
 BEDROCK_ANTHROPIC_VERSION: Final = "bedrock-2023-05-31"
-STOP: Final = "stop"
-LENGTH: Final = "length"
 FINISH_REASONS: Mapping[str, str] = {
     "end_turn": STOP,
     "stop_sequence": STOP,
     "max_tokens": LENGTH,
-    "tool_use": "tool_calls",
-    "content_filtered": "content_filter",
-    "guardrail_intervened": "content_filter",
+    "tool_use": TOOL_CALLS,
+    "content_filtered": CONTENT_FILTER,
+    "guardrail_intervened": CONTENT_FILTER,
 }
 _IMAGE_FORMATS = frozenset({"png", "jpeg", "gif", "webp"})
 # fields that change nothing Converse answers: OpenAI's storage and routing
@@ -51,10 +51,7 @@ _REFUSED: Mapping[str, tuple[Any, ...]] = {**UNTRANSLATED, "response_format": (N
 _MAPPED = frozenset(
     {"model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "stop", "tools", "tool_choice"}
 )
-
-
-def _refuse(field: str, why: str) -> Unsupported:
-    return Unsupported(f"{field}: {why}; {API} has no equivalent (send it to an OpenAI provider)")
+_refuse = translation.refusal(API)
 
 
 def _image(url: Any) -> dict[str, Any]:
@@ -68,21 +65,12 @@ def _image(url: Any) -> dict[str, Any]:
     return {"image": {"format": kind, "source": {"bytes": data}}}
 
 
+def _text(text: str) -> dict[str, Any]:
+    return {"text": text}
+
+
 def _blocks(content: Any, role: str) -> list[dict[str, Any]]:
-    if isinstance(content, str):
-        return [{"text": content}]
-    if not isinstance(content, list):
-        raise _refuse(f"a {role} message's content", "neither text nor a list of parts")
-    blocks: list[dict[str, Any]] = []
-    for part in content:
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind == "text" and isinstance(part.get("text"), str):
-            blocks.append({"text": part["text"]})
-        elif kind == "image_url" and isinstance(part.get("image_url"), dict):
-            blocks.append(_image(part["image_url"].get("url")))
-        else:
-            raise _refuse(f"a {role} message's {kind or 'untyped'} part", "not text or an image")
-    return blocks
+    return translation.parts_of(content, role, text=_text, image=_image, refuse=_refuse)
 
 
 def _tool_config(tools: Any, choice: Any) -> dict[str, Any] | None:
@@ -127,27 +115,14 @@ def _inference_config(body: Mapping[str, Any]) -> dict[str, Any]:
 def to_converse(body: Mapping[str, Any]) -> dict[str, Any]:
     """A chat body's Converse body, with its `model`; raises `Unsupported` naming the first field
     Converse cannot honour."""
-    for field in body:
-        if field in _REFUSED:
-            if body[field] not in _REFUSED[field]:
-                raise _refuse(field, f"{orjson.dumps(body[field]).decode()[:80]} asked for")
-        elif field not in _MAPPED and field not in _DROPPED:
-            raise _refuse(field, "an unknown field")
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise Unsupported("messages: a chat line needs a non-empty list of messages")
+    translation.check_fields(body, refused=_REFUSED, known=_MAPPED | _DROPPED, refuse=_refuse)
     system: list[dict[str, Any]] = []
     turns: list[dict[str, Any]] = []
-    for message in messages:
-        role = message.get("role") if isinstance(message, dict) else None
-        if role in SYSTEM_ROLES:
-            system += _blocks(message.get("content"), "system")
-        elif role in TURN_ROLES:
-            if message.get("tool_calls"):
-                raise _refuse("an assistant message's tool_calls", "a tool-use turn")
-            turns.append({"role": role, "content": _blocks(message.get("content"), role)})
+    for role, content in translation.messages_of(body, _refuse, "a tool-use turn"):
+        if role == translation.SYSTEM:
+            system += _blocks(content, translation.SYSTEM)
         else:
-            raise _refuse(f"a message with role {role!r}", "only system, developer, user and assistant translate")
+            turns.append({"role": role, "content": _blocks(content, role)})
     wire: dict[str, Any] = {"model": body.get("model"), "messages": turns}
     if system:
         if any("text" not in block for block in system):
@@ -188,11 +163,6 @@ def route(path: str, body: bytes | None) -> tuple[str, bytes | None]:
     return f"/model/{quote(str(model), safe='')}/{action}", orjson.dumps(wire)
 
 
-def _count(usage: Mapping[str, Any], name: str) -> int:
-    value = usage.get(name)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
-
-
 def to_chat_completion(body: Any, created: int, model: Any, request_id: str | None) -> Any:
     """A Converse answer as the chat.completion an OpenAI provider would have given: Converse names
     neither the model nor an id, so the line's model and the answer's request id stand in. A
@@ -213,29 +183,18 @@ def to_chat_completion(body: Any, created: int, model: Any, request_id: str | No
             use = block["toolUse"]
             function = {"name": use.get("name"), "arguments": orjson.dumps(use.get("input", {})).decode()}
             calls.append({"id": use.get("toolUseId"), "type": "function", "function": function})
-    answer: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts or not calls else None}
-    answer["refusal"] = None
-    if calls:
-        answer["tool_calls"] = calls
     reason = body.get("stopReason")
     found = body.get("usage")
     usage: Mapping[str, Any] = found if isinstance(found, dict) else {}
-    prompt, completion = _count(usage, "inputTokens"), _count(usage, "outputTokens")
-    return {
-        "id": request_id or f"chatcmpl-{uuid.uuid4().hex}",
-        "object": "chat.completion",
-        "created": created,
-        "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "message": answer,
-                "logprobs": None,
-                "finish_reason": FINISH_REASONS.get(reason, STOP) if isinstance(reason, str) else STOP,
-            }
-        ],
-        "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
-    }
+    return translation.chat_completion(
+        answer_id=request_id or f"chatcmpl-{uuid.uuid4().hex}",
+        created=created,
+        model=model,
+        message=translation.assistant_message(texts, calls),
+        finish_reason=translation.finish_reason(FINISH_REASONS, reason),
+        prompt=translation.count(usage, "inputTokens"),
+        completion=translation.count(usage, "outputTokens"),
+    )
 
 
 def to_line_shape(path: str, body: Any, created: int, model: Any, request_id: str | None) -> Any:

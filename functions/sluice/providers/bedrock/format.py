@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, Final, TypeGuard
+from typing import Any, Final
 
 import orjson
 
@@ -30,6 +30,7 @@ from ..format import (
     NoServiceTiers,
     ProviderError,
     Usage,
+    is_count,
 )
 from ..openai import responses
 from . import converse
@@ -54,10 +55,6 @@ _USAGE_NAMES = (
     ("prompt_tokens", "completion_tokens"),
     ("inputTokens", "outputTokens"),
 )
-
-
-def _count(value: Any) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def _text_chars(value: Any) -> int:
@@ -115,7 +112,7 @@ class BedrockFormat(NoServiceTiers, NoRateHeaders):
     def output_cap(self, body: Mapping[str, Any], path: str, *, default: int) -> int:
         config = body.get("inferenceConfig")
         cap = config.get("maxTokens") if isinstance(config, dict) else body.get("max_tokens")
-        return cap if _count(cap) else default
+        return cap if is_count(cap) else default
 
     def estimate_tokens(self, body: Mapping[str, Any], path: str, *, default_output: int) -> int:
         chars = _text_chars(body.get("system")) + _text_chars(body.get("messages"))

@@ -41,7 +41,7 @@ from ..batch import (
     QueueFull,
     file_of,
 )
-from ..rest import Answer, ProviderUnavailable, RestCalls
+from ..rest import Answer, ProviderUnavailable, RestCalls, opener_of
 from . import batch_wire as wire
 from .format import GEMINI
 from .translate import model_path
@@ -202,25 +202,13 @@ class GeminiBatchApi(RestCalls):
     async def status(self, batch_id: str) -> BatchStatus:
         return wire.batch_status(await self._get(self._url(batch_id)))
 
-    async def _lines(self, file: str) -> AsyncIterator[Any]:
-        url = f"{self._root}/download{VERSION}/{file}:download"
-        async with self._session.get(url, params={"alt": "media"}) as response:
-            if response.status >= 300:
-                raise ProviderUnavailable(f"GET {url}: HTTP {response.status}")
-            pending = b""
-            async for chunk in response.content.iter_any():
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                for line in lines:
-                    yield _record(line)
-            yield _record(pending)
-
     async def rows(self, status: BatchStatus) -> AsyncIterator[BatchRow]:
         if not status.output_file:
             return
         created = int(status.ended_at or time.time())
         if status.output_file.startswith("files/"):
-            async for record in self._lines(status.output_file):
+            url = f"{self._root}/download{VERSION}/{status.output_file}:download"
+            async for record in self._records(url, params={"alt": "media"}):
                 row = wire.parse_row(record, created, None)
                 if row is not None:
                     yield row
@@ -262,16 +250,6 @@ class GeminiBatchApi(RestCalls):
                     await self._call("DELETE", self._url(name))
 
 
-def _record(line: bytes) -> Any:
-    if not line.strip():
-        return None
-    try:
-        return orjson.loads(line)
-    except orjson.JSONDecodeError:
-        # a mangled line answers nothing: its row stays unfinished
-        return None
-
-
 def within_limits(limits: BatchLimits | None = None) -> BatchLimits:
     """`limits` (None: Gemini's) kept within Gemini's own, with its 48-hour window."""
     chosen = limits or BatchLimits(max_records=MAX_REQUESTS, max_bytes=MAX_BYTES)
@@ -286,11 +264,6 @@ def within_limits(limits: BatchLimits | None = None) -> BatchLimits:
 def opener(base_url: str, api_key: str, *, timeout_s: float, limits: BatchLimits | None = None) -> BatchApiOpener:
     """Opens a `GeminiBatchApi` on its own session for each run, closed when the run ends."""
     chosen = within_limits(limits)
-
-    @contextlib.asynccontextmanager
-    async def opened() -> AsyncIterator[GeminiBatchApi]:
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout_s, sock_read=timeout_s)
-        async with aiohttp.ClientSession(headers=GEMINI.auth_headers(api_key), timeout=timeout) as session:
-            yield GeminiBatchApi(session, base_url, chosen)
-
-    return opened
+    return opener_of(
+        lambda session: GeminiBatchApi(session, base_url, chosen), GEMINI.auth_headers(api_key), timeout_s=timeout_s
+    )

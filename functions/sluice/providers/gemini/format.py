@@ -18,12 +18,12 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from typing import Any, Final, TypeGuard
+from typing import Any, Final
 
 import orjson
 
 from ...contract.model import FLEX, ServiceTier
-from ..format import COMPLETE, CUT_SHORT, UNFINISHED, Finish, NoRateHeaders, ProviderError, Usage
+from ..format import COMPLETE, CUT_SHORT, UNFINISHED, Finish, NoRateHeaders, ProviderError, Usage, is_count
 from ..openai import responses
 from . import translate
 
@@ -42,10 +42,6 @@ _TIER_REFUSED_STATUSES = frozenset({400, 404})
 _CUT_SHORT = frozenset({"MAX_TOKENS", "length"})
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)s\s*$")
 _VERSIONS = ("/v1beta", "/v1")
-
-
-def _count(value: Any) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def _input_tokens(value: Any) -> float:
@@ -126,7 +122,7 @@ class GeminiFormat(NoRateHeaders):
 
     def output_cap(self, body: Mapping[str, Any], path: str, *, default: int) -> int:
         cap = _config(body).get("maxOutputTokens", body.get("max_tokens"))
-        return cap if _count(cap) else default
+        return cap if is_count(cap) else default
 
     def estimate_tokens(self, body: Mapping[str, Any], path: str, *, default_output: int) -> int:
         return math.ceil(_input_tokens(body.get("systemInstruction")) + _input_tokens(body.get("contents")))

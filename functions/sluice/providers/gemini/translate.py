@@ -22,9 +22,11 @@ from urllib.parse import quote
 
 import orjson
 
+from .. import translation
 from ..format import Unsupported
 from ..openai import responses
-from ..openai.chat_fields import SYSTEM_ROLES, TURN_ROLES, UNTRANSLATED
+from ..openai.chat_fields import UNTRANSLATED
+from ..translation import CONTENT_FILTER, LENGTH, STOP
 from .schema import response_schema
 
 CHAT: Final = "/v1/chat/completions"
@@ -34,9 +36,6 @@ API: Final = "Gemini's generateContent"
 # where a kept body is sent, the model (quoted) in its middle
 GENERATE_PREFIX: Final = "/v1beta/models/"
 GENERATE_SUFFIX: Final = ":generateContent"
-STOP: Final = "stop"
-LENGTH: Final = "length"
-CONTENT_FILTER: Final = "content_filter"
 FINISH_REASONS: Mapping[str, str] = {
     "STOP": STOP,
     "MAX_TOKENS": LENGTH,
@@ -70,10 +69,7 @@ _REFUSED: Mapping[str, tuple[Any, ...]] = {
 }
 _MAPPED = frozenset({"model", "messages", "max_tokens", "max_completion_tokens", "stop", "response_format", TIER_FIELD})
 _MAX_STOP_SEQUENCES = 5
-
-
-def _refuse(field: str, why: str) -> Unsupported:
-    return Unsupported(f"{field}: {why}; {API} has no equivalent (send it to an OpenAI provider)")
+_refuse = translation.refusal(API)
 
 
 def _image(url: Any) -> dict[str, Any]:
@@ -86,21 +82,12 @@ def _image(url: Any) -> dict[str, Any]:
     return {"inlineData": {"mimeType": mime, "data": data}}
 
 
+def _text(text: str) -> dict[str, Any]:
+    return {"text": text}
+
+
 def _parts(content: Any, role: str) -> list[dict[str, Any]]:
-    if isinstance(content, str):
-        return [{"text": content}]
-    if not isinstance(content, list):
-        raise _refuse(f"a {role} message's content", "neither text nor a list of parts")
-    parts: list[dict[str, Any]] = []
-    for part in content:
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind == "text" and isinstance(part.get("text"), str):
-            parts.append({"text": part["text"]})
-        elif kind == "image_url" and isinstance(part.get("image_url"), dict):
-            parts.append(_image(part["image_url"].get("url")))
-        else:
-            raise _refuse(f"a {role} message's {kind or 'untyped'} part", "not text or an image")
-    return parts
+    return translation.parts_of(content, role, text=_text, image=_image, refuse=_refuse)
 
 
 def _format(value: Any) -> dict[str, Any]:
@@ -136,29 +123,14 @@ def _config(body: Mapping[str, Any]) -> dict[str, Any]:
 def to_generate(body: Mapping[str, Any]) -> dict[str, Any]:
     """A chat body's generateContent body, with its `model`; raises `Unsupported` naming the first
     field Gemini cannot honour."""
-    for field in body:
-        if field in _REFUSED:
-            if body[field] not in _REFUSED[field]:
-                raise _refuse(field, f"{orjson.dumps(body[field]).decode()[:80]} asked for")
-        elif field not in _MAPPED and field not in _DROPPED and field not in _CONFIG_FIELDS:
-            raise _refuse(field, "an unknown field")
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise Unsupported("messages: a chat line needs a non-empty list of messages")
+    translation.check_fields(body, refused=_REFUSED, known=_MAPPED | _DROPPED | set(_CONFIG_FIELDS), refuse=_refuse)
     system: list[dict[str, Any]] = []
     contents: list[dict[str, Any]] = []
-    for message in messages:
-        role = message.get("role") if isinstance(message, dict) else None
-        if role in SYSTEM_ROLES:
-            system += _parts(message.get("content"), "system")
-        elif role in TURN_ROLES:
-            if message.get("tool_calls"):
-                raise _refuse("an assistant message's tool_calls", "a tool-use turn")
-            contents.append(
-                {"role": "model" if role == "assistant" else "user", "parts": _parts(message.get("content"), role)}
-            )
+    for role, content in translation.messages_of(body, _refuse, "a tool-use turn"):
+        if role == translation.SYSTEM:
+            system += _parts(content, translation.SYSTEM)
         else:
-            raise _refuse(f"a message with role {role!r}", "only system, developer, user and assistant translate")
+            contents.append({"role": "model" if role == "assistant" else "user", "parts": _parts(content, role)})
     if not contents:
         raise Unsupported("messages: Gemini needs at least one user or assistant turn besides the system prompt")
     wire: dict[str, Any] = {"model": body.get("model"), "contents": contents}
@@ -200,16 +172,11 @@ def route(path: str, body: bytes | None) -> tuple[str, bytes | None]:
     return f"{GENERATE_PREFIX}{model_path(str(model))}{GENERATE_SUFFIX}", orjson.dumps(wire)
 
 
-def _count(usage: Mapping[str, Any], name: str) -> int:
-    value = usage.get(name)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
-
-
 def usage_counts(usage: Mapping[str, Any]) -> tuple[int, int, int]:
     """(input, output, cached input) tokens of Gemini's `usageMetadata`: the thinking it bills as output."""
-    prompt = _count(usage, "promptTokenCount") + _count(usage, "toolUsePromptTokenCount")
-    output = _count(usage, "candidatesTokenCount") + _count(usage, "thoughtsTokenCount")
-    return prompt, output, _count(usage, "cachedContentTokenCount")
+    prompt = translation.count(usage, "promptTokenCount") + translation.count(usage, "toolUsePromptTokenCount")
+    output = translation.count(usage, "candidatesTokenCount") + translation.count(usage, "thoughtsTokenCount")
+    return prompt, output, translation.count(usage, "cachedContentTokenCount")
 
 
 def _answer_text(candidate: Mapping[str, Any]) -> str:
@@ -235,7 +202,7 @@ def to_chat_completion(body: Any, created: int, model: Any, request_id: str | No
     reason = first.get("finishReason")
     feedback = body.get("promptFeedback")
     blocked = isinstance(feedback, dict) and feedback.get("blockReason") and not first
-    finish = CONTENT_FILTER if blocked else FINISH_REASONS.get(reason, STOP) if isinstance(reason, str) else STOP
+    finish = CONTENT_FILTER if blocked else translation.finish_reason(FINISH_REASONS, reason)
     found = body.get("usageMetadata")
     usage = found if isinstance(found, dict) else {}
     prompt, completion, cached = usage_counts(usage)
@@ -245,26 +212,16 @@ def to_chat_completion(body: Any, created: int, model: Any, request_id: str | No
         tier = "flex" if served.lower().removeprefix("service_tier_") == "flex" else ""
     version = body.get("modelVersion")
     answer_id = body.get("responseId") or request_id or f"chatcmpl-{uuid.uuid4().hex}"
-    completion_body: dict[str, Any] = {
-        "id": answer_id,
-        "object": "chat.completion",
-        "created": created,
-        "model": version if isinstance(version, str) and version else model,
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": _answer_text(first), "refusal": None},
-                "logprobs": None,
-                "finish_reason": finish,
-            }
-        ],
-        "usage": {
-            "prompt_tokens": prompt,
-            "completion_tokens": completion,
-            "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": cached},
-        },
-    }
+    completion_body = translation.chat_completion(
+        answer_id=answer_id,
+        created=created,
+        model=version if isinstance(version, str) and version else model,
+        message=translation.assistant_message([_answer_text(first)], []),
+        finish_reason=finish,
+        prompt=prompt,
+        completion=completion,
+        cached=cached,
+    )
     if tier:
         completion_body[TIER_FIELD] = tier
     return completion_body

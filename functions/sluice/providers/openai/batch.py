@@ -34,6 +34,7 @@ from ..batch import (
     CancelRefused,
     QueueFull,
     file_of,
+    json_record,
 )
 
 # OpenAI's limits for one batch (platform.openai.com/docs/guides/batch)
@@ -240,14 +241,7 @@ class OpenAIBatchApi:
     async def _records(self, file_id: str) -> AsyncIterator[dict[str, Any]]:
         async with self._client.files.with_streaming_response.content(file_id) as response:
             async for text in response.iter_lines():
-                if not text.strip():
-                    continue
-                try:
-                    record = orjson.loads(text)
-                except orjson.JSONDecodeError:
-                    # a mangled line answers nothing: its row stays unfinished
-                    continue
-                if isinstance(record, dict):
+                if (record := json_record(text)) is not None:
                     yield record
 
     async def rows(self, status: BatchStatus) -> AsyncIterator[BatchRow]:

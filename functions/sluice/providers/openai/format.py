@@ -13,10 +13,10 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from typing import Any, Final, TypeGuard
+from typing import Any, Final
 
 from ...contract.model import FLEX, ServiceTier
-from ..format import COMPLETE, CUT_SHORT, UNFINISHED, Finish, ProviderError, RateKind, RateLimits, Usage
+from ..format import COMPLETE, CUT_SHORT, UNFINISHED, Finish, ProviderError, RateKind, RateLimits, Usage, is_count
 
 NAME: Final = "openai"
 # the endpoints a line may name: those of OpenAI's Batch API
@@ -99,11 +99,6 @@ def _text_chars(value: Any) -> int:
     return 0
 
 
-def _count(value: Any) -> TypeGuard[int]:
-    """A count of something a body states: a whole number above 0 (True is no count)."""
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
-
-
 def _per_second(headers: Mapping[str, str], name: str) -> float | None:
     raw = headers.get(name)
     if raw is None:
@@ -150,11 +145,11 @@ class OpenAIFormat:
         cap = default
         for name in _OUTPUT_CAPS:
             value = body.get(name)
-            if _count(value):
+            if is_count(value):
                 cap = value
                 break
         n = body.get("n")
-        return cap * (n if _count(n) else 1)
+        return cap * (n if is_count(n) else 1)
 
     def estimate_tokens(self, body: Mapping[str, Any], path: str, *, default_output: int) -> int:
         chars = sum(_text_chars(body.get(name)) for name in _INPUT_FIELDS)
