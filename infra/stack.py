@@ -18,7 +18,8 @@ from sluice.contract import (
 from infra.bedrock_batch import BedrockBatch, grant_bedrock_batch, grant_bedrock_invoke
 from infra.cdk_logs import CdkLogs, cdk_functions
 from infra.checks import acknowledge, acknowledge_actions
-from infra.config import ConfigError, Environment
+from infra.config import Environment
+from infra.config_values import ConfigError
 from infra.functions import Functions
 from infra.grants import Grants
 from infra.monitoring import Monitoring
