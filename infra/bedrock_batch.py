@@ -10,8 +10,6 @@ pass it, are granted by the stack (`grant_bedrock_batch`, which it calls, kept h
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import aws_cdk as cdk
 import aws_cdk.aws_events as events
 import aws_cdk.aws_events_targets as targets
@@ -22,8 +20,7 @@ from sluice.contract import BEDROCK_INPUT_PREFIX as INPUT
 from sluice.contract import BEDROCK_OUTPUT_PREFIX as OUTPUT
 from sluice.contract import PROVIDER_STEPS, SHARD_FAILED_STEP, Settings, bedrock_job_name_prefix
 
-if TYPE_CHECKING:
-    from infra.stack import SluiceStack
+from infra.grants import Grants
 
 BEDROCK_SERVICE = "bedrock.amazonaws.com"
 # the steps that run a batch shard's batches, Bedrock's included, which may pass the role
@@ -99,14 +96,14 @@ class BedrockBatch(Construct):
         )
 
 
-def grant_bedrock_invoke(stack: SluiceStack, bedrock: BedrockBatch) -> None:
+def grant_bedrock_invoke(grants: Grants, bedrock: BedrockBatch) -> None:
     """The steps that send requests directly (a direct shard, a batch's part below Bedrock's minimum,
     its records left unanswered) invoke the region's foundation models and this account's inference
     profiles; Converse is authorized as InvokeModel."""
     why = "A line names its model: a foundation model of the region, or an inference profile of the account."
-    stack._allow_steps(PROVIDER_STEPS, ["bedrock:InvokeModel"], bedrock.model_arns, wildcard_reason=why)
+    grants.allow_steps(PROVIDER_STEPS, ["bedrock:InvokeModel"], bedrock.model_arns, wildcard_reason=why)
     why = "A cross-region inference profile routes to its model in any of its destination regions."
-    stack._allow_steps(
+    grants.allow_steps(
         PROVIDER_STEPS,
         ["bedrock:InvokeModel"],
         bedrock.routed_model_arns,
@@ -115,32 +112,32 @@ def grant_bedrock_invoke(stack: SluiceStack, bedrock: BedrockBatch) -> None:
     )
 
 
-def grant_bedrock_batch(stack: SluiceStack, bedrock: BedrockBatch) -> None:
+def grant_bedrock_batch(grants: Grants, bedrock: BedrockBatch) -> None:
     """The stack's grants for Bedrock batch inference: its service role reads the jobs' input and
     writes their output; the batch steps put the input, read and delete both, and pass that role,
     to Bedrock only."""
     role, why = bedrock.service_role, "Each job's files are named by the job and shard they run."
     prefixes: dict[str, object] = {"StringLike": {"s3:prefix": [f"{p}*" for p in (INPUT, OUTPUT)]}}
-    bucket = stack.storage.bucket.bucket_arn
+    bucket = grants.bucket.bucket_arn
     # Bedrock acts as the role: the bucket must be this account's, whatever a job file names
-    own: dict[str, object] = {"StringEquals": {"aws:ResourceAccount": stack.account}}
-    stack._allow(role, ["s3:GetObject"], stack._objects(INPUT), conditions=own, wildcard_reason=why)
-    stack._allow(role, ["s3:PutObject"], stack._objects(OUTPUT), conditions=own, wildcard_reason=why)
-    stack._allow(role, ["s3:ListBucket"], [bucket], conditions={**prefixes, **own})
+    own: dict[str, object] = {"StringEquals": {"aws:ResourceAccount": grants.stack.account}}
+    grants.allow(role, ["s3:GetObject"], grants.objects(INPUT), conditions=own, wildcard_reason=why)
+    grants.allow(role, ["s3:PutObject"], grants.objects(OUTPUT), conditions=own, wildcard_reason=why)
+    grants.allow(role, ["s3:ListBucket"], [bucket], conditions={**prefixes, **own})
     # a job that names a cross-region inference profile runs its records on the profile's models
     # in their regions, as the role
     why = "A job names its model: an inference profile of the account, routed to any destination region."
-    stack._allow(role, ["bedrock:InvokeModel"], bedrock.model_arns[1:], wildcard_reason=why)
-    stack._allow(
+    grants.allow(role, ["bedrock:InvokeModel"], bedrock.model_arns[1:], wildcard_reason=why)
+    grants.allow(
         role,
         ["bedrock:InvokeModel"],
         bedrock.routed_model_arns,
         conditions=bedrock.routed_condition,
         wildcard_reason=why,
     )
-    allow = stack._allow_steps
-    allow(BATCH_STEPS, ["s3:PutObject"], stack._objects(INPUT), wildcard_reason=why)
-    allow(BATCH_STEPS, ["s3:GetObject", "s3:DeleteObject"], stack._objects(INPUT, OUTPUT), wildcard_reason=why)
+    allow = grants.allow_steps
+    allow(BATCH_STEPS, ["s3:PutObject"], grants.objects(INPUT), wildcard_reason=why)
+    allow(BATCH_STEPS, ["s3:GetObject", "s3:DeleteObject"], grants.objects(INPUT, OUTPUT), wildcard_reason=why)
     allow(BATCH_STEPS, ["s3:ListBucket"], [bucket], conditions=prefixes)
     passed: dict[str, object] = {"StringEquals": {"iam:PassedToService": BEDROCK_SERVICE}}
     allow(BATCH_STEPS, ["iam:PassRole"], [role.role_arn], conditions=passed)
@@ -154,4 +151,4 @@ def grant_bedrock_batch(stack: SluiceStack, bedrock: BedrockBatch) -> None:
     # a failed shard's open jobs are stopped, and their state read, by ShardFailed; a failed job's by MarkFailed
     allow([SHARD_FAILED_STEP, "mark_failed"], jobs[1:], [bedrock.job_arns], wildcard_reason=why)
     for step in BATCH_STEPS:
-        stack.functions.by_step[step].add_environment(ROLE_VARIABLE, role.role_arn)
+        grants.by_step[step].add_environment(ROLE_VARIABLE, role.role_arn)

@@ -9,57 +9,35 @@ import aws_cdk as cdk
 import aws_cdk.aws_iam as iam
 from constructs import Construct
 from sluice.contract import (
-    ANY_SHARD_PREFIX,
     BEDROCK_PROVIDER,
-    CACHE_PREFIX,
-    INBOX_PREFIX,
     JOBS_PREFIX,
-    OUTBOX_PREFIX,
     PROVIDER_ID_INDEX,
-    PROVIDER_STEPS,
-    SHARD_FAILED_STEP,
     SIGNED_PROVIDERS,
-    TURNAROUNDS_PREFIX,
-    refused_summaries,
 )
 
 from infra.bedrock_batch import BedrockBatch, grant_bedrock_batch, grant_bedrock_invoke
 from infra.cdk_logs import CdkLogs, cdk_functions
-from infra.checks import acknowledge, acknowledge_actions, spelled
-from infra.config import ConfigError, Environment
-from infra.functions import EVENT_BUS, Functions
+from infra.checks import acknowledge, acknowledge_actions
+from infra.config import Environment
+from infra.config_values import ConfigError
+from infra.functions import Functions
+from infra.grants import Grants
 from infra.monitoring import Monitoring
 from infra.secrets import Secrets
+from infra.step_grants import CALLBACK_REASON, grant_steps
 from infra.storage import Storage
 from infra.table_access import INDEX_ACTIONS, TABLE_ACTIONS
 from infra.webhooks import Webhooks
 from infra.workflow import Workflow
 
-# The step that parks a shard's task token and wakes the shard if its work already settled.
-TASK_TOKEN_STEPS = ("await_shard",)
 # `-c without_provider_index=true`: deploy once without the provider-id index, to change how it
 # is built (docs/deploy.md); webhooks for batches fail meanwhile, and polling finishes the shards.
 WITHOUT_PROVIDER_INDEX = "without_provider_index"
-# The steps that assemble outbox/ from the shards' files.
-OUTPUT_STEPS = ("merge", "mark_failed")
-# the steps that cancel work at the provider outside a shard's own run: a failed shard's, a failed job's
-CANCELLING_STEPS = (SHARD_FAILED_STEP, "mark_failed")
-# The steps that announce how a job ended (Merge's outcome goes out through Notify).
-EVENT_STEPS = ("notify", "mark_failed")
 # What the webhook Lambda does to the table, and to the index that finds a shard by its provider
 # id; a test runs the handler and checks that it calls nothing else.
 WEBHOOK_TABLE_ACTIONS = TABLE_ACTIONS["webhook"]
 WEBHOOK_INDEX_ACTIONS = INDEX_ACTIONS["webhook"]
 
-# The Service Authorization Reference lists no resource type for states:SendTaskSuccess (nor
-# SendTaskFailure, SendTaskHeartbeat), and says an action without one takes "Resource": "*"
-# (https://docs.aws.amazon.com/service-authorization/latest/reference/list_awsstepfunctions.html);
-# which ARN a Distributed Map child's token would be checked against is not documented. The token
-# is what authorizes the call: it is unguessable and names one waiting task.
-CALLBACK_REASON = (
-    "SendTaskSuccess has no resource type in the Service Authorization Reference, so the documented form is "
-    '"Resource": "*"; the task token itself names the one waiting task.'
-)
 # Actions CDK grants for features we turn on, which support no resource-level permission.
 TRACING_ACTIONS = ("xray:PutTraceSegments", "xray:PutTelemetryRecords")
 TRACING_REASON = "Active tracing: X-Ray's PutTraceSegments and PutTelemetryRecords support no resource-level grant."
@@ -153,6 +131,12 @@ class SluiceStack(cdk.Stack):
             else None
         )
 
+        self.grants = Grants(
+            self,
+            bucket=self.storage.bucket,
+            by_step=self.functions.by_step,
+            secrets_kms_key_arn=config.secrets_kms_key_arn,
+        )
         self._permissions()
         # last, once every construct that brings one of CDK's own Lambdas exists
         self.cdk_logs = CdkLogs(
@@ -169,13 +153,13 @@ class SluiceStack(cdk.Stack):
 
     def _permissions(self) -> None:
         """Every permission between the constructs, and the cdk-nag findings acknowledged with why."""
-        self._grant_functions()
+        grant_steps(self.grants, functions=self.functions, table=self.storage.table, secrets=self.secrets)
         self._grant_webhook()
         self._grant_workflow()
         self._grant_monitoring()
         if self.bedrock_batch is not None:
-            grant_bedrock_invoke(self, self.bedrock_batch)
-            grant_bedrock_batch(self, self.bedrock_batch)
+            grant_bedrock_invoke(self.grants, self.bedrock_batch)
+            grant_bedrock_batch(self.grants, self.bedrock_batch)
         self._acknowledge_nag_findings()
 
     def _outputs(self) -> None:
@@ -194,206 +178,6 @@ class SluiceStack(cdk.Stack):
         )
         cdk.CfnOutput(self, "WebhookSecretArn", value=self.secrets.webhook_secret.secret_arn)
 
-    def _objects(self, *prefixes: str) -> list[str]:
-        return [self.storage.bucket.arn_for_objects(f"{prefix}*") for prefix in prefixes]
-
-    def _allow(
-        self,
-        role: iam.IRole,
-        actions: list[str],
-        resources: list[str],
-        *,
-        conditions: dict[str, object] | None = None,
-        wildcard_reason: str | None = None,
-    ) -> None:
-        """Adds one statement; a resource with a wildcard must say why, and is acknowledged for cdk-nag."""
-        role.add_to_principal_policy(iam.PolicyStatement(actions=actions, resources=resources, conditions=conditions))
-        for resource in resources:
-            pattern = spelled(self, resource)
-            if "*" in pattern:
-                if not wildcard_reason:
-                    raise ValueError(f"{pattern} has a wildcard; say why with wildcard_reason")
-                if pattern == "*":
-                    acknowledge_actions(role, actions, wildcard_reason)
-                else:
-                    acknowledge(role, f"AwsSolutions-IAM5[Resource::{pattern}]", wildcard_reason)
-
-    def _allow_secret_decrypt(self, role: iam.IRole | None, secret_arn: str) -> None:
-        """An imported secret under a customer managed key: Decrypt, only through Secrets Manager, for it."""
-        key = self.config.secrets_kms_key_arn
-        if not key:
-            return  # aws/secretsmanager: Secrets Manager's own key needs no grant
-        assert role is not None
-        self._allow(
-            role,
-            ["kms:Decrypt"],
-            [key],
-            conditions={
-                "StringEquals": {
-                    "kms:ViaService": f"secretsmanager.{self.region}.amazonaws.com",
-                    "kms:EncryptionContext:SecretARN": secret_arn,
-                }
-            },
-        )
-
-    def _allow_steps(
-        self,
-        names: Sequence[str],
-        actions: list[str],
-        resources: list[str],
-        *,
-        conditions: dict[str, object] | None = None,
-        wildcard_reason: str | None = None,
-    ) -> None:
-        """`_allow` for each of the steps `names`, to its function's role."""
-        for name in names:
-            role = self.functions.by_step[name].role
-            assert role is not None
-            self._allow(role, actions, resources, conditions=conditions, wildcard_reason=wildcard_reason)
-
-    def _grant_functions(self) -> None:
-        """The steps' functions: their log groups, their table actions, and the job's files in S3."""
-        by_step = self.functions.by_step
-        allow = self._allow_steps
-        inbox = "Jobs read whichever input object started them; users choose the keys under inbox/."
-        jobs = "Each job's working files live under jobs/<job id>/, which exists only once the job runs."
-        outbox = "Results are written under outbox/ with names taken from the input object."
-        table = self.storage.table
-
-        for step, function in by_step.items():
-            self.functions.log_groups[step].grant_write(function)
-            if TABLE_ACTIONS[step]:
-                allow([step], list(TABLE_ACTIONS[step]), [table.table_arn])
-
-        # HeadObject is authorised by s3:GetObject, so Plan can read the ETag and metadata.
-        allow(["plan"], ["s3:GetObject"], self._objects(INBOX_PREFIX), wildcard_reason=inbox)
-        # in a versioned bucket every read of the input names the version Plan cut (`input_pin`)
-        readers = ["plan", *PROVIDER_STEPS, SHARD_FAILED_STEP, "mark_failed"]
-        allow(readers, ["s3:GetObjectVersion"], self._objects(INBOX_PREFIX), wildcard_reason=inbox)
-        allow(["plan"], ["s3:PutObject"], self._objects(JOBS_PREFIX), wildcard_reason=jobs)
-
-        allow(
-            PROVIDER_STEPS,
-            ["s3:GetObject"],
-            self._objects(INBOX_PREFIX, JOBS_PREFIX),
-            wildcard_reason=f"{inbox} {jobs}",
-        )
-        allow(PROVIDER_STEPS, ["s3:PutObject"], self._objects(JOBS_PREFIX), wildcard_reason=jobs)
-        api_key = self.secrets.api_key
-        if api_key is not None:
-            allow(PROVIDER_STEPS, ["secretsmanager:GetSecretValue"], [api_key.secret_arn])
-            if not self.secrets.created:
-                for step in PROVIDER_STEPS:
-                    self._allow_secret_decrypt(by_step[step].role, api_key.secret_arn)
-
-        # ShardFailed reads its shard's lines and parts, and writes its outputs, under jobs/; it
-        # needs the key only to cancel the shard's open work
-        allow([SHARD_FAILED_STEP], ["s3:GetObject"], self._objects(INBOX_PREFIX, JOBS_PREFIX), wildcard_reason=inbox)
-        allow(
-            [SHARD_FAILED_STEP],
-            ["s3:PutObject"],
-            [
-                self.storage.bucket.arn_for_objects(ANY_SHARD_PREFIX + name)
-                for name in ("results.jsonl", "errors.jsonl", "stats.json")
-            ],
-            wildcard_reason="A failed shard's outputs are under jobs/<job id>/shards/<shard>/, named when it runs.",
-        )
-        if api_key is not None:
-            allow(CANCELLING_STEPS, ["secretsmanager:GetSecretValue"], [api_key.secret_arn])
-            if not self.secrets.created:
-                for step in CANCELLING_STEPS:
-                    self._allow_secret_decrypt(by_step[step].role, api_key.secret_arn)
-
-        # UploadPartCopy needs GetObject on the source part and PutObject on the target.
-        allow(OUTPUT_STEPS, ["s3:GetObject"], self._objects(JOBS_PREFIX), wildcard_reason=jobs)
-        allow(
-            OUTPUT_STEPS,
-            ["s3:PutObject", "s3:AbortMultipartUpload"],
-            self._objects(OUTBOX_PREFIX),
-            wildcard_reason=outbox,
-        )
-        # Plan's one write to outbox/: the summary of a job it refused because the key's job runs
-        allow(
-            ["plan"],
-            ["s3:PutObject"],
-            [self.storage.bucket.arn_for_objects(refused_summaries(OUTBOX_PREFIX))],
-            wildcard_reason="A refused job's summary is named by its input key and job id, known only when it runs.",
-        )
-        # A failed job still accounts for every line: MarkFailed first finishes the shards that
-        # never did (`sluice.shard.frame.assemble`), which reads their lines from the input and writes each
-        # shard's final files and nothing else under jobs/, then concatenates them into outbox/ as
-        # Merge would.
-        allow(["mark_failed"], ["s3:GetObject"], self._objects(INBOX_PREFIX), wildcard_reason=inbox)
-        allow(
-            ["mark_failed"],
-            ["s3:PutObject"],
-            [
-                self.storage.bucket.arn_for_objects(ANY_SHARD_PREFIX + name)
-                for name in ("results.jsonl", "errors.jsonl", "stats.json")
-            ],
-            wildcard_reason="A failed job's shards are under jobs/<job id>/shards/<shard>/, named only when it runs.",
-        )
-        default_bus = self.format_arn(service="events", resource="event-bus", resource_name=EVENT_BUS)
-        allow(EVENT_STEPS, ["events:PutEvents"], [default_bus])
-
-        # Without ListBucket a missing checkpoint reads as 403 instead of 404.
-        allow(
-            [*PROVIDER_STEPS, SHARD_FAILED_STEP, *OUTPUT_STEPS],
-            ["s3:ListBucket"],
-            [self.storage.bucket.bucket_arn],
-            conditions={"StringLike": {"s3:prefix": [JOBS_PREFIX, f"{JOBS_PREFIX}*"]}},
-        )
-
-        self._grant_cache()
-        self._grant_turnarounds()
-
-        # AwaitShard wakes its own shard when nothing is left to wait for; it never fails a task
-        allow(TASK_TOKEN_STEPS, ["states:SendTaskSuccess"], ["*"], wildcard_reason=CALLBACK_REASON)
-
-    def _grant_cache(self) -> None:
-        """The response cache (`sluice.cache.entries`): Plan reads the indexes and the hits' segments; the
-        steps that get answers add a segment and its index; Merge compacts the indexes
-        (`sluice.cache.compact`: reads, writes and deletes under cache/index/, lists segments).
-        Nothing deletes a segment (the lifecycle rule does)."""
-        allow = self._allow_steps
-        cache = "Response cache objects are named by the job, shard and run that wrote them, under cache/."
-        cache_index = f"{CACHE_PREFIX}index/"
-        allow(["plan"], ["s3:GetObject"], self._objects(CACHE_PREFIX), wildcard_reason=cache)
-        allow(
-            ["merge"],
-            ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"],
-            self._objects(cache_index),
-            wildcard_reason=cache,
-        )
-        allow(
-            ["plan", "merge"],
-            ["s3:ListBucket"],
-            [self.storage.bucket.bucket_arn],
-            # all of cache/, so that a segment the lifecycle rule expired reads as 404 (a miss), not 403
-            conditions={"StringLike": {"s3:prefix": [CACHE_PREFIX, f"{CACHE_PREFIX}*"]}},
-        )
-        allow(
-            PROVIDER_STEPS,
-            ["s3:PutObject"],
-            self._objects(f"{CACHE_PREFIX}segments/", cache_index),
-            wildcard_reason=cache,
-        )
-
-    def _grant_turnarounds(self) -> None:
-        """The batch turnarounds measured of earlier jobs (`sluice.plan.turnarounds`): Merge reads and
-        rewrites a model's object, a deadline job's Plan reads it. Both list the prefix, so that a
-        model nothing was measured of yet reads as 404 (none measured), not 403."""
-        allow = self._allow_steps
-        why = "Batch turnarounds are kept one object per provider family and model, under turnarounds/."
-        allow(["plan"], ["s3:GetObject"], self._objects(TURNAROUNDS_PREFIX), wildcard_reason=why)
-        allow(["merge"], ["s3:GetObject", "s3:PutObject"], self._objects(TURNAROUNDS_PREFIX), wildcard_reason=why)
-        allow(
-            ["plan", "merge"],
-            ["s3:ListBucket"],
-            [self.storage.bucket.bucket_arn],
-            conditions={"StringLike": {"s3:prefix": [TURNAROUNDS_PREFIX, f"{TURNAROUNDS_PREFIX}*"]}},
-        )
-
     def _grant_webhook(self) -> None:
         """The webhook Lambda: its log group, its items and shards, its secret, and task tokens."""
         function = self.functions.webhook
@@ -401,30 +185,32 @@ class SluiceStack(cdk.Stack):
         assert role is not None
         self.functions.log_groups["webhook"].grant_write(function)
         table = self.storage.table
-        self._allow(role, list(WEBHOOK_TABLE_ACTIONS), [table.table_arn])
-        self._allow(role, list(WEBHOOK_INDEX_ACTIONS), [f"{table.table_arn}/index/{PROVIDER_ID_INDEX}"])
-        self._allow(role, ["secretsmanager:GetSecretValue"], [self.secrets.webhook_secret.secret_arn])
+        self.grants.allow(role, list(WEBHOOK_TABLE_ACTIONS), [table.table_arn])
+        self.grants.allow(role, list(WEBHOOK_INDEX_ACTIONS), [f"{table.table_arn}/index/{PROVIDER_ID_INDEX}"])
+        self.grants.allow(role, ["secretsmanager:GetSecretValue"], [self.secrets.webhook_secret.secret_arn])
         if not self.secrets.webhook_secret_created:
-            self._allow_secret_decrypt(role, self.secrets.webhook_secret.secret_arn)
-        self._allow(role, ["states:SendTaskSuccess"], ["*"], wildcard_reason=CALLBACK_REASON)
+            self.grants.allow_secret_decrypt(role, self.secrets.webhook_secret.secret_arn)
+        self.grants.allow(role, ["states:SendTaskSuccess"], ["*"], wildcard_reason=CALLBACK_REASON)
 
     def _grant_workflow(self) -> None:
         workflow = self.workflow
         # The definition names each function by its unqualified ARN (`lambda:invoke` runs $LATEST),
         # and IAM matches that ARN alone: no version or alias (`<arn>:*`) is ever invoked.
         # https://docs.aws.amazon.com/lambda/latest/dg/lambda-api-permissions-ref.html
-        self._allow(workflow.role, ["lambda:InvokeFunction"], [f.function_arn for f in self.functions.by_step.values()])
+        self.grants.allow(
+            workflow.role, ["lambda:InvokeFunction"], [f.function_arn for f in self.functions.by_step.values()]
+        )
         # The Distributed Map's ItemReader reads the manifest that Plan wrote.
-        self._allow(
+        self.grants.allow(
             workflow.role,
             ["s3:GetObject"],
-            self._objects(JOBS_PREFIX),
+            self.grants.objects(JOBS_PREFIX),
             wildcard_reason="Each job's manifest is under jobs/<job id>/, which exists only once the job runs.",
         )
         # The Distributed Map runs each shard as a child execution of this same state machine;
         # RedriveExecution lets a failed Map run be redriven.
-        self._allow(workflow.role, ["states:StartExecution"], [workflow.state_machine_arn])
-        self._allow(
+        self.grants.allow(workflow.role, ["states:StartExecution"], [workflow.state_machine_arn])
+        self.grants.allow(
             workflow.role,
             ["states:DescribeExecution", "states:StopExecution", "states:RedriveExecution"],
             workflow.execution_arns,

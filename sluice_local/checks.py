@@ -7,12 +7,15 @@ from __future__ import annotations
 import argparse
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
 from sluice_local.console import EXIT_INPUT, EXIT_USAGE, CliError
+
+N = TypeVar("N", int, float)
 
 
 def _parsed(text: str, kind: type) -> Any:
@@ -26,55 +29,28 @@ def _parsed(text: str, kind: type) -> Any:
     return value
 
 
-def positive_int(text: str) -> int:
-    value: int = _parsed(text, int)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} is not allowed: give 1 or more")
-    return value
+def _within(kind: type[N], allowed: Callable[[N], bool], refusal: str) -> Callable[[str], N]:
+    """An option's type: `text` read as `kind`, refused with `refusal` (`{text}`: what was given)
+    unless `allowed`."""
+
+    def check(text: str) -> N:
+        value: N = _parsed(text, kind)
+        if not allowed(value):
+            raise argparse.ArgumentTypeError(refusal.format(text=text))
+        return value
+
+    return check
 
 
-def whole_number(text: str) -> int:
-    """0 or more (rpm and tpm budgets, where 0 means none; seeds)."""
-    value: int = _parsed(text, int)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text} is not allowed: give 0 or more")
-    return value
-
-
-def port(text: str) -> int:
-    value: int = _parsed(text, int)
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"{text} is not a TCP port: give 0 (any free port) to 65535")
-    return value
-
-
-def positive_seconds(text: str) -> float:
-    value: float = _parsed(text, float)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text} is not allowed: give a number of seconds above 0")
-    return value
-
-
-def seconds(text: str) -> float:
-    """0 or more seconds (a latency or jitter, where 0 means none)."""
-    value: float = _parsed(text, float)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text} is not allowed: give 0 or more seconds")
-    return value
-
-
-def positive_number(text: str) -> float:
-    value: float = _parsed(text, float)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text} is not allowed: give a number above 0")
-    return value
-
-
-def fraction(text: str) -> float:
-    value: float = _parsed(text, float)
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"{text} is not a share: give 0 to 1 (0.1 is 10%)")
-    return value
+positive_int = _within(int, lambda v: v >= 1, "{text} is not allowed: give 1 or more")
+# 0 or more (rpm and tpm budgets, where 0 means none; seeds)
+whole_number = _within(int, lambda v: v >= 0, "{text} is not allowed: give 0 or more")
+port = _within(int, lambda v: 0 <= v <= 65535, "{text} is not a TCP port: give 0 (any free port) to 65535")
+positive_seconds = _within(float, lambda v: v > 0, "{text} is not allowed: give a number of seconds above 0")
+# 0 or more seconds (a latency or jitter, where 0 means none)
+seconds = _within(float, lambda v: v >= 0, "{text} is not allowed: give 0 or more seconds")
+positive_number = _within(float, lambda v: v > 0, "{text} is not allowed: give a number above 0")
+fraction = _within(float, lambda v: 0.0 <= v <= 1.0, "{text} is not a share: give 0 to 1 (0.1 is 10%)")
 
 
 def usable_out_dir(path: Path, flag: str = "--out") -> Path:

@@ -40,7 +40,7 @@ import botocore.session
 from moto.core.authorization import enable_iam_authentication
 from sluice.contract import BEDROCK_PROVIDER
 
-from sluice_local.cloud.names import ACCOUNT, PREFIX, REGION, function_arn, function_name
+from sluice_local.cloud_names import ACCOUNT, PREFIX, REGION, function_arn, function_name
 
 POLICIES = Path(__file__).with_name("policies.json")
 # The stack the snapshot is taken from: the environment a developer deploys and `sluice run` stands in for.

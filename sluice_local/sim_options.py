@@ -1,11 +1,16 @@
-"""The simulator's command-line options, shared by `sluice simulator` and `python -m sluice_local.simulator`.
+"""The simulator's command-line options, shared by `sluice simulator` and `python -m sluice_local.simulator`
+(`main`, which `sluice_local/simulator/__main__.py` runs).
 
-Kept apart from the simulator so that `sluice --help` need not import aiohttp.
+Kept apart from the simulator so that `sluice --help` need not import aiohttp: the simulator is
+imported once a command starts it, and knows nothing of these options.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from sluice_local import checks
@@ -146,3 +151,22 @@ def config_from(args: argparse.Namespace) -> SimConfig:
         webhook_url=args.webhook_url,
         webhook_secret=args.webhook_secret,
     )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m sluice_local.simulator`: the simulator with these options, until interrupted."""
+    from sluice_local import simulator
+
+    parser = argparse.ArgumentParser(
+        prog="sluice simulator",
+        description="Run the provider simulator: OpenAI-compatible, Anthropic, Bedrock and Gemini.",
+    )
+    add_options(parser)
+    args = parser.parse_args(argv)
+    try:
+        config = config_from(args)
+    except ValueError as exc:
+        parser.error(str(exc))
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(simulator.serve(args.host, args.port, config))
+    return 0

@@ -26,7 +26,8 @@ from bench.scale import definition
 from bench.scale.counts import BY_NAME, CONTINGENT, per_occurrence
 from bench.scale.figures import VARIANT_MODE, Figure, _variant_causes, counted_figure
 from bench.scale.rates import MAXIMUM_CACHE, MAXIMUM_LINES, Scenario, environment, rate, scenario
-from infra.config import NEW_TABLE_WARM_READS, NEW_TABLE_WARM_WRITES, Environment
+from infra.config import Environment
+from infra.config_values import NEW_TABLE_WARM_READS, NEW_TABLE_WARM_WRITES
 
 KEY = "OpenAI usage tier 5, gpt-4o-mini"
 JOBS_AT_ONCE = 4

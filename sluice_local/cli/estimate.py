@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 from sluice.contract import Mode
-from sluice.plan.deadline import plan_lines
+from sluice.plan.deadline_choice import plan_lines
 from sluice.providers import modes
 
 from sluice_local.cli.estimate_deadline import deadline_plan

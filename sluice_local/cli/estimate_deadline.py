@@ -11,15 +11,17 @@ from sluice.cache.entries import default_cache_dir
 from sluice.contract import LOCAL_SETTING_DEFAULTS, Mode
 from sluice.plan.deadline import (
     DeadlineError,
-    DeadlineInputs,
-    DeadlinePlan,
     DeadlineRefused,
-    KeyLimits,
-    ShardLoad,
     expected_turnaround,
     flex_models,
     parse_deadline,
     parse_duration,
+)
+from sluice.plan.deadline_choice import (
+    DeadlineInputs,
+    DeadlinePlan,
+    KeyLimits,
+    ShardLoad,
     plan_deadline,
     running_shards,
 )

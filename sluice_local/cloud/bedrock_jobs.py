@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 from botocore.exceptions import ClientError
 
-from sluice_local.cloud.names import ACCOUNT, REGION
+from sluice_local.cloud_names import ACCOUNT, REGION
 from sluice_local.simulator.config import SimConfig
 from sluice_local.simulator.messages import MESSAGES_PATH, plan_messages
 from sluice_local.simulator.structured import pick_output_fault, spoil

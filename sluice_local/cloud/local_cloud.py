@@ -47,7 +47,8 @@ from sluice_local.cloud.lambdas import (
     RunInterrupted,
     lambda_error,
 )
-from sluice_local.cloud.names import (
+from sluice_local.cloud.settings import LocalSettings
+from sluice_local.cloud_names import (
     ACCOUNT,
     LOCAL_TTL_DAYS,
     PREFIX,
@@ -57,7 +58,6 @@ from sluice_local.cloud.names import (
     function_name,
     local_definition,
 )
-from sluice_local.cloud.settings import LocalSettings
 from sluice_local.dynamo_meter import MotoTables
 from sluice_local.iam import service_role_arn
 from sluice_local.quotas import MemoryBudget

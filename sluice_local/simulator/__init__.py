@@ -26,7 +26,7 @@ One module per concern:
 """
 
 from sluice_local.simulator.answers import answer_for, count_tokens, embedding_vector, sentiment
-from sluice_local.simulator.app import SIM_KEY, Simulator, create_app, main, serve, start
+from sluice_local.simulator.app import SIM_KEY, Simulator, create_app, serve, start
 from sluice_local.simulator.config import SimConfig
 from sluice_local.simulator.faults import (
     FAULT_429,
@@ -67,7 +67,6 @@ __all__ = [
     "create_app",
     "decide_fault",
     "embedding_vector",
-    "main",
     "sentiment",
     "serve",
     "start",

@@ -1,5 +1,5 @@
 """`python -m sluice_local.simulator`: run the simulator until interrupted."""
 
-from sluice_local.simulator.app import main
+from sluice_local.sim_options import main
 
 raise SystemExit(main())

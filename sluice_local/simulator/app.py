@@ -12,14 +12,12 @@ GET /sim/health, POST /sim/reset.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import contextlib
 import logging
 import secrets
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import orjson
@@ -355,21 +353,3 @@ async def serve(host: str = "127.0.0.1", port: int = 8000, config: SimConfig | N
         await asyncio.Event().wait()
     finally:
         await runner.cleanup()
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="sluice simulator",
-        description="Run the provider simulator: OpenAI-compatible, Anthropic, Bedrock and Gemini.",
-    )
-    from sluice_local.sim_options import add_options, config_from
-
-    add_options(parser)
-    args = parser.parse_args(argv)
-    try:
-        config = config_from(args)
-    except ValueError as exc:
-        parser.error(str(exc))
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(args.host, args.port, config))
-    return 0

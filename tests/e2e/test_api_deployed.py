@@ -1,5 +1,5 @@
-"""`sluice.Client` against a deployed environment: the stack test_cli lays out in moto's server, the
-workflow's steps run here as its Lambdas would (test_deployed_resume's `run_pipeline`)."""
+"""`sluice.Client` against a deployed environment: the stack tests/e2e/conftest.py lays out in moto's
+server, the workflow's steps run here as its Lambdas would (`Deployed.run_pipeline`)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,7 @@ import pytest
 import sluice
 
 from tests.conftest import request_line
-from tests.e2e import test_cli
-from tests.e2e.test_cli import Deployed
-from tests.e2e.test_deployed_resume import run_pipeline
-
-moto_endpoint = test_cli.moto_endpoint
-deployed = test_cli.deployed
+from tests.e2e.cli_env import BUCKET, Deployed
 
 
 def requests(n: int, prefix: str) -> list[dict[str, object]]:
@@ -28,12 +23,12 @@ def test_submit_wait_and_read_the_results_in_input_order(deployed: Deployed, tmp
 
     # uploaded, with its options as metadata; Plan has not started it yet
     assert job.status() == "SUBMITTED"
-    head = deployed.s3.head_object(Bucket=test_cli.BUCKET, Key="inbox/reviews.jsonl")
+    head = deployed.s3.head_object(Bucket=BUCKET, Key="inbox/reviews.jsonl")
     assert head["Metadata"] == {"sluice-mode": "direct"}
     with pytest.raises(sluice.NotReady, match="its outputs are written when it ends"):
         job.results()
 
-    run_pipeline(deployed, "inbox/reviews.jsonl")
+    deployed.run_pipeline("inbox/reviews.jsonl")
 
     assert job.wait(interval=0.05, timeout=30) == "SUCCEEDED"
     assert [r["custom_id"] for r in job.results()] == [f"d-{i}" for i in range(25)]
@@ -49,7 +44,7 @@ def test_retry_sends_the_failed_lines_as_a_new_job(deployed: Deployed) -> None:
     deployed.sim.configure(rate_500=0.5)
     client = sluice.Client(env="dev")
     job = client.submit(requests(20, "f"), name="flaky", max_attempts=1)
-    run_pipeline(deployed, "inbox/flaky.jsonl", max_attempts=1)
+    deployed.run_pipeline("inbox/flaky.jsonl", max_attempts=1)
     assert job.wait(interval=0.05, timeout=30) == "COMPLETED_WITH_ERRORS"
     failed = [e["custom_id"] for e in job.errors()]
     assert failed and {e["error"]["code"] for e in job.errors()} == {"retries_exhausted"}
@@ -57,7 +52,7 @@ def test_retry_sends_the_failed_lines_as_a_new_job(deployed: Deployed) -> None:
     deployed.sim.configure(rate_500=0.0)
     again = job.retry()
     assert again is not None and again.job_id != job.job_id
-    run_pipeline(deployed, "inbox/flaky.retry-1.jsonl")
+    deployed.run_pipeline("inbox/flaky.retry-1.jsonl")
     assert again.wait(interval=0.05, timeout=30) == "SUCCEEDED"
     assert [r["custom_id"] for r in again.results()] == failed
     assert again.retry() is None
@@ -88,4 +83,4 @@ def test_what_the_deployed_commands_refuse_raises_their_errors(deployed: Deploye
     with pytest.raises(sluice.InputError, match="1 invalid line"):
         client.submit([{"custom_id": "x"}])
     # nothing was uploaded
-    assert "Contents" not in deployed.s3.list_objects_v2(Bucket=test_cli.BUCKET)
+    assert "Contents" not in deployed.s3.list_objects_v2(Bucket=BUCKET)

@@ -1,7 +1,7 @@
 """Deployed, a job resumes through the response cache: `sluice retry JOB` and a re-upload of an
 edited file send only what is not already answered.
 
-The environment is test_cli's: `sluice` as a subprocess against moto in server mode, the core
+The environment is tests/e2e/conftest.py's `deployed`: `sluice` as a subprocess against moto in server mode, the core
 (plan, shards, merge) run here against the same server, the simulator as the provider.
 """
 
@@ -14,11 +14,7 @@ from typing import Any
 import orjson
 
 from tests.conftest import request_line, write_jsonl
-from tests.e2e import test_cli
-from tests.e2e.test_cli import BUCKET, Deployed, errors_of
-
-moto_endpoint = test_cli.moto_endpoint
-deployed = test_cli.deployed
+from tests.e2e.cli_env import BUCKET, Deployed, errors_of
 
 SENT = ("/v1/chat/completions", "/v1/responses")
 
@@ -26,14 +22,6 @@ SENT = ("/v1/chat/completions", "/v1/responses")
 def sent(sim: Any) -> Counter[str]:
     """How many times the provider got each custom_id."""
     return Counter(str(e["custom_id"]) for e in sim.log if e["method"] == "POST" and e["path"] in SENT)
-
-
-def run_pipeline(env: Deployed, key: str, **settings: Any) -> dict[str, Any]:
-    """What the deployed workflow does for an uploaded object: plan, every shard, merge."""
-    state = env.start(key, **settings)
-    for spec in env.specs(state):
-        env.run_shard(spec)
-    return env.merge(state)
 
 
 def results_of(env: Deployed, key: str) -> list[dict[str, Any]]:
@@ -50,7 +38,7 @@ def test_retry_sends_only_the_failed_lines_and_takes_what_another_job_answered_f
     submitted = deployed.cli("submit", str(path), "--max-attempts", "1", "--quiet")
     assert submitted.returncode == 0, submitted.stderr
     job_id = submitted.stdout.strip()
-    first = run_pipeline(deployed, "inbox/flaky.jsonl", max_attempts=1)
+    first = deployed.run_pipeline("inbox/flaky.jsonl", max_attempts=1)
     answered = {str(e["custom_id"]) for e in deployed.sim.log if e["path"] in SENT and e["status"] == 200}
     failed = [e["custom_id"] for e in errors_of(deployed, "outbox/flaky.errors.jsonl")]
     assert first["errors_by_code"] == {"retries_exhausted": len(failed)}
@@ -64,12 +52,12 @@ def test_retry_sends_only_the_failed_lines_and_takes_what_another_job_answered_f
         tmp_path / "other.jsonl", [request_line(f"o-{by_id[c]}", f"review {by_id[c]}") for c in borrowed]
     )
     assert deployed.cli("submit", str(other), "--quiet").returncode == 0
-    assert run_pipeline(deployed, "inbox/other.jsonl")["status"] == "SUCCEEDED"
+    assert deployed.run_pipeline("inbox/other.jsonl")["status"] == "SUCCEEDED"
 
     deployed.sim.clear_log()
     retried = deployed.cli("retry", job_id, "--quiet")
     assert retried.returncode == 0, retried.stderr
-    summary = run_pipeline(deployed, "inbox/flaky.retry-1.jsonl")
+    summary = deployed.run_pipeline("inbox/flaky.retry-1.jsonl")
 
     # the provider got each failed line it had not answered yet, once, and nothing else
     assert sent(deployed.sim) == Counter({c: 1 for c in failed[2:]})
@@ -87,7 +75,7 @@ def test_a_reupload_of_an_edited_file_sends_exactly_the_edited_lines(deployed: D
     lines = [request_line(f"e-{n}", f"review {n}") for n in range(60)]
     path = write_jsonl(tmp_path / "reviews.jsonl", lines)
     assert deployed.cli("submit", str(path), "--quiet").returncode == 0
-    first = run_pipeline(deployed, "inbox/reviews.jsonl")
+    first = deployed.run_pipeline("inbox/reviews.jsonl")
     assert first["status"] == "SUCCEEDED" and sum(sent(deployed.sim).values()) == 60
 
     edited_at = list(range(3, 60, 6))
@@ -97,7 +85,7 @@ def test_a_reupload_of_an_edited_file_sends_exactly_the_edited_lines(deployed: D
     deployed.sim.clear_log()
     submitted = deployed.cli("submit", str(edited), "--name", "reviews-v2", "--quiet")
     assert submitted.returncode == 0, submitted.stderr
-    second = run_pipeline(deployed, "inbox/reviews-v2.jsonl")
+    second = deployed.run_pipeline("inbox/reviews-v2.jsonl")
 
     assert sent(deployed.sim) == Counter({f"e-{n}": 1 for n in edited_at})
     assert second["cache"]["hits"] == 50 and second["cache"]["misses"] == 10

@@ -5,7 +5,8 @@ import copy
 import aws_cdk as cdk
 import pytest
 
-from infra.config import ConfigError, Environment
+from infra.config import Environment
+from infra.config_values import ConfigError
 from infra.stack import build_app
 from tests.infra.conftest import CONTEXT
 

@@ -1,8 +1,4 @@
-"""The import rules of docs/architecture.md, read from the source with `ast`.
-
-Every `import` and `from ... import` counts, at module level or inside a function (the CLI
-imports a command's dependencies late, and a late import breaks a layer just as well).
-"""
+"""The import rules of docs/architecture.md, read from the source with `ast` (`import_graph`)."""
 
 from __future__ import annotations
 
@@ -14,69 +10,11 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.unit.import_graph import PACKAGES, ROOT, cycles, files, imports, imports_of, module_name, top, within
 
-# Where each importable top-level package lives (pyproject.toml's package-dir).
-PACKAGES = {
-    "sluice": ROOT / "functions" / "sluice",
-    "sluice_handlers": ROOT / "functions" / "sluice_handlers",
-    "infra": ROOT / "infra",
-    "sluice_local": ROOT / "sluice_local",
-    "bench": ROOT / "bench",
-}
 # Packages the Lambda asset carries without naming them in functions/requirements.txt: boto3's
 # botocore, aiohttp's yarl (and the Lambda runtime's own boto3).
 ASSET_TRANSITIVE = {"botocore", "yarl", "boto3"}
-
-
-def module_name(path: Path) -> str:
-    for package, folder in PACKAGES.items():
-        if path.is_relative_to(folder):
-            parts = [package, *path.relative_to(folder).with_suffix("").parts]
-            return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-    raise ValueError(f"{path} is in no known package")
-
-
-def imports(source: str, module: str, *, is_package: bool = False) -> Iterator[tuple[int, str]]:
-    """(line, absolute dotted name) of everything `module` imports; `from a import b` is `a.b`."""
-    package = module.split(".") if is_package else module.split(".")[:-1]
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                yield node.lineno, alias.name
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package[: len(package) - (node.level - 1)]
-                target = ".".join([*base, node.module] if node.module else base)
-            else:
-                target = node.module or ""
-            if target == "__future__":
-                continue
-            for alias in node.names:
-                yield node.lineno, target if alias.name == "*" else f"{target}.{alias.name}"
-
-
-def files(package: str) -> list[Path]:
-    found = sorted(p for p in PACKAGES[package].rglob("*.py") if ".venv" not in p.parts)
-    assert found, f"no Python files under {PACKAGES[package]}: the layer moved and these rules check nothing"
-    return found
-
-
-def imports_of(package: str) -> Iterator[tuple[str, str, str]]:
-    """(file:line, importing module, imported name) for every import in the package."""
-    for path in files(package):
-        name = module_name(path)
-        shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
-        for line, imported in imports(path.read_text(), name, is_package=path.name == "__init__.py"):
-            yield f"{shown}:{line}", name, imported
-
-
-def within(name: str, prefix: str) -> bool:
-    return name == prefix or name.startswith(prefix + ".")
-
-
-def top(name: str) -> str:
-    return name.split(".", 1)[0]
 
 
 def asset_packages() -> set[str]:
@@ -369,28 +307,6 @@ def layer_violations() -> list[str]:
         if target not in LAYERS[source]
         for where in wheres
     ]
-
-
-def cycles(edges: set[tuple[str, str]]) -> list[list[str]]:
-    graph: dict[str, set[str]] = {}
-    for source, target in edges:
-        graph.setdefault(source, set()).add(target)
-    found: list[list[str]] = []
-    state: dict[str, int] = {}
-
-    def visit(node: str, path: list[str]) -> None:
-        state[node] = 1
-        for nxt in sorted(graph.get(node, ())):
-            if state.get(nxt) == 1:
-                found.append([*path[path.index(nxt) :], nxt])
-            elif nxt not in state:
-                visit(nxt, [*path, nxt])
-        state[node] = 2
-
-    for node in sorted(graph):
-        if node not in state:
-            visit(node, [node])
-    return found
 
 
 def test_every_module_of_the_core_is_in_one_of_its_packages() -> None:

@@ -61,10 +61,10 @@ def test_help_shows_the_default_it_uses(capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_every_job_option_the_cli_takes_is_one_plan_reads() -> None:
-    from sluice_local.cli.parser import _job_options
+    from sluice_local.cli.parser_options import job_options
 
     p = argparse.ArgumentParser()
-    _job_options(p)
+    job_options(p)
     dests = {action.dest for action in p._actions if action.dest != "help"}
     assert {dest.replace("_", "-") for dest in dests} <= set(JOB_OPTIONS)
     given = {"mode": "auto", "budget": "5", "model": "m", "concurrency": "3", "map-concurrency": "2"}

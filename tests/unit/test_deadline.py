@@ -12,17 +12,14 @@ from sluice.plan.deadline import (
     FLEX_SLOWDOWN,
     Choice,
     DeadlineError,
-    DeadlineInputs,
     DeadlineRefused,
-    KeyLimits,
-    ShardLoad,
     expected_turnaround,
     flex_key_share,
     has_flex,
     parse_deadline,
     parse_duration,
-    plan_deadline,
 )
+from sluice.plan.deadline_choice import DeadlineInputs, KeyLimits, ShardLoad, plan_deadline
 from sluice.plan.deadline_plan import deadline_inputs
 from sluice.plan.job_options import JobOptions, PlanError
 

@@ -9,7 +9,8 @@ from dataclasses import replace
 import pytest
 from sluice.contract import Settings
 from sluice.core.costs import price_per_million
-from sluice.plan.deadline import Choice, KeyLimits, ShardLoad, plan_deadline
+from sluice.plan.deadline import Choice
+from sluice.plan.deadline_choice import KeyLimits, ShardLoad, plan_deadline
 from sluice.plan.deadline_plan import deadline_inputs
 from sluice.plan.job_options import JobOptions
 

@@ -9,7 +9,7 @@ import pytest
 from botocore.exceptions import ClientError
 from sluice_handlers.runtime import session_for
 
-from infra.stack import SluiceStack
+from infra.grants import Grants
 from sluice_local import iam
 from sluice_local.cloud import REGION, LocalCloud, LocalSettings, function_name, run_job
 from sluice_local.simulator import SimulatorServer
@@ -69,14 +69,14 @@ def test_a_grant_removed_from_the_stack_fails_the_local_run_with_access_denied(
     simulator: SimulatorServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Synthesize the stack without Merge's write to outbox/; the local run must be denied it."""
-    allow = SluiceStack._allow
+    allow = Grants.allow
 
-    def allow_all_but_merge_writing_outbox(self: SluiceStack, role: object, actions: list[str], *a, **kw) -> None:  # type: ignore[no-untyped-def]
-        if role is self.functions.by_step["merge"].role and "s3:PutObject" in actions:
+    def allow_all_but_merge_writing_outbox(self: Grants, role: object, actions: list[str], *a, **kw) -> None:  # type: ignore[no-untyped-def]
+        if role is self.by_step["merge"].role and "s3:PutObject" in actions:
             return
         allow(self, role, actions, *a, **kw)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(SluiceStack, "_allow", allow_all_but_merge_writing_outbox)
+    monkeypatch.setattr(Grants, "allow", allow_all_but_merge_writing_outbox)
     policies = iam.snapshot()
     snapshot = iam.load_policies()
     assert {name for name in snapshot if policies[name] != snapshot[name]} == {"merge"}

@@ -98,7 +98,7 @@ def manifest_key(job_id: str) -> str:
 
 
 def deadline_plan_key(job_id: str) -> str:
-    """A deadline job's plan (`sluice.plan.deadline`): each shard's choice and why, for the summary."""
+    """A deadline job's plan (`sluice.plan.deadline_choice`): each shard's choice and why, for the summary."""
     return f"{job_prefix(job_id)}deadline.json"
 
 

@@ -13,7 +13,8 @@ key's rate, not the number of shards (issue 30).
 A request goes while the shard's token balance is positive; one bigger than the balance leaves a
 debt the next lease repays. The answer's usage settles the estimate in the shard's balance (no
 write). What a request is estimated at, what an answer used and what its rate-limit headers say
-are the provider's request format's to read (`sluice.providers`).
+are the provider's request format's to read (`sluice.providers`); `sluice.limits.answers` reads
+them for the limit.
 
 The rates: a seed (the environment's `rate_limits` for the model, else the job's `sluice-rpm` /
 `sluice-tpm`) creates the item before any answer, so the first seconds do not overshoot. Without
@@ -34,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import math
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -45,11 +45,12 @@ import orjson
 
 from sluice.contract import RateSeed, causes
 from sluice.contract.model import Request
-from sluice.core.retry import retry_after_s, table_retry_delay_s
+from sluice.core.retry import table_retry_delay_s
+from sluice.limits.answers import first_bucket, said_left, spent_until
 from sluice.limits.lease import Bucket, Grant, LeasePolicy, differs, drained, followed, give_back, lease
 from sluice.limits.local import Joining, LocalKey, chained, limit_key
 from sluice.limits.table import OFF, OPEN, BucketTable
-from sluice.providers import REQUESTS, TOKENS, ProviderError, RateKind, RequestFormat
+from sluice.providers import REQUESTS, TOKENS, ProviderError, RequestFormat
 
 # limit_key is named here too: callers reach the limiter's key where they reach the limiter
 __all__ = ["SharedLimit", "Ticket", "limit_key"]
@@ -364,7 +365,11 @@ class SharedLimit:
             local.rate = rate or local.rate
             local.token_rate = token_rate or local.token_rate
             local.window_s = window or local.window_s
-            left = (self._said(headers, REQUESTS), self._said(headers, TOKENS)) if window else (None, None)
+            left = (
+                (said_left(self.format, headers, REQUESTS), said_left(self.format, headers, TOKENS))
+                if window
+                else (None, None)
+            )
             changes.append(lambda b: followed(b, self._clock(), self.policy, rate, token_rate, window, left))
         if changes:
             with causes.because(causes.THROTTLED):
@@ -387,29 +392,9 @@ class SharedLimit:
                 with causes.because(causes.FIRST):
                     self._write_later(functools.partial(self.table.mark, local.pk, OPEN))
             return
-        token_rate = limits.tokens_per_s or 0.0
-        now = self._clock()
-        bucket = Bucket(
-            rate=rate,
-            level=0.0,
-            stamp=now,
-            version=1,
-            token_rate=token_rate,
-            window_s=self.policy.headroom_s,
-            since=now,
-        )
         # what the answer says remains does not count the requests this shard sent after it
-        requests, tokens = local.unpaced_since(ticket.unpaced_at)
-        after = max(0, requests - 1)
-        bucket = replace(
-            bucket,
-            level=self._remaining(headers, REQUESTS, bucket.capacity(self.policy)) - after,
-            token_level=(
-                self._remaining(headers, TOKENS, bucket.token_capacity(self.policy)) - tokens * after / max(1, requests)
-                if token_rate
-                else 0.0
-            ),
-        )
+        unpaced = local.unpaced_since(ticket.unpaced_at)
+        bucket = first_bucket(self.format, self.policy, limits, headers, now=self._clock(), unpaced=unpaced)
         with causes.because(causes.FIRST):
             local.joining = asyncio.get_running_loop().create_task(self._join(local, bucket))
         self._writes.add(local.joining)
@@ -440,21 +425,9 @@ class SharedLimit:
     ) -> float | None:
         """When the bucket must pause until, if the 429 says the quota is spent and this shard
         has not paused it that long already."""
-        # a body that names the key's congestion and asks for a wait says the quota is spent for it
-        asked = said.retry_after_s if said is not None and said.code in self.format.congestion_codes else None
-        if asked is None and not (
-            self._spent(headers, REQUESTS, 1) or (ticket.tokens > 0 and self._spent(headers, TOKENS, ticket.tokens))
-        ):
-            # a 429 with quota left (an overloaded server, a random fault) is this request's alone
+        until = spent_until(self.format, headers, said, tokens=ticket.tokens, now=self._clock())
+        if until is None:
             return None
-        now = self._clock()
-        wait = retry_after_s(headers, now)
-        if wait is None:
-            wait = asked
-        if wait is None:
-            fmt = self.format
-            wait = fmt.reset_s(headers, REQUESTS, now) or fmt.reset_s(headers, TOKENS, now) or 1.0
-        until = now + wait
         # what this shard holds was leased against a quota the provider says is gone
         local.requests = 0
         local.tokens = min(local.tokens, 0.0)
@@ -474,21 +447,6 @@ class SharedLimit:
         used = self.format.counted_tokens(body)
         if used is not None:
             self._local(ticket.model).tokens += ticket.tokens - used
-
-    def _spent(self, headers: Mapping[str, str], kind: RateKind, need: float) -> bool:
-        """Whether the answer's headers say less than `need` of the key's `kind` limit is left."""
-        left = self.format.left(headers, kind)
-        return left is not None and left < need
-
-    def _remaining(self, headers: Mapping[str, str] | None, kind: RateKind, capacity: float) -> float:
-        """What the answer's headers say is left of `kind`, within `capacity` (all of it if they say nothing)."""
-        left = self.format.left(headers, kind) if headers is not None else None
-        return capacity if left is None else min(capacity, max(0.0, left))
-
-    def _said(self, headers: Mapping[str, str], kind: RateKind) -> float | None:
-        """What the answer's headers say is left of `kind`, None when they say nothing readable."""
-        left = self._remaining(headers, kind, math.inf)
-        return left if math.isfinite(left) else None
 
     def _write_later(self, write: Callable[[], object]) -> None:
         """`write` (to the item) on a thread, without waiting for it; `close` waits."""

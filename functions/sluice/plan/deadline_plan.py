@@ -1,19 +1,17 @@
 """A deadline job's plan from what Plan knows: its options, the environment's settings and its shards
-(`sluice.plan.deadline` does the arithmetic; this module only gathers its inputs)."""
+(`sluice.plan.deadline_choice` does the arithmetic; this module only gathers its inputs)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
 from sluice.contract import DEFAULT_PROVIDER, METADATA_PREFIX, Mode, Settings, parse_rate_limits
-from sluice.plan.deadline import (
-    Choice,
+from sluice.plan.deadline import Choice, DeadlineRefused, expected_turnaround
+from sluice.plan.deadline_choice import (
     DeadlineInputs,
     DeadlinePlan,
-    DeadlineRefused,
     KeyLimits,
     ShardLoad,
-    expected_turnaround,
     plan_deadline,
     running_shards,
 )

@@ -42,7 +42,8 @@ from sluice.formats.lines import READ_CHUNK, split_lines
 from sluice.limits.budget import budget_models, usd_to_nano
 from sluice.limits.flow import MAX_SHARD_CONNECTIONS
 from sluice.plan.cache_plan import CacheAnswers, JobKeys, find_hits
-from sluice.plan.deadline import Choice, DeadlinePlan, running_shards
+from sluice.plan.deadline import Choice
+from sluice.plan.deadline_choice import DeadlinePlan, running_shards
 from sluice.plan.deadline_plan import CHOICE_MODES, plan_for_job
 from sluice.plan.job_options import JobOptions, PlanError
 from sluice.plan.line_pass import MAX_SHARD_BYTES, ShardRange, cut_shards, read_lines

@@ -1,5 +1,9 @@
 """What the local cloud calls its account, region, functions and table, and the definition that
-names them, as CloudFormation would resolve the deployed stack's."""
+names them, as CloudFormation would resolve the deployed stack's.
+
+Below both the local cloud (`sluice_local.cloud`) and the IAM it enforces (`sluice_local.iam`),
+which each read these names: inside the cloud's package, the IAM's import of them would run the
+package, which imports the IAM."""
 
 from __future__ import annotations
 
