@@ -105,7 +105,11 @@ def _read(chosen: Iterable[Field[Any]], env: Mapping[str, str] | None) -> dict[s
 
 
 class SettingsSet:
-    """A few settings a step reads together; each field is the variable `SLUICE_<FIELD>`."""
+    """A few settings a step reads together; each field is the variable `SLUICE_<FIELD>`.
+
+    A set is only ever built as part of `Settings` or `WebhookSettings`, which make their own
+    `__init__`, `__repr__` and `__eq__`: a set makes none of its own, which would only lengthen
+    every cold start."""
 
     if TYPE_CHECKING:
         __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
@@ -142,7 +146,7 @@ class SettingsSet:
             )
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, init=False, repr=False, eq=False)
 class JobTable(SettingsSet):
     """The jobs table, which every function reads and writes."""
 
@@ -150,14 +154,14 @@ class JobTable(SettingsSet):
     ttl_days: int = setting(parse.positive_int, 14)
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, init=False, repr=False, eq=False)
 class JobBucket(SettingsSet):
     """The bucket of inputs, outputs and the response cache."""
 
     bucket: str = setting()
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, init=False, repr=False, eq=False)
 class Provider(SettingsSet):
     """Where requests go and in what format."""
 
@@ -168,14 +172,14 @@ class Provider(SettingsSet):
     default_model: str | None = setting(parse.text, None)
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, init=False, repr=False, eq=False)
 class ProviderKey(SettingsSet):
     """The secret holding the provider's API key; only the steps that call the provider read it."""
 
     api_key_secret_arn: str = setting()
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, init=False, repr=False, eq=False)
 class Send(SettingsSet):
     """How a shard step sends its lines and paces its looks at the provider."""
 
@@ -187,7 +191,7 @@ class Send(SettingsSet):
     poll_seconds: int = setting(parse.positive_int, 10)
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, init=False, repr=False, eq=False)
 class SharedLimits(SettingsSet):
     """The provider's rate limits as the environment shares them."""
 
@@ -199,7 +203,7 @@ class SharedLimits(SettingsSet):
     rate_limits: str | None = setting(parse.rate_limits, None)
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, init=False, repr=False, eq=False)
 class Batch(SettingsSet):
     """The Batch APIs' limits, and what Bedrock's batch inference jobs run as."""
 
@@ -230,7 +234,7 @@ class Batch(SettingsSet):
         return limits.get(model or "", self.batch_queue_default_tokens)
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, init=False, repr=False, eq=False)
 class Cache(SettingsSet):
     """The response cache."""
 
@@ -246,7 +250,7 @@ class Cache(SettingsSet):
     cache_ttl_days: int = setting(parse.days, 0)
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, init=False, repr=False, eq=False)
 class JobDefaults(SettingsSet):
     """What Plan gives a job for each option it does not set itself (`sluice-<option>`)."""
 
@@ -275,7 +279,7 @@ class JobDefaults(SettingsSet):
     validate_repair: str = setting(parse.one_of(VALIDATE_REPAIR_CHOICES), "off")
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, init=False, repr=False, eq=False)
 class Slots(SettingsSet):
     """The environment's cap on shards in flight (`sluice.limits.shard_slots`)."""
 
@@ -284,14 +288,14 @@ class Slots(SettingsSet):
     max_shards_in_flight: int = setting(parse.limit, 0)
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, init=False, repr=False, eq=False)
 class Events(SettingsSet):
     """The bus that a job's end is published on."""
 
     event_bus: str = setting(parse.text, "default")
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, init=False, repr=False, eq=False)
 class WebhookSigning(SettingsSet):
     """The secret providers sign their webhooks with."""
 
