@@ -39,6 +39,8 @@ def test_every_setting_is_in_exactly_one_set_with_its_own_parser() -> None:
     assert all(callable(f.metadata["parser"]) for f in fields(Settings))
     assert set(READS) == {*STEPS, WEBHOOK.name}
     assert {s for sets in READS.values() for s in sets} >= set(SETS), "a set no step reads is dead"
+    # the webhook receiver's settings are the sets it declares
+    assert WebhookSettings.variables() == variables_read(WEBHOOK.name)
 
 
 def test_a_step_reads_only_its_own_sets_and_another_sets_setting_fails_loudly() -> None:

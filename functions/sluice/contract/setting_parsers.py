@@ -154,34 +154,24 @@ def usd(name: str, raw: str) -> float:
     return value
 
 
-def error_rate(name: str, raw: str) -> float:
-    try:
-        return parse_error_rate(raw)
-    except ValueError as exc:
-        raise SettingsError(f"{name}={raw!r}: {exc}") from exc
+def _checked(convert: Callable[[str], Any], *, keep_text: bool = False, show_value: bool = True) -> Parser:
+    """A parser of a function that raises ValueError saying what is wrong. `keep_text`: the setting
+    is the variable's text, once it converts (its readers convert it where they use it);
+    `show_value`: the error repeats the text, unless it is long and the reason says where."""
+
+    def parse(name: str, raw: str) -> Any:
+        try:
+            value = convert(raw)
+        except ValueError as exc:
+            raise SettingsError(f"{name}={raw!r}: {exc}" if show_value else f"{name}: {exc}") from exc
+        return raw if keep_text else value
+
+    return parse
 
 
-def queue_tokens(name: str, raw: str) -> str:
-    """Kept as its text, once it is known to parse (`Settings.batch_queue_limit` reads it)."""
-    try:
-        parse_queue_tokens(raw)
-    except ValueError as exc:
-        raise SettingsError(f"{name}={raw!r}: {exc}") from exc
-    return raw
-
-
-def rate_limits(name: str, raw: str) -> str:
-    """Kept as its JSON text, once it is known to parse (`parse_rate_limits` reads it where used)."""
-    try:
-        parse_rate_limits(raw)
-    except ValueError as exc:
-        raise SettingsError(f"{name}: {exc}") from exc
-    return raw
-
-
-def checks(name: str, raw: str) -> str:
-    """Validation checks, as the comma-separated names `parse_validate` reads back."""
-    try:
-        return ",".join(parse_validate(raw))
-    except ValueError as exc:
-        raise SettingsError(f"{name}={raw!r}: {exc}") from exc
+error_rate = _checked(parse_error_rate)
+# `Settings.batch_queue_limit` reads it
+queue_tokens = _checked(parse_queue_tokens, keep_text=True)
+rate_limits = _checked(parse_rate_limits, keep_text=True, show_value=False)
+# validation checks, as the comma-separated names `parse_validate` reads back
+checks = _checked(lambda raw: ",".join(parse_validate(raw)))
