@@ -26,6 +26,7 @@ from sluice.contract import (
     WebhookSettings,
     bedrock_job_name_prefix,
     queue_tokens_text,
+    variables_read,
 )
 
 from infra.bundling import lambda_code
@@ -59,8 +60,9 @@ def powertools_environment(config: Environment) -> dict[str, str]:
 def lambda_environment(
     config: Environment, *, bucket: s3.IBucket, table: dynamodb.ITable, api_key: secretsmanager.ISecret | None
 ) -> dict[str, str]:
-    """The steps' `Settings`, as the variables they read them from; the key travels as an ARN only,
-    and a provider that signs its requests has none (`NO_API_KEY_SECRET`)."""
+    """Every step's `Settings`, as the variables they read them from (`step_environment` gives each
+    function its share); the key travels as an ARN only, and a provider that signs its requests has
+    none (`NO_API_KEY_SECRET`)."""
     chosen: dict[str, Any] = {name: getattr(config, name) for name in STEP_SETTINGS}
     # cdk.json writes these three as JSON (and a budget of null), the steps read them as text
     chosen.update(
@@ -77,6 +79,14 @@ def lambda_environment(
         **chosen,
     )
     return {**settings.to_env(), **powertools_environment(config)}
+
+
+def step_environment(environment: dict[str, str], step: str) -> dict[str, str]:
+    """A step's function's share of `environment`: only the settings sets its step reads
+    (`sluice.contract.step_settings`), and Powertools' and boto3's variables."""
+    settings = Settings.variables()
+    read = variables_read(step)
+    return {name: value for name, value in environment.items() if name in read or name not in settings}
 
 
 def webhook_environment(
@@ -118,7 +128,7 @@ class Functions(Construct):
         self.log_groups: dict[str, logs.LogGroup] = {}
         for step in STEPS.values():
             self.by_step[step.name] = self._function(
-                config, step, environment, f"Sluice {step.name} step", reserved=None
+                config, step, step_environment(environment, step.name), f"Sluice {step.name} step", reserved=None
             )
 
         # Kept out of `by_step`: the state machine's definition neither has nor invokes it.

@@ -11,7 +11,7 @@ from .runtime import runtime
 @instrumented
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """Leave the task token where webhooks find it; wake at once if they already all arrived."""
-    rt = runtime(context)
+    rt = runtime(context, "await_shard")
     spec = ShardSpec.from_dict(event[SHARD_KEY])
     token = event[TASK_TOKEN_KEY]
     woke = rt.store.arm_shard(spec.job_id, spec.shard, token)

@@ -13,6 +13,6 @@ from .shard_state import shard_spec_from_state
 @instrumented
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     spec = shard_spec_from_state(event)
-    outcome = asyncio.run(collect_batch(runtime(context).shard_context(context), spec)).to_dict()
+    outcome = asyncio.run(collect_batch(runtime(context, "collect_batch").shard_context(context), spec)).to_dict()
     shard_run(outcome)
     return outcome

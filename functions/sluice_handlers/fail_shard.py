@@ -17,7 +17,7 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     caught = ShardState.from_dict(event).error or {}
     failure = asyncio.run(
         fail_shard(
-            runtime(context).shard_context(context),
+            runtime(context, "fail_shard").shard_context(context),
             spec,
             error=str(caught.get("Error", "Unknown")),
             cause=str(caught.get("Cause", "")),

@@ -12,7 +12,7 @@ from .runtime import runtime
 @instrumented
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """The shard's slot among the environment's shards in flight given back, at its end."""
-    rt = runtime(context)
+    rt = runtime(context, "give_back_slot")
     spec = ShardSpec.from_dict(event[SHARD_KEY])
     given = ShardSlots(rt.store.table, SlotPolicy(cap=rt.settings.max_shards_in_flight)).give_back(
         spec.job_id, spec.shard

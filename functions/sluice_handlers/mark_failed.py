@@ -14,7 +14,7 @@ from .runtime import runtime
 
 @instrumented
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    rt = runtime(context)
+    rt = runtime(context, "mark_failed")
     error = event.get(STEP_ERROR_KEY) or {}
     # after Plan, the job it planned; before, the S3 event the execution started with
     plan = event.get(Planned.KEY)

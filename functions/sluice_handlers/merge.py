@@ -13,7 +13,7 @@ from .runtime import runtime
 
 @instrumented
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    rt = runtime(context)
+    rt = runtime(context, "merge")
     plan = Planned.from_dict(event[Planned.KEY])
     summary = merge_job(s3=rt.s3, store=rt.store, state=plan, settings=rt.settings)
     assert summary.figures is not None

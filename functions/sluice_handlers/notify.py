@@ -11,7 +11,7 @@ from .runtime import runtime
 
 @instrumented
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    rt = runtime(context)
+    rt = runtime(context, "notify")
     detail = Merged.from_dict(event).to_dict()
     publish(rt.events, bus=rt.settings.event_bus, detail_type=detail_type(detail["status"]), detail=detail)
     job_finished(detail, failed=False)

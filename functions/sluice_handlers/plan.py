@@ -11,7 +11,7 @@ from .runtime import runtime
 
 @instrumented
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    rt = runtime(context)
+    rt = runtime(context, "plan")
     detail = event[PLAN_EVENT_KEY]["detail"]
     planned = plan_job(
         s3=rt.s3,

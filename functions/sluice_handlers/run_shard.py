@@ -13,6 +13,6 @@ from .shard_state import shard_spec_from_state
 @instrumented
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     spec = shard_spec_from_state(event)
-    outcome = asyncio.run(run_direct(runtime(context).shard_context(context), spec)).to_dict()
+    outcome = asyncio.run(run_direct(runtime(context, "run_shard").shard_context(context), spec)).to_dict()
     shard_run(outcome)
     return outcome

@@ -1,5 +1,9 @@
 """Clients and settings, built once per function on its first invocation (never at import).
 
+A function's settings are the sets its step declares (`sluice.contract.step_settings.READS`), read
+from its environment: in Lambda the process's; in the local cloud the context's `environment`,
+which holds only those sets' variables, as infra gives the deployed function.
+
 Each function's clients come from its own AWS session. In Lambda that is the default session:
 the runtime's credentials are the function's role, and a container runs one function. The local
 cloud runs every function in one process, several at once in threads, so it hands each function
@@ -13,13 +17,13 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import boto3
 from aws_lambda_powertools.utilities.parameters import SecretsProvider
-from sluice.contract import Mode, Settings, causes
+from sluice.contract import READS, Mode, Provider, Settings, SettingsSet, causes
 from sluice.providers import Signer, apis, modes, signing
 from sluice.send.engine import make_session
 from sluice.shard.frame import ShardContext
@@ -84,11 +88,20 @@ class Runtime:
     session: boto3.Session | None = None
 
     @classmethod
-    def from_session(cls, session: boto3.Session) -> Runtime:
-        settings = Settings.from_env()
-        signed = signing.signed(settings.provider, session, os.environ)
+    def from_session(
+        cls,
+        session: boto3.Session,
+        sets: Iterable[type[SettingsSet]] | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> Runtime:
+        """The runtime of a function that reads the settings `sets` (None: every one) from `env`."""
+        env = os.environ if env is None else env
+        sets = None if sets is None else tuple(sets)
+        settings = Settings.from_env(env) if sets is None else Settings.reading(sets, env)
+        reads_provider = sets is None or Provider in sets
+        signed = signing.signed(settings.provider, session, env) if reads_provider else None
         if signed is not None:
-            settings = replace(settings, provider_base_url=signed[0])
+            settings = settings.but(provider_base_url=signed[0])
         return cls(
             settings=settings,
             s3=session.client("s3"),
@@ -141,13 +154,14 @@ class Runtime:
         )
 
 
-def runtime(context: Any) -> Runtime:
-    """The runtime of the function that `context` (the Lambda context) belongs to."""
+def runtime(context: Any, step: str) -> Runtime:
+    """The runtime of the function of `step` that `context` (the Lambda context) belongs to."""
     name = str(context.function_name)
     # Creating clients from one session in several threads at once is not safe in botocore;
     # the local cloud's Map children start the same function concurrently.
     with _lock:
         built = _runtimes.get(name)
         if built is None:
-            built = _runtimes[name] = Runtime.from_session(_session_for(name))
+            env = getattr(context, "environment", None)
+            built = _runtimes[name] = Runtime.from_session(_session_for(name), READS[step], env)
         return built

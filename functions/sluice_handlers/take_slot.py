@@ -12,7 +12,7 @@ from .runtime import runtime
 @instrumented
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """A slot among the environment's shards in flight for the shard, or how long it waits for one."""
-    rt = runtime(context)
+    rt = runtime(context, "take_slot")
     state = ShardState.from_dict(event)
     waits = state.slot.waits if state.slot is not None else 0
     slots = ShardSlots(rt.store.table, SlotPolicy(cap=rt.settings.max_shards_in_flight))

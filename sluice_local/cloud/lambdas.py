@@ -5,17 +5,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from sluice.contract import Settings, WebhookSettings, variables_read
 from sluice.send.engine import make_session
 from sluice.shard.progress import ProgressSink
 
 from sluice_local import quotas
+
+# every variable that carries a setting of some function
+SETTINGS_VARIABLES = Settings.variables() | WebhookSettings.variables()
 
 
 class LambdaTimeout(Exception):
@@ -40,6 +45,14 @@ def lambda_error(exc: Exception) -> dict[str, str]:
     return {"errorType": kind, "errorMessage": str(exc)}
 
 
+def step_environment(function: str, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """What the function is given of `env` (the process's), as infra gives the deployed one: all
+    but the variables of settings sets it does not read (`sluice.contract.step_settings`)."""
+    read = variables_read(function)
+    env = os.environ if env is None else env
+    return {k: v for k, v in env.items() if k in read or k not in SETTINGS_VARIABLES}
+
+
 class LambdaContext:
     """The parts of the Lambda context object the handlers use, the local progress sink, and
     the sessions a shard sends through (`session_factory`), which an interrupted run abandons."""
@@ -53,6 +66,8 @@ class LambdaContext:
         self.bedrock: Callable[[], Any] | None = None
         # how the step signs Bedrock requests, when not with its role's credentials (`sluice_local.bedrock_endpoint`)
         self.sign: Callable[..., dict[str, str]] | None = None
+        # the function's own variables, as deployed (`LocalCloud.step_environment`); None: the process's
+        self.environment: Mapping[str, str] | None = None
         self._lock = threading.Lock()
         # the loop and task sending through a session now, while its session is open
         self._sending: tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]] | None = None

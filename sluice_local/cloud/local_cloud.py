@@ -46,6 +46,7 @@ from sluice_local.cloud.lambdas import (
     LambdaTimeout,
     RunInterrupted,
     lambda_error,
+    step_environment,
 )
 from sluice_local.cloud.settings import LocalSettings
 from sluice_local.cloud_names import (
@@ -233,6 +234,7 @@ class LocalCloud:
                 # the step's `bedrock` client: the local cloud's emulated batch jobs, under its grants
                 context.bedrock = functools.partial(self.bedrock_jobs.client_for, step)
             context.sign = self._signer(step)
+            context.environment = step_environment(step)
             self._admit(step, context)
             begun, cpu = time.monotonic(), time.thread_time()
             try:

@@ -1,6 +1,16 @@
 from __future__ import annotations
 
-from sluice.contract import ENVIRONMENT_VARIABLE, FULL_VCPU_MB, Settings, WebhookSettings
+from sluice.contract import (
+    ENVIRONMENT_VARIABLE,
+    FULL_VCPU_MB,
+    READS,
+    SETTING_DEFAULTS,
+    Provider,
+    ProviderKey,
+    Settings,
+    WebhookSettings,
+    variables_read,
+)
 from sluice.contract.definition import FUNCTION_PLACEHOLDERS
 
 from tests.infra.conftest import Synthesis
@@ -79,52 +89,101 @@ def test_sizes_and_timeouts(synthesis: Synthesis, env: str) -> None:
         assert props["MemorySize"] == expected, step
 
 
+# what every function is given besides its settings: Powertools', the environment's name, boto3's retries
+NOT_SETTINGS = {
+    "POWERTOOLS_SERVICE_NAME",
+    "POWERTOOLS_LOG_LEVEL",
+    "POWERTOOLS_METRICS_NAMESPACE",
+    "POWERTOOLS_TRACER_CAPTURE_RESPONSE",
+    ENVIRONMENT_VARIABLE,
+    "AWS_RETRY_MODE",
+    "AWS_MAX_ATTEMPTS",
+}
+# a setting whose default is None is left out where it is not set (a model, a cache directory, ...)
+UNSET_OPTIONAL = {Settings.variable(name) for name, default in SETTING_DEFAULTS.items() if default is None}
+
+
+def _settings_variables(function: dict) -> dict[str, object]:
+    variables = function["Properties"]["Environment"]["Variables"]
+    return {k: v for k, v in variables.items() if k not in NOT_SETTINGS}
+
+
+def _as_read(variables: dict[str, object]) -> dict[str, str]:
+    """The resources' names and ARNs are tokens until deploy: a stand-in text for each."""
+    return {k: v if isinstance(v, str) else f"<{k}>" for k, v in variables.items()}
+
+
+def test_each_function_is_given_exactly_the_settings_its_step_reads(synthesis: Synthesis, env: str) -> None:
+    """`sluice.contract.step_settings` declares each step's settings sets; infra gives its function
+    their variables and nothing else, so a step never sees another's settings."""
+    for step, function in step_functions(synthesis, env).items():
+        variables = function["Properties"]["Environment"]["Variables"]
+        assert variables.keys() >= NOT_SETTINGS, step
+        ours = _settings_variables(function)
+        declared = variables_read(step)
+        assert ours.keys() <= declared, (step, sorted(ours.keys() - declared))
+        assert declared - ours.keys() <= UNSET_OPTIONAL, (step, sorted(declared - ours.keys()))
+        # read back as the step reads them: every variable parses, and none is left over
+        assert Settings.reading(READS[step], _as_read(ours)).to_env().keys() == ours.keys(), step
+    assert variables_read("take_slot") == {"SLUICE_TABLE", "SLUICE_TTL_DAYS", "SLUICE_MAX_SHARDS_IN_FLIGHT"}
+    assert "SLUICE_API_KEY_SECRET_ARN" not in variables_read("plan") | variables_read("merge")
+
+
 def test_environment_is_the_settings_the_steps_read(synthesis: Synthesis, env: str) -> None:
     config = synthesis.stacks[env].config
-    for function in step_functions(synthesis, env).values():
+    given: dict[str, object] = {}
+    for step, function in step_functions(synthesis, env).items():
+        for name, value in _settings_variables(function).items():
+            # a variable two functions are given has the same value in both
+            assert given.setdefault(name, value) == value, (step, name)
+    assert given.keys() >= CONFIGURED, CONFIGURED - given.keys()
+    settings = Settings.from_env(_as_read(given))
+    assert settings.to_env().keys() == given.keys(), "a variable the steps never read is a typo"
+    assert (settings.default_model, settings.default_mode) == (config.default_model, config.default_mode)
+    assert (settings.concurrency, settings.map_concurrency, settings.max_attempts) == (
+        config.concurrency,
+        config.map_concurrency,
+        config.max_attempts,
+    )
+    assert settings.max_shards_in_flight == config.max_shards_in_flight
+    assert (settings.request_timeout_s, settings.shard_lines, settings.ttl_days, settings.poll_seconds) == (
+        config.request_timeout_s,
+        config.shard_lines,
+        config.ttl_days,
+        config.poll_seconds,
+    )
+    assert (settings.safety_margin_s, settings.max_error_rate) == (config.safety_margin_s, config.max_error_rate)
+    assert settings.provider_base_url == config.provider_base_url
+    assert (settings.validate_attempts, settings.validate_repair) == (
+        config.validate_attempts,
+        config.validate_repair,
+    )
+    assert {model: settings.batch_queue_limit(model) for model in config.batch_queue_tokens} == dict(
+        config.batch_queue_tokens
+    )
+    assert settings.batch_queue_limit("a-model-not-named") == config.batch_queue_default_tokens
+    for step, function in step_functions(synthesis, env).items():
         variables = function["Properties"]["Environment"]["Variables"]
-        ours = {k: v for k, v in variables.items() if k.startswith("SLUICE_") and k != ENVIRONMENT_VARIABLE}
-        assert ours.keys() >= CONFIGURED, CONFIGURED - ours.keys()
-        # the resources' names and ARNs are tokens until deploy; what the step reads back is all else
-        settings = Settings.from_env({k: v if isinstance(v, str) else f"<{k}>" for k, v in ours.items()})
-        assert settings.to_env().keys() == ours.keys(), "a variable the steps never read is a typo"
-        assert (settings.default_model, settings.default_mode) == (config.default_model, config.default_mode)
-        assert (settings.concurrency, settings.map_concurrency, settings.max_attempts) == (
-            config.concurrency,
-            config.map_concurrency,
-            config.max_attempts,
-        )
-        assert settings.max_shards_in_flight == config.max_shards_in_flight
-        assert (settings.request_timeout_s, settings.shard_lines, settings.ttl_days, settings.poll_seconds) == (
-            config.request_timeout_s,
-            config.shard_lines,
-            config.ttl_days,
-            config.poll_seconds,
-        )
-        assert (settings.safety_margin_s, settings.max_error_rate) == (config.safety_margin_s, config.max_error_rate)
-        assert settings.provider_base_url == config.provider_base_url
-        assert (settings.validate_attempts, settings.validate_repair) == (
-            config.validate_attempts,
-            config.validate_repair,
-        )
-        assert {model: settings.batch_queue_limit(model) for model in config.batch_queue_tokens} == dict(
-            config.batch_queue_tokens
-        )
-        assert settings.batch_queue_limit("a-model-not-named") == config.batch_queue_default_tokens
         assert variables["POWERTOOLS_SERVICE_NAME"] == "sluice"
         assert variables["POWERTOOLS_LOG_LEVEL"] == config.log_level
         assert variables["POWERTOOLS_METRICS_NAMESPACE"] == "Sluice"
         assert variables["SLUICE_ENV"] == env
-        assert variables["SLUICE_API_KEY_SECRET_ARN"] == {"Ref": secret_id(synthesis, env, "provider-api-key")}
+        if ProviderKey in READS[step]:
+            assert variables["SLUICE_API_KEY_SECRET_ARN"] == {"Ref": secret_id(synthesis, env, "provider-api-key")}
+        else:
+            assert "SLUICE_API_KEY_SECRET_ARN" not in variables, step
         assert "SLUICE_WEBHOOK_SECRET_ARN" not in variables
 
 
-def test_the_environments_default_model_reaches_every_step(synthesis: Synthesis, env: str) -> None:
-    """cdk.json names a default model for each environment; Plan and the shard steps read it."""
+def test_the_environments_default_model_reaches_the_steps_that_read_it(synthesis: Synthesis, env: str) -> None:
+    """cdk.json names a default model for each environment; Plan, the shard steps and Merge read it."""
     config = synthesis.stacks[env].config
     assert config.default_model
+    readers = {step for step, sets in READS.items() if Provider in sets}
+    assert {"plan", "run_shard", "submit_batch", "merge"} <= readers
     for step, function in step_functions(synthesis, env).items():
-        assert function["Properties"]["Environment"]["Variables"]["SLUICE_DEFAULT_MODEL"] == config.default_model, step
+        model = function["Properties"]["Environment"]["Variables"].get("SLUICE_DEFAULT_MODEL")
+        assert model == (config.default_model if step in readers else None), step
 
 
 def secret_id(synthesis: Synthesis, env: str, name: str) -> str:

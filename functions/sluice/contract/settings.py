@@ -1,15 +1,31 @@
-"""The settings every step reads from its SLUICE_* variables, how each is parsed, and their defaults."""
+"""The settings the steps read from their SLUICE_* variables, in small sets, and their defaults.
+
+Each set is a few settings read together (the job table's, the provider's, the Batch API's, ...);
+each step declares the sets it reads (`sluice.contract.step_settings`), and infra gives its
+function only their variables. `Settings` is every set at once: a step's is built with
+`Settings.reading`, holding only its own sets' fields, so reading another set's fails loudly.
+"""
 
 from __future__ import annotations
 
-import json
-import math
 import os
-from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, field, fields
-from typing import Any
+from collections.abc import Iterable, Mapping
+from dataclasses import MISSING, Field, dataclass, field, fields
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
+from . import setting_parsers as parse
 from .layout import LOCAL_BEDROCK_JOB_NAME_PREFIX
+from .setting_parsers import (
+    MAX_BUDGET_USD,
+    Parser,
+    RateSeed,
+    SettingsError,
+    parse_budget,
+    parse_error_rate,
+    parse_queue_tokens,
+    parse_rate_limits,
+    queue_tokens_text,
+)
 from .status import (
     BATCH_INCOMPLETE_POLICIES,
     CACHE_MODES,
@@ -18,27 +34,21 @@ from .status import (
     PROVIDERS,
     SHARED_LIMIT_CHOICES,
     VALIDATE_REPAIR_CHOICES,
-    parse_validate,
 )
 from .steps import STEPS
 
+__all__ = [
+    "MAX_BUDGET_USD",
+    "RateSeed",
+    "SettingsError",
+    "parse_budget",
+    "parse_error_rate",
+    "parse_queue_tokens",
+    "parse_rate_limits",
+    "queue_tokens_text",
+]
+
 DEFAULT_PROVIDER_BASE_URL = "https://api.openai.com/v1"
-
-
-class SettingsError(RuntimeError):
-    pass
-
-
-def parse_error_rate(raw: str) -> float:
-    """A share of a job's requests, 0 to 1 (0.01 = 1%); ValueError says what is wrong."""
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError("expected a number from 0 to 1, such as 0.01 for 1%") from None
-    if not 0.0 <= value <= 1.0:
-        raise ValueError("expected a number from 0 to 1, such as 0.01 for 1%")
-    return value
-
 
 # OpenAI's Batch queue limits at usage tier 1 (platform.openai.com/docs/guides/rate-limits,
 # "Usage tiers": the "Batch queue limit" column), the lowest paid tier: a higher tier only
@@ -56,186 +66,53 @@ TIER1_BATCH_QUEUE_TOKENS: dict[str, int] = {
     "text-embedding-ada-002": 3_000_000,
 }
 DEFAULT_BATCH_QUEUE_DEFAULT_TOKENS = 90_000
+DEFAULT_BATCH_QUEUE_TOKENS = queue_tokens_text(TIER1_BATCH_QUEUE_TOKENS)
 # Bedrock's batch inference jobs in progress or submitted at once per base model, the quota's
 # default (docs.aws.amazon.com/bedrock/latest/userguide/quotas.html)
 DEFAULT_BEDROCK_BATCH_JOBS_QUOTA = 20
 
-
-def queue_tokens_text(limits: Mapping[str, int]) -> str:
-    """Per-model queue limits as the one-line text `parse_queue_tokens` reads."""
-    return ",".join(f"{model}={tokens}" for model, tokens in limits.items())
+_PARSER = "parser"
+_REQUIRED: Any = object()
 
 
-def parse_queue_tokens(text: str) -> dict[str, int]:
-    """`model=tokens,model=tokens` (0 = no limit); ValueError says what is wrong."""
-    limits: dict[str, int] = {}
-    for entry in filter(None, (part.strip() for part in text.split(","))):
-        model, sep, tokens = entry.rpartition("=")
-        if not sep or not model or not tokens.isdigit():
-            raise ValueError(f"expected model=tokens (a whole number, 0 for none), got {entry!r}")
-        limits[model] = int(tokens)
-    return limits
+def setting(parser: Parser = parse.text, default: Any = _REQUIRED) -> Any:
+    """A setting read from its variable by `parser`; one without a default must be set.
 
-
-DEFAULT_BATCH_QUEUE_TOKENS = queue_tokens_text(TIER1_BATCH_QUEUE_TOKENS)
-
-
-# The job row counts a budget in whole nano-dollars (`sluice.limits.budget`); a billion dollars is
-# 1e18 of them, within a signed 64-bit integer and DynamoDB's 38 digits, where 1e30 dollars is not
-MAX_BUDGET_USD = 1e9
-
-
-def parse_budget(raw: str) -> float:
-    """A spending cap in US dollars: a number above 0, up to MAX_BUDGET_USD; ValueError says what is wrong."""
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not 0 < value < float("inf"):
-        raise ValueError(f"{raw!r} is not an amount of US dollars above 0, such as 12.50")
-    if value > MAX_BUDGET_USD:
-        raise ValueError(f"{raw!r} is more than the largest budget Sluice counts, ${MAX_BUDGET_USD:,.0f}")
-    return value
-
-
-@dataclass(frozen=True)
-class RateSeed:
-    """A provider's limits for one model, per minute, as configured: they seed the shared limit
-    until the provider's headers say otherwise (0 = not configured)."""
-
-    rpm: float = 0
-    tpm: float = 0
-
-
-def parse_rate_limits(text: str | None) -> dict[str, RateSeed]:
-    """`{"<model>": {"rpm": 30000, "tpm": 150000000}, ...}` (JSON); ValueError says what is wrong.
-    A model's `rpm` is required, its `tpm` optional."""
-    if not text:
-        return {}
-    try:
-        raw = json.loads(text)
-    except ValueError:
-        raise ValueError('expected a JSON object of models, such as {"gpt-4o-mini": {"rpm": 30000}}') from None
-    if not isinstance(raw, dict):
-        raise ValueError('expected an object of models, such as {"gpt-4o-mini": {"rpm": 30000}}')
-    seeds: dict[str, RateSeed] = {}
-    for model, limits in raw.items():
-        if not isinstance(limits, dict) or set(limits) - {"rpm", "tpm"} or "rpm" not in limits:
-            raise ValueError(f'{model}: expected {{"rpm": <requests a minute>, "tpm": <tokens a minute>}}')
-        values = [limits.get("rpm"), limits.get("tpm", 0)]
-        if any(type(v) not in (int, float) or not math.isfinite(v) or v < 0 for v in values) or not values[0]:
-            raise ValueError(f"{model}: rpm must be a positive number and tpm a number >= 0")
-        seeds[str(model)] = RateSeed(float(values[0]), float(values[1]))
-    return seeds
+    The default comes from a factory so that the class holds no value of its own: a setting of a
+    set the step does not read is absent from its `Settings`, and reading it raises."""
+    if default is _REQUIRED:
+        return field(metadata={_PARSER: parser})
+    return field(default_factory=lambda: default, metadata={_PARSER: parser})
 
 
 def _variable(name: str) -> str:
     return "SLUICE_" + name.upper()
 
 
-# how a setting's value is read from its variable: `positive` numbers, whole-number `limit`s
-# (0 = no limit), a `choice` of a few words, a `rate` from 0 to 1, or `text`
-_KIND = "kind"
-_CHOICES = "one_of"
+def _read(chosen: Iterable[Field[Any]], env: Mapping[str, str] | None) -> dict[str, Any]:
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    for f in chosen:
+        name = _variable(f.name)
+        raw = env.get(name)
+        if raw:
+            values[f.name] = f.metadata[_PARSER](name, raw)
+        elif f.default_factory is MISSING:
+            raise SettingsError(f"missing required setting {name}")
+        else:
+            values[f.name] = f.default_factory()
+    return values
 
 
-@dataclass(frozen=True)
-class Settings:
-    """Everything a step reads, from the SLUICE_* variables infra and the local cloud set with `to_env`.
+class SettingsSet:
+    """A few settings a step reads together; each field is the variable `SLUICE_<FIELD>`.
 
-    Each field is the variable `SLUICE_<FIELD>`; a field with a default may be left unset.
-    """
+    A set is only ever built as part of `Settings` or `WebhookSettings`, which make their own
+    `__init__`, `__repr__` and `__eq__`: a set makes none of its own, which would only lengthen
+    every cold start."""
 
-    bucket: str
-    table: str
-    provider_base_url: str
-    api_key_secret_arn: str
-    # the provider family `provider_base_url` speaks (`sluice.providers`): its request format
-    provider: str = field(default=DEFAULT_PROVIDER, metadata={_KIND: "choice", _CHOICES: PROVIDERS})
-    default_mode: str = field(default="direct", metadata={_KIND: "choice", _CHOICES: MODES})
-    # the model of a line whose body names none; a job's `sluice-model` replaces every line's
-    default_model: str | None = None
-    concurrency: int = 1000
-    map_concurrency: int = 20
-    # shards working at once across the environment's jobs (the shard steps' reserved concurrency);
-    # a job's map concurrency above it only makes shards wait (0 = no cap, as in a local run)
-    max_shards_in_flight: int = field(default=0, metadata={_KIND: "limit"})
-    # sends of a line at most; 0: as many as the shard's faults call for (`sluice.runners.sweep`)
-    max_attempts: int = field(default=0, metadata={_KIND: "limit"})
-    request_timeout_s: float = 120.0
-    shard_lines: int = 5000
-    ttl_days: int = 14
-    event_bus: str = "default"
-    poll_seconds: int = 10
-    # first retry waits up to this long (full jitter), doubling per attempt
-    retry_base_delay_s: float = 0.5
-    # requests and tokens per minute for a whole job (0 = no limit), shared by running shards
-    rpm: int = field(default=0, metadata={_KIND: "limit"})
-    tpm: int = field(default=0, metadata={_KIND: "limit"})
-    # stop taking new items this long (plus the request timeout) before the Lambda's end
-    safety_margin_s: float = 20.0
-    # the OpenAI Batch API's limits per input file
-    batch_max_requests: int = 50_000
-    batch_max_bytes: int = 200 * 1024 * 1024
-    # webhooks wake a batch shard when it ends; polling only reconciles, so it backs off to this
-    batch_poll_max_s: int = 300
-    # the provider's Batch queue: input tokens enqueued at once per model and organization
-    # (`model=tokens,...`; 0 = no limit), and the limit of a model not named
-    batch_queue_tokens: str = field(default=DEFAULT_BATCH_QUEUE_TOKENS, metadata={_KIND: "queue_tokens"})
-    batch_queue_default_tokens: int = field(default=DEFAULT_BATCH_QUEUE_DEFAULT_TOKENS, metadata={_KIND: "limit"})
-    # Bedrock's quota of batch inference jobs at once per model in the account and region, of which
-    # Sluice holds at most half (`sluice.providers.bedrock.batch.held_jobs`)
-    bedrock_batch_jobs_quota: int = field(default=DEFAULT_BEDROCK_BATCH_JOBS_QUOTA, metadata={_KIND: "limit"})
-    # how long a cancelled batch may take to end and hand back its answers (OpenAI's `cancelling`
-    # lasts up to 10 minutes): a deadline job cancels a late batch this long before it must send
-    # the rest directly (`sluice.plan.deadline`)
-    batch_cancel_s: float = 600.0
-    # auto mode sends a shard through the Batch API from this many requests up
-    auto_batch_min_requests: int = 1000
-    on_batch_incomplete: str = field(default="direct", metadata={_KIND: "choice", _CHOICES: BATCH_INCOMPLETE_POLICIES})
-    # a job whose failed lines are more than this share of its requests ends COMPLETED_WITH_ERRORS;
-    # 0 means any failed line does, so a script reading only the outcome never mistakes a loss
-    max_error_rate: float = field(default=0.0, metadata={_KIND: "rate"})
-    # "on": every shard of every job on the same provider key and model draws from one rate
-    # limit in the table (`shared_limit`), learned from the provider's rate-limit headers
-    shared_limit: str = field(default="on", metadata={_KIND: "choice", _CHOICES: SHARED_LIMIT_CHOICES})
-    # a job's spending cap in US dollars when it sets no `sluice-budget-usd` (0 = none)
-    budget_usd: float = field(default=0.0, metadata={_KIND: "usd"})
-
-    def batch_queue_limit(self, model: str | None) -> int:
-        """The enqueued-token limit of `model`'s Batch queue; 0 = none."""
-        limits = parse_queue_tokens(self.batch_queue_tokens)
-        return limits.get(model or "", self.batch_queue_default_tokens)
-
-    # the provider's limits per model (`parse_rate_limits`'s JSON), seeding the shared limit
-    # before its headers are seen
-    rate_limits: str | None = field(default=None, metadata={_KIND: "rate_limits"})
-
-    # the response cache for a job that does not choose (`sluice-cache`)
-    cache: str = field(default="on", metadata={_KIND: "choice", _CHOICES: CACHE_MODES})
-    # local runs only: the directory that holds the cache instead of the bucket's `cache/`
-    cache_dir: str | None = None
-    # what the cache's keys name the provider by, when not its base URL: `sluice run`'s built-in
-    # simulator gets a new port each run, yet answers the same
-    cache_provider: str | None = None
-    # the role Amazon Bedrock batch inference jobs run as (the stack's), which the batch steps pass it
-    bedrock_batch_role_arn: str | None = None
-    # what the environment's Bedrock batch inference jobs are named by (`bedrock_job_name_prefix`)
-    bedrock_job_prefix: str = LOCAL_BEDROCK_JOB_NAME_PREFIX
-    # how long the bucket keeps an answer (cdk.json `cache_ttl_days`): Plan counts on none older,
-    # and compaction drops them; 0: answers never expire (a local directory)
-    cache_ttl_days: int = field(default=0, metadata={_KIND: "days"})
-
-    # per-line output validation for a job that does not choose (`sluice-validate`): the checks
-    # (`parse_validate`: all, none, or names), how many times an answer is sent in all, and whether
-    # a resend adds what was wrong as a follow-up turn
-    validate: str = field(default="", metadata={_KIND: "validate"})
-    validate_attempts: int = 3
-    validate_repair: str = field(default="off", metadata={_KIND: "choice", _CHOICES: VALIDATE_REPAIR_CHOICES})
-
-    @property
-    def cache_provider_name(self) -> str:
-        return self.cache_provider or self.provider_base_url
+    if TYPE_CHECKING:
+        __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
 
     @classmethod
     def variable(cls, name: str) -> str:
@@ -244,88 +121,222 @@ class Settings:
             raise KeyError(f"{cls.__name__} has no field {name!r}")
         return _variable(name)
 
-    def to_env(self) -> dict[str, str]:
-        """The variables `from_env` reads back into these settings; an unset optional is left out."""
-        return {
-            _variable(f.name): str(getattr(self, f.name)) for f in fields(self) if getattr(self, f.name) is not None
-        }
+    @classmethod
+    def variables(cls) -> frozenset[str]:
+        return frozenset(_variable(f.name) for f in fields(cls))
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
-        env = os.environ if env is None else env
-        values: dict[str, Any] = {}
-        for f in fields(cls):
-            name = _variable(f.name)
-            raw = env.get(name)
-            if f.default is MISSING:
-                if not raw:
-                    raise SettingsError(f"missing required setting {name}")
-                values[f.name] = raw
-            elif raw not in (None, ""):
-                values[f.name] = _parse(name, raw, f.type, f.metadata)
-        return cls(**values)
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Self:
+        return cls(**_read(fields(cls), env))
 
+    def to_env(self) -> dict[str, str]:
+        """The variables `from_env` reads back into these settings; an unset optional is left out."""
+        return {_variable(name): str(value) for name, value in vars(self).items() if value is not None}
 
-def _parse(name: str, raw: str, kind: Any, metadata: Mapping[str, Any]) -> Any:
-    how = metadata.get(_KIND)
-    if how == "choice":
-        if raw not in metadata[_CHOICES]:
-            raise SettingsError(f"{name}={raw!r}; expected one of {', '.join(metadata[_CHOICES])}")
-        return raw
-    if how == "days":
-        if not raw.isdigit():
-            raise SettingsError(f"{name}={raw!r} is not a whole number of days (0 means never)")
-        return int(raw)
-    if how == "limit":
-        if not raw.isdigit():
-            raise SettingsError(f"{name}={raw!r} is not a whole number (0 means no limit)")
-        return int(raw)
-    if how == "queue_tokens":
-        try:
-            parse_queue_tokens(raw)
-        except ValueError as exc:
-            raise SettingsError(f"{name}={raw!r}: {exc}") from exc
-        return raw
-    if how == "usd":
-        try:
-            value = float(raw)
-        except ValueError:
-            value = -1.0
-        if not 0 <= value <= MAX_BUDGET_USD:
+    if not TYPE_CHECKING:
+
+        def __getattr__(self, name: str) -> Any:
+            # only a field left out by `Settings.reading` gets here: its set is not the step's
+            owner = next((s for s in type(self).__mro__ if name in vars(s).get("__annotations__", {})), None)
+            if owner is None:
+                raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
             raise SettingsError(
-                f"{name}={raw!r} is not an amount of US dollars up to {MAX_BUDGET_USD:,.0f} (0 means no budget)"
+                f"{_variable(name)} is a {owner.__name__} setting, which this step does not read "
+                "(sluice.contract.step_settings)"
             )
-        return value
-    if how == "rate_limits":
-        try:
-            parse_rate_limits(raw)
-        except ValueError as exc:
-            raise SettingsError(f"{name}: {exc}") from exc
-        return raw
-    if how == "validate":
-        try:
-            return ",".join(parse_validate(raw))
-        except ValueError as exc:
-            raise SettingsError(f"{name}={raw!r}: {exc}") from exc
-    if how == "rate":
-        try:
-            return parse_error_rate(raw)
-        except ValueError as exc:
-            raise SettingsError(f"{name}={raw!r}: {exc}") from exc
-    # `from __future__ import annotations` leaves the field types as their source text
-    if kind in ("int", "float"):
-        number = int if kind == "int" else float
-        try:
-            value = number(raw)
-        except ValueError as exc:
-            raise SettingsError(f"{name}={raw!r} is not a {kind}") from exc
-        if value <= 0:
-            raise SettingsError(f"{name} must be positive, got {raw}")
-        return value
-    return raw
 
 
-SETTING_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Settings) if f.default is not MISSING}
+@dataclass(frozen=True, kw_only=True, init=False, repr=False, eq=False)
+class JobTable(SettingsSet):
+    """The jobs table, which every function reads and writes."""
+
+    table: str = setting()
+    ttl_days: int = setting(parse.positive_int, 14)
+
+
+@dataclass(frozen=True, kw_only=True, init=False, repr=False, eq=False)
+class JobBucket(SettingsSet):
+    """The bucket of inputs, outputs and the response cache."""
+
+    bucket: str = setting()
+
+
+@dataclass(frozen=True, kw_only=True, init=False, repr=False, eq=False)
+class Provider(SettingsSet):
+    """Where requests go and in what format."""
+
+    provider_base_url: str = setting()
+    # the provider family `provider_base_url` speaks (`sluice.providers`): its request format
+    provider: str = setting(parse.one_of(PROVIDERS), DEFAULT_PROVIDER)
+    # the model of a line whose body names none; a job's `sluice-model` replaces every line's
+    default_model: str | None = setting(parse.text, None)
+
+
+@dataclass(frozen=True, kw_only=True, init=False, repr=False, eq=False)
+class ProviderKey(SettingsSet):
+    """The secret holding the provider's API key; only the steps that call the provider read it."""
+
+    api_key_secret_arn: str = setting()
+
+
+@dataclass(frozen=True, kw_only=True, init=False, repr=False, eq=False)
+class Send(SettingsSet):
+    """How a shard step sends its lines and paces its looks at the provider."""
+
+    request_timeout_s: float = setting(parse.positive_float, 120.0)
+    # first retry waits up to this long (full jitter), doubling per attempt
+    retry_base_delay_s: float = setting(parse.positive_float, 0.5)
+    # stop taking new items this long (plus the request timeout) before the Lambda's end
+    safety_margin_s: float = setting(parse.positive_float, 20.0)
+    poll_seconds: int = setting(parse.positive_int, 10)
+
+
+@dataclass(frozen=True, kw_only=True, init=False, repr=False, eq=False)
+class SharedLimits(SettingsSet):
+    """The provider's rate limits as the environment shares them."""
+
+    # "on": every shard of every job on the same provider key and model draws from one rate
+    # limit in the table (`shared_limit`), learned from the provider's rate-limit headers
+    shared_limit: str = setting(parse.one_of(SHARED_LIMIT_CHOICES), "on")
+    # the provider's limits per model (`parse_rate_limits`'s JSON), seeding the shared limit
+    # before its headers are seen
+    rate_limits: str | None = setting(parse.rate_limits, None)
+
+
+@dataclass(frozen=True, kw_only=True, init=False, repr=False, eq=False)
+class Batch(SettingsSet):
+    """The Batch APIs' limits, and what Bedrock's batch inference jobs run as."""
+
+    # the OpenAI Batch API's limits per input file
+    batch_max_requests: int = setting(parse.positive_int, 50_000)
+    batch_max_bytes: int = setting(parse.positive_int, 200 * 1024 * 1024)
+    # webhooks wake a batch shard when it ends; polling only reconciles, so it backs off to this
+    batch_poll_max_s: int = setting(parse.positive_int, 300)
+    # the provider's Batch queue: input tokens enqueued at once per model and organization
+    # (`model=tokens,...`; 0 = no limit), and the limit of a model not named
+    batch_queue_tokens: str = setting(parse.queue_tokens, DEFAULT_BATCH_QUEUE_TOKENS)
+    batch_queue_default_tokens: int = setting(parse.limit, DEFAULT_BATCH_QUEUE_DEFAULT_TOKENS)
+    # how long a cancelled batch may take to end and hand back its answers (OpenAI's `cancelling`
+    # lasts up to 10 minutes): a deadline job cancels a late batch this long before it must send
+    # the rest directly (`sluice.plan.deadline`)
+    batch_cancel_s: float = setting(parse.positive_float, 600.0)
+    # Bedrock's quota of batch inference jobs at once per model in the account and region, of which
+    # Sluice holds at most half (`sluice.providers.bedrock.batch.held_jobs`)
+    bedrock_batch_jobs_quota: int = setting(parse.limit, DEFAULT_BEDROCK_BATCH_JOBS_QUOTA)
+    # the role Amazon Bedrock batch inference jobs run as (the stack's), which the batch steps pass it
+    bedrock_batch_role_arn: str | None = setting(parse.text, None)
+    # what the environment's Bedrock batch inference jobs are named by (`bedrock_job_name_prefix`)
+    bedrock_job_prefix: str = setting(parse.text, LOCAL_BEDROCK_JOB_NAME_PREFIX)
+
+    def batch_queue_limit(self, model: str | None) -> int:
+        """The enqueued-token limit of `model`'s Batch queue; 0 = none."""
+        limits = parse_queue_tokens(self.batch_queue_tokens)
+        return limits.get(model or "", self.batch_queue_default_tokens)
+
+
+@dataclass(frozen=True, kw_only=True, init=False, repr=False, eq=False)
+class Cache(SettingsSet):
+    """The response cache."""
+
+    # the response cache for a job that does not choose (`sluice-cache`)
+    cache: str = setting(parse.one_of(CACHE_MODES), "on")
+    # local runs only: the directory that holds the cache instead of the bucket's `cache/`
+    cache_dir: str | None = setting(parse.text, None)
+    # what the cache's keys name the provider by, when not its base URL: `sluice run`'s built-in
+    # simulator gets a new port each run, yet answers the same
+    cache_provider: str | None = setting(parse.text, None)
+    # how long the bucket keeps an answer (cdk.json `cache_ttl_days`): Plan counts on none older,
+    # and compaction drops them; 0: answers never expire (a local directory)
+    cache_ttl_days: int = setting(parse.days, 0)
+
+
+@dataclass(frozen=True, kw_only=True, init=False, repr=False, eq=False)
+class JobDefaults(SettingsSet):
+    """What Plan gives a job for each option it does not set itself (`sluice-<option>`)."""
+
+    default_mode: str = setting(parse.one_of(MODES), "direct")
+    concurrency: int = setting(parse.positive_int, 1000)
+    map_concurrency: int = setting(parse.positive_int, 20)
+    # sends of a line at most; 0: as many as the shard's faults call for (`sluice.runners.sweep`)
+    max_attempts: int = setting(parse.limit, 0)
+    shard_lines: int = setting(parse.positive_int, 5000)
+    # requests and tokens per minute for a whole job (0 = no limit), shared by running shards
+    rpm: int = setting(parse.limit, 0)
+    tpm: int = setting(parse.limit, 0)
+    # auto mode sends a shard through the Batch API from this many requests up
+    auto_batch_min_requests: int = setting(parse.positive_int, 1000)
+    on_batch_incomplete: str = setting(parse.one_of(BATCH_INCOMPLETE_POLICIES), "direct")
+    # a job whose failed lines are more than this share of its requests ends COMPLETED_WITH_ERRORS;
+    # 0 means any failed line does, so a script reading only the outcome never mistakes a loss
+    max_error_rate: float = setting(parse.error_rate, 0.0)
+    # a job's spending cap in US dollars when it sets no `sluice-budget-usd` (0 = none)
+    budget_usd: float = setting(parse.usd, 0.0)
+    # per-line output validation (`sluice-validate`): the checks (`parse_validate`: all, none, or
+    # names), how many times an answer is sent in all, and whether a resend adds what was wrong as
+    # a follow-up turn
+    validate: str = setting(parse.checks, "")
+    validate_attempts: int = setting(parse.positive_int, 3)
+    validate_repair: str = setting(parse.one_of(VALIDATE_REPAIR_CHOICES), "off")
+
+
+@dataclass(frozen=True, kw_only=True, init=False, repr=False, eq=False)
+class Slots(SettingsSet):
+    """The environment's cap on shards in flight (`sluice.limits.shard_slots`)."""
+
+    # shards working at once across the environment's jobs (the shard steps' reserved concurrency);
+    # a job's map concurrency above it only makes shards wait (0 = no cap, as in a local run)
+    max_shards_in_flight: int = setting(parse.limit, 0)
+
+
+@dataclass(frozen=True, kw_only=True, init=False, repr=False, eq=False)
+class Events(SettingsSet):
+    """The bus that a job's end is published on."""
+
+    event_bus: str = setting(parse.text, "default")
+
+
+@dataclass(frozen=True, kw_only=True, init=False, repr=False, eq=False)
+class WebhookSigning(SettingsSet):
+    """The secret providers sign their webhooks with."""
+
+    webhook_secret_arn: str = setting()
+
+
+# listed last set first: a dataclass orders its fields from its last base, so the variables read
+# in the order the sets are above
+@dataclass(frozen=True, kw_only=True)
+class Settings(
+    Events, Slots, JobDefaults, Cache, Batch, SharedLimits, Send, ProviderKey, Provider, JobBucket, JobTable
+):
+    """Every setting of every step; a step's own holds only the sets it reads (`reading`)."""
+
+    def __repr__(self) -> str:
+        return f"Settings({', '.join(f'{name}={value!r}' for name, value in vars(self).items())})"
+
+    @property
+    def cache_provider_name(self) -> str:
+        return self.cache_provider or self.provider_base_url
+
+    @classmethod
+    def reading(cls, sets: Iterable[type[SettingsSet]], env: Mapping[str, str] | None = None) -> Settings:
+        """The settings of `sets` from their variables; any other is absent, and reading it raises."""
+        names = {f.name for s in sets for f in fields(s)}
+        settings = object.__new__(cls)
+        for name, value in _read((f for f in fields(cls) if f.name in names), env).items():
+            object.__setattr__(settings, name, value)
+        return settings
+
+    def but(self, **changes: Any) -> Settings:
+        """A copy with `changes`, of only the sets these settings hold (`dataclasses.replace` needs all)."""
+        settings = object.__new__(type(self))
+        for name, value in {**vars(self), **changes}.items():
+            object.__setattr__(settings, name, value)
+        return settings
+
+
+SETTING_DEFAULTS: dict[str, Any] = {
+    f.name: f.default_factory() for f in fields(Settings) if f.default_factory is not MISSING
+}
 
 # A shard stops taking lines once less than a request timeout plus its safety margin is left of its
 # Lambda's time (`sluice.shard.frame.margin_s`): a timeout this long or more leaves it none, so it
@@ -338,26 +349,6 @@ MAX_REQUEST_TIMEOUT_S: float = STEPS["run_shard"].timeout_s - SETTING_DEFAULTS["
 LOCAL_SETTING_DEFAULTS: dict[str, Any] = {**SETTING_DEFAULTS, "map_concurrency": 10, "poll_seconds": 1}
 
 
-@dataclass(frozen=True)
-class WebhookSettings:
+@dataclass(frozen=True, kw_only=True)
+class WebhookSettings(WebhookSigning, JobTable):
     """What the webhook receiver reads: its table and signing secret; no bucket, provider or API key."""
-
-    table: str
-    webhook_secret_arn: str
-    ttl_days: int = SETTING_DEFAULTS["ttl_days"]
-
-    def to_env(self) -> dict[str, str]:
-        return {_variable(f.name): str(getattr(self, f.name)) for f in fields(self)}
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> WebhookSettings:
-        env = os.environ if env is None else env
-        table, secret_arn = env.get(_variable("table")), env.get(_variable("webhook_secret_arn"))
-        if not table or not secret_arn:
-            raise SettingsError("SLUICE_TABLE and SLUICE_WEBHOOK_SECRET_ARN must be set")
-        ttl_days = env.get(_variable("ttl_days"))
-        return cls(
-            table,
-            secret_arn,
-            _parse("SLUICE_TTL_DAYS", ttl_days, "int", {}) if ttl_days else SETTING_DEFAULTS["ttl_days"],
-        )
