@@ -21,6 +21,7 @@ from sluice.contract.model import ErrorCode, Outcome, Request
 from sluice.providers.background import BackgroundApi, Settled
 from sluice.runners.sweep import send_and_hand_back
 from sluice.send.output_check import OutputCheck, Resends
+from sluice.shard.assembly import assemble
 from sluice.shard.frame import (
     ShardContext,
     ShardSpec,
@@ -32,7 +33,7 @@ from sluice.shard.frame import (
     shard_budget,
     write_unsent,
 )
-from sluice.shard.parts import PartWriter, assemble
+from sluice.shard.parts import PartWriter
 from sluice.shard.run import open_run
 from sluice.store.jobs import ItemState
 

@@ -19,6 +19,7 @@ from sluice.formats.lines import LineError
 from sluice.runners.batch.cutover import handed_over
 from sluice.runners.sweep import send_and_hand_back
 from sluice.send.refusal import unsent_message, write_refusal
+from sluice.shard.assembly import assemble
 from sluice.shard.frame import (
     ShardContext,
     ShardSpec,
@@ -30,7 +31,7 @@ from sluice.shard.frame import (
     shard_budget,
     write_unsent,
 )
-from sluice.shard.parts import PartWriter, assemble, turned_down
+from sluice.shard.parts import PartWriter, turned_down
 from sluice.shard.run import open_run
 
 

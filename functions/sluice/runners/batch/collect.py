@@ -26,8 +26,9 @@ from sluice.runners.batch.advance import (
 from sluice.runners.batch.cutover import cancel_late, past_cutover, until_cutover
 from sluice.runners.batch.files import BatchPart, part_key
 from sluice.send.output_check import OutputCheck
+from sluice.shard.assembly import assemble
 from sluice.shard.frame import ShardContext, ShardSpec, pending
-from sluice.shard.parts import PartWriter, assemble, parts_stats
+from sluice.shard.parts import PartWriter, parts_stats
 from sluice.shard.run import open_run
 
 # the code for a row left unfinished, by how its batch ended
