@@ -213,7 +213,13 @@ async def _cancel_responses(
 ) -> None:
     """POST a cancel for every response with the engine's retries on 429/5xx; each refused one is
     followed by a poll, so a response that simply ended before the cancel is no failure."""
-    settings = EngineSettings(concurrency=concurrency, policy=CANCEL_POLICY, user_agent="sluice-cancel/0.1")
+    settings = EngineSettings(
+        concurrency=concurrency,
+        policy=CANCEL_POLICY,
+        user_agent="sluice-cancel/0.1",
+        base_url=base_url,
+        api_key=api_key,
+    )
     ids = {line: response_id for line, _custom_id, response_id in responses}
     cancels: list[Outcome] = []
     checks: list[Outcome] = []
@@ -221,16 +227,12 @@ async def _cancel_responses(
         await fan_out(
             (background.cancel_request(line, response_id, response_id) for line, response_id in ids.items()),
             session=session,
-            base_url=base_url,
-            api_key=api_key,
             settings=settings,
             sink=cancels.append,
         )
         refused = {o.line for o in cancels if not o.ok}
         lookups = (background.poll_request(line, ids[line], ids[line]) for line in ids if line in refused)
-        await fan_out(
-            lookups, session=session, base_url=base_url, api_key=api_key, settings=settings, sink=checks.append
-        )
+        await fan_out(lookups, session=session, settings=settings, sink=checks.append)
     ended = {check.line for check in checks if check.ok and background.ended(check.body)}
     for outcome in cancels:
         if outcome.ok:

@@ -332,25 +332,20 @@ class ShardRun:
             output_check=(
                 OutputCheck.for_spec(spec) if check_answers or spec.mode in (Mode.DIRECT, Mode.BATCH) else None
             ),
+            base_url=settings.provider_base_url,
+            api_key=ctx.api_key,
+            sign=ctx.sign,
+            should_stop=self.stopper,
+            count_remaining=False,
+            shared=shared,
+            budget=budget,
+            refusals=refusals,
+            # an answer arriving after the Lambda's end is lost with it
+            time_left=lambda: ctx.remaining_s() - settings.safety_margin_s,
         )
         try:
             async with ctx.session_factory(concurrency) as session:
-                return await fan_out(
-                    requests,
-                    session=session,
-                    base_url=settings.provider_base_url,
-                    api_key=ctx.api_key,
-                    settings=engine,
-                    sink=sink,
-                    should_stop=self.stopper,
-                    count_remaining=False,
-                    shared=shared,
-                    budget=budget,
-                    sign=ctx.sign,
-                    refusals=refusals,
-                    # an answer arriving after the Lambda's end is lost with it
-                    time_left=lambda: ctx.remaining_s() - settings.safety_margin_s,
-                )
+                return await fan_out(requests, session=session, settings=engine, sink=sink)
         finally:
             if shared is not None:
                 await shared.close()
