@@ -42,8 +42,6 @@ async def submit_background(ctx: ShardContext, spec: ShardSpec) -> Submitted:
     skip.update(i.line for i in ctx.store.items(spec.job_id, spec.shard) if i.provider_id)
     # lines in flight that were sent directly; a set of the in-flight ones only
     direct: set[int] = set()
-    # every line this run ended or handed to the provider, to know which the budget kept back
-    seen: set[int] = set()
     api = ctx.background
     check = OutputCheck.for_spec(spec)
     resends = Resends(check) if check is not None else None
@@ -58,7 +56,7 @@ async def submit_background(ctx: ShardContext, spec: ShardSpec) -> Submitted:
         direct.add(request.line)
         return request
 
-    sink = _submit_sink(api, writer, direct, seen, resends, asked)
+    sink = _submit_sink(api, writer, direct, resends, asked)
 
     # keyed as the line asks, before `background: true` is added: a direct run of it shares the answer
     requests = (prepare(r) for r in run.filling(run.pending(skip)))
@@ -66,7 +64,7 @@ async def submit_background(ctx: ShardContext, spec: ShardSpec) -> Submitted:
     stats = await run.send(requests, sink, expected=run.left_to_send(skip), budget=run.budget, sweep=True)
     out_of_budget = run.out_of_budget
     if out_of_budget:
-        await run.write_unsent(skip | seen)
+        await run.write_unsent()
     left = 0
     if resends is not None and resends.again:
         try:
@@ -110,7 +108,6 @@ def _submit_sink(
     api: BackgroundApi,
     writer: PartWriter,
     direct: set[int],
-    seen: set[int],
     resends: Resends | None,
     asked: dict[int, Request],
 ) -> Callable[[Outcome], None]:
@@ -119,7 +116,6 @@ def _submit_sink(
     that fails a validating job's checks is kept in `resends`, to send again once the run is done."""
 
     def sink(outcome: Outcome) -> None:
-        seen.add(outcome.line)
         request = asked.pop(outcome.line, None)
 
         def last(answer: Outcome) -> bool:

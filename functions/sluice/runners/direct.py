@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 from sluice.contract import DirectRun, Mode, ProviderRefused, parse_validate
-from sluice.contract.model import ErrorCode, Outcome, Request
+from sluice.contract.model import ErrorCode, Request
 from sluice.formats.lines import LineError
 from sluice.runners.batch.cutover import handed_over
 from sluice.send.refusal import unsent_message, write_refusal
@@ -36,21 +36,15 @@ async def run_direct(ctx: ShardContext, spec: ShardSpec) -> DirectRun:
     source = run.pending()
     if spec.mode == Mode.BATCH and parse_validate(spec.validate):
         source = _carrying(source, await asyncio.to_thread(turned_down, ctx.s3, spec))
-    # the lines this run ended, to know which the budget or a refusing provider kept back
-    ended: set[int] = set()
-
-    def sink(outcome: Outcome) -> None:
-        ended.add(outcome.line)
-        run.writer.add_outcome(outcome)
-
-    stats = await run.send(run.filling(source), sink, expected=run.left_to_send(), budget=run.budget, sweep=True)
+    requests = run.filling(source)
+    stats = await run.send(requests, run.writer.add_outcome, expected=run.left_to_send(), budget=run.budget, sweep=True)
     stopped = run.stopper.stopped
     out_of_budget = run.out_of_budget and not stopped
     refused = stats.refused if not stopped and not out_of_budget else None
     if out_of_budget:
-        await run.write_unsent(run.checkpoint.done | ended)
+        await run.write_unsent()
     elif refused is not None:
-        await _write_refused(run, run.checkpoint.done | ended, refused, stats.given_up)
+        await _write_refused(run, refused, stats.given_up)
     finished = not stats.stopped_early or out_of_budget or refused is not None
     if stopped:
         await run.finish(False)
@@ -77,15 +71,15 @@ def _carrying(source: Iterator[Request], turned: dict[int, str]) -> Iterator[Req
         yield request if check is None else replace(request, failed_checks=(check,))
 
 
-async def _write_refused(run: ShardRun, ended: set[int], refused: ProviderRefused, given_up: int = 0) -> None:
+async def _write_refused(run: ShardRun, refused: ProviderRefused, given_up: int = 0) -> None:
     """The lines a refusing provider kept from being sent, as errors carrying its error, and the
     note Merge puts in the summary (counting the `given_up` lines too: those in flight)."""
 
     def error(spec: ShardSpec, line: int, custom_id: str) -> LineError:
         return LineError(line, ErrorCode.PROVIDER_REFUSED, f"line {line}: {unsent_message(refused)}", custom_id)
 
-    lines = await run.write_unsent(ended, error)
-    # with those in flight it gave up (already in `ended`, as `provider_refused`)
+    lines = await run.write_unsent(error)
+    # with those in flight it gave up (already ended, as `provider_refused`)
     spec = run.spec
     await asyncio.to_thread(
         write_refusal, run.ctx.s3, spec.bucket, spec.refusal_key, replace(refused, lines=lines + given_up)

@@ -77,8 +77,10 @@ class ShardRun:
         # the run's share of the job's spending cap (None: the job has none), for its first send
         self.budget = self.new_budget()
         self.stopper = Stopper(ctx, spec)
-        # the lines the run reads to send, as `pending` handed them out
-        self._source: Iterator[Request] = iter(())
+        # the shard's lines as the run reads them to send (`pending`), and those it handed out that
+        # have no outcome yet (at most what the engine holds): what it did not send, once it stops
+        self._lines: Iterator[Request] = iter(())
+        self._open: dict[int, str] = {}
 
     @classmethod
     def open(
@@ -138,8 +140,13 @@ class ShardRun:
         """The requests this run sends: the shard's lines without an outcome (`skip`, by default the
         checkpoint's), read once as the run sends them; invalid lines go to the writer as they pass."""
         done = self.checkpoint.done if skip is None else skip
-        self._source = pending(self.ctx.s3, self.spec, done, self.writer.add_invalid)
-        return self._source
+        self._lines = pending(self.ctx.s3, self.spec, done, self.writer.add_invalid)
+        return self._handed_out(self._lines)
+
+    def _handed_out(self, lines: Iterator[Request]) -> Iterator[Request]:
+        for request in lines:
+            self._open[request.line] = request.custom_id
+            yield request
 
     def filling(self, requests: Iterator[Request]) -> Iterator[Request]:
         """`requests` as the cache this run fills keys them (as they are, when it fills none)."""
@@ -157,23 +164,24 @@ class ShardRun:
         """The error of a line the job's budget did not let the run send."""
         return unsent(self.spec, line, custom_id)
 
-    async def write_unsent(
-        self, ended: set[int], error: Callable[[ShardSpec, int, str], LineError] | None = None
-    ) -> int:
-        """Once the budget (or a refusing provider, as `error` makes them) stopped the run: each
-        request line not in `ended` to the writer as `budget_exceeded`. Returns how many."""
-        return await asyncio.to_thread(self._write_unsent, ended, error or unsent)
+    async def write_unsent(self, error: Callable[[ShardSpec, int, str], LineError] | None = None) -> int:
+        """Once the budget (or a refusing provider, as `error` makes them) stopped the run: each line
+        it read to send and did not end, then each it had not read yet, to the writer as
+        `budget_exceeded`. Returns how many.
 
-    def _write_unsent(self, ended: set[int], error: Callable[[ShardSpec, int, str], LineError]) -> int:
-        # the source is read to its end first, so that the invalid lines it had not reached yet go
-        # to the writer with their own codes
-        for _ in self._source:
-            pass
+        The rest of the shard is read on from where the run stopped, not again from its start: the
+        invalid lines there go to the writer with their own codes as they pass."""
+        return await asyncio.to_thread(self._write_unsent, error or unsent)
+
+    def _write_unsent(self, error: Callable[[ShardSpec, int, str], LineError]) -> int:
+        handed_out, self._open = self._open, {}
         count = 0
-        for item in read_shard_lines(self.ctx.s3, self.spec):
-            if isinstance(item, Request) and item.line not in ended:
-                self.writer.add_invalid(error(self.spec, item.line, item.custom_id))
-                count += 1
+        for line, custom_id in sorted(handed_out.items()):
+            self.writer.add_invalid(error(self.spec, line, custom_id))
+            count += 1
+        for request in self._lines:
+            self.writer.add_invalid(error(self.spec, request.line, request.custom_id))
+            count += 1
         return count
 
     async def finish(self, finished: bool, *, waiting: int = 0) -> None:
@@ -201,11 +209,17 @@ class ShardRun:
 
         Each send reads the job's stop mark as it starts (`Stopper`)."""
         self.stopper = Stopper(self.ctx, self.spec)
+        handed_out = self._open
+
+        def ended(outcome: Outcome) -> None:
+            handed_out.pop(outcome.line, None)
+            sink(outcome)
+
         try:
             if sweep:
-                return await self._sweep(requests, sink, budget, expected)
+                return await self._sweep(requests, ended, budget, expected)
             concurrency, attempts = self.spec.concurrency, self.spec.max_attempts
-            return await self._pass(requests, sink, concurrency, attempts, budget, expected, check_answers, None)
+            return await self._pass(requests, ended, concurrency, attempts, budget, expected, check_answers, None)
         except asyncio.CancelledError:
             if sweep:
                 await self.writer.aflush(finished=False)
