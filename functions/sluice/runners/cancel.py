@@ -15,7 +15,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
 import orjson
 from botocore.exceptions import ClientError
 
@@ -41,7 +40,7 @@ from sluice.providers import apis
 from sluice.providers.background import BackgroundApi
 from sluice.providers.batch import BatchApiOpener, CancelRefused
 from sluice.providers.signing import keyless
-from sluice.send.engine import EngineSettings, fan_out, make_session
+from sluice.send.engine import EngineSettings, SessionFactory, fan_out, make_session
 from sluice.shard.frame import ShardContext
 from sluice.store.jobs import QUEUED_PREFIX, JobStore
 from sluice.store.rows import each_shard
@@ -208,7 +207,7 @@ async def _cancel_responses(
     base_url: str,
     api_key: str,
     concurrency: int,
-    session_factory: Callable[[int], aiohttp.ClientSession],
+    session_factory: SessionFactory,
     answers: ProviderCancels,
 ) -> None:
     """POST a cancel for every response with the engine's retries on 429/5xx; each refused one is
@@ -249,7 +248,7 @@ async def cancel_at_provider(
     base_url: str,
     api_key: str,
     concurrency: int = 32,
-    session_factory: Callable[[int], aiohttp.ClientSession] = make_session,
+    session_factory: SessionFactory = make_session,
     batch_api: BatchApiOpener | None = None,
     background: BackgroundApi | None = None,
     provider: str = DEFAULT_PROVIDER,
@@ -330,7 +329,7 @@ def _cancel_provider_work(
     base_url: str,
     api_key: str,
     concurrency: int,
-    session_factory: Callable[[int], aiohttp.ClientSession],
+    session_factory: SessionFactory,
     provider: str,
     s3: Any,
     bedrock: Callable[[], Any] | None,
@@ -365,7 +364,7 @@ def cancel_job(
     provider: Callable[[], tuple[str, str]],
     reason: str = "cancelled by the user",
     concurrency: int = 32,
-    session_factory: Callable[[int], aiohttp.ClientSession] = make_session,
+    session_factory: SessionFactory = make_session,
     provider_cancels: bool = True,
     bedrock: Callable[[], Any] | None = None,
 ) -> CancelReport:

@@ -29,6 +29,7 @@ from sluice.limits.shared import Ticket
 from sluice.send.classify import FAIL, OK, AttemptVerdict, classify, describe_lost, throttle_said
 from sluice.send.engine_settings import EngineSettings as EngineSettings
 from sluice.send.engine_settings import EngineStats as EngineStats
+from sluice.send.engine_settings import SessionFactory as SessionFactory
 from sluice.send.engine_settings import make_session as make_session
 from sluice.send.output_check import OutputCheck
 from sluice.send.process_tuning import keep_read_buffers_off_mmap, tuned_gc

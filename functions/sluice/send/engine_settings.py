@@ -9,6 +9,7 @@ import asyncio
 import math
 import random
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +23,9 @@ from sluice.limits.shared import SharedLimit
 from sluice.providers import RequestFormat, Signer, family
 from sluice.send.output_check import OutputCheck
 from sluice.send.refusal import RefusalWatch
+
+# how a run opens the HTTP session it sends through, for a pool of this many workers (`make_session`)
+SessionFactory = Callable[[int], AbstractAsyncContextManager[aiohttp.ClientSession]]
 
 
 def _never() -> bool:

@@ -14,7 +14,6 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
 import orjson
 
 from sluice.contract import Settings, causes
@@ -24,6 +23,7 @@ from sluice.formats.lines import READ_CHUNK, LineError, parse_line, split_lines
 from sluice.providers import Signer, apis, family
 from sluice.providers.background import BackgroundApi
 from sluice.providers.batch import BatchApi, BatchApiOpener
+from sluice.send.engine_settings import SessionFactory
 from sluice.shard.progress import ProgressSink
 from sluice.store.jobs import JobStore
 
@@ -76,6 +76,24 @@ def read_shard_lines(s3: Any, spec: ShardSpec) -> Iterator[Request | LineError]:
             yield parsed
 
 
+@dataclass(frozen=True)
+class LocalDeps:
+    """What only the local cloud hands a function, beside its Lambda context (the handlers read it
+    from the context's `local`): a deployed function has none, and uses its runtime's own."""
+
+    # sessions it can abandon when `sluice run` is interrupted
+    session_factory: SessionFactory | None = None
+    # `sluice run`'s live progress
+    progress: ProgressSink | None = None
+    # the step's `bedrock` client: the local cloud's emulation of Bedrock's batch jobs
+    bedrock: Callable[[], Any] | None = None
+    # the user's signer when `sluice run` sends to their Bedrock endpoint
+    sign: Signer | None = None
+
+
+DEPLOYED = LocalDeps()
+
+
 @dataclass
 class ShardContext:
     """What a shard run needs from outside; handlers build it, tests pass fakes."""
@@ -85,7 +103,7 @@ class ShardContext:
     settings: Settings
     api_key: str
     remaining_s: Callable[[], float]
-    session_factory: Callable[[int], aiohttp.ClientSession]
+    session_factory: SessionFactory
     # in-process listener for live progress (the local cloud's display); deployed, there is none
     progress: ProgressSink | None = None
     # the provider's Batch API and background responses (`sluice.providers`), as the handler chose
