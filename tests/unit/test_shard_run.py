@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import orjson
-import pytest
-from moto import mock_aws
 from sluice.contract import Mode
 from sluice.contract.model import ErrorCode, Outcome
 from sluice.merge.merge import load_manifest
@@ -18,16 +15,7 @@ from sluice.shard.run import ShardRun
 
 from tests.conftest import request_line
 from tests.unit.test_cancel import BUCKET, Aws
-
-
-@pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[Aws]:
-    for name in ("AWS_ENDPOINT_URL", "AWS_PROFILE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    with mock_aws():
-        yield Aws("http://127.0.0.1:9")
+from tests.unit.test_sweep import aws as aws
 
 
 def test_unsent_lines_come_from_what_the_run_read_not_a_second_read_of_the_input(aws: Aws) -> None:
@@ -41,7 +29,7 @@ def test_unsent_lines_come_from_what_the_run_read_not_a_second_read_of_the_input
     async def go() -> int:
         # no time left: the engine takes no request, and reads one past its stop to know one is left
         ctx = ShardContext(aws.s3, aws.store, aws.settings, "sk-test", lambda: 0.0, make_session)
-        run = ShardRun.open(ctx, spec, path=Mode.DIRECT, item_rows_for_results=False)
+        run = ShardRun(ctx, spec, path=Mode.DIRECT, item_rows_for_results=False)
         stats = await run.send(run.pending(), outcomes.append, sweep=True)
         assert stats.sent == 0 and stats.stopped_early
         before = [r["Key"] for r in reads]

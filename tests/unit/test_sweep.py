@@ -233,7 +233,7 @@ def test_each_sweep_round_after_the_first_waits_a_backoff_doubling_each_round(aw
         async with serve(provider):
             settings = replace(aws.settings, provider_base_url=provider.base_url, retry_base_delay_s=0.001)
             ctx = ShardContext(aws.s3, aws.store, settings, "sk-test", lambda: 900.0, make_session)
-            shard_run = ShardRun.open(ctx, spec, path=Mode.DIRECT, timing=Timing(sleep=pause, rand=lambda: 1.0))
+            shard_run = ShardRun(ctx, spec, path=Mode.DIRECT, timing=Timing(sleep=pause, rand=lambda: 1.0))
             await shard_run.send(shard_run.pending(), outcomes.append, sweep=True)
 
     asyncio.run(go())

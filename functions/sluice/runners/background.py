@@ -36,7 +36,7 @@ async def submit_background(ctx: ShardContext, spec: ShardSpec) -> Submitted:
     Lines for an endpoint with no background form (chat completions, embeddings, completions)
     are sent directly instead: their answer is final the moment it arrives.
     """
-    run = ShardRun.open(ctx, spec, path=Mode.BACKGROUND)
+    run = ShardRun(ctx, spec, path=Mode.BACKGROUND)
     writer = run.writer
     skip = set(run.checkpoint.done)
     skip.update(i.line for i in ctx.store.items(spec.job_id, spec.shard) if i.provider_id)
@@ -174,7 +174,7 @@ async def collect_background(ctx: ShardContext, spec: ShardSpec) -> Collected:
 async def _collect_background(ctx: ShardContext, spec: ShardSpec) -> Collected:
     """Poll every submitted response once; settle the finished ones, keep waiting for the rest. A
     validating job's answers are judged once the polls are done, and the invalid ones sent again."""
-    run = ShardRun.open(ctx, spec, path=Mode.BACKGROUND)
+    run = ShardRun(ctx, spec, path=Mode.BACKGROUND)
     checkpoint, writer = run.checkpoint, run.writer
     waiting = {
         i.line: i

@@ -31,7 +31,7 @@ async def run_direct(ctx: ShardContext, spec: ShardSpec) -> DirectRun:
     started = time.monotonic()
     # a late batch shard sends what its batch left at the rate the other shards handed it
     spec = handed_over(spec, time.time())
-    run = ShardRun.open(ctx, spec, path=Mode.DIRECT, item_rows_for_results=False)
+    run = ShardRun(ctx, spec, path=Mode.DIRECT, item_rows_for_results=False)
     await run.opening()
     source = run.pending()
     if spec.mode == Mode.BATCH and parse_validate(spec.validate):

@@ -42,8 +42,12 @@ from sluice.shard.sweep import Held, Timing, sweep_concurrency
 
 
 class ShardRun:
-    """One run of a shard (`open`): its checkpoint and number, writer and cache fill, budget and
-    stopper, and the methods its runner calls to read, send, write what was not sent and finish."""
+    """One run of a shard: its checkpoint and number, writer and cache fill, budget and stopper, and
+    the methods its runner calls to read, send, write what was not sent and finish.
+
+    Opening it loads the shard's checkpoint and opens this run's writer, on `path` (the mode its
+    outcomes are sent by), filling the cache when the job writes to it and `fills_cache`; `batch`:
+    its budget is priced at the batch rate."""
 
     def __init__(
         self,
@@ -81,31 +85,6 @@ class ShardRun:
         # have no outcome yet (at most what the engine holds): what it did not send, once it stops
         self._lines: Iterator[Request] = iter(())
         self._open: dict[int, str] = {}
-
-    @classmethod
-    def open(
-        cls,
-        ctx: ShardContext,
-        spec: ShardSpec,
-        *,
-        path: str,
-        item_rows_for_results: bool = True,
-        fills_cache: bool = True,
-        batch: bool = False,
-        timing: Timing | None = None,
-    ) -> ShardRun:
-        """Load the shard's checkpoint and open this run's writer, on `path` (the mode its outcomes
-        are sent by), filling the cache when the job writes to it and `fills_cache`; `batch`: its
-        budget is priced at the batch rate."""
-        return cls(
-            ctx,
-            spec,
-            path=path,
-            item_rows_for_results=item_rows_for_results,
-            fills_cache=fills_cache,
-            batch=batch,
-            timing=timing,
-        )
 
     @property
     def first(self) -> bool:

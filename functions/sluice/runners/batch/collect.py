@@ -255,7 +255,7 @@ async def _collect_batch(ctx: ShardContext, spec: ShardSpec) -> BatchCollected:
     states = {k: CollectedBatch.from_dict(v) for k, v in ((row and row.batch_states) or {}).items()}
     # a batch's answers are found through its row map and the results file, never by item row:
     # a row per answered line was most of a batch job's DynamoDB writes
-    run = ShardRun.open(ctx, spec, path=Mode.BATCH, item_rows_for_results=False)
+    run = ShardRun(ctx, spec, path=Mode.BATCH, item_rows_for_results=False)
     checkpoint, writer = run.checkpoint, run.writer
     async with ctx.batches() as api:
         seen = await _look_at_batches(api, ctx, spec, state, states, checkpoint.done, writer)

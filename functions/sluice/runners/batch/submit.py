@@ -104,7 +104,7 @@ async def submit_batch(ctx: ShardContext, spec: ShardSpec) -> BatchSubmitted:
 async def _submit(api: BatchApi, ctx: ShardContext, spec: ShardSpec) -> BatchSubmitted:
     row = ctx.store.shard(spec.job_id, spec.shard)
     # a line sent direct instead (no batch takes it) is written as direct's; a batch fills no cache
-    run = ShardRun.open(ctx, spec, path=Mode.DIRECT, fills_cache=False, batch=True)
+    run = ShardRun(ctx, spec, path=Mode.DIRECT, fills_cache=False, batch=True)
     settings = ctx.settings
     budget = run.budget
     # each line's worst case at the batch price, so a part's batch is created only once it is reserved
