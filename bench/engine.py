@@ -186,9 +186,7 @@ async def client_sluice(base_url: str, n: int, concurrency: int) -> dict[str, An
         stats = await fan_out(
             requests(),
             session=session,
-            base_url=base_url,
-            api_key="sk-bench",
-            settings=EngineSettings(concurrency=concurrency),
+            settings=EngineSettings(concurrency=concurrency, base_url=base_url, api_key="sk-bench"),
             sink=sink,
         )
     out.flush()

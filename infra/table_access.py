@@ -73,7 +73,7 @@ _STEPS: dict[str, tuple[tuple[str, ...], ...]] = {
     # sluice.runners.background.submit_background: as run_direct, plus the item rows it skips and the
     # webhooks that settled before their rows were stored
     "submit": (READ_JOB, CHECKPOINT, BUDGET, SHARED_LIMIT, READ_ITEMS, SETTLE_EARLY),
-    # sluice.runners.background.collect_background: the item rows it polls, send_requests, PartWriter
+    # sluice.runners.background.collect_background: the item rows it polls, ShardRun.send, PartWriter
     "collect": (READ_JOB, CHECKPOINT, SHARED_LIMIT, READ_ITEMS),
     # sluice.runners.batch.submit.submit_batch / collect_batch: their shard row, the provider's queue, PartWriter
     "submit_batch": (READ_JOB, CHECKPOINT, BUDGET, BATCH_QUEUE, UPDATE_SHARD),

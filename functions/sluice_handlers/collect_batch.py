@@ -6,13 +6,14 @@ from typing import Any
 from sluice.runners.batch.submit import collect_batch
 
 from .observability import instrumented, shard_run
-from .runtime import runtime
+from .runtime import local_deps, runtime
 from .shard_state import shard_spec_from_state
 
 
 @instrumented
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     spec = shard_spec_from_state(event)
-    outcome = asyncio.run(collect_batch(runtime(context, "collect_batch").shard_context(context), spec)).to_dict()
+    ctx = runtime(context, "collect_batch").shard_context(context, local_deps(context))
+    outcome = asyncio.run(collect_batch(ctx, spec)).to_dict()
     shard_run(outcome)
     return outcome

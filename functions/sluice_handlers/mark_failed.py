@@ -9,7 +9,7 @@ from sluice.merge.notify import publish
 from sluice.runners.cancel import stop_failed_job
 
 from .observability import count, instrumented, job_finished, logger
-from .runtime import runtime
+from .runtime import local_deps, runtime
 
 
 @instrumented
@@ -24,7 +24,9 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     failed_again = event.get(MARK_FAILED_ERROR_KEY)
     if failed_again is None and isinstance(state, Planned) and event.get(MarkedFailed.KEY) is None:
         # once, on the first call: the later ones only assemble and merge
-        work, cancels = asyncio.run(stop_failed_job(rt.store, state, lambda: rt.shard_context(context)))
+        work, cancels = asyncio.run(
+            stop_failed_job(rt.store, state, lambda: rt.shard_context(context, local_deps(context)))
+        )
         if work:
             logger.warning(
                 "the failed job's open work at the provider was cancelled",

@@ -6,7 +6,7 @@ from sluice.contract import PLAN_EVENT_KEY, PLAN_EXECUTION_KEY
 from sluice.plan.plan import plan_job
 
 from .observability import instrumented, logger, scalars
-from .runtime import runtime
+from .runtime import local_deps, runtime
 
 
 @instrumented
@@ -21,8 +21,8 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         key=detail["object"]["key"],
         etag=detail["object"]["etag"],
         execution=event[PLAN_EXECUTION_KEY],
-        # only the local cloud's context carries one: `sluice run` shows the cache's hits at once
-        progress=getattr(context, "progress", None),
+        # only the local cloud gives one: `sluice run` shows the cache's hits at once
+        progress=local_deps(context).progress,
     )
     state = planned.to_dict()
     logger.thread_safe_append_keys(job_id=planned.job_id)

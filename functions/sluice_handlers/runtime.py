@@ -26,7 +26,7 @@ from aws_lambda_powertools.utilities.parameters import SecretsProvider
 from sluice.contract import READS, Mode, Provider, Settings, SettingsSet, causes
 from sluice.providers import Signer, apis, modes, signing
 from sluice.send.engine import make_session
-from sluice.shard.frame import ShardContext
+from sluice.shard.frame import DEPLOYED, LocalDeps, ShardContext
 from sluice.store.jobs import JobStore
 
 SessionFor = Callable[[str], boto3.Session]
@@ -50,6 +50,12 @@ def read_secret(secrets: SecretsProvider, arn: str, *, max_age: int = SECRET_MAX
     if due:
         _read_at[(id(secrets), arn)] = now
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def local_deps(context: Any) -> LocalDeps:
+    """The local cloud's dependencies that `context` carries; none on a deployed Lambda's context."""
+    local = getattr(context, "local", None)
+    return local if isinstance(local, LocalDeps) else DEPLOYED
 
 
 def _default_session(function_name: str) -> boto3.Session:
@@ -125,7 +131,8 @@ class Runtime:
             )
         return secret
 
-    def shard_context(self, context: Any) -> ShardContext:
+    def shard_context(self, context: Any, local: LocalDeps) -> ShardContext:
+        """A shard's context in the function `context` runs, with what the local cloud gives it (`local`)."""
         api_key = self.api_key
         offered = modes(self.settings.provider)
         return ShardContext(
@@ -134,23 +141,19 @@ class Runtime:
             settings=self.settings,
             api_key=api_key,
             remaining_s=lambda: context.get_remaining_time_in_millis() / 1000.0,
-            # the local cloud's context opens sessions it can abandon when `sluice run` is interrupted
-            session_factory=getattr(context, "session_factory", make_session),
-            # only the local cloud's context carries one: it draws `sluice run`'s live progress
-            progress=getattr(context, "progress", None),
+            session_factory=local.session_factory or make_session,
+            progress=local.progress,
             # a family without a Batch API or background responses gets none: Plan never runs those modes for it
             batch_api=apis.batch_api_for(
                 self.settings,
                 api_key,
                 s3=self.s3,
-                # the local cloud's context carries its emulation of Bedrock's batch jobs
-                bedrock=getattr(context, "bedrock", None) or apis.bedrock_clients(self.session),
+                bedrock=local.bedrock or apis.bedrock_clients(self.session),
             )
             if Mode.BATCH in offered
             else None,
             background_api=apis.background_api(self.settings.provider) if Mode.BACKGROUND in offered else None,
-            # the local cloud's context carries the user's signer when `sluice run` sends to their Bedrock endpoint
-            sign=getattr(context, "sign", None) or self.sign,
+            sign=local.sign or self.sign,
         )
 
 

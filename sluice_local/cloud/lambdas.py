@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sluice.contract import Settings, WebhookSettings, variables_read
+from sluice.providers import Signer
 from sluice.send.engine import make_session
+from sluice.shard.frame import LocalDeps
 from sluice.shard.progress import ProgressSink
 
 from sluice_local import quotas
@@ -54,18 +56,26 @@ def step_environment(function: str, env: Mapping[str, str] | None = None) -> dic
 
 
 class LambdaContext:
-    """The parts of the Lambda context object the handlers use, the local progress sink, and
-    the sessions a shard sends through (`session_factory`), which an interrupted run abandons."""
+    """The parts of the Lambda context object the handlers use, and what only the local cloud gives
+    a function (`local`): the progress sink, the sessions a shard sends through (`session_factory`),
+    which an interrupted run abandons, the step's `bedrock` client and signer."""
 
-    def __init__(self, name: str, timeout_s: float, progress: ProgressSink | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        timeout_s: float,
+        progress: ProgressSink | None = None,
+        *,
+        bedrock: Callable[[], Any] | None = None,
+        sign: Signer | None = None,
+    ) -> None:
         self.function_name = name
         self.aws_request_id = f"local-{time.monotonic_ns()}"
         self._deadline = time.monotonic() + timeout_s
-        self.progress = progress
-        # the `bedrock` client the step's Bedrock Batch API uses (`sluice_local.cloud.bedrock_jobs`)
-        self.bedrock: Callable[[], Any] | None = None
-        # how the step signs Bedrock requests, when not with its role's credentials (`sluice_local.bedrock_endpoint`)
-        self.sign: Callable[..., dict[str, str]] | None = None
+        # `bedrock`: the client the step's Bedrock Batch API uses (`sluice_local.cloud.bedrock_jobs`);
+        # `sign`: how the step signs Bedrock requests, when not with its role's credentials
+        # (`sluice_local.bedrock_endpoint`)
+        self.local = LocalDeps(session_factory=self.session_factory, progress=progress, bedrock=bedrock, sign=sign)
         # the function's own variables, as deployed (`LocalCloud.step_environment`); None: the process's
         self.environment: Mapping[str, str] | None = None
         self._lock = threading.Lock()

@@ -229,11 +229,16 @@ class LocalCloud:
                 raise quotas.QuotaExceeded(self._breach("Lambda request payload", step, "was sent", request))
             if self.before_invoke is not None:
                 self.before_invoke(step, payload)
-            context = LambdaContext(function_name(step), timeout, self.calls.progress(self.progress))
-            if self.bedrock_jobs is not None:
+            context = LambdaContext(
+                function_name(step),
+                timeout,
+                self.calls.progress(self.progress),
                 # the step's `bedrock` client: the local cloud's emulated batch jobs, under its grants
-                context.bedrock = functools.partial(self.bedrock_jobs.client_for, step)
-            context.sign = self._signer(step)
+                bedrock=functools.partial(self.bedrock_jobs.client_for, step)
+                if self.bedrock_jobs is not None
+                else None,
+                sign=self._signer(step),
+            )
             context.environment = step_environment(step)
             self._admit(step, context)
             begun, cpu = time.monotonic(), time.thread_time()

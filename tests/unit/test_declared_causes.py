@@ -42,7 +42,7 @@ def test_a_boto3_call_planted_outside_any_cause_fails_the_check() -> None:
     [planted] = [u for u in found if "add_outcome (put_object)" in u.where]
     assert planted.where.startswith(PARTS)
     # the chain starts at the function that makes it: nothing on the way up declares a cause
-    assert planted.chain[0] == f"{PARTS}:221 add_outcome"
+    assert planted.chain[0] == f"{PARTS}:218 add_outcome"
 
 
 def test_the_same_call_under_a_declared_cause_passes() -> None:

@@ -133,13 +133,16 @@ async def run(
         stats = await fan_out(
             requests,
             session=session,
-            base_url=provider.base_url,
-            api_key="sk-test",
-            settings=EngineSettings(concurrency=concurrency, policy=policy),
+            settings=EngineSettings(
+                concurrency=concurrency,
+                policy=policy,
+                base_url=provider.base_url,
+                api_key="sk-test",
+                should_stop=should_stop,
+                sleep=fake_sleep,
+                rand=lambda: 0.5,
+            ),
             sink=sink or outcomes.append,
-            should_stop=should_stop,
-            sleep=fake_sleep,
-            rand=lambda: 0.5,
         )
     return Run(outcomes, stats, delays)
 
@@ -424,9 +427,9 @@ def test_standby_workers_keep_taking_items_while_others_sleep_out_a_retry() -> N
             stats = await fan_out(
                 source(),
                 session=session,
-                base_url=provider.base_url,
-                api_key="k",
-                settings=EngineSettings(concurrency=concurrency, policy=FAST, retry_headroom=0.5),
+                settings=EngineSettings(
+                    concurrency=concurrency, policy=FAST, retry_headroom=0.5, base_url=provider.base_url, api_key="k"
+                ),
                 sink=record,
             )
             assert order[-1] == "r0"  # everything else finished during r0's wait
@@ -461,9 +464,9 @@ def test_without_headroom_held_items_never_exceed_concurrency_even_with_retries(
             return await fan_out(
                 source(),
                 session=session,
-                base_url=provider.base_url,
-                api_key="k",
-                settings=EngineSettings(concurrency=concurrency, policy=FAST, retry_headroom=0),
+                settings=EngineSettings(
+                    concurrency=concurrency, policy=FAST, retry_headroom=0, base_url=provider.base_url, api_key="k"
+                ),
                 sink=sink,
             )
 
@@ -489,8 +492,8 @@ _MMAP_PROBE = textwrap.dedent(
 
     async def empty_run():
         async with make_session(1) as session:
-            await fan_out([], session=session, base_url="http://127.0.0.1:9", api_key="k",
-                          settings=EngineSettings(concurrency=1), sink=print)
+            await fan_out([], session=session, sink=print,
+                          settings=EngineSettings(concurrency=1, base_url="http://127.0.0.1:9", api_key="k"))
 
     if sys.argv[1] == "fan_out":
         asyncio.run(empty_run())

@@ -63,12 +63,15 @@ def test_a_signed_family_sends_to_the_models_url_and_signs_every_attempt() -> No
                 stats = await fan_out(
                     [line("a")],
                     session=session,
-                    base_url=f"http://127.0.0.1:{runner.addresses[0][1]}",
-                    api_key="",
-                    settings=EngineSettings(concurrency=2, policy=RetryPolicy(max_attempts=3), request_format=BEDROCK),
+                    settings=EngineSettings(
+                        concurrency=2,
+                        policy=RetryPolicy(max_attempts=3),
+                        request_format=BEDROCK,
+                        base_url=f"http://127.0.0.1:{runner.addresses[0][1]}",
+                        sleep=no_sleep,
+                        sign=sign,
+                    ),
                     sink=outcomes.append,
-                    sleep=no_sleep,
-                    sign=sign,
                 )
         finally:
             await runner.cleanup()

@@ -15,8 +15,9 @@ from sluice.contract import Planned
 from sluice.contract.model import Outcome
 from sluice.merge import mark_failed as failure
 from sluice.merge.mark_failed import mark_failed, record_failure
+from sluice.shard.assembly import assemble
 from sluice.shard.frame import ShardSpec
-from sluice.shard.parts import PartWriter, assemble
+from sluice.shard.parts import PartWriter
 from sluice.store.jobs import ItemState, JobStore
 
 from sluice_local.cloud import create_table

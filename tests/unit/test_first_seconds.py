@@ -104,12 +104,16 @@ def run(
                 return await fan_out(
                     [chat(i) for i in range(lines)],
                     session=session,
-                    base_url=provider.base_url,
-                    api_key="sk-test",
-                    settings=EngineSettings(concurrency=concurrency, policy=policy, fail_fast_after=fail_fast_after),
+                    settings=EngineSettings(
+                        concurrency=concurrency,
+                        policy=policy,
+                        fail_fast_after=fail_fast_after,
+                        base_url=provider.base_url,
+                        api_key="sk-test",
+                        shared=limit,
+                        refusals=refusals,
+                    ),
                     sink=outcomes.append,
-                    shared=limit,
-                    refusals=refusals,
                 )
             finally:
                 if limit is not None:

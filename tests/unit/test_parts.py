@@ -17,12 +17,11 @@ from moto import mock_aws
 from sluice.contract import ShardStats, StateError
 from sluice.contract.model import ErrorCode, Outcome
 from sluice.formats.lines import LineError
-from sluice.shard import parts
+from sluice.shard import assembly
+from sluice.shard.assembly import assemble, assemble_outputs
 from sluice.shard.frame import ShardSpec
 from sluice.shard.parts import (
     PartWriter,
-    assemble,
-    assemble_outputs,
     load_checkpoint,
     part_keys,
     parts_stats,
@@ -165,8 +164,8 @@ def test_outputs_past_the_window_are_written_in_windows_read_again_by_ranges(
     """A batch shard's answers come in the provider's order, and may be far larger than what a step
     holds: past ASSEMBLY_WINDOW_BYTES the rows are read again by ranges, a window at a time, and the
     files go up in pieces, still in input order and the first outcome of a line winning."""
-    monkeypatch.setattr(parts, "ASSEMBLY_WINDOW_BYTES", 256 << 10)
-    monkeypatch.setattr(parts, "IN_FLIGHT_BYTES", 128 << 10)
+    monkeypatch.setattr(assembly, "ASSEMBLY_WINDOW_BYTES", 256 << 10)
+    monkeypatch.setattr(assembly, "IN_FLIGHT_BYTES", 128 << 10)
     count = 3000
     spec = shard_of(s3, count)
     order = list(range(1, count + 1))
@@ -185,7 +184,7 @@ def test_outputs_past_the_window_are_written_in_windows_read_again_by_ranges(
     errors = s3.get_object(Bucket=BUCKET, Key=spec.errors_key)["Body"].read().splitlines()
     # over UPLOAD_PIECE_BYTES: a multipart upload
     etag = s3.head_object(Bucket=BUCKET, Key=spec.results_key)["ETag"]
-    assert len(results) > parts.UPLOAD_PIECE_BYTES and "-" in etag
+    assert len(results) > assembly.UPLOAD_PIECE_BYTES and "-" in etag
     lines = [orjson.loads(r)["custom_id"] for r in results.splitlines()]
     assert lines == [f"c-{n}" for n in range(1, count + 1) if n % 7]
     assert [orjson.loads(e)["line"] for e in errors] == [n for n in range(1, count + 1) if n % 7 == 0]
@@ -197,10 +196,10 @@ def test_an_assembly_holds_a_window_of_the_outputs_not_the_outputs(s3: Any, monk
     every answer four times over (its parts, its rows, its lines and the file) and a 50,000-line batch
     shard's long answers would not fit a Lambda's memory. What it holds is the window's and moto's,
     some 21 MB whatever the outputs' size: at 40 MB of outputs, half was too close to it to say."""
-    monkeypatch.setattr(parts, "ASSEMBLY_WINDOW_BYTES", 4 << 20)
-    monkeypatch.setattr(parts, "IN_FLIGHT_BYTES", 2 << 20)
+    monkeypatch.setattr(assembly, "ASSEMBLY_WINDOW_BYTES", 4 << 20)
+    monkeypatch.setattr(assembly, "IN_FLIGHT_BYTES", 2 << 20)
     # S3 takes pieces of 5 MiB at least; these are only measured
-    monkeypatch.setattr(parts, "UPLOAD_PIECE_BYTES", 1 << 20)
+    monkeypatch.setattr(assembly, "UPLOAD_PIECE_BYTES", 1 << 20)
     count = 20_000
     spec = shard_of(s3, count)
     writer = PartWriter(s3=s3, store=RecordingStore(), spec=spec, run=1, every=1000)  # type: ignore[arg-type]
@@ -246,7 +245,7 @@ def test_a_shard_that_never_ran_is_assembled_holding_a_few_bytes_a_line_not_its_
     """MarkFailed assembles a shard that never ran from its input: each line an error. orjson gives
     every record it makes a 4 kB buffer, so records held until the file was written took 4 kB a line
     (a 50,000-line batch shard 200 MB, four shards at once); each is made as it is written."""
-    monkeypatch.setattr(parts, "UPLOAD_PIECE_BYTES", 1 << 20)
+    monkeypatch.setattr(assembly, "UPLOAD_PIECE_BYTES", 1 << 20)
     count = 10_000
     spec = shard_of(s3, count)
     sent: list[int] = []
@@ -297,7 +296,7 @@ def test_an_upload_writes_what_it_is_given_whatever_its_size(s3: Any, sizes: lis
     pieces, the object is the records given, a line each (8 MiB of a shard's outputs failed a job)."""
     client = boto3.client("s3", region_name="us-east-1", config=UNCHECKSUMMED)
     records = [bytes([65 + n % 26]) * size for n, size in enumerate(sizes)]
-    upload = parts._Upload(client, BUCKET, "outputs/property.jsonl")
+    upload = assembly._Upload(client, BUCKET, "outputs/property.jsonl")
     for record in records:
         upload.write(record)
     upload.close()
@@ -306,7 +305,7 @@ def test_an_upload_writes_what_it_is_given_whatever_its_size(s3: Any, sizes: lis
     assert written == b"".join(record + b"\n" for record in records)
     assert (upload.lines, upload.size) == (len(records), len(written))
     etag = client.head_object(Bucket=BUCKET, Key="outputs/property.jsonl")["ETag"]
-    assert ("-" in etag) == (len(written) >= parts.UPLOAD_PIECE_BYTES)
+    assert ("-" in etag) == (len(written) >= assembly.UPLOAD_PIECE_BYTES)
 
 
 @pytest.mark.parametrize("mib", [8, 20, 100])

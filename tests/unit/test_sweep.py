@@ -11,14 +11,16 @@ from typing import Any
 import orjson
 import pytest
 from moto import mock_aws
+from sluice.contract import Mode
 from sluice.contract.model import ErrorCode, Outcome
 from sluice.merge.merge import load_manifest
-from sluice.runners import sweep
 from sluice.runners.direct import run_direct
-from sluice.runners.sweep import merged, send_with_sweep, split_attempts, sweep_concurrency, sweepable
 from sluice.send.engine import make_session
-from sluice.shard.frame import ShardContext, ShardSpec, pending
+from sluice.shard import sweep
+from sluice.shard.frame import ShardContext, ShardSpec
 from sluice.shard.parts import part_keys, parts_stats, read_part
+from sluice.shard.run import ShardRun
+from sluice.shard.sweep import Timing, merged, split_attempts, sweep_concurrency, sweepable
 
 from tests.conftest import request_line
 from tests.unit.test_cancel import BUCKET, Aws
@@ -231,8 +233,8 @@ def test_each_sweep_round_after_the_first_waits_a_backoff_doubling_each_round(aw
         async with serve(provider):
             settings = replace(aws.settings, provider_base_url=provider.base_url, retry_base_delay_s=0.001)
             ctx = ShardContext(aws.s3, aws.store, settings, "sk-test", lambda: 900.0, make_session)
-            requests = pending(aws.s3, spec, set(), lambda _: None)
-            await send_with_sweep(ctx, spec, requests, outcomes.append, sleep=pause, rand=lambda: 1.0)
+            shard_run = ShardRun(ctx, spec, path=Mode.DIRECT, timing=Timing(sleep=pause, rand=lambda: 1.0))
+            await shard_run.send(shard_run.pending(), outcomes.append, sweep=True)
 
     asyncio.run(go())
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import boto3
 import orjson
 import pytest
-from sluice.shard import parts
+from sluice.shard import assembly
 
 from sluice_local.cloud import REGION, run_job
 from tests.conftest import write_jsonl
@@ -67,4 +67,4 @@ def test_a_shards_outputs_past_the_piece_size_are_written_whole_in_input_order(
     assert len(written) > output_mib * MIB
     # one PUT under the piece size, a multipart upload (its ETag has the pieces' count) over it
     pieces = "-" in boto3.client("s3", region_name=REGION).head_object(Bucket=cloud.bucket, Key=key)["ETag"]
-    assert pieces == (len(written) > parts.UPLOAD_PIECE_BYTES)
+    assert pieces == (len(written) > assembly.UPLOAD_PIECE_BYTES)

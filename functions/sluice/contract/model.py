@@ -29,7 +29,7 @@ class ErrorCode:
     # the provider answered with a status that retrying cannot fix (400, 401, 404, 422, ...)
     PROVIDER_ERROR = "provider_error"
     # retryable failures (429, 5xx, timeouts, dropped connections) outlasted the line's attempts:
-    # `max_attempts`, or as many as its shard's faults call for (`sluice.runners.sweep`)
+    # `max_attempts`, or as many as its shard's faults call for (`sluice.shard.sweep`)
     RETRIES_EXHAUSTED = "retries_exhausted"
     # a background response settled as failed, or incomplete with no output
     RESPONSE_FAILED = "response_failed"
@@ -96,7 +96,7 @@ class Outcome:
     server_errors: int = 0
     lost: int = 0
     headers: dict[str, str] = field(default_factory=dict)
-    # the outcome of the last sweep (`sluice.runners.sweep`): its attempts ran out once before
+    # the outcome of the last sweep (`sluice.shard.sweep`): its attempts ran out once before
     swept: bool = False
     # a validating job's line (`sluice.send.output_check`): how it ended (valid first time, repaired,
     # invalid), and the check each of its invalid answers failed

@@ -209,7 +209,7 @@ class ItemRow:
     expires_at: int
     provider_id: str | None = None
     error: str | None = None
-    # sent again by the shard's last sweep (`sluice.runners.sweep`); the store writes only a True
+    # sent again by the shard's last sweep (`sluice.shard.sweep`); the store writes only a True
     swept: bool = False
 
     @classmethod

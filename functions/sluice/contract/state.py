@@ -199,7 +199,7 @@ class ShardSpec:
     lines: int
     mode: str
     concurrency: int
-    # sends of a line at most; 0: as many as the shard's faults call for (`sluice.runners.sweep`)
+    # sends of a line at most; 0: as many as the shard's faults call for (`sluice.shard.sweep`)
     max_attempts: int
     # the shards of the job that run at once (its Map's concurrency, at most its shards)
     running: int = 1

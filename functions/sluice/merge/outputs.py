@@ -1,7 +1,7 @@
 """What each shard of a job left: its figures and batch report, read a few shards at a time.
 
 For a job that failed or was cancelled, a shard that never finished is assembled from its parts
-first (`sluice.shard.parts.assemble_outputs`), every line it did not finish an error.
+first (`sluice.shard.assembly.assemble_outputs`), every line it did not finish an error.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from typing import Any
 
 from sluice.contract import Mode, ShardStats, causes
 from sluice.core.aws_errors import read_json_if_any
+from sluice.shard.assembly import assemble_outputs
 from sluice.shard.frame import ShardSpec
-from sluice.shard.parts import S3_IN_FLIGHT, assemble_outputs, s3_pool
+from sluice.shard.parts import S3_IN_FLIGHT, s3_pool
 
 
 class ShardIncomplete(RuntimeError):

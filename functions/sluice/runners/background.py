@@ -19,21 +19,10 @@ from collections.abc import Callable, Collection
 from sluice.contract import Collected, Mode, Submitted, causes
 from sluice.contract.model import ErrorCode, Outcome, Request
 from sluice.providers.background import BackgroundApi, Settled
-from sluice.runners.sweep import send_and_hand_back
 from sluice.send.output_check import OutputCheck, Resends
-from sluice.shard.frame import (
-    ShardContext,
-    ShardSpec,
-    left_to_send,
-    opening_delay_s,
-    pending,
-    poll_wait_seconds,
-    send_requests,
-    shard_budget,
-    write_unsent,
-)
-from sluice.shard.parts import PartWriter, assemble
-from sluice.shard.run import open_run
+from sluice.shard.frame import ShardContext, ShardSpec, pending, poll_wait_seconds
+from sluice.shard.parts import PartWriter
+from sluice.shard.run import ShardRun
 from sluice.store.jobs import ItemState
 
 # A background response still running after this long is reported expired: every wait loop
@@ -47,14 +36,12 @@ async def submit_background(ctx: ShardContext, spec: ShardSpec) -> Submitted:
     Lines for an endpoint with no background form (chat completions, embeddings, completions)
     are sent directly instead: their answer is final the moment it arrives.
     """
-    run = open_run(ctx, spec, path=Mode.BACKGROUND)
-    writer, fill = run.writer, run.fill
+    run = ShardRun(ctx, spec, path=Mode.BACKGROUND)
+    writer = run.writer
     skip = set(run.checkpoint.done)
     skip.update(i.line for i in ctx.store.items(spec.job_id, spec.shard) if i.provider_id)
     # lines in flight that were sent directly; a set of the in-flight ones only
     direct: set[int] = set()
-    # every line this run ended or handed to the provider, to know which the budget kept back
-    seen: set[int] = set()
     api = ctx.background
     check = OutputCheck.for_spec(spec)
     resends = Resends(check) if check is not None else None
@@ -69,27 +56,23 @@ async def submit_background(ctx: ShardContext, spec: ShardSpec) -> Submitted:
         direct.add(request.line)
         return request
 
-    sink = _submit_sink(api, writer, direct, seen, resends, asked)
+    sink = _submit_sink(api, writer, direct, resends, asked)
 
-    source = pending(ctx.s3, spec, skip, writer.add_invalid)
     # keyed as the line asks, before `background: true` is added: a direct run of it shares the answer
-    requests = (prepare(r) for r in (fill.track(source) if fill is not None else source))
-    if run.first:
-        await asyncio.sleep(opening_delay_s(spec))
-    budget = shard_budget(ctx, spec)
-    expected = left_to_send(spec, skip)
-    stats = await send_and_hand_back(ctx, spec, requests, sink, writer, budget, expected=expected)
-    out_of_budget = budget is not None and budget.exhausted
+    requests = (prepare(r) for r in run.filling(run.pending(skip)))
+    await run.opening()
+    stats = await run.send(requests, sink, expected=run.left_to_send(skip), budget=run.budget, sweep=True)
+    out_of_budget = run.out_of_budget
     if out_of_budget:
-        await asyncio.to_thread(write_unsent, ctx.s3, spec, source, skip | seen, writer.add_invalid)
+        await run.write_unsent()
     left = 0
     if resends is not None and resends.again:
         try:
-            left = await _send_again(ctx, spec, resends, lambda o: writer.add_outcome(o, path=Mode.DIRECT))
+            left = await _send_again(run, resends, lambda o: writer.add_outcome(o, path=Mode.DIRECT))
         except asyncio.CancelledError:
             await writer.aflush(finished=False)
             raise
-    await writer.aflush(finished=False)
+    await run.finish(False)
     return Submitted(
         # a line left to send again is in no part and no item: the next submit run sends it afresh
         submitted=out_of_budget or (not stats.stopped_early and left == 0),
@@ -99,11 +82,11 @@ async def submit_background(ctx: ShardContext, spec: ShardSpec) -> Submitted:
     )
 
 
-async def _send_again(ctx: ShardContext, spec: ShardSpec, resends: Resends, write: Callable[[Outcome], None]) -> int:
+async def _send_again(run: ShardRun, resends: Resends, write: Callable[[Outcome], None]) -> int:
     """Send directly the answers `resends` turned down, each line's last outcome to `write` with
     the sends before counted in; returns how many lines are left (the run stopped first: the next
     run gets them again). Once the job's budget is spent, a line left keeps its last answer."""
-    budget = shard_budget(ctx, spec)
+    budget = run.new_budget()
     ended: set[int] = set()
 
     def sink(outcome: Outcome) -> None:
@@ -112,11 +95,7 @@ async def _send_again(ctx: ShardContext, spec: ShardSpec, resends: Resends, writ
         write(outcome)
 
     again = resends.again
-    try:
-        await send_requests(ctx, spec, again, sink, budget=budget, expected=len(again), check_answers=True)
-    finally:
-        if budget is not None:
-            await asyncio.to_thread(budget.close)
+    await run.send(again, sink, expected=len(again), budget=budget, check_answers=True)
     left = [request for request in again if request.line not in ended]
     if budget is not None and budget.exhausted:
         for request in left:
@@ -129,7 +108,6 @@ def _submit_sink(
     api: BackgroundApi,
     writer: PartWriter,
     direct: set[int],
-    seen: set[int],
     resends: Resends | None,
     asked: dict[int, Request],
 ) -> Callable[[Outcome], None]:
@@ -138,7 +116,6 @@ def _submit_sink(
     that fails a validating job's checks is kept in `resends`, to send again once the run is done."""
 
     def sink(outcome: Outcome) -> None:
-        seen.add(outcome.line)
         request = asked.pop(outcome.line, None)
 
         def last(answer: Outcome) -> bool:
@@ -197,7 +174,7 @@ async def collect_background(ctx: ShardContext, spec: ShardSpec) -> Collected:
 async def _collect_background(ctx: ShardContext, spec: ShardSpec) -> Collected:
     """Poll every submitted response once; settle the finished ones, keep waiting for the rest. A
     validating job's answers are judged once the polls are done, and the invalid ones sent again."""
-    run = open_run(ctx, spec, path=Mode.BACKGROUND)
+    run = ShardRun(ctx, spec, path=Mode.BACKGROUND)
     checkpoint, writer = run.checkpoint, run.writer
     waiting = {
         i.line: i
@@ -244,7 +221,7 @@ async def _collect_background(ctx: ShardContext, spec: ShardSpec) -> Collected:
 
     requests = [api.poll_request(i.line, i.custom_id, i.provider_id or "") for i in waiting.values()]
     try:
-        stats = await send_requests(ctx, spec, requests, sink, expected=len(requests))
+        stats = await run.send(requests, sink, expected=len(requests))
         left = len(still) + stats.remaining
         if check is not None and arrived:
             asked = await asyncio.to_thread(_lines_asked, ctx, spec, {outcome.line for outcome in arrived})
@@ -255,14 +232,12 @@ async def _collect_background(ctx: ShardContext, spec: ShardSpec) -> Collected:
                     write(outcome)
             if resends.again:
                 # sent directly, and priced so; the item keeps its response's id
-                left += await _send_again(ctx, spec, resends, lambda outcome: write(outcome, Mode.DIRECT))
+                left += await _send_again(run, resends, lambda outcome: write(outcome, Mode.DIRECT))
     except asyncio.CancelledError:
         await writer.aflush(finished=False, waiting=-unsettled_done)
         raise
     finished = left == 0 and not stats.stopped_early
-    await writer.aflush(finished=finished, waiting=-unsettled_done)
-    if finished:
-        assemble(ctx.s3, spec)
+    await run.finish(finished, waiting=-unsettled_done)
     return Collected(done=finished, waiting=left, wait_seconds=poll_wait_seconds(ctx.settings, elapsed))
 
 

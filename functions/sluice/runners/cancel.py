@@ -15,7 +15,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
 import orjson
 from botocore.exceptions import ClientError
 
@@ -41,7 +40,7 @@ from sluice.providers import apis
 from sluice.providers.background import BackgroundApi
 from sluice.providers.batch import BatchApiOpener, CancelRefused
 from sluice.providers.signing import keyless
-from sluice.send.engine import EngineSettings, fan_out, make_session
+from sluice.send.engine import EngineSettings, SessionFactory, fan_out, make_session
 from sluice.shard.frame import ShardContext
 from sluice.store.jobs import QUEUED_PREFIX, JobStore
 from sluice.store.rows import each_shard
@@ -208,12 +207,18 @@ async def _cancel_responses(
     base_url: str,
     api_key: str,
     concurrency: int,
-    session_factory: Callable[[int], aiohttp.ClientSession],
+    session_factory: SessionFactory,
     answers: ProviderCancels,
 ) -> None:
     """POST a cancel for every response with the engine's retries on 429/5xx; each refused one is
     followed by a poll, so a response that simply ended before the cancel is no failure."""
-    settings = EngineSettings(concurrency=concurrency, policy=CANCEL_POLICY, user_agent="sluice-cancel/0.1")
+    settings = EngineSettings(
+        concurrency=concurrency,
+        policy=CANCEL_POLICY,
+        user_agent="sluice-cancel/0.1",
+        base_url=base_url,
+        api_key=api_key,
+    )
     ids = {line: response_id for line, _custom_id, response_id in responses}
     cancels: list[Outcome] = []
     checks: list[Outcome] = []
@@ -221,16 +226,12 @@ async def _cancel_responses(
         await fan_out(
             (background.cancel_request(line, response_id, response_id) for line, response_id in ids.items()),
             session=session,
-            base_url=base_url,
-            api_key=api_key,
             settings=settings,
             sink=cancels.append,
         )
         refused = {o.line for o in cancels if not o.ok}
         lookups = (background.poll_request(line, ids[line], ids[line]) for line in ids if line in refused)
-        await fan_out(
-            lookups, session=session, base_url=base_url, api_key=api_key, settings=settings, sink=checks.append
-        )
+        await fan_out(lookups, session=session, settings=settings, sink=checks.append)
     ended = {check.line for check in checks if check.ok and background.ended(check.body)}
     for outcome in cancels:
         if outcome.ok:
@@ -247,7 +248,7 @@ async def cancel_at_provider(
     base_url: str,
     api_key: str,
     concurrency: int = 32,
-    session_factory: Callable[[int], aiohttp.ClientSession] = make_session,
+    session_factory: SessionFactory = make_session,
     batch_api: BatchApiOpener | None = None,
     background: BackgroundApi | None = None,
     provider: str = DEFAULT_PROVIDER,
@@ -328,7 +329,7 @@ def _cancel_provider_work(
     base_url: str,
     api_key: str,
     concurrency: int,
-    session_factory: Callable[[int], aiohttp.ClientSession],
+    session_factory: SessionFactory,
     provider: str,
     s3: Any,
     bedrock: Callable[[], Any] | None,
@@ -363,7 +364,7 @@ def cancel_job(
     provider: Callable[[], tuple[str, str]],
     reason: str = "cancelled by the user",
     concurrency: int = 32,
-    session_factory: Callable[[int], aiohttp.ClientSession] = make_session,
+    session_factory: SessionFactory = make_session,
     provider_cancels: bool = True,
     bedrock: Callable[[], Any] | None = None,
 ) -> CancelReport:

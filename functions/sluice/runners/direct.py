@@ -14,24 +14,13 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 from sluice.contract import DirectRun, Mode, ProviderRefused, parse_validate
-from sluice.contract.model import ErrorCode, Outcome, Request
+from sluice.contract.model import ErrorCode, Request
 from sluice.formats.lines import LineError
 from sluice.runners.batch.cutover import handed_over
-from sluice.runners.sweep import send_and_hand_back
 from sluice.send.refusal import unsent_message, write_refusal
-from sluice.shard.frame import (
-    ShardContext,
-    ShardSpec,
-    Stopper,
-    left_to_send,
-    margin_s,
-    opening_delay_s,
-    pending,
-    shard_budget,
-    write_unsent,
-)
-from sluice.shard.parts import PartWriter, assemble, turned_down
-from sluice.shard.run import open_run
+from sluice.shard.frame import ShardContext, ShardSpec, margin_s
+from sluice.shard.parts import turned_down
+from sluice.shard.run import ShardRun
 
 
 class ShardStalled(RuntimeError):
@@ -42,49 +31,34 @@ async def run_direct(ctx: ShardContext, spec: ShardSpec) -> DirectRun:
     started = time.monotonic()
     # a late batch shard sends what its batch left at the rate the other shards handed it
     spec = handed_over(spec, time.time())
-    run = open_run(ctx, spec, path=Mode.DIRECT, item_rows_for_results=False)
-    checkpoint, writer, fill = run.checkpoint, run.writer, run.fill
-    stopper = Stopper(ctx, spec)
-    if run.first:
-        await asyncio.sleep(opening_delay_s(spec))
-    budget = shard_budget(ctx, spec)
-    source = pending(ctx.s3, spec, checkpoint.done, writer.add_invalid)
+    run = ShardRun(ctx, spec, path=Mode.DIRECT, item_rows_for_results=False)
+    await run.opening()
+    source = run.pending()
     if spec.mode == Mode.BATCH and parse_validate(spec.validate):
         source = _carrying(source, await asyncio.to_thread(turned_down, ctx.s3, spec))
-    requests = fill.track(source) if fill is not None else source
-    # the lines this run ended, to know which the budget or a refusing provider kept back
-    ended: set[int] = set()
-
-    def sink(outcome: Outcome) -> None:
-        ended.add(outcome.line)
-        writer.add_outcome(outcome)
-
-    expected = left_to_send(spec, checkpoint.done)
-    stats = await send_and_hand_back(ctx, spec, requests, sink, writer, budget, stopper, expected=expected)
-    out_of_budget = budget is not None and budget.exhausted and not stopper.stopped
-    refused = stats.refused if not stopper.stopped and not out_of_budget else None
+    requests = run.filling(source)
+    stats = await run.send(requests, run.writer.add_outcome, expected=run.left_to_send(), budget=run.budget, sweep=True)
+    stopped = run.stopper.stopped
+    out_of_budget = run.out_of_budget and not stopped
+    refused = stats.refused if not stopped and not out_of_budget else None
     if out_of_budget:
-        await asyncio.to_thread(write_unsent, ctx.s3, spec, source, checkpoint.done | ended, writer.add_invalid)
+        await run.write_unsent()
     elif refused is not None:
-        await asyncio.to_thread(
-            _write_refused, ctx, spec, source, checkpoint.done | ended, writer, refused, stats.given_up
-        )
+        await _write_refused(run, refused, stats.given_up)
     finished = not stats.stopped_early or out_of_budget or refused is not None
-    if stopper.stopped:
-        await writer.aflush(finished=False)
-        return DirectRun(done=False, cancelled=True, run=run.number, sent=writer.done + writer.failed)
+    if stopped:
+        await run.finish(False)
+        return DirectRun(done=False, cancelled=True, run=run.number, sent=run.writer.done + run.writer.failed)
     if not finished and stats.sent == 0:
         raise ShardStalled(
             f"shard {spec.shard} stopped before sending anything: {ctx.remaining_s():.0f} s left is under the "
             f"request timeout plus safety margin ({margin_s(ctx):.0f} s)"
         )
-    await writer.aflush(finished=finished)
-    if finished:
-        assemble(ctx.s3, spec)
+    await run.finish(finished)
     return DirectRun(
         done=finished,
         run=run.number,
-        sent=writer.done + writer.failed,
+        sent=run.writer.done + run.writer.failed,
         seconds=round(time.monotonic() - started, 3),
     )
 
@@ -97,21 +71,16 @@ def _carrying(source: Iterator[Request], turned: dict[int, str]) -> Iterator[Req
         yield request if check is None else replace(request, failed_checks=(check,))
 
 
-def _write_refused(
-    ctx: ShardContext,
-    spec: ShardSpec,
-    source: Iterator[Request],
-    ended: set[int],
-    writer: PartWriter,
-    refused: ProviderRefused,
-    given_up: int = 0,
-) -> None:
+async def _write_refused(run: ShardRun, refused: ProviderRefused, given_up: int = 0) -> None:
     """The lines a refusing provider kept from being sent, as errors carrying its error, and the
     note Merge puts in the summary (counting the `given_up` lines too: those in flight)."""
 
     def error(spec: ShardSpec, line: int, custom_id: str) -> LineError:
         return LineError(line, ErrorCode.PROVIDER_REFUSED, f"line {line}: {unsent_message(refused)}", custom_id)
 
-    lines = write_unsent(ctx.s3, spec, source, ended, writer.add_invalid, error)
-    # with those in flight it gave up (already in `ended`, as `provider_refused`)
-    write_refusal(ctx.s3, spec.bucket, spec.refusal_key, replace(refused, lines=lines + given_up))
+    lines = await run.write_unsent(error)
+    # with those in flight it gave up (already ended, as `provider_refused`)
+    spec = run.spec
+    await asyncio.to_thread(
+        write_refusal, run.ctx.s3, spec.bucket, spec.refusal_key, replace(refused, lines=lines + given_up)
+    )

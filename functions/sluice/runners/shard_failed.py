@@ -15,8 +15,8 @@ from sluice.contract import causes
 from sluice.contract.model import ErrorCode
 from sluice.core.failures import failure_reason
 from sluice.runners.cancel import ProviderCancels, cancel_open_work, provider_work_of
+from sluice.shard.assembly import assemble_outputs
 from sluice.shard.frame import ShardContext, ShardSpec
-from sluice.shard.parts import assemble_outputs
 
 logger = logging.getLogger(__name__)
 

@@ -14,24 +14,23 @@ from __future__ import annotations
 
 import asyncio
 import math
-import random
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sized
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
 from typing import Any
 
 import aiohttp
-import orjson
 from yarl import URL
 
-from sluice.contract import DEFAULT_PROVIDER, ProviderRefused, causes
+from sluice.contract import ProviderRefused, causes
 from sluice.contract.model import ErrorCode, Outcome, Request, ServiceTier
-from sluice.core.retry import DEFAULT_POLICY, RetryPolicy, falls_back, tier_timeout_s
-from sluice.limits.budget import Budget
+from sluice.core.retry import falls_back, tier_timeout_s
 from sluice.limits.flow import AdaptiveLimit, Gate, RatePacer
-from sluice.limits.shared import SharedLimit, Ticket
-from sluice.providers import RequestFormat, Signer, family
+from sluice.limits.shared import Ticket
 from sluice.send.classify import FAIL, OK, AttemptVerdict, classify, describe_lost, throttle_said
+from sluice.send.engine_settings import EngineSettings as EngineSettings
+from sluice.send.engine_settings import EngineStats as EngineStats
+from sluice.send.engine_settings import SessionFactory as SessionFactory
+from sluice.send.engine_settings import make_session as make_session
 from sluice.send.output_check import OutputCheck
 from sluice.send.process_tuning import keep_read_buffers_off_mmap, tuned_gc
 from sluice.send.refusal import RefusalWatch, given_up_message
@@ -41,121 +40,20 @@ _URL_CACHE_MAX = 64
 _START_BATCH = 10
 
 
-@dataclass(frozen=True, slots=True)
-class EngineSettings:
-    concurrency: int = 200
-    policy: RetryPolicy = DEFAULT_POLICY
-    rpm: float = 0
-    tpm: float = 0
-    user_agent: str = "sluice/0.1"
-    # AIMD starts here (default: at `concurrency`) and never grows past `concurrency`
-    initial_limit: int | None = None
-    # share of a cohort of requests that may be 429s before the limit halves (see AdaptiveLimit)
-    throttle_tolerance: float = 0.2
-    # Standby workers, as a share of `concurrency`, that take new items while others sleep
-    # out a Retry-After. Without them every 429 idles a worker for the whole wait. They only
-    # wake when a worker goes to sleep, so a healthy run still holds at most `concurrency`
-    # items; the worst case is concurrency * (1 + retry_headroom).
-    retry_headroom: float = 0.5
-    # see fan_out: fewer, cheaper garbage collections while the engine runs
-    tune_gc: bool = True
-    # when the first this many answers are all the same non-retryable error, stop taking requests
-    # (`sluice.send.refusal`); 0 never stops
-    fail_fast_after: int = 0
-    # the provider's request format (`sluice.providers`): a shard's is its spec's family
-    request_format: RequestFormat = field(default_factory=lambda: family(DEFAULT_PROVIDER))
-    # a validating job's checks (`sluice.send.output_check`): an invalid answer is sent again
-    output_check: OutputCheck | None = None
-
-
-@dataclass(slots=True)
-class EngineStats:
-    sent: int = 0
-    succeeded: int = 0
-    failed: int = 0
-    attempts: int = 0
-    retries: int = 0
-    throttled_429: int = 0
-    server_errors: int = 0
-    connection_errors: int = 0
-    stopped_early: bool = False
-    remaining: int = 0
-    limit_min: int = 0
-    limit_final: int = 0
-    elapsed_s: float = 0.0
-    error_codes: dict[str, int] = field(default_factory=dict)
-    # the run stopped because the provider refused its first answers (`fail_fast_after`)
-    refused: ProviderRefused | None = None
-    # requests in flight when it did, given up rather than waited for (`given_up_outcome`)
-    given_up: int = 0
-    # requests asked at a tier (flex) that went on at the standard one: the tier had no capacity,
-    # or the model refused it (`tier_refused`: what it said, and every later request goes at standard)
-    tier_fallbacks: int = 0
-    tier_refused: str | None = None
-
-
-def _orjson_str(obj: Any) -> str:
-    return orjson.dumps(obj).decode()
-
-
-def make_session(concurrency: int, *, user_agent: str | None = None) -> aiohttp.ClientSession:
-    """One session per shard: the connection pool is sized to the worker pool, so a worker
-    never waits for a socket another worker isn't using."""
-    connector = aiohttp.TCPConnector(
-        limit=concurrency,
-        limit_per_host=concurrency,
-        ttl_dns_cache=300,
-        keepalive_timeout=30,
-    )
-    return aiohttp.ClientSession(
-        connector=connector,
-        # per-request totals come from the RetryPolicy; here only guard the connect phase
-        timeout=aiohttp.ClientTimeout(total=None, sock_connect=15),
-        json_serialize=_orjson_str,
-        # an API client has no use for cookies (a CDN's bot cookie at most); skipping the jar
-        # saves filtering and parsing them on every request
-        cookie_jar=aiohttp.DummyCookieJar(),
-        headers={"User-Agent": user_agent} if user_agent else None,
-        raise_for_status=False,
-    )
-
-
-def _never() -> bool:
-    return False
-
-
-def _forever() -> float:
-    return math.inf
-
-
 async def fan_out(
     requests: Iterable[Request],
+    sink: Callable[[Outcome], None],
+    settings: EngineSettings,
     *,
     session: aiohttp.ClientSession,
-    base_url: str,
-    api_key: str,
-    settings: EngineSettings,
-    sink: Callable[[Outcome], None],
-    should_stop: Callable[[], bool] = _never,
-    count_remaining: bool = True,
-    sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
-    rand: Callable[[], float] = random.random,
-    shared: SharedLimit | None = None,
-    budget: Budget | None = None,
-    sign: Signer | None = None,
-    refusals: RefusalWatch | None = None,
-    time_left: Callable[[], float] = _forever,
 ) -> EngineStats:
-    """Send every request, retrying per `settings.policy`, and hand each Outcome to `sink`.
+    """Send every request through `session`, retrying per `settings.policy`, and hand each Outcome to
+    `sink`. Everything else the call works from is in `settings` (`EngineSettings`).
 
-    `sign`: for a family that authenticates with AWS credentials, not `api_key`, signs each attempt.
-    `refusals`: the watch of `fail_fast_after` (one of its own when None), to share it with another run.
-    `time_left`: seconds an answer may still arrive in (a Lambda's end), which bounds a slow tier's wait.
-
-    With a `budget`, each request is reserved before it is sent and settled with its answer;
+    With a `settings.budget`, each request is reserved before it is sent and settled with its answer;
     once the budget refuses one, no more are taken (that one is not sent, and not in the sink).
 
-    Once `should_stop()` turns true no new request is taken; those in flight (including
+    Once `settings.should_stop()` turns true no new request is taken; those in flight (including
     their retries) still finish and reach the sink. Once the first `fail_fast_after` outcomes
     were all one refusal (`stats.refused` says which), no new request is taken either, and
     those in flight are given up at once: each reaches the sink as `provider_refused`
@@ -166,9 +64,7 @@ async def fan_out(
     """
     if settings.concurrency < 1:
         raise ValueError("concurrency must be >= 1")
-    run = _Run(
-        session, base_url, api_key, settings, sink, should_stop, sleep, rand, shared, budget, sign, refusals, time_left
-    )
+    run = _Run(session, settings, sink)
     it = iter(requests)
     # an iterator is its own iter(): its len(), if it has one, no longer counts what is left
     own_iterator = it is requests
@@ -177,7 +73,7 @@ async def fan_out(
     if run.stopping and not run.exhausted:
         if isinstance(requests, Sized) and not own_iterator:
             stats.remaining = max(0, len(requests) - run.taken)
-        elif count_remaining:
+        elif settings.count_remaining:
             stats.remaining = sum(1 for _ in it)
         else:
             # the caller resumes from its own checkpoint: whether anything is left is enough,
@@ -191,26 +87,13 @@ class _Run:
     """One call of `fan_out`: its workers, the attempt loop, and the figures they keep."""
 
     def __init__(
-        self,
-        session: aiohttp.ClientSession,
-        base_url: str,
-        api_key: str,
-        settings: EngineSettings,
-        sink: Callable[[Outcome], None],
-        should_stop: Callable[[], bool],
-        sleep: Callable[[float], Awaitable[Any]],
-        rand: Callable[[], float],
-        shared: SharedLimit | None = None,
-        budget: Budget | None = None,
-        sign: Signer | None = None,
-        refusals: RefusalWatch | None = None,
-        time_left: Callable[[], float] = _forever,
+        self, session: aiohttp.ClientSession, settings: EngineSettings, sink: Callable[[Outcome], None]
     ) -> None:
         self.settings = settings
-        self.sign = sign
+        self.sign = settings.sign
         self.format = settings.request_format
-        self.shared = shared
-        self.budget = budget
+        self.shared = settings.shared
+        self.budget = settings.budget
         self.policy = settings.policy
         self.stats = EngineStats()
         self.limiter = AdaptiveLimit(
@@ -219,31 +102,32 @@ class _Run:
         self.stats.limit_min = self.limiter.limit
         self.pacer = RatePacer(settings.rpm, settings.tpm)
         self.gate = Gate(settings.concurrency)
+        refusals = settings.refusals
         if refusals is None and settings.fail_fast_after > 0:
             refusals = RefusalWatch(settings.fail_fast_after, self.format)
         self.refusals = refusals
         self.timeout = aiohttp.ClientTimeout(total=self.policy.request_timeout_s)
         self.base_headers = {
-            **self.format.auth_headers(api_key),
+            **self.format.auth_headers(settings.api_key),
             "Content-Type": "application/json",
             "User-Agent": settings.user_agent,
         }
-        self.base_url = base_url
+        self.base_url = settings.base_url
         # a family whose URL names the model: the cache is keyed by the path with the model in it
         self.routed = self.format.model_in_url
         self.url_cache: dict[str, URL] = {}
         self.request = session.request
         self.sink = sink
-        self.should_stop = should_stop
-        self.sleep = sleep
-        self.rand = rand
+        self.should_stop = settings.should_stop
+        self.sleep = settings.sleep
+        self.rand = settings.rand
         self.taken = 0
         self.stopping = False
         self.exhausted = False
         # the workers awaiting an answer, and those given up once the provider refused the run
         self.sending: set[asyncio.Task[Any]] = set()
         self.abandoned: set[asyncio.Task[Any]] = set()
-        self.time_left = time_left
+        self.time_left = settings.time_left
 
     def url_for(self, path: str) -> URL:
         url = self.url_cache.get(path)

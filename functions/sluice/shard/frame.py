@@ -1,35 +1,29 @@
-"""The frame every mode shares: what a shard is, how its lines are read, and how a run sends.
+"""The frame every mode shares: what a shard is, what its run needs from outside, how its lines are
+read, and when a run stops.
 
-A shard is a byte range of the input object. Each mode (`direct`, `background`, `batch`)
-reads its lines here, checkpoints terminal outcomes through `parts`, and stops when the
-Lambda's time is nearly up or the job is cancelled.
+A shard is a byte range of the input object. Each mode (`direct`, `background`, `batch`) runs it
+through a `sluice.shard.run.ShardRun`, which reads its lines here, checkpoints terminal outcomes
+through `parts`, and stops (`Stopper`) when the Lambda's time is nearly up or the job is cancelled.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
 import orjson
 
-from sluice.contract import Mode, RateSeed, Settings, causes, parse_rate_limits
+from sluice.contract import Settings, causes
 from sluice.contract import ShardSpec as ShardSpec  # the contract's, which the modes import from here
-from sluice.contract.model import ErrorCode, Outcome, Request
-from sluice.core.retry import RetryPolicy, unswept_attempts
+from sluice.contract.model import ErrorCode, Request
 from sluice.formats.lines import READ_CHUNK, LineError, parse_line, split_lines
-from sluice.limits.budget import HOLDERS_WAIT_S, Budget, usd_to_nano
-from sluice.limits.shared import SharedLimit
-from sluice.limits.table import BucketTable
 from sluice.providers import Signer, apis, family
 from sluice.providers.background import BackgroundApi
 from sluice.providers.batch import BatchApi, BatchApiOpener
-from sluice.send.engine import EngineSettings, EngineStats, fan_out
-from sluice.send.output_check import OutputCheck
-from sluice.send.refusal import REFUSAL_ANSWERS, RefusalWatch
+from sluice.send.engine_settings import SessionFactory
 from sluice.shard.progress import ProgressSink
 from sluice.store.jobs import JobStore
 
@@ -82,6 +76,24 @@ def read_shard_lines(s3: Any, spec: ShardSpec) -> Iterator[Request | LineError]:
             yield parsed
 
 
+@dataclass(frozen=True)
+class LocalDeps:
+    """What only the local cloud hands a function, beside its Lambda context (the handlers read it
+    from the context's `local`): a deployed function has none, and uses its runtime's own."""
+
+    # sessions it can abandon when `sluice run` is interrupted
+    session_factory: SessionFactory | None = None
+    # `sluice run`'s live progress
+    progress: ProgressSink | None = None
+    # the step's `bedrock` client: the local cloud's emulation of Bedrock's batch jobs
+    bedrock: Callable[[], Any] | None = None
+    # the user's signer when `sluice run` sends to their Bedrock endpoint
+    sign: Signer | None = None
+
+
+DEPLOYED = LocalDeps()
+
+
 @dataclass
 class ShardContext:
     """What a shard run needs from outside; handlers build it, tests pass fakes."""
@@ -91,7 +103,7 @@ class ShardContext:
     settings: Settings
     api_key: str
     remaining_s: Callable[[], float]
-    session_factory: Callable[[int], aiohttp.ClientSession]
+    session_factory: SessionFactory
     # in-process listener for live progress (the local cloud's display); deployed, there is none
     progress: ProgressSink | None = None
     # the provider's Batch API and background responses (`sluice.providers`), as the handler chose
@@ -108,38 +120,6 @@ class ShardContext:
     @property
     def background(self) -> BackgroundApi:
         return self.background_api or apis.background_api(self.settings.provider)
-
-
-def _engine_settings(spec: ShardSpec, settings: Settings, *, check_answers: bool = False) -> EngineSettings:
-    policy = RetryPolicy(
-        max_attempts=unswept_attempts(spec.max_attempts),
-        request_timeout_s=settings.request_timeout_s,
-        base_delay_s=settings.retry_base_delay_s,
-    )
-    return EngineSettings(
-        concurrency=spec.concurrency,
-        policy=policy,
-        rpm=spec.rpm,
-        tpm=spec.tpm,
-        fail_fast_after=fail_fast_after(spec),
-        request_format=family(spec.provider),
-        # a direct shard's answers, and those of a batch shard's direct pass (what its batches left
-        # or answered invalid); a background shard's arrive by poll, and only its sends again are checked here
-        output_check=OutputCheck.for_spec(spec) if check_answers or spec.mode in (Mode.DIRECT, Mode.BATCH) else None,
-    )
-
-
-def fail_fast_after(spec: ShardSpec) -> int:
-    """How many answers alike stop a shard's run as a refusing provider's (`sluice.send.refusal`): a
-    direct shard's; 0 for the others, whose responses and batch rows are answered later, not in the
-    order they were sent."""
-    return REFUSAL_ANSWERS if spec.mode == Mode.DIRECT else 0
-
-
-def refusal_watch(spec: ShardSpec) -> RefusalWatch | None:
-    """A watch for a refusing provider that more than one pass of the shard's run can share."""
-    answers = fail_fast_after(spec)
-    return RefusalWatch(answers, family(spec.provider)) if answers else None
 
 
 def margin_s(ctx: ShardContext) -> float:
@@ -195,63 +175,6 @@ class Stopper:
         return self.stopped is not None
 
 
-async def send_requests(
-    ctx: ShardContext,
-    spec: ShardSpec,
-    requests: Iterable[Request],
-    sink: Callable[[Outcome], None],
-    stopper: Stopper | None = None,
-    budget: Budget | None = None,
-    *,
-    expected: int | None = None,
-    check_answers: bool = False,
-    refusals: RefusalWatch | None = None,
-) -> EngineStats:
-    """Send `requests` with the shard's engine settings, each outcome to `sink`, until the
-    Lambda's time is nearly up, the job is cancelled or its `budget` is spent. `expected`: how
-    many requests there are, when the caller knows (a collect run's polls). `check_answers`: judge
-    every answer by the job's checks, whatever the mode (a background shard's sends again).
-    `refusals`: a direct shard's watch for a refusing provider (`refusal`), shared with its sweep.
-
-    With the shared limit on, every attempt draws from the key-wide bucket and also keeps to
-    the shard's part of the job's own rate limits: a job never exceeds its `sluice-rpm`, and never
-    takes more than its fair share of the key. What the run leased and did not spend goes back
-    when it ends, however it ends."""
-    shared = None
-    if ctx.settings.shared_limit == "on":
-        shared = SharedLimit(
-            BucketTable(ctx.store.table),
-            base_url=ctx.settings.provider_base_url,
-            api_key=ctx.api_key,
-            lessee=f"{spec.job_id}#{spec.shard}",
-            request_format=family(spec.provider),
-            seeds=parse_rate_limits(ctx.settings.rate_limits),
-            default_seed=RateSeed(spec.job_rpm, spec.job_tpm) if spec.job_rpm else None,
-            expected=expected,
-        )
-    try:
-        async with ctx.session_factory(spec.concurrency) as session:
-            return await fan_out(
-                requests,
-                session=session,
-                base_url=ctx.settings.provider_base_url,
-                api_key=ctx.api_key,
-                settings=_engine_settings(spec, ctx.settings, check_answers=check_answers),
-                sink=sink,
-                should_stop=stopper or Stopper(ctx, spec),
-                count_remaining=False,
-                shared=shared,
-                budget=budget,
-                sign=ctx.sign,
-                refusals=refusals,
-                # an answer arriving after the Lambda's end is lost with it
-                time_left=lambda: ctx.remaining_s() - ctx.settings.safety_margin_s,
-            )
-    finally:
-        if shared is not None:
-            await shared.close()
-
-
 def budget_message(spec: ShardSpec) -> str:
     # how to send the rest depends on where the job ran: `sluice status` and `sluice run` say it
     return f"not sent: the job's budget of ${spec.budget_usd:g} is spent"
@@ -260,54 +183,6 @@ def budget_message(spec: ShardSpec) -> str:
 def unsent(spec: ShardSpec, line: int, custom_id: str) -> LineError:
     """The error of a line the job's budget did not let the shard send."""
     return LineError(line, ErrorCode.BUDGET_EXCEEDED, f"line {line}: {budget_message(spec)}", custom_id)
-
-
-def write_unsent(
-    s3: Any,
-    spec: ShardSpec,
-    source: Iterator[Request],
-    ended: set[int],
-    add: Callable[[LineError], None],
-    error: Callable[[ShardSpec, int, str], LineError] = unsent,
-) -> int:
-    """Once the budget stopped a run: each request line not in `ended` to `add` as `budget_exceeded`
-    (or as `error` makes it: a refusing provider's). Returns how many.
-
-    `source` (the run's `pending`) is read to its end first, so that the invalid lines it had not
-    reached yet go to its own sink with their own codes.
-    """
-    for _ in source:
-        pass
-    count = 0
-    for item in read_shard_lines(s3, spec):
-        if isinstance(item, Request) and item.line not in ended:
-            add(error(spec, item.line, item.custom_id))
-            count += 1
-    return count
-
-
-def shard_budget(ctx: ShardContext, spec: ShardSpec, *, batch: bool = False) -> Budget | None:
-    """The run's share of the job's spending cap, or None when the job has none."""
-    if not spec.budget_usd:
-        return None
-    wait_s = min(HOLDERS_WAIT_S, ctx.settings.safety_margin_s)
-    return Budget(
-        ctx.store,
-        spec.job_id,
-        usd_to_nano(spec.budget_usd),
-        request_format=family(spec.provider),
-        batch=batch,
-        wait_s=wait_s,
-        waiters=spec.running,
-    )
-
-
-def left_to_send(spec: ShardSpec, skip: set[int]) -> int:
-    """At most how many requests a run of the shard sends before retries: its lines without an
-    outcome. The shared limit leases no more than that, so a run's last lease leaves nothing to
-    give back at its end (a lease and a give-back a moment apart were two writes of the key's item
-    for every run's end)."""
-    return max(0, spec.lines - spec.blank - len(skip))
 
 
 def pending(s3: Any, spec: ShardSpec, skip: set[int], on_invalid: Callable[[LineError], None]) -> Iterator[Request]:

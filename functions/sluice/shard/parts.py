@@ -1,4 +1,4 @@
-"""Checkpoint parts: the on-disk format of a shard's terminal outcomes and their assembly.
+"""Checkpoint parts: the on-disk format of a shard's terminal outcomes.
 
 Terminal outcomes are checkpointed as part files under `jobs/<job>/shards/<n>/`: a
 `part-<run>-<seq>.tsv` of `<line>\t<r|e>\t<output record>` rows plus its figures in
@@ -6,26 +6,23 @@ Terminal outcomes are checkpointed as part files under `jobs/<job>/shards/<n>/`:
 direct pass, their lines and the check each failed in `part-<run>-<seq>.turned.json`). A part is
 written whole with one PUT, so the set of lines in parts is exactly the set of lines that must
 never be sent again (invariant 3). When the shard is done its parts are assembled into
-`results.jsonl` and `errors.jsonl` in input order.
+`results.jsonl` and `errors.jsonl` in input order (`assembly`).
 
 Every mode writes parts through `PartWriter`; merge, the CLI and the modes read them through
-`part_keys`, `read_part`, `load_checkpoint`, `parts_stats` and `assemble` (or `assemble_outputs`).
+`part_keys`, `read_part`, `load_checkpoint` and `parts_stats`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
-from contextlib import contextmanager, nullcontext, suppress
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
-from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
 import orjson
-from botocore.exceptions import ClientError
 
 from sluice.cache.entries import CacheFill, FilledSegment
 from sluice.contract import Mode, ShardStats, causes
@@ -33,7 +30,7 @@ from sluice.contract.model import Outcome
 from sluice.core.records import error_record, outcome_record
 from sluice.formats.lines import LineError
 from sluice.providers import family
-from sluice.shard.frame import ShardSpec, read_shard_lines
+from sluice.shard.frame import ShardSpec
 from sluice.shard.progress import ProgressSink
 from sluice.shard.stats import Stats
 from sluice.store.jobs import ItemState, JobStore
@@ -49,11 +46,11 @@ class Checkpoint:
 
 def part_keys(s3: Any, spec: ShardSpec) -> list[str]:
     """The keys of the shard's parts, in the order they were written."""
-    return [key for key, _ in _part_objects(s3, spec)]
+    return [key for key, _ in part_objects(s3, spec)]
 
 
 @causes.under(causes.RUN, causes.SHARD_OUTPUTS, causes.MARK_FAILED)
-def _part_objects(s3: Any, spec: ShardSpec) -> list[tuple[str, int]]:
+def part_objects(s3: Any, spec: ShardSpec) -> list[tuple[str, int]]:
     """The shard's parts, (key, size), in the order they were written."""
     found: list[tuple[str, int]] = []
     paginator = s3.get_paginator("list_objects_v2")
@@ -81,7 +78,7 @@ def s3_pool(pool: Executor | None = None, workers: int = S3_IN_FLIGHT) -> Iterat
         own.shutdown(wait=True, cancel_futures=True)
 
 
-def _body(s3: Any, bucket: str, key: str) -> bytes:
+def part_body(s3: Any, bucket: str, key: str) -> bytes:
     return bytes(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
 
 
@@ -91,7 +88,7 @@ def _rows(data: bytes) -> Iterator[tuple[int, bytes, bytes]]:
         yield int(line), kind, record
 
 
-def _stats_key(part_key: str) -> str:
+def stats_key(part_key: str) -> str:
     return part_key.removesuffix(".tsv") + ".stats.json"
 
 
@@ -107,21 +104,21 @@ def turned_down(s3: Any, spec: ShardSpec) -> dict[int, str]:
     for page in paginator.paginate(Bucket=spec.bucket, Prefix=spec.prefix + "part-"):
         for obj in page.get("Contents", []):
             if obj["Key"].endswith(_TURNED):
-                lines.update((int(k), v) for k, v in orjson.loads(_body(s3, spec.bucket, obj["Key"])).items())
+                lines.update((int(k), v) for k, v in orjson.loads(part_body(s3, spec.bucket, obj["Key"])).items())
     return lines
 
 
 @causes.under(causes.RUN, causes.PART_READ, causes.SHARD_OUTPUTS, causes.MARK_FAILED)
 def read_part(s3: Any, bucket: str, key: str) -> Iterator[tuple[int, bytes, bytes]]:
     """(line, kind, output record) per row; kind is `b"r"` for a result and `b"e"` for an error."""
-    yield from _rows(_body(s3, bucket, key))
+    yield from _rows(part_body(s3, bucket, key))
 
 
 def parts_stats(s3: Any, spec: ShardSpec) -> Stats:
     """The figures of every part written so far."""
     stats = Stats()
     for key in part_keys(s3, spec):
-        stats.merge(Stats.from_dict(orjson.loads(_body(s3, spec.bucket, _stats_key(key)))))
+        stats.merge(Stats.from_dict(orjson.loads(part_body(s3, spec.bucket, stats_key(key)))))
     return stats
 
 
@@ -379,244 +376,3 @@ def write_outputs(
     )
     s3.put_object(Bucket=bucket, Key=prefix + "stats.json", Body=orjson.dumps(shard_stats.to_json()))
     return shard_stats
-
-
-# What an assembly holds of a shard's outputs at once. A shard's answers may be far larger than its
-# lines (a batch shard holds up to 50,000 of them: at 4 kB an answer, 200 MB, and 50,000 embeddings
-# are 1.5 GB), and a step has 1 GB: up to this much of parts it keeps them as read and writes from
-# them; past it, it keeps where each row is, and writes the rows in windows of this many bytes, each
-# read again from its parts by ranges
-ASSEMBLY_WINDOW_BYTES = 64 << 20
-# what an assembly's reads in flight hold at most, beside the window
-IN_FLIGHT_BYTES = ASSEMBLY_WINDOW_BYTES // 2
-# an output file larger than this goes up as a multipart upload of pieces this size (S3 takes pieces
-# of at least 5 MiB), so that no step holds a file whole
-UPLOAD_PIECE_BYTES = 8 << 20
-
-_T = TypeVar("_T")
-
-# where a row's record is: its part (by number, in the order the parts were written), its first
-# and past-last byte there, and whether it is a result
-_Where = tuple[int, int, int, bool]
-
-
-def _spans(data: bytes) -> Iterator[tuple[int, bytes, int, int]]:
-    """(line, kind, start, end) of each row of a part: its record is `data[start:end]`."""
-    position, size = 0, len(data)
-    while position < size:
-        end = data.find(b"\n", position)
-        end = size if end < 0 else end
-        tab = data.index(b"\t", position, end)
-        yield int(data[position:tab]), data[tab + 1 : tab + 2], tab + 3, end
-        position = end + 1
-
-
-def _ahead(fetch: Executor, reads: Iterable[tuple[int, Callable[[], _T]]], budget: int) -> Iterator[_T]:
-    """Each read's answer in order, the next ones fetched meanwhile while those in flight hold at
-    most `budget` bytes (the sizes given with them) and S3_IN_FLIGHT requests; one always goes."""
-    ahead: deque[tuple[int, Future[_T]]] = deque()
-    held = 0
-    following = iter(reads)
-    waiting = next(following, None)
-    while True:
-        while waiting is not None and (not ahead or (held + waiting[0] <= budget and len(ahead) < S3_IN_FLIGHT)):
-            ahead.append((waiting[0], fetch.submit(waiting[1])))
-            held += waiting[0]
-            waiting = next(following, None)
-        if not ahead:
-            return
-        size, answer = ahead.popleft()
-        held -= size
-        yield answer.result()
-
-
-def _range(s3: Any, bucket: str, key: str, start: int, end: int) -> bytes:
-    return bytes(s3.get_object(Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}")["Body"].read())
-
-
-class _Upload:
-    """An object written as it is made: one PUT when it ends under UPLOAD_PIECE_BYTES, else a
-    multipart upload of pieces of that size."""
-
-    def __init__(self, s3: Any, bucket: str, key: str) -> None:
-        self._s3, self._bucket, self._key = s3, bucket, key
-        self._buffer = bytearray()
-        self._upload_id: str | None = None
-        self._pieces: list[dict[str, Any]] = []
-        self.lines = 0
-        self.size = 0
-
-    def write(self, record: bytes | memoryview) -> None:
-        self._buffer += record
-        self._buffer += b"\n"
-        self.lines += 1
-        self.size += len(record) + 1
-        if len(self._buffer) >= UPLOAD_PIECE_BYTES:
-            self._send()
-
-    @causes.under(causes.SHARD_END, causes.SHARD_FAILED, causes.MARK_FAILED)
-    def _send(self) -> None:
-        if self._upload_id is None:
-            self._upload_id = self._s3.create_multipart_upload(Bucket=self._bucket, Key=self._key)["UploadId"]
-        number = len(self._pieces) + 1
-        # bytes, not the bytearray: botocore passes a body it need not checksum on as it is, and
-        # an HTTP stack may take a bytearray for form fields (moto's does: AttributeError 'items')
-        piece, self._buffer = bytes(self._buffer), bytearray()
-        answer = self._s3.upload_part(
-            Bucket=self._bucket, Key=self._key, UploadId=self._upload_id, PartNumber=number, Body=piece
-        )
-        self._pieces.append({"ETag": answer["ETag"], "PartNumber": number})
-
-    @causes.under(causes.SHARD_END, causes.SHARD_FAILED, causes.MARK_FAILED)
-    def close(self) -> None:
-        if self._upload_id is None:
-            self._s3.put_object(Bucket=self._bucket, Key=self._key, Body=bytes(self._buffer))
-            return
-        if self._buffer:
-            self._send()
-        self._s3.complete_multipart_upload(
-            Bucket=self._bucket, Key=self._key, UploadId=self._upload_id, MultipartUpload={"Parts": self._pieces}
-        )
-
-    def abort(self) -> None:
-        # best effort: a step may not be granted it, and the bucket's lifecycle ends what is left
-        if self._upload_id is not None:
-            with suppress(ClientError):
-                self._s3.abort_multipart_upload(Bucket=self._bucket, Key=self._key, UploadId=self._upload_id)
-
-
-def _windows(sizes: dict[int, int]) -> Iterator[list[int]]:
-    """The lines in order, cut into runs whose records add up to at most ASSEMBLY_WINDOW_BYTES
-    (a record larger than that alone)."""
-    window: list[int] = []
-    held = 0
-    for line in sorted(sizes):
-        if window and held + sizes[line] > ASSEMBLY_WINDOW_BYTES:
-            yield window
-            window, held = [], 0
-        window.append(line)
-        held += sizes[line]
-    if window:
-        yield window
-
-
-def _window_records(
-    fetch: Executor, s3: Any, spec: ShardSpec, keys: list[str], rows: dict[int, _Where], window: list[int]
-) -> dict[int, bytes]:
-    """The records of a window's lines, each part's read by the one range that holds its rows there;
-    a range is let go as soon as its records are copied out."""
-    lines_of: dict[int, list[int]] = {}
-    for line in window:
-        if line in rows:
-            lines_of.setdefault(rows[line][0], []).append(line)
-
-    def read(number: int, start: int, end: int) -> tuple[int, int, bytes]:
-        return number, start, _range(s3, spec.bucket, keys[number], start, end)
-
-    spans = []
-    for number, owned in lines_of.items():
-        start = min(rows[line][1] for line in owned)
-        end = max(rows[line][2] for line in owned)
-        spans.append((end - start, partial(read, number, start, end)))
-    records: dict[int, bytes] = {}
-    for number, offset, data in _ahead(fetch, spans, IN_FLIGHT_BYTES):
-        for line in lines_of[number]:
-            _, start, end, _ = rows[line]
-            records[line] = data[start - offset : end - offset]
-    return records
-
-
-@causes.caused(causes.SHARD_END)
-def assemble_outputs(
-    s3: Any,
-    spec: ShardSpec,
-    *,
-    missing_code: str | None = None,
-    missing_message: str = "",
-    pool: Executor | None = None,
-    failure: str | None = None,
-) -> ShardStats:
-    """Write the shard's results and errors in input order from its parts; return its stats as written.
-
-    With `missing_code`, every request line that has no terminal outcome is written to the
-    errors with that code (a failed or cancelled job still accounts for every line).
-
-    The part list is read once and the parts and their figures fetched S3_IN_FLIGHT at a time on
-    `pool` (or a pool of its own): a shard at 12.5 requests a second leaves a part every ~37 lines,
-    135 parts and 270 objects for 5,000 lines, and one after the other they took seconds. What the
-    assembly holds of the outputs is bounded by ASSEMBLY_WINDOW_BYTES, whatever the shard's size.
-    """
-    rows: dict[int, _Where] = {}
-    # the parts as read, while they fit in the window; None once they did not
-    held: list[bytes] | None = []
-    held_bytes = 0
-    stats = Stats()
-    results = _Upload(s3, spec.bucket, spec.prefix + "results.jsonl")
-    errors = _Upload(s3, spec.bucket, spec.prefix + "errors.jsonl")
-    try:
-        with s3_pool(pool) as fetch:
-            listed = _part_objects(s3, spec)
-            keys = [key for key, _ in listed]
-            with causes.because(causes.PART_READ, count=len(keys), period_s=PART_MAX_AGE_S, every=PART_ROWS_MAX):
-                figures = [fetch.submit(_body, s3, spec.bucket, _stats_key(key)) for key in keys]
-                reads = [(size, partial(_body, s3, spec.bucket, key)) for key, size in listed]
-                # in the order the parts were written: the first terminal outcome wins; a later copy
-                # can only come from a re-sent item
-                for number, data in enumerate(_ahead(fetch, reads, IN_FLIGHT_BYTES)):
-                    for line, kind, start, end in _spans(data):
-                        rows.setdefault(line, (number, start, end, kind == b"r"))
-                    held_bytes += len(data)
-                    if held_bytes > ASSEMBLY_WINDOW_BYTES:
-                        held = None
-                    elif held is not None:
-                        held.append(data)
-            for raw in figures:
-                stats.merge(Stats.from_dict(orjson.loads(raw.result())))
-            # the custom_id of each line without an outcome; its record is made again as it is
-            # written: orjson gives each record a 4 kB buffer, so a shard's records held were
-            # 4 kB a line (200 MB for a batch shard of 50,000 lines never sent, four shards at once)
-            missing: dict[int, str | None] = {}
-
-            def missing_record(line: int) -> bytes:
-                message = f"line {line}: {missing_message}"
-                return error_record(spec.job_id, line, missing[line], missing_code or "", message)
-
-            sizes = {line: where[2] - where[1] for line, where in rows.items()}
-            if missing_code is not None:
-                for item in read_shard_lines(s3, spec):
-                    if item.line not in rows:
-                        missing[item.line] = item.custom_id
-                        sizes[item.line] = len(missing_record(item.line))
-                        stats.add_error(missing_code, f"line {item.line}: {missing_message}")
-            windows: Iterable[list[int]] = [sorted(sizes)] if held is not None else _windows(sizes)
-            for window in windows:
-                fetched = _window_records(fetch, s3, spec, keys, rows, window) if held is None else {}
-                for line in window:
-                    if line in missing:
-                        errors.write(missing_record(line))
-                        continue
-                    number, start, end, ok = rows[line]
-                    record = fetched[line] if held is None else memoryview(held[number])[start:end]
-                    (results if ok else errors).write(record)
-        results.close()
-        errors.close()
-    except BaseException:
-        results.abort()
-        errors.abort()
-        raise
-    shard_stats = ShardStats(
-        result_lines=results.lines,
-        error_lines=errors.lines,
-        results_bytes=results.size,
-        errors_bytes=errors.size,
-        stats=stats.to_dict(),
-        failure=failure,
-    )
-    s3.put_object(Bucket=spec.bucket, Key=spec.prefix + "stats.json", Body=orjson.dumps(shard_stats.to_json()))
-    return shard_stats
-
-
-def assemble(s3: Any, spec: ShardSpec, *, missing_code: str | None = None, missing_message: str = "") -> Stats:
-    """`assemble_outputs`, returning the shard's figures."""
-    shard_stats = assemble_outputs(s3, spec, missing_code=missing_code, missing_message=missing_message)
-    return Stats.from_dict(shard_stats.stats)

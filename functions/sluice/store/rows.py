@@ -101,7 +101,7 @@ class ItemState:
     provider_id: str | None = None
     attempts: int = 0
     error: str | None = None
-    # sent again by the last sweep (`sluice.runners.sweep`): a background line keeps the mark until collected
+    # sent again by the last sweep (`sluice.shard.sweep`): a background line keeps the mark until collected
     swept: bool = False
 
 

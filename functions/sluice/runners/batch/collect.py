@@ -26,9 +26,10 @@ from sluice.runners.batch.advance import (
 from sluice.runners.batch.cutover import cancel_late, past_cutover, until_cutover
 from sluice.runners.batch.files import BatchPart, part_key
 from sluice.send.output_check import OutputCheck
+from sluice.shard.assembly import assemble
 from sluice.shard.frame import ShardContext, ShardSpec, pending
-from sluice.shard.parts import PartWriter, assemble, parts_stats
-from sluice.shard.run import open_run
+from sluice.shard.parts import PartWriter, parts_stats
+from sluice.shard.run import ShardRun
 
 # the code for a row left unfinished, by how its batch ended
 _LEFTOVER_CODE = {
@@ -254,7 +255,7 @@ async def _collect_batch(ctx: ShardContext, spec: ShardSpec) -> BatchCollected:
     states = {k: CollectedBatch.from_dict(v) for k, v in ((row and row.batch_states) or {}).items()}
     # a batch's answers are found through its row map and the results file, never by item row:
     # a row per answered line was most of a batch job's DynamoDB writes
-    run = open_run(ctx, spec, path=Mode.BATCH, item_rows_for_results=False)
+    run = ShardRun(ctx, spec, path=Mode.BATCH, item_rows_for_results=False)
     checkpoint, writer = run.checkpoint, run.writer
     async with ctx.batches() as api:
         seen = await _look_at_batches(api, ctx, spec, state, states, checkpoint.done, writer)

@@ -38,9 +38,8 @@ from sluice.runners.batch.advance import ShardBatches, advance, batch_wait_secon
 from sluice.runners.batch.collect import collect_batch as collect_batch
 from sluice.runners.batch.cutover import until_cutover
 from sluice.runners.batch.files import BatchPart, part_key, split_parts
-from sluice.shard.frame import ShardContext, ShardSpec, pending, shard_budget, unsent
-from sluice.shard.parts import PartWriter
-from sluice.shard.run import open_run
+from sluice.shard.frame import ShardContext, ShardSpec
+from sluice.shard.run import ShardRun
 
 # the shard row's name, among its batches' states, for the lines of files too small for a batch:
 # they count as left over from the start, so CollectBatch hands them to RunShard
@@ -63,7 +62,7 @@ def _at_least(parts: list[BatchPart], min_records: int) -> tuple[list[BatchPart]
 
 
 async def _within_budget(
-    parts: list[BatchPart], costs: dict[int, int], budget: Budget, spec: ShardSpec, writer: PartWriter
+    parts: list[BatchPart], costs: dict[int, int], budget: Budget, run: ShardRun
 ) -> list[BatchPart]:
     """The files whose worst case the job's budget covers, numbered again in order; the lines
     of the others go to the errors as unsent. Reserved before anything is planned, so a file in
@@ -75,15 +74,14 @@ async def _within_budget(
             kept.append(part)
             continue
         for line, custom_id in zip(part.lines, part.custom_ids, strict=True):
-            writer.add_invalid(unsent(spec, line, custom_id))
+            run.writer.add_invalid(run.unsent(line, custom_id))
         part.close()
     return kept
 
 
-def _unsent_since(
-    ctx: ShardContext, spec: ShardSpec, row: ShardRow, parts: list[BatchPart], writer: PartWriter
-) -> None:
+def _unsent_since(run: ShardRun, row: ShardRow, parts: list[BatchPart]) -> None:
     """Lines an earlier attempt's budget left out of the plan but that died before writing them."""
+    ctx, spec = run.ctx, run.spec
     planned: set[int] = set()
     for index in range(len(row.batch_parts or ())):
         raw = ctx.s3.get_object(Bucket=spec.bucket, Key=part_key(spec, index))["Body"].read()
@@ -91,7 +89,7 @@ def _unsent_since(
     for part in parts:
         for line, custom_id in zip(part.lines, part.custom_ids, strict=True):
             if line not in planned:
-                writer.add_invalid(unsent(spec, line, custom_id))
+                run.writer.add_invalid(run.unsent(line, custom_id))
 
 
 async def submit_batch(ctx: ShardContext, spec: ShardSpec) -> BatchSubmitted:
@@ -106,10 +104,9 @@ async def submit_batch(ctx: ShardContext, spec: ShardSpec) -> BatchSubmitted:
 async def _submit(api: BatchApi, ctx: ShardContext, spec: ShardSpec) -> BatchSubmitted:
     row = ctx.store.shard(spec.job_id, spec.shard)
     # a line sent direct instead (no batch takes it) is written as direct's; a batch fills no cache
-    run = open_run(ctx, spec, path=Mode.DIRECT, fills_cache=False)
-    checkpoint, writer = run.checkpoint, run.writer
+    run = ShardRun(ctx, spec, path=Mode.DIRECT, fills_cache=False, batch=True)
     settings = ctx.settings
-    budget = shard_budget(ctx, spec, batch=True)
+    budget = run.budget
     # each line's worst case at the batch price, so a part's batch is created only once it is reserved
     costs: dict[int, int] = {}
 
@@ -118,7 +115,7 @@ async def _submit(api: BatchApi, ctx: ShardContext, spec: ShardSpec) -> BatchSub
             costs[request.line] = worst_case_nano(request, family(spec.provider), batch=True)
             yield request
 
-    source = pending(ctx.s3, spec, checkpoint.done, writer.add_invalid)
+    source = run.pending()
     unbatchable: list[int] = []
     parts = split_parts(
         priced(source) if budget is not None else source,
@@ -136,7 +133,7 @@ async def _submit(api: BatchApi, ctx: ShardContext, spec: ShardSpec) -> BatchSub
         files: dict[int, BatchPart] | None
         if row is None or row.batch_parts is None:
             if budget is not None:
-                parts = await _within_budget(parts, costs, budget, spec, writer)
+                parts = await _within_budget(parts, costs, budget, run)
             # the row maps go first: a batch must never exist without a way to read its answers
             for part in parts:
                 ctx.s3.put_object(Bucket=spec.bucket, Key=part_key(spec, part.index), Body=part.manifest())
@@ -148,7 +145,7 @@ async def _submit(api: BatchApi, ctx: ShardContext, spec: ShardSpec) -> BatchSub
             # an earlier attempt planned the files: its row maps say which lines each holds
             files = None
             if budget is not None:
-                _unsent_since(ctx, spec, row, parts, writer)
+                _unsent_since(run, row, parts)
         if below:
             # marked again by every attempt, as one may have died between the plan and this
             direct = CollectedBatch(BELOW_MINIMUM, requests=below, results=0, errors=0, unfinished=0, left=below)
@@ -163,7 +160,7 @@ async def _submit(api: BatchApi, ctx: ShardContext, spec: ShardSpec) -> BatchSub
             part.close()
         if budget is not None:
             budget.close()
-    writer.flush(finished=False)
+    run.writer.flush(finished=False)
     return BatchSubmitted(
         batch_ids=[batch_id for batch_id in state.batch_ids if batch_id],
         batches_created=created,
