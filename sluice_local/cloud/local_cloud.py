@@ -152,6 +152,8 @@ class LocalCloud:
                 {"AWS_DEFAULT_REGION": REGION, "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"},
             ),
             mock_aws(config={"stepfunctions": {"execute_state_machine": True}}),
+            mock.patch("boto3.DEFAULT_SESSION", iam.default_session()),
+            moto_patches.parsed_once(),
         ):
             self._create_resources()
             policies = iam.load_policies() if self.policies is None else self.policies
