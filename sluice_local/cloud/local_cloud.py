@@ -453,7 +453,8 @@ class LocalCloud:
                 on_tick()
             if time.monotonic() > deadline:
                 raise TimeoutError(f"execution still running after {timeout_s:.0f} s")
-            time.sleep(0.5)
+            # a describe is a dictionary lookup in this process; a job of a few lines ends in a second
+            time.sleep(0.1)
 
     @functools.cached_property
     def _store(self) -> JobStore:

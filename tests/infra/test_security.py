@@ -307,6 +307,7 @@ def test_task_tokens_are_returned_under_the_documented_grant(synthesis: Synthesi
     }
 
 
+@pytest.mark.slow
 def test_a_new_statement_on_every_resource_is_a_finding(tmp_path: Path) -> None:
     """Acknowledgements name their actions: one more action on "*" on an acknowledged role is flagged."""
     import aws_cdk as cdk

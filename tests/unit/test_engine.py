@@ -318,6 +318,7 @@ def test_should_stop_counts_remaining_by_len_for_sized_inputs() -> None:
     assert r.stats.remaining == 30 - r.stats.sent
 
 
+@pytest.mark.slow
 def test_memory_is_bounded_by_concurrency_on_a_long_generator() -> None:
     concurrency = 64
     taken = 0
@@ -358,6 +359,7 @@ def test_aimd_shrinks_once_per_burst_and_limits_in_flight() -> None:
     assert r.stats.limit_min == concurrency // 2
 
 
+@pytest.mark.slow
 def test_aimd_holds_concurrency_down_under_sustained_throttling() -> None:
     concurrency = 32
     seen = itertools.count()
@@ -503,6 +505,7 @@ _MMAP_PROBE = textwrap.dedent(
 
 @pytest.mark.subprocess
 @pytest.mark.skipif(not hasattr(ctypes.CDLL(None), "mallinfo2"), reason="mallinfo2 is glibc's (2.33+)")
+@pytest.mark.slow
 def test_after_fan_out_response_sized_buffers_are_not_mmapped() -> None:
     def mmapped(mode: str) -> int:
         out = subprocess.run(

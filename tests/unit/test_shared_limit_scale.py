@@ -200,6 +200,7 @@ def _draw(
     return table, time, taken
 
 
+@pytest.mark.slow
 def test_the_item_stays_small_whatever_the_number_of_lessees() -> None:
     """5,000 shards of 50 jobs leasing on a 30,000 RPM key of a model with a long name, each still
     in its period when the last leases: the item stays under 1 KB, one write unit a write (1,025
@@ -232,6 +233,7 @@ def _advance(time: VirtualTime) -> Callable[[float], Any]:
 
 
 @pytest.mark.parametrize("lessees", [10, 100, 1_000])
+@pytest.mark.slow
 def test_reads_and_writes_a_second_follow_the_rate_not_the_lessees(lessees: int) -> None:
     """Shards drawing as fast as they may on a 1,200 RPM key: once each has joined (its first
     lease), the item's reads and writes a second stay under a few times the rate / min_requests

@@ -151,6 +151,7 @@ def test_completions_parse_in_sdk(sim: SimulatorServer) -> None:
     assert done.usage is not None and done.usage.completion_tokens == 1
 
 
+@pytest.mark.slow
 def test_responses_parse_in_sdk(sim: SimulatorServer) -> None:
     api = client(sim)
     answer = api.responses.create(
@@ -281,6 +282,7 @@ def faults_by_key(sim: SimulatorServer) -> dict[str, list[Any]]:
     return seen
 
 
+@pytest.mark.slow
 def test_faults_are_deterministic_and_independent_of_order(sim: SimulatorServer) -> None:
     sim.configure(rate_429=0.3, rate_500=0.2, retry_after_s=0.01)
     ids = [f"row-{i}" for i in range(40)]
@@ -370,6 +372,7 @@ def test_slow_and_queue_wait(sim: SimulatorServer) -> None:
     assert "retry-after" in headers
 
 
+@pytest.mark.slow
 def test_flex_answers_slower_and_says_so(sim: SimulatorServer) -> None:
     sim.configure(latency_s=0.2, flex_slowdown=2.0, flex_unavailable_rate=0.0)
     started = time.monotonic()
@@ -383,6 +386,7 @@ def test_flex_answers_slower_and_says_so(sim: SimulatorServer) -> None:
     assert [e["service_tier"] for e in sim.log] == ["default", "flex", "flex"]
 
 
+@pytest.mark.slow
 def test_flex_has_bad_days_by_default_and_refuses_the_models_without_it(sim: SimulatorServer) -> None:
     assert SimConfig().flex_unavailable_rate > 0
     sim.configure(flex_unavailable_rate=0.5)
@@ -483,6 +487,7 @@ def test_log_and_admin_endpoints(sim: SimulatorServer) -> None:
     assert headers["server"] == "sluice-simulator"
 
 
+@pytest.mark.slow
 def test_many_concurrent_requests_overlap(sim: SimulatorServer) -> None:
     sim.configure(latency_s=0.3)
     results: list[int] = []
@@ -597,6 +602,7 @@ def test_batch_validation_failure(sim: SimulatorServer) -> None:
     assert forced.errors.data[0].code == "simulated_validation_error"
 
 
+@pytest.mark.slow
 def test_batch_cancel_and_list(sim: SimulatorServer) -> None:
     sim.configure(batch_phase_s=0.5)
     api = client(sim)
@@ -623,6 +629,7 @@ def test_batch_cancel_and_list(sim: SimulatorServer) -> None:
 
 
 @pytest.mark.parametrize(("answers", "kept"), [("elapsed", (20, 57)), ("none", (0, 0))])
+@pytest.mark.slow
 def test_a_batch_cancelled_late_hands_back_only_what_it_had_finished(
     sim: SimulatorServer, answers: str, kept: tuple[int, int]
 ) -> None:
@@ -692,6 +699,7 @@ def receiver() -> Iterator[Receiver]:
     running.httpd.server_close()
 
 
+@pytest.mark.slow
 def test_signed_webhooks_for_responses_and_batches(sim: SimulatorServer, receiver: Receiver) -> None:
     sim.configure(webhook_url=receiver.url, webhook_secret=SECRET)
     api = client(sim)

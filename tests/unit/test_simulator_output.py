@@ -134,6 +134,7 @@ def faults_of(sim: SimulatorServer, lines: int) -> list[str | None]:
     return [checked(sim, CHAT, f"line-{i}") for i in range(lines)]
 
 
+@pytest.mark.slow
 def test_output_faults_come_at_their_rates_the_same_for_the_same_seed(sim: SimulatorServer) -> None:
     first = faults_of(sim, 400)
     counts = Counter(first)
