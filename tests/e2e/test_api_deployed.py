@@ -10,12 +10,12 @@ import pytest
 import sluice
 
 from tests.conftest import request_line
-from tests.e2e import test_cli
-from tests.e2e.test_cli import Deployed
-from tests.e2e.test_deployed_resume import run_pipeline
+from tests.e2e.helpers import cli
+from tests.e2e.helpers.cli import Deployed
+from tests.e2e.helpers.deployed_resume import run_pipeline
 
-moto_endpoint = test_cli.moto_endpoint
-deployed = test_cli.deployed
+moto_endpoint = cli.moto_endpoint
+deployed = cli.deployed
 
 
 def requests(n: int, prefix: str) -> list[dict[str, object]]:
@@ -28,7 +28,7 @@ def test_submit_wait_and_read_the_results_in_input_order(deployed: Deployed, tmp
 
     # uploaded, with its options as metadata; Plan has not started it yet
     assert job.status() == "SUBMITTED"
-    head = deployed.s3.head_object(Bucket=test_cli.BUCKET, Key="inbox/reviews.jsonl")
+    head = deployed.s3.head_object(Bucket=cli.BUCKET, Key="inbox/reviews.jsonl")
     assert head["Metadata"] == {"sluice-mode": "direct"}
     with pytest.raises(sluice.NotReady, match="its outputs are written when it ends"):
         job.results()
@@ -88,4 +88,4 @@ def test_what_the_deployed_commands_refuse_raises_their_errors(deployed: Deploye
     with pytest.raises(sluice.InputError, match="1 invalid line"):
         client.submit([{"custom_id": "x"}])
     # nothing was uploaded
-    assert "Contents" not in deployed.s3.list_objects_v2(Bucket=test_cli.BUCKET)
+    assert "Contents" not in deployed.s3.list_objects_v2(Bucket=cli.BUCKET)

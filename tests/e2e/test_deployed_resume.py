@@ -14,11 +14,12 @@ from typing import Any
 import orjson
 
 from tests.conftest import request_line, write_jsonl
-from tests.e2e import test_cli
-from tests.e2e.test_cli import BUCKET, Deployed, errors_of
+from tests.e2e.helpers import cli
+from tests.e2e.helpers.cli import BUCKET, Deployed, errors_of
+from tests.e2e.helpers.deployed_resume import run_pipeline
 
-moto_endpoint = test_cli.moto_endpoint
-deployed = test_cli.deployed
+moto_endpoint = cli.moto_endpoint
+deployed = cli.deployed
 
 SENT = ("/v1/chat/completions", "/v1/responses")
 
@@ -26,14 +27,6 @@ SENT = ("/v1/chat/completions", "/v1/responses")
 def sent(sim: Any) -> Counter[str]:
     """How many times the provider got each custom_id."""
     return Counter(str(e["custom_id"]) for e in sim.log if e["method"] == "POST" and e["path"] in SENT)
-
-
-def run_pipeline(env: Deployed, key: str, **settings: Any) -> dict[str, Any]:
-    """What the deployed workflow does for an uploaded object: plan, every shard, merge."""
-    state = env.start(key, **settings)
-    for spec in env.specs(state):
-        env.run_shard(spec)
-    return env.merge(state)
 
 
 def results_of(env: Deployed, key: str) -> list[dict[str, Any]]:

@@ -9,7 +9,7 @@ import pytest
 from sluice.merge.verify import verify
 
 from tests.conftest import request_line, write_jsonl
-from tests.e2e.test_cli import ROOT, clean_env, sluice
+from tests.e2e.helpers.cli import ROOT, clean_env, sluice
 
 EXAMPLE = ROOT / "examples" / "reviews.jsonl"
 # a few seconds on a quiet machine; minutes on a 2-core one the whole suite shares

@@ -8,14 +8,7 @@ import pytest
 from infra.config import ConfigError, Environment
 from infra.stack import build_app
 from tests.infra.conftest import CONTEXT
-
-ENVIRONMENTS = CONTEXT["environments"]
-
-
-def with_value(env: str, key: str, value: object) -> dict:
-    environments = copy.deepcopy(ENVIRONMENTS)
-    environments[env][key] = value
-    return environments
+from tests.infra.helpers.config import ENVIRONMENTS, with_value
 
 
 def test_cdk_json_environments_are_valid() -> None:

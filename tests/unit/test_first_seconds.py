@@ -22,7 +22,7 @@ from sluice.providers import OPENAI
 from sluice.send.engine import EngineSettings, EngineStats, fan_out, make_session
 from sluice.send.refusal import OUTAGE_S, REFUSAL_ANSWERS, RefusalWatch, likely_cause
 
-from tests.unit.test_shared_limit_scale import RecordingTable
+from tests.unit.helpers.shared_limit_scale import RecordingTable
 
 FAST = RetryPolicy(max_attempts=2, base_delay_s=0.01, max_delay_s=0.02, request_timeout_s=0.2)
 NOT_FOUND = {"error": {"message": "Invalid URL (POST /wrong/v1/chat/completions)", "type": "invalid_request_error"}}

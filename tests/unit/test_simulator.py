@@ -9,7 +9,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -26,6 +26,7 @@ from sluice_local.simulator import (
     decide_fault,
     sentiment,
 )
+from tests.unit.helpers.simulator import wait_for
 
 BASE = SimConfig(latency_s=0.01, seed=7, batch_phase_s=0.05)
 SENTIMENT = "Reply with one word, positive or negative:\n\n"
@@ -66,16 +67,6 @@ def http(
 
 def chat_body(text: str, **extra: Any) -> dict[str, Any]:
     return {"model": "sim-model", "messages": [{"role": "user", "content": text}], **extra}
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 5.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.01)
-    raise AssertionError("condition not reached in time")
 
 
 # content

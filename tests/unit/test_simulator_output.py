@@ -19,7 +19,7 @@ from sluice.providers import ANTHROPIC, OPENAI
 
 from sluice_local.simulator import SimConfig, SimulatorServer
 from sluice_local.simulator.structured import conforming
-from tests.unit.test_simulator import wait_for
+from tests.unit.helpers.simulator import wait_for
 
 BASE = SimConfig(latency_s=0.0, seed=3)
 CHAT = "/v1/chat/completions"
