@@ -16,15 +16,15 @@ $(STAMP): requirements.txt functions/requirements.txt pyproject.toml
 demo: $(STAMP)
 	$(BIN)/sluice run examples/reviews.jsonl --out out
 
-# while you work: lint, then the unit and infra tests that need no local cloud, no subprocess
-# and no network (about a minute and a half on 2 cores)
+# while you work: lint, then the unit and infra tests that need no local cloud, no moto, no
+# subprocess, no network and no seconds of their own; `make test` runs every one of them
 check: lint
-	$(BIN)/pytest tests/unit tests/infra -n 2 -q -m "not scale and not bundling and not cloud and not subprocess"
+	$(BIN)/pytest tests/unit tests/infra -n 2 -q -m "not scale and not bundling and not cloud and not subprocess and not moto and not slow and not synth"
 
 # everything, as CI runs it; the bundling and install tests need PyPI; the scale runs go last and alone:
 # they measure, and would slow everything beside them
 test: $(STAMP)
-	$(BIN)/pytest -n 2 -q
+	$(BIN)/pytest -n 2 --dist loadgroup -q
 	$(BIN)/pytest -q -m "bundling or install"
 	$(BIN)/pytest -q -s -m scale
 

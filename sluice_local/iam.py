@@ -24,6 +24,7 @@ state machine's role reads the Map's manifest.
 
 from __future__ import annotations
 
+import copy
 import fnmatch
 import functools
 import json
@@ -275,8 +276,25 @@ def moto_statements(statements: list[Statement], *, bucket: str, names: LocalNam
 
 
 @functools.cache
-def _shared_loader() -> Any:
-    return botocore.session.get_session().get_component("data_loader")
+def _fresh() -> botocore.session.Session:
+    return botocore.session.get_session()
+
+
+def core_session() -> botocore.session.Session:
+    """A botocore session that shares a first session's service models and starts with a copy of
+    its event handlers. A fresh session would parse the models again and register botocore's
+    builtin handlers one by one (a second or more on a busy machine), and a local cloud starts a
+    session per role; in Lambda each container does that once. A client copies its session's
+    handlers the same way."""
+    core = botocore.session.Session(event_hooks=copy.copy(_fresh()._original_handler), include_builtin_handlers=False)
+    core.register_component("data_loader", _fresh().get_component("data_loader"))
+    return core
+
+
+def default_session() -> boto3.Session:
+    """What `boto3.client` uses while the local cloud runs (moto empties boto3's default): the
+    environment's credentials, read when a client is made, over a shared core (`core_session`)."""
+    return boto3.Session(botocore_session=core_session())
 
 
 def _role_name(name: str) -> str:
@@ -333,7 +351,6 @@ def provision(policies: Policies, *, bucket: str) -> LocalIam:
     iam.put_user_policy(UserName=admin, PolicyName="admin", PolicyDocument=json.dumps(everything))
     key = iam.create_access_key(UserName=admin)["AccessKey"]
     local = LocalIam(admin_key_id=key["AccessKeyId"], admin_secret=key["SecretAccessKey"])
-    loader = _shared_loader()
     for name, statements in policies.items():
         service = {WORKFLOW: "states", BEDROCK_BATCH: "bedrock"}.get(name, "lambda")
         trust = {
@@ -347,10 +364,7 @@ def provision(policies: Policies, *, bucket: str) -> LocalIam:
             document = {"Version": "2012-10-17", "Statement": moto_statements(statements, bucket=bucket)}
             iam.put_role_policy(RoleName=role["RoleName"], PolicyName="grants", PolicyDocument=json.dumps(document))
         credentials = sts.assume_role(RoleArn=role["Arn"], RoleSessionName=name)["Credentials"]
-        core = botocore.session.get_session()
-        # Each session would parse the service models again (seconds on a busy machine); in
-        # Lambda each container does it once, so the local functions share one loader.
-        core.register_component("data_loader", loader)
+        core = core_session()
         # Flexible checksums guard bytes crossing a network; this S3 is in the same process, where
         # encoding each body as aws-chunked with a CRC32 and moto decoding it again cost ~40% of
         # every large PUT (the shards' parts, the cache's segments, Merge's parts) and guard nothing.
@@ -383,8 +397,8 @@ def enforced(policies: Policies, *, bucket: str) -> Iterator[LocalIam]:
     assert local.workflow is not None, f"no {WORKFLOW} role in {POLICIES.name}"
     with (
         mock.patch.dict("os.environ", local.admin_environment()),
-        # the default session read the credentials before; the next one reads the admin's
-        mock.patch("boto3.DEFAULT_SESSION", None),
+        # the default session read the credentials before; this one reads the admin's
+        mock.patch("boto3.DEFAULT_SESSION", default_session()),
         enable_iam_authentication(),
     ):
         use_sessions(local.session_for)

@@ -32,6 +32,9 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_map.item_reader.ev
 from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
 from moto.stepfunctions.parser.asl.eval.environment import Environment
 from moto.stepfunctions.parser.asl.eval.program_state import ProgramStopped
+from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
+from moto.stepfunctions.parser.asl.parse.preprocessor import Preprocessor
+from moto.stepfunctions.parser.models import StepFunctionsParserBackend
 from sluice.contract import causes
 
 from sluice_local import dynamo_meter as meter
@@ -226,6 +229,40 @@ def _prefix_listing(list_objects: Any) -> Any:
         return list_objects(self, view, prefix, *args, **kwargs)
 
     return listed
+
+
+_parse = AmazonStateLanguageParser.parse
+_validate = StepFunctionsParserBackend._validate_definition
+# each definition's parse tree, once parsed in this process
+_trees: dict[str, Any] = {}
+
+
+def _parsed_once(definition: str) -> tuple[Any, Any]:
+    """moto parses the definition with ANTLR when the state machine is created and again for
+    every execution, about a second each; only the tree's evaluation components (`Preprocessor`)
+    belong to one execution, and they are built afresh from the tree, which nothing changes."""
+    tree = _trees.get(definition)
+    if tree is None:
+        program, tree = _parse(definition)
+        _trees[definition] = tree
+        return program, tree
+    return Preprocessor().visit(tree), tree
+
+
+def _validate_once(definition: str) -> None:
+    if definition not in _trees:
+        _validate(definition)
+
+
+@contextmanager
+def parsed_once() -> Iterator[None]:
+    """Definitions parsed once per process, and validated once (a valid definition parsed whole):
+    entered before the state machine is created."""
+    with (
+        mock.patch.object(AmazonStateLanguageParser, "parse", staticmethod(_parsed_once)),
+        mock.patch.object(StepFunctionsParserBackend, "_validate_definition", staticmethod(_validate_once)),
+    ):
+        yield
 
 
 @contextmanager

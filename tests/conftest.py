@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -22,6 +23,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.path.parent.name in CLOUD_DIRS or "make_cloud" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.cloud)
+        elif _under_moto(item):
+            item.add_marker(pytest.mark.moto)
+
+
+def _under_moto(item: pytest.Item) -> bool:
+    """Whether the test's module, or the module of one of its fixtures, imports moto's `mock_aws`."""
+    modules = [getattr(item, "module", None)]
+    info = getattr(item, "_fixtureinfo", None)
+    for defs in info.name2fixturedefs.values() if info is not None else ():
+        modules += [sys.modules.get(getattr(d.func, "__module__", "")) for d in defs]
+    return any(getattr(m, "mock_aws", None) is not None for m in modules)
 
 
 @pytest.fixture(autouse=True)

@@ -153,6 +153,8 @@ class LocalCloud:
                 {"AWS_DEFAULT_REGION": REGION, "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"},
             ),
             mock_aws(config={"stepfunctions": {"execute_state_machine": True}}),
+            mock.patch("boto3.DEFAULT_SESSION", iam.default_session()),
+            moto_patches.parsed_once(),
         ):
             self._create_resources()
             policies = iam.load_policies() if self.policies is None else self.policies
@@ -458,7 +460,8 @@ class LocalCloud:
                 on_tick()
             if time.monotonic() > deadline:
                 raise TimeoutError(f"execution still running after {timeout_s:.0f} s")
-            time.sleep(0.5)
+            # a describe is a dictionary lookup in this process; a job of a few lines ends in a second
+            time.sleep(0.1)
 
     @functools.cached_property
     def _store(self) -> JobStore:

@@ -43,11 +43,24 @@ class Synthesis:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # Under `pytest -n N --dist loadgroup` the tests that read the synthesized app share one
-    # worker, so the app is synthesized once instead of once per worker.
+    # Under `pytest -n N --dist loadgroup` (`make test`) the tests that read the synthesized app
+    # share one worker, so the app is synthesized once instead of once per worker; synthesis takes
+    # a minute of CPU, so `make check` leaves them to `make test`.
     for item in items:
         if {"synthesis", "bedrock_synthesis"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.xdist_group("cdk-synth"))
+            item.add_marker(pytest.mark.synth)
+        elif _builds_an_app(getattr(item, "module", None)):
+            item.add_marker(pytest.mark.synth)
+
+
+def _builds_an_app(module: object) -> bool:
+    """Whether a test module imports the CDK (each app it builds starts jsii's node process)."""
+    names = vars(module).values() if module is not None else ()
+    return any(
+        str(getattr(value, "__module__", None) or getattr(value, "__name__", "")).startswith("aws_cdk")
+        for value in names
+    )
 
 
 def bedrock_context(env: str = BEDROCK_ENV) -> dict[str, Any]:

@@ -13,9 +13,9 @@ from sluice.contract import PROVIDER_STEPS, READS, ProviderKey
 
 from sluice_local.iam import ACCOUNT, REGION, allows, policies_from_template
 from tests.infra.conftest import BEDROCK_ENV, Synthesis
-from tests.infra.test_functions import step_functions
-from tests.infra.test_security import _listed, _role_statements, _statements
-from tests.infra.test_workflow import _flat
+from tests.infra.helpers.functions import step_functions
+from tests.infra.helpers.security import _listed, _role_statements, _statements
+from tests.infra.helpers.workflow import _flat
 
 ENDED = ["Completed", "PartiallyCompleted", "Failed", "Stopped", "Expired"]
 

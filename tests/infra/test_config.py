@@ -9,14 +9,7 @@ from infra.config import Environment
 from infra.config_values import ConfigError
 from infra.stack import build_app
 from tests.infra.conftest import CONTEXT
-
-ENVIRONMENTS = CONTEXT["environments"]
-
-
-def with_value(env: str, key: str, value: object) -> dict:
-    environments = copy.deepcopy(ENVIRONMENTS)
-    environments[env][key] = value
-    return environments
+from tests.infra.helpers.config import ENVIRONMENTS, with_value
 
 
 def test_cdk_json_environments_are_valid() -> None:

@@ -14,7 +14,7 @@ from sluice.contract import (
 from sluice.contract.definition import FUNCTION_PLACEHOLDERS
 
 from tests.infra.conftest import Synthesis
-from tests.infra.test_workflow import STACK_INSTANCE, _flat
+from tests.infra.helpers.functions import our_functions, secret_id, step_functions, webhook_function
 
 # The seven of the original design plus the ones the definition has grown since.
 HANDLERS = {step: f"sluice_handlers.{step}.handler" for step in FUNCTION_PLACEHOLDERS}
@@ -43,26 +43,6 @@ CONFIGURED = {
     "SLUICE_VALIDATE_ATTEMPTS",
     "SLUICE_VALIDATE_REPAIR",
 }
-
-
-def our_functions(synthesis: Synthesis, env: str) -> dict[str, dict]:
-    """Our Lambdas by handler module (CDK's own custom-resource Lambdas left out)."""
-    functions = synthesis.resources(env, "AWS::Lambda::Function").values()
-    ours = {}
-    for function in functions:
-        handler = function["Properties"].get("Handler", "")
-        if handler.startswith("sluice_handlers."):
-            ours[handler.split(".")[1]] = function
-    return ours
-
-
-def step_functions(synthesis: Synthesis, env: str) -> dict[str, dict]:
-    """The state machine's step Lambdas by step name."""
-    return {k: f for k, f in our_functions(synthesis, env).items() if k in FUNCTION_PLACEHOLDERS}
-
-
-def webhook_function(synthesis: Synthesis, env: str) -> dict:
-    return our_functions(synthesis, env)["webhook"]
 
 
 def test_python_312_functions_one_per_step(synthesis: Synthesis, env: str) -> None:
@@ -184,15 +164,6 @@ def test_the_environments_default_model_reaches_the_steps_that_read_it(synthesis
     for step, function in step_functions(synthesis, env).items():
         model = function["Properties"]["Environment"]["Variables"].get("SLUICE_DEFAULT_MODEL")
         assert model == (config.default_model if step in readers else None), step
-
-
-def secret_id(synthesis: Synthesis, env: str, name: str) -> str:
-    (logical_id,) = [
-        k
-        for k, s in synthesis.resources(env, "AWS::SecretsManager::Secret").items()
-        if _flat(s["Properties"]["Name"]) == f"sluice/{env}/{STACK_INSTANCE}/{name}"
-    ]
-    return logical_id
 
 
 def test_webhook_function_reads_only_what_its_handler_needs(synthesis: Synthesis, env: str) -> None:

@@ -12,7 +12,7 @@ from sluice.contract import SHARD_FAILED_STEP, STEPS, WEBHOOK, Step
 from infra.monitoring import WEBHOOK_REJECTIONS_THRESHOLD, Monitoring
 from infra.stack import build_app
 from tests.infra.conftest import CONTEXT, Synthesis
-from tests.infra.test_workflow import _flat
+from tests.infra.helpers.workflow import _flat
 
 
 def _function_of(synthesis: Synthesis, env: str, step: Step) -> str:
@@ -105,7 +105,7 @@ def test_email_subscription_only_when_configured() -> None:
 
 
 def test_no_warning_once_alarm_email_is_set() -> None:
-    from tests.infra.test_config import with_value
+    from tests.infra.helpers.config import with_value
 
     environments = with_value("prod", "alarm_email", "oncall@sluice-ops.net")
     app = cdk.App(context={**CONTEXT, "environments": environments, "aws:cdk:bundling-stacks": []})
@@ -131,7 +131,7 @@ def test_prod_as_shipped_alarms_a_placeholder_address_and_says_to_change_it(synt
 
 
 def test_alarms_publish_to_the_operators_own_topic_too_when_cdk_json_names_one() -> None:
-    from tests.infra.test_config import with_value
+    from tests.infra.helpers.config import with_value
 
     topic_arn = "arn:aws:sns:eu-west-1:123456789012:ops-pager"
     environments = with_value("prod", "alarm_email", None)

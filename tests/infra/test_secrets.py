@@ -8,7 +8,7 @@ from aws_cdk import assertions
 from infra.secrets import API_KEY_PLACEHOLDER, WEBHOOK_SECRET_PLACEHOLDER
 from infra.stack import build_app
 from tests.infra.conftest import CONTEXT, Synthesis
-from tests.infra.test_workflow import STACK_INSTANCE, _flat
+from tests.infra.helpers.workflow import STACK_INSTANCE, _flat
 
 EXISTING = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:sluice/openai-AbCdEf"
 EXISTING_WEBHOOK = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:sluice/openai-webhook-GhIjKl"

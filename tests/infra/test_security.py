@@ -10,8 +10,9 @@ import pytest
 from cfnlint.api import ManualArgs, lint
 
 from tests.infra.conftest import BEDROCK_ENV, Synthesis
-from tests.infra.test_functions import secret_id, step_functions, webhook_function
-from tests.infra.test_workflow import _flat
+from tests.infra.helpers.functions import secret_id, step_functions, webhook_function
+from tests.infra.helpers.security import _listed, _role_statements, _statements
+from tests.infra.helpers.workflow import _flat
 
 PROVIDER_STEPS = ("run_shard", "submit", "collect", "submit_batch", "collect_batch")
 # the steps that read the API key: the senders, and those that cancel a failed shard's or job's open work
@@ -94,14 +95,6 @@ EXPECTED_S3 = {
 }
 
 
-def _listed(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else [value]
-
-
-def _statements(document: dict[str, Any]) -> list[dict[str, Any]]:
-    return _listed(document["Statement"])
-
-
 def _iam_documents(raw: dict[str, Any]) -> list[dict[str, Any]]:
     documents = []
     for resource in raw["Resources"].values():
@@ -111,19 +104,6 @@ def _iam_documents(raw: dict[str, Any]) -> list[dict[str, Any]]:
         if resource["Type"] == "AWS::IAM::Role":
             documents.extend(p["PolicyDocument"] for p in props.get("Policies", []))
     return documents
-
-
-def _role_statements(synthesis: Synthesis, env: str, function: dict[str, Any]) -> list[dict[str, Any]]:
-    policies = synthesis.resources(env, "AWS::IAM::Policy").values()
-    role_id = function["Properties"]["Role"]["Fn::GetAtt"][0]
-    role = synthesis.raw[env]["Resources"][role_id]
-    assert not role["Properties"].get("ManagedPolicyArns") and not role["Properties"].get("Policies")
-    return [
-        statement
-        for policy in policies
-        if {"Ref": role_id} in policy["Properties"]["Roles"]
-        for statement in _statements(policy["Properties"]["PolicyDocument"])
-    ]
 
 
 def _step_statements(synthesis: Synthesis, env: str) -> dict[str, list[dict[str, Any]]]:
@@ -307,6 +287,7 @@ def test_task_tokens_are_returned_under_the_documented_grant(synthesis: Synthesi
     }
 
 
+@pytest.mark.slow
 def test_a_new_statement_on_every_resource_is_a_finding(tmp_path: Path) -> None:
     """Acknowledgements name their actions: one more action on "*" on an acknowledged role is flagged."""
     import aws_cdk as cdk

@@ -8,7 +8,7 @@ from sluice.store.jobs import JobStore
 from sluice_handlers import webhook
 
 from infra.stack import PROVIDER_ID_INDEX, WEBHOOK_INDEX_ACTIONS, WEBHOOK_TABLE_ACTIONS
-from tests.unit.test_observability import call, deployed_webhook, provider_event, signed
+from tests.unit.helpers.observability import call, deployed_webhook, provider_event, signed
 
 __all__ = ["deployed_webhook"]
 

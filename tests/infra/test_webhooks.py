@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from tests.infra.conftest import Synthesis
-from tests.infra.test_workflow import _flat
+from tests.infra.helpers.workflow import _flat
 
 
 def _only(resources: dict[str, Any]) -> tuple[str, dict[str, Any]]:

@@ -1,13 +1,12 @@
 from __future__ import annotations
 
-import json
 import re
-from typing import Any
 
 from aws_cdk.assertions import Match
 from sluice.contract.definition import FUNCTION_PLACEHOLDERS, definition_json
 
 from tests.infra.conftest import Synthesis
+from tests.infra.helpers.workflow import STACK_INSTANCE, _flat
 
 
 def _only(resources: dict) -> tuple[str, dict]:
@@ -78,25 +77,6 @@ def _workflow_statements(synthesis: Synthesis, env: str) -> list[dict]:
     policies = synthesis.resources(env, "AWS::IAM::Policy")
     (policy,) = [p for k, p in policies.items() if k.startswith("WorkflowRole")]
     return policy["Properties"]["PolicyDocument"]["Statement"]
-
-
-# How `_flat` spells the part of a name that is unique to the stack (`infra.config.stack_instance_id`).
-STACK_INSTANCE = "<stack instance>"
-
-
-def _flat(resource: Any) -> str:
-    """A resource ARN as text, with intrinsic references spelled `<LogicalId>`."""
-    if isinstance(resource, str):
-        return resource
-    if "Fn::Select" in resource and '"AWS::StackId"' in json.dumps(resource):
-        return STACK_INSTANCE
-    if "Fn::Join" in resource:
-        return "".join(_flat(part) for part in resource["Fn::Join"][1])
-    if "Fn::GetAtt" in resource:
-        return "<{}.{}>".format(*resource["Fn::GetAtt"])
-    if "Ref" in resource:
-        return "<" + resource["Ref"] + ">"
-    raise AssertionError(resource)
 
 
 def _resources(statement: dict) -> list[str]:

@@ -26,12 +26,14 @@ def _modules_after(code: str) -> set[str]:
     return set(done.stdout.split())
 
 
+@pytest.mark.slow
 def test_importing_the_core_as_a_handler_does_imports_no_local_code() -> None:
     loaded = _modules_after("import sluice, sluice.plan.plan, sluice.merge.merge")
     assert "sluice.plan.plan" in loaded
     assert not {m for m in loaded if m.split(".")[0] in ("sluice_local", "moto")}
 
 
+@pytest.mark.slow
 def test_the_api_names_resolve_to_the_api_module_on_first_use() -> None:
     loaded = _modules_after("import sluice\nsluice.run")
     assert "sluice_local.api" in loaded

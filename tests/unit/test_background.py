@@ -132,6 +132,7 @@ def test_output_text_joins_message_parts_and_skips_reasoning() -> None:
     assert output_text(body) == "ab"
 
 
+@pytest.mark.slow
 def test_a_background_job_counts_no_retry_without_a_fault_and_times_only_what_came_back_on_its_request(
     make_cloud: Any, tmp_path: Path
 ) -> None:

@@ -12,8 +12,8 @@ from sluice.shard.frame import pending
 from sluice.shard.parts import load_checkpoint
 
 from tests.unit.fake_batch_api import FakeBatchApi
-from tests.unit.test_batch_runner import Env
-from tests.unit.test_batch_runner import env as env  # the fixture
+from tests.unit.helpers.batch_runner import Env
+from tests.unit.helpers.batch_runner import env as env  # the fixture
 
 LIMITS = BatchLimits(max_records=5, max_bytes=200 << 20, min_records=3)
 

@@ -21,8 +21,8 @@ from sluice.providers.openai.batch import batch_row
 from sluice.runners.batch.submit import collect_batch, split_parts, submit_batch
 
 from sluice_local.simulator import SimConfig, SimulatorServer
-from tests.unit.test_batch import JOB, Env, lines, request
-from tests.unit.test_batch import env as batch_env  # noqa: F401  (test_batch's fixture, as `batch_env`)
+from tests.unit.helpers.batch import JOB, Env, lines, request
+from tests.unit.helpers.batch import env as batch_env  # noqa: F401  (test_batch's fixture, as `batch_env`)
 
 
 def test_a_token_estimate_is_a_quarter_of_the_body_rounded_up() -> None:

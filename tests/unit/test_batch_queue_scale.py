@@ -18,8 +18,8 @@ import orjson
 from sluice.runners.batch.submit import submit_batch
 
 from sluice_local.quotas import item_size
-from tests.unit.test_batch import Env, lines
-from tests.unit.test_batch import env as batch_env  # noqa: F401  (test_batch's fixture, as `batch_env`)
+from tests.unit.helpers.batch import Env, lines
+from tests.unit.helpers.batch import env as batch_env  # noqa: F401  (test_batch's fixture, as `batch_env`)
 
 WRITES = {"PutItem", "UpdateItem", "DeleteItem"}
 

@@ -25,8 +25,8 @@ from sluice.shard.frame import ShardSpec, pending
 
 from sluice_local.cloud.bedrock_jobs import BedrockJobs
 from tests.conftest import request_line
-from tests.unit.test_batch_runner import BUCKET, Env
-from tests.unit.test_batch_runner import env as env  # the fixture
+from tests.unit.helpers.batch_runner import BUCKET, Env
+from tests.unit.helpers.batch_runner import env as env  # the fixture
 
 MODEL = "anthropic.claude-3-haiku-20240307-v1:0"
 ROLE = "arn:aws:iam::123456789012:role/sluice-bedrock-batch"

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import io
-from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -26,41 +25,17 @@ from sluice.providers.bedrock.records import dialect, model_input, output_row
 from sluice.providers.format import Unsupported
 from sluice.runners.batch.submit import collect_batch, submit_batch
 from sluice.runners.cancel import ProviderWork, cancel_at_provider
-from sluice.shard.frame import ShardSpec, pending
+from sluice.shard.frame import pending
 from sluice.shard.parts import load_checkpoint
 
-from sluice_local.cloud.bedrock_jobs import EXPIRED, PARTIAL, BedrockJobs
-from tests.unit.test_batch_runner import BUCKET, Env
-from tests.unit.test_batch_runner import env as env  # the fixture
+from sluice_local.cloud.bedrock_jobs import EXPIRED, PARTIAL
+from tests.unit.helpers.batch_runner import BUCKET
+from tests.unit.helpers.batch_runner import env as env  # the fixture
+from tests.unit.helpers.bedrock_batch import MODEL, ROLE, Bedrock
+from tests.unit.helpers.bedrock_batch import bed as bed
 
-MODEL = "anthropic.claude-3-haiku-20240307-v1:0"
 CHAT = "/v1/chat/completions"
 RESPONSES = "/v1/responses"
-ROLE = "arn:aws:iam::123456789012:role/sluice-bedrock-batch"
-
-
-@dataclass
-class Bedrock:
-    env: Env
-    jobs: BedrockJobs
-    events: list[dict[str, Any]]
-
-    def shard(self, count: int, **fields: Any) -> ShardSpec:
-        # read as a Bedrock shard reads its lines: a chat line's body as the Converse body it is sent direct
-        return replace(self.env.shard(count, **fields), model=MODEL, provider="bedrock")
-
-    def objects(self, prefix: str) -> list[str]:
-        listed = self.env.s3.list_objects_v2(Bucket=BUCKET, Prefix=prefix)
-        return [o["Key"] for o in listed.get("Contents", [])]
-
-
-@pytest.fixture
-def bed(env: Env) -> Iterator[Bedrock]:
-    events: list[dict[str, Any]] = []
-    jobs = BedrockJobs(lambda role: env.s3, emit=events.append)
-    opened = bedrock.opener(jobs.client, env.s3, bucket=BUCKET, role_arn=ROLE)
-    env.ctx = replace(env.ctx, batch_api=opened)
-    yield Bedrock(env, jobs, events)
 
 
 def test_a_part_of_at_least_a_hundred_records_runs_as_one_job(bed: Bedrock) -> None:

@@ -22,9 +22,9 @@ from sluice.providers.batch import BatchLimits, BatchTag, BatchUpload
 from sluice.providers.bedrock import batch as bedrock
 
 from sluice_local.cloud.bedrock_jobs import BedrockJobs
-from tests.unit.test_batch_runner import BUCKET, Env
-from tests.unit.test_batch_runner import env as env  # the fixture
-from tests.unit.test_bedrock_batch import MODEL, ROLE
+from tests.unit.helpers.batch_runner import BUCKET, Env
+from tests.unit.helpers.batch_runner import env as env  # the fixture
+from tests.unit.helpers.bedrock_batch import MODEL, ROLE
 
 ENVIRONMENTS = ["dev", "prod", "dev2", "dev-2", "dev_2", "Dev", "a" * 40, "a" * 40 + "b", "team.x/feature+1"]
 

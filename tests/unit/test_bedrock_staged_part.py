@@ -12,10 +12,10 @@ from sluice.contract import BEDROCK_INPUT_PREFIX, BEDROCK_OUTPUT_PREFIX
 from sluice.runners.batch import advance
 from sluice.runners.batch.submit import collect_batch, submit_batch
 
-from tests.unit.test_batch_runner import BUCKET
-from tests.unit.test_batch_runner import env as env  # the fixture
-from tests.unit.test_bedrock_batch import Bedrock
-from tests.unit.test_bedrock_batch import bed as bed  # the fixture
+from tests.unit.helpers.batch_runner import BUCKET
+from tests.unit.helpers.batch_runner import env as env  # the fixture
+from tests.unit.helpers.bedrock_batch import Bedrock
+from tests.unit.helpers.bedrock_batch import bed as bed  # the fixture
 
 
 def _count_s3(bed: Bedrock) -> list[tuple[str, str]]:

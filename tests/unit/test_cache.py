@@ -275,6 +275,7 @@ def test_segments_an_earlier_release_wrote_to_s3_keep_their_hits(tmp_path: Path)
 
 @settings(max_examples=200, deadline=None)
 @given(custom_id=st.text(min_size=1, max_size=40), spaced=st.booleans(), first=st.booleans())
+@pytest.mark.slow
 def test_plans_result_line_for_a_hit_is_the_one_the_cache_record_format_gives(
     custom_id: str, spaced: bool, first: bool
 ) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import random
 
+import pytest
 from sluice.cache.entries import cache_key, line_tag
 from sluice.cache.index import (
     ROW,
@@ -47,6 +48,7 @@ def job(lines: range) -> list[Request]:
     return [request(n, {"q": n}) for n in lines]
 
 
+@pytest.mark.slow
 def test_a_small_job_reads_the_few_rows_around_its_keys_not_the_cache() -> None:
     store = WholeObjects()
     # the job's answers were filed by an earlier run, then compacted into the big generation

@@ -3,77 +3,26 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import boto3
 import orjson
 import pytest
 from aiohttp import web
 from moto import mock_aws
-from sluice.contract import Settings, Summary
+from sluice.contract import Summary
 from sluice.merge.merge import load_manifest
-from sluice.plan.plan import plan_job
 from sluice.runners.cancel import JobNotFound, cancel_job
 from sluice.runners.direct import run_direct
 from sluice.send.engine import make_session
 from sluice.shard.frame import ShardContext
-from sluice.store.jobs import ItemState, JobStore
+from sluice.store.jobs import ItemState
 
-from sluice_local.cloud import create_table
 from tests.conftest import request_line
-
-REGION = "us-east-1"
-BUCKET = "jobs-bucket"
-
-
-class Aws:
-    def __init__(self, base_url: str) -> None:
-        self.s3 = boto3.client("s3", region_name=REGION)
-        self.sfn = boto3.client("stepfunctions", region_name=REGION)
-        self.s3.create_bucket(Bucket=BUCKET)
-        create_table(boto3.client("dynamodb", region_name=REGION), "jobs")
-        self.store = JobStore(boto3.resource("dynamodb", region_name=REGION).Table("jobs"), ttl_days=1)
-        self.machine = self.sfn.create_state_machine(
-            name="jobs",
-            definition=json.dumps(
-                {"StartAt": "Wait", "States": {"Wait": {"Type": "Wait", "Seconds": 3600, "End": True}}}
-            ),
-            roleArn="arn:aws:iam::123456789012:role/jobs",
-        )["stateMachineArn"]
-        self.settings = Settings(
-            bucket=BUCKET,
-            table="jobs",
-            provider_base_url=base_url,
-            api_key_secret_arn="-",
-            shard_lines=5,
-            request_timeout_s=5.0,
-        )
-
-    def upload(self, key: str, lines: list[bytes]) -> str:
-        return str(self.s3.put_object(Bucket=BUCKET, Key=key, Body=b"".join(lines))["ETag"]).strip('"')
-
-    def execution(self) -> str:
-        return str(self.sfn.start_execution(stateMachineArn=self.machine, input="{}")["executionArn"])
-
-    def plan(self, key: str, lines: list[bytes]) -> dict[str, Any]:
-        etag = self.upload(key, lines)
-        return plan_job(
-            s3=self.s3,
-            store=self.store,
-            settings=self.settings,
-            bucket=BUCKET,
-            key=key,
-            etag=etag,
-            execution=self.execution(),
-        ).to_dict()
-
-    def read_lines(self, key: str) -> list[dict[str, Any]]:
-        return [orjson.loads(r) for r in self.s3.get_object(Bucket=BUCKET, Key=key)["Body"].read().splitlines()]
+from tests.unit.helpers.cancel import BUCKET, Aws
 
 
 @pytest.fixture

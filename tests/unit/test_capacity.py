@@ -20,10 +20,12 @@ def counted() -> list[dict[str, Any]]:
     return capacity.load()
 
 
+@pytest.mark.slow
 def test_docs_capacity_md_is_what_the_counts_give(counted: list[dict[str, Any]]) -> None:
     assert capacity.DOCS.read_text() == capacity.docs(counted), "run `.venv/bin/python bench/capacity.py docs`"
 
 
+@pytest.mark.slow
 def test_the_recorded_counts_are_exact_and_every_figure_at_the_maximum_is_within_half(
     counted: list[dict[str, Any]],
 ) -> None:
@@ -132,6 +134,7 @@ def test_a_kilobyte_a_line_held_by_plan_is_a_memory_figure_over_half(tmp_path: P
 
 
 @pytest.mark.cloud
+@pytest.mark.slow
 def test_a_planted_write_a_line_to_the_jobs_row_puts_it_over_half(monkeypatch: pytest.MonkeyPatch) -> None:
     """The same runs as the check's, with every outcome also adding to the job's row: the check fails
     on the job row's figure, whatever cause the planted write runs under."""
@@ -192,6 +195,7 @@ def _index_write_a_line(counted: list[dict[str, Any]], variant: str) -> list[dic
     return planted
 
 
+@pytest.mark.slow
 def test_a_planted_index_write_a_line_fails_the_check_at_the_line_rate(
     counted: list[dict[str, Any]],
 ) -> None:

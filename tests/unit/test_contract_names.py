@@ -17,6 +17,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from sluice.contract import MODES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,6 +99,7 @@ def strays() -> list[str]:
     return found
 
 
+@pytest.mark.slow
 def test_no_layout_key_or_status_is_spelled_outside_the_contract() -> None:
     assert strays() == [], "read these from sluice.contract or sluice.store.keys:\n" + "\n".join(strays())
 

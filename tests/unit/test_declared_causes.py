@@ -32,6 +32,7 @@ def core() -> list[undeclared.Undeclared]:
     return undeclared.undeclared(undeclared.modules())
 
 
+@pytest.mark.slow
 def test_every_aws_call_in_the_core_is_under_a_declared_cause(core: list[undeclared.Undeclared]) -> None:
     assert core == [], "\n".join(u.line() for u in core)
 

@@ -15,7 +15,7 @@ from sluice.store.jobs import ItemState, JobStore
 from sluice_local.cloud import create_table
 from sluice_local.deployed.jobs import describe_job, status_json, with_counts
 from tests.conftest import plan_figures
-from tests.unit.test_failure import BUCKET, JOB, LINES, failed_job
+from tests.unit.helpers.failure import BUCKET, JOB, LINES, failed_job
 
 
 @pytest.fixture

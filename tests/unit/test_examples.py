@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -22,6 +24,7 @@ def _bodies(rows: list[dict[str, object]]) -> set[str]:
     return {json.dumps(row["body"], sort_keys=True) for row in rows}
 
 
+@pytest.mark.slow
 def test_every_request_is_distinct_at_any_size_and_a_seed_repeats_its_file() -> None:
     build = _make_reviews().build
     big = build(20_000, seed=1)

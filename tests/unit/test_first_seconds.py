@@ -22,7 +22,7 @@ from sluice.providers import OPENAI
 from sluice.send.engine import EngineSettings, EngineStats, fan_out, make_session
 from sluice.send.refusal import OUTAGE_S, REFUSAL_ANSWERS, RefusalWatch, likely_cause
 
-from tests.unit.test_shared_limit_scale import RecordingTable
+from tests.unit.helpers.shared_limit_scale import RecordingTable
 
 FAST = RetryPolicy(max_attempts=2, base_delay_s=0.01, max_delay_s=0.02, request_timeout_s=0.2)
 NOT_FOUND = {"error": {"message": "Invalid URL (POST /wrong/v1/chat/completions)", "type": "invalid_request_error"}}
@@ -144,6 +144,7 @@ def test_errors_without_rate_headers_do_not_hold_the_run_to_one_request() -> Non
     assert stats.limit_min == 20 and stats.limit_final == 20
 
 
+@pytest.mark.slow
 def test_timeouts_without_rate_headers_do_not_hold_the_run_to_one_request() -> None:
     provider = Provider(delay_s=1.0)
     stats, outcomes = run(provider, 40, shared=shared_limit)
@@ -152,6 +153,7 @@ def test_timeouts_without_rate_headers_do_not_hold_the_run_to_one_request() -> N
     assert stats.attempts == 80 and stats.limit_min == 20
 
 
+@pytest.mark.slow
 def test_a_server_without_rate_headers_gets_the_configured_concurrency_at_once() -> None:
     """A vLLM-like server: 200 without x-ratelimit-* headers; every worker sends before the first
     answer comes back."""
@@ -174,6 +176,7 @@ def test_a_run_whose_first_answers_all_refuse_stops_sending() -> None:
     assert len(outcomes) == stats.sent
 
 
+@pytest.mark.slow
 def test_a_success_among_the_first_answers_keeps_the_run_going() -> None:
     provider = Provider(status=400, body=NOT_FOUND, delay_s=0.0, exceptions={"r5": 200})
     stats, outcomes = run(provider, 200, concurrency=1, fail_fast_after=REFUSAL_ANSWERS)
@@ -341,6 +344,7 @@ def test_a_full_provider_bucket_is_spent_at_once() -> None:
     assert limit.waited_s <= 2.0
 
 
+@pytest.mark.slow
 def test_a_spent_quota_in_the_headers_does_not_stop_a_shard_the_shared_limit_paces() -> None:
     """Answers that say 0 of 1,200 remain, full again in 60 s: the shared bucket paces the shard
     at the rate (a lease of 40 a second of it, here), instead of every sender pausing a minute."""

@@ -21,7 +21,7 @@ from sluice.providers import ANTHROPIC, OPENAI
 from sluice.shard.frame import read_shard_lines
 from sluice.shard.stats import Stats
 
-from tests.unit.test_engine import Scripted, run, serve
+from tests.unit.helpers.engine import Scripted, run, serve
 
 
 def line(custom_id: str, url: str = "/v1/chat/completions", **extra: Any) -> bytes:

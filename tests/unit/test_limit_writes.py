@@ -9,9 +9,9 @@ from dataclasses import replace
 from sluice.limits.shared import limit_key
 from sluice.limits.table import BucketTable
 
-from tests.unit.test_cancel import Aws
-from tests.unit.test_engine import Scripted
-from tests.unit.test_sweep import aws, run, shard  # noqa: F401  (the fixture)
+from tests.unit.helpers.cancel import Aws
+from tests.unit.helpers.engine import Scripted
+from tests.unit.helpers.sweep import aws, run, shard  # noqa: F401  (the fixture)
 
 
 def test_a_run_of_a_few_lines_writes_the_keys_item_once_beyond_its_seed(aws: Aws) -> None:  # noqa: F811

@@ -17,6 +17,7 @@ MIN = 100
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.integers(min_value=0, max_value=450), max_size=25))
+@pytest.mark.slow
 def test_parts_keep_order_cover_everything_and_respect_the_minimum(sizes: list[int]) -> None:
     parts = plan_parts(sizes, min_part=MIN, max_part=4 * MIN)
     covered = [(p.source, p.start, p.end) for part in parts for p in part.pieces]

@@ -10,9 +10,9 @@ from typing import Any
 
 from sluice.shard.frame import OPENINGS_PER_S, ShardSpec, opening_delay_s
 
-from tests.unit.test_cancel import Aws
-from tests.unit.test_engine import Action, Scripted
-from tests.unit.test_sweep import aws, run, shard  # noqa: F401  (the fixture)
+from tests.unit.helpers.cancel import Aws
+from tests.unit.helpers.engine import Action, Scripted
+from tests.unit.helpers.sweep import aws, run, shard  # noqa: F401  (the fixture)
 
 WINDOW_S = 5.0
 

@@ -14,20 +14,10 @@ from sluice.providers import OPENAI
 from sluice.send.output_check import INVALID, REPAIRED, VALID, OutputCheck, cached_answer_check
 from sluice.shard.stats import Stats
 
+from tests.unit.helpers.output_check import BODY, SCHEMA, answer
+
 CHAT = "/v1/chat/completions"
-SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
-BODY = {
-    "model": "m",
-    "messages": [{"role": "user", "content": "n?"}],
-    "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": SCHEMA}},
-}
 REQUEST = Request(1, "c-1", "POST", CHAT, orjson.dumps(BODY))
-
-
-def answer(content: str) -> Outcome:
-    message = {"role": "assistant", "content": content, "refusal": None}
-    body = {"object": "chat.completion", "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}
-    return Outcome(1, "c-1", 200, body, "req-1")
 
 
 def check(attempts: int = 3, repair: bool = False) -> OutputCheck:

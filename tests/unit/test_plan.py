@@ -316,7 +316,7 @@ def test_plan_holds_a_few_bytes_a_line_not_its_custom_id() -> None:
 def test_plans_manifest_items_are_exactly_a_shard_spec_each(monkeypatch: pytest.MonkeyPatch) -> None:
     from sluice.shard.frame import ShardSpec
 
-    from tests.unit.test_cancel import BUCKET, Aws
+    from tests.unit.helpers.cancel import BUCKET, Aws
 
     for name in ("AWS_ENDPOINT_URL", "AWS_PROFILE"):
         monkeypatch.delenv(name, raising=False)

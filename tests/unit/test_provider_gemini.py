@@ -306,8 +306,8 @@ def test_validation_reads_the_kept_body_and_a_repair_adds_gemini_turns() -> None
     from sluice.providers import answers
     from sluice.send.output_check import OutputCheck
 
-    from tests.unit.test_output_check import BODY
-    from tests.unit.test_output_check import answer as chat_answer
+    from tests.unit.helpers.output_check import BODY
+    from tests.unit.helpers.output_check import answer as chat_answer
 
     wire = GEMINI.to_wire(CHAT, BODY)
     asked = answers.asked(CHAT, wire)

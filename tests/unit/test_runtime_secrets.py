@@ -23,6 +23,7 @@ class Secrets:
         return {"ARN": SecretId, "SecretString": self.value}
 
 
+@pytest.mark.slow
 def test_a_secret_is_read_once_within_max_age_and_again_after_a_rotation() -> None:
     client = Secrets("whsec_one")
     secrets = SecretsProvider(boto3_client=client)  # type: ignore[arg-type]

@@ -64,6 +64,7 @@ def small_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.subprocess
 @pytest.mark.usefixtures("small_job")
+@pytest.mark.slow
 def test_plan_measured_in_a_child_has_a_peak() -> None:
     m = memory.measure("plan", 10_000, 0)
     assert (m.step, m.lines, m.cache) == ("plan", 10_000, 0)
@@ -73,6 +74,7 @@ def test_plan_measured_in_a_child_has_a_peak() -> None:
 
 @pytest.mark.subprocess
 @pytest.mark.usefixtures("small_job")
+@pytest.mark.slow
 def test_a_planted_kilobyte_a_line_is_over() -> None:
     planted = [memory.measure("plan", lines, 0, plant_bytes=1000) for lines in (10_000, 30_000)]
     (f,) = memory.fit(planted)
@@ -83,6 +85,7 @@ def test_a_planted_kilobyte_a_line_is_over() -> None:
 
 @pytest.mark.subprocess
 @pytest.mark.parametrize("step", ["merge", "mark_failed"])
+@pytest.mark.slow
 def test_merge_and_mark_failed_measured_in_a_child_beside_the_file_backed_moto(step: str) -> None:
     m = memory.measure(step, 10_000)
     assert (m.step, m.lines) == (step, 10_000)

@@ -6,13 +6,10 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
-import re
 from collections.abc import Callable
-from decimal import Decimal
 from typing import Any
 
 import pytest
-from botocore.exceptions import ClientError
 from sluice.contract import RateSeed
 from sluice.contract.model import Request
 from sluice.core.retry import table_retry_delay_s
@@ -21,98 +18,14 @@ from sluice.limits.shared import SharedLimit
 from sluice.limits.table import BucketTable
 from sluice.providers import OPENAI
 
+from tests.unit.helpers.shared_limit_scale import RecordingTable
+
 POLICY = LeasePolicy()
 # 1,200 requests a minute, the environment's figure, so the item exists before any answer
 SEEDS = {"m": RateSeed(rpm=1200)}
 RATE = 20.0
 # DynamoDB's limit on one item
 ITEM_LIMIT = 400 * 1024
-
-
-def _number_size(value: Decimal | int | float) -> int:
-    """DynamoDB's size of a number: about one byte per two significant digits, plus one."""
-    digits = str(abs(Decimal(value))).replace(".", "").lstrip("0") or "0"
-    return (len(digits) + 1) // 2 + 1
-
-
-def attribute_size(value: Any) -> int:
-    """What a value counts toward DynamoDB's item size ("Item sizes and formats" in its guide)."""
-    if isinstance(value, str):
-        return len(value.encode())
-    if isinstance(value, (bytes, bytearray)):
-        return len(value)
-    if isinstance(value, bool) or value is None:
-        return 1
-    if isinstance(value, (int, float, Decimal)):
-        return _number_size(value)
-    if isinstance(value, dict):
-        return 3 + sum(len(k.encode()) + attribute_size(v) + 1 for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return 3 + sum(attribute_size(v) + 1 for v in value)
-    raise TypeError(type(value))
-
-
-def item_size(item: dict[str, Any]) -> int:
-    return sum(len(name.encode()) + attribute_size(value) for name, value in item.items())
-
-
-class RecordingTable:
-    """The two calls the limiter makes on a DynamoDB Table resource, in memory: `get_item` and a
-    conditional `update_item` of `SET a = :a, ...` and `REMOVE b`. Each call is recorded with the
-    clock's time; `largest` is the largest item written."""
-
-    def __init__(self, clock: Callable[[], float]) -> None:
-        self.clock = clock
-        self.items: dict[tuple[str, str], dict[str, Any]] = {}
-        self.calls: list[tuple[float, str]] = []
-        self.largest = 0
-        # a writer that wins the next this many conditional writes (it bumps the version first)
-        self.lose_next = 0
-
-    def get_item(self, Key: dict[str, str], ConsistentRead: bool = False) -> dict[str, Any]:
-        self.calls.append((self.clock(), "read"))
-        item = self.items.get((Key["pk"], Key["sk"]))
-        return {"Item": dict(item)} if item is not None else {}
-
-    def update_item(
-        self,
-        Key: dict[str, str],
-        UpdateExpression: str,
-        ConditionExpression: str,
-        ExpressionAttributeValues: dict[str, Any],
-        ExpressionAttributeNames: dict[str, str] | None = None,
-    ) -> dict[str, Any]:
-        self.calls.append((self.clock(), "write"))
-        key = (Key["pk"], Key["sk"])
-        item = self.items.get(key)
-        if self.lose_next and item is not None and "version" in item:
-            self.lose_next -= 1
-            item["version"] = int(item["version"]) + 1
-        if not all(self._holds(item, c, ExpressionAttributeValues) for c in ConditionExpression.split(" AND ")):
-            error = {"Error": {"Code": "ConditionalCheckFailedException", "Message": "The conditional request failed"}}
-            raise ClientError(error, "UpdateItem")  # type: ignore[arg-type]
-        new = dict(item or {}, pk=Key["pk"], sk=Key["sk"])
-        assignments, _, removals = UpdateExpression.removeprefix("SET ").partition(" REMOVE ")
-        for assignment in assignments.split(", "):
-            name, value = assignment.split(" = ")
-            new[(ExpressionAttributeNames or {}).get(name, name)] = ExpressionAttributeValues[value]
-        for name in filter(None, (n.strip() for n in removals.split(","))):
-            new.pop(name, None)
-        self.items[key] = new
-        self.largest = max(self.largest, item_size(new))
-        return {}
-
-    @staticmethod
-    def _holds(item: dict[str, Any] | None, condition: str, values: dict[str, Any]) -> bool:
-        missing = re.fullmatch(r"attribute_not_exists\((\w+)\)", condition)
-        if missing:
-            return item is None or missing.group(1) not in item
-        equal = re.fullmatch(r"(\w+) = (:\w+)", condition)
-        assert equal, condition
-        return item is not None and item.get(equal.group(1)) == values[equal.group(2)]
-
-    def per_second(self, kind: str, start: float, end: float) -> float:
-        return sum(1 for at, what in self.calls if what == kind and start <= at < end) / (end - start)
 
 
 class VirtualTime:
@@ -200,6 +113,7 @@ def _draw(
     return table, time, taken
 
 
+@pytest.mark.slow
 def test_the_item_stays_small_whatever_the_number_of_lessees() -> None:
     """5,000 shards of 50 jobs leasing on a 30,000 RPM key of a model with a long name, each still
     in its period when the last leases: the item stays under 1 KB, one write unit a write (1,025
@@ -232,6 +146,7 @@ def _advance(time: VirtualTime) -> Callable[[float], Any]:
 
 
 @pytest.mark.parametrize("lessees", [10, 100, 1_000])
+@pytest.mark.slow
 def test_reads_and_writes_a_second_follow_the_rate_not_the_lessees(lessees: int) -> None:
     """Shards drawing as fast as they may on a 1,200 RPM key: once each has joined (its first
     lease), the item's reads and writes a second stay under a few times the rate / min_requests

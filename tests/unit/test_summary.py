@@ -16,7 +16,7 @@ from sluice.runners.cancel import cancel_job
 from sluice.store.jobs import JobStore
 
 from sluice_local.cloud import create_table
-from tests.unit.test_failure import BUCKET, JOB, LINES, failed_job
+from tests.unit.helpers.failure import BUCKET, JOB, LINES, failed_job
 
 # what `sluice run`, `sluice results`, the report and `sluice cancel` read of a merged job
 READ_OF_A_MERGED_JOB = {

@@ -28,7 +28,7 @@ from sluice.store.jobs import JobStore
 from sluice_local.cli.estimate_deadline import measured
 from sluice_local.cloud import create_table
 from sluice_local.turnarounds import copy_back, read_local, seed, turnarounds_root
-from tests.unit.test_failure import BUCKET, LINES, failed_job
+from tests.unit.helpers.failure import BUCKET, LINES, failed_job
 
 SETTINGS = Settings(bucket=BUCKET, table="jobs", provider_base_url="http://127.0.0.1:9", api_key_secret_arn="-")
 

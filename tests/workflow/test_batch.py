@@ -3,48 +3,15 @@
 from __future__ import annotations
 
 import time
-from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import orjson
 import pytest
 from sluice.store.jobs import JobStore
 
 from sluice_local.cloud import run_job
-from sluice_local.simulator import SimulatorServer
-from tests.conftest import request_line, write_jsonl
-
-
-def lines(count: int, prefix: str = "q") -> list[bytes]:
-    return [request_line(f"{prefix}-{n}", "great value" if n % 2 else "awful, broke at once") for n in range(count)]
-
-
-def batch_creates(simulator: SimulatorServer) -> list[dict[str, Any]]:
-    return [e for e in simulator.log if e["method"] == "POST" and e["path"] == "/v1/batches"]
-
-
-def sent_directly(simulator: SimulatorServer) -> Counter[str]:
-    log = simulator.log
-    return Counter(e["custom_id"] for e in log if e["method"] == "POST" and e["path"] == "/v1/chat/completions")
-
-
-def returned_by_batches(simulator: SimulatorServer) -> Counter[str]:
-    """custom_ids the provider answered in a batch output file."""
-
-    def read(sim: Any) -> list[str]:
-        found: list[str] = []
-        for batch in sim.batches.values():
-            if batch.output_file_id:
-                stored = sim.files.get(batch.output_file_id) or sim.deleted_files[batch.output_file_id]
-                found.extend(orjson.loads(r)["custom_id"] for r in stored.content.splitlines())
-        return found
-
-    return Counter(simulator.call(read))
-
-
-def ids(records: list[dict[str, Any]]) -> list[str]:
-    return [r["custom_id"] for r in records]
+from tests.conftest import write_jsonl
+from tests.workflow.helpers.batch import batch_creates, ids, lines, returned_by_batches, sent_directly
 
 
 def test_a_batch_job_wakes_on_webhooks_and_writes_results_in_input_order(make_cloud, simulator, tmp_path: Path) -> None:

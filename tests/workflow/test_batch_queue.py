@@ -18,7 +18,7 @@ from sluice.limits.batch_queue_table import read_slot
 from sluice_local.cloud import REGION, run_job
 from sluice_local.simulator import SimulatorServer
 from tests.conftest import write_jsonl
-from tests.workflow.test_batch import batch_creates, ids, lines, sent_directly
+from tests.workflow.helpers.batch import batch_creates, ids, lines, sent_directly
 
 
 def _tokens(rows: list[bytes]) -> int:

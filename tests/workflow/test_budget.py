@@ -16,7 +16,7 @@ from sluice.providers import OPENAI
 from sluice_local.cloud import run_job
 from sluice_local.deployed.retry import INPUT_ERROR_CODES, write_lines
 from tests.conftest import request_line, write_jsonl
-from tests.workflow.test_outcomes import received, watch_events
+from tests.workflow.helpers.outcomes import received, watch_events
 
 LINES = 240
 

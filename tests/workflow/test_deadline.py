@@ -12,7 +12,7 @@ import orjson
 
 from sluice_local.cloud import run_job
 from tests.conftest import write_jsonl
-from tests.workflow.test_batch import lines, returned_by_batches, sent_directly
+from tests.workflow.helpers.batch import lines, returned_by_batches, sent_directly
 
 
 def answered(simulator) -> Counter[str]:  # type: ignore[no-untyped-def]

@@ -11,24 +11,10 @@ from typing import Any
 
 from sluice_local.cloud import run_job
 from tests.conftest import write_jsonl
-from tests.workflow.test_batch import lines
+from tests.workflow.helpers.gemini import batch_creates, gemini_lines, generated
 
-FLEX_MODEL = "gemini-2.5-flash"
 # a model Sluice knows no flex tier for
 PLAIN_MODEL = "gemini-2.0-flash"
-
-
-def gemini_lines(count: int, model: str = FLEX_MODEL) -> list[bytes]:
-    return [line.replace(b'"gpt-4o-mini"', f'"{model}"'.encode()) for line in lines(count)]
-
-
-def generated(simulator: Any) -> list[dict[str, Any]]:
-    """The generateContent requests the simulator answered or refused, as its log has them."""
-    return [e for e in simulator.log if e["method"] == "POST" and e["path"].endswith(":generateContent")]
-
-
-def batch_creates(simulator: Any) -> list[dict[str, Any]]:
-    return [e for e in simulator.log if e["method"] == "POST" and e["path"].endswith(":batchGenerateContent")]
 
 
 def run_deadline(make_cloud: Any, tmp_path: Path, name: str, body_lines: list[bytes], **metadata: str) -> Any:

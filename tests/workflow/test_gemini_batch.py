@@ -12,8 +12,8 @@ import pytest
 from sluice_local.cloud import run_job
 from sluice_local.simulator import SimulatorServer
 from tests.conftest import write_jsonl
-from tests.workflow.test_anthropic_batch import cancel_while_batched
-from tests.workflow.test_gemini import batch_creates, gemini_lines, generated
+from tests.workflow.helpers.anthropic_batch import cancel_while_batched
+from tests.workflow.helpers.gemini import batch_creates, gemini_lines, generated
 
 
 def test_a_batch_job_on_gemini_answers_every_line_in_order_and_leaves_nothing_behind(

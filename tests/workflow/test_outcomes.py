@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import boto3
 import orjson
 import pytest
 from sluice_handlers.runtime import Runtime
 
-from sluice_local.cloud import REGION, LocalCloud, run_job
+from sluice_local.cloud import run_job
 from sluice_local.simulator import SimulatorServer
 from tests.conftest import request_line, write_jsonl
+from tests.workflow.helpers.outcomes import received, watch_events
 
 URLS = ("/v1/chat/completions", "/v1/responses", "/v1/embeddings", "/v1/completions")
 
@@ -78,23 +77,6 @@ def test_every_mode_runs_a_file_of_every_endpoint_in_input_order(
 
 def _responses(count: int) -> set[str]:
     return {f"m-{n}" for n in range(count) if URLS[n % len(URLS)] == "/v1/responses"}
-
-
-def watch_events(cloud: LocalCloud) -> str:
-    """An SQS queue that gets every event Sluice puts on the default bus, as a user's rule would."""
-    sqs = boto3.client("sqs", region_name=REGION)
-    url = sqs.create_queue(QueueName="sluice-events")["QueueUrl"]
-    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-    events = boto3.client("events", region_name=REGION)
-    events.put_rule(Name="sluice-jobs", EventPattern=json.dumps({"source": ["sluice"]}))
-    events.put_targets(Rule="sluice-jobs", Targets=[{"Id": "queue", "Arn": arn}])
-    return str(url)
-
-
-def received(url: str) -> list[dict[str, Any]]:
-    sqs = boto3.client("sqs", region_name=REGION)
-    messages = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
-    return [json.loads(m["Body"]) for m in messages]
 
 
 def with_bad_lines(path: Path, good: int, bad: int) -> Path:
