@@ -17,15 +17,6 @@ from tests.unit.import_graph import PACKAGES, ROOT, cycles, module_imports
 MAX_LINES = 500
 # every folder of Python the project keeps
 SIZED = ("functions", "sluice_local", "infra", "bench", "tests", "examples")
-# modules over the size whose split is under way on another branch (the engine's and the parts'
-# refactor): each leaves this list when its split lands, and the list only shrinks
-PENDING = frozenset(
-    {
-        "functions/sluice/send/engine.py",
-        "functions/sluice/shard/parts.py",
-        "tests/unit/test_engine.py",
-    }
-)
 # the product's packages; bench's scripts import the product, never the other way round
 CIRCLE_FREE = ("sluice", "sluice_handlers", "sluice_local", "infra")
 
@@ -42,7 +33,7 @@ def line_counts(root: Path, folders: tuple[str, ...]) -> dict[str, int]:
 
 
 def too_long(counts: dict[str, int]) -> dict[str, int]:
-    return {path: lines for path, lines in counts.items() if lines > MAX_LINES and path not in PENDING}
+    return {path: lines for path, lines in counts.items() if lines > MAX_LINES}
 
 
 def circles() -> list[list[str]]:
@@ -52,12 +43,6 @@ def circles() -> list[list[str]]:
 def test_no_module_is_over_500_lines() -> None:
     long = too_long(line_counts(ROOT, SIZED))
     assert not long, f"split these along a seam (at most {MAX_LINES} lines a module): {long}"
-
-
-def test_a_module_waiting_for_its_split_is_still_over_the_size() -> None:
-    counts = line_counts(ROOT, SIZED)
-    done = sorted(path for path in PENDING if counts.get(path, 0) <= MAX_LINES)
-    assert not done, f"split or gone: take them out of PENDING: {done}"
 
 
 def test_no_module_of_the_product_imports_itself_back() -> None:

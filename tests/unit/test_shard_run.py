@@ -14,8 +14,8 @@ from sluice.shard.frame import ShardContext
 from sluice.shard.run import ShardRun
 
 from tests.conftest import request_line
-from tests.unit.test_cancel import BUCKET, Aws
-from tests.unit.test_sweep import aws as aws
+from tests.unit.helpers.cancel import BUCKET, Aws
+from tests.unit.helpers.sweep import aws as aws
 
 
 def test_unsent_lines_come_from_what_the_run_read_not_a_second_read_of_the_input(aws: Aws) -> None:
