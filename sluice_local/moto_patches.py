@@ -18,8 +18,9 @@ import functools
 import json
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from typing import Any
 from unittest import mock
 
@@ -85,6 +86,7 @@ def applied(
         stack.enter_context(quota_checks(ledger))
         stack.enter_context(metered(recorded, tables))
         stack.enter_context(faster())
+        stack.enter_context(untracked())
         yield
 
 
@@ -316,3 +318,43 @@ def faster() -> Iterator[None]:
         patch(mock.patch.object(s3_models.S3Backend, "list_objects", listing))
         patch(mock.patch.object(worker.DistributedItemProcessorWorker, "_eval_pool", _eval_pool))
         yield
+
+
+class _Live:
+    """A model class's `instances_tracked` that holds no instance alive: the ones still in use."""
+
+    def __init__(self) -> None:
+        self._instances: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+
+    def append(self, instance: Any) -> None:
+        # a model with __slots__ and no weak reference goes untracked: moto's reset disposes of none
+        with suppress(TypeError):
+            self._instances[id(instance)] = instance
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(list(self._instances.values()))
+
+    def __len__(self) -> int:
+        return len(self._instances)
+
+
+@contextmanager
+def untracked() -> Iterator[None]:
+    """moto's models no longer kept for ever once replaced.
+
+    moto appends every model object it makes (each DynamoDB item written, each S3 object and its
+    ACL, each upload) to a list of its class's, for its dashboard and its reset, and nothing ever
+    removes one: a local run kept every version of every row and object it wrote, about 170
+    bytes a line. Here each class tracks the instances still in use, which is all its reset
+    needs; what was tracked before is tracked again after."""
+    from moto.core.model_instances import model_data
+
+    classes: list[Any] = [cls for models in model_data.values() for cls in models.values()]
+    before = [(cls, cls.instances_tracked) for cls in classes]
+    for cls in classes:
+        cls.instances_tracked = _Live()
+    try:
+        yield
+    finally:
+        for cls, tracked in before:
+            cls.instances_tracked = tracked

@@ -131,6 +131,11 @@ def no_key_note(env: ProviderEnv) -> str:
     )
 
 
+# the built-in simulator's request log keeps this many of the latest requests: a run reads none
+# of it, and a log of every request (about 500 bytes each) grew with the input
+RUN_LOG_LIMIT = 1_000
+
+
 @contextmanager
 def provider(
     family: str, latency_s: float, endpoint: UsersEndpoint | None = None, batch_turnaround_s: float | None = None
@@ -165,7 +170,7 @@ def provider(
     level, server_log.level = server_log.level, logging.CRITICAL
     try:
         # a batch's three phases (validating, in progress, finalizing) share its turnaround
-        config = SimConfig(latency_s=latency_s)
+        config = SimConfig(latency_s=latency_s, log_limit=RUN_LOG_LIMIT)
         if batch_turnaround_s is not None:
             # a cancel ends within two polls of the local cloud, as the run's deadline margin expects
             config = config.updated({"batch_phase_s": batch_turnaround_s / 3, "batch_cancel_s": 2.0})

@@ -34,6 +34,7 @@ from sluice_local.cli.estimate_deadline import local_cancel_s
 from sluice_local.cli.validate_options import check_repair
 from sluice_local.cloud import LocalCloud, LocalSettings
 from sluice_local.console import EXIT_USAGE, CliError, download_output, file_link, need_file, say
+from sluice_local.heap import few_arenas
 from sluice_local.inputs import check_file, model_of, require_valid
 from sluice_local.interrupt import Interrupted, Signals, stop_run, writing_note
 from sluice_local.ledger import CallLedger
@@ -62,6 +63,7 @@ SIMULATOR_PROVIDER = "sluice-simulator"
 
 
 def run(args: argparse.Namespace) -> int:
+    few_arenas()
     signals = Signals()
     signals.install()
     try:
