@@ -323,7 +323,11 @@ class Display:
 
     def __enter__(self) -> Display:
         self.phase = PLANNING
-        self.start()
+        if self._thread is None:
+            self.start()
+        elif self.enabled:
+            # the new phase is shown at once: a plan quicker than a redraw would otherwise never show
+            self.draw()
         return self
 
     def __exit__(self, *exc: Any) -> None:

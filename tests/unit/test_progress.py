@@ -176,6 +176,15 @@ def test_the_display_redraws_on_its_own_while_nothing_else_happens() -> None:
     assert screen.getvalue().endswith("\r\x1b[K")
 
 
+def test_the_plan_is_shown_the_moment_the_job_starts_not_at_the_next_redraw() -> None:
+    screen = Terminal()
+    display = Display(LiveCounts(), stream=screen, refresh_s=60, width=lambda: 100)
+    with display.starting("starting the local cloud"), display:
+        frames = [f for f in screen.getvalue().split("\r") if f.strip("\x1b[K")]
+    assert "starting the local cloud" in frames[0]
+    assert "planning" in frames[-1]
+
+
 @pytest.mark.parametrize("quiet, stream", [(True, Terminal()), (False, io.StringIO())])
 def test_quiet_or_off_a_terminal_draws_nothing(quiet: bool, stream: io.StringIO) -> None:
     counts = LiveCounts()
