@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -149,6 +149,10 @@ class Environment:
     # the provider's limits per model, {"gpt-4o-mini": {"rpm": 30000, "tpm": 150000000}}: they seed
     # the shared limit until the provider's x-ratelimit-* headers say otherwise
     rate_limits: Mapping[str, Mapping[str, float]] | None = None
+    # prices that override the maintained source's, {"my-finetune": [0.3, 1.2]} (USD per million
+    # tokens: input, output, and optionally cached input and cache write), for the budget, the
+    # deadline's plan and the summary's cost
+    prices: Mapping[str, Sequence[float]] | None = None
     account: str | None = None
     region: str | None = None
 

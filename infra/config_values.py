@@ -12,7 +12,15 @@ from typing import Any
 
 import aws_cdk as cdk
 import aws_cdk.aws_logs as logs
-from sluice.contract import DEFAULT_PROVIDER, MODES, PROVIDERS, SETTING_DEFAULTS, parse_rate_limits, parse_validate
+from sluice.contract import (
+    DEFAULT_PROVIDER,
+    MODES,
+    PROVIDERS,
+    SETTING_DEFAULTS,
+    parse_prices,
+    parse_rate_limits,
+    parse_validate,
+)
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LOG_RETENTION = {
@@ -214,6 +222,11 @@ def check_formats(values: Mapping[str, Any], fail: Fail) -> None:
             parse_rate_limits(json.dumps(values["rate_limits"]))
         except (ValueError, TypeError) as exc:
             raise fail("rate_limits", f"must be an object of models ({exc})") from None
+    if values.get("prices") is not None:
+        try:
+            parse_prices(json.dumps(values["prices"]))
+        except (ValueError, TypeError) as exc:
+            raise fail("prices", f"must be an object of models ({exc})") from None
     if values.get("account") and not re.match(r"^\d{12}$", values["account"]):
         raise fail("account", "must be a 12-digit AWS account id")
     if "log_retention_days" in values and values["log_retention_days"] not in LOG_RETENTION:

@@ -64,11 +64,12 @@ def lambda_environment(
     function its share); the key travels as an ARN only, and a provider that signs its requests has
     none (`NO_API_KEY_SECRET`)."""
     chosen: dict[str, Any] = {name: getattr(config, name) for name in STEP_SETTINGS}
-    # cdk.json writes these three as JSON (and a budget of null), the steps read them as text
+    # cdk.json writes these four as JSON (and a budget of null), the steps read them as text
     chosen.update(
         batch_queue_tokens=queue_tokens_text(config.batch_queue_tokens),
         budget_usd=config.budget_usd or 0.0,
         rate_limits=json.dumps(config.rate_limits, sort_keys=True) if config.rate_limits else None,
+        prices=json.dumps(config.prices, sort_keys=True) if config.prices else None,
     )
     settings = Settings(
         bucket=bucket.bucket_name,

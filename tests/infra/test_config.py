@@ -83,6 +83,9 @@ def test_unknown_environment_names_the_known_ones() -> None:
         ("rate_limits", {"gpt-4o-mini": {"tpm": 5}}, r"rate_limits must be an object of models"),
         ("rate_limits", {"gpt-4o-mini": {"rpm": -1}}, r"rate_limits must be an object of models"),
         ("rate_limits", ["gpt-4o-mini"], r"rate_limits must be an object of models"),
+        ("prices", {"my-finetune": [0.3]}, r"prices must be an object of models \(my-finetune: expected \[input"),
+        ("prices", {"my-finetune": [0.3, -1]}, r"prices must be an object of models"),
+        ("prices", [0.3, 1.2], r"prices must be an object of models"),
         ("production", "yes", r"production must be true, false or null"),
         ("alarm_topic_arn", "arn:aws:sqs:eu-west-1:123456789012:ops", r"alarm_topic_arn must be the ARN of an SNS"),
     ],
@@ -184,6 +187,32 @@ def test_rate_limits_reach_the_steps_as_the_shared_limits_seeds() -> None:
         api_key=secretsmanager.Secret(stack, "S2"),
     )
     assert "SLUICE_RATE_LIMITS" not in plain
+
+
+def test_an_environments_prices_reach_the_steps_that_price_and_override_the_source() -> None:
+    import aws_cdk.aws_dynamodb as dynamodb
+    import aws_cdk.aws_s3 as s3
+    import aws_cdk.aws_secretsmanager as secretsmanager
+    from sluice.contract import READS, Provider
+    from sluice.core import prices as price_source
+
+    from infra.functions import lambda_environment, step_environment
+
+    config = Environment.from_context("dev", with_value("dev", "prices", {"my-finetune": [0.3, 1.2, 0.03]}))
+    stack = cdk.Stack(cdk.App(), "T")
+    table = dynamodb.Table(stack, "Tb", partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING))
+    env = lambda_environment(
+        config, bucket=s3.Bucket(stack, "B"), table=table, api_key=secretsmanager.Secret(stack, "S")
+    )
+    pricing = {step for step, sets in READS.items() if Provider in sets}
+    assert {"plan", "run_shard", "collect_batch", "merge", "mark_failed"} <= pricing
+    for step in READS:
+        given = step_environment(env, step)
+        assert ("SLUICE_PRICES" in given) == (step in pricing), step
+    # what a step looks up with it: the override, not the source (which has no such model)
+    found = price_source.env_overrides(env["SLUICE_PRICES"])["my-finetune"]
+    assert (found.standard.input, found.standard.output, found.standard.cached_input) == (0.3, 1.2, 0.03)
+    assert price_source.source_prices("my-finetune") is None
 
 
 def test_a_job_may_not_run_more_shards_at_once_than_the_environment_lets_run() -> None:

@@ -66,6 +66,30 @@ def parse_budget(raw: str) -> float:
     return value
 
 
+def parse_prices(text: str | None) -> dict[str, tuple[float, ...]]:
+    """`{"<model>": [input, output]}` or `[input, output, cached input, cache write]` (JSON, USD per
+    million tokens), what `SLUICE_PRICES` overrides; ValueError says what is wrong."""
+    if not text:
+        return {}
+    try:
+        raw = json.loads(text)
+    except ValueError:
+        raise ValueError('expected a JSON object of models, such as {"my-finetune": [0.3, 1.2]}') from None
+    if not isinstance(raw, dict):
+        raise ValueError('expected an object of models, such as {"my-finetune": [0.3, 1.2]}')
+    prices: dict[str, tuple[float, ...]] = {}
+    for model, values in raw.items():
+        numbers = isinstance(values, list) and all(
+            isinstance(v, int | float) and not isinstance(v, bool) and v >= 0 for v in values
+        )
+        if not numbers or not 2 <= len(values) <= 4:
+            raise ValueError(
+                f"{model}: expected [input, output] or [input, output, cached input, cache write], none below 0"
+            )
+        prices[str(model)] = tuple(float(v) for v in values)
+    return prices
+
+
 @dataclass(frozen=True)
 class RateSeed:
     """A provider's limits for one model, per minute, as configured: they seed the shared limit

@@ -22,6 +22,7 @@ from .setting_parsers import (
     SettingsError,
     parse_budget,
     parse_error_rate,
+    parse_prices,
     parse_queue_tokens,
     parse_rate_limits,
     queue_tokens_text,
@@ -43,6 +44,7 @@ __all__ = [
     "SettingsError",
     "parse_budget",
     "parse_error_rate",
+    "parse_prices",
     "parse_queue_tokens",
     "parse_rate_limits",
     "queue_tokens_text",
@@ -170,6 +172,10 @@ class Provider(SettingsSet):
     provider: str = setting(parse.one_of(PROVIDERS), DEFAULT_PROVIDER)
     # the model of a line whose body names none; a job's `sluice-model` replaces every line's
     default_model: str | None = setting(parse.text, None)
+    # prices that override the maintained source's, {"my-finetune": [0.3, 1.2]} (`sluice.core.prices`)
+    # (its text, checked where a price is looked up: a bad one fails the job with every line an
+    # error naming it, where a failed parse here would stop even the step that accounts for them)
+    prices: str | None = setting(parse.text, None)
 
 
 @dataclass(frozen=True, kw_only=True, init=False, repr=False, eq=False)

@@ -17,7 +17,6 @@ cache write], USD per million tokens (`{"my-model": [1.0, 4.0, 0.1, 1.25]}`).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -26,6 +25,8 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from functools import lru_cache
 from typing import Any
+
+from sluice.contract import parse_prices
 
 PRICES_ENV = "SLUICE_PRICES"
 # the index of each count in a model's token list: [input (all of it), output, of the input
@@ -113,15 +114,10 @@ def price_tuple(raw: Sequence[float]) -> ModelPrices:
 @lru_cache(maxsize=8)
 def env_overrides(raw: str) -> Mapping[str, ModelPrices]:
     """`SLUICE_PRICES` read: ValueError says what is wrong with it."""
-    if not raw.strip():
-        return {}
     try:
-        data = json.loads(raw)
-    except ValueError:
-        raise ValueError(f"{PRICES_ENV} is not JSON: expected {{model: [input, output, ...]}}") from None
-    if not isinstance(data, dict) or not all(isinstance(v, list) for v in data.values()):
-        raise ValueError(f"{PRICES_ENV} must be a JSON object of model -> [input, output, ...] (USD per M tokens)")
-    return {str(model): price_tuple(value) for model, value in data.items()}
+        return {model: price_tuple(values) for model, values in parse_prices(raw).items()}
+    except ValueError as exc:
+        raise ValueError(f"{PRICES_ENV}: {exc} (USD per million tokens)") from None
 
 
 def lookup(model: str, explicit: Mapping[str, Sequence[float]]) -> ModelPrices | None:
